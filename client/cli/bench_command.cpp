@@ -1,0 +1,160 @@
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "client/cli/commands.h"
+#include "common/error.h"
+#include "common/model.h"
+#include "common/threads.h"
+
+namespace splitspec::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  std::string model_dir;
+  std::string random_config;
+  std::vector<int64_t> contexts = {128, 1024};
+  std::vector<int64_t> new_tokens = {1, 2, 4, 8, 16};
+  double min_seconds = 0.5;
+  int threads = 0;
+  bool json = false;
+};
+
+double elapsed_ms(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Read bandwidth of a buffer far larger than any cache, the roofline that a
+// decode step (every weight read once) is held against. Best of several passes.
+double measure_read_bandwidth_gbs() {
+  c10::InferenceMode guard;
+  at::Tensor buf = at::ones({256ll << 20}, at::TensorOptions().dtype(at::kFloat));  // 1 GiB
+  double best_ms = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    volatile float s = buf.sum().item<float>();
+    (void)s;
+    best_ms = std::min(best_ms, elapsed_ms(t0));
+  }
+  return buf.nbytes() / (best_ms * 1e6);
+}
+
+int run_bench_forward(const BenchArgs& a) {
+  set_compute_threads(a.threads);
+  std::shared_ptr<Model> model;
+  if (!a.model_dir.empty()) {
+    model = Model::load(a.model_dir);
+  } else {
+    model = Model::random(load_model_config(a.random_config), 1234);
+  }
+  const ModelConfig& c = model->config();
+  const int64_t max_new = *std::max_element(a.new_tokens.begin(), a.new_tokens.end());
+  const int64_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
+  KVCache cache = model->new_cache(std::min(c.max_position_embeddings, max_ctx + max_new));
+
+  // Every row runs on a cache of exactly `context` real entries: a prefill of
+  // fixed random ids (re-run only when a longer context is needed), then each
+  // timed forward appends k more of the same ids and is rolled back.
+  c10::InferenceMode guard;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  at::Tensor ids = at::randint(c.vocab_size, {cache.capacity()}, gen, at::TensorOptions().dtype(at::kInt));
+  const int32_t* id = ids.data_ptr<int32_t>();
+  auto fill_to = [&](int64_t ctx) {
+    cache.truncate(std::min(cache.size(), ctx));
+    if (cache.size() == ctx) return;
+    ForwardRequest prefill;
+    prefill.tokens = std::vector<int32_t>(id + cache.size(), id + ctx);
+    prefill.logits_rows = std::vector<int64_t>{};
+    model->forward(prefill, cache);
+  };
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (int64_t ctx : a.contexts) {
+    if (ctx + max_new > cache.capacity()) {
+      spdlog::warn("context {} skipped: the model's context is {}", ctx, c.max_position_embeddings);
+      continue;
+    }
+    fill_to(ctx);
+    for (int64_t k : a.new_tokens) {
+      ForwardRequest req;
+      req.tokens = std::vector<int32_t>(id + ctx, id + ctx + k);
+      std::vector<double> samples;
+      const auto start = Clock::now();
+      for (int it = 0; samples.size() < 5 || elapsed_ms(start) < a.min_seconds * 1000; ++it) {
+        cache.truncate(ctx);
+        auto t0 = Clock::now();
+        at::Tensor logits = model->forward(req, cache).logits;
+        const double ms = elapsed_ms(t0);
+        if (it >= 2) samples.push_back(ms);  // the first runs warm allocators and caches
+      }
+      std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+      rows.push_back({{"context", ctx}, {"new_tokens", k}, {"ms", samples[samples.size() / 2]}});
+    }
+  }
+  const double bw = measure_read_bandwidth_gbs();
+  const double bound_ms = model->weight_bytes() / (bw * 1e6);
+  if (a.json) {
+    std::cout << nlohmann::json{{"rows", rows},
+                                {"weight_bytes", model->weight_bytes()},
+                                {"parameters", c.num_parameters()},
+                                {"threads", compute_threads()},
+                                {"read_bandwidth_gbs", bw},
+                                {"bandwidth_bound_ms", bound_ms}}
+                     .dump()
+              << std::endl;
+    return 0;
+  }
+  std::printf("model: %lld parameters, %.1f MB of fp32 weights, %d threads\n",
+              static_cast<long long>(c.num_parameters()), model->weight_bytes() / 1e6, compute_threads());
+  std::printf("memory read bandwidth: %.2f GB/s (sum over a 1 GiB buffer, best of 5)\n", bw);
+  std::printf("bandwidth bound for one decode step: %.2f ms (weight bytes / bandwidth)\n\n", bound_ms);
+  std::printf("%8s %10s %10s %12s %10s\n", "context", "new_tok", "ms", "ms/token", "vs_1tok");
+  double one = 0;
+  for (const auto& r : rows) {
+    const double ms = r["ms"].get<double>();
+    const int64_t k = r["new_tokens"].get<int64_t>();
+    if (k == 1) one = ms;
+    std::printf("%8lld %10lld %10.3f %12.3f %10.2f\n", static_cast<long long>(r["context"].get<int64_t>()),
+                static_cast<long long>(k), ms, ms / k, one > 0 ? ms / one : 0.0);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (timings; not tests)");
+  bench->require_subcommand(1);
+  CLI::App* fwd = bench->add_subcommand("forward", "Milliseconds per forward for k new tokens at given contexts");
+  auto* model = fwd->add_option("--model", a->model_dir, "Model directory");
+  auto* random = fwd->add_option("--random-init", a->random_config,
+                                 "config.json of a model to build with random weights instead")
+                     ->check(CLI::ExistingFile);
+  model->excludes(random);
+  random->excludes(model);
+  fwd->add_option("--contexts", a->contexts, "Cached context lengths")->delimiter(',')->capture_default_str();
+  fwd->add_option("--new-tokens", a->new_tokens, "New-token counts per forward")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  fwd->add_option("--min-seconds", a->min_seconds, "Measure each row for at least this long")->capture_default_str();
+  fwd->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
+  fwd->add_flag("--json", a->json, R"(Print {"rows": [{"context","new_tokens","ms"}], "weight_bytes", ...})");
+  return {bench, [a, model, random]() {
+            if (model->count() + random->count() != 1) throw Error("bench forward: give --model or --random-init");
+            return run_bench_forward(*a);
+          }};
+}
+
+}  // namespace splitspec::cli

@@ -1,0 +1,17 @@
+#pragma once
+// Subcommands of the `splitspec` CLI. Each registers its flags on the app and
+// returns the function that runs it once parsing succeeded.
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace splitspec::cli {
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+Command add_generate_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
+
+}  // namespace splitspec::cli

@@ -1,0 +1,48 @@
+#include <c10/util/Exception.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <vector>
+
+#include "client/cli/commands.h"
+#include "common/error.h"
+
+int main(int argc, char** argv) {
+  // stdout carries generated text or JSON only; every log line goes to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("splitspec"));
+  spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+
+  CLI::App app{"SplitSpec: exact speculative decoding for edge devices and servers"};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+
+  const std::vector<splitspec::cli::Command> commands = {
+      splitspec::cli::add_generate_command(app),
+      splitspec::cli::add_bench_command(app),
+  };
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  for (const auto& cmd : commands) {
+    if (!cmd.app->parsed()) continue;
+    try {
+      return cmd.run();
+    } catch (const splitspec::Error& e) {
+      std::cerr << "splitspec: error: " << e.what() << "\n";
+      return 1;
+    } catch (const c10::Error& e) {
+      std::cerr << "splitspec: internal error in LibTorch: " << e.what_without_backtrace() << "\n";
+      return 3;
+    } catch (const std::exception& e) {
+      std::cerr << "splitspec: error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}

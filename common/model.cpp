@@ -1,0 +1,275 @@
+#include "common/model.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "common/safetensors.h"
+
+namespace splitspec {
+
+namespace {
+
+at::ScalarType to_scalar_type(DType d) {
+  switch (d) {
+    case DType::F32: return at::kFloat;
+    case DType::F16: return at::kHalf;
+    case DType::BF16: return at::kBFloat16;
+    default: return at::kFloat;
+  }
+}
+
+// Copies a stored tensor out of the mapping into an owned fp32 tensor.
+at::Tensor load_tensor(const SafetensorsModel& st, const std::string& name, const std::vector<int64_t>& shape) {
+  const TensorInfo& t = st.get(name, shape);
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    throw Error(t.file + ": tensor '" + name + "' has dtype " + dtype_name(t.dtype) + "; weights must be F32, F16 or BF16");
+  auto view = at::from_blob(const_cast<uint8_t*>(t.data), shape, at::TensorOptions().dtype(to_scalar_type(t.dtype)));
+  at::Tensor out = view.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  if (!at::isfinite(out).all().item<bool>())
+    throw Error(t.file + ": tensor '" + name + "' contains NaN or infinite values");
+  return out;
+}
+
+// A 1-row product is a matrix-vector product; sending it to gemv rather than
+// gemm avoids packing the whole weight matrix, which would double the memory
+// traffic of every decode step.
+at::Tensor project(const at::Tensor& x, const at::Tensor& w) {
+  if (x.size(0) == 1) return at::mv(w, x[0]).unsqueeze(0);
+  return at::linear(x, w);
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
+}
+
+// x: [n, heads, head_dim]; cos/sin: [n, 1, head_dim/2]. Hugging Face's
+// rotate_half pairs dimension i with i + head_dim/2.
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+
+}  // namespace
+
+Model::Model(ModelConfig config, ModelWeights weights, std::string name)
+    : config_(std::move(config)), weights_(std::move(weights)), name_(std::move(name)) {
+  c10::InferenceMode guard;
+  const int64_t half = config_.head_dim / 2;
+  // Frequencies in double, as the reference implementations compute them, so
+  // positions far into the context keep their precision.
+  auto inv_freq = at::pow(config_.rope_theta,
+                          -at::arange(0, half, at::TensorOptions().dtype(at::kDouble)) * 2.0 / config_.head_dim);
+  auto pos = at::arange(0, config_.max_position_embeddings, at::TensorOptions().dtype(at::kDouble));
+  auto angles = at::outer(pos, inv_freq);
+  rope_cos_ = angles.cos().to(at::kFloat);
+  rope_sin_ = angles.sin().to(at::kFloat);
+}
+
+std::shared_ptr<Model> Model::load(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
+  ModelConfig c = load_model_config(dir);
+  SafetensorsModel st(dir);
+  c10::InferenceMode guard;
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  ModelWeights w;
+  w.embed = load_tensor(st, "model.embed_tokens.weight", {c.vocab_size, H});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights lw;
+    lw.input_norm = load_tensor(st, p + "input_layernorm.weight", {H});
+    lw.q_proj = load_tensor(st, p + "self_attn.q_proj.weight", {c.num_attention_heads * D, H});
+    lw.k_proj = load_tensor(st, p + "self_attn.k_proj.weight", {c.num_key_value_heads * D, H});
+    lw.v_proj = load_tensor(st, p + "self_attn.v_proj.weight", {c.num_key_value_heads * D, H});
+    lw.o_proj = load_tensor(st, p + "self_attn.o_proj.weight", {H, c.num_attention_heads * D});
+    lw.post_norm = load_tensor(st, p + "post_attention_layernorm.weight", {H});
+    lw.gate_proj = load_tensor(st, p + "mlp.gate_proj.weight", {I, H});
+    lw.up_proj = load_tensor(st, p + "mlp.up_proj.weight", {I, H});
+    lw.down_proj = load_tensor(st, p + "mlp.down_proj.weight", {H, I});
+    w.layers.push_back(std::move(lw));
+  }
+  w.final_norm = load_tensor(st, "model.norm.weight", {H});
+  if (c.tie_word_embeddings) {
+    w.lm_head = w.embed;
+  } else {
+    w.lm_head = load_tensor(st, "lm_head.weight", {c.vocab_size, H});
+  }
+  return std::shared_ptr<Model>(new Model(c, std::move(w), fs::path(dir).filename().string()));
+}
+
+std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
+  c.validate("random model config");
+  c10::InferenceMode guard;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto normal = [&](std::vector<int64_t> shape) {
+    return at::normal(0.0, 0.02, shape, gen, at::TensorOptions().dtype(at::kFloat));
+  };
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  // Norm weights near 1 but not exactly, so tests notice a norm applied wrongly.
+  auto norm = [&]() { return 1.0 + normal({H}) * 5.0; };
+  ModelWeights w;
+  w.embed = normal({c.vocab_size, H});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    LayerWeights lw;
+    lw.input_norm = norm();
+    lw.q_proj = normal({c.num_attention_heads * D, H});
+    lw.k_proj = normal({c.num_key_value_heads * D, H});
+    lw.v_proj = normal({c.num_key_value_heads * D, H});
+    lw.o_proj = normal({H, c.num_attention_heads * D});
+    lw.post_norm = norm();
+    lw.gate_proj = normal({I, H});
+    lw.up_proj = normal({I, H});
+    lw.down_proj = normal({H, I});
+    w.layers.push_back(std::move(lw));
+  }
+  w.final_norm = norm();
+  w.lm_head = c.tie_word_embeddings ? w.embed : normal({c.vocab_size, H});
+  return std::shared_ptr<Model>(new Model(c, std::move(w), "random-" + std::to_string(seed)));
+}
+
+void Model::save(const std::string& dir, DType dtype) const {
+  namespace fs = std::filesystem;
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
+    throw Error("save: weights can be stored as F32, F16 or BF16 only");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir + ": cannot create directory: " + ec.message());
+  c10::InferenceMode guard;
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  named.emplace_back("model.embed_tokens.weight", weights_.embed);
+  for (size_t l = 0; l < weights_.layers.size(); ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    named.emplace_back(p + "input_layernorm.weight", w.input_norm);
+    named.emplace_back(p + "self_attn.q_proj.weight", w.q_proj);
+    named.emplace_back(p + "self_attn.k_proj.weight", w.k_proj);
+    named.emplace_back(p + "self_attn.v_proj.weight", w.v_proj);
+    named.emplace_back(p + "self_attn.o_proj.weight", w.o_proj);
+    named.emplace_back(p + "post_attention_layernorm.weight", w.post_norm);
+    named.emplace_back(p + "mlp.gate_proj.weight", w.gate_proj);
+    named.emplace_back(p + "mlp.up_proj.weight", w.up_proj);
+    named.emplace_back(p + "mlp.down_proj.weight", w.down_proj);
+  }
+  named.emplace_back("model.norm.weight", weights_.final_norm);
+  if (!config_.tie_word_embeddings) named.emplace_back("lm_head.weight", weights_.lm_head);
+
+  std::vector<at::Tensor> stored;  // keeps converted buffers alive until written
+  std::vector<TensorToWrite> out;
+  for (auto& [name, t] : named) {
+    stored.push_back(t.to(to_scalar_type(dtype)).contiguous());
+    const at::Tensor& s = stored.back();
+    out.push_back({name, dtype, s.sizes().vec(), s.data_ptr(), s.nbytes()});
+  }
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), out, {{"format", "pt"}});
+  const fs::path cfg = fs::path(dir) / "config.json";
+  std::ofstream f(cfg);
+  f << model_config_to_json(config_);
+  if (!f) throw Error(cfg.string() + ": write failed");
+}
+
+size_t Model::weight_bytes() const {
+  size_t n = weights_.embed.nbytes() + weights_.final_norm.nbytes();
+  if (!config_.tie_word_embeddings) n += weights_.lm_head.nbytes();
+  for (const auto& l : weights_.layers) {
+    for (const auto* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm, &l.gate_proj,
+                          &l.up_proj, &l.down_proj})
+      n += t->nbytes();
+  }
+  return n;
+}
+
+KVCache Model::new_cache(int64_t capacity) const {
+  return KVCache(config_, capacity > 0 ? capacity : config_.max_position_embeddings);
+}
+
+ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(req.tokens.size());
+  const int64_t past = cache.size();
+  const int64_t total = past + n;
+  if (n == 0) throw Error("forward: no tokens given");
+  if (total > cache.capacity())
+    throw Error("forward: context of " + std::to_string(total) + " tokens exceeds the KV cache capacity of " +
+                std::to_string(cache.capacity()));
+  for (int32_t t : req.tokens)
+    if (t < 0 || t >= c.vocab_size)
+      throw Error("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                  std::to_string(c.vocab_size) + ")");
+  if (!req.positions.empty() && static_cast<int64_t>(req.positions.size()) != n)
+    throw Error("forward: " + std::to_string(req.positions.size()) + " positions for " + std::to_string(n) + " tokens");
+  for (int64_t p : req.positions)
+    if (p < 0 || p >= c.max_position_embeddings)
+      throw Error("forward: position " + std::to_string(p) + " outside [0, " +
+                  std::to_string(c.max_position_embeddings) + ")");
+  if (req.logits_rows)
+    for (int64_t r : *req.logits_rows)
+      if (r < 0 || r >= n) throw Error("forward: logits row " + std::to_string(r) + " outside the " + std::to_string(n) + " new tokens");
+  for (int64_t l : req.hidden_layers)
+    if (l < 0 || l >= c.num_hidden_layers) throw Error("forward: hidden layer " + std::to_string(l) + " does not exist");
+
+  c10::InferenceMode guard;
+  const auto i64 = at::TensorOptions().dtype(at::kLong);
+  at::Tensor mask_add;  // additive [n, total] or undefined when nothing is masked
+  if (req.mask.defined()) {
+    if (req.mask.dim() != 2 || req.mask.size(0) != n || req.mask.size(1) != total)
+      throw Error("forward: mask must be [" + std::to_string(n) + ", " + std::to_string(total) + "]");
+    at::Tensor m = req.mask.to(at::kBool);
+    if (!m.any(1).all().item<bool>()) throw Error("forward: a mask row attends to nothing");
+    mask_add = at::zeros({n, total}).masked_fill_(m.logical_not(), -std::numeric_limits<float>::infinity());
+  } else if (n > 1) {
+    mask_add = at::full({n, n}, -std::numeric_limits<float>::infinity()).triu_(1);
+    mask_add = at::cat({at::zeros({n, past}), mask_add}, 1);
+  }
+
+  at::Tensor pos = req.positions.empty()
+                       ? at::arange(past, total, i64)
+                       : at::from_blob(const_cast<int64_t*>(req.positions.data()), {n}, i64).clone();
+  at::Tensor cos = rope_cos_.index_select(0, pos).unsqueeze(1);  // [n, 1, D/2]
+  at::Tensor sin = rope_sin_.index_select(0, pos).unsqueeze(1);
+  std::vector<int64_t> ids(req.tokens.begin(), req.tokens.end());
+  at::Tensor x = weights_.embed.index_select(0, at::from_blob(ids.data(), {n}, i64));
+
+  const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim, G = Hq / Hkv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  ForwardResult out;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    at::Tensor h = rms_norm(x, w.input_norm, c.rms_norm_eps);
+    at::Tensor q = apply_rope(project(h, w.q_proj).view({n, Hq, D}), cos, sin);
+    at::Tensor k = apply_rope(project(h, w.k_proj).view({n, Hkv, D}), cos, sin);
+    at::Tensor v = project(h, w.v_proj).view({n, Hkv, D});
+    cache.write(l, k.transpose(0, 1), v.transpose(0, 1));
+    at::Tensor keys = cache.keys(l, n);  // [Hkv, total, D]
+    at::Tensor vals = cache.values(l, n);
+    // Query head j uses KV head j / G (Hugging Face's repeat_kv), so the G
+    // query heads of a KV head batch into one matmul against it, uncopied.
+    at::Tensor qg = q.view({n, Hkv, G, D}).permute({1, 2, 0, 3}).reshape({Hkv, G * n, D});
+    at::Tensor scores = at::bmm(qg, keys.transpose(1, 2)).mul_(scale).view({Hkv, G, n, total});
+    if (mask_add.defined()) scores.add_(mask_add);
+    at::Tensor probs = at::softmax(scores, -1).view({Hkv, G * n, total});
+    at::Tensor attn = at::bmm(probs, vals).view({Hkv, G, n, D}).permute({2, 0, 1, 3}).reshape({n, Hq * D});
+    x = x + project(attn, w.o_proj);
+    h = rms_norm(x, w.post_norm, c.rms_norm_eps);
+    x = x + project(at::silu(project(h, w.gate_proj)) * project(h, w.up_proj), w.down_proj);
+    for (int64_t hl : req.hidden_layers)
+      if (hl == l) out.hidden[l] = x;
+  }
+  cache.commit(n);
+
+  at::Tensor rows = x;
+  if (req.logits_rows) {
+    std::vector<int64_t> r = *req.logits_rows;
+    rows = x.index_select(0, at::from_blob(r.data(), {static_cast<int64_t>(r.size())}, i64).clone());
+  }
+  out.logits = rows.size(0) == 0 ? at::empty({0, c.vocab_size}) : project(rms_norm(rows, weights_.final_norm, c.rms_norm_eps), weights_.lm_head);
+  return out;
+}
+
+}  // namespace splitspec

@@ -1,0 +1,91 @@
+#pragma once
+// LLaMA-family decoder (RMSNorm, rotate-half RoPE, grouped-query attention,
+// SwiGLU, tied or separate LM head) on LibTorch, computing in fp32.
+//
+// One forward call takes any set of new tokens with explicit positions and an
+// explicit attention mask over cached plus new tokens, so the same call runs a
+// prompt prefill, one decode step, a causal draft chain or a token tree.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/kv_cache.h"
+#include "common/model_config.h"
+#include "common/safetensors.h"
+
+namespace splitspec {
+
+struct LayerWeights {
+  at::Tensor input_norm;  // [hidden]
+  at::Tensor q_proj;      // [heads*head_dim, hidden]
+  at::Tensor k_proj;      // [kv_heads*head_dim, hidden]
+  at::Tensor v_proj;      // [kv_heads*head_dim, hidden]
+  at::Tensor o_proj;      // [hidden, heads*head_dim]
+  at::Tensor post_norm;   // [hidden]
+  at::Tensor gate_proj;   // [intermediate, hidden]
+  at::Tensor up_proj;     // [intermediate, hidden]
+  at::Tensor down_proj;   // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  at::Tensor embed;  // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  at::Tensor final_norm;  // [hidden]
+  at::Tensor lm_head;     // [vocab, hidden]; the same tensor as embed when tied
+};
+
+struct ForwardRequest {
+  std::vector<int32_t> tokens;
+  // Absolute positions of `tokens`; empty means cache.size(), cache.size()+1, ...
+  std::vector<int64_t> positions;
+  // Bool [n, cache.size()+n], true where row i may attend. Undefined means
+  // causal. Tree masks come from tree_attention_mask() (token_tree.h).
+  at::Tensor mask;
+  // Rows of `tokens` whose logits are wanted; nullopt means every row.
+  std::optional<std::vector<int64_t>> logits_rows;
+  // Layers (0-based) whose output hidden states ([n, hidden]) are returned.
+  std::vector<int64_t> hidden_layers;
+};
+
+struct ForwardResult {
+  at::Tensor logits;                     // [rows, vocab], float
+  std::map<int64_t, at::Tensor> hidden;  // layer -> [n, hidden]
+};
+
+class Model {
+ public:
+  // Loads config.json and model.safetensors (or shards) from `dir`.
+  static std::shared_ptr<Model> load(const std::string& dir);
+  // Random weights, for tests and benchmarks of any size.
+  static std::shared_ptr<Model> random(const ModelConfig& config, uint64_t seed);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  size_t weight_bytes() const;
+  const std::string& name() const { return name_; }
+
+  KVCache new_cache(int64_t capacity = 0) const;  // 0: max_position_embeddings
+
+  // Appends the new tokens to `cache` and returns the requested logits. On
+  // invalid input it throws splitspec::Error and leaves the cache unchanged.
+  ForwardResult forward(const ForwardRequest& request, KVCache& cache) const;
+
+  // Writes config.json and model.safetensors (Hugging Face names) into `dir`,
+  // weights stored as `dtype` (F32, F16 or BF16).
+  void save(const std::string& dir, DType dtype = DType::F32) const;
+
+ private:
+  Model(ModelConfig config, ModelWeights weights, std::string name);
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::string name_;
+  at::Tensor rope_cos_;  // [max_positions, head_dim/2]
+  at::Tensor rope_sin_;
+};
+
+}  // namespace splitspec

@@ -1,0 +1,98 @@
+#include "common/sampling.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "common/error.h"
+
+namespace splitspec {
+
+void SamplingParams::validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
+    throw Error("temperature must be a finite number >= 0, got " + std::to_string(temperature));
+  if (top_k < 0) throw Error("top-k must be >= 0, got " + std::to_string(top_k));
+  if (!(top_p > 0.0f && top_p <= 1.0f)) throw Error("top-p must be in (0, 1], got " + std::to_string(top_p));
+}
+
+int32_t Rng::categorical(const Distribution& dist) {
+  const double u = uniform();
+  double acc = 0.0;
+  int32_t last_positive = -1;
+  for (size_t i = 0; i < dist.size(); ++i) {
+    if (dist[i] <= 0.0f) continue;
+    acc += dist[i];
+    last_positive = static_cast<int32_t>(i);
+    if (u < acc) return last_positive;
+  }
+  // Rounding can leave the total a hair below u; the last supported index is
+  // where that mass belongs.
+  if (last_positive < 0) throw Error("sampling from an empty distribution");
+  return last_positive;
+}
+
+int32_t greedy_token(const at::Tensor& logits_row) {
+  at::Tensor row = logits_row.to(at::kFloat).contiguous();
+  const float* p = row.data_ptr<float>();
+  const int64_t n = row.numel();
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (p[i] > p[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+Distribution filtered_distribution(const at::Tensor& logits_row, const SamplingParams& params) {
+  const int64_t n = logits_row.numel();
+  Distribution out(n, 0.0f);
+  if (params.greedy()) {
+    out[greedy_token(logits_row)] = 1.0f;
+    return out;
+  }
+  at::Tensor row = logits_row.to(at::kFloat).contiguous();
+  const float* lg = row.data_ptr<float>();
+  // Candidate set as indices, so ties resolve by index and stay deterministic.
+  std::vector<int32_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); };
+  int64_t keep = n;
+  if (params.top_k > 0 && params.top_k < n) {
+    std::nth_element(idx.begin(), idx.begin() + params.top_k, idx.end(), by_logit);
+    keep = params.top_k;
+  }
+  std::sort(idx.begin(), idx.begin() + keep, by_logit);
+  const double inv_t = 1.0 / params.temperature;
+  const double max_logit = lg[idx[0]];
+  std::vector<double> w(keep);
+  double total = 0.0;
+  for (int64_t i = 0; i < keep; ++i) {
+    w[i] = std::exp((lg[idx[i]] - max_logit) * inv_t);
+    total += w[i];
+  }
+  if (params.top_p < 1.0f) {
+    // Smallest prefix of the sorted candidates whose mass reaches top_p.
+    double acc = 0.0;
+    int64_t cut = keep;
+    for (int64_t i = 0; i < keep; ++i) {
+      acc += w[i] / total;
+      if (acc >= params.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = cut;
+    total = std::accumulate(w.begin(), w.begin() + keep, 0.0);
+  }
+  for (int64_t i = 0; i < keep; ++i) out[idx[i]] = static_cast<float>(w[i] / total);
+  return out;
+}
+
+Sample sample(const at::Tensor& logits_row, const SamplingParams& params, Rng& rng) {
+  Sample s;
+  s.q = filtered_distribution(logits_row, params);
+  s.token = params.greedy() ? greedy_token(logits_row) : rng.categorical(s.q);
+  return s;
+}
+
+}  // namespace splitspec

@@ -1,0 +1,80 @@
+#include "common/verify.h"
+
+#include <ATen/ATen.h>
+
+#include "common/error.h"
+
+namespace splitspec {
+
+namespace {
+
+// p <- norm(max(0, p - q)). Returns false when nothing is left, which only
+// happens when p == q up to rounding; p is then left as it was, which is the
+// correct distribution in that limit.
+bool subtract_and_normalise(Distribution& p, const Distribution& q) {
+  double total = 0.0;
+  Distribution r(p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    r[i] = std::max(0.0f, p[i] - q[i]);
+    total += r[i];
+  }
+  if (!(total > 0.0)) return false;
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(r[i] / total);
+  return true;
+}
+
+}  // namespace
+
+Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, const SamplingParams& params, Rng& rng) {
+  const int64_t vocab = target_logits.size(-1);
+  if (target_logits.dim() != 2 || target_logits.size(0) != tree.size() + 1)
+    throw Error("verify: expected target logits [" + std::to_string(tree.size() + 1) + ", vocab]");
+  tree.validate(vocab, !params.greedy());
+
+  Verdict v;
+  int32_t node = -1;  // the root
+  while (true) {
+    const at::Tensor row = target_logits[node + 1];
+    const std::vector<int32_t> kids = tree.children(node);
+    int32_t next = -1;
+    if (params.greedy()) {
+      const int32_t want = greedy_token(row);
+      for (int32_t c : kids)
+        if (tree.tokens[c] == want) {
+          next = c;
+          break;
+        }
+      if (next < 0) {
+        v.tokens.push_back(want);
+        return v;
+      }
+    } else {
+      Distribution p = filtered_distribution(row, params);
+      for (int32_t c : kids) {
+        const int32_t x = tree.tokens[c];
+        const float qx = tree.q[c][x];
+        // Accept with probability min(1, p(x)/q(x)), written without division.
+        if (rng.uniform() * qx < p[x]) {
+          next = c;
+          break;
+        }
+        subtract_and_normalise(p, tree.q[c]);
+      }
+      if (next < 0) {
+        v.tokens.push_back(rng.categorical(p));
+        return v;
+      }
+    }
+    v.accepted += 1;
+    v.tokens.push_back(tree.tokens[next]);
+    v.path.push_back(next);
+    node = next;
+  }
+}
+
+Verdict verify_chain(std::vector<int32_t> draft, std::vector<Distribution> q,
+                     const at::Tensor& target_logits, const SamplingParams& params, Rng& rng) {
+  return verify_tree(DraftTree::chain(std::move(draft), std::move(q)), target_logits, params, rng);
+}
+
+}  // namespace splitspec

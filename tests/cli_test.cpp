@@ -1,0 +1,119 @@
+// The `splitspec` binary as users run it: output contract, help, and clear
+// errors (exit status 1, one line on stderr) for bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common/model.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+
+namespace {
+
+struct CliRun {
+  int status;
+  std::string out;
+  std::string err;
+};
+
+CliRun run_cli(const std::string& args) {
+  TempDir tmp;
+  const std::string cmd = std::string(SPLITSPEC_BIN_DIR) + "/splitspec " + args + " >" + tmp.str("out") + " 2>" + tmp.str("err");
+  const int rc = std::system(cmd.c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(tmp.path() / "out"), read_file(tmp.path() / "err")};
+}
+
+}  // namespace
+
+TEST(Cli, HelpDocumentsEveryGenerateFlag) {
+  const CliRun r = run_cli("generate --help");
+  EXPECT_EQ(r.status, 0);
+  for (const char* flag : {"--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-k",
+                           "--top-p", "--seed", "--ignore-eos", "--json", "--threads"})
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+}
+
+TEST(Cli, JsonOutputContract) {
+  TempDir dir;
+  Model::random(tiny_config(), 3)->save(dir.str());
+  const CliRun r = run_cli("generate --model " + dir.str() + " --prompt-ids 1,2,3 --max-new-tokens 5 --json --threads 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);  // exactly one object
+  EXPECT_EQ(j["mode"], "local-ar");
+  EXPECT_EQ(j["prompt_ids"], (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(j["output_ids"].size(), 5u);
+  EXPECT_EQ(j["finish_reason"], "length");
+  EXPECT_TRUE(j["text"].is_null()) << "no tokenizer in this model directory";
+  for (const char* k : {"new_tokens", "wall_ms", "ms_per_token", "target_forwards"}) EXPECT_TRUE(j["stats"].contains(k)) << k;
+  EXPECT_EQ(j["stats"]["new_tokens"], 5);
+}
+
+TEST(Cli, TextPromptWithRealTokenizer) {
+  const auto shared = shared_dir();
+  if (!shared) GTEST_SKIP() << "../shared is absent: text prompt through the CLI not checked";
+  const std::string model = (*shared / "models" / "stories260K").string();
+  const CliRun j = run_cli("generate --model " + model + " --prompt 'Once upon a time' --max-new-tokens 12 --json");
+  ASSERT_EQ(j.status, 0) << j.err;
+  const auto obj = nlohmann::json::parse(j.out);
+  EXPECT_EQ(obj["prompt_ids"], (std::vector<int>{1, 403, 407, 261, 378}));
+  EXPECT_EQ(obj["text"].get<std::string>().rfind(", there was a little girl", 0), 0u) << obj["text"];
+  const CliRun s = run_cli("generate --model " + model + " --prompt 'Once upon a time' --max-new-tokens 12");
+  ASSERT_EQ(s.status, 0) << s.err;
+  EXPECT_EQ(s.out, obj["text"].get<std::string>() + "\n") << "streamed text equals the JSON text";
+  EXPECT_NE(s.err.find("12 tokens"), std::string::npos) << "stats line on stderr";
+}
+
+TEST(CliBadInput, ClearErrorsNeverCrashes) {
+  TempDir dir;
+  Model::random(tiny_config(), 3)->save(dir.str());
+  const std::string m = "generate --model " + dir.str() + " ";
+  std::string long_prompt = "3";
+  for (int i = 1; i < 70; ++i) long_prompt += ",3";
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"generate --model /no/such/dir --prompt-ids 1", "/no/such/dir: model directory does not exist"},
+      {m + "--prompt-ids 1,77", "prompt token id 77 outside the vocabulary [0, 50)"},
+      {m + "--prompt-ids 1,-4", "prompt token id -4 outside the vocabulary"},
+      {m + "--prompt hello", "tokenizer not found"},
+      {m, "give --prompt or --prompt-ids"},
+      {m + "--prompt-ids " + long_prompt,
+       "does not fit the model's context of 64"},
+      {m + "--prompt-ids 1 --temperature 1 --top-p 2", "top-p must be in (0, 1]"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run_cli(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.args;
+  }
+  // Argument errors are reported by the parser with a non-zero status.
+  const CliRun bad_id = run_cli(m + "--prompt-ids 1,x");
+  EXPECT_NE(bad_id.status, 0);
+  EXPECT_FALSE(bad_id.err.empty());
+  write_file(dir.path() / "config.json", "{\"hidden_size\": ");
+  const CliRun bad_cfg = run_cli(m + "--prompt-ids 1");
+  EXPECT_EQ(bad_cfg.status, 1);
+  EXPECT_NE(bad_cfg.err.find("config.json: not valid JSON"), std::string::npos) << bad_cfg.err;
+}
+
+TEST(Cli, BenchForwardJson) {
+  TempDir dir;
+  Model::random(tiny_config(), 3)->save(dir.str());
+  const CliRun r = run_cli("bench forward --model " + dir.str() + " --contexts 16,32 --new-tokens 1,4 --min-seconds 0.01 --json --threads 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 4u);
+  EXPECT_EQ(j["rows"][3]["context"], 32);
+  EXPECT_EQ(j["rows"][3]["new_tokens"], 4);
+  EXPECT_GT(j["rows"][3]["ms"].get<double>(), 0.0);
+  EXPECT_EQ(j["weight_bytes"].get<int64_t>(), tiny_config().num_parameters() * 4);
+}
+
+}  // namespace splitspec::test

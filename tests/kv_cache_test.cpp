@@ -1,0 +1,166 @@
+// KV-cache correctness: every way of reaching a cache state must give the
+// logits a full recompute gives.
+#include "common/kv_cache.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "common/model.h"
+#include "common/token_tree.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+
+namespace {
+
+constexpr double kTol = 1e-4;
+
+at::Tensor run(const Model& m, KVCache& cache, const std::vector<int32_t>& tokens) {
+  ForwardRequest r;
+  r.tokens = tokens;
+  return m.forward(r, cache).logits;
+}
+
+at::Tensor full_logits(const Model& m, const std::vector<int32_t>& tokens) {
+  KVCache cache = m.new_cache();
+  return run(m, cache, tokens);
+}
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint64_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+}  // namespace
+
+TEST(KVCache, IncrementalDecodingEqualsFullRecompute) {
+  for (uint64_t seed : {1, 2, 3}) {
+    auto m = Model::random(tiny_config(50, 3), seed);
+    const auto toks = random_tokens(20, 50, seed);
+    const at::Tensor full = full_logits(*m, toks);
+    KVCache cache = m->new_cache(32);
+    std::vector<int32_t> prefix(toks.begin(), toks.begin() + 7);
+    at::Tensor inc = run(*m, cache, prefix);
+    std::vector<at::Tensor> rows = {inc};
+    for (size_t i = 7; i < toks.size(); ++i) rows.push_back(run(*m, cache, {toks[i]}));
+    EXPECT_TRUE(at::allclose(at::cat(rows, 0), full, 0.0, kTol)) << "seed " << seed;
+    EXPECT_EQ(cache.size(), 20);
+  }
+}
+
+TEST(KVCache, TreeMaskForwardEqualsEachBranchAsAChain) {
+  auto m = Model::random(tiny_config(50, 2), 7);
+  const std::vector<int32_t> prefix = {1, 17, 4, 30, 11};
+  // root -> 0 -> {1 -> 3, 2 -> 4}; root -> 5 -> 6 -> 7
+  DraftTree tree;
+  tree.tokens = {8, 9, 10, 21, 22, 40, 41, 42};
+  tree.parents = {-1, 0, 0, 1, 2, -1, 5, 6};
+  const auto depths = tree.depths();
+
+  KVCache cache = m->new_cache();
+  run(*m, cache, prefix);
+  ForwardRequest r;
+  r.tokens = tree.tokens;
+  for (int d : depths) r.positions.push_back(static_cast<int64_t>(prefix.size()) + d - 1);
+  r.mask = tree_attention_mask(tree.parents, cache.size());
+  const at::Tensor tree_logits = m->forward(r, cache).logits;
+
+  for (int32_t node = 0; node < tree.size(); ++node) {
+    std::vector<int32_t> branch;
+    for (int32_t n = node; n >= 0; n = tree.parents[n]) branch.insert(branch.begin(), tree.tokens[n]);
+    std::vector<int32_t> seq = prefix;
+    seq.insert(seq.end(), branch.begin(), branch.end());
+    const at::Tensor chain = full_logits(*m, seq);
+    EXPECT_TRUE(at::allclose(tree_logits[node], chain[seq.size() - 1], 0.0, kTol)) << "node " << node;
+  }
+}
+
+TEST(KVCache, ChainTreeMaskIsTheCausalMask) {
+  const at::Tensor tree = tree_attention_mask({-1, 0, 1, 2}, 3);
+  const at::Tensor causal = at::cat({at::ones({4, 3}, at::kBool), at::ones({4, 4}, at::kBool).tril()}, 1);
+  EXPECT_TRUE(at::equal(tree, causal));
+}
+
+TEST(KVCache, RollbackThenReappendEqualsNeverAppended) {
+  auto m = Model::random(tiny_config(50, 2), 8);
+  const auto prefix = random_tokens(9, 50, 1), junk = random_tokens(6, 50, 2), real = random_tokens(4, 50, 3);
+  KVCache a = m->new_cache();
+  run(*m, a, prefix);
+  run(*m, a, junk);
+  a.truncate(9);
+  const at::Tensor after_rollback = run(*m, a, real);
+  KVCache b = m->new_cache();
+  run(*m, b, prefix);
+  const at::Tensor never = run(*m, b, real);
+  EXPECT_TRUE(at::allclose(after_rollback, never, 0.0, kTol));
+  EXPECT_EQ(a.size(), b.size());
+}
+
+TEST(KVCache, ForkedPrefixEqualsFreshCompute) {
+  auto m = Model::random(tiny_config(50, 2), 9);
+  const auto toks = random_tokens(12, 50, 4), cont = random_tokens(5, 50, 5);
+  KVCache parent = m->new_cache();
+  run(*m, parent, toks);
+  KVCache child = parent.fork(8);
+  EXPECT_EQ(child.size(), 8);
+  const at::Tensor forked = run(*m, child, cont);
+  std::vector<int32_t> seq(toks.begin(), toks.begin() + 8);
+  seq.insert(seq.end(), cont.begin(), cont.end());
+  EXPECT_TRUE(at::allclose(forked, full_logits(*m, seq).slice(0, 8), 0.0, kTol));
+  // The fork is independent: the parent still continues its own sequence.
+  EXPECT_EQ(parent.size(), 12);
+  std::vector<int32_t> pseq = toks;
+  pseq.push_back(3);
+  EXPECT_TRUE(at::allclose(run(*m, parent, {3}), full_logits(*m, pseq).slice(0, 12), 0.0, kTol));
+
+  // Re-forking into existing storage (what worker threads do each round).
+  KVCache reused = m->new_cache();
+  run(*m, reused, random_tokens(20, 50, 6));
+  reused.copy_prefix_from(parent, 8);
+  EXPECT_TRUE(at::allclose(run(*m, reused, cont), forked, 0.0, kTol));
+}
+
+TEST(KVCache, KeepCompactsATreeToItsAcceptedPath) {
+  auto m = Model::random(tiny_config(50, 2), 10);
+  const std::vector<int32_t> prefix = {1, 5, 6, 7};
+  DraftTree tree;
+  tree.tokens = {11, 12, 13, 14, 15};
+  tree.parents = {-1, -1, 1, 1, 3};  // accepted path: 1 -> 3 -> 4
+  KVCache cache = m->new_cache();
+  run(*m, cache, prefix);
+  ForwardRequest r;
+  r.tokens = tree.tokens;
+  for (int d : tree.depths()) r.positions.push_back(4 + d - 1);
+  r.mask = tree_attention_mask(tree.parents, 4);
+  m->forward(r, cache);
+  cache.keep(4, {1, 3, 4});
+  EXPECT_EQ(cache.size(), 7);
+  const at::Tensor next = run(*m, cache, {20});
+  const at::Tensor ref = full_logits(*m, {1, 5, 6, 7, 12, 14, 15, 20});
+  EXPECT_TRUE(at::allclose(next, ref[7].unsqueeze(0), 0.0, kTol));
+}
+
+TEST(KVCache, PreallocatedAndBoundsChecked) {
+  const ModelConfig c = tiny_config();
+  KVCache cache(c, 10);
+  EXPECT_EQ(cache.bytes(), 2u * c.num_hidden_layers * c.num_key_value_heads * 10 * c.head_dim * 4);
+  EXPECT_THROW(KVCache(c, 0), Error);
+  EXPECT_THROW(KVCache(c, 65), Error);
+  EXPECT_THROW(cache.truncate(1), Error);
+  EXPECT_THROW(cache.keep(0, {0}), Error);
+  auto m = Model::random(c, 1);
+  KVCache k = m->new_cache(10);
+  run(*m, k, {1, 2, 3});
+  EXPECT_THROW(k.keep(0, {2, 1}), Error);
+  EXPECT_THROW(k.fork(4), Error);
+  const void* storage = k.keys(0).data_ptr();
+  for (int i = 0; i < 7; ++i) run(*m, k, {4});
+  EXPECT_EQ(k.keys(0).data_ptr(), storage) << "appending must not reallocate";
+  EXPECT_THROW(run(*m, k, {4}), Error);
+  EXPECT_EQ(k.size(), 10);
+}
+
+}  // namespace splitspec::test

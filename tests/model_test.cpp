@@ -1,0 +1,246 @@
+#include "common/model.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "client/local_ar.h"
+#include "common/error.h"
+#include "common/safetensors.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+
+namespace {
+
+at::Tensor logits_for(const Model& m, const std::vector<int32_t>& tokens) {
+  KVCache cache = m.new_cache();
+  ForwardRequest r;
+  r.tokens = tokens;
+  return m.forward(r, cache).logits;
+}
+
+std::string load_error(const std::string& dir) {
+  try {
+    Model::load(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Rewrites dir/model.safetensors with `edit` applied to the tensor list.
+void rewrite_weights(const TempDir& dir,
+                     const std::function<void(std::vector<std::pair<std::string, at::Tensor>>&)>& edit) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  {
+    SafetensorsFile f(dir.str("model.safetensors"));
+    for (const auto& [name, t] : f.tensors())
+      tensors.emplace_back(name, at::from_blob(const_cast<uint8_t*>(t.data), t.shape, at::kFloat).clone());
+  }
+  edit(tensors);
+  std::vector<TensorToWrite> out;
+  for (auto& [name, t] : tensors) out.push_back({name, DType::F32, t.sizes().vec(), t.data_ptr(), t.nbytes()});
+  write_safetensors(dir.str("model.safetensors"), out);
+}
+
+}  // namespace
+
+TEST(Model, SaveThenLoadGivesIdenticalLogits) {
+  for (bool tied : {false, true}) {
+    TempDir dir;
+    auto m = Model::random(tiny_config(50, 2, tied), 1);
+    m->save(dir.str());
+    auto loaded = Model::load(dir.str());
+    const std::vector<int32_t> toks = {1, 5, 9, 33, 2, 49};
+    EXPECT_TRUE(at::equal(logits_for(*m, toks), logits_for(*loaded, toks))) << "tied=" << tied;
+  }
+}
+
+TEST(Model, HalfPrecisionFilesLoadCloseToFp32) {
+  auto m = Model::random(tiny_config(), 2);
+  const std::vector<int32_t> toks = {1, 7, 8, 9};
+  const at::Tensor ref = logits_for(*m, toks);
+  for (DType d : {DType::F16, DType::BF16}) {
+    TempDir dir;
+    m->save(dir.str(), d);
+    auto loaded = Model::load(dir.str());
+    EXPECT_TRUE(at::allclose(logits_for(*loaded, toks), ref, 0.0, d == DType::F16 ? 5e-3 : 5e-2)) << dtype_name(d);
+  }
+}
+
+TEST(Model, WeightBytesCountsTiedHeadOnce) {
+  auto tied = Model::random(tiny_config(50, 2, true), 1);
+  auto untied = Model::random(tiny_config(50, 2, false), 1);
+  EXPECT_EQ(untied->weight_bytes() - tied->weight_bytes(), 50u * 32u * 4u);
+  EXPECT_EQ(static_cast<int64_t>(tied->weight_bytes()), tied->config().num_parameters() * 4);
+}
+
+TEST(Model, HiddenStatesOfRequestedLayers) {
+  auto m = Model::random(tiny_config(50, 3), 3);
+  KVCache cache = m->new_cache();
+  ForwardRequest r;
+  r.tokens = {1, 2, 3};
+  r.hidden_layers = {0, 2};
+  r.logits_rows = std::vector<int64_t>{2};
+  auto out = m->forward(r, cache);
+  ASSERT_EQ(out.hidden.size(), 2u);
+  EXPECT_EQ(out.hidden.at(0).sizes(), (at::IntArrayRef{3, 32}));
+  EXPECT_EQ(out.logits.sizes(), (at::IntArrayRef{1, 50}));
+  EXPECT_FALSE(at::allclose(out.hidden.at(0), out.hidden.at(2)));
+}
+
+TEST(ModelBadInput, DirectoryDoesNotExist) {
+  EXPECT_EQ(load_error("/nonexistent/model"), "/nonexistent/model: model directory does not exist");
+}
+
+TEST(ModelBadInput, MissingConfig) {
+  TempDir dir;
+  EXPECT_NE(load_error(dir.str()).find("config.json: cannot open"), std::string::npos);
+}
+
+TEST(ModelBadInput, MissingTensorIsNamed) {
+  TempDir dir;
+  Model::random(tiny_config(), 1)->save(dir.str());
+  rewrite_weights(dir, [](auto& ts) {
+    ts.erase(std::remove_if(ts.begin(), ts.end(), [](auto& p) { return p.first == "model.layers.1.mlp.up_proj.weight"; }), ts.end());
+  });
+  EXPECT_NE(load_error(dir.str()).find("missing tensor 'model.layers.1.mlp.up_proj.weight'"), std::string::npos);
+}
+
+TEST(ModelBadInput, WrongShapeIsNamedWithBothShapes) {
+  TempDir dir;
+  Model::random(tiny_config(), 1)->save(dir.str());
+  rewrite_weights(dir, [](auto& ts) {
+    for (auto& [n, t] : ts)
+      if (n == "model.layers.0.self_attn.k_proj.weight") t = at::zeros({8, 32});
+  });
+  const std::string e = load_error(dir.str());
+  EXPECT_NE(e.find("tensor 'model.layers.0.self_attn.k_proj.weight' has shape [8, 32], expected [16, 32]"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+}
+
+TEST(ModelBadInput, NonFiniteWeights) {
+  TempDir dir;
+  Model::random(tiny_config(), 1)->save(dir.str());
+  rewrite_weights(dir, [](auto& ts) {
+    for (auto& [n, t] : ts)
+      if (n == "model.norm.weight") t[3] = std::numeric_limits<float>::quiet_NaN();
+  });
+  EXPECT_NE(load_error(dir.str()).find("'model.norm.weight' contains NaN"), std::string::npos);
+}
+
+TEST(ModelBadInput, ConfigDisagreesWithWeights) {
+  TempDir dir;
+  Model::random(tiny_config(50), 1)->save(dir.str());
+  auto c = tiny_config(60);
+  write_file(dir.path() / "config.json", model_config_to_json(c));
+  EXPECT_NE(load_error(dir.str()).find("'model.embed_tokens.weight' has shape [50, 32], expected [60, 32]"), std::string::npos);
+}
+
+TEST(ModelBadInput, TruncatedWeightsFile) {
+  TempDir dir;
+  Model::random(tiny_config(), 1)->save(dir.str());
+  std::string bytes = read_file(dir.path() / "model.safetensors");
+  write_file(dir.path() / "model.safetensors", bytes.substr(0, bytes.size() / 2));
+  EXPECT_NE(load_error(dir.str()).find("beyond the data section"), std::string::npos);
+}
+
+TEST(ModelBadInput, ForwardRejectsBadRequestsAndKeepsCache) {
+  auto m = Model::random(tiny_config(), 1);
+  KVCache cache = m->new_cache(16);
+  ForwardRequest ok;
+  ok.tokens = {1, 2, 3};
+  m->forward(ok, cache);
+  auto expect_rejected = [&](ForwardRequest r, const std::string& needle) {
+    try {
+      m->forward(r, cache);
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(cache.size(), 3);
+  };
+  ForwardRequest r;
+  r.tokens = {50};
+  expect_rejected(r, "token id 50 outside the vocabulary");
+  r.tokens = {-1};
+  expect_rejected(r, "token id -1 outside the vocabulary");
+  r.tokens = {};
+  expect_rejected(r, "no tokens");
+  r.tokens = std::vector<int32_t>(14, 4);
+  expect_rejected(r, "exceeds the KV cache capacity of 16");
+  r.tokens = {4};
+  r.positions = {64};
+  expect_rejected(r, "position 64 outside");
+  r.positions = {3, 4};
+  expect_rejected(r, "2 positions for 1 tokens");
+  r.positions = {};
+  r.mask = at::ones({1, 3}, at::kBool);
+  expect_rejected(r, "mask must be [1, 4]");
+  r.mask = at::zeros({1, 4}, at::kBool);
+  expect_rejected(r, "attends to nothing");
+  r.mask = at::Tensor();
+  r.logits_rows = std::vector<int64_t>{1};
+  expect_rejected(r, "logits row 1 outside");
+}
+
+TEST(ModelBadInput, GenerateRejectsPromptsThatCannotRun) {
+  auto m = Model::random(tiny_config(), 1);
+  GenerateOptions o;
+  auto error_of = [&](const std::vector<int32_t>& prompt, const GenerateOptions& opts) -> std::string {
+    try {
+      generate_local_ar(*m, prompt, opts);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of({}, o).find("prompt is empty"), std::string::npos);
+  EXPECT_NE(error_of(std::vector<int32_t>(64, 3), o).find("does not fit the model's context of 64"), std::string::npos);
+  EXPECT_NE(error_of({1, 99}, o).find("prompt token id 99 outside the vocabulary"), std::string::npos);
+  GenerateOptions bad = o;
+  bad.sampling.temperature = 1.0f;
+  bad.sampling.top_p = 0.0f;
+  EXPECT_NE(error_of({1}, bad).find("top-p"), std::string::npos);
+}
+
+TEST(LocalAr, StopsAtContextEndAndAtEos) {
+  auto m = Model::random(tiny_config(), 4);
+  GenerateOptions o;
+  o.max_new_tokens = 1000;
+  o.ignore_eos = true;
+  Generation g = generate_local_ar(*m, {1, 2, 3}, o);
+  EXPECT_EQ(g.output_ids.size(), 61u);  // context 64
+  EXPECT_EQ(g.finish_reason, "length");
+  EXPECT_EQ(g.stats.target_forwards, 61);
+
+  // Stop on EOS: make the model's EOS the token it predicts first.
+  ModelConfig c = tiny_config();
+  c.eos_token_id = g.output_ids[0];
+  TempDir dir;
+  m->save(dir.str());
+  write_file(dir.path() / "config.json", model_config_to_json(c));
+  auto m2 = Model::load(dir.str());
+  o.ignore_eos = false;
+  Generation e = generate_local_ar(*m2, {1, 2, 3}, o);
+  EXPECT_EQ(e.output_ids, std::vector<int32_t>{g.output_ids[0]});
+  EXPECT_EQ(e.finish_reason, "eos");
+}
+
+TEST(LocalAr, SeededSamplingIsReproducible) {
+  auto m = Model::random(tiny_config(), 5);
+  GenerateOptions o;
+  o.max_new_tokens = 20;
+  o.sampling.temperature = 1.0f;
+  o.sampling.seed = 42;
+  auto a = generate_local_ar(*m, {1}, o).output_ids;
+  auto b = generate_local_ar(*m, {1}, o).output_ids;
+  o.sampling.seed = 43;
+  auto c = generate_local_ar(*m, {1}, o).output_ids;
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+}  // namespace splitspec::test

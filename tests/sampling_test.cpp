@@ -1,0 +1,110 @@
+#include "common/sampling.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "common/error.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+
+namespace {
+at::Tensor logits_of(std::vector<float> v) { return at::tensor(v); }
+int support(const Distribution& d) {
+  return static_cast<int>(std::count_if(d.begin(), d.end(), [](float x) { return x > 0; }));
+}
+}  // namespace
+
+TEST(Sampling, GreedyIsOneHotOnFirstMaximum) {
+  SamplingParams p;
+  const auto d = filtered_distribution(logits_of({1, 3, 3, 0}), p);
+  EXPECT_EQ(d, (Distribution{0, 1, 0, 0}));
+  Rng rng(1);
+  EXPECT_EQ(sample(logits_of({1, 3, 3, 0}), p, rng).token, 1);
+}
+
+TEST(Sampling, TemperatureIsSoftmaxOfScaledLogits) {
+  SamplingParams p;
+  p.temperature = 2.0f;
+  const auto d = filtered_distribution(logits_of({0, 2, 4}), p);
+  const auto ref = at::softmax(at::tensor({0.f, 1.f, 2.f}), 0);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(d[i], ref[i].item<float>(), 1e-6);
+}
+
+TEST(Sampling, TopKKeepsKMostLikely) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 2;
+  const auto d = filtered_distribution(logits_of({0, 5, 1, 4, 2}), p);
+  EXPECT_EQ(support(d), 2);
+  EXPECT_GT(d[1], 0);
+  EXPECT_GT(d[3], 0);
+  EXPECT_NEAR(d[1] + d[3], 1.0, 1e-6);
+  EXPECT_NEAR(d[1] / d[3], std::exp(1.0), 1e-4);
+}
+
+TEST(Sampling, TopPKeepsSmallestPrefixReachingP) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  // probabilities 0.5, 0.3, 0.2
+  const auto lg = logits_of({std::log(0.5f), std::log(0.3f), std::log(0.2f)});
+  p.top_p = 0.5f;
+  EXPECT_EQ(support(filtered_distribution(lg, p)), 1);
+  p.top_p = 0.75f;
+  const auto d = filtered_distribution(lg, p);
+  EXPECT_EQ(support(d), 2);
+  EXPECT_NEAR(d[0], 0.5 / 0.8, 1e-6);
+  p.top_p = 1.0f;
+  EXPECT_EQ(support(filtered_distribution(lg, p)), 3);
+}
+
+TEST(Sampling, DrawsFollowTheReportedDistribution) {
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 6;
+  p.top_p = 0.95f;
+  const at::Tensor lg = at::randn({10}, at::make_generator<at::CPUGeneratorImpl>(3));
+  Rng rng(11);
+  const Distribution q = filtered_distribution(lg, p);
+  std::vector<int64_t> counts(10, 0);
+  for (int i = 0; i < 40000; ++i) {
+    Sample s = sample(lg, p, rng);
+    ASSERT_EQ(s.q, q);
+    counts[s.token]++;
+  }
+  EXPECT_GT(goodness_of_fit_pvalue(counts, std::vector<double>(q.begin(), q.end())), 1e-4);
+}
+
+TEST(Sampling, SeedReproduces) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  const at::Tensor lg = at::zeros({100});
+  Rng a(5), b(5), c(6);
+  std::vector<int32_t> x, y, z;
+  for (int i = 0; i < 20; ++i) {
+    x.push_back(sample(lg, p, a).token);
+    y.push_back(sample(lg, p, b).token);
+    z.push_back(sample(lg, p, c).token);
+  }
+  EXPECT_EQ(x, y);
+  EXPECT_NE(x, z);
+}
+
+TEST(SamplingBadInput, ParamsOutOfRange) {
+  SamplingParams p;
+  p.temperature = -1;
+  EXPECT_THROW(p.validate(), Error);
+  p = {};
+  p.top_k = -3;
+  EXPECT_THROW(p.validate(), Error);
+  p = {};
+  p.top_p = 1.5f;
+  EXPECT_THROW(p.validate(), Error);
+  p = {};
+  p.temperature = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(p.validate(), Error);
+}
+
+}  // namespace splitspec::test
