@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <fstream>
 
 #include "common/error.h"
+#include "common/kernels.h"
 #include "common/safetensors.h"
 
 namespace splitspec {
@@ -33,27 +35,6 @@ at::Tensor load_tensor(const SafetensorsModel& st, const std::string& name, cons
   if (!at::isfinite(out).all().item<bool>())
     throw Error(t.file + ": tensor '" + name + "' contains NaN or infinite values");
   return out;
-}
-
-// A 1-row product is a matrix-vector product; sending it to gemv rather than
-// gemm avoids packing the whole weight matrix, which would double the memory
-// traffic of every decode step.
-at::Tensor project(const at::Tensor& x, const at::Tensor& w) {
-  if (x.size(0) == 1) return at::mv(w, x[0]).unsqueeze(0);
-  return at::linear(x, w);
-}
-
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
-}
-
-// x: [n, heads, head_dim]; cos/sin: [n, 1, head_dim/2]. Hugging Face's
-// rotate_half pairs dimension i with i + head_dim/2.
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  auto x1 = x.narrow(-1, 0, half);
-  auto x2 = x.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
 }  // namespace
@@ -216,59 +197,78 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
 
   c10::InferenceMode guard;
   const auto i64 = at::TensorOptions().dtype(at::kLong);
-  at::Tensor mask_add;  // additive [n, total] or undefined when nothing is masked
+  // Row i attends to exactly these cache slots, in increasing order.
+  std::vector<std::vector<int32_t>> visible(n);
   if (req.mask.defined()) {
     if (req.mask.dim() != 2 || req.mask.size(0) != n || req.mask.size(1) != total)
       throw Error("forward: mask must be [" + std::to_string(n) + ", " + std::to_string(total) + "]");
-    at::Tensor m = req.mask.to(at::kBool);
-    if (!m.any(1).all().item<bool>()) throw Error("forward: a mask row attends to nothing");
-    mask_add = at::zeros({n, total}).masked_fill_(m.logical_not(), -std::numeric_limits<float>::infinity());
-  } else if (n > 1) {
-    mask_add = at::full({n, n}, -std::numeric_limits<float>::infinity()).triu_(1);
-    mask_add = at::cat({at::zeros({n, past}), mask_add}, 1);
+    const at::Tensor m = req.mask.to(at::kBool).contiguous();
+    const bool* mp = m.data_ptr<bool>();
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < total; ++j)
+        if (mp[i * total + j]) visible[i].push_back(static_cast<int32_t>(j));
+      if (visible[i].empty()) throw Error("forward: mask row " + std::to_string(i) + " attends to nothing");
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      visible[i].resize(past + i + 1);
+      std::iota(visible[i].begin(), visible[i].end(), 0);
+    }
   }
 
   at::Tensor pos = req.positions.empty()
                        ? at::arange(past, total, i64)
                        : at::from_blob(const_cast<int64_t*>(req.positions.data()), {n}, i64).clone();
-  at::Tensor cos = rope_cos_.index_select(0, pos).unsqueeze(1);  // [n, 1, D/2]
-  at::Tensor sin = rope_sin_.index_select(0, pos).unsqueeze(1);
+  const at::Tensor cos = rope_cos_.index_select(0, pos);  // [n, D/2]
+  const at::Tensor sin = rope_sin_.index_select(0, pos);
   std::vector<int64_t> ids(req.tokens.begin(), req.tokens.end());
   at::Tensor x = weights_.embed.index_select(0, at::from_blob(ids.data(), {n}, i64));
 
-  const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim, G = Hq / Hkv;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const int64_t H = c.hidden_size, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+  const int64_t I = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  auto buf = [](int64_t rows, int64_t cols) { return at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat)); };
+  at::Tensor h = buf(n, H), q = buf(n, Hq * D), k = buf(n, Hkv * D), v = buf(n, Hkv * D), attn = buf(n, Hq * D);
+  at::Tensor delta = buf(n, H), gate = buf(n, I), up = buf(n, I);
+  auto f = [](const at::Tensor& t) { return t.data_ptr<float>(); };
+
   ForwardResult out;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
-    at::Tensor h = rms_norm(x, w.input_norm, c.rms_norm_eps);
-    at::Tensor q = apply_rope(project(h, w.q_proj).view({n, Hq, D}), cos, sin);
-    at::Tensor k = apply_rope(project(h, w.k_proj).view({n, Hkv, D}), cos, sin);
-    at::Tensor v = project(h, w.v_proj).view({n, Hkv, D});
-    cache.write(l, k.transpose(0, 1), v.transpose(0, 1));
-    at::Tensor keys = cache.keys(l, n);  // [Hkv, total, D]
-    at::Tensor vals = cache.values(l, n);
-    // Query head j uses KV head j / G (Hugging Face's repeat_kv), so the G
-    // query heads of a KV head batch into one matmul against it, uncopied.
-    at::Tensor qg = q.view({n, Hkv, G, D}).permute({1, 2, 0, 3}).reshape({Hkv, G * n, D});
-    at::Tensor scores = at::bmm(qg, keys.transpose(1, 2)).mul_(scale).view({Hkv, G, n, total});
-    if (mask_add.defined()) scores.add_(mask_add);
-    at::Tensor probs = at::softmax(scores, -1).view({Hkv, G * n, total});
-    at::Tensor attn = at::bmm(probs, vals).view({Hkv, G, n, D}).permute({2, 0, 1, 3}).reshape({n, Hq * D});
-    x = x + project(attn, w.o_proj);
-    h = rms_norm(x, w.post_norm, c.rms_norm_eps);
-    x = x + project(at::silu(project(h, w.gate_proj)) * project(h, w.up_proj), w.down_proj);
+    kernels::rms_norm(f(x), n, H, f(w.input_norm), eps, f(h));
+    kernels::linear(f(h), n, H, f(w.q_proj), Hq * D, f(q));
+    kernels::linear(f(h), n, H, f(w.k_proj), Hkv * D, f(k));
+    kernels::linear(f(h), n, H, f(w.v_proj), Hkv * D, f(v));
+    kernels::rope(f(q), n, Hq, D, f(cos), f(sin));
+    kernels::rope(f(k), n, Hkv, D, f(cos), f(sin));
+    cache.write(l, k.view({n, Hkv, D}).transpose(0, 1), v.view({n, Hkv, D}).transpose(0, 1));
+    const at::Tensor keys = cache.keys(l, n);  // [Hkv, total, D], head stride = capacity * D
+    const at::Tensor vals = cache.values(l, n);
+    kernels::attention(f(q), f(keys), f(vals), {n, Hq, Hkv, D, keys.stride(0)}, visible, scale, f(attn));
+    kernels::linear(f(attn), n, Hq * D, f(w.o_proj), H, f(delta));
+    x.add_(delta);
+    kernels::rms_norm(f(x), n, H, f(w.post_norm), eps, f(h));
+    kernels::linear(f(h), n, H, f(w.gate_proj), I, f(gate));
+    kernels::linear(f(h), n, H, f(w.up_proj), I, f(up));
+    kernels::silu_mul(f(gate), f(up), n * I, f(gate));
+    kernels::linear(f(gate), n, I, f(w.down_proj), H, f(delta));
+    x.add_(delta);
     for (int64_t hl : req.hidden_layers)
-      if (hl == l) out.hidden[l] = x;
+      if (hl == l) out.hidden[l] = x.clone();
   }
   cache.commit(n);
 
   at::Tensor rows = x;
   if (req.logits_rows) {
     std::vector<int64_t> r = *req.logits_rows;
-    rows = x.index_select(0, at::from_blob(r.data(), {static_cast<int64_t>(r.size())}, i64).clone());
+    rows = x.index_select(0, at::from_blob(r.data(), {static_cast<int64_t>(r.size())}, i64));
   }
-  out.logits = rows.size(0) == 0 ? at::empty({0, c.vocab_size}) : project(rms_norm(rows, weights_.final_norm, c.rms_norm_eps), weights_.lm_head);
+  const int64_t m = rows.size(0);
+  at::Tensor normed = buf(m, H);
+  out.logits = buf(m, c.vocab_size);
+  kernels::rms_norm(f(rows), m, H, f(weights_.final_norm), eps, f(normed));
+  kernels::linear(f(normed), m, H, f(weights_.lm_head), c.vocab_size, f(out.logits));
   return out;
 }
 

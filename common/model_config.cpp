@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/kernels.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -63,6 +64,9 @@ void ModelConfig::validate(const std::string& source) const {
     throw Error(source + ": num_attention_heads (" + std::to_string(num_attention_heads) +
                 ") must be a multiple of num_key_value_heads (" + std::to_string(num_key_value_heads) + ")");
   if (head_dim % 2 != 0) throw Error(source + ": head_dim must be even for rotary embeddings");
+  if (head_dim > kernels::kMaxHeadDim)
+    throw Error(source + ": head_dim " + std::to_string(head_dim) + " exceeds the supported " +
+                std::to_string(kernels::kMaxHeadDim));
   if (!(rms_norm_eps > 0)) throw Error(source + ": 'rms_norm_eps' must be positive");
   if (!(rope_theta > 0)) throw Error(source + ": 'rope_theta' must be positive");
   if (bos_token_id < 0 || bos_token_id >= vocab_size)

@@ -12,6 +12,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev libgtest-dev libgmock-dev
   libsentencepiece-dev
+  # SLEEF: the vectorised exp of the forward kernels (LibTorch uses it too).
+  libsleef-dev
   nlohmann-json3-dev libcli11-dev
 )
 

@@ -85,20 +85,26 @@ int run_bench_forward(const BenchArgs& a) {
       continue;
     }
     fill_to(ctx);
-    for (int64_t k : a.new_tokens) {
-      ForwardRequest req;
-      req.tokens = std::vector<int32_t>(id + ctx, id + ctx + k);
-      std::vector<double> samples;
-      const auto start = Clock::now();
-      for (int it = 0; samples.size() < 5 || elapsed_ms(start) < a.min_seconds * 1000; ++it) {
+    // Rounds time every k once, in turn, so a slow spell on a shared machine
+    // hits all rows alike and the ratios between rows stay fair.
+    std::vector<ForwardRequest> reqs(a.new_tokens.size());
+    std::vector<std::vector<double>> samples(a.new_tokens.size());
+    for (size_t r = 0; r < reqs.size(); ++r)
+      reqs[r].tokens = std::vector<int32_t>(id + ctx, id + ctx + a.new_tokens[r]);
+    const auto start = Clock::now();
+    for (int round = 0; round < 7 || elapsed_ms(start) < a.min_seconds * 1000 * a.new_tokens.size(); ++round) {
+      for (size_t r = 0; r < reqs.size(); ++r) {
         cache.truncate(ctx);
         auto t0 = Clock::now();
-        at::Tensor logits = model->forward(req, cache).logits;
+        model->forward(reqs[r], cache);
         const double ms = elapsed_ms(t0);
-        if (it >= 2) samples.push_back(ms);  // the first runs warm allocators and caches
+        if (round >= 2) samples[r].push_back(ms);  // the first rounds warm allocators and caches
       }
-      std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-      rows.push_back({{"context", ctx}, {"new_tokens", k}, {"ms", samples[samples.size() / 2]}});
+    }
+    for (size_t r = 0; r < reqs.size(); ++r) {
+      auto& v = samples[r];
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      rows.push_back({{"context", ctx}, {"new_tokens", a.new_tokens[r]}, {"ms", v[v.size() / 2]}});
     }
   }
   const double bw = measure_read_bandwidth_gbs();
@@ -148,7 +154,7 @@ Command add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  fwd->add_option("--min-seconds", a->min_seconds, "Measure each row for at least this long")->capture_default_str();
+  fwd->add_option("--min-seconds", a->min_seconds, "Measure each row for at least this long (rows are interleaved)")->capture_default_str();
   fwd->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
   fwd->add_flag("--json", a->json, R"(Print {"rows": [{"context","new_tokens","ms"}], "weight_bytes", ...})");
   return {bench, [a, model, random]() {

@@ -1,0 +1,49 @@
+#pragma once
+// CPU kernels of the inference forward pass, written to be batch-invariant:
+// every output row is produced by the same instruction sequence whatever the
+// number of rows in the call, the thread count, or the length of the cache
+// beyond what the row may see. So verifying k drafted tokens in one forward
+// yields bitwise the logits that k one-token decoding steps would, and greedy
+// speculative decoding reproduces the target's own output exactly rather than
+// up to float noise that could flip a near-tied argmax.
+//
+// They also make a k-token forward cost about what a 1-token one does: the
+// linear kernel streams each weight row from memory once for all k rows,
+// where BLAS gemm on small k first packs the whole weight matrix.
+#include <cstdint>
+#include <vector>
+
+namespace splitspec::kernels {
+
+// y[n, out] = x[n, in] . w[out, in]^T (all row-major, contiguous).
+void linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y);
+
+// y = x / sqrt(mean(x^2) + eps) * weight, per row of `dim`.
+void rms_norm(const float* x, int64_t n, int64_t dim, const float* weight, float eps, float* y);
+
+// y = silu(gate) * up, elementwise.
+void silu_mul(const float* gate, const float* up, int64_t count, float* y);
+
+// Rotate-half RoPE in place on x[n, heads, head_dim]: pairs (i, i + head_dim/2)
+// rotate by the angle of row r's position (cos/sin rows [n, head_dim/2]).
+void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, const float* cos, const float* sin);
+
+struct AttentionShape {
+  int64_t n;               // query rows
+  int64_t q_heads;
+  int64_t kv_heads;        // q head h reads kv head h / (q_heads / kv_heads)
+  int64_t head_dim;        // at most kMaxHeadDim
+  int64_t kv_head_stride;  // floats between consecutive kv heads in k and v
+};
+constexpr int64_t kMaxHeadDim = 256;
+
+// out[n, q_heads * head_dim] = softmax(q k^T * scale) v, where row i attends
+// exactly to the cache slots visible[i] (increasing). k and v hold
+// [kv_heads][slot][head_dim] with the given head stride.
+void attention(const float* q, const float* k, const float* v, const AttentionShape& shape,
+               const std::vector<std::vector<int32_t>>& visible, float scale, float* out);
+
+// Which implementation runs on this CPU ("avx2+fma" or "scalar").
+const char* isa();
+
+}  // namespace splitspec::kernels
