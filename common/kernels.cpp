@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "common/kernels_avx2.h"
 
@@ -16,8 +18,14 @@ namespace splitspec::kernels {
 
 namespace {
 
+// SPLITSPEC_KERNELS=scalar forces the portable path, so tests cover it on
+// machines that have AVX2.
 bool use_avx2() {
-  static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool v = [] {
+    const char* force = std::getenv("SPLITSPEC_KERNELS");
+    if (force && std::string(force) == "scalar") return false;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
   return v;
 }
 

@@ -1,0 +1,139 @@
+// Batch invariance of the forward kernels: a row's result must be bitwise the
+// same whether it is computed alone or with others, since exact greedy
+// speculative decoding relies on it. Runs on whichever path this CPU uses;
+// the ctest entries with SPLITSPEC_KERNELS=scalar cover the portable one.
+#include "common/kernels.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/model.h"
+#include "common/token_tree.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+
+namespace {
+
+at::Tensor randn(std::vector<int64_t> shape, uint64_t seed) {
+  return at::randn(shape, at::make_generator<at::CPUGeneratorImpl>(seed));
+}
+
+at::Tensor kernel_linear(const at::Tensor& x, const at::Tensor& w) {
+  at::Tensor y = at::empty({x.size(0), w.size(0)});
+  kernels::linear(x.data_ptr<float>(), x.size(0), x.size(1), w.data_ptr<float>(), w.size(0), y.data_ptr<float>());
+  return y;
+}
+
+}  // namespace
+
+TEST(Kernels, LinearMatchesATenAndIsBatchInvariant) {
+  std::cout << "[ kernels: " << kernels::isa() << " ]\n";
+  // Input widths around the 8-lane vectors and the 768-wide k-blocks; output
+  // counts that leave partial row blocks.
+  for (int64_t in : {1, 7, 8, 64, 172, 768, 1000, 1728}) {
+    for (int64_t out : {1, 5, 13, 50}) {
+      const at::Tensor w = randn({out, in}, in * 100 + out);
+      const at::Tensor x = randn({11, in}, in + out);
+      const at::Tensor all = kernel_linear(x, w);
+      EXPECT_TRUE(at::allclose(all, at::linear(x, w), 1e-4, 1e-4)) << in << "x" << out;
+      for (int64_t n : {1, 2, 3, 4, 5, 8}) {
+        const at::Tensor part = kernel_linear(x.slice(0, 0, n).contiguous(), w);
+        EXPECT_TRUE(at::equal(part, all.slice(0, 0, n))) << "in " << in << " out " << out << " rows " << n;
+      }
+    }
+  }
+}
+
+TEST(Kernels, LinearIndependentOfThreadCount) {
+  const at::Tensor w = randn({301, 1000}, 1), x = randn({6, 1000}, 2);
+  const int before = at::get_num_threads();
+  at::set_num_threads(1);
+  const at::Tensor one = kernel_linear(x, w);
+  at::set_num_threads(2);
+  const at::Tensor two = kernel_linear(x, w);
+  at::set_num_threads(before);
+  EXPECT_TRUE(at::equal(one, two));
+}
+
+TEST(Kernels, AttentionRowDependsOnlyOnItsVisibleSlots) {
+  const int64_t D = 64, cap = 40, kvh = 2, qh = 4;
+  const at::Tensor k = randn({kvh, cap, D}, 3), v = randn({kvh, cap, D}, 4), q = randn({5, qh, D}, 5);
+  const std::vector<std::vector<int32_t>> visible = {{0, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 3, 7}, {1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33}};
+  at::Tensor all = at::empty({5, qh * D});
+  kernels::attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), {5, qh, kvh, D, cap * D}, visible,
+                     0.125f, all.data_ptr<float>());
+  for (int64_t i = 0; i < 5; ++i) {
+    at::Tensor one = at::empty({1, qh * D});
+    const at::Tensor qi = q.slice(0, i, i + 1).contiguous();
+    kernels::attention(qi.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), {1, qh, kvh, D, cap * D},
+                       {visible[i]}, 0.125f, one.data_ptr<float>());
+    EXPECT_TRUE(at::equal(one[0], all[i])) << "row " << i;
+    // Against a plain softmax attention over the same slots.
+    const at::Tensor idx = at::tensor(std::vector<int64_t>(visible[i].begin(), visible[i].end()));
+    for (int64_t h = 0; h < qh; ++h) {
+      const at::Tensor kk = k[h / 2].index_select(0, idx), vv = v[h / 2].index_select(0, idx);
+      const at::Tensor ref = at::softmax(at::mv(kk, q[i][h]) * 0.125, 0).matmul(vv);
+      EXPECT_TRUE(at::allclose(all[i].slice(0, h * D, (h + 1) * D), ref, 1e-4, 1e-5)) << i << "," << h;
+    }
+  }
+}
+
+TEST(Kernels, SiluMulIsElementwise) {
+  const at::Tensor g = randn({1001}, 6) * 4, u = randn({1001}, 7);
+  at::Tensor all = at::empty({1001});
+  kernels::silu_mul(g.data_ptr<float>(), u.data_ptr<float>(), 1001, all.data_ptr<float>());
+  EXPECT_TRUE(at::allclose(all, at::silu(g) * u, 1e-5, 1e-6));
+  for (int64_t off : {1, 3, 999}) {
+    at::Tensor part = at::empty({1001 - off});
+    kernels::silu_mul(g.data_ptr<float>() + off, u.data_ptr<float>() + off, 1001 - off, part.data_ptr<float>());
+    EXPECT_TRUE(at::equal(part, all.slice(0, off))) << off;
+  }
+}
+
+// The property exact greedy speculation rests on: verifying k tokens in one
+// forward, as a chain or inside a tree, gives bitwise the logits of k
+// one-token decoding steps.
+TEST(Kernels, ModelForwardIsBatchInvariant) {
+  auto m = Model::random(tiny_config(50, 2), 31);
+  const std::vector<int32_t> seq = {1, 9, 4, 33, 21, 7, 40, 2, 15, 16};
+  KVCache step = m->new_cache();
+  std::vector<at::Tensor> rows;
+  ForwardRequest r;
+  r.tokens = {seq[0], seq[1], seq[2]};
+  rows.push_back(m->forward(r, step).logits);
+  for (size_t i = 3; i < seq.size(); ++i) {
+    r.tokens = {seq[i]};
+    rows.push_back(m->forward(r, step).logits);
+  }
+  const at::Tensor stepwise = at::cat(rows, 0);
+
+  KVCache chain = m->new_cache();
+  r.tokens = {seq[0], seq[1], seq[2]};
+  m->forward(r, chain);
+  r.tokens = std::vector<int32_t>(seq.begin() + 3, seq.end());
+  EXPECT_TRUE(at::equal(m->forward(r, chain).logits, stepwise.slice(0, 3))) << "chain of 7 vs 7 single steps";
+
+  // The same continuation as one branch of a tree with a decoy branch first.
+  KVCache tree = m->new_cache();
+  r.tokens = {seq[0], seq[1], seq[2]};
+  m->forward(r, tree);
+  DraftTree t;
+  t.tokens = {5, 6, 7};
+  t.parents = {-1, 0, 1};
+  for (size_t i = 3; i < seq.size(); ++i) {
+    t.tokens.push_back(seq[i]);
+    t.parents.push_back(i == 3 ? -1 : static_cast<int32_t>(t.tokens.size()) - 2);
+  }
+  ForwardRequest tr;
+  tr.tokens = t.tokens;
+  for (int d : t.depths()) tr.positions.push_back(3 + d - 1);
+  tr.mask = tree_attention_mask(t.parents, 3);
+  const at::Tensor tree_logits = m->forward(tr, tree).logits;
+  EXPECT_TRUE(at::equal(tree_logits.slice(0, 3), stepwise.slice(0, 3))) << "tree branch vs single steps";
+}
+
+}  // namespace splitspec::test
