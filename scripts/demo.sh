@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The main command: install, build, and generate text locally with a real
+# model. (The edge-cloud demo replaces this once the server exists.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+./scripts/build.sh
+
+MODEL="${MODEL:-}"
+if [ -z "$MODEL" ]; then
+  if [ -f models/demo-target/config.json ]; then
+    MODEL=models/demo-target
+  elif [ -f ../shared/models/stories260K/config.json ]; then
+    MODEL=../shared/models/stories260K
+  else
+    echo "demo: no model found; set MODEL=DIR to a Hugging Face LLaMA directory" >&2
+    exit 1
+  fi
+fi
+PROMPT="${PROMPT:-Once upon a time}"
+echo "== splitspec generate --model $MODEL --prompt \"$PROMPT\""
+printf '%s' "$PROMPT"  # generate prints only the continuation
+./build/bin/splitspec generate --model "$MODEL" --prompt "$PROMPT" --max-new-tokens 96 --threads 2
