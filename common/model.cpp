@@ -85,6 +85,20 @@ std::shared_ptr<Model> Model::load(const std::string& dir) {
   return std::shared_ptr<Model>(new Model(c, std::move(w), fs::path(dir).filename().string()));
 }
 
+std::shared_ptr<Model> Model::from_weights(const ModelConfig& c, const ModelWeights& src, std::string name) {
+  c.validate(name);
+  c10::InferenceMode guard;
+  auto copy = [](const at::Tensor& t) { return t.detach().to(at::kFloat).contiguous().clone(); };
+  ModelWeights w;
+  w.embed = copy(src.embed);
+  for (const auto& l : src.layers)
+    w.layers.push_back({copy(l.input_norm), copy(l.q_proj), copy(l.k_proj), copy(l.v_proj), copy(l.o_proj),
+                        copy(l.post_norm), copy(l.gate_proj), copy(l.up_proj), copy(l.down_proj)});
+  w.final_norm = copy(src.final_norm);
+  w.lm_head = c.tie_word_embeddings ? w.embed : copy(src.lm_head);
+  return std::shared_ptr<Model>(new Model(c, std::move(w), std::move(name)));
+}
+
 std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
   c.validate("random model config");
   c10::InferenceMode guard;
@@ -115,7 +129,28 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
   return std::shared_ptr<Model>(new Model(c, std::move(w), "random-" + std::to_string(seed)));
 }
 
-void Model::save(const std::string& dir, DType dtype) const {
+std::vector<std::pair<std::string, at::Tensor>> named_weights(const ModelConfig& config, const ModelWeights& w) {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  named.emplace_back("model.embed_tokens.weight", w.embed);
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& lw = w.layers[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    named.emplace_back(p + "input_layernorm.weight", lw.input_norm);
+    named.emplace_back(p + "self_attn.q_proj.weight", lw.q_proj);
+    named.emplace_back(p + "self_attn.k_proj.weight", lw.k_proj);
+    named.emplace_back(p + "self_attn.v_proj.weight", lw.v_proj);
+    named.emplace_back(p + "self_attn.o_proj.weight", lw.o_proj);
+    named.emplace_back(p + "post_attention_layernorm.weight", lw.post_norm);
+    named.emplace_back(p + "mlp.gate_proj.weight", lw.gate_proj);
+    named.emplace_back(p + "mlp.up_proj.weight", lw.up_proj);
+    named.emplace_back(p + "mlp.down_proj.weight", lw.down_proj);
+  }
+  named.emplace_back("model.norm.weight", w.final_norm);
+  if (!config.tie_word_embeddings) named.emplace_back("lm_head.weight", w.lm_head);
+  return named;
+}
+
+void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir, DType dtype) {
   namespace fs = std::filesystem;
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
     throw Error("save: weights can be stored as F32, F16 or BF16 only");
@@ -123,46 +158,23 @@ void Model::save(const std::string& dir, DType dtype) const {
   fs::create_directories(dir, ec);
   if (ec) throw Error(dir + ": cannot create directory: " + ec.message());
   c10::InferenceMode guard;
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  named.emplace_back("model.embed_tokens.weight", weights_.embed);
-  for (size_t l = 0; l < weights_.layers.size(); ++l) {
-    const LayerWeights& w = weights_.layers[l];
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    named.emplace_back(p + "input_layernorm.weight", w.input_norm);
-    named.emplace_back(p + "self_attn.q_proj.weight", w.q_proj);
-    named.emplace_back(p + "self_attn.k_proj.weight", w.k_proj);
-    named.emplace_back(p + "self_attn.v_proj.weight", w.v_proj);
-    named.emplace_back(p + "self_attn.o_proj.weight", w.o_proj);
-    named.emplace_back(p + "post_attention_layernorm.weight", w.post_norm);
-    named.emplace_back(p + "mlp.gate_proj.weight", w.gate_proj);
-    named.emplace_back(p + "mlp.up_proj.weight", w.up_proj);
-    named.emplace_back(p + "mlp.down_proj.weight", w.down_proj);
-  }
-  named.emplace_back("model.norm.weight", weights_.final_norm);
-  if (!config_.tie_word_embeddings) named.emplace_back("lm_head.weight", weights_.lm_head);
-
   std::vector<at::Tensor> stored;  // keeps converted buffers alive until written
   std::vector<TensorToWrite> out;
-  for (auto& [name, t] : named) {
-    stored.push_back(t.to(to_scalar_type(dtype)).contiguous());
+  for (auto& [name, t] : named_weights(config, weights)) {
+    stored.push_back(t.detach().to(to_scalar_type(dtype)).contiguous());
     const at::Tensor& s = stored.back();
     out.push_back({name, dtype, s.sizes().vec(), s.data_ptr(), s.nbytes()});
   }
   write_safetensors((fs::path(dir) / "model.safetensors").string(), out, {{"format", "pt"}});
   const fs::path cfg = fs::path(dir) / "config.json";
   std::ofstream f(cfg);
-  f << model_config_to_json(config_);
+  f << model_config_to_json(config);
   if (!f) throw Error(cfg.string() + ": write failed");
 }
 
 size_t Model::weight_bytes() const {
-  size_t n = weights_.embed.nbytes() + weights_.final_norm.nbytes();
-  if (!config_.tie_word_embeddings) n += weights_.lm_head.nbytes();
-  for (const auto& l : weights_.layers) {
-    for (const auto* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm, &l.gate_proj,
-                          &l.up_proj, &l.down_proj})
-      n += t->nbytes();
-  }
+  size_t n = 0;
+  for (const auto& [name, t] : named_weights(config_, weights_)) n += t.nbytes();
   return n;
 }
 

@@ -57,10 +57,19 @@ struct ForwardResult {
   std::map<int64_t, at::Tensor> hidden;  // layer -> [n, hidden]
 };
 
+// Hugging Face tensor names of `w`, in file order; the lm_head only when untied.
+std::vector<std::pair<std::string, at::Tensor>> named_weights(const ModelConfig& config, const ModelWeights& w);
+// Writes config.json and model.safetensors into `dir` (created if needed),
+// weights stored as `dtype` (F32, F16 or BF16).
+void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir,
+                DType dtype = DType::F32);
+
 class Model {
  public:
   // Loads config.json and model.safetensors (or shards) from `dir`.
   static std::shared_ptr<Model> load(const std::string& dir);
+  // An inference copy of weights held elsewhere (e.g. by the trainer).
+  static std::shared_ptr<Model> from_weights(const ModelConfig& config, const ModelWeights& weights, std::string name);
   // Random weights, for tests and benchmarks of any size.
   static std::shared_ptr<Model> random(const ModelConfig& config, uint64_t seed);
 
@@ -75,9 +84,7 @@ class Model {
   // invalid input it throws splitspec::Error and leaves the cache unchanged.
   ForwardResult forward(const ForwardRequest& request, KVCache& cache) const;
 
-  // Writes config.json and model.safetensors (Hugging Face names) into `dir`,
-  // weights stored as `dtype` (F32, F16 or BF16).
-  void save(const std::string& dir, DType dtype = DType::F32) const;
+  void save(const std::string& dir, DType dtype = DType::F32) const { save_model(config_, weights_, dir, dtype); }
 
  private:
   Model(ModelConfig config, ModelWeights weights, std::string name);

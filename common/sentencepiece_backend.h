@@ -30,5 +30,9 @@ class SentencePieceBackend {
 using CreateSentencePieceBackend = SentencePieceBackend* (*)();
 constexpr const char* kCreateSentencePieceBackendSymbol = "splitspec_create_sentencepiece_backend";
 constexpr const char* kSentencePieceModuleName = "libsplitspec_sentencepiece.so";
+// Tokenizer training runs in this helper process instead: the trainer logs to
+// std::cerr, which a deep-bound module resolves to libstdc++'s own, never
+// constructed copy (executables hold the live one via copy relocation).
+constexpr const char* kSentencePieceTrainerName = "splitspec-spm-train";
 
 }  // namespace splitspec

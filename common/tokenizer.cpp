@@ -1,11 +1,16 @@
 #include "common/tokenizer.h"
 
 #include <dlfcn.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/sentencepiece_backend.h"
@@ -27,9 +32,24 @@ std::string fnv1a_hex(const std::string& bytes) {
   return buf;
 }
 
-// Loads the isolated sentencepiece module once per process. Looked for beside
-// the running binary first (build/bin -> build/lib, or an install's bin ->
-// lib), then where this build put it, then on the loader's path.
+// Where a file shipped with the binaries may be: beside the running binary
+// (build/bin and build/lib, or an install's bin and lib), then where this
+// build put it.
+std::vector<std::string> shipped_file_candidates(const std::string& name) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  const fs::path exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  if (!ec) {
+    out.push_back((exe_dir / name).string());
+    out.push_back((exe_dir / ".." / "lib" / name).string());
+    out.push_back((exe_dir / ".." / "bin" / name).string());
+  }
+  out.push_back((fs::path(SPLITSPEC_MODULE_DIR) / name).string());
+  out.push_back((fs::path(SPLITSPEC_MODULE_DIR) / ".." / "bin" / name).string());
+  return out;
+}
+
+// Loads the isolated sentencepiece module once per process.
 CreateSentencePieceBackend sentencepiece_factory() {
   static CreateSentencePieceBackend factory = nullptr;
   static std::string error;
@@ -37,14 +57,8 @@ CreateSentencePieceBackend sentencepiece_factory() {
   std::call_once(once, [] {
     std::vector<std::string> candidates;
     if (const char* env = std::getenv("SPLITSPEC_SENTENCEPIECE_MODULE")) candidates.push_back(env);
-    std::error_code ec;
-    const fs::path exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
-    if (!ec) {
-      candidates.push_back((exe_dir / ".." / "lib" / kSentencePieceModuleName).string());
-      candidates.push_back((exe_dir / kSentencePieceModuleName).string());
-    }
-    candidates.push_back(std::string(SPLITSPEC_MODULE_DIR) + "/" + kSentencePieceModuleName);
-    candidates.push_back(kSentencePieceModuleName);
+    for (const auto& c : shipped_file_candidates(kSentencePieceModuleName)) candidates.push_back(c);
+    candidates.push_back(kSentencePieceModuleName);  // the loader's own search path
     for (const auto& path : candidates) {
       if (path.find('/') != std::string::npos && !fs::exists(path)) continue;
       void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
@@ -96,6 +110,55 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   const std::string err = sp_->decode(v, &out);
   if (!err.empty()) throw Error("tokenizer: decode failed: " + err);
   return out;
+}
+
+void train_tokenizer(const TokenizerTrainOptions& o) {
+  std::error_code ec;
+  if (!fs::is_regular_file(o.corpus)) throw Error(o.corpus + ": corpus file not found");
+  if (fs::file_size(o.corpus, ec) == 0) throw Error(o.corpus + ": corpus is empty");
+  if (o.vocab_size < 260) throw Error("vocab size must be at least 260 (3 special pieces + 256 byte pieces + 1)");
+  fs::create_directories(o.out_dir, ec);
+  if (ec || !fs::is_directory(o.out_dir)) throw Error(o.out_dir + ": cannot create output directory");
+  const std::string prefix = (fs::path(o.out_dir) / "tokenizer").string();
+  {
+    std::ofstream probe(prefix + ".model.probe");
+    if (!probe) throw Error(o.out_dir + ": output directory is not writable");
+  }
+  fs::remove(prefix + ".model.probe", ec);
+  // Flags mirror Llama 2's tokenizer: BPE, digits split, byte fallback, no
+  // normalisation beyond what the text has.
+  const std::string flags = "--input=" + o.corpus + " --model_prefix=" + prefix +
+                            " --model_type=bpe --vocab_size=" + std::to_string(o.vocab_size) +
+                            " --byte_fallback=true --split_digits=true --character_coverage=0.9995"
+                            " --normalization_rule_name=identity --remove_extra_whitespaces=false --hard_vocab_limit=false"
+                            " --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=-1 --max_sentence_length=16384"
+                            " --input_sentence_size=" + std::to_string(o.max_sentences) +
+                            " --shuffle_input_sentence=true --num_threads=" + std::to_string(o.threads) +
+                            " --minloglevel=2";
+  std::string helper;
+  for (const auto& c : shipped_file_candidates(kSentencePieceTrainerName))
+    if (fs::exists(c)) {
+      helper = c;
+      break;
+    }
+  if (helper.empty()) throw Error(std::string("cannot find the tokenizer trainer ") + kSentencePieceTrainerName);
+  std::vector<std::string> args = {helper};
+  std::istringstream words(flags);
+  for (std::string w; words >> w;) args.push_back(w);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, helper.c_str(), nullptr, nullptr, argv.data(), environ) != 0)
+    throw Error(helper + ": cannot start: " + std::strerror(errno));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw Error("tokenizer training failed (" + helper + " exited with status " +
+                std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
+  if (!fs::exists(prefix + ".model")) throw Error("tokenizer training wrote no " + prefix + ".model");
+  fs::remove(prefix + ".vocab", ec);  // the .model holds everything we load
 }
 
 int32_t Tokenizer::vocab_size() const { return sp_->piece_size(); }

@@ -29,6 +29,19 @@ class Tokenizer {
   std::string fingerprint_;
 };
 
+struct TokenizerTrainOptions {
+  std::string corpus;    // plain text, one sentence or paragraph per line
+  std::string out_dir;   // receives tokenizer.model
+  int32_t vocab_size = 8000;
+  // Lines sampled for training; SentencePiece needs far fewer than a corpus has.
+  int64_t max_sentences = 2000000;
+  int32_t threads = 2;
+};
+
+// Trains a SentencePiece BPE model with byte fallback (ids: unk 0, bos 1,
+// eos 2, as LLaMA models expect). Throws splitspec::Error on bad input.
+void train_tokenizer(const TokenizerTrainOptions& options);
+
 // Emits decoded text incrementally. SentencePiece strips the leading space of
 // the first piece and byte-fallback pieces can split a UTF-8 character, so the
 // text of a continuation is decoded together with its context and only the

@@ -1,0 +1,182 @@
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "client/cli/commands.h"
+#include "client/speculative_chain.h"
+#include "common/error.h"
+#include "common/model.h"
+#include "common/threads.h"
+#include "common/tokenizer.h"
+#include "common/train/corpus.h"
+#include "common/train/perplexity.h"
+
+namespace splitspec::cli {
+
+namespace {
+
+struct EvalArgs {
+  std::string model_dir, text;
+  int64_t seq_len = 256;
+  std::string draft_dir, target_dir, prompts;
+  int32_t gamma = 4;
+  int32_t max_prompts = 0;
+  int32_t max_new_tokens = 64;
+  float temperature = 1.0f;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool json = false;
+};
+
+// turns[0] of each JSONL line (the spec_bench.jsonl format), or "prompt".
+std::vector<std::string> read_prompts(const std::string& path, int32_t max) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open prompts file");
+  std::vector<std::string> out;
+  std::string line;
+  int64_t lineno = 0;
+  while (std::getline(in, line) && (max <= 0 || static_cast<int32_t>(out.size()) < max)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(path + ":" + std::to_string(lineno) + ": not valid JSON: " + e.what());
+    }
+    if (j.contains("turns") && j["turns"].is_array() && !j["turns"].empty() && j["turns"][0].is_string())
+      out.push_back(j["turns"][0].get<std::string>());
+    else if (j.contains("prompt") && j["prompt"].is_string())
+      out.push_back(j["prompt"].get<std::string>());
+    else
+      throw Error(path + ":" + std::to_string(lineno) + ": needs \"turns\": [text, ...] or \"prompt\": text");
+  }
+  if (out.empty()) throw Error(path + ": no prompts");
+  return out;
+}
+
+// Median milliseconds of a one-token decode step after a 64-token context.
+double step_ms(const Model& m) {
+  KVCache cache = m.new_cache(std::min<int64_t>(m.config().max_position_embeddings, 128));
+  ForwardRequest r;
+  for (int i = 0; i < 64; ++i) r.tokens.push_back(static_cast<int32_t>((i * 7 + 3) % m.config().vocab_size));
+  m.forward(r, cache);
+  std::vector<double> ms;
+  r.tokens = {5};
+  for (int i = 0; i < 41; ++i) {
+    cache.truncate(64);
+    auto t0 = std::chrono::steady_clock::now();
+    m.forward(r, cache);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  return ms[ms.size() / 2];
+}
+
+int run_ppl(const EvalArgs& a) {
+  set_compute_threads(a.threads);
+  auto model = Model::load(a.model_dir);
+  Tokenizer tok(a.model_dir);
+  const auto tokens = tokenize_corpus(a.text, tok, static_cast<int32_t>(model->config().bos_token_id));
+  const double ppl = perplexity(*model, tokens, a.seq_len);
+  if (a.json)
+    std::cout << nlohmann::json{{"perplexity", ppl}, {"tokens", tokens.size()}}.dump() << std::endl;
+  else
+    std::cout << "perplexity " << ppl << " over " << tokens.size() << " tokens\n";
+  return 0;
+}
+
+int run_acceptance(const EvalArgs& a) {
+  set_compute_threads(a.threads);
+  auto target = Model::load(a.target_dir);
+  auto draft = Model::load(a.draft_dir);
+  Tokenizer tok(a.target_dir);
+  if (Tokenizer(a.draft_dir).fingerprint() != tok.fingerprint())
+    throw Error("draft and target tokenizers differ (" + a.draft_dir + ", " + a.target_dir + ")");
+  const auto prompts = read_prompts(a.prompts, a.max_prompts);
+
+  nlohmann::json modes = nlohmann::json::object();
+  for (bool greedy : {true, false}) {
+    GenerateOptions o;
+    o.max_new_tokens = a.max_new_tokens;
+    o.ignore_eos = true;
+    o.sampling.temperature = greedy ? 0.0f : a.temperature;
+    SpeculationStats total;
+    total.proposed.assign(a.gamma, 0);
+    total.accepted.assign(a.gamma, 0);
+    int64_t tokens = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::vector<int32_t> ids = tok.encode(prompts[i]);
+      ids.insert(ids.begin(), static_cast<int32_t>(target->config().bos_token_id));
+      // Keep room to generate: long prompts are cut to their last tokens.
+      const int64_t keep = target->config().max_position_embeddings - a.max_new_tokens - a.gamma - 1;
+      if (static_cast<int64_t>(ids.size()) > keep) ids.erase(ids.begin() + 1, ids.end() - (keep - 1));
+      o.sampling.seed = a.seed + i;
+      const auto r = generate_speculative_chain(*target, *draft, ids, o, a.gamma);
+      total.rounds += r.spec.rounds;
+      for (int32_t p = 0; p < a.gamma; ++p) {
+        total.proposed[p] += r.spec.proposed[p];
+        total.accepted[p] += r.spec.accepted[p];
+      }
+      tokens += r.generation.stats.new_tokens;
+    }
+    modes[greedy ? "greedy" : "sampled"] = {
+        {"tau", total.rounds ? static_cast<double>(tokens) / total.rounds : 0.0},
+        {"acceptance_per_position", total.acceptance_per_position()},
+        {"rounds", total.rounds}};
+  }
+  const double tp = step_ms(*draft), tq = step_ms(*target);
+  const nlohmann::json out = {{"tau", modes["greedy"]["tau"]},
+                              {"acceptance_per_position", modes["greedy"]["acceptance_per_position"]},
+                              {"c", tp / tq},
+                              {"prompts", prompts.size()},
+                              {"gamma", a.gamma},
+                              {"T_p_ms", tp},
+                              {"T_q_ms", tq},
+                              {"sampled", modes["sampled"]}};
+  if (a.json) {
+    std::cout << out.dump() << std::endl;
+    return 0;
+  }
+  std::printf("%zu prompts, gamma %d, %d new tokens each\n", prompts.size(), a.gamma, a.max_new_tokens);
+  for (const char* m : {"greedy", "sampled"}) {
+    std::printf("%-8s tau %.3f  acceptance per position:", m, modes[m]["tau"].get<double>());
+    for (double p : modes[m]["acceptance_per_position"]) std::printf(" %.3f", p);
+    std::printf("\n");
+  }
+  std::printf("T_p (draft step) %.3f ms, T_q (target step) %.3f ms, c = T_p/T_q = %.3f\n", tp, tq, tp / tq);
+  return 0;
+}
+
+}  // namespace
+
+Command add_eval_command(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  CLI::App* eval = app.add_subcommand("eval", "Evaluate models: perplexity, speculative acceptance");
+  eval->require_subcommand(1);
+  CLI::App* ppl = eval->add_subcommand("ppl", "Perplexity of a model on a text file");
+  ppl->add_option("--model", a->model_dir, "Model directory")->required();
+  ppl->add_option("--text", a->text, "Text file (documents separated by blank lines)")->required();
+  ppl->add_option("--seq-len", a->seq_len, "Window length")->capture_default_str();
+  ppl->add_flag("--json", a->json, "Print {\"perplexity\", \"tokens\"}");
+  ppl->add_option("--threads", a->threads, "Compute threads; 0 uses every core");
+  CLI::App* acc = eval->add_subcommand("acceptance", "Greedy and sampled chain speculation over prompts");
+  acc->add_option("--draft", a->draft_dir, "Draft model directory")->required();
+  acc->add_option("--target", a->target_dir, "Target model directory")->required();
+  acc->add_option("--prompts", a->prompts, "JSONL prompts (turns[0] is used, as in spec_bench.jsonl)")->required();
+  acc->add_option("--gamma", a->gamma, "Draft tokens per round")->capture_default_str()->check(CLI::Range(1, 64));
+  acc->add_option("--max-prompts", a->max_prompts, "Use only the first N prompts; 0 uses all")->capture_default_str();
+  acc->add_option("--max-new-tokens", a->max_new_tokens, "Tokens generated per prompt")->capture_default_str();
+  acc->add_option("--temperature", a->temperature, "Temperature of the sampled run")->capture_default_str();
+  acc->add_option("--seed", a->seed, "Seed of the sampled run")->capture_default_str();
+  acc->add_flag("--json", a->json,
+                R"(Print {"tau", "acceptance_per_position", "c", "prompts", ...} (greedy; "sampled" nested))");
+  acc->add_option("--threads", a->threads, "Compute threads; 0 uses every core");
+  return {eval, [a, ppl]() { return ppl->parsed() ? run_ppl(*a) : run_acceptance(*a); }};
+}
+
+}  // namespace splitspec::cli

@@ -1,0 +1,124 @@
+#include "common/train/trainable_llama.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+
+#include "common/error.h"
+
+namespace splitspec {
+
+namespace {
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
+}
+
+// x: [B, heads, T, D]; cos/sin: [T, D/2].
+at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+
+void rope_tables(const ModelConfig& c, at::Tensor& cos, at::Tensor& sin) {
+  const auto dbl = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, c.head_dim / 2, dbl) * 2.0 / c.head_dim);
+  const at::Tensor angles = at::outer(at::arange(0, c.max_position_embeddings, dbl), inv_freq);
+  cos = angles.cos().to(at::kFloat);
+  sin = angles.sin().to(at::kFloat);
+}
+
+}  // namespace
+
+TrainableLlama::TrainableLlama(const ModelConfig& c, uint64_t seed) : config_(c) {
+  c.validate("model config");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto normal = [&](std::vector<int64_t> shape) {
+    return at::normal(0.0, 0.02, shape, gen, at::TensorOptions().dtype(at::kFloat));
+  };
+  auto ones = [&]() { return at::ones({c.hidden_size}); };
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  weights_.embed = normal({c.vocab_size, H});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    LayerWeights w;
+    w.input_norm = ones();
+    w.q_proj = normal({c.num_attention_heads * D, H});
+    w.k_proj = normal({c.num_key_value_heads * D, H});
+    w.v_proj = normal({c.num_key_value_heads * D, H});
+    // Residual projections scaled down with depth (GPT-2's rule), which keeps
+    // early training stable at the learning rates we use.
+    const double residual = 1.0 / std::sqrt(2.0 * c.num_hidden_layers);
+    w.o_proj = normal({H, c.num_attention_heads * D}) * residual;
+    w.post_norm = ones();
+    w.gate_proj = normal({I, H});
+    w.up_proj = normal({I, H});
+    w.down_proj = normal({H, I}) * residual;
+    weights_.layers.push_back(std::move(w));
+  }
+  weights_.final_norm = ones();
+  weights_.lm_head = c.tie_word_embeddings ? weights_.embed : normal({c.vocab_size, H});
+  rope_tables(c, rope_cos_, rope_sin_);
+  set_trainable(true);
+}
+
+TrainableLlama::TrainableLlama(const Model& m) : config_(m.config()) {
+  // Outside inference mode a clone of an inference tensor is an ordinary,
+  // differentiable tensor.
+  auto copy = [](const at::Tensor& t) { return t.clone(); };
+  const ModelWeights& src = m.weights();
+  weights_.embed = copy(src.embed);
+  for (const auto& l : src.layers) {
+    weights_.layers.push_back({copy(l.input_norm), copy(l.q_proj), copy(l.k_proj), copy(l.v_proj), copy(l.o_proj),
+                               copy(l.post_norm), copy(l.gate_proj), copy(l.up_proj), copy(l.down_proj)});
+  }
+  weights_.final_norm = copy(src.final_norm);
+  weights_.lm_head = config_.tie_word_embeddings ? weights_.embed : copy(src.lm_head);
+  rope_tables(config_, rope_cos_, rope_sin_);
+  set_trainable(true);
+}
+
+std::vector<at::Tensor> TrainableLlama::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, t] : named_weights(config_, weights_)) out.push_back(t);
+  return out;
+}
+
+void TrainableLlama::set_trainable(bool on) {
+  for (auto& t : parameters()) t.set_requires_grad(on);
+}
+
+at::Tensor TrainableLlama::forward(const at::Tensor& tokens) const {
+  const ModelConfig& c = config_;
+  if (tokens.dim() != 2) throw Error("training forward: tokens must be [batch, time]");
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  if (T > c.max_position_embeddings)
+    throw Error("training forward: sequence of " + std::to_string(T) + " exceeds max_position_embeddings " +
+                std::to_string(c.max_position_embeddings));
+  const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim, G = Hq / Hkv;
+  const at::Tensor cos = rope_cos_.narrow(0, 0, T), sin = rope_sin_.narrow(0, 0, T);
+  const at::Tensor causal =
+      at::full({T, T}, -std::numeric_limits<float>::infinity(), at::TensorOptions().dtype(at::kFloat)).triu(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+
+  at::Tensor x = at::embedding(weights_.embed, tokens);  // [B, T, H]
+  for (const LayerWeights& w : weights_.layers) {
+    at::Tensor h = rms_norm(x, w.input_norm, c.rms_norm_eps);
+    at::Tensor q = rope(at::linear(h, w.q_proj).view({B, T, Hq, D}).transpose(1, 2), cos, sin);
+    at::Tensor k = rope(at::linear(h, w.k_proj).view({B, T, Hkv, D}).transpose(1, 2), cos, sin);
+    at::Tensor v = at::linear(h, w.v_proj).view({B, T, Hkv, D}).transpose(1, 2);
+    if (G > 1) {  // query head j reads KV head j / G, as Hugging Face's repeat_kv
+      k = k.repeat_interleave(G, 1);
+      v = v.repeat_interleave(G, 1);
+    }
+    at::Tensor probs = at::softmax(at::matmul(q, k.transpose(-1, -2)) * scale + causal, -1);
+    at::Tensor attn = at::matmul(probs, v).transpose(1, 2).reshape({B, T, Hq * D});
+    x = x + at::linear(attn, w.o_proj);
+    h = rms_norm(x, w.post_norm, c.rms_norm_eps);
+    x = x + at::linear(at::silu(at::linear(h, w.gate_proj)) * at::linear(h, w.up_proj), w.down_proj);
+  }
+  return at::linear(rms_norm(x, weights_.final_norm, c.rms_norm_eps), weights_.lm_head);
+}
+
+}  // namespace splitspec
