@@ -1,6 +1,7 @@
 #include "common/tokenizer.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -148,15 +149,26 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The trainer's messages go to a log so that a failure can say why.
+  const std::string log = prefix + ".train.log";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = 0;
-  if (posix_spawn(&pid, helper.c_str(), nullptr, nullptr, argv.data(), environ) != 0)
-    throw Error(helper + ": cannot start: " + std::strerror(errno));
+  const int spawned = posix_spawn(&pid, helper.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) throw Error(helper + ": cannot start: " + std::strerror(spawned));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw Error("tokenizer training failed (" + helper + " exited with status " +
-                std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string reason, line;
+    std::ifstream in(log);
+    while (std::getline(in, line))
+      if (!line.empty() && line.find("LOG(INFO)") == std::string::npos) reason = line;
+    throw Error("tokenizer training failed: " + (reason.empty() ? "status " + std::to_string(WEXITSTATUS(status)) : reason));
+  }
+  fs::remove(log, ec);
   if (!fs::exists(prefix + ".model")) throw Error("tokenizer training wrote no " + prefix + ".model");
   fs::remove(prefix + ".vocab", ec);  // the .model holds everything we load
 }

@@ -117,3 +117,43 @@ TEST(Cli, BenchForwardJson) {
 }
 
 }  // namespace splitspec::test
+
+namespace splitspec::test {
+
+TEST(Cli, EvalAcceptanceJson) {
+  TempDir dir;
+  Model::random(tiny_config(300), 3)->save(dir.str("target"));
+  Model::random(tiny_config(300), 4)->save(dir.str("draft"));
+  // Both need the same tokenizer: train one on a little text.
+  write_file(dir.path() / "text.txt", "the cat sat on the mat. the dog ran to the park.\n\nthe bird sang in a tree.\n");
+  ASSERT_EQ(run_cli("train tokenizer --corpus " + dir.str("text.txt") + " --vocab-size 300 --out " + dir.str("target")).status, 0);
+  std::filesystem::copy_file(dir.path() / "target" / "tokenizer.model", dir.path() / "draft" / "tokenizer.model");
+  write_file(dir.path() / "prompts.jsonl", "{\"turns\": [\"the cat\", \"ignored\"]}\n{\"turns\": [\"a dog ran\"]}\n");
+  const CliRun r = run_cli("eval acceptance --draft " + dir.str("draft") + " --target " + dir.str("target") + " --prompts " +
+                           dir.str("prompts.jsonl") + " --gamma 3 --max-new-tokens 8 --json --threads 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompts"], 2);
+  EXPECT_EQ(j["acceptance_per_position"].size(), 3u);
+  EXPECT_GE(j["tau"].get<double>(), 1.0);
+  EXPECT_GT(j["c"].get<double>(), 0.0);
+  EXPECT_TRUE(j["sampled"].contains("tau"));
+}
+
+TEST(CliBadInput, TrainAndEvalErrors) {
+  TempDir dir;
+  const CliRun a = run_cli("train tokenizer --corpus /no/such.txt --out " + dir.str("t"));
+  EXPECT_EQ(a.status, 1);
+  EXPECT_NE(a.err.find("/no/such.txt: corpus file not found"), std::string::npos) << a.err;
+  write_file(dir.path() / "cfg.json", "{\"model\": {}, \"train\": {}}");
+  const CliRun b = run_cli("train lm --config " + dir.str("cfg.json") + " --corpus x --valid y --tokenizer z --out " + dir.str("o"));
+  EXPECT_EQ(b.status, 1);
+  EXPECT_NE(b.err.find("missing required field 'hidden_size'"), std::string::npos) << b.err;
+  Model::random(tiny_config(), 3)->save(dir.str("m"));
+  write_file(dir.path() / "bad.jsonl", "{\"turns\": 3}\n");
+  const CliRun c = run_cli("eval acceptance --draft " + dir.str("m") + " --target " + dir.str("m") + " --prompts " + dir.str("bad.jsonl"));
+  EXPECT_EQ(c.status, 1);
+  EXPECT_FALSE(c.err.empty());
+}
+
+}  // namespace splitspec::test

@@ -59,16 +59,18 @@ std::vector<std::string> read_prompts(const std::string& path, int32_t max) {
   return out;
 }
 
-// Median milliseconds of a one-token decode step after a 64-token context.
+// Median milliseconds of a one-token decode step after a context of up to
+// 64 tokens.
 double step_ms(const Model& m) {
-  KVCache cache = m.new_cache(std::min<int64_t>(m.config().max_position_embeddings, 128));
+  const int64_t context = std::min<int64_t>(64, m.config().max_position_embeddings - 1);
+  KVCache cache = m.new_cache(context + 1);
   ForwardRequest r;
-  for (int i = 0; i < 64; ++i) r.tokens.push_back(static_cast<int32_t>((i * 7 + 3) % m.config().vocab_size));
+  for (int64_t i = 0; i < context; ++i) r.tokens.push_back(static_cast<int32_t>((i * 7 + 3) % m.config().vocab_size));
   m.forward(r, cache);
   std::vector<double> ms;
-  r.tokens = {5};
+  r.tokens = {static_cast<int32_t>(5 % m.config().vocab_size)};
   for (int i = 0; i < 41; ++i) {
-    cache.truncate(64);
+    cache.truncate(context);
     auto t0 = std::chrono::steady_clock::now();
     m.forward(r, cache);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -97,6 +99,9 @@ int run_acceptance(const EvalArgs& a) {
   Tokenizer tok(a.target_dir);
   if (Tokenizer(a.draft_dir).fingerprint() != tok.fingerprint())
     throw Error("draft and target tokenizers differ (" + a.draft_dir + ", " + a.target_dir + ")");
+  if (tok.vocab_size() > target->config().vocab_size)
+    throw Error(a.target_dir + ": tokenizer has " + std::to_string(tok.vocab_size()) + " pieces but vocab_size is " +
+                std::to_string(target->config().vocab_size));
   const auto prompts = read_prompts(a.prompts, a.max_prompts);
 
   nlohmann::json modes = nlohmann::json::object();

