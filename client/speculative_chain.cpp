@@ -55,7 +55,7 @@ SpeculativeGeneration generate_speculative_chain(const Model& target, const Mode
   // Both caches hold every committed token but the last; `seq` is all of them.
   std::vector<int32_t> seq = prompt_ids;
   ForwardRequest pre;
-  pre.tokens.assign(prompt_ids.begin(), prompt_ids.end() - 1);
+  pre.tokens = std::vector<int32_t>(prompt_ids.begin(), prompt_ids.end() - 1);
   pre.logits_rows = std::vector<int64_t>{};
   if (!pre.tokens.empty()) {
     target.forward(pre, tcache);
@@ -76,9 +76,9 @@ SpeculativeGeneration generate_speculative_chain(const Model& target, const Mode
       // Tokens the draft cache lacks: the last committed one (plus, after a
       // fully accepted round, the final draft token it never consumed).
       if (i == 0)
-        r.tokens.assign(seq.begin() + dcache.size(), seq.end());
+        r.tokens = std::vector<int32_t>(seq.begin() + dcache.size(), seq.end());
       else
-        r.tokens = {drafts.back()};
+        r.tokens.assign(1, drafts.back());
       r.logits_rows = std::vector<int64_t>{static_cast<int64_t>(r.tokens.size()) - 1};
       Sample smp = sample(draft.forward(r, dcache).logits[0], options.sampling, rng);
       drafts.push_back(smp.token);
@@ -89,7 +89,7 @@ SpeculativeGeneration generate_speculative_chain(const Model& target, const Mode
 
     auto tv = Clock::now();
     ForwardRequest vr;
-    vr.tokens = {seq.back()};
+    vr.tokens.assign(1, seq.back());
     vr.tokens.insert(vr.tokens.end(), drafts.begin(), drafts.end());
     const at::Tensor logits = target.forward(vr, tcache).logits;
     s.target_ms += ms_since(tv);
