@@ -55,10 +55,11 @@ int run_generate(const GenerateArgs& a) {
                model->config().num_hidden_layers, model->config().hidden_size, model->config().vocab_size,
                model->weight_bytes() / 1e6, compute_threads());
 
+  // Created at the first token, after generation has validated the prompt.
   std::unique_ptr<TextStreamer> streamer;
-  if (tok) streamer = std::make_unique<TextStreamer>(*tok, prompt_ids);
   TokenCallback on_token = [&](int32_t id) {
-    if (!streamer) return;
+    if (!tok) return;
+    if (!streamer) streamer = std::make_unique<TextStreamer>(*tok, prompt_ids);
     std::string piece = streamer->push(id);
     if (!a.json) std::cout << piece << std::flush;
   };
@@ -70,7 +71,7 @@ int run_generate(const GenerateArgs& a) {
         {"mode", "local-ar"},
         {"prompt_ids", prompt_ids},
         {"output_ids", g.output_ids},
-        {"text", streamer ? nlohmann::json(streamer->text()) : nlohmann::json(nullptr)},
+        {"text", tok ? nlohmann::json(streamer ? streamer->text() : "") : nlohmann::json(nullptr)},
         {"finish_reason", g.finish_reason},
         {"stats",
          {{"new_tokens", g.stats.new_tokens},
@@ -81,7 +82,7 @@ int run_generate(const GenerateArgs& a) {
     };
     std::cout << out.dump() << std::endl;
   } else {
-    if (!streamer) {
+    if (!tok) {
       for (size_t i = 0; i < g.output_ids.size(); ++i) std::cout << (i ? "," : "") << g.output_ids[i];
     }
     std::cout << tail << std::endl;
