@@ -42,15 +42,15 @@ at::Tensor load_tensor(const SafetensorsModel& st, const std::string& name, cons
 Model::Model(ModelConfig config, ModelWeights weights, std::string name)
     : config_(std::move(config)), weights_(std::move(weights)), name_(std::move(name)) {
   c10::InferenceMode guard;
-  const int64_t half = config_.head_dim / 2;
-  // Frequencies in double, as the reference implementations compute them, so
-  // positions far into the context keep their precision.
-  auto inv_freq = at::pow(config_.rope_theta,
-                          -at::arange(0, half, at::TensorOptions().dtype(at::kDouble)) * 2.0 / config_.head_dim);
-  auto pos = at::arange(0, config_.max_position_embeddings, at::TensorOptions().dtype(at::kDouble));
-  auto angles = at::outer(pos, inv_freq);
-  rope_cos_ = angles.cos().to(at::kFloat);
-  rope_sin_ = angles.sin().to(at::kFloat);
+  rope_tables(config_, rope_cos_, rope_sin_);
+}
+
+void rope_tables(const ModelConfig& c, at::Tensor& cos, at::Tensor& sin) {
+  const auto dbl = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, c.head_dim / 2, dbl) * 2.0 / c.head_dim);
+  const at::Tensor angles = at::outer(at::arange(0, c.max_position_embeddings, dbl), inv_freq);
+  cos = angles.cos().to(at::kFloat);
+  sin = angles.sin().to(at::kFloat);
 }
 
 std::shared_ptr<Model> Model::load(const std::string& dir) {
@@ -59,43 +59,18 @@ std::shared_ptr<Model> Model::load(const std::string& dir) {
   ModelConfig c = load_model_config(dir);
   SafetensorsModel st(dir);
   c10::InferenceMode guard;
-  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   ModelWeights w;
-  w.embed = load_tensor(st, "model.embed_tokens.weight", {c.vocab_size, H});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerWeights lw;
-    lw.input_norm = load_tensor(st, p + "input_layernorm.weight", {H});
-    lw.q_proj = load_tensor(st, p + "self_attn.q_proj.weight", {c.num_attention_heads * D, H});
-    lw.k_proj = load_tensor(st, p + "self_attn.k_proj.weight", {c.num_key_value_heads * D, H});
-    lw.v_proj = load_tensor(st, p + "self_attn.v_proj.weight", {c.num_key_value_heads * D, H});
-    lw.o_proj = load_tensor(st, p + "self_attn.o_proj.weight", {H, c.num_attention_heads * D});
-    lw.post_norm = load_tensor(st, p + "post_attention_layernorm.weight", {H});
-    lw.gate_proj = load_tensor(st, p + "mlp.gate_proj.weight", {I, H});
-    lw.up_proj = load_tensor(st, p + "mlp.up_proj.weight", {I, H});
-    lw.down_proj = load_tensor(st, p + "mlp.down_proj.weight", {H, I});
-    w.layers.push_back(std::move(lw));
-  }
-  w.final_norm = load_tensor(st, "model.norm.weight", {H});
-  if (c.tie_word_embeddings) {
-    w.lm_head = w.embed;
-  } else {
-    w.lm_head = load_tensor(st, "lm_head.weight", {c.vocab_size, H});
-  }
+  for_each_weight(c, w, [&](const std::string& name, const std::vector<int64_t>& shape, at::Tensor& t) {
+    t = load_tensor(st, name, shape);
+  });
   return std::shared_ptr<Model>(new Model(c, std::move(w), fs::path(dir).filename().string()));
 }
 
 std::shared_ptr<Model> Model::from_weights(const ModelConfig& c, const ModelWeights& src, std::string name) {
   c.validate(name);
   c10::InferenceMode guard;
-  auto copy = [](const at::Tensor& t) { return t.detach().to(at::kFloat).contiguous().clone(); };
-  ModelWeights w;
-  w.embed = copy(src.embed);
-  for (const auto& l : src.layers)
-    w.layers.push_back({copy(l.input_norm), copy(l.q_proj), copy(l.k_proj), copy(l.v_proj), copy(l.o_proj),
-                        copy(l.post_norm), copy(l.gate_proj), copy(l.up_proj), copy(l.down_proj)});
-  w.final_norm = copy(src.final_norm);
-  w.lm_head = c.tie_word_embeddings ? w.embed : copy(src.lm_head);
+  ModelWeights w =
+      copy_weights(c, src, [](const at::Tensor& t) { return t.detach().to(at::kFloat).contiguous().clone(); });
   return std::shared_ptr<Model>(new Model(c, std::move(w), std::move(name)));
 }
 
@@ -106,48 +81,53 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
   auto normal = [&](std::vector<int64_t> shape) {
     return at::normal(0.0, 0.02, shape, gen, at::TensorOptions().dtype(at::kFloat));
   };
-  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
-  // Norm weights near 1 but not exactly, so tests notice a norm applied wrongly.
-  auto norm = [&]() { return 1.0 + normal({H}) * 5.0; };
   ModelWeights w;
-  w.embed = normal({c.vocab_size, H});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    LayerWeights lw;
-    lw.input_norm = norm();
-    lw.q_proj = normal({c.num_attention_heads * D, H});
-    lw.k_proj = normal({c.num_key_value_heads * D, H});
-    lw.v_proj = normal({c.num_key_value_heads * D, H});
-    lw.o_proj = normal({H, c.num_attention_heads * D});
-    lw.post_norm = norm();
-    lw.gate_proj = normal({I, H});
-    lw.up_proj = normal({I, H});
-    lw.down_proj = normal({H, I});
-    w.layers.push_back(std::move(lw));
-  }
-  w.final_norm = norm();
-  w.lm_head = c.tie_word_embeddings ? w.embed : normal({c.vocab_size, H});
+  for_each_weight(c, w, [&](const std::string& name, const std::vector<int64_t>& shape, at::Tensor& t) {
+    // Norm gains near 1 but not exactly, so tests notice a norm applied wrongly.
+    t = shape.size() == 1 ? 1.0 + normal(shape) * 5.0 : normal(shape);
+  });
   return std::shared_ptr<Model>(new Model(c, std::move(w), "random-" + std::to_string(seed)));
 }
 
-std::vector<std::pair<std::string, at::Tensor>> named_weights(const ModelConfig& config, const ModelWeights& w) {
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  named.emplace_back("model.embed_tokens.weight", w.embed);
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    const LayerWeights& lw = w.layers[l];
+void for_each_weight(const ModelConfig& c, ModelWeights& w, const WeightVisitor& f) {
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  const int64_t q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
+  f("model.embed_tokens.weight", {c.vocab_size, H}, w.embed);
+  w.layers.resize(c.num_hidden_layers);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    LayerWeights& lw = w.layers[l];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    named.emplace_back(p + "input_layernorm.weight", lw.input_norm);
-    named.emplace_back(p + "self_attn.q_proj.weight", lw.q_proj);
-    named.emplace_back(p + "self_attn.k_proj.weight", lw.k_proj);
-    named.emplace_back(p + "self_attn.v_proj.weight", lw.v_proj);
-    named.emplace_back(p + "self_attn.o_proj.weight", lw.o_proj);
-    named.emplace_back(p + "post_attention_layernorm.weight", lw.post_norm);
-    named.emplace_back(p + "mlp.gate_proj.weight", lw.gate_proj);
-    named.emplace_back(p + "mlp.up_proj.weight", lw.up_proj);
-    named.emplace_back(p + "mlp.down_proj.weight", lw.down_proj);
+    f(p + "input_layernorm.weight", {H}, lw.input_norm);
+    f(p + "self_attn.q_proj.weight", {q, H}, lw.q_proj);
+    f(p + "self_attn.k_proj.weight", {kv, H}, lw.k_proj);
+    f(p + "self_attn.v_proj.weight", {kv, H}, lw.v_proj);
+    f(p + "self_attn.o_proj.weight", {H, q}, lw.o_proj);
+    f(p + "post_attention_layernorm.weight", {H}, lw.post_norm);
+    f(p + "mlp.gate_proj.weight", {I, H}, lw.gate_proj);
+    f(p + "mlp.up_proj.weight", {I, H}, lw.up_proj);
+    f(p + "mlp.down_proj.weight", {H, I}, lw.down_proj);
   }
-  named.emplace_back("model.norm.weight", w.final_norm);
-  if (!config.tie_word_embeddings) named.emplace_back("lm_head.weight", w.lm_head);
+  f("model.norm.weight", {H}, w.final_norm);
+  if (c.tie_word_embeddings)
+    w.lm_head = w.embed;
+  else
+    f("lm_head.weight", {c.vocab_size, H}, w.lm_head);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> named_weights(const ModelConfig& config, const ModelWeights& w) {
+  ModelWeights handles = w;  // tensors are shared handles: nothing is copied
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for_each_weight(config, handles, [&](const std::string& name, const std::vector<int64_t>&, at::Tensor& t) {
+    named.emplace_back(name, t);
+  });
   return named;
+}
+
+ModelWeights copy_weights(const ModelConfig& config, const ModelWeights& src,
+                          const std::function<at::Tensor(const at::Tensor&)>& copy) {
+  ModelWeights out = src;
+  for_each_weight(config, out, [&](const std::string&, const std::vector<int64_t>&, at::Tensor& t) { t = copy(t); });
+  return out;
 }
 
 void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir, DType dtype) {

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -57,12 +58,24 @@ struct ForwardResult {
   std::map<int64_t, at::Tensor> hidden;  // layer -> [n, hidden]
 };
 
-// Hugging Face tensor names of `w`, in file order; the lm_head only when untied.
+// The one list of a model's weights: calls f(name, shape, tensor) for each,
+// with its Hugging Face name, in file order; the lm_head only when untied
+// (after the walk, a tied lm_head is set to the embedding). Sizes w.layers.
+using WeightVisitor = std::function<void(const std::string& name, const std::vector<int64_t>& shape, at::Tensor& t)>;
+void for_each_weight(const ModelConfig& config, ModelWeights& w, const WeightVisitor& f);
+// (name, tensor) of every weight of `w`, in file order.
 std::vector<std::pair<std::string, at::Tensor>> named_weights(const ModelConfig& config, const ModelWeights& w);
+// A copy of `src` made by `copy` tensor by tensor, ties preserved.
+ModelWeights copy_weights(const ModelConfig& config, const ModelWeights& src,
+                          const std::function<at::Tensor(const at::Tensor&)>& copy);
 // Writes config.json and model.safetensors into `dir` (created if needed),
 // weights stored as `dtype` (F32, F16 or BF16).
 void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir,
                 DType dtype = DType::F32);
+
+// RoPE angle tables [max_position_embeddings, head_dim/2], computed in double
+// as the reference implementations do, so far positions keep their precision.
+void rope_tables(const ModelConfig& config, at::Tensor& cos, at::Tensor& sin);
 
 class Model {
  public:

@@ -22,14 +22,6 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
-void rope_tables(const ModelConfig& c, at::Tensor& cos, at::Tensor& sin) {
-  const auto dbl = at::TensorOptions().dtype(at::kDouble);
-  const at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, c.head_dim / 2, dbl) * 2.0 / c.head_dim);
-  const at::Tensor angles = at::outer(at::arange(0, c.max_position_embeddings, dbl), inv_freq);
-  cos = angles.cos().to(at::kFloat);
-  sin = angles.sin().to(at::kFloat);
-}
-
 }  // namespace
 
 TrainableLlama::TrainableLlama(const ModelConfig& c, uint64_t seed) : config_(c) {
@@ -38,27 +30,17 @@ TrainableLlama::TrainableLlama(const ModelConfig& c, uint64_t seed) : config_(c)
   auto normal = [&](std::vector<int64_t> shape) {
     return at::normal(0.0, 0.02, shape, gen, at::TensorOptions().dtype(at::kFloat));
   };
-  auto ones = [&]() { return at::ones({c.hidden_size}); };
-  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
-  weights_.embed = normal({c.vocab_size, H});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    LayerWeights w;
-    w.input_norm = ones();
-    w.q_proj = normal({c.num_attention_heads * D, H});
-    w.k_proj = normal({c.num_key_value_heads * D, H});
-    w.v_proj = normal({c.num_key_value_heads * D, H});
-    // Residual projections scaled down with depth (GPT-2's rule), which keeps
-    // early training stable at the learning rates we use.
-    const double residual = 1.0 / std::sqrt(2.0 * c.num_hidden_layers);
-    w.o_proj = normal({H, c.num_attention_heads * D}) * residual;
-    w.post_norm = ones();
-    w.gate_proj = normal({I, H});
-    w.up_proj = normal({I, H});
-    w.down_proj = normal({H, I}) * residual;
-    weights_.layers.push_back(std::move(w));
-  }
-  weights_.final_norm = ones();
-  weights_.lm_head = c.tie_word_embeddings ? weights_.embed : normal({c.vocab_size, H});
+  // Residual projections scaled down with depth (GPT-2's rule), which keeps
+  // early training stable at the learning rates we use.
+  const double residual = 1.0 / std::sqrt(2.0 * c.num_hidden_layers);
+  for_each_weight(c, weights_, [&](const std::string& name, const std::vector<int64_t>& shape, at::Tensor& t) {
+    if (shape.size() == 1)
+      t = at::ones(shape);
+    else if (name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos)
+      t = normal(shape) * residual;
+    else
+      t = normal(shape);
+  });
   rope_tables(c, rope_cos_, rope_sin_);
   set_trainable(true);
 }
@@ -66,15 +48,7 @@ TrainableLlama::TrainableLlama(const ModelConfig& c, uint64_t seed) : config_(c)
 TrainableLlama::TrainableLlama(const Model& m) : config_(m.config()) {
   // Outside inference mode a clone of an inference tensor is an ordinary,
   // differentiable tensor.
-  auto copy = [](const at::Tensor& t) { return t.clone(); };
-  const ModelWeights& src = m.weights();
-  weights_.embed = copy(src.embed);
-  for (const auto& l : src.layers) {
-    weights_.layers.push_back({copy(l.input_norm), copy(l.q_proj), copy(l.k_proj), copy(l.v_proj), copy(l.o_proj),
-                               copy(l.post_norm), copy(l.gate_proj), copy(l.up_proj), copy(l.down_proj)});
-  }
-  weights_.final_norm = copy(src.final_norm);
-  weights_.lm_head = config_.tie_word_embeddings ? weights_.embed : copy(src.lm_head);
+  weights_ = copy_weights(config_, m.weights(), [](const at::Tensor& t) { return t.clone(); });
   rope_tables(config_, rope_cos_, rope_sin_);
   set_trainable(true);
 }
