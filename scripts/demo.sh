@@ -17,7 +17,9 @@ if [ -z "$MODEL" ]; then
     exit 1
   fi
 fi
-PROMPT="${PROMPT:-Once upon a time}"
-echo "== splitspec generate --model $MODEL --prompt \"$PROMPT\""
+PROMPT="${PROMPT:-The President of the United States}"
+echo "== splitspec generate --model $MODEL --prompt \"$PROMPT\" (sampled, seed 1)"
 printf '%s' "$PROMPT"  # generate prints only the continuation
-./build/bin/splitspec generate --model "$MODEL" --prompt "$PROMPT" --max-new-tokens 96 --threads 2
+# Seeded sampling: small models loop under greedy decoding.
+./build/bin/splitspec generate --model "$MODEL" --prompt "$PROMPT" --max-new-tokens 96 \
+  --temperature 0.7 --top-k 40 --seed 1 --threads 2
