@@ -1,7 +1,13 @@
 // The `splitspec` binary as users run it: output contract, help, and clear
 // errors (exit status 1, one line on stderr) for bad input.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <sstream>
 
 #include <array>
 #include <cstdio>
@@ -154,6 +160,65 @@ TEST(CliBadInput, TrainAndEvalErrors) {
   const CliRun c = run_cli("eval acceptance --draft " + dir.str("m") + " --target " + dir.str("m") + " --prompts " + dir.str("bad.jsonl"));
   EXPECT_EQ(c.status, 1);
   EXPECT_FALSE(c.err.empty());
+}
+
+}  // namespace splitspec::test
+
+namespace splitspec::test {
+
+// A real kill: SIGKILL the trainer once it has checkpointed, resume it, and
+// get the same model as a run that was never interrupted.
+TEST(CliTrain, ResumeAfterSigkillMatchesUninterruptedRun) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the cat sat on the mat and the dog ran to the park near the river.\n\n";
+  write_file(dir.path() / "text.txt", text);
+  ASSERT_EQ(run_cli("train tokenizer --corpus " + dir.str("text.txt") + " --vocab-size 300 --out " + dir.str("tok")).status, 0);
+  nlohmann::json cfg = {{"model", nlohmann::json::parse(model_config_to_json(tiny_config(300, 1, true)))},
+                        {"train",
+                         {{"seq_len", 32}, {"batch_size", 4}, {"steps", 1000}, {"warmup_steps", 10}, {"lr", 1e-3},
+                          {"min_lr", 1e-4}, {"eval_every", 0}, {"checkpoint_every", 20}, {"dtype", "F32"}}}};
+  write_file(dir.path() / "cfg.json", cfg.dump());
+  const std::string args = "train lm --config " + dir.str("cfg.json") + " --corpus " + dir.str("text.txt") + " --valid " +
+                           dir.str("text.txt") + " --tokenizer " + dir.str("tok") + " --threads 1 --out ";
+
+  // Spawned directly so that this test is the parent and can reap it.
+  std::vector<std::string> argv_s = {std::string(SPLITSPEC_BIN_DIR) + "/splitspec"};
+  std::istringstream words(args + dir.str("killed"));
+  for (std::string w; words >> w;) argv_s.push_back(w);
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t quiet;
+  posix_spawn_file_actions_init(&quiet);
+  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &quiet, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&quiet);
+  const auto state = dir.path() / "killed" / "checkpoint" / "state.json";
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 600 && !std::filesystem::exists(state); ++i) {  // at most 30 s
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      break;
+    }
+    usleep(50 * 1000);
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  ASSERT_TRUE(std::filesystem::exists(state)) << "no checkpoint appeared";
+  ASSERT_FALSE(std::filesystem::exists(dir.path() / "killed" / "model.safetensors")) << "finished before the kill";
+
+  const CliRun resumed = run_cli(args + dir.str("killed") + " --resume");
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("resumed at step"), std::string::npos) << resumed.err;
+  ASSERT_EQ(run_cli(args + dir.str("whole")).status, 0);
+  EXPECT_TRUE(read_file(dir.path() / "killed" / "model.safetensors") == read_file(dir.path() / "whole" / "model.safetensors"))
+      << "resumed model differs from the uninterrupted one";
 }
 
 }  // namespace splitspec::test
