@@ -45,7 +45,7 @@ Generation generate_local_ar(const Model& model, const std::vector<int32_t>& pro
 
   req.logits_rows = std::vector<int64_t>{0};
   for (int64_t i = 0; i < budget; ++i) {
-    const int32_t tok = sample(logits[0], options.sampling, rng).token;
+    const int32_t tok = next_token(logits[0], options.sampling, rng);
     g.output_ids.push_back(tok);
     if (on_token) on_token(tok);
     if (tok == c.eos_token_id && !options.ignore_eos) {

@@ -80,9 +80,14 @@ SpeculativeGeneration generate_speculative_chain(const Model& target, const Mode
       else
         r.tokens.assign(1, drafts.back());
       r.logits_rows = std::vector<int64_t>{static_cast<int64_t>(r.tokens.size()) - 1};
-      Sample smp = sample(draft.forward(r, dcache).logits[0], options.sampling, rng);
-      drafts.push_back(smp.token);
-      if (!options.sampling.greedy()) qs.push_back(std::move(smp.q));
+      const at::Tensor row = draft.forward(r, dcache).logits[0];
+      if (options.sampling.greedy()) {
+        drafts.push_back(greedy_token(row));  // greedy verification needs no q
+      } else {
+        Sample smp = sample(row, options.sampling, rng);
+        drafts.push_back(smp.token);
+        qs.push_back(std::move(smp.q));
+      }
       s.draft_forwards += 1;
     }
     s.draft_ms += ms_since(td);

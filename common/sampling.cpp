@@ -95,4 +95,8 @@ Sample sample(const at::Tensor& logits_row, const SamplingParams& params, Rng& r
   return s;
 }
 
+int32_t next_token(const at::Tensor& logits_row, const SamplingParams& params, Rng& rng) {
+  return params.greedy() ? greedy_token(logits_row) : rng.categorical(filtered_distribution(logits_row, params));
+}
+
 }  // namespace splitspec

@@ -48,5 +48,8 @@ struct Sample {
 };
 
 Sample sample(const at::Tensor& logits_row, const SamplingParams& params, Rng& rng);
+// The same draw without reporting q: greedy decoding then builds no
+// vocabulary-sized distribution per step.
+int32_t next_token(const at::Tensor& logits_row, const SamplingParams& params, Rng& rng);
 
 }  // namespace splitspec

@@ -236,6 +236,7 @@ TrainReport run_training(const TrainJob& job) {
   if (teacher_model) {
     teacher = std::make_unique<TrainableLlama>(*teacher_model);
     teacher->set_trainable(false);
+    teacher_model.reset();  // the trainable copy is all that is used from here
   }
   // Decay matrices only; norm gains stay undecayed.
   std::vector<at::Tensor> decay, no_decay;
