@@ -5,15 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "common/sampling.h"
+#include "common/generate_options.h"
 
 namespace splitspec {
-
-struct GenerateOptions {
-  int32_t max_new_tokens = 128;
-  SamplingParams sampling;
-  bool ignore_eos = false;  // keep going past EOS (benchmarks want fixed lengths)
-};
 
 struct GenerationStats {
   int64_t new_tokens = 0;
@@ -25,7 +19,7 @@ struct GenerationStats {
 
 struct Generation {
   std::vector<int32_t> output_ids;  // generated ids only
-  std::string finish_reason;        // "length" or "eos"
+  std::string finish_reason;        // "length", "eos" or "context"
   GenerationStats stats;
 };
 

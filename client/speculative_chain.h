@@ -7,6 +7,7 @@
 
 #include "client/generation.h"
 #include "common/model.h"
+#include "common/model_drafter.h"
 
 namespace splitspec {
 
@@ -18,7 +19,7 @@ struct SpeculationStats {
   double draft_ms = 0;            // all draft forwards
   double target_ms = 0;           // all target forwards (prefill excluded)
   int64_t draft_forwards = 0;
-  int64_t target_forwards = 0;    // verification forwards (prefill excluded)
+  int64_t target_forwards = 0;    // verification forwards
   std::vector<double> acceptance_per_position() const;
 };
 
@@ -32,5 +33,8 @@ struct SpeculativeGeneration {
 SpeculativeGeneration generate_speculative_chain(const Model& target, const Model& draft,
                                                  const std::vector<int32_t>& prompt_ids, const GenerateOptions& options,
                                                  int32_t gamma, const TokenCallback& on_token = {});
+
+// Folds a drafter's counters into the stats every speculative mode reports.
+void add_drafter_stats(const DrafterStats& d, SpeculationStats& s);
 
 }  // namespace splitspec

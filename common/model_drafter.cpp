@@ -1,0 +1,89 @@
+#include "common/model_drafter.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+
+#include "common/error.h"
+
+namespace splitspec {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+}  // namespace
+
+std::vector<double> DrafterStats::acceptance_per_position() const {
+  std::vector<double> out;
+  for (size_t i = 0; i < proposed.size(); ++i)
+    out.push_back(proposed[i] ? static_cast<double>(accepted[i]) / static_cast<double>(proposed[i]) : 0.0);
+  return out;
+}
+
+ModelDrafter::ModelDrafter(const Model& draft) : draft_(draft), cache_(draft.new_cache()) {}
+
+void ModelDrafter::begin(const std::vector<int32_t>& prompt) {
+  if (prompt.empty()) throw Error("prompt is empty: give at least one token (e.g. BOS)");
+  if (static_cast<int64_t>(prompt.size()) >= cache_.capacity())
+    throw Error("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the draft's context of " +
+                std::to_string(cache_.capacity()));
+  const auto t0 = Clock::now();
+  cache_.truncate(0);
+  seq_ = prompt;
+  last_k_ = 0;
+  ForwardRequest pre;
+  pre.tokens.assign(prompt.begin(), prompt.end() - 1);
+  pre.logits_rows = std::vector<int64_t>{};
+  if (!pre.tokens.empty()) draft_.forward(pre, cache_);
+  stats_.prefill_ms += ms_since(t0);
+}
+
+DraftTree ModelDrafter::draft(int32_t k, const SamplingParams& params, Rng& rng) {
+  // The draft's own context bounds how far it can look ahead.
+  k = static_cast<int32_t>(std::min<int64_t>(k, cache_.capacity() - static_cast<int64_t>(seq_.size())));
+  const auto t0 = Clock::now();
+  std::vector<int32_t> tokens;
+  std::vector<Distribution> qs;
+  for (int32_t i = 0; i < k; ++i) {
+    ForwardRequest r;
+    // Tokens the cache lacks: the last committed one (plus, after a fully
+    // accepted round, the final draft token it never consumed).
+    if (i == 0)
+      r.tokens.assign(seq_.begin() + cache_.size(), seq_.end());
+    else
+      r.tokens.assign(1, tokens.back());
+    r.logits_rows = std::vector<int64_t>{static_cast<int64_t>(r.tokens.size()) - 1};
+    const at::Tensor row = draft_.forward(r, cache_).logits[0];
+    if (params.greedy()) {
+      tokens.push_back(greedy_token(row));  // greedy verification needs no q
+    } else {
+      Sample s = sample(row, params, rng);
+      tokens.push_back(s.token);
+      qs.push_back(std::move(s.q));
+    }
+    stats_.forwards += 1;
+  }
+  // Drafted entries stay cached; accept() trims them to what was accepted.
+  stats_.draft_ms += ms_since(t0);
+  last_k_ = k;
+  if (stats_.proposed.size() < static_cast<size_t>(k)) {
+    stats_.proposed.resize(k, 0);
+    stats_.accepted.resize(k, 0);
+  }
+  return DraftTree::chain(std::move(tokens), std::move(qs));
+}
+
+void ModelDrafter::accept(const std::vector<int32_t>& tokens, int32_t accepted) {
+  const int64_t committed = static_cast<int64_t>(seq_.size());
+  stats_.rounds += 1;
+  for (int32_t i = 0; i < last_k_; ++i) {
+    stats_.proposed[i] += 1;
+    if (i < accepted) stats_.accepted[i] += 1;
+  }
+  last_k_ = 0;
+  // The cache keeps the last committed token and the accepted drafts.
+  cache_.truncate(std::min<int64_t>(cache_.size(), committed + accepted));
+  seq_.insert(seq_.end(), tokens.begin(), tokens.end());
+}
+
+}  // namespace splitspec

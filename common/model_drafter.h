@@ -1,0 +1,48 @@
+#pragma once
+// A draft model proposing chains, in the begin / draft / accept shape of
+// llama.cpp's speculative drafters. It keeps its own KV cache in step with
+// the committed sequence and its own counters.
+#include <cstdint>
+#include <vector>
+
+#include "common/model.h"
+#include "common/token_tree.h"
+
+namespace splitspec {
+
+struct DrafterStats {
+  int64_t rounds = 0;
+  std::vector<int64_t> proposed;  // per draft position: rounds that drafted it
+  std::vector<int64_t> accepted;  // per draft position: rounds that accepted it
+  double prefill_ms = 0;
+  double draft_ms = 0;  // every draft forward after the prefill
+  int64_t forwards = 0;
+  std::vector<double> acceptance_per_position() const;
+};
+
+class ModelDrafter {
+ public:
+  explicit ModelDrafter(const Model& draft);
+
+  // Starts a generation: the cache takes the prompt but its last token.
+  void begin(const std::vector<int32_t>& prompt);
+  // k tokens drafted greedily or sampled with `params` (then each carries the
+  // post-filter q it was drawn from). Does not change the committed state.
+  DraftTree draft(int32_t k, const SamplingParams& params, Rng& rng);
+  // The round's outcome: `tokens` (accepted drafts, then the target's token)
+  // are committed; `accepted` of the last draft's tokens were accepted.
+  void accept(const std::vector<int32_t>& tokens, int32_t accepted);
+
+  const DrafterStats& stats() const { return stats_; }
+  const std::vector<int32_t>& sequence() const { return seq_; }
+  const Model& model() const { return draft_; }
+
+ private:
+  const Model& draft_;
+  KVCache cache_;  // a prefix of seq_: every committed token but the last, plus the live draft
+  std::vector<int32_t> seq_;
+  int32_t last_k_ = 0;
+  DrafterStats stats_;
+};
+
+}  // namespace splitspec
