@@ -1,94 +1,97 @@
 #include <spdlog/spdlog.h>
 
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
-#include "client/local_ar.h"
+#include "client/client.h"
 #include "common/error.h"
-#include "common/model.h"
-#include "common/threads.h"
-#include "common/tokenizer.h"
 
 namespace splitspec::cli {
 
 namespace {
 
 struct GenerateArgs {
-  std::string model_dir;
+  std::string mode = "local-ar";
+  std::string target_dir;  // --target or --model
+  std::string draft_dir;
+  std::string server;
+  std::string tokenizer;
   std::string prompt;
   bool text_prompt = false;  // --prompt given (possibly empty: BOS alone)
   std::vector<int32_t> prompt_ids;
-  GenerateOptions options;
-  int threads = 0;
+  Request request;
+  int threads = 1;
+  double deadline_s = 120;
   bool json = false;
 };
 
-// The tokenizer is needed for --prompt and for printing text; a model given
-// only --prompt-ids may come without one.
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir, const ModelConfig& config, bool required) {
-  const auto path = std::filesystem::path(dir) / "tokenizer.model";
-  if (!std::filesystem::exists(path)) {
-    if (required) throw Error(path.string() + ": tokenizer not found (needed for --prompt; use --prompt-ids)");
-    spdlog::warn("{}: no tokenizer, output is token ids only", path.string());
-    return nullptr;
+nlohmann::json stats_json(const Stats& s, Mode mode) {
+  nlohmann::json j = {{"new_tokens", s.new_tokens},         {"wall_ms", s.wall_ms},
+                      {"ms_per_token", s.ms_per_token},     {"first_token_ms", s.first_token_ms},
+                      {"target_forwards", s.target_forwards}};
+  if (mode == Mode::kEdgeSd) {
+    j["rounds"] = s.rounds;
+    j["tau"] = s.tau;
+    j["acceptance_rate"] = s.acceptance_rate;
+    j["acceptance_per_position"] = s.acceptance_per_position;
+    j["draft_ms"] = s.draft_ms;
+    j["draft_forwards"] = s.draft_forwards;
+    j["verify_wait_ms"] = s.verify_wait_ms;
+    j["server_ms"] = s.server_ms;
+    j["server_forward_ms"] = s.server_forward_ms;
+    j["network_rtt_ms"] = s.network_rtt_ms;
   }
-  auto tok = std::make_unique<Tokenizer>(path.string());
-  if (tok->vocab_size() > config.vocab_size)
-    throw Error(path.string() + ": tokenizer has " + std::to_string(tok->vocab_size()) +
-                " pieces but the model's vocab_size is " + std::to_string(config.vocab_size));
-  return tok;
+  if (mode == Mode::kCloudAr) j["server_forward_ms"] = s.server_forward_ms;
+  return j;
 }
 
 int run_generate(const GenerateArgs& a) {
-  set_compute_threads(a.threads);
-  auto model = Model::load(a.model_dir);
-  auto tok = load_tokenizer(a.model_dir, model->config(), a.text_prompt);
-  std::vector<int32_t> prompt_ids = a.prompt_ids;
+  ClientOptions o;
+  o.mode = parse_mode(a.mode);
+  o.server = a.server;
+  o.draft_dir = a.draft_dir;
+  o.target_dir = a.target_dir;
+  o.tokenizer = a.tokenizer;
+  o.threads = a.threads;
+  std::unique_ptr<Client> client = Client::connect(o);
+  Request req = a.request;
+  req.deadline = std::chrono::milliseconds(static_cast<int64_t>(a.deadline_s * 1000));
+
+  Result r;
   if (a.text_prompt) {
-    prompt_ids = tok->encode(a.prompt);
-    prompt_ids.insert(prompt_ids.begin(), static_cast<int32_t>(model->config().bos_token_id));
+    r = client->generate(a.prompt, req, [&](const std::string& piece) {
+      if (!a.json) std::cout << piece << std::flush;
+    });
+  } else {
+    r = client->generate_ids(a.prompt_ids, req);
   }
-  spdlog::info("model {}: {} layers, hidden {}, vocab {}, {:.1f} MB of weights, {} threads", a.model_dir,
-               model->config().num_hidden_layers, model->config().hidden_size, model->config().vocab_size,
-               model->weight_bytes() / 1e6, compute_threads());
-
-  // Created at the first token, after generation has validated the prompt.
-  std::unique_ptr<TextStreamer> streamer;
-  TokenCallback on_token = [&](int32_t id) {
-    if (!tok) return;
-    if (!streamer) streamer = std::make_unique<TextStreamer>(*tok, prompt_ids);
-    std::string piece = streamer->push(id);
-    if (!a.json) std::cout << piece << std::flush;
-  };
-  Generation g = generate_local_ar(*model, prompt_ids, a.options, on_token);
-  std::string tail = streamer ? streamer->finish() : "";
-
+  const bool has_text = a.text_prompt || !r.text.empty();
   if (a.json) {
     nlohmann::json out = {
-        {"mode", "local-ar"},
-        {"prompt_ids", prompt_ids},
-        {"output_ids", g.output_ids},
-        {"text", tok ? nlohmann::json(streamer ? streamer->text() : "") : nlohmann::json(nullptr)},
-        {"finish_reason", g.finish_reason},
-        {"stats",
-         {{"new_tokens", g.stats.new_tokens},
-          {"wall_ms", g.stats.wall_ms},
-          {"ms_per_token", g.stats.ms_per_token},
-          {"prefill_ms", g.stats.prefill_ms},
-          {"target_forwards", g.stats.target_forwards}}},
+        {"mode", a.mode},
+        {"prompt_ids", r.prompt_ids},
+        {"output_ids", r.ids},
+        {"text", has_text ? nlohmann::json(r.text) : nlohmann::json(nullptr)},
+        {"finish_reason", r.finish_reason},
+        {"stats", stats_json(r.stats, o.mode)},
     };
     std::cout << out.dump() << std::endl;
   } else {
-    if (!tok) {
-      for (size_t i = 0; i < g.output_ids.size(); ++i) std::cout << (i ? "," : "") << g.output_ids[i];
+    if (!a.text_prompt) {
+      if (has_text)
+        std::cout << r.text;
+      else
+        for (size_t i = 0; i < r.ids.size(); ++i) std::cout << (i ? "," : "") << r.ids[i];
     }
-    std::cout << tail << std::endl;
-    std::cerr << "[local-ar] " << g.stats.new_tokens << " tokens, " << g.stats.wall_ms << " ms, "
-              << g.stats.ms_per_token << " ms/token, " << g.stats.target_forwards
-              << " target forwards, finish: " << g.finish_reason << "\n";
+    std::cout << std::endl;
+    const Stats& s = r.stats;
+    std::cerr << "[" << a.mode << "] " << s.new_tokens << " tokens, " << s.wall_ms << " ms, " << s.ms_per_token
+              << " ms/token, " << s.target_forwards << " target forwards";
+    if (o.mode == Mode::kEdgeSd)
+      std::cerr << ", " << s.rounds << " rounds, tau " << s.tau << ", acceptance " << s.acceptance_rate;
+    std::cerr << ", finish: " << r.finish_reason << "\n";
   }
   return 0;
 }
@@ -97,30 +100,41 @@ int run_generate(const GenerateArgs& a) {
 
 Command add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text locally with one model (autoregressive)");
-  cmd->add_option("--model", a->model_dir, "Model directory (config.json, model.safetensors, tokenizer.model)")
-      ->required();
+  CLI::App* cmd = app.add_subcommand(
+      "generate",
+      "Generate text: on this machine (local-ar), on a server (cloud-ar), or drafting here and verifying on a "
+      "server (edge-sd)");
+  cmd->add_option("--mode", a->mode, "local-ar | cloud-ar | edge-sd")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"local-ar", "cloud-ar", "edge-sd"}));
+  auto* model = cmd->add_option("--model,--target", a->target_dir,
+                                "local-ar: target model directory (config.json, model.safetensors, tokenizer.model)");
+  cmd->add_option("--draft", a->draft_dir, "edge-sd: draft model directory");
+  cmd->add_option("--server", a->server, "cloud-ar, edge-sd: server HOST:PORT");
+  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer for text (default: the local model's)");
   auto* prompt = cmd->add_option("--prompt", a->prompt, "Prompt text; tokenized, with BOS prepended");
   auto* ids = cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids, used verbatim")
                   ->delimiter(',');
   prompt->excludes(ids);
   ids->excludes(prompt);
-  cmd->add_option("--max-new-tokens", a->options.max_new_tokens, "Tokens to generate at most")
+  cmd->add_option("--max-new-tokens", a->request.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", a->options.sampling.temperature, "Sampling temperature; 0 is greedy")
-      ->capture_default_str();
-  cmd->add_option("--top-k", a->options.sampling.top_k, "Keep the k most likely tokens; 0 keeps all")
-      ->capture_default_str();
-  cmd->add_option("--top-p", a->options.sampling.top_p, "Nucleus sampling mass in (0, 1]; 1 keeps all")
-      ->capture_default_str();
-  cmd->add_option("--seed", a->options.sampling.seed, "Random seed for sampling")->capture_default_str();
-  cmd->add_flag("--ignore-eos", a->options.ignore_eos, "Keep generating after the end-of-sequence token");
-  cmd->add_flag("--json", a->json, "Print one JSON object with ids, text and stats instead of streaming text");
+  cmd->add_option("--gamma", a->request.gamma, "edge-sd: draft tokens per round")->capture_default_str();
+  cmd->add_option("--temperature", a->request.temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
+  cmd->add_option("--top-k", a->request.top_k, "Keep the k most likely tokens; 0 keeps all")->capture_default_str();
+  cmd->add_option("--top-p", a->request.top_p, "Nucleus sampling mass in (0, 1]; 1 keeps all")->capture_default_str();
+  cmd->add_option("--seed", a->request.seed, "Random seed for sampling")->capture_default_str();
+  cmd->add_flag("--ignore-eos", a->request.ignore_eos, "Keep generating after the end-of-sequence token");
+  cmd->add_option("--deadline-s", a->deadline_s, "Give up on the server after this many seconds")->capture_default_str();
+  cmd->add_flag("--json", a->json,
+                "Print one JSON object with ids, text and stats (rounds, tau, draft_ms, verify_wait_ms, "
+                "network_rtt_ms, ...) instead of streaming text");
   cmd->add_option("--threads", a->threads, "Compute threads (LibTorch and OpenBLAS); 0 uses every core")
       ->capture_default_str();
-  return {cmd, [a, prompt, ids]() {
+  return {cmd, [a, prompt, ids, model]() {
             if (prompt->count() == 0 && ids->count() == 0) throw Error("generate: give --prompt or --prompt-ids");
+            if (a->mode == "local-ar" && model->count() == 0) throw Error("generate: local-ar needs --target DIR");
             a->text_prompt = prompt->count() > 0;
             return run_generate(*a);
           }};

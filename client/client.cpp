@@ -1,0 +1,410 @@
+#include "client/client.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+
+#include "client/local_ar.h"
+#include "client/session_stream.h"
+#include "common/error.h"
+#include "common/model.h"
+#include "common/model_drafter.h"
+#include "common/threads.h"
+#include "common/tokenizer.h"
+#include "proto/convert.h"
+#include "proto/splitspec.grpc.pb.h"
+
+namespace splitspec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+// The draft's sampling draws are independent of the server's accept/reject draws.
+constexpr uint64_t kDraftSeedSalt = 0x9e3779b97f4a7c15ull;
+
+std::string code_name(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    default: return "code " + std::to_string(static_cast<int>(c));
+  }
+}
+
+Error server_error(const std::string& server, const std::string& what, const grpc::Status& s) {
+  std::string hint;
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) hint = " (is the server running and reachable?)";
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) hint = " (the request's deadline passed)";
+  return Error("server " + server + ": " + what + ": " + code_name(s.error_code()) + ": " + s.error_message() + hint);
+}
+
+v1::TokenDistribution sparse(const Distribution& q) {
+  v1::TokenDistribution w;
+  for (size_t i = 0; i < q.size(); ++i)
+    if (q[i] > 0.0f) {
+      w.add_ids(static_cast<int32_t>(i));
+      w.add_probs(q[i]);
+    }
+  return w;
+}
+
+GenerateOptions to_options(const Request& r) {
+  GenerateOptions o;
+  o.max_new_tokens = r.max_new_tokens;
+  o.ignore_eos = r.ignore_eos;
+  o.sampling.temperature = r.temperature;
+  o.sampling.top_k = r.top_k;
+  o.sampling.top_p = r.top_p;
+  o.sampling.seed = r.seed;
+  o.sampling.validate();
+  if (r.max_new_tokens < 0) throw Error("max_new_tokens must be >= 0");
+  return o;
+}
+
+}  // namespace
+
+Mode parse_mode(const std::string& name) {
+  if (name == "cloud-ar") return Mode::kCloudAr;
+  if (name == "edge-sd") return Mode::kEdgeSd;
+  if (name == "local-ar") return Mode::kLocalAr;
+  throw Error("unknown mode '" + name + "' (cloud-ar, edge-sd or local-ar)");
+}
+
+std::string mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kCloudAr: return "cloud-ar";
+    case Mode::kEdgeSd: return "edge-sd";
+    case Mode::kLocalAr: return "local-ar";
+  }
+  return "";
+}
+
+struct Client::Impl {
+  ClientOptions options;
+  std::shared_ptr<Model> draft, target;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string tokenizer_path;  // where it was looked for
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::SplitSpec::Stub> stub;
+  v1::ServerInfo info;
+
+  v1::ServerInfo fetch_info(std::chrono::milliseconds timeout) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+    v1::ServerInfo out;
+    const grpc::Status s = stub->GetInfo(&ctx, v1::GetInfoRequest{}, &out);
+    if (!s.ok()) throw server_error(options.server, "GetInfo failed", s);
+    return out;
+  }
+
+  int64_t vocab_size() const {
+    if (draft) return draft->config().vocab_size;
+    if (target) return target->config().vocab_size;
+    return info.vocab_size();
+  }
+
+  Result run_local_ar(const std::vector<int32_t>& prompt, const GenerateOptions& o, const std::function<void(int32_t)>& on_token);
+  Result run_cloud_ar(const std::vector<int32_t>& prompt, const Request& r, const GenerateOptions& o,
+                      const std::function<void(int32_t)>& on_token);
+  Result run_edge_sd(const std::vector<int32_t>& prompt, const Request& r, const GenerateOptions& o,
+                     const std::function<void(int32_t)>& on_token);
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  set_compute_threads(options.threads);
+  std::string tok_path = options.tokenizer;
+  switch (options.mode) {
+    case Mode::kEdgeSd:
+      if (options.draft_dir.empty()) throw Error("edge-sd needs a draft model (--draft DIR)");
+      impl->draft = Model::load(options.draft_dir);
+      if (tok_path.empty()) tok_path = options.draft_dir;
+      break;
+    case Mode::kLocalAr:
+      if (options.target_dir.empty()) throw Error("local-ar needs a target model (--target DIR)");
+      impl->target = Model::load(options.target_dir);
+      if (tok_path.empty()) tok_path = options.target_dir;
+      break;
+    case Mode::kCloudAr:
+      if (tok_path.empty()) tok_path = options.draft_dir;
+      break;
+  }
+  impl->tokenizer_path = tok_path;
+  if (!tok_path.empty()) {
+    const std::filesystem::path p(tok_path);
+    const bool explicit_path = !options.tokenizer.empty();
+    if (std::filesystem::exists(p / "tokenizer.model") || (explicit_path && std::filesystem::is_regular_file(p)))
+      impl->tokenizer = std::make_unique<Tokenizer>(tok_path);
+    else if (explicit_path)
+      throw Error(tok_path + ": tokenizer not found");
+  }
+
+  if (options.mode != Mode::kLocalAr) {
+    if (options.server.empty()) throw Error(mode_name(options.mode) + " needs a server (--server HOST:PORT)");
+    grpc::ChannelArguments args;
+    // Notice a server that died without closing the connection.
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    impl->channel = grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
+    if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout))
+      throw Error("cannot reach server " + options.server + " within " + std::to_string(options.connect_timeout.count()) +
+                  " ms (is it running? is the address right?)");
+    impl->stub = v1::SplitSpec::NewStub(impl->channel);
+    impl->info = impl->fetch_info(options.connect_timeout);
+    if (!impl->info.serving()) throw Error("server " + options.server + " is shutting down");
+    // Refuse a mismatched pair now rather than decode garbage later.
+    const int64_t vocab = impl->vocab_size();
+    if (impl->draft && vocab != impl->info.vocab_size())
+      throw Error("draft " + options.draft_dir + " has vocab_size " + std::to_string(vocab) + " but server " +
+                  options.server + " serves a target with " + std::to_string(impl->info.vocab_size()));
+    if (impl->tokenizer && !impl->info.tokenizer_fingerprint().empty() &&
+        impl->tokenizer->fingerprint() != impl->info.tokenizer_fingerprint())
+      throw Error("tokenizer mismatch: ours (" + tok_path + ") has fingerprint " + impl->tokenizer->fingerprint() +
+                  ", server " + options.server + "'s target has " + impl->info.tokenizer_fingerprint() +
+                  "; draft and target must share one tokenizer");
+  }
+  if (impl->tokenizer && impl->tokenizer->vocab_size() > impl->vocab_size())
+    throw Error(tok_path + ": tokenizer has " + std::to_string(impl->tokenizer->vocab_size()) +
+                " pieces but the model's vocabulary has " + std::to_string(impl->vocab_size()));
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+ServerInfo Client::server_info() {
+  if (!impl_->stub) throw Error("server_info: this client has no server (local-ar)");
+  const v1::ServerInfo i = impl_->fetch_info(impl_->options.connect_timeout);
+  ServerInfo out;
+  out.model_name = i.model_name();
+  out.vocab_size = i.vocab_size();
+  out.tokenizer_fingerprint = i.tokenizer_fingerprint();
+  out.max_context = i.max_context();
+  out.max_draft_tokens = i.max_draft_tokens();
+  out.active_sessions = i.stats().active_sessions();
+  out.version = i.version();
+  return out;
+}
+
+double Client::ping_ms() {
+  if (!impl_->stub) throw Error("ping: this client has no server (local-ar)");
+  const auto t0 = Clock::now();
+  impl_->fetch_info(impl_->options.connect_timeout);
+  return ms_between(t0, Clock::now());
+}
+
+Result Client::generate(const std::string& prompt, const Request& request,
+                        const std::function<void(const std::string&)>& on_text) {
+  if (!impl_->tokenizer)
+    throw Error(impl_->tokenizer_path.empty() ? "text prompts need a tokenizer: give one (or token ids)"
+                                              : (std::filesystem::path(impl_->tokenizer_path) / "tokenizer.model").string() +
+                                                    ": tokenizer not found (needed for text prompts; use token ids)");
+  std::vector<int32_t> ids = impl_->tokenizer->encode(prompt);
+  ids.insert(ids.begin(), impl_->tokenizer->bos_id());
+  std::unique_ptr<TextStreamer> streamer;
+  std::function<void(int32_t)> on_token;
+  if (on_text)
+    on_token = [&](int32_t id) {
+      // Created at the first token, once the prompt has been accepted.
+      if (!streamer) streamer = std::make_unique<TextStreamer>(*impl_->tokenizer, ids);
+      const std::string piece = streamer->push(id);
+      if (!piece.empty()) on_text(piece);
+    };
+  Result r = generate_ids(ids, request, on_token);
+  if (streamer) {
+    const std::string tail = streamer->finish();
+    if (!tail.empty()) on_text(tail);
+  }
+  return r;
+}
+
+Result Client::generate_ids(const std::vector<int32_t>& prompt_ids, const Request& request,
+                            const std::function<void(int32_t)>& on_token) {
+  const GenerateOptions o = to_options(request);
+  Result r;
+  switch (impl_->options.mode) {
+    case Mode::kLocalAr: r = impl_->run_local_ar(prompt_ids, o, on_token); break;
+    case Mode::kCloudAr: r = impl_->run_cloud_ar(prompt_ids, request, o, on_token); break;
+    case Mode::kEdgeSd: r = impl_->run_edge_sd(prompt_ids, request, o, on_token); break;
+  }
+  r.prompt_ids = prompt_ids;
+  if (impl_->tokenizer) r.text = impl_->tokenizer->decode(r.ids);
+  Stats& s = r.stats;
+  s.new_tokens = static_cast<int64_t>(r.ids.size());
+  s.ms_per_token = s.new_tokens ? s.wall_ms / static_cast<double>(s.new_tokens) : 0.0;
+  if (s.rounds) {
+    s.tau = static_cast<double>(s.new_tokens) / static_cast<double>(s.rounds);
+    s.network_rtt_ms = (s.verify_wait_ms - s.server_ms) / static_cast<double>(s.rounds);
+  }
+  return r;
+}
+
+Result Client::Impl::run_local_ar(const std::vector<int32_t>& prompt, const GenerateOptions& o,
+                                  const std::function<void(int32_t)>& on_token) {
+  const auto t0 = Clock::now();
+  Result r;
+  bool first = true;
+  const Generation g = generate_local_ar(*target, prompt, o, [&](int32_t id) {
+    if (first) r.stats.first_token_ms = ms_between(t0, Clock::now());
+    first = false;
+    if (on_token) on_token(id);
+  });
+  r.ids = g.output_ids;
+  r.finish_reason = g.finish_reason;
+  r.stats.wall_ms = ms_between(t0, Clock::now());
+  r.stats.target_forwards = g.stats.target_forwards;
+  return r;
+}
+
+Result Client::Impl::run_cloud_ar(const std::vector<int32_t>& prompt, const Request& req, const GenerateOptions& o,
+                                  const std::function<void(int32_t)>& on_token) {
+  const auto t0 = Clock::now();
+  v1::GenerateRequest wire;
+  wire.mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
+  *wire.mutable_sampling() = to_wire(o.sampling);
+  wire.set_max_new_tokens(o.max_new_tokens);
+  wire.set_ignore_eos(o.ignore_eos);
+  wire.set_vocab_size(static_cast<int32_t>(info.vocab_size()));
+  if (tokenizer) wire.set_tokenizer_fingerprint(tokenizer->fingerprint());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + req.deadline);
+  // A server-streaming read on the caller's thread: nothing else to overlap.
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Generate(&ctx, wire);
+  Result r;
+  v1::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    if (r.ids.empty()) r.stats.first_token_ms = ms_between(t0, Clock::now());
+    for (int32_t id : msg.tokens()) {
+      r.ids.push_back(id);
+      if (on_token) on_token(id);
+    }
+    r.stats.target_forwards += 1;
+    r.stats.server_forward_ms += msg.timings().forward_ms();
+    if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) r.finish_reason = finish_reason_name(from_wire(msg.finish_reason()));
+  }
+  const grpc::Status s = reader->Finish();
+  if (!s.ok()) throw server_error(options.server, "Generate failed after " + std::to_string(r.ids.size()) + " tokens", s);
+  if (r.finish_reason.empty()) {
+    if (o.max_new_tokens != 0) throw Error("server " + options.server + ": Generate ended without a finish reason");
+    r.finish_reason = finish_reason_name(FinishReason::kLength);
+  }
+  r.stats.wall_ms = ms_between(t0, Clock::now());
+  return r;
+}
+
+Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Request& req, const GenerateOptions& o,
+                                 const std::function<void(int32_t)>& on_token) {
+  if (req.gamma < 1) throw Error("gamma must be at least 1");
+  if (req.gamma > info.max_draft_tokens())
+    throw Error("gamma " + std::to_string(req.gamma) + " exceeds the server's max_draft_tokens of " +
+                std::to_string(info.max_draft_tokens()));
+  for (int32_t t : prompt)
+    if (t < 0 || t >= vocab_size())
+      throw Error("prompt token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+  const auto t0 = Clock::now();
+  c10::InferenceMode guard;
+  Result r;
+  Stats& s = r.stats;
+  if (o.max_new_tokens == 0) {
+    r.finish_reason = finish_reason_name(FinishReason::kLength);
+    return r;
+  }
+  SessionStream stream(*stub, std::chrono::system_clock::now() + req.deadline);
+  {
+    v1::SessionRequest open;
+    v1::Open* w = open.mutable_open();
+    w->mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
+    *w->mutable_sampling() = to_wire(o.sampling);
+    w->set_max_new_tokens(o.max_new_tokens);
+    w->set_ignore_eos(o.ignore_eos);
+    w->set_vocab_size(static_cast<int32_t>(vocab_size()));
+    if (tokenizer) w->set_tokenizer_fingerprint(tokenizer->fingerprint());
+    stream.send(std::move(open));
+  }
+  // The server checks the prompt too; checking here first means the draft
+  // never prefills a prompt that is going to be refused anyway.
+  if (static_cast<int64_t>(prompt.size()) >= info.max_context())
+    throw Error("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the target's context of " +
+                std::to_string(info.max_context()) + " with room to generate");
+  ModelDrafter drafter(*draft);
+  drafter.begin(prompt);
+  Rng rng(o.sampling.seed ^ kDraftSeedSalt);
+  const int64_t context = info.max_context();
+  auto fail = [&](const std::string& what) -> Error {
+    const grpc::Status st = stream.status();
+    if (st.ok()) return Error("server " + options.server + ": " + what);
+    return server_error(options.server, what, st);
+  };
+
+  uint32_t round = 0;
+  while (true) {
+    const int64_t room = context - static_cast<int64_t>(drafter.sequence().size());
+    const int32_t k = static_cast<int32_t>(std::min<int64_t>(req.gamma, std::max<int64_t>(room, 0)));
+    const DraftTree tree = drafter.draft(k, o.sampling, rng);
+    v1::SessionRequest msg;
+    v1::Draft* d = msg.mutable_draft();
+    d->set_round(++round);
+    d->mutable_tokens()->Add(tree.tokens.begin(), tree.tokens.end());
+    for (const Distribution& q : tree.q) *d->add_q() = sparse(q);
+    const auto sent = Clock::now();
+    stream.send(std::move(msg));
+
+    std::optional<v1::SessionResponse> resp;
+    do {
+      resp = stream.next();
+      if (!resp) throw fail("the session ended in round " + std::to_string(round));
+    } while (resp->has_opened());
+    const auto got = Clock::now();
+    if (!resp->has_verdict()) throw fail("unexpected message in round " + std::to_string(round));
+    const v1::RoundVerdict& v = resp->verdict();
+    if (v.round() != round || v.tokens_size() < 1 || v.tokens_size() > k + 1 || v.accepted() < 0 || v.accepted() > k)
+      throw Error("server " + options.server + ": malformed verdict for round " + std::to_string(round));
+    for (int i = 0; i < v.accepted() && i < v.tokens_size(); ++i)
+      if (v.tokens(i) != tree.tokens[i]) throw Error("server " + options.server + ": verdict contradicts the draft");
+    for (int32_t id : v.tokens())
+      if (id < 0 || id >= vocab_size()) throw Error("server " + options.server + ": verdict token outside the vocabulary");
+
+    s.rounds += 1;
+    s.verify_wait_ms += ms_between(sent, got);
+    s.server_ms += v.timings().queue_ms() + v.timings().forward_ms() + v.timings().verify_ms();
+    s.server_forward_ms += v.timings().forward_ms();
+    if (r.ids.empty()) s.first_token_ms = ms_between(t0, got);
+    const std::vector<int32_t> tokens(v.tokens().begin(), v.tokens().end());
+    drafter.accept(tokens, v.accepted());
+    for (int32_t id : tokens) {
+      r.ids.push_back(id);
+      if (on_token) on_token(id);
+    }
+    if (v.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      r.finish_reason = finish_reason_name(from_wire(v.finish_reason()));
+      break;
+    }
+  }
+  const grpc::Status st = stream.status();
+  if (!st.ok()) throw server_error(options.server, "session ended badly", st);
+  const DrafterStats& ds = drafter.stats();
+  s.target_forwards = s.rounds;
+  s.draft_ms = ds.draft_ms;
+  s.draft_forwards = ds.forwards;
+  s.acceptance_per_position = ds.acceptance_per_position();
+  int64_t proposed = 0, accepted = 0;
+  for (size_t i = 0; i < ds.proposed.size(); ++i) {
+    proposed += ds.proposed[i];
+    accepted += ds.accepted[i];
+  }
+  s.acceptance_rate = proposed ? static_cast<double>(accepted) / static_cast<double>(proposed) : 0.0;
+  s.wall_ms = ms_between(t0, Clock::now());
+  return r;
+}
+
+}  // namespace splitspec

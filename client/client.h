@@ -1,0 +1,126 @@
+#pragma once
+// SplitSpec client API: what a robot controller links against.
+//
+//   splitspec::ClientOptions opts;
+//   opts.mode = splitspec::Mode::kEdgeSd;      // draft here, verify on the server
+//   opts.server = "10.0.0.5:50051";
+//   opts.draft_dir = "models/demo-draft";
+//   auto client = splitspec::Client::connect(opts);   // checks vocab + tokenizer
+//   splitspec::Request req;
+//   req.max_new_tokens = 64;
+//   auto result = client->generate("Turn left at the", req,
+//                                  [](const std::string& piece) { std::cout << piece; });
+//
+// Modes:
+//   cloud-ar  the server's target generates every token (the baseline)
+//   edge-sd   a draft model on this device proposes `gamma` tokens per round,
+//             the server's target verifies them in one forward
+//   local-ar  the target runs on this device, no server
+// Every mode produces exactly what the target alone would: the same tokens
+// under greedy decoding (temperature 0), the same distribution when sampling.
+//
+// Errors (unreachable or dead server, tokenizer mismatch, bad request,
+// deadline) throw splitspec::Error with a message meant for humans. A Client
+// runs one generate() at a time; use one Client per thread.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace splitspec {
+
+enum class Mode { kCloudAr, kEdgeSd, kLocalAr };
+// "cloud-ar", "edge-sd", "local-ar"; parse_mode throws splitspec::Error.
+Mode parse_mode(const std::string& name);
+std::string mode_name(Mode mode);
+
+struct ClientOptions {
+  Mode mode = Mode::kEdgeSd;
+  std::string server;      // HOST:PORT, for cloud-ar and edge-sd
+  std::string draft_dir;   // edge-sd: the draft model
+  std::string target_dir;  // local-ar: the target model
+  // Tokenizer (model directory or tokenizer.model) for text prompts; default:
+  // the draft's (edge-sd, cloud-ar) or the target's (local-ar).
+  std::string tokenizer;
+  int threads = 1;  // compute threads on this device
+  std::chrono::milliseconds connect_timeout{5000};
+};
+
+struct Request {
+  int32_t max_new_tokens = 128;
+  float temperature = 0.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+  int32_t gamma = 4;  // edge-sd: draft tokens per round
+  // The whole generation; beyond it generate() throws instead of waiting.
+  std::chrono::milliseconds deadline{120000};
+};
+
+struct Stats {
+  int64_t new_tokens = 0;
+  double wall_ms = 0;          // the whole call
+  double ms_per_token = 0;
+  double first_token_ms = 0;   // until the first generated token arrived
+  int64_t target_forwards = 0; // on the server (or locally for local-ar)
+  // Speculative modes.
+  int64_t rounds = 0;
+  double tau = 0;                     // tokens per round
+  double acceptance_rate = 0;         // accepted / drafted tokens
+  std::vector<double> acceptance_per_position;
+  double draft_ms = 0;                // drafting on this device
+  int64_t draft_forwards = 0;
+  double verify_wait_ms = 0;          // from sending drafts to their verdict, summed
+  double server_ms = 0;               // of that, time the server reports (queue, forward, verify)
+  double server_forward_ms = 0;       // of that, target forwards
+  double network_rtt_ms = 0;          // mean per round: verify wait minus server time
+};
+
+struct Result {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> ids;   // generated ids
+  std::string text;           // generated text (empty without a tokenizer)
+  std::string finish_reason;  // "length", "eos" or "context"
+  Stats stats;
+};
+
+struct ServerInfo {
+  std::string model_name;
+  int32_t vocab_size = 0;
+  std::string tokenizer_fingerprint;
+  int32_t max_context = 0;
+  int32_t max_draft_tokens = 0;
+  int32_t active_sessions = 0;
+  std::string version;
+};
+
+class Client {
+ public:
+  // Loads the local model(s) and, for server modes, connects and checks that
+  // the server's vocabulary and tokenizer match ours.
+  static std::unique_ptr<Client> connect(const ClientOptions& options);
+  ~Client();
+
+  // Text prompt: tokenized with BOS prepended; on_text receives the text as it
+  // becomes final.
+  Result generate(const std::string& prompt, const Request& request,
+                  const std::function<void(const std::string& piece)>& on_text = {});
+  // Token ids, used verbatim; on_token receives each id once final.
+  Result generate_ids(const std::vector<int32_t>& prompt_ids, const Request& request,
+                      const std::function<void(int32_t id)>& on_token = {});
+
+  // Server modes only (throws otherwise).
+  ServerInfo server_info();
+  // One GetInfo round trip, in ms: the network's RTT plus gRPC's overhead.
+  double ping_ms();
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace splitspec

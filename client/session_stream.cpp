@@ -1,0 +1,97 @@
+#include "client/session_stream.h"
+
+namespace splitspec {
+
+SessionStream::SessionStream(v1::SplitSpec::Stub& stub, std::chrono::system_clock::time_point deadline) {
+  context_.set_deadline(deadline);
+  stub.async()->Session(&context_, this);
+  AddHold();
+  StartRead(&in_);
+  StartCall();
+}
+
+SessionStream::~SessionStream() {
+  done_sending();
+  context_.TryCancel();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+}
+
+void SessionStream::send(v1::SessionRequest msg) {
+  const v1::SessionRequest* start = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!holding_) return;  // sending has ended
+    out_.push_back(std::move(msg));
+    if (!writing_) {
+      writing_ = true;
+      start = &out_.front();
+    }
+  }
+  if (start) StartWrite(start);
+}
+
+void SessionStream::OnWriteDone(bool ok) {
+  const v1::SessionRequest* next = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out_.pop_front();
+    if (!ok) out_.clear();  // the call is over; its status says why
+    if (!out_.empty())
+      next = &out_.front();
+    else
+      writing_ = false;
+  }
+  if (next) StartWrite(next);
+}
+
+void SessionStream::done_sending() {
+  bool release;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    release = holding_;
+    holding_ = false;
+  }
+  if (release) RemoveHold();
+}
+
+void SessionStream::OnReadDone(bool ok) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ok)
+      received_.push_back(std::move(in_));
+    else
+      reads_done_ = true;
+  }
+  cv_.notify_all();
+  if (ok) StartRead(&in_);
+}
+
+void SessionStream::OnDone(const grpc::Status& s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = s;
+    reads_done_ = true;
+    done_ = true;
+    // Under the lock: once it is released the destructor may free cv_.
+    cv_.notify_all();
+  }
+}
+
+std::optional<v1::SessionResponse> SessionStream::next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !received_.empty() || reads_done_; });
+  if (received_.empty()) return std::nullopt;
+  v1::SessionResponse r = std::move(received_.front());
+  received_.pop_front();
+  return r;
+}
+
+grpc::Status SessionStream::status() {
+  done_sending();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+  return status_;
+}
+
+}  // namespace splitspec

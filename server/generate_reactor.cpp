@@ -1,0 +1,111 @@
+#include "server/generate_reactor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "common/error.h"
+#include "common/target_decoder.h"
+#include "proto/convert.h"
+#include "server/stream_writer.h"
+
+namespace splitspec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Base = StreamWriter<grpc::ServerWriteReactor<v1::GenerateResponse>, v1::GenerateResponse>;
+
+class GenerateReactor final : public Base {
+ public:
+  GenerateReactor(ServiceContext& ctx, grpc::CallbackServerContext* context, std::unique_ptr<TargetDecoder> decoder)
+      : ctx_(ctx), id_(ctx.next_session_id.fetch_add(1)), peer_(context->peer()), decoder_(std::move(decoder)) {
+    spdlog::info("session={} event=generate peer={} prompt_tokens={}", id_, peer_, decoder_->sequence().size());
+    if (decoder_->finished()) {
+      close(grpc::Status::OK);
+      return;
+    }
+    post_step();
+  }
+
+  ~GenerateReactor() override {
+    spdlog::info("session={} event=closed peer={} generated={}", id_, peer_, decoder_->generated());
+    leave(ctx_);
+  }
+
+ private:
+  void post_step() {
+    hold();
+    const auto queued = Clock::now();
+    ctx_.compute->post([this, queued] { step(queued); });
+  }
+
+  // On the compute worker.
+  void step(Clock::time_point queued) {
+    bool more = false;
+    if (!cancelled() && !closing()) {
+      const double queue_ms = std::chrono::duration<double, std::milli>(Clock::now() - queued).count();
+      try {
+        const RoundResult r = decoder_->step();
+        ctx_.counters.target_forwards.fetch_add(1);
+        ctx_.counters.tokens_generated.fetch_add(static_cast<int64_t>(r.verdict.tokens.size()));
+        v1::GenerateResponse out;
+        out.mutable_tokens()->Add(r.verdict.tokens.begin(), r.verdict.tokens.end());
+        out.set_finish_reason(to_wire(r.finish));
+        out.mutable_timings()->set_queue_ms(queue_ms);
+        out.mutable_timings()->set_forward_ms(r.forward_ms);
+        send(std::move(out));
+        if (r.finish != FinishReason::kNone)
+          close(grpc::Status::OK);
+        else
+          more = true;
+      } catch (const std::exception& e) {
+        spdlog::error("session={} event=internal_error error=\"{}\"", id_, e.what());
+        close(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
+      }
+    }
+    // The next step queues behind other sessions' work.
+    if (more) post_step();
+    release();
+  }
+
+  ServiceContext& ctx_;
+  const uint64_t id_;
+  const std::string peer_;
+  std::unique_ptr<TargetDecoder> decoder_;  // only the (single, sequential) step jobs touch it
+};
+
+class RefusedGenerate final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  explicit RefusedGenerate(const grpc::Status& s) { Finish(s); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* new_generate_reactor(ServiceContext& ctx,
+                                                                    grpc::CallbackServerContext* context,
+                                                                    const v1::GenerateRequest& req) {
+  grpc::Status s = check_compatible(ctx, req.vocab_size(), req.tokenizer_fingerprint(), req.max_new_tokens());
+  if (!s.ok()) {
+    ctx.counters.invalid_requests.fetch_add(1);
+    return new RefusedGenerate(s);
+  }
+  GenerateOptions options;
+  options.max_new_tokens = req.max_new_tokens();
+  options.ignore_eos = req.ignore_eos();
+  options.sampling = from_wire(req.sampling());
+  std::unique_ptr<TargetDecoder> decoder;
+  try {
+    decoder = std::make_unique<TargetDecoder>(*ctx.target, std::vector<int32_t>(req.prompt_ids().begin(), req.prompt_ids().end()),
+                                              options);
+  } catch (const Error& e) {
+    ctx.counters.invalid_requests.fetch_add(1);
+    return new RefusedGenerate(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, e.what()));
+  }
+  s = admit(ctx);
+  if (!s.ok()) return new RefusedGenerate(s);
+  return new GenerateReactor(ctx, context, std::move(decoder));
+}
+
+}  // namespace splitspec

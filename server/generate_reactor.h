@@ -1,0 +1,12 @@
+#pragma once
+// Cloud-only autoregressive decoding: the target generates every token, one
+// compute job per token so that concurrent streams interleave.
+#include "server/service.h"
+
+namespace splitspec {
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* new_generate_reactor(ServiceContext& ctx,
+                                                                    grpc::CallbackServerContext* context,
+                                                                    const v1::GenerateRequest& request);
+
+}  // namespace splitspec

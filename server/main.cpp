@@ -1,0 +1,74 @@
+// splitspec-server: serves a target model for edge-cloud speculative decoding.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+
+#include "common/error.h"
+#include "server/server.h"
+
+int main(int argc, char** argv) {
+  // SIGTERM/SIGINT are taken by sigwait below, never by a handler interrupting
+  // gRPC's or OpenMP's threads: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  spdlog::set_default_logger(spdlog::stderr_color_mt("splitspec-server"));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  CLI::App app{"splitspec-server: verifies drafts from edge clients with the target model (splitspec.v1 over gRPC)"};
+  std::string config_file;
+  splitspec::ServerConfig flags;
+  app.add_option("--config", config_file, "JSON config file (see configs/server.json); flags override it");
+  auto* target = app.add_option("--target", flags.target_dir, "Target model directory");
+  auto* listen = app.add_option("--listen", flags.listen, "HOST:PORT to listen on (port 0: any free port)");
+  auto* max_sessions = app.add_option("--max-sessions", flags.max_sessions, "Concurrent streams before RESOURCE_EXHAUSTED");
+  auto* max_draft = app.add_option("--max-draft-tokens", flags.max_draft_tokens, "Largest Draft accepted");
+  auto* max_new = app.add_option("--max-new-tokens", flags.max_new_tokens, "Largest max_new_tokens accepted");
+  auto* threads = app.add_option("--threads", flags.compute_threads, "Compute threads of the target forward (0: all cores)");
+  auto* grace = app.add_option("--shutdown-grace-s", flags.shutdown_grace_s, "Seconds streams get to finish on SIGTERM");
+  auto* log_level = app.add_option("--log-level", flags.log_level, "trace|debug|info|warn|error|off");
+  auto* port_file = app.add_option("--port-file", flags.port_file, "Write the bound port to this file once serving");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    splitspec::ServerConfig config = config_file.empty() ? splitspec::ServerConfig{} : splitspec::ServerConfig::from_file(config_file);
+    if (*target) config.target_dir = flags.target_dir;
+    if (*listen) config.listen = flags.listen;
+    if (*max_sessions) config.max_sessions = flags.max_sessions;
+    if (*max_draft) config.max_draft_tokens = flags.max_draft_tokens;
+    if (*max_new) config.max_new_tokens = flags.max_new_tokens;
+    if (*threads) config.compute_threads = flags.compute_threads;
+    if (*grace) config.shutdown_grace_s = flags.shutdown_grace_s;
+    if (*log_level) config.log_level = flags.log_level;
+    if (*port_file) config.port_file = flags.port_file;
+    config.validate();
+    spdlog::set_level(spdlog::level::from_str(config.log_level));
+
+    splitspec::Server server(config);
+    server.start();
+    if (!config.port_file.empty()) {
+      // Written whole then renamed, so a reader never sees a partial number.
+      const std::string tmp = config.port_file + ".tmp";
+      std::ofstream(tmp) << server.port() << "\n";
+      std::rename(tmp.c_str(), config.port_file.c_str());
+    }
+    int sig = 0;
+    sigwait(&signals, &sig);
+    spdlog::info("event=signal signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    server.shutdown();
+    return 0;
+  } catch (const splitspec::Error& e) {
+    std::cerr << "splitspec-server: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "splitspec-server: unexpected error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,84 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/tokenizer.h"
+#include "server/service.h"
+
+namespace splitspec {
+
+Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
+  config.validate();
+  if (config.target_dir.empty()) throw Error("no target model: give --target DIR (or \"target\" in the config file)");
+  ctx_->config = std::move(config);
+  ctx_->target = Model::load(ctx_->config.target_dir);
+  ctx_->model_name = std::filesystem::path(ctx_->config.target_dir).lexically_normal().filename().string();
+  if (ctx_->model_name.empty())
+    ctx_->model_name = std::filesystem::path(ctx_->config.target_dir).lexically_normal().parent_path().filename().string();
+  const auto tok_path = std::filesystem::path(ctx_->config.target_dir) / "tokenizer.model";
+  if (std::filesystem::exists(tok_path)) {
+    Tokenizer tok(tok_path.string());
+    ctx_->tokenizer_fingerprint = tok.fingerprint();
+  } else {
+    spdlog::warn("{}: no tokenizer; clients are checked by vocabulary size only", tok_path.string());
+  }
+  service_ = std::make_unique<SplitSpecService>(*ctx_);
+}
+
+Server::~Server() {
+  if (server_) shutdown();
+}
+
+void Server::start() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  ctx_->compute = std::make_unique<ComputeQueue>(ctx_->config.compute_threads);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(ctx_->config.listen, grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(ctx_->config.max_message_bytes);
+  // Clients ping to notice a dead server; allow it, and ping back so that a
+  // client that vanished without closing its socket is noticed too.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    server_.reset();
+    throw Error("cannot listen on " + ctx_->config.listen + " (address in use or invalid?)");
+  }
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  const ModelConfig& c = ctx_->target->config();
+  spdlog::info("event=serving listen={} port={} model={} layers={} vocab={} context={} max_sessions={} tokenizer={}",
+               ctx_->config.listen, port_, ctx_->model_name, c.num_hidden_layers, c.vocab_size, c.max_position_embeddings,
+               ctx_->config.max_sessions, ctx_->tokenizer_fingerprint.empty() ? "none" : ctx_->tokenizer_fingerprint);
+}
+
+void Server::shutdown() {
+  if (!server_) return;
+  spdlog::info("event=shutting_down active_sessions={} grace_s={}", ctx_->counters.active_sessions.load(),
+               ctx_->config.shutdown_grace_s);
+  ctx_->serving = false;
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(ctx_->config.shutdown_grace_s * 1000));
+  server_->Shutdown(deadline);
+  server_->Wait();
+  // Jobs still queued belong to cancelled streams; running them releases those.
+  ctx_->compute.reset();
+  server_.reset();
+  spdlog::info("event=stopped sessions_total={} tokens_generated={}", ctx_->counters.sessions_total.load(),
+               ctx_->counters.tokens_generated.load());
+}
+
+int32_t Server::active_sessions() const { return ctx_->counters.active_sessions.load(); }
+
+}  // namespace splitspec

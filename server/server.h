@@ -1,0 +1,41 @@
+#pragma once
+// splitspec-server as a library: loads the target, serves splitspec.v1 with
+// the grpc.health.v1 health service and server reflection. The binary and the
+// tests both run it this way.
+#include <memory>
+
+#include "server/server_config.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace splitspec {
+
+struct ServiceContext;
+class SplitSpecService;
+
+class Server {
+ public:
+  // Loads the target (and its tokenizer, when it ships one). Throws
+  // splitspec::Error on a bad config or model.
+  explicit Server(ServerConfig config);
+  ~Server();
+
+  // Binds and starts serving; throws splitspec::Error when the address cannot
+  // be bound. With port 0 the kernel picks one: see port().
+  void start();
+  int port() const { return port_; }
+  // Graceful stop: health turns NOT_SERVING, new streams are refused, streams
+  // in flight get config.shutdown_grace_s to finish before they are cancelled.
+  void shutdown();
+  int32_t active_sessions() const;
+
+ private:
+  std::unique_ptr<ServiceContext> ctx_;
+  std::unique_ptr<SplitSpecService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace splitspec

@@ -1,0 +1,62 @@
+#include "server/server_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common/error.h"
+
+namespace splitspec {
+
+ServerConfig ServerConfig::from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open server config");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": server config is not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw Error(path + ": server config must be a JSON object");
+  ServerConfig c;
+  static const std::set<std::string> known = {"target",           "listen",          "max_sessions",
+                                              "max_draft_tokens", "max_new_tokens",  "compute_threads",
+                                              "shutdown_grace_s", "max_message_bytes", "log_level",
+                                              "port_file"};
+  for (const auto& [key, value] : j.items())
+    if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
+  try {
+    if (j.contains("target")) c.target_dir = j["target"].get<std::string>();
+    if (j.contains("listen")) c.listen = j["listen"].get<std::string>();
+    if (j.contains("max_sessions")) c.max_sessions = j["max_sessions"].get<int32_t>();
+    if (j.contains("max_draft_tokens")) c.max_draft_tokens = j["max_draft_tokens"].get<int32_t>();
+    if (j.contains("max_new_tokens")) c.max_new_tokens = j["max_new_tokens"].get<int32_t>();
+    if (j.contains("compute_threads")) c.compute_threads = j["compute_threads"].get<int32_t>();
+    if (j.contains("shutdown_grace_s")) c.shutdown_grace_s = j["shutdown_grace_s"].get<double>();
+    if (j.contains("max_message_bytes")) c.max_message_bytes = j["max_message_bytes"].get<int32_t>();
+    if (j.contains("log_level")) c.log_level = j["log_level"].get<std::string>();
+    if (j.contains("port_file")) c.port_file = j["port_file"].get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": " + e.what());
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+  return c;
+}
+
+void ServerConfig::validate() const {
+  if (listen.empty() || listen.find(':') == std::string::npos) throw Error("listen must be HOST:PORT, got '" + listen + "'");
+  if (max_sessions < 1) throw Error("max_sessions must be at least 1");
+  if (max_draft_tokens < 1) throw Error("max_draft_tokens must be at least 1");
+  if (max_new_tokens < 1) throw Error("max_new_tokens must be at least 1");
+  if (compute_threads < 0) throw Error("compute_threads must be >= 0 (0: every core)");
+  if (!(shutdown_grace_s >= 0)) throw Error("shutdown_grace_s must be >= 0");
+  if (max_message_bytes < 1024) throw Error("max_message_bytes must be at least 1024");
+  static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};
+  if (!levels.count(log_level)) throw Error("log_level must be one of trace|debug|info|warn|error|off");
+}
+
+}  // namespace splitspec

@@ -1,0 +1,26 @@
+#pragma once
+// Operator settings of splitspec-server: a JSON file (configs/server.json
+// documents every key) overridden by command-line flags.
+#include <cstdint>
+#include <string>
+
+namespace splitspec {
+
+struct ServerConfig {
+  std::string target_dir;
+  std::string listen = "127.0.0.1:50051";
+  int32_t max_sessions = 8;         // open Session + Generate streams; beyond: RESOURCE_EXHAUSTED
+  int32_t max_draft_tokens = 16;    // per Draft message
+  int32_t max_new_tokens = 4096;    // per generation
+  int32_t compute_threads = 1;      // LibTorch/OpenMP threads of the target forward
+  double shutdown_grace_s = 10.0;   // SIGTERM: in-flight streams get this long to finish
+  int32_t max_message_bytes = 4 << 20;
+  std::string log_level = "info";
+  std::string port_file;  // when set, the bound port is written there (useful with port 0)
+
+  // Throws splitspec::Error naming the file and key at fault.
+  static ServerConfig from_file(const std::string& path);
+  void validate() const;
+};
+
+}  // namespace splitspec

@@ -1,0 +1,82 @@
+#include "server/service.h"
+
+#include <spdlog/spdlog.h>
+
+#include "server/generate_reactor.h"
+#include "server/session_reactor.h"
+
+namespace splitspec {
+
+grpc::Status admit(ServiceContext& ctx) {
+  if (!ctx.serving.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
+  int32_t active = ctx.counters.active_sessions.load();
+  do {
+    if (active >= ctx.config.max_sessions) {
+      ctx.counters.sessions_rejected.fetch_add(1);
+      spdlog::warn("event=session_rejected active={} max_sessions={}", active, ctx.config.max_sessions);
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "the server is at its limit of " + std::to_string(ctx.config.max_sessions) + " sessions");
+    }
+  } while (!ctx.counters.active_sessions.compare_exchange_weak(active, active + 1));
+  ctx.counters.sessions_total.fetch_add(1);
+  return grpc::Status::OK;
+}
+
+void leave(ServiceContext& ctx) { ctx.counters.active_sessions.fetch_sub(1); }
+
+grpc::Status check_compatible(const ServiceContext& ctx, int32_t vocab_size, const std::string& fingerprint,
+                              int32_t max_new_tokens) {
+  const int64_t vocab = ctx.target->config().vocab_size;
+  if (vocab_size != vocab)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "vocabulary mismatch: the client's vocab_size is " + std::to_string(vocab_size) +
+                            ", the server's target has " + std::to_string(vocab));
+  if (!fingerprint.empty() && !ctx.tokenizer_fingerprint.empty() && fingerprint != ctx.tokenizer_fingerprint)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "tokenizer mismatch: the client's tokenizer fingerprint is " + fingerprint + ", the server's is " +
+                            ctx.tokenizer_fingerprint + " (draft and target must share one tokenizer)");
+  if (max_new_tokens < 0 || max_new_tokens > ctx.config.max_new_tokens)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "max_new_tokens " + std::to_string(max_new_tokens) + " outside the server's range [0, " +
+                            std::to_string(ctx.config.max_new_tokens) + "]");
+  return grpc::Status::OK;
+}
+
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* SplitSpecService::Session(
+    grpc::CallbackServerContext* context) {
+  return new_session_reactor(ctx_, context);
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* SplitSpecService::Generate(grpc::CallbackServerContext* context,
+                                                                          const v1::GenerateRequest* request) {
+  return new_generate_reactor(ctx_, context, *request);
+}
+
+grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext* context, const v1::GetInfoRequest*,
+                                                    v1::ServerInfo* info) {
+  const ModelConfig& c = ctx_.target->config();
+  info->set_model_name(ctx_.model_name);
+  info->set_vocab_size(static_cast<int32_t>(c.vocab_size));
+  info->set_tokenizer_fingerprint(ctx_.tokenizer_fingerprint);
+  info->set_max_context(static_cast<int32_t>(c.max_position_embeddings));
+  info->set_max_draft_tokens(ctx_.config.max_draft_tokens);
+  info->set_max_sessions(ctx_.config.max_sessions);
+  info->set_version(SPLITSPEC_VERSION);
+  info->set_serving(ctx_.serving.load());
+  const ServerCounters& k = ctx_.counters;
+  v1::ServerStats* s = info->mutable_stats();
+  s->set_active_sessions(k.active_sessions.load());
+  s->set_sessions_total(k.sessions_total.load());
+  s->set_sessions_rejected(k.sessions_rejected.load());
+  s->set_rounds_total(k.rounds_total.load());
+  s->set_draft_tokens_proposed(k.draft_tokens_proposed.load());
+  s->set_draft_tokens_accepted(k.draft_tokens_accepted.load());
+  s->set_tokens_generated(k.tokens_generated.load());
+  s->set_target_forwards(k.target_forwards.load());
+  s->set_invalid_requests(k.invalid_requests.load());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace splitspec

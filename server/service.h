@@ -1,0 +1,67 @@
+#pragma once
+// The splitspec.v1.SplitSpec service: Session (speculative rounds), Generate
+// (cloud-only autoregressive) and GetInfo, on gRPC's callback API so that an
+// idle stream costs no thread. Target forwards run on the ComputeQueue.
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "common/model.h"
+#include "proto/splitspec.grpc.pb.h"
+#include "server/compute_queue.h"
+#include "server/server_config.h"
+
+namespace splitspec {
+
+// Counters behind GetInfo's ServerStats.
+struct ServerCounters {
+  std::atomic<int32_t> active_sessions{0};
+  std::atomic<int64_t> sessions_total{0};
+  std::atomic<int64_t> sessions_rejected{0};
+  std::atomic<int64_t> rounds_total{0};
+  std::atomic<int64_t> draft_tokens_proposed{0};
+  std::atomic<int64_t> draft_tokens_accepted{0};
+  std::atomic<int64_t> tokens_generated{0};
+  std::atomic<int64_t> target_forwards{0};
+  std::atomic<int64_t> invalid_requests{0};
+};
+
+// Everything a stream needs from the server, shared by all of them.
+struct ServiceContext {
+  ServerConfig config;
+  std::shared_ptr<const Model> target;
+  std::string model_name;
+  std::string tokenizer_fingerprint;  // empty: the target ships no tokenizer
+  ServerCounters counters;
+  std::atomic<bool> serving{true};
+  std::unique_ptr<ComputeQueue> compute;
+  std::atomic<uint64_t> next_session_id{1};
+};
+
+class SplitSpecService final : public v1::SplitSpec::CallbackService {
+ public:
+  explicit SplitSpecService(ServiceContext& ctx) : ctx_(ctx) {}
+
+  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(grpc::CallbackServerContext* context) override;
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
+                                                          const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context, const v1::GetInfoRequest* request,
+                                    v1::ServerInfo* response) override;
+
+ private:
+  ServiceContext& ctx_;
+};
+
+// Admission of a new stream: OK and the session counted, or the status to
+// refuse it with (UNAVAILABLE while shutting down, RESOURCE_EXHAUSTED at the
+// limit). A counted session calls leave() when it ends.
+grpc::Status admit(ServiceContext& ctx);
+void leave(ServiceContext& ctx);
+
+// The checks both Open and GenerateRequest need: vocabulary and tokenizer
+// agree with the target, max_new_tokens within the server's limit. Returns
+// the status to refuse with, or OK.
+grpc::Status check_compatible(const ServiceContext& ctx, int32_t vocab_size, const std::string& fingerprint,
+                              int32_t max_new_tokens);
+
+}  // namespace splitspec

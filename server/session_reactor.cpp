@@ -1,0 +1,243 @@
+#include "server/session_reactor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <unordered_set>
+
+#include "common/error.h"
+#include "common/target_decoder.h"
+#include "proto/convert.h"
+#include "server/stream_writer.h"
+
+namespace splitspec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Base = StreamWriter<grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>, v1::SessionResponse>;
+
+grpc::Status invalid(const std::string& msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg); }
+
+// A wire q as the dense distribution verification needs, or an error naming
+// what is wrong with it.
+Distribution dense_q(const v1::TokenDistribution& w, int64_t vocab, int32_t index) {
+  const std::string at = "draft token " + std::to_string(index) + ": q ";
+  if (w.ids_size() != w.probs_size())
+    throw Error(at + "has " + std::to_string(w.ids_size()) + " ids but " + std::to_string(w.probs_size()) + " probabilities");
+  Distribution q(vocab, 0.0f);
+  std::unordered_set<int32_t> seen;
+  double total = 0.0;
+  for (int i = 0; i < w.ids_size(); ++i) {
+    const int32_t id = w.ids(i);
+    const float p = w.probs(i);
+    if (id < 0 || id >= vocab) throw Error(at + "names token " + std::to_string(id) + " outside the vocabulary");
+    if (!seen.insert(id).second) throw Error(at + "names token " + std::to_string(id) + " twice");
+    if (!std::isfinite(p) || p < 0.0f || p > 1.0f) throw Error(at + "has probability " + std::to_string(p) + " outside [0, 1]");
+    q[id] = p;
+    total += p;
+  }
+  if (std::abs(total - 1.0) > 1e-3) throw Error(at + "sums to " + std::to_string(total) + ", not 1");
+  return q;
+}
+
+class SessionReactor final : public Base {
+ public:
+  SessionReactor(ServiceContext& ctx, grpc::CallbackServerContext* context)
+      : ctx_(ctx), id_(ctx.next_session_id.fetch_add(1)), peer_(context->peer()) {
+    StartRead(&in_);
+  }
+
+  ~SessionReactor() override {
+    spdlog::info("session={} event=closed peer={} rounds={} generated={} proposed={} accepted={}", id_, peer_, rounds_,
+                 decoder_ ? decoder_->generated() : 0, proposed_, accepted_);
+    leave(ctx_);
+  }
+
+ private:
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client half-closed (or vanished): let a round in flight finish.
+      bool idle;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        client_closed_ = true;
+        idle = !busy_;
+      }
+      if (idle) close(grpc::Status::OK);
+      return;
+    }
+    grpc::Status s = handle(in_);
+    if (!s.ok()) {
+      ctx_.counters.invalid_requests.fetch_add(1);
+      spdlog::warn("session={} event=rejected peer={} code={} error=\"{}\"", id_, peer_, static_cast<int>(s.error_code()),
+                   s.error_message());
+      close(std::move(s));
+      return;
+    }
+    if (!closing()) StartRead(&in_);
+  }
+
+  grpc::Status handle(const v1::SessionRequest& req) {
+    switch (req.kind_case()) {
+      case v1::SessionRequest::kOpen: return open(req.open());
+      case v1::SessionRequest::kDraft: return draft(req.draft());
+      case v1::SessionRequest::kCancel:
+        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+      default: return invalid("empty SessionRequest: set open, draft or cancel");
+    }
+  }
+
+  grpc::Status open(const v1::Open& o) {
+    if (decoder_) return invalid("Open sent twice in one session");
+    grpc::Status s = check_compatible(ctx_, o.vocab_size(), o.tokenizer_fingerprint(), o.max_new_tokens());
+    if (!s.ok()) return s;
+    GenerateOptions options;
+    options.max_new_tokens = o.max_new_tokens();
+    options.ignore_eos = o.ignore_eos();
+    options.sampling = from_wire(o.sampling());
+    try {
+      decoder_ = std::make_unique<TargetDecoder>(*ctx_.target, std::vector<int32_t>(o.prompt_ids().begin(), o.prompt_ids().end()),
+                                                 options);
+    } catch (const Error& e) {
+      return invalid(e.what());
+    }
+    greedy_ = options.sampling.greedy();
+    spdlog::info("session={} event=open peer={} prompt_tokens={} max_new_tokens={} temperature={}", id_, peer_,
+                 o.prompt_ids_size(), o.max_new_tokens(), options.sampling.temperature);
+    v1::SessionResponse r;
+    v1::Opened* opened = r.mutable_opened();
+    opened->set_session_id(std::to_string(id_));
+    opened->set_max_draft_tokens(ctx_.config.max_draft_tokens);
+    opened->set_context(static_cast<int32_t>(ctx_.target->config().max_position_embeddings));
+    send(std::move(r));
+    if (decoder_->finished()) close(grpc::Status::OK);  // max_new_tokens 0: nothing to do
+    return grpc::Status::OK;
+  }
+
+  grpc::Status draft(const v1::Draft& d) {
+    if (!decoder_) return invalid("Draft before Open");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (busy_) return invalid("Draft for round " + std::to_string(d.round()) + " while round " + std::to_string(round_) + " is being verified");
+    }
+    if (decoder_->finished()) return invalid("Draft after the generation finished");
+    if (d.round() != round_ + 1)
+      return invalid("Draft for round " + std::to_string(d.round()) + ", expected round " + std::to_string(round_ + 1));
+    if (d.tokens_size() > ctx_.config.max_draft_tokens)
+      return invalid("Draft of " + std::to_string(d.tokens_size()) + " tokens exceeds the server's maximum of " +
+                     std::to_string(ctx_.config.max_draft_tokens));
+    if (d.parents_size() != 0 && d.parents_size() != d.tokens_size())
+      return invalid("Draft has " + std::to_string(d.parents_size()) + " parents for " + std::to_string(d.tokens_size()) + " tokens");
+    if (!greedy_ && d.q_size() != d.tokens_size())
+      return invalid("sampling needs the q of every draft token: got " + std::to_string(d.q_size()) + " for " +
+                     std::to_string(d.tokens_size()) + " tokens");
+    if (greedy_ && d.q_size() != 0 && d.q_size() != d.tokens_size())
+      return invalid("Draft has " + std::to_string(d.q_size()) + " q for " + std::to_string(d.tokens_size()) + " tokens");
+    const int64_t vocab = ctx_.target->config().vocab_size;
+    DraftTree tree;
+    try {
+      tree.tokens.assign(d.tokens().begin(), d.tokens().end());
+      if (d.parents_size())
+        tree.parents.assign(d.parents().begin(), d.parents().end());
+      else
+        for (int32_t i = 0; i < tree.size(); ++i) tree.parents.push_back(i - 1);
+      // Greedy verification never reads q, but malformed q is still malformed.
+      for (int i = 0; i < d.q_size(); ++i) {
+        Distribution q = dense_q(d.q(i), vocab, i);
+        if (!greedy_) tree.q.push_back(std::move(q));
+      }
+      tree.validate(vocab, !greedy_);
+      if (tree.size() > decoder_->room())
+        throw Error("Draft of " + std::to_string(tree.size()) + " tokens does not fit the context (room for " +
+                    std::to_string(decoder_->room()) + ")");
+    } catch (const Error& e) {
+      return invalid(e.what());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = true;
+      round_ = d.round();
+    }
+    hold();
+    const auto queued = Clock::now();
+    ctx_.compute->post([this, tree = std::move(tree), queued] { verify(tree, queued); });
+    return grpc::Status::OK;
+  }
+
+  // On the compute worker.
+  void verify(const DraftTree& tree, Clock::time_point queued) {
+    if (!cancelled() && !closing()) {
+      const double queue_ms = std::chrono::duration<double, std::milli>(Clock::now() - queued).count();
+      try {
+        const RoundResult r = decoder_->verify(tree);
+        rounds_ += 1;
+        proposed_ += tree.size();
+        accepted_ += r.verdict.accepted;
+        ServerCounters& c = ctx_.counters;
+        c.rounds_total.fetch_add(1);
+        c.target_forwards.fetch_add(1);
+        c.draft_tokens_proposed.fetch_add(tree.size());
+        c.draft_tokens_accepted.fetch_add(r.verdict.accepted);
+        c.tokens_generated.fetch_add(static_cast<int64_t>(r.verdict.tokens.size()));
+        v1::SessionResponse out;
+        v1::RoundVerdict* v = out.mutable_verdict();
+        v->set_round(round_);
+        v->set_accepted(r.verdict.accepted);
+        v->mutable_tokens()->Add(r.verdict.tokens.begin(), r.verdict.tokens.end());
+        v->mutable_path()->Add(r.verdict.path.begin(), r.verdict.path.end());
+        v->set_finish_reason(to_wire(r.finish));
+        v->set_final(true);
+        v1::ServerTimings* t = v->mutable_timings();
+        t->set_queue_ms(queue_ms);
+        t->set_forward_ms(r.forward_ms);
+        t->set_verify_ms(r.verify_ms);
+        send(std::move(out));
+        if (r.finish != FinishReason::kNone) close(grpc::Status::OK);
+      } catch (const Error& e) {
+        close(invalid(e.what()));
+      } catch (const std::exception& e) {
+        spdlog::error("session={} event=internal_error error=\"{}\"", id_, e.what());
+        close(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
+      }
+    }
+    bool half_closed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+      half_closed = client_closed_;
+    }
+    if (half_closed) close(grpc::Status::OK);
+    release();
+  }
+
+  ServiceContext& ctx_;
+  const uint64_t id_;
+  const std::string peer_;
+  v1::SessionRequest in_;
+  std::unique_ptr<TargetDecoder> decoder_;  // touched by the reader until the first Draft, then by one job at a time
+  bool greedy_ = true;
+  uint32_t round_ = 0;  // the last round received
+  bool busy_ = false;   // a round is queued or running
+  bool client_closed_ = false;
+  int64_t rounds_ = 0, proposed_ = 0, accepted_ = 0;
+};
+
+// Refuses a stream before any message is read.
+class RefusedSession final : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse> {
+ public:
+  explicit RefusedSession(const grpc::Status& s) { Finish(s); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* new_session_reactor(
+    ServiceContext& ctx, grpc::CallbackServerContext* context) {
+  grpc::Status s = admit(ctx);
+  if (!s.ok()) return new RefusedSession(s);
+  return new SessionReactor(ctx, context);
+}
+
+}  // namespace splitspec

@@ -1,0 +1,121 @@
+#pragma once
+// What every streaming reactor of the server needs on top of gRPC's callback
+// API: an ordered queue of outgoing messages with one write in flight, a
+// Finish that waits for that queue, and a lifetime that outlasts OnDone while
+// compute jobs still refer to the reactor.
+//
+// gRPC calls are never made under mu_, so a reaction that gRPC runs inline
+// cannot deadlock on it.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <optional>
+
+namespace splitspec {
+
+template <class Reactor, class Response>
+class StreamWriter : public Reactor {
+ protected:
+  // Queues `msg` behind earlier ones; dropped once the stream is closing.
+  void send(Response msg) {
+    const Response* start = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (status_) return;
+      out_.push_back(std::move(msg));
+      if (!writing_) {
+        writing_ = true;
+        start = &out_.front();
+      }
+    }
+    if (start) this->StartWrite(start);
+  }
+
+  // Ends the stream with `status` once queued messages are written; the first
+  // call decides the status.
+  void close(grpc::Status status) {
+    bool finish_now = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (status_) return;
+      status_ = std::move(status);
+      finish_now = !writing_;
+      finished_ = finish_now;
+    }
+    if (finish_now) this->Finish(*status_);
+  }
+
+  bool closing() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_.has_value();
+  }
+  bool cancelled() const { return cancelled_.load(); }
+
+  // A compute job in flight holds the reactor: it is deleted only after OnDone
+  // and the last release.
+  void hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++holds_;
+  }
+  void release() {
+    bool del;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      del = --holds_ == 0 && done_;
+    }
+    if (del) delete this;
+  }
+
+  std::mutex mu_;
+
+ private:
+  void OnWriteDone(bool ok) override {
+    const Response* next = nullptr;
+    bool finish_now = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      out_.pop_front();
+      if (!ok) {
+        // The peer is gone: nothing more can be written.
+        out_.clear();
+        if (!status_) status_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      }
+      if (!out_.empty()) {
+        next = &out_.front();
+      } else {
+        writing_ = false;
+        finish_now = status_.has_value() && !finished_;
+        finished_ = finished_ || finish_now;
+      }
+    }
+    if (next) this->StartWrite(next);
+    if (finish_now) this->Finish(*status_);
+  }
+
+  void OnCancel() override {
+    cancelled_ = true;
+    close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override {
+    bool del;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      del = holds_ == 0;
+    }
+    if (del) delete this;
+  }
+
+  std::deque<Response> out_;
+  bool writing_ = false;
+  std::optional<grpc::Status> status_;
+  bool finished_ = false;
+  bool done_ = false;
+  int holds_ = 0;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace splitspec
