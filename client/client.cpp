@@ -238,7 +238,13 @@ Result Client::generate_ids(const std::vector<int32_t>& prompt_ids, const Reques
     case Mode::kEdgeSd: r = impl_->run_edge_sd(prompt_ids, request, o, on_token); break;
   }
   r.prompt_ids = prompt_ids;
-  if (impl_->tokenizer) r.text = impl_->tokenizer->decode(r.ids);
+  if (impl_->tokenizer) {
+    // Decoded in the prompt's context, exactly as streamed text is.
+    TextStreamer text(*impl_->tokenizer, prompt_ids);
+    for (int32_t id : r.ids) text.push(id);
+    text.finish();
+    r.text = text.text();
+  }
   Stats& s = r.stats;
   s.new_tokens = static_cast<int64_t>(r.ids.size());
   s.ms_per_token = s.new_tokens ? s.wall_ms / static_cast<double>(s.new_tokens) : 0.0;

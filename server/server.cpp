@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "common/error.h"
 #include "common/tokenizer.h"
@@ -36,6 +37,7 @@ Server::~Server() {
 }
 
 void Server::start() {
+  spdlog::set_level(spdlog::level::from_str(ctx_->config.log_level));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   ctx_->compute = std::make_unique<ComputeQueue>(ctx_->config.compute_threads);
@@ -66,11 +68,18 @@ void Server::shutdown() {
   if (!server_) return;
   spdlog::info("event=shutting_down active_sessions={} grace_s={}", ctx_->counters.active_sessions.load(),
                ctx_->config.shutdown_grace_s);
+  // Drain first and stop listening last: while streams finish, health and
+  // GetInfo still answer (NOT_SERVING), so load balancers see the change, and
+  // new streams are refused with UNAVAILABLE.
   ctx_->serving = false;
   server_->GetHealthCheckService()->SetServingStatus(false);
-  const auto deadline = std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(ctx_->config.shutdown_grace_s * 1000));
-  server_->Shutdown(deadline);
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(ctx_->config.shutdown_grace_s * 1000));
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (ctx_->counters.active_sessions.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const int32_t left = ctx_->counters.active_sessions.load();
+  if (left > 0) spdlog::warn("event=grace_expired cancelling={}", left);
+  server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
   // Jobs still queued belong to cancelled streams; running them releases those.
   ctx_->compute.reset();

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <unordered_set>
 
 #include "common/error.h"
@@ -168,6 +169,8 @@ class SessionReactor final : public Base {
 
   // On the compute worker.
   void verify(const DraftTree& tree, Clock::time_point queued) {
+    std::optional<v1::SessionResponse> out;
+    std::optional<grpc::Status> end;
     if (!cancelled() && !closing()) {
       const double queue_ms = std::chrono::duration<double, std::milli>(Clock::now() - queued).count();
       try {
@@ -181,8 +184,8 @@ class SessionReactor final : public Base {
         c.draft_tokens_proposed.fetch_add(tree.size());
         c.draft_tokens_accepted.fetch_add(r.verdict.accepted);
         c.tokens_generated.fetch_add(static_cast<int64_t>(r.verdict.tokens.size()));
-        v1::SessionResponse out;
-        v1::RoundVerdict* v = out.mutable_verdict();
+        out.emplace();
+        v1::RoundVerdict* v = out->mutable_verdict();
         v->set_round(round_);
         v->set_accepted(r.verdict.accepted);
         v->mutable_tokens()->Add(r.verdict.tokens.begin(), r.verdict.tokens.end());
@@ -193,21 +196,24 @@ class SessionReactor final : public Base {
         t->set_queue_ms(queue_ms);
         t->set_forward_ms(r.forward_ms);
         t->set_verify_ms(r.verify_ms);
-        send(std::move(out));
-        if (r.finish != FinishReason::kNone) close(grpc::Status::OK);
+        if (r.finish != FinishReason::kNone) end = grpc::Status::OK;
       } catch (const Error& e) {
-        close(invalid(e.what()));
+        end = invalid(e.what());
       } catch (const std::exception& e) {
         spdlog::error("session={} event=internal_error error=\"{}\"", id_, e.what());
-        close(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
+        end = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
       }
     }
     bool half_closed;
     {
+      // Idle again before the verdict leaves: the client answers it with the
+      // next Draft, which must find the session ready.
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
       half_closed = client_closed_;
     }
+    if (out) send(std::move(*out));
+    if (end) close(std::move(*end));
     if (half_closed) close(grpc::Status::OK);
     release();
   }

@@ -213,7 +213,7 @@ TEST(LocalAr, StopsAtContextEndAndAtEos) {
   o.ignore_eos = true;
   Generation g = generate_local_ar(*m, {1, 2, 3}, o);
   EXPECT_EQ(g.output_ids.size(), 61u);  // context 64
-  EXPECT_EQ(g.finish_reason, "length");
+  EXPECT_EQ(g.finish_reason, "context");  // the context ran out before max_new_tokens
   EXPECT_EQ(g.stats.target_forwards, 61);
 
   // Stop on EOS: make the model's EOS the token it predicts first.

@@ -130,3 +130,67 @@ double goodness_of_fit_pvalue(const std::vector<int64_t>& counts, const std::vec
 }
 
 }  // namespace splitspec::test
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+
+#include <thread>
+
+extern char** environ;
+
+namespace splitspec::test {
+
+Child::Child(const std::vector<std::string>& argv, const std::string& out_path, const std::string& err_path) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&files, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, args[0], &files, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + " failed");
+  pid_ = pid;
+}
+
+Child::~Child() {
+  if (!reaped_) {
+    kill(pid_, SIGCONT);
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+}
+
+void Child::signal(int sig) {
+  if (!reaped_) kill(pid_, sig);
+}
+
+std::optional<int> Child::wait(std::chrono::milliseconds timeout) {
+  if (reaped_) return std::nullopt;
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      reaped_ = true;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    if (std::chrono::steady_clock::now() >= end) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+}  // namespace splitspec::test

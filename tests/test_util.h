@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -40,5 +43,29 @@ double chi_square_pvalue(double statistic, int dof);
 // Categories with expected probability 0 must have no observations, else the
 // p-value is 0. Categories expected below 5 counts are pooled.
 double goodness_of_fit_pvalue(const std::vector<int64_t>& counts, const std::vector<double>& probs);
+
+}  // namespace splitspec::test
+
+namespace splitspec::test {
+
+// A child process (posix_spawn, stdout and stderr to files), SIGKILLed and
+// reaped at scope exit if still running: containers' PID 1 may not reap.
+class Child {
+ public:
+  Child(const std::vector<std::string>& argv, const std::string& out_path, const std::string& err_path);
+  ~Child();
+  int pid() const { return pid_; }
+  void signal(int sig);
+  // The exit status once the child has exited within `timeout`; -1 when it
+  // was killed by a signal; nullopt when it is still running.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+
+ private:
+  int pid_ = -1;
+  bool reaped_ = false;
+};
+
+// Polls `pred` every few ms until it holds or `timeout` passes.
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
 }  // namespace splitspec::test

@@ -1,0 +1,331 @@
+// Faults and bad input on the edge-cloud path: clear errors, freed sessions,
+// no hangs, and a server that keeps serving.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <future>
+#include <thread>
+
+#include "client/client.h"
+#include "common/error.h"
+#include "common/model.h"
+#include "common/tokenizer.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "tests/edge_cloud_util.h"
+
+namespace splitspec {
+namespace {
+
+using test::LocalServer;
+using test::TempDir;
+using Stream = grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>;
+
+v1::SessionRequest open_msg(std::vector<int32_t> prompt, int32_t vocab = 8000, float temperature = 0.0f) {
+  v1::SessionRequest m;
+  v1::Open* o = m.mutable_open();
+  o->mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
+  o->set_max_new_tokens(16);
+  o->set_vocab_size(vocab);
+  o->mutable_sampling()->set_temperature(temperature);
+  return m;
+}
+
+v1::SessionRequest draft_msg(uint32_t round, std::vector<int32_t> tokens) {
+  v1::SessionRequest m;
+  m.mutable_draft()->set_round(round);
+  m.mutable_draft()->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  return m;
+}
+
+// Sends `msgs` on a fresh session and returns how it ended.
+grpc::Status run_session(v1::SplitSpec::Stub& stub, const std::vector<v1::SessionRequest>& msgs) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  std::unique_ptr<Stream> s = stub.Session(&ctx);
+  for (const auto& m : msgs)
+    if (!s->Write(m)) break;
+  s->WritesDone();
+  v1::SessionResponse r;
+  while (s->Read(&r)) {
+  }
+  return s->Finish();
+}
+
+TEST(EdgeCloudFaults, MalformedTrafficGetsInvalidArgumentAndTheServerKeepsServing) {
+  LocalServer srv = test::start_server(test::demo_target_dir(), 8, 6);
+  auto stub = test::raw_stub(srv.address);
+  auto with_q = [](v1::SessionRequest d, std::vector<int32_t> ids, std::vector<float> probs) {
+    v1::TokenDistribution* q = d.mutable_draft()->add_q();
+    q->mutable_ids()->Add(ids.begin(), ids.end());
+    q->mutable_probs()->Add(probs.begin(), probs.end());
+    return d;
+  };
+  std::vector<int32_t> too_long(600, 5);
+  too_long[0] = 1;
+  struct Case {
+    std::string name;
+    std::vector<v1::SessionRequest> msgs;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"draft before open", {draft_msg(1, {5, 6})}, "Draft before Open"},
+      {"round out of order", {open_msg({1, 5}), draft_msg(2, {5})}, "expected round 1"},
+      {"too many draft tokens", {open_msg({1, 5}), draft_msg(1, {5, 5, 5, 5, 5, 5, 5})}, "exceeds the server's maximum of 6"},
+      {"token outside the vocabulary", {open_msg({1, 5}), draft_msg(1, {5, 8000})}, "outside the vocabulary"},
+      {"negative token", {open_msg({1, 5}), draft_msg(1, {-3})}, "outside the vocabulary"},
+      {"prompt token outside the vocabulary", {open_msg({1, 9000})}, "prompt token id 9000 outside the vocabulary"},
+      {"prompt longer than the context", {open_msg(too_long)}, "does not fit the model's context of 512"},
+      {"empty prompt", {open_msg({})}, "prompt is empty"},
+      {"empty request", {v1::SessionRequest{}}, "empty SessionRequest"},
+      {"open twice", {open_msg({1, 5}), open_msg({1, 5})}, "Open sent twice"},
+      {"q missing when sampling", {open_msg({1, 5}, 8000, 1.0f), draft_msg(1, {5})}, "sampling needs the q"},
+      {"q does not sum to 1", {open_msg({1, 5}, 8000, 1.0f), with_q(draft_msg(1, {5}), {5, 6}, {0.2f, 0.3f})}, "sums to"},
+      {"q negative", {open_msg({1, 5}, 8000, 1.0f), with_q(draft_msg(1, {5}), {5, 6}, {1.5f, -0.5f})}, "outside [0, 1]"},
+      {"q NaN", {open_msg({1, 5}, 8000, 1.0f), with_q(draft_msg(1, {5}), {5}, {std::nanf("")})}, "outside [0, 1]"},
+      {"q ids and probs differ in length", {open_msg({1, 5}, 8000, 1.0f), with_q(draft_msg(1, {5}), {5, 6}, {1.0f})}, "ids but"},
+      {"q names a token twice", {open_msg({1, 5}, 8000, 1.0f), with_q(draft_msg(1, {5}), {5, 5}, {0.5f, 0.5f})}, "twice"},
+      {"q does not support its token", {open_msg({1, 5}, 8000, 1.0f), with_q(draft_msg(1, {5}), {6}, {1.0f})}, "q"},
+      {"bad sampling params", {[] { auto m = open_msg({1, 5}); m.mutable_open()->mutable_sampling()->set_temperature(-1); return m; }()}, "temperature"},
+      {"max_new_tokens too large", {[] { auto m = open_msg({1, 5}); m.mutable_open()->set_max_new_tokens(1 << 30); return m; }()}, "max_new_tokens"},
+  };
+  for (const Case& c : cases) {
+    const grpc::Status s = run_session(*stub, c.msgs);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.name << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(c.message), std::string::npos) << c.name << ": " << s.error_message();
+  }
+  // Parents that do not form a tree.
+  {
+    v1::SessionRequest d = draft_msg(1, {5, 6});
+    d.mutable_draft()->add_parents(1);
+    d.mutable_draft()->add_parents(0);
+    const grpc::Status s = run_session(*stub, {open_msg({1, 5}), d});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+  // Oversized message: refused by gRPC's own size limit, not by a crash.
+  {
+    // About 6 MB, over the 4 MiB limit.
+    v1::SessionRequest big = open_msg(std::vector<int32_t>(3'000'000, 7000));
+    const grpc::Status s = run_session(*stub, {big});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  }
+  // A well-formed session still works, and every refused one was freed.
+  ClientOptions o;
+  o.mode = Mode::kEdgeSd;
+  o.server = srv.address;
+  o.draft_dir = test::demo_draft_dir();
+  Request req;
+  req.max_new_tokens = 12;
+  EXPECT_EQ(Client::connect(o)->generate("The ship sailed", req).ids.size(), 12u);
+  EXPECT_TRUE(test::wait_until([&] { return srv.server->active_sessions() == 0; }, std::chrono::seconds(10)));
+  EXPECT_GE(test::server_stats(srv.address).invalid_requests(), static_cast<int64_t>(cases.size()));
+}
+
+TEST(EdgeCloudFaults, TokenizerOrVocabularyMismatchIsRefused) {
+  TempDir dir;
+  // A target with the demo's vocabulary size but its own, different tokenizer.
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  test::write_file(dir.path() / "corpus.txt", text);
+  Model::random(test::tiny_config(8000, 1), 3)->save(dir.str("target"));
+  TokenizerTrainOptions t;
+  t.corpus = dir.str("corpus.txt");
+  t.out_dir = dir.str("target");
+  t.vocab_size = 300;
+  train_tokenizer(t);
+  LocalServer srv = test::start_server(dir.str("target"));
+
+  ClientOptions o;
+  o.mode = Mode::kEdgeSd;
+  o.server = srv.address;
+  o.draft_dir = test::demo_draft_dir();
+  try {
+    Client::connect(o);
+    FAIL() << "connect accepted a mismatched tokenizer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer mismatch"), std::string::npos) << e.what();
+  }
+  o.mode = Mode::kCloudAr;
+  EXPECT_THROW(Client::connect(o), Error);
+
+  // The server checks too, for clients that skip GetInfo.
+  auto stub = test::raw_stub(srv.address);
+  v1::SessionRequest open = open_msg({1, 5});
+  open.mutable_open()->set_tokenizer_fingerprint(Tokenizer(test::demo_draft_dir()).fingerprint());
+  grpc::Status s = run_session(*stub, {open});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("tokenizer mismatch"), std::string::npos) << s.error_message();
+  s = run_session(*stub, {open_msg({1, 5}, 32000)});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("vocabulary mismatch"), std::string::npos) << s.error_message();
+
+  // A draft with another vocabulary size is refused at connect.
+  Model::random(test::tiny_config(64, 1), 4)->save(dir.str("small_draft"));
+  o.mode = Mode::kEdgeSd;
+  o.draft_dir = dir.str("small_draft");
+  try {
+    Client::connect(o);
+    FAIL() << "connect accepted a mismatched vocabulary";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vocab_size 64"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EdgeCloudFaults, SessionsBeyondTheLimitGetResourceExhausted) {
+  LocalServer srv = test::start_server(test::demo_target_dir(), 2);
+  auto stub = test::raw_stub(srv.address);
+  grpc::ClientContext c1, c2;
+  auto s1 = stub->Session(&c1);
+  auto s2 = stub->Session(&c2);
+  ASSERT_TRUE(s1->Write(open_msg({1, 5})));
+  ASSERT_TRUE(s2->Write(open_msg({1, 5})));
+  v1::SessionResponse r;
+  ASSERT_TRUE(s1->Read(&r));
+  ASSERT_TRUE(s2->Read(&r));
+  EXPECT_EQ(srv.server->active_sessions(), 2);
+  const grpc::Status third = run_session(*stub, {open_msg({1, 5})});
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.error_message();
+  EXPECT_EQ(test::server_stats(srv.address).sessions_rejected(), 1);
+  c1.TryCancel();
+  s1->Finish();
+  EXPECT_TRUE(test::wait_until([&] { return srv.server->active_sessions() == 1; }, std::chrono::seconds(10)));
+  EXPECT_TRUE(run_session(*stub, {open_msg({1, 5})}).ok());
+  c2.TryCancel();
+  s2->Finish();
+}
+
+// The client process is SIGKILLed mid-generation: its socket closes and the
+// server frees the session.
+TEST(EdgeCloudFaults, ClientThatVanishesHasItsSessionFreed) {
+  LocalServer srv = test::start_server(test::demo_target_dir());
+  TempDir tmp;
+  test::Child client({std::string(SPLITSPEC_BIN_DIR) + "/splitspec", "generate", "--mode", "edge-sd", "--server",
+                      srv.address, "--draft", test::demo_draft_dir(), "--prompt", "The ship sailed", "--ignore-eos",
+                      "--max-new-tokens", "400", "--gamma", "1", "--threads", "1"},
+                     tmp.str("out"), tmp.str("err"));
+  ASSERT_TRUE(test::wait_until([&] { return test::server_stats(srv.address).rounds_total() >= 3; }, std::chrono::seconds(60)))
+      << test::read_file(tmp.path() / "err");
+  EXPECT_EQ(srv.server->active_sessions(), 1);
+  client.signal(SIGKILL);
+  EXPECT_EQ(client.wait(std::chrono::seconds(10)), -1);
+  EXPECT_TRUE(test::wait_until([&] { return srv.server->active_sessions() == 0; }, std::chrono::seconds(10)));
+  // A cancelled stream is freed too.
+  auto stub = test::raw_stub(srv.address);
+  grpc::ClientContext ctx;
+  auto s = stub->Session(&ctx);
+  ASSERT_TRUE(s->Write(open_msg({1, 5})));
+  v1::SessionResponse r;
+  ASSERT_TRUE(s->Read(&r));
+  EXPECT_EQ(srv.server->active_sessions(), 1);
+  ctx.TryCancel();
+  s->Finish();
+  EXPECT_TRUE(test::wait_until([&] { return srv.server->active_sessions() == 0; }, std::chrono::seconds(10)));
+}
+
+// The server process dies (SIGKILL) or freezes (SIGSTOP) mid-generation: the
+// client's call returns a clear error, never hangs.
+TEST(EdgeCloudFaults, ServerKilledOrFrozenMidGenerationGivesAClearErrorWithinTheDeadline) {
+  for (Mode mode : {Mode::kEdgeSd, Mode::kCloudAr}) {
+    for (int sig : {SIGKILL, SIGSTOP}) {
+      TempDir tmp;
+      std::unique_ptr<test::Child> server;
+      const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server);
+      ClientOptions o;
+      o.mode = mode;
+      o.server = address;
+      o.draft_dir = test::demo_draft_dir();
+      auto client = Client::connect(o);
+      Request req;
+      req.max_new_tokens = 400;
+      req.ignore_eos = true;
+      req.deadline = std::chrono::seconds(3);
+      std::atomic<int> seen{0};
+      auto call = std::async(std::launch::async, [&] {
+        try {
+          client->generate_ids({1, 345, 1046}, req, [&](int32_t) {
+            seen += 1;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));  // keep it mid-generation
+          });
+          return std::string("finished");
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      });
+      ASSERT_TRUE(test::wait_until([&] { return seen.load() >= 5; }, std::chrono::seconds(30)));
+      server->signal(sig);
+      ASSERT_EQ(call.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "client hung";
+      const std::string what = call.get();
+      const std::string expect = sig == SIGKILL ? "UNAVAILABLE" : "DEADLINE_EXCEEDED";
+      EXPECT_NE(what.find("server " + address), std::string::npos) << what;
+      EXPECT_NE(what.find(expect), std::string::npos) << mode_name(mode) << ": " << what;
+    }
+  }
+}
+
+TEST(EdgeCloudFaults, DeadServerAtConnectIsAClearError) {
+  ClientOptions o;
+  o.mode = Mode::kEdgeSd;
+  o.server = "127.0.0.1:1";  // nothing listens on port 1
+  o.draft_dir = test::demo_draft_dir();
+  o.connect_timeout = std::chrono::milliseconds(500);
+  try {
+    Client::connect(o);
+    FAIL() << "connected to nothing";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot reach server 127.0.0.1:1"), std::string::npos) << e.what();
+  }
+}
+
+// SIGTERM: health turns NOT_SERVING, the generation in flight completes, the
+// process exits 0.
+TEST(EdgeCloudFaults, SigtermDrainsInFlightGenerationsThenExits) {
+  TempDir tmp;
+  std::unique_ptr<test::Child> server;
+  const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server, {"--shutdown-grace-s", "30"});
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  auto check = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::health::v1::HealthCheckResponse r;
+    const grpc::Status s = health->Check(&ctx, grpc::health::v1::HealthCheckRequest{}, &r);
+    return s.ok() ? r.status() : grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  };
+  EXPECT_EQ(check(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  ClientOptions o;
+  o.mode = Mode::kEdgeSd;
+  o.server = address;
+  o.draft_dir = test::demo_draft_dir();
+  auto client = Client::connect(o);
+  Request req;
+  req.max_new_tokens = 120;
+  req.ignore_eos = true;
+  req.gamma = 1;
+  std::atomic<int> seen{0};
+  auto call = std::async(std::launch::async, [&] {
+    return client->generate_ids({1, 345, 1046}, req, [&](int32_t) {
+      seen += 1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    });
+  });
+  ASSERT_TRUE(test::wait_until([&] { return seen.load() >= 5; }, std::chrono::seconds(30)));
+  server->signal(SIGTERM);
+  EXPECT_TRUE(test::wait_until([&] { return check() == grpc::health::v1::HealthCheckResponse::NOT_SERVING; },
+                               std::chrono::seconds(10)));
+  // New work is refused while the old drains.
+  try {
+    Client::connect(o);
+    ADD_FAILURE() << "a draining server accepted a new client";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shutting down"), std::string::npos) << e.what();
+  }
+  const Result r = call.get();  // finishes despite the shutdown
+  EXPECT_EQ(r.ids.size(), 120u);
+  EXPECT_EQ(server->wait(std::chrono::seconds(30)), 0);
+  const std::string log = test::read_file(tmp.path() / "server.err");
+  EXPECT_NE(log.find("event=shutting_down active_sessions=1"), std::string::npos) << log;
+  EXPECT_NE(log.find("event=stopped"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace splitspec

@@ -1,0 +1,178 @@
+// Edge-cloud decoding over real gRPC on loopback: every mode reproduces the
+// target alone.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include "client/client.h"
+#include "client/local_ar.h"
+#include "common/model.h"
+#include "common/tokenizer.h"
+#include "tests/edge_cloud_util.h"
+
+namespace splitspec {
+namespace {
+
+using test::LocalServer;
+using test::TempDir;
+
+ClientOptions edge_options(const std::string& address, const std::string& draft_dir) {
+  ClientOptions o;
+  o.mode = Mode::kEdgeSd;
+  o.server = address;
+  o.draft_dir = draft_dir;
+  return o;
+}
+
+GenerateOptions local_options(const Request& r) {
+  GenerateOptions o;
+  o.max_new_tokens = r.max_new_tokens;
+  o.ignore_eos = r.ignore_eos;
+  o.sampling.temperature = r.temperature;
+  o.sampling.top_k = r.top_k;
+  o.sampling.top_p = r.top_p;
+  o.sampling.seed = r.seed;
+  return o;
+}
+
+TEST(EdgeCloud, EdgeSdGreedyMatchesTargetAloneOnManyPromptsAndEveryGamma) {
+  LocalServer srv = test::start_server(test::demo_target_dir());
+  auto target = Model::load(test::demo_target_dir());
+  Tokenizer tok(test::demo_target_dir());
+  auto client = Client::connect(edge_options(srv.address, test::demo_draft_dir()));
+  Request req;
+  req.max_new_tokens = 40;
+  req.ignore_eos = true;
+  int64_t rounds = 0, tokens = 0;
+  for (const std::string& text : test::test_prompts()) {
+    std::vector<int32_t> prompt = tok.encode(text);
+    prompt.insert(prompt.begin(), tok.bos_id());
+    const Generation want = generate_local_ar(*target, prompt, local_options(req));
+    for (int32_t gamma = 1; gamma <= 8; ++gamma) {
+      req.gamma = gamma;
+      const Result got = client->generate_ids(prompt, req);
+      ASSERT_EQ(got.ids, want.output_ids) << "prompt '" << text << "' gamma " << gamma;
+      EXPECT_EQ(got.finish_reason, "length");
+      rounds += got.stats.rounds;
+      tokens += got.stats.new_tokens;
+    }
+  }
+  // Speculation really happened: fewer rounds than tokens.
+  EXPECT_LT(rounds, tokens);
+  EXPECT_TRUE(test::wait_until([&] { return srv.server->active_sessions() == 0; }, std::chrono::seconds(10)));
+}
+
+// A draft that is often wrong exercises rejection at every position, and a
+// budget past the context exercises the context stop.
+TEST(EdgeCloud, EdgeSdGreedyMatchesTargetWithAPoorDraftAndAtTheContextEnd) {
+  TempDir dir;
+  Model::random(test::tiny_config(64, 2), 11)->save(dir.str("target"));
+  Model::random(test::tiny_config(64, 1), 12)->save(dir.str("draft"));
+  LocalServer srv = test::start_server(dir.str("target"));
+  auto target = Model::load(dir.str("target"));
+  auto client = Client::connect(edge_options(srv.address, dir.str("draft")));
+  int64_t proposed_rounds = 0, rejected_somewhere = 0;
+  for (int p = 0; p < 6; ++p) {
+    std::vector<int32_t> prompt = {1};
+    for (int i = 0; i < p + 2; ++i) prompt.push_back(3 + (p * 7 + i * 5) % 60);
+    for (int32_t gamma : {1, 2, 3, 5, 8}) {
+      Request req;
+      req.gamma = gamma;
+      req.ignore_eos = true;
+      req.max_new_tokens = p == 5 ? 200 : 30;  // the last prompt runs into the context's end
+      const Generation want = generate_local_ar(*target, prompt, local_options(req));
+      const Result got = client->generate_ids(prompt, req);
+      ASSERT_EQ(got.ids, want.output_ids) << "prompt " << p << " gamma " << gamma;
+      EXPECT_EQ(got.finish_reason, want.finish_reason);
+      proposed_rounds += got.stats.rounds;
+      if (got.stats.acceptance_rate < 1.0) rejected_somewhere += 1;
+    }
+  }
+  EXPECT_GT(rejected_somewhere, 0);
+  EXPECT_GT(proposed_rounds, 0);
+}
+
+TEST(EdgeCloud, CloudArEqualsLocalArGreedyAndSampled) {
+  LocalServer srv = test::start_server(test::demo_target_dir());
+  auto target = Model::load(test::demo_target_dir());
+  ClientOptions o;
+  o.mode = Mode::kCloudAr;
+  o.server = srv.address;
+  o.tokenizer = test::demo_target_dir();
+  auto client = Client::connect(o);
+  for (float temperature : {0.0f, 0.9f}) {
+    for (int p = 0; p < 4; ++p) {
+      Request req;
+      req.max_new_tokens = 32;
+      req.temperature = temperature;
+      req.top_k = temperature > 0 ? 50 : 0;
+      req.seed = 100 + p;
+      std::string text;
+      const Result got = client->generate(test::test_prompts()[p], req, [&](const std::string& piece) { text += piece; });
+      const Generation want = generate_local_ar(*target, got.prompt_ids, local_options(req));
+      ASSERT_EQ(got.ids, want.output_ids) << "prompt " << p << " temperature " << temperature;
+      EXPECT_EQ(got.finish_reason, want.finish_reason);
+      EXPECT_EQ(text, got.text) << "streamed text equals the decoded ids";
+      EXPECT_EQ(got.stats.target_forwards, static_cast<int64_t>(got.ids.size()));
+    }
+  }
+}
+
+// The first two emitted tokens of sampled edge-sd, over many seeds, against
+// the target's own distributions: the first token's p, and the second
+// token's marginal sum_x p(x) p(.|x).
+TEST(EdgeCloud, SampledEdgeSdHasTheTargetsDistribution) {
+  TempDir dir;
+  constexpr int64_t kVocab = 12;
+  Model::random(test::tiny_config(kVocab, 2), 21)->save(dir.str("target"));
+  Model::random(test::tiny_config(kVocab, 1), 22)->save(dir.str("draft"));
+  LocalServer srv = test::start_server(dir.str("target"));
+  auto client = Client::connect(edge_options(srv.address, dir.str("draft")));
+  auto target = Model::load(dir.str("target"));
+  const std::vector<int32_t> prompt = {1, 5, 7};
+  Request req;
+  req.max_new_tokens = 2;
+  req.ignore_eos = true;
+  req.gamma = 3;
+  req.temperature = 0.05f;  // random weights give flat logits: sharpen them
+
+  SamplingParams sp;
+  sp.temperature = req.temperature;
+  c10::InferenceMode guard;
+  auto next_dist = [&](const std::vector<int32_t>& seq) {
+    KVCache cache = target->new_cache();
+    ForwardRequest f;
+    f.tokens = seq;
+    f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
+    return filtered_distribution(target->forward(f, cache).logits[0], sp);
+  };
+  const Distribution p1 = next_dist(prompt);
+  std::vector<double> first(p1.begin(), p1.end()), second(kVocab, 0.0);
+  for (int32_t x = 0; x < kVocab; ++x) {
+    std::vector<int32_t> seq = prompt;
+    seq.push_back(x);
+    const Distribution p2 = next_dist(seq);
+    for (int32_t y = 0; y < kVocab; ++y) second[y] += p1[x] * p2[y];
+  }
+
+  constexpr int kDraws = 3000;
+  std::vector<int64_t> c1(kVocab, 0), c2(kVocab, 0);
+  double acceptance = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    req.seed = 1000 + i;
+    const Result r = client->generate_ids(prompt, req);
+    ASSERT_EQ(r.ids.size(), 2u);
+    c1[r.ids[0]] += 1;
+    c2[r.ids[1]] += 1;
+    acceptance += r.stats.acceptance_rate;
+  }
+  acceptance /= kDraws;
+  // Both accepting and rejecting paths are exercised.
+  EXPECT_GT(acceptance, 0.05);
+  EXPECT_LT(acceptance, 0.95);
+  EXPECT_GT(test::goodness_of_fit_pvalue(c1, first), 1e-4);
+  EXPECT_GT(test::goodness_of_fit_pvalue(c2, second), 1e-4);
+}
+
+}  // namespace
+}  // namespace splitspec

@@ -1,0 +1,69 @@
+#include "tests/edge_cloud_util.h"
+
+namespace splitspec::test {
+
+LocalServer start_server(const std::string& target_dir, int max_sessions, int max_draft_tokens) {
+  ServerConfig c;
+  c.target_dir = target_dir;
+  c.listen = "127.0.0.1:0";
+  c.max_sessions = max_sessions;
+  c.max_draft_tokens = max_draft_tokens;
+  c.compute_threads = 1;
+  c.shutdown_grace_s = 5;
+  c.log_level = "warn";
+  LocalServer s;
+  s.server = std::make_unique<Server>(c);
+  s.server->start();
+  s.address = "127.0.0.1:" + std::to_string(s.server->port());
+  return s;
+}
+
+std::string spawn_server(const std::string& target_dir, const TempDir& tmp, std::unique_ptr<Child>& child,
+                         const std::vector<std::string>& extra_args) {
+  const std::string port_file = tmp.str("port");
+  std::vector<std::string> argv = {std::string(SPLITSPEC_BIN_DIR) + "/splitspec-server", "--target", target_dir,
+                                   "--listen", "127.0.0.1:0", "--port-file", port_file, "--threads", "1"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  child = std::make_unique<Child>(argv, tmp.str("server.out"), tmp.str("server.err"));
+  if (!wait_until([&] { return std::filesystem::exists(port_file); }, std::chrono::seconds(60)))
+    throw std::runtime_error("splitspec-server did not start: " + read_file(tmp.path() / "server.err"));
+  std::string port = read_file(port_file);
+  port.erase(port.find_last_not_of("\n") + 1);
+  return "127.0.0.1:" + port;
+}
+
+std::unique_ptr<v1::SplitSpec::Stub> raw_stub(const std::string& address) {
+  return v1::SplitSpec::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+v1::ServerStats server_stats(const std::string& address) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ServerInfo info;
+  const grpc::Status s = raw_stub(address)->GetInfo(&ctx, v1::GetInfoRequest{}, &info);
+  if (!s.ok()) throw std::runtime_error("GetInfo: " + s.error_message());
+  return info.stats();
+}
+
+std::string demo_target_dir() { return std::string(SPLITSPEC_SOURCE_DIR) + "/models/demo-target"; }
+std::string demo_draft_dir() { return std::string(SPLITSPEC_SOURCE_DIR) + "/models/demo-draft"; }
+
+const std::vector<std::string>& test_prompts() {
+  static const std::vector<std::string> prompts = {
+      "The ship sailed",
+      "Call me Ishmael. Some years ago",
+      "The President said that the Congress",
+      "It was a dark and stormy night",
+      "In the morning the captain",
+      "Our nation has always",
+      "She looked at the old house and",
+      "The whale rose from the sea",
+      "Fellow citizens, the state of the Union",
+      "He walked down the street",
+      "What is the meaning of",
+      "The committee reported that",
+  };
+  return prompts;
+}
+
+}  // namespace splitspec::test

@@ -1,0 +1,37 @@
+#pragma once
+// Real servers on loopback for the edge-cloud tests: in this process (so a
+// test can read its counters) or as a separate splitspec-server process (so a
+// test can kill it).
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "proto/splitspec.grpc.pb.h"
+#include "server/server.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+
+struct LocalServer {
+  std::unique_ptr<Server> server;
+  std::string address;  // 127.0.0.1:PORT
+};
+
+// Listens on a free loopback port; one compute thread.
+LocalServer start_server(const std::string& target_dir, int max_sessions = 8, int max_draft_tokens = 16);
+
+// splitspec-server as a child process; returns its address once it serves.
+std::string spawn_server(const std::string& target_dir, const TempDir& tmp, std::unique_ptr<Child>& child,
+                         const std::vector<std::string>& extra_args = {});
+
+std::unique_ptr<v1::SplitSpec::Stub> raw_stub(const std::string& address);
+v1::ServerStats server_stats(const std::string& address);
+
+std::string demo_target_dir();
+std::string demo_draft_dir();
+
+// English prompts of a few words each, for exactness over many prompts.
+const std::vector<std::string>& test_prompts();
+
+}  // namespace splitspec::test
