@@ -15,5 +15,6 @@ Command add_generate_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
+Command add_netem_command(CLI::App& app);
 
 }  // namespace splitspec::cli

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
       splitspec::cli::add_bench_command(app),
       splitspec::cli::add_train_command(app),
       splitspec::cli::add_eval_command(app),
+      splitspec::cli::add_netem_command(app),
   };
 
   try {

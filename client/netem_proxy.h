@@ -1,0 +1,55 @@
+#pragma once
+// A TCP proxy that imposes a one-way delay, jitter and a rate limit on each
+// direction, over real sockets: experiments put it between client and server
+// to stand in for Wi-Fi or a WAN, the way Linux netem would without needing
+// root. Byte order is preserved (it is TCP); each chunk read is released
+// `delay` (+ jitter) after it finished serialising at the configured rate.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace splitspec {
+
+struct NetemOptions {
+  std::string listen = "127.0.0.1:0";  // HOST:PORT; port 0 picks a free one
+  std::string upstream;                // HOST:PORT
+  double delay_ms = 0;                 // one way, each direction
+  double jitter_ms = 0;                // uniform in [-jitter, +jitter], never below zero delay
+  double rate_kbps = 0;                // per direction; 0: unlimited
+  uint64_t seed = 1;
+};
+
+class NetemProxy {
+ public:
+  // Binds the listening socket; throws splitspec::Error on bad options or
+  // when the address cannot be bound.
+  explicit NetemProxy(NetemOptions options);
+  // Stops and joins everything.
+  ~NetemProxy();
+
+  int port() const { return port_; }
+  // Accepts connections on a background thread until stop().
+  void start();
+  // Closes the listener and every proxied connection.
+  void stop();
+  int64_t connections() const { return connections_.load(); }
+
+ private:
+  struct Connection;
+  void accept_loop();
+
+  NetemOptions options_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> connections_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Connection>> live_;
+};
+
+}  // namespace splitspec

@@ -1,0 +1,175 @@
+// The netem proxy over real sockets: bytes arrive intact and in order, no
+// sooner than the emulated link allows, and half-closes pass through.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "client/client.h"
+#include "client/local_ar.h"
+#include "client/netem_proxy.h"
+#include "common/error.h"
+#include "common/model.h"
+#include "tests/edge_cloud_util.h"
+
+namespace splitspec {
+namespace {
+
+// Echoes every byte back until the peer half-closes, then closes.
+class EchoServer {
+ public:
+  EchoServer() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    listen(fd_, 4);
+    socklen_t len = sizeof(a);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      const int c = accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      char buf[4096];
+      ssize_t n;
+      while ((n = recv(c, buf, sizeof(buf), 0)) > 0) send(c, buf, static_cast<size_t>(n), MSG_NOSIGNAL);
+      close(c);
+    });
+  }
+  ~EchoServer() {
+    shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    close(fd_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return -1;
+  return fd;
+}
+
+std::string read_until_eof(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(Netem, BytesArriveIntactInOrderAndNoSoonerThanTheLinkAllows) {
+  EchoServer echo;
+  NetemOptions o;
+  o.upstream = echo.address();
+  o.delay_ms = 15;
+  o.jitter_ms = 5;
+  o.rate_kbps = 2000;
+  NetemProxy proxy(o);
+  proxy.start();
+  const int fd = connect_to(proxy.port());
+  ASSERT_GE(fd, 0);
+  std::string payload;
+  for (int i = 0; i < 100000; ++i) payload.push_back(static_cast<char>('a' + (i * 7) % 26));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread writer([&] {
+    send(fd, payload.data(), payload.size(), MSG_NOSIGNAL);
+    shutdown(fd, SHUT_WR);  // the half-close must travel through the proxy
+  });
+  const std::string back = read_until_eof(fd);
+  const double elapsed = ms_since(t0);
+  writer.join();
+  close(fd);
+  EXPECT_EQ(back, payload);
+  // Lower bounds only: 800 kbit each way at 2000 kbit/s is 400 ms per
+  // direction (the two overlap), plus at least 2 x (15 - 5) ms of delay.
+  EXPECT_GE(elapsed, 400.0 + 20.0);
+  EXPECT_EQ(proxy.connections(), 1);
+}
+
+TEST(Netem, RoundTripIsAtLeastTwiceTheDelay) {
+  EchoServer echo;
+  NetemOptions o;
+  o.upstream = echo.address();
+  o.delay_ms = 25;
+  NetemProxy proxy(o);
+  proxy.start();
+  const int fd = connect_to(proxy.port());
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(send(fd, "x", 1, MSG_NOSIGNAL), 1);
+    char c = 0;
+    ASSERT_EQ(recv(fd, &c, 1, 0), 1);
+    EXPECT_EQ(c, 'x');
+    EXPECT_GE(ms_since(t0), 50.0);
+  }
+  close(fd);
+}
+
+TEST(Netem, EdgeSdThroughTheProxyIsStillExact) {
+  test::LocalServer srv = test::start_server(test::demo_target_dir());
+  NetemOptions o;
+  o.upstream = srv.address;
+  o.delay_ms = 2;
+  o.jitter_ms = 1;
+  NetemProxy proxy(o);
+  proxy.start();
+  ClientOptions c;
+  c.mode = Mode::kEdgeSd;
+  c.server = "127.0.0.1:" + std::to_string(proxy.port());
+  c.draft_dir = test::demo_draft_dir();
+  auto client = Client::connect(c);
+  Request req;
+  req.max_new_tokens = 24;
+  req.ignore_eos = true;
+  const Result got = client->generate("Call me Ishmael.", req);
+  auto target = Model::load(test::demo_target_dir());
+  GenerateOptions g;
+  g.max_new_tokens = 24;
+  g.ignore_eos = true;
+  EXPECT_EQ(got.ids, generate_local_ar(*target, got.prompt_ids, g).output_ids);
+  EXPECT_GE(got.stats.network_rtt_ms, 2.0);  // two one-way delays of at least 1 ms
+}
+
+TEST(Netem, BadOptionsAreClearErrors) {
+  NetemOptions o;
+  o.upstream = "127.0.0.1";  // no port
+  EXPECT_THROW(NetemProxy{o}, Error);
+  o.upstream = "127.0.0.1:9";
+  o.delay_ms = -1;
+  EXPECT_THROW(NetemProxy{o}, Error);
+  o.delay_ms = 0;
+  o.listen = "256.1.1.1:0";
+  EXPECT_THROW(NetemProxy{o}, Error);
+  // An unreachable upstream: the proxied connection is closed at once.
+  o.listen = "127.0.0.1:0";
+  o.upstream = "127.0.0.1:1";
+  NetemProxy proxy(o);
+  proxy.start();
+  const int fd = connect_to(proxy.port());
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(read_until_eof(fd), "");
+  close(fd);
+}
+
+}  // namespace
+}  // namespace splitspec
