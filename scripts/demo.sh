@@ -1,25 +1,45 @@
 #!/usr/bin/env bash
-# The main command: install, build, and generate text locally with a real
-# model. (The edge-cloud demo replaces this once the server exists.)
+# The main command: install, build, then the edge-cloud demo on loopback with
+# the shipped demo pair. splitspec-server serves models/demo-target; the
+# example client (client/examples/edge_cloud_example.cpp) drafts with
+# models/demo-draft, streams the text of edge-sd and cloud-ar, prints a stats
+# table, and checks that greedy edge-sd reproduces the target exactly.
+# PROMPT=... and MAX_NEW_TOKENS=N override; the server log is shown at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/build.sh
 
-MODEL="${MODEL:-}"
-if [ -z "$MODEL" ]; then
-  if [ -f models/demo-target/config.json ]; then
-    MODEL=models/demo-target
-  elif [ -f ../shared/models/stories260K/config.json ]; then
-    MODEL=../shared/models/stories260K
-  else
-    echo "demo: no model found; set MODEL=DIR to a Hugging Face LLaMA directory" >&2
-    exit 1
-  fi
-fi
 PROMPT="${PROMPT:-The President of the United States}"
-echo "== splitspec generate --model $MODEL --prompt \"$PROMPT\" (sampled, seed 1)"
-printf '%s' "$PROMPT"  # generate prints only the continuation
-# Seeded sampling: small models loop under greedy decoding.
-./build/bin/splitspec generate --model "$MODEL" --prompt "$PROMPT" --max-new-tokens 96 \
-  --temperature 0.7 --top-k 40 --seed 1 --threads 2
+tmp=$(mktemp -d)
+server=""
+cleanup() {
+  if [[ -n $server ]]; then kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# Client and server share this machine: one compute thread each.
+echo "== starting splitspec-server --target models/demo-target on 127.0.0.1 (free port)"
+./build/bin/splitspec-server --config configs/server.json --listen 127.0.0.1:0 --port-file "$tmp/port" \
+  --threads 1 2>"$tmp/server.log" &
+server=$!
+for _ in $(seq 600); do [[ -f $tmp/port ]] && break; sleep 0.1; done
+if [[ ! -f $tmp/port ]]; then
+  echo "demo: the server did not start:" >&2
+  cat "$tmp/server.log" >&2
+  exit 1
+fi
+address="127.0.0.1:$(cat "$tmp/port")"
+echo "== server listening on $address"
+echo
+./build/bin/splitspec-example --server "$address" --draft models/demo-draft --prompt "$PROMPT" \
+  --max-new-tokens "${MAX_NEW_TOKENS:-64}"
+status=$?
+echo
+kill -TERM "$server"
+wait "$server" || true
+server=""
+echo "== server log"
+cat "$tmp/server.log"
+exit $status

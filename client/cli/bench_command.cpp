@@ -157,7 +157,9 @@ Command add_bench_command(CLI::App& app) {
   fwd->add_option("--min-seconds", a->min_seconds, "Measure each row for at least this long (rows are interleaved)")->capture_default_str();
   fwd->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
   fwd->add_flag("--json", a->json, R"(Print {"rows": [{"context","new_tokens","ms"}], "weight_bytes", ...})");
-  return {bench, [a, model, random]() {
+  const std::function<int()> edge_cloud = add_bench_edge_cloud(*bench);
+  return {bench, [a, model, random, fwd, edge_cloud]() {
+            if (!fwd->parsed()) return edge_cloud();
             if (model->count() + random->count() != 1) throw Error("bench forward: give --model or --random-init");
             return run_bench_forward(*a);
           }};

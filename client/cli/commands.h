@@ -16,5 +16,7 @@ Command add_bench_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 Command add_netem_command(CLI::App& app);
+// `bench edge-cloud`, registered under `bench`.
+std::function<int()> add_bench_edge_cloud(CLI::App& bench);
 
 }  // namespace splitspec::cli

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
+#include "client/cli/prompts.h"
 #include "client/speculative_chain.h"
 #include "common/error.h"
 #include "common/model.h"
@@ -32,32 +33,6 @@ struct EvalArgs {
   bool json = false;
 };
 
-// turns[0] of each JSONL line (the spec_bench.jsonl format), or "prompt".
-std::vector<std::string> read_prompts(const std::string& path, int32_t max) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open prompts file");
-  std::vector<std::string> out;
-  std::string line;
-  int64_t lineno = 0;
-  while (std::getline(in, line) && (max <= 0 || static_cast<int32_t>(out.size()) < max)) {
-    ++lineno;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(path + ":" + std::to_string(lineno) + ": not valid JSON: " + e.what());
-    }
-    if (j.contains("turns") && j["turns"].is_array() && !j["turns"].empty() && j["turns"][0].is_string())
-      out.push_back(j["turns"][0].get<std::string>());
-    else if (j.contains("prompt") && j["prompt"].is_string())
-      out.push_back(j["prompt"].get<std::string>());
-    else
-      throw Error(path + ":" + std::to_string(lineno) + ": needs \"turns\": [text, ...] or \"prompt\": text");
-  }
-  if (out.empty()) throw Error(path + ": no prompts");
-  return out;
-}
 
 // Median milliseconds of a one-token decode step after a context of up to
 // 64 tokens.
