@@ -159,9 +159,17 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     impl->channel = grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
-    if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout))
-      throw Error("cannot reach server " + options.server + " within " + std::to_string(options.connect_timeout.count()) +
-                  " ms (is it running? is the address right?)");
+    // A refused connection fails at once rather than at the timeout.
+    const auto deadline = std::chrono::system_clock::now() + options.connect_timeout;
+    grpc_connectivity_state state = impl->channel->GetState(true);
+    while (state != GRPC_CHANNEL_READY) {
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN)
+        throw Error("cannot reach server " + options.server + ": connection failed (is it running? is the address right?)");
+      if (!impl->channel->WaitForStateChange(state, deadline))
+        throw Error("cannot reach server " + options.server + " within " + std::to_string(options.connect_timeout.count()) +
+                    " ms (is it running? is the address right?)");
+      state = impl->channel->GetState(true);
+    }
     impl->stub = v1::SplitSpec::NewStub(impl->channel);
     impl->info = impl->fetch_info(options.connect_timeout);
     if (!impl->info.serving()) throw Error("server " + options.server + " is shutting down");

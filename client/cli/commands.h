@@ -3,6 +3,7 @@
 // returns the function that runs it once parsing succeeded.
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <vector>
 
 namespace splitspec::cli {
 
@@ -16,6 +17,8 @@ Command add_bench_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 Command add_netem_command(CLI::App& app);
+// `info` and `health`, against a running server.
+std::vector<Command> add_server_commands(CLI::App& app);
 // `bench edge-cloud`, registered under `bench`.
 std::function<int()> add_bench_edge_cloud(CLI::App& bench);
 

@@ -31,13 +31,14 @@ int main(int argc, char** argv) {
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
 
-  const std::vector<splitspec::cli::Command> commands = {
+  std::vector<splitspec::cli::Command> commands = {
       splitspec::cli::add_generate_command(app),
       splitspec::cli::add_bench_command(app),
       splitspec::cli::add_train_command(app),
       splitspec::cli::add_eval_command(app),
       splitspec::cli::add_netem_command(app),
   };
+  for (auto& c : splitspec::cli::add_server_commands(app)) commands.push_back(std::move(c));
 
   try {
     app.parse(argc, argv);

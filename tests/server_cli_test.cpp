@@ -1,0 +1,134 @@
+// splitspec-server's configuration and the CLI's server modes, as a user
+// meets them: clear errors, documented flags, the JSON stats contract.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "server/server_config.h"
+#include "tests/edge_cloud_util.h"
+
+namespace splitspec {
+namespace {
+
+using test::TempDir;
+
+struct ProcessRun {
+  int status;
+  std::string out, err;
+};
+
+ProcessRun run(const std::string& binary, const std::string& args) {
+  TempDir tmp;
+  const std::string cmd = std::string(SPLITSPEC_BIN_DIR) + "/" + binary + " " + args + " >" + tmp.str("out") + " 2>" + tmp.str("err");
+  const int rc = std::system(cmd.c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, test::read_file(tmp.path() / "out"), test::read_file(tmp.path() / "err")};
+}
+
+std::string config_error(const std::string& json) {
+  TempDir dir;
+  test::write_file(dir.path() / "server.json", json);
+  try {
+    ServerConfig::from_file(dir.str("server.json"));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ServerConfig, ShippedConfigParsesAndBadOnesAreNamed) {
+  const ServerConfig c = ServerConfig::from_file(std::string(SPLITSPEC_SOURCE_DIR) + "/configs/server.json");
+  EXPECT_EQ(c.target_dir, "models/demo-target");
+  EXPECT_EQ(c.max_sessions, 8);
+  EXPECT_NE(config_error("{\"max_sessions\": ").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(config_error("[1]").find("must be a JSON object"), std::string::npos);
+  EXPECT_NE(config_error("{\"max_sesions\": 3}").find("unknown key 'max_sesions'"), std::string::npos);
+  EXPECT_NE(config_error("{\"max_sessions\": \"many\"}").find("server.json"), std::string::npos);
+  EXPECT_NE(config_error("{\"max_sessions\": 0}").find("max_sessions must be at least 1"), std::string::npos);
+  EXPECT_NE(config_error("{\"listen\": \"nowhere\"}").find("HOST:PORT"), std::string::npos);
+  EXPECT_NE(config_error("{\"log_level\": \"loud\"}").find("log_level"), std::string::npos);
+  EXPECT_NE(config_error("{\"shutdown_grace_s\": -1}").find("shutdown_grace_s"), std::string::npos);
+  EXPECT_NE(config_error("{\"max_message_bytes\": 10}").find("max_message_bytes"), std::string::npos);
+}
+
+TEST(ServerCli, BadStartsExitWithOneClearLine) {
+  TempDir dir;
+  test::write_file(dir.path() / "bad.json", "{\"listen\": 5}");
+  const std::string demo = test::demo_target_dir();
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {"", "no target model"},
+      {"--target /no/such/dir", "/no/such/dir: model directory does not exist"},
+      {"--config /no/such.json", "/no/such.json: cannot open server config"},
+      {"--config " + dir.str("bad.json"), "bad.json"},
+      {"--target " + demo + " --listen 256.0.0.1:1", "cannot listen on 256.0.0.1:1"},
+      {"--target " + demo + " --max-sessions 0", "max_sessions must be at least 1"},
+  };
+  for (const auto& c : cases) {
+    const ProcessRun r = run("splitspec-server", c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
+  }
+  const ProcessRun help = run("splitspec-server", "--help");
+  EXPECT_EQ(help.status, 0);
+  for (const char* flag : {"--target", "--listen", "--config", "--max-sessions", "--max-draft-tokens", "--threads",
+                           "--shutdown-grace-s", "--log-level", "--port-file"})
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
+}
+
+TEST(ServerCli, GenerateModesThroughTheCliReportTheirStats) {
+  test::LocalServer srv = test::start_server(test::demo_target_dir());
+  const std::string common = " --prompt 'The whale' --max-new-tokens 20 --ignore-eos --json --threads 1";
+  const ProcessRun local = run("splitspec", "generate --mode local-ar --target " + test::demo_target_dir() + common);
+  const ProcessRun edge = run("splitspec", "generate --mode edge-sd --gamma 3 --server " + srv.address + " --draft " +
+                                        test::demo_draft_dir() + common);
+  const ProcessRun cloud = run("splitspec", "generate --mode cloud-ar --server " + srv.address + " --tokenizer " +
+                                         test::demo_target_dir() + common);
+  for (const ProcessRun* r : {&local, &edge, &cloud}) ASSERT_EQ(r->status, 0) << r->err;
+  const auto l = nlohmann::json::parse(local.out), e = nlohmann::json::parse(edge.out), c = nlohmann::json::parse(cloud.out);
+  EXPECT_EQ(e["output_ids"], l["output_ids"]);
+  EXPECT_EQ(c["output_ids"], l["output_ids"]);
+  EXPECT_EQ(e["text"], l["text"]);
+  EXPECT_EQ(e["mode"], "edge-sd");
+  for (const char* k : {"rounds", "tau", "draft_ms", "verify_wait_ms", "network_rtt_ms", "acceptance_rate",
+                        "acceptance_per_position", "target_forwards", "wall_ms", "ms_per_token"})
+    EXPECT_TRUE(e["stats"].contains(k)) << k;
+  EXPECT_EQ(e["stats"]["acceptance_per_position"].size(), 3u);
+  EXPECT_EQ(e["stats"]["target_forwards"], e["stats"]["rounds"]);
+  EXPECT_EQ(c["stats"]["target_forwards"], 20);
+
+  // Operators read the same counters from the CLI.
+  const ProcessRun info = run("splitspec", "info --server " + srv.address);
+  ASSERT_EQ(info.status, 0) << info.err;
+  const auto i = nlohmann::json::parse(info.out);
+  EXPECT_EQ(i["model_name"], "demo-target");
+  EXPECT_EQ(i["stats"]["active_sessions"], 0);
+  EXPECT_EQ(i["stats"]["sessions_total"], "2");  // proto3 JSON writes 64-bit integers as strings
+  const ProcessRun health = run("splitspec", "health --server " + srv.address);
+  EXPECT_EQ(health.status, 0) << health.err;
+  EXPECT_EQ(health.out, "SERVING\n");
+  EXPECT_EQ(run("splitspec", "health --server 127.0.0.1:1 --timeout-s 1").status, 1);
+}
+
+TEST(ServerCli, ServerModesWithoutTheirPartsAreClearErrors) {
+  const std::string ids = " --prompt-ids 1,5 --threads 1";
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {"generate --mode edge-sd --server 127.0.0.1:1" + ids, "edge-sd needs a draft model (--draft DIR)"},
+      {"generate --mode edge-sd --draft " + test::demo_draft_dir() + ids, "edge-sd needs a server (--server HOST:PORT)"},
+      {"generate --mode local-ar" + ids, "local-ar needs --target DIR"},
+      {"generate --mode cloud-ar --server 127.0.0.1:1" + ids, "cannot reach server 127.0.0.1:1"},
+      {"generate --mode warp --server 127.0.0.1:1" + ids, "--mode"},
+  };
+  for (const auto& c : cases) {
+    const ProcessRun r = run("splitspec", c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.args;
+  }
+}
+
+}  // namespace
+}  // namespace splitspec
