@@ -7,10 +7,12 @@
 #include <filesystem>
 
 #include "client/local_ar.h"
+#include "client/request_options.h"
 #include "client/session_stream.h"
 #include "common/error.h"
 #include "common/model.h"
 #include "common/model_drafter.h"
+#include "common/stopwatch.h"
 #include "common/threads.h"
 #include "common/tokenizer.h"
 #include "proto/convert.h"
@@ -20,10 +22,6 @@ namespace splitspec {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
-// The draft's sampling draws are independent of the server's accept/reject draws.
-constexpr uint64_t kDraftSeedSalt = 0x9e3779b97f4a7c15ull;
 
 std::string code_name(grpc::StatusCode c) {
   switch (c) {
@@ -56,7 +54,9 @@ v1::TokenDistribution sparse(const Distribution& q) {
   return w;
 }
 
-GenerateOptions to_options(const Request& r) {
+}  // namespace
+
+GenerateOptions to_generate_options(const Request& r) {
   GenerateOptions o;
   o.max_new_tokens = r.max_new_tokens;
   o.ignore_eos = r.ignore_eos;
@@ -68,8 +68,6 @@ GenerateOptions to_options(const Request& r) {
   if (r.max_new_tokens < 0) throw Error("max_new_tokens must be >= 0");
   return o;
 }
-
-}  // namespace
 
 Mode parse_mode(const std::string& name) {
   if (name == "cloud-ar") return Mode::kCloudAr;
@@ -109,6 +107,17 @@ struct Client::Impl {
     if (draft) return draft->config().vocab_size;
     if (target) return target->config().vocab_size;
     return info.vocab_size();
+  }
+
+  v1::GenerationRequest generation_request(const std::vector<int32_t>& prompt, const GenerateOptions& o) const {
+    v1::GenerationRequest w;
+    w.mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
+    *w.mutable_sampling() = to_wire(o.sampling);
+    w.set_max_new_tokens(o.max_new_tokens);
+    w.set_ignore_eos(o.ignore_eos);
+    w.set_vocab_size(static_cast<int32_t>(vocab_size()));
+    if (tokenizer) w.set_tokenizer_fingerprint(tokenizer->fingerprint());
+    return w;
   }
 
   Result run_local_ar(const std::vector<int32_t>& prompt, const GenerateOptions& o, const std::function<void(int32_t)>& on_token);
@@ -206,9 +215,9 @@ ServerInfo Client::server_info() {
 
 double Client::ping_ms() {
   if (!impl_->stub) throw Error("ping: this client has no server (local-ar)");
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   impl_->fetch_info(impl_->options.connect_timeout);
-  return ms_between(t0, Clock::now());
+  return ms_between(t0, SteadyClock::now());
 }
 
 Result Client::generate(const std::string& prompt, const Request& request,
@@ -238,7 +247,7 @@ Result Client::generate(const std::string& prompt, const Request& request,
 
 Result Client::generate_ids(const std::vector<int32_t>& prompt_ids, const Request& request,
                             const std::function<void(int32_t)>& on_token) {
-  const GenerateOptions o = to_options(request);
+  const GenerateOptions o = to_generate_options(request);
   Result r;
   switch (impl_->options.mode) {
     case Mode::kLocalAr: r = impl_->run_local_ar(prompt_ids, o, on_token); break;
@@ -265,31 +274,25 @@ Result Client::generate_ids(const std::vector<int32_t>& prompt_ids, const Reques
 
 Result Client::Impl::run_local_ar(const std::vector<int32_t>& prompt, const GenerateOptions& o,
                                   const std::function<void(int32_t)>& on_token) {
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   Result r;
   bool first = true;
   const Generation g = generate_local_ar(*target, prompt, o, [&](int32_t id) {
-    if (first) r.stats.first_token_ms = ms_between(t0, Clock::now());
+    if (first) r.stats.first_token_ms = ms_between(t0, SteadyClock::now());
     first = false;
     if (on_token) on_token(id);
   });
   r.ids = g.output_ids;
   r.finish_reason = g.finish_reason;
-  r.stats.wall_ms = ms_between(t0, Clock::now());
+  r.stats.wall_ms = ms_between(t0, SteadyClock::now());
   r.stats.target_forwards = g.stats.target_forwards;
   return r;
 }
 
 Result Client::Impl::run_cloud_ar(const std::vector<int32_t>& prompt, const Request& req, const GenerateOptions& o,
                                   const std::function<void(int32_t)>& on_token) {
-  const auto t0 = Clock::now();
-  v1::GenerateRequest wire;
-  wire.mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
-  *wire.mutable_sampling() = to_wire(o.sampling);
-  wire.set_max_new_tokens(o.max_new_tokens);
-  wire.set_ignore_eos(o.ignore_eos);
-  wire.set_vocab_size(static_cast<int32_t>(info.vocab_size()));
-  if (tokenizer) wire.set_tokenizer_fingerprint(tokenizer->fingerprint());
+  const auto t0 = SteadyClock::now();
+  const v1::GenerationRequest wire = generation_request(prompt, o);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + req.deadline);
   // A server-streaming read on the caller's thread: nothing else to overlap.
@@ -297,7 +300,7 @@ Result Client::Impl::run_cloud_ar(const std::vector<int32_t>& prompt, const Requ
   Result r;
   v1::GenerateResponse msg;
   while (reader->Read(&msg)) {
-    if (r.ids.empty()) r.stats.first_token_ms = ms_between(t0, Clock::now());
+    if (r.ids.empty()) r.stats.first_token_ms = ms_between(t0, SteadyClock::now());
     for (int32_t id : msg.tokens()) {
       r.ids.push_back(id);
       if (on_token) on_token(id);
@@ -312,7 +315,7 @@ Result Client::Impl::run_cloud_ar(const std::vector<int32_t>& prompt, const Requ
     if (o.max_new_tokens != 0) throw Error("server " + options.server + ": Generate ended without a finish reason");
     r.finish_reason = finish_reason_name(FinishReason::kLength);
   }
-  r.stats.wall_ms = ms_between(t0, Clock::now());
+  r.stats.wall_ms = ms_between(t0, SteadyClock::now());
   return r;
 }
 
@@ -325,7 +328,7 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
   for (int32_t t : prompt)
     if (t < 0 || t >= vocab_size())
       throw Error("prompt token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   c10::InferenceMode guard;
   Result r;
   Stats& s = r.stats;
@@ -336,13 +339,7 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
   SessionStream stream(*stub, std::chrono::system_clock::now() + req.deadline);
   {
     v1::SessionRequest open;
-    v1::Open* w = open.mutable_open();
-    w->mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
-    *w->mutable_sampling() = to_wire(o.sampling);
-    w->set_max_new_tokens(o.max_new_tokens);
-    w->set_ignore_eos(o.ignore_eos);
-    w->set_vocab_size(static_cast<int32_t>(vocab_size()));
-    if (tokenizer) w->set_tokenizer_fingerprint(tokenizer->fingerprint());
+    *open.mutable_open() = generation_request(prompt, o);
     stream.send(std::move(open));
   }
   // The server checks the prompt too; checking here first means the draft
@@ -352,7 +349,7 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
                 std::to_string(info.max_context()) + " with room to generate");
   ModelDrafter drafter(*draft);
   drafter.begin(prompt);
-  Rng rng(o.sampling.seed ^ kDraftSeedSalt);
+  Rng rng(draft_seed(o.sampling.seed));
   const int64_t context = info.max_context();
   auto fail = [&](const std::string& what) -> Error {
     const grpc::Status st = stream.status();
@@ -370,7 +367,7 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
     d->set_round(++round);
     d->mutable_tokens()->Add(tree.tokens.begin(), tree.tokens.end());
     for (const Distribution& q : tree.q) *d->add_q() = sparse(q);
-    const auto sent = Clock::now();
+    const auto sent = SteadyClock::now();
     stream.send(std::move(msg));
 
     std::optional<v1::SessionResponse> resp;
@@ -378,7 +375,7 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
       resp = stream.next();
       if (!resp) throw fail("the session ended in round " + std::to_string(round));
     } while (resp->has_opened());
-    const auto got = Clock::now();
+    const auto got = SteadyClock::now();
     if (!resp->has_verdict()) throw fail("unexpected message in round " + std::to_string(round));
     const v1::RoundVerdict& v = resp->verdict();
     if (v.round() != round || v.tokens_size() < 1 || v.tokens_size() > k + 1 || v.accepted() < 0 || v.accepted() > k)
@@ -417,7 +414,7 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
     accepted += ds.accepted[i];
   }
   s.acceptance_rate = proposed ? static_cast<double>(accepted) / static_cast<double>(proposed) : 0.0;
-  s.wall_ms = ms_between(t0, Clock::now());
+  s.wall_ms = ms_between(t0, SteadyClock::now());
   return r;
 }
 

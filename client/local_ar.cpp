@@ -5,19 +5,14 @@
 
 #include <chrono>
 
+#include "common/stopwatch.h"
 #include "common/target_decoder.h"
 
 namespace splitspec {
 
-namespace {
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
-
 Generation generate_local_ar(const Model& model, const std::vector<int32_t>& prompt_ids,
                              const GenerateOptions& options, const TokenCallback& on_token) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = SteadyClock::now();
   c10::InferenceMode guard;
   TargetDecoder dec(model, prompt_ids, options);
   Generation g;

@@ -6,30 +6,10 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "common/stopwatch.h"
 #include "common/target_decoder.h"
 
 namespace splitspec {
-
-namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-// The draft's sampling draws are independent of the verifier's.
-constexpr uint64_t kDraftSeedSalt = 0x9e3779b97f4a7c15ull;
-}  // namespace
-
-std::vector<double> SpeculationStats::acceptance_per_position() const {
-  std::vector<double> out;
-  for (size_t i = 0; i < proposed.size(); ++i)
-    out.push_back(proposed[i] ? static_cast<double>(accepted[i]) / static_cast<double>(proposed[i]) : 0.0);
-  return out;
-}
-
-void add_drafter_stats(const DrafterStats& d, SpeculationStats& s) {
-  s.proposed = d.proposed;
-  s.accepted = d.accepted;
-  s.draft_ms = d.draft_ms;
-  s.draft_forwards = d.forwards;
-}
 
 SpeculativeGeneration generate_speculative_chain(const Model& target, const Model& draft,
                                                  const std::vector<int32_t>& prompt_ids, const GenerateOptions& options,
@@ -38,12 +18,12 @@ SpeculativeGeneration generate_speculative_chain(const Model& target, const Mode
     throw Error("draft vocab_size " + std::to_string(draft.config().vocab_size) + " differs from the target's " +
                 std::to_string(target.config().vocab_size));
   if (gamma < 1) throw Error("gamma must be at least 1");
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   c10::InferenceMode guard;
   TargetDecoder dec(target, prompt_ids, options);
   ModelDrafter drafter(draft);
   drafter.begin(prompt_ids);
-  Rng draft_rng(options.sampling.seed ^ kDraftSeedSalt);
+  Rng draft_rng(draft_seed(options.sampling.seed));
   SpeculativeGeneration out;
   Generation& g = out.generation;
   SpeculationStats& s = out.spec;
@@ -60,7 +40,7 @@ SpeculativeGeneration generate_speculative_chain(const Model& target, const Mode
       if (on_token) on_token(tok);
     }
   }
-  add_drafter_stats(drafter.stats(), s);
+  s.draft = drafter.stats();
   s.target_forwards = dec.forwards();
   g.finish_reason = finish_reason_name(dec.finish());
   g.stats.target_forwards = dec.forwards();

@@ -12,15 +12,11 @@
 namespace splitspec {
 
 struct SpeculationStats {
+  DrafterStats draft;             // per-position acceptance, drafting time
   int64_t rounds = 0;
-  std::vector<int64_t> proposed;  // per draft position: rounds that drafted it
-  std::vector<int64_t> accepted;  // per draft position: rounds that accepted it
   double tau = 0;                 // mean tokens emitted per round
-  double draft_ms = 0;            // all draft forwards
-  double target_ms = 0;           // all target forwards (prefill excluded)
-  int64_t draft_forwards = 0;
+  double target_ms = 0;           // all verification forwards
   int64_t target_forwards = 0;    // verification forwards
-  std::vector<double> acceptance_per_position() const;
 };
 
 struct SpeculativeGeneration {
@@ -33,8 +29,5 @@ struct SpeculativeGeneration {
 SpeculativeGeneration generate_speculative_chain(const Model& target, const Model& draft,
                                                  const std::vector<int32_t>& prompt_ids, const GenerateOptions& options,
                                                  int32_t gamma, const TokenCallback& on_token = {});
-
-// Folds a drafter's counters into the stats every speculative mode reports.
-void add_drafter_stats(const DrafterStats& d, SpeculationStats& s);
 
 }  // namespace splitspec

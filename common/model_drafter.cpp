@@ -5,20 +5,18 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "common/stopwatch.h"
 
 namespace splitspec {
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-}  // namespace
-
-std::vector<double> DrafterStats::acceptance_per_position() const {
+std::vector<double> acceptance_rates(const std::vector<int64_t>& proposed, const std::vector<int64_t>& accepted) {
   std::vector<double> out;
   for (size_t i = 0; i < proposed.size(); ++i)
     out.push_back(proposed[i] ? static_cast<double>(accepted[i]) / static_cast<double>(proposed[i]) : 0.0);
   return out;
 }
+
+std::vector<double> DrafterStats::acceptance_per_position() const { return acceptance_rates(proposed, accepted); }
 
 ModelDrafter::ModelDrafter(const Model& draft) : draft_(draft), cache_(draft.new_cache()) {}
 
@@ -27,7 +25,7 @@ void ModelDrafter::begin(const std::vector<int32_t>& prompt) {
   if (static_cast<int64_t>(prompt.size()) >= cache_.capacity())
     throw Error("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the draft's context of " +
                 std::to_string(cache_.capacity()));
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   cache_.truncate(0);
   seq_ = prompt;
   last_k_ = 0;
@@ -41,7 +39,7 @@ void ModelDrafter::begin(const std::vector<int32_t>& prompt) {
 DraftTree ModelDrafter::draft(int32_t k, const SamplingParams& params, Rng& rng) {
   // The draft's own context bounds how far it can look ahead.
   k = static_cast<int32_t>(std::min<int64_t>(k, cache_.capacity() - static_cast<int64_t>(seq_.size())));
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   std::vector<int32_t> tokens;
   std::vector<Distribution> qs;
   for (int32_t i = 0; i < k; ++i) {

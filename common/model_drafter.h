@@ -20,6 +20,13 @@ struct DrafterStats {
   std::vector<double> acceptance_per_position() const;
 };
 
+// A drafter's Rng seed for a generation seeded `seed`: its sampling draws stay
+// independent of the verifier's accept/reject draws.
+inline uint64_t draft_seed(uint64_t seed) { return seed ^ 0x9e3779b97f4a7c15ull; }
+
+// Accepted / proposed per draft position (0 where nothing was proposed).
+std::vector<double> acceptance_rates(const std::vector<int64_t>& proposed, const std::vector<int64_t>& accepted);
+
 class ModelDrafter {
  public:
   explicit ModelDrafter(const Model& draft);

@@ -3,13 +3,9 @@
 #include <ATen/ATen.h>
 
 #include "common/error.h"
+#include "common/stopwatch.h"
 
 namespace splitspec {
-
-namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-}  // namespace
 
 std::string finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -82,12 +78,12 @@ RoundResult TargetDecoder::verify(const DraftTree& tree) {
                 std::to_string(room()) + ")");
   tree.validate(target_.config().vocab_size, !options_.sampling.greedy());
   RoundResult r;
-  const auto tf = Clock::now();
+  const auto tf = SteadyClock::now();
   const int64_t past = cache_.size();
   const int64_t pending = static_cast<int64_t>(seq_.size()) - past;
   const at::Tensor logits = forward_pending(tree);
   r.forward_ms = ms_since(tf);
-  const auto tv = Clock::now();
+  const auto tv = SteadyClock::now();
   r.verdict = verify_tree(tree, logits, options_.sampling, rng_);
   // Keep the pending tokens and the accepted path: the cache again holds
   // every committed token but the new last one.
@@ -103,7 +99,7 @@ RoundResult TargetDecoder::verify(const DraftTree& tree) {
 RoundResult TargetDecoder::step() {
   if (finished()) throw Error("step: the generation has finished");
   RoundResult r;
-  const auto tf = Clock::now();
+  const auto tf = SteadyClock::now();
   const at::Tensor logits = forward_pending(DraftTree{});
   r.forward_ms = ms_since(tf);
   r.verdict.tokens.assign(1, next_token(logits[0], options_.sampling, rng_));

@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "common/error.h"
+#include "common/stopwatch.h"
 #include "common/target_decoder.h"
 #include "proto/convert.h"
 #include "server/stream_writer.h"
@@ -13,7 +13,6 @@ namespace splitspec {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Base = StreamWriter<grpc::ServerWriteReactor<v1::GenerateResponse>, v1::GenerateResponse>;
 
 class GenerateReactor final : public Base {
@@ -36,15 +35,15 @@ class GenerateReactor final : public Base {
  private:
   void post_step() {
     hold();
-    const auto queued = Clock::now();
+    const auto queued = SteadyClock::now();
     ctx_.compute->post([this, queued] { step(queued); });
   }
 
   // On the compute worker.
-  void step(Clock::time_point queued) {
+  void step(SteadyClock::time_point queued) {
     bool more = false;
     if (!cancelled() && !closing()) {
-      const double queue_ms = std::chrono::duration<double, std::milli>(Clock::now() - queued).count();
+      const double queue_ms = ms_since(queued);
       try {
         const RoundResult r = decoder_->step();
         ctx_.counters.target_forwards.fetch_add(1);
@@ -85,23 +84,12 @@ class RefusedGenerate final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* new_generate_reactor(ServiceContext& ctx,
                                                                     grpc::CallbackServerContext* context,
-                                                                    const v1::GenerateRequest& req) {
-  grpc::Status s = check_compatible(ctx, req.vocab_size(), req.tokenizer_fingerprint(), req.max_new_tokens());
+                                                                    const v1::GenerationRequest& req) {
+  std::unique_ptr<TargetDecoder> decoder;
+  grpc::Status s = start_decoder(ctx, req, decoder);
   if (!s.ok()) {
     ctx.counters.invalid_requests.fetch_add(1);
     return new RefusedGenerate(s);
-  }
-  GenerateOptions options;
-  options.max_new_tokens = req.max_new_tokens();
-  options.ignore_eos = req.ignore_eos();
-  options.sampling = from_wire(req.sampling());
-  std::unique_ptr<TargetDecoder> decoder;
-  try {
-    decoder = std::make_unique<TargetDecoder>(*ctx.target, std::vector<int32_t>(req.prompt_ids().begin(), req.prompt_ids().end()),
-                                              options);
-  } catch (const Error& e) {
-    ctx.counters.invalid_requests.fetch_add(1);
-    return new RefusedGenerate(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, e.what()));
   }
   s = admit(ctx);
   if (!s.ok()) return new RefusedGenerate(s);

@@ -7,6 +7,6 @@ namespace splitspec {
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* new_generate_reactor(ServiceContext& ctx,
                                                                     grpc::CallbackServerContext* context,
-                                                                    const v1::GenerateRequest& request);
+                                                                    const v1::GenerationRequest& request);
 
 }  // namespace splitspec

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/error.h"
+#include "proto/convert.h"
 #include "server/generate_reactor.h"
 #include "server/session_reactor.h"
 
@@ -24,21 +26,32 @@ grpc::Status admit(ServiceContext& ctx) {
 
 void leave(ServiceContext& ctx) { ctx.counters.active_sessions.fetch_sub(1); }
 
-grpc::Status check_compatible(const ServiceContext& ctx, int32_t vocab_size, const std::string& fingerprint,
-                              int32_t max_new_tokens) {
+grpc::Status start_decoder(const ServiceContext& ctx, const v1::GenerationRequest& req,
+                           std::unique_ptr<TargetDecoder>& decoder) {
   const int64_t vocab = ctx.target->config().vocab_size;
-  if (vocab_size != vocab)
+  if (req.vocab_size() != vocab)
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "vocabulary mismatch: the client's vocab_size is " + std::to_string(vocab_size) +
+                        "vocabulary mismatch: the client's vocab_size is " + std::to_string(req.vocab_size()) +
                             ", the server's target has " + std::to_string(vocab));
+  const std::string& fingerprint = req.tokenizer_fingerprint();
   if (!fingerprint.empty() && !ctx.tokenizer_fingerprint.empty() && fingerprint != ctx.tokenizer_fingerprint)
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "tokenizer mismatch: the client's tokenizer fingerprint is " + fingerprint + ", the server's is " +
                             ctx.tokenizer_fingerprint + " (draft and target must share one tokenizer)");
-  if (max_new_tokens < 0 || max_new_tokens > ctx.config.max_new_tokens)
+  if (req.max_new_tokens() < 0 || req.max_new_tokens() > ctx.config.max_new_tokens)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "max_new_tokens " + std::to_string(max_new_tokens) + " outside the server's range [0, " +
+                        "max_new_tokens " + std::to_string(req.max_new_tokens()) + " outside the server's range [0, " +
                             std::to_string(ctx.config.max_new_tokens) + "]");
+  GenerateOptions options;
+  options.max_new_tokens = req.max_new_tokens();
+  options.ignore_eos = req.ignore_eos();
+  options.sampling = from_wire(req.sampling());
+  try {
+    decoder = std::make_unique<TargetDecoder>(*ctx.target, std::vector<int32_t>(req.prompt_ids().begin(), req.prompt_ids().end()),
+                                              options);
+  } catch (const Error& e) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, e.what());
+  }
   return grpc::Status::OK;
 }
 
@@ -48,7 +61,7 @@ grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* SplitSpecServi
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* SplitSpecService::Generate(grpc::CallbackServerContext* context,
-                                                                          const v1::GenerateRequest* request) {
+                                                                          const v1::GenerationRequest* request) {
   return new_generate_reactor(ctx_, context, *request);
 }
 

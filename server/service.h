@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/model.h"
+#include "common/target_decoder.h"
 #include "proto/splitspec.grpc.pb.h"
 #include "server/compute_queue.h"
 #include "server/server_config.h"
@@ -44,7 +45,7 @@ class SplitSpecService final : public v1::SplitSpec::CallbackService {
 
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(grpc::CallbackServerContext* context) override;
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
-                                                          const v1::GenerateRequest* request) override;
+                                                          const v1::GenerationRequest* request) override;
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context, const v1::GetInfoRequest* request,
                                     v1::ServerInfo* response) override;
 
@@ -58,10 +59,10 @@ class SplitSpecService final : public v1::SplitSpec::CallbackService {
 grpc::Status admit(ServiceContext& ctx);
 void leave(ServiceContext& ctx);
 
-// The checks both Open and GenerateRequest need: vocabulary and tokenizer
-// agree with the target, max_new_tokens within the server's limit. Returns
-// the status to refuse with, or OK.
-grpc::Status check_compatible(const ServiceContext& ctx, int32_t vocab_size, const std::string& fingerprint,
-                              int32_t max_new_tokens);
+// Checks a request against the target and the server's limits and starts
+// its decoder. FAILED_PRECONDITION when vocabulary or tokenizer differ from
+// the target's; INVALID_ARGUMENT for a bad prompt or options.
+grpc::Status start_decoder(const ServiceContext& ctx, const v1::GenerationRequest& req,
+                           std::unique_ptr<TargetDecoder>& decoder);
 
 }  // namespace splitspec

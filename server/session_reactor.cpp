@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "common/stopwatch.h"
 #include "common/target_decoder.h"
 #include "proto/convert.h"
 #include "server/stream_writer.h"
@@ -16,7 +17,6 @@ namespace splitspec {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Base = StreamWriter<grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>, v1::SessionResponse>;
 
 grpc::Status invalid(const std::string& msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg); }
@@ -90,23 +90,13 @@ class SessionReactor final : public Base {
     }
   }
 
-  grpc::Status open(const v1::Open& o) {
+  grpc::Status open(const v1::GenerationRequest& o) {
     if (decoder_) return invalid("Open sent twice in one session");
-    grpc::Status s = check_compatible(ctx_, o.vocab_size(), o.tokenizer_fingerprint(), o.max_new_tokens());
+    grpc::Status s = start_decoder(ctx_, o, decoder_);
     if (!s.ok()) return s;
-    GenerateOptions options;
-    options.max_new_tokens = o.max_new_tokens();
-    options.ignore_eos = o.ignore_eos();
-    options.sampling = from_wire(o.sampling());
-    try {
-      decoder_ = std::make_unique<TargetDecoder>(*ctx_.target, std::vector<int32_t>(o.prompt_ids().begin(), o.prompt_ids().end()),
-                                                 options);
-    } catch (const Error& e) {
-      return invalid(e.what());
-    }
-    greedy_ = options.sampling.greedy();
+    greedy_ = from_wire(o.sampling()).greedy();
     spdlog::info("session={} event=open peer={} prompt_tokens={} max_new_tokens={} temperature={}", id_, peer_,
-                 o.prompt_ids_size(), o.max_new_tokens(), options.sampling.temperature);
+                 o.prompt_ids_size(), o.max_new_tokens(), o.sampling().temperature());
     v1::SessionResponse r;
     v1::Opened* opened = r.mutable_opened();
     opened->set_session_id(std::to_string(id_));
@@ -162,17 +152,17 @@ class SessionReactor final : public Base {
       round_ = d.round();
     }
     hold();
-    const auto queued = Clock::now();
+    const auto queued = SteadyClock::now();
     ctx_.compute->post([this, tree = std::move(tree), queued] { verify(tree, queued); });
     return grpc::Status::OK;
   }
 
   // On the compute worker.
-  void verify(const DraftTree& tree, Clock::time_point queued) {
+  void verify(const DraftTree& tree, SteadyClock::time_point queued) {
     std::optional<v1::SessionResponse> out;
     std::optional<grpc::Status> end;
     if (!cancelled() && !closing()) {
-      const double queue_ms = std::chrono::duration<double, std::milli>(Clock::now() - queued).count();
+      const double queue_ms = ms_since(queued);
       try {
         const RoundResult r = decoder_->verify(tree);
         rounds_ += 1;

@@ -22,7 +22,7 @@ using Stream = grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>
 
 v1::SessionRequest open_msg(std::vector<int32_t> prompt, int32_t vocab = 8000, float temperature = 0.0f) {
   v1::SessionRequest m;
-  v1::Open* o = m.mutable_open();
+  v1::GenerationRequest* o = m.mutable_open();
   o->mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
   o->set_max_new_tokens(16);
   o->set_vocab_size(vocab);

@@ -6,6 +6,7 @@
 
 #include "client/client.h"
 #include "client/local_ar.h"
+#include "client/request_options.h"
 #include "common/model.h"
 #include "common/tokenizer.h"
 #include "tests/edge_cloud_util.h"
@@ -24,17 +25,6 @@ ClientOptions edge_options(const std::string& address, const std::string& draft_
   return o;
 }
 
-GenerateOptions local_options(const Request& r) {
-  GenerateOptions o;
-  o.max_new_tokens = r.max_new_tokens;
-  o.ignore_eos = r.ignore_eos;
-  o.sampling.temperature = r.temperature;
-  o.sampling.top_k = r.top_k;
-  o.sampling.top_p = r.top_p;
-  o.sampling.seed = r.seed;
-  return o;
-}
-
 TEST(EdgeCloud, EdgeSdGreedyMatchesTargetAloneOnManyPromptsAndEveryGamma) {
   LocalServer srv = test::start_server(test::demo_target_dir());
   auto target = Model::load(test::demo_target_dir());
@@ -47,7 +37,7 @@ TEST(EdgeCloud, EdgeSdGreedyMatchesTargetAloneOnManyPromptsAndEveryGamma) {
   for (const std::string& text : test::test_prompts()) {
     std::vector<int32_t> prompt = tok.encode(text);
     prompt.insert(prompt.begin(), tok.bos_id());
-    const Generation want = generate_local_ar(*target, prompt, local_options(req));
+    const Generation want = generate_local_ar(*target, prompt, to_generate_options(req));
     for (int32_t gamma = 1; gamma <= 8; ++gamma) {
       req.gamma = gamma;
       const Result got = client->generate_ids(prompt, req);
@@ -80,7 +70,7 @@ TEST(EdgeCloud, EdgeSdGreedyMatchesTargetWithAPoorDraftAndAtTheContextEnd) {
       req.gamma = gamma;
       req.ignore_eos = true;
       req.max_new_tokens = p == 5 ? 200 : 30;  // the last prompt runs into the context's end
-      const Generation want = generate_local_ar(*target, prompt, local_options(req));
+      const Generation want = generate_local_ar(*target, prompt, to_generate_options(req));
       const Result got = client->generate_ids(prompt, req);
       ASSERT_EQ(got.ids, want.output_ids) << "prompt " << p << " gamma " << gamma;
       EXPECT_EQ(got.finish_reason, want.finish_reason);
@@ -109,7 +99,7 @@ TEST(EdgeCloud, CloudArEqualsLocalArGreedyAndSampled) {
       req.seed = 100 + p;
       std::string text;
       const Result got = client->generate(test::test_prompts()[p], req, [&](const std::string& piece) { text += piece; });
-      const Generation want = generate_local_ar(*target, got.prompt_ids, local_options(req));
+      const Generation want = generate_local_ar(*target, got.prompt_ids, to_generate_options(req));
       ASSERT_EQ(got.ids, want.output_ids) << "prompt " << p << " temperature " << temperature;
       EXPECT_EQ(got.finish_reason, want.finish_reason);
       EXPECT_EQ(text, got.text) << "streamed text equals the decoded ids";

@@ -49,7 +49,7 @@ TEST(SpeculativeChain, GreedyEqualsTargetAloneForEveryGamma) {
     for (int gamma = 1; gamma <= 8; ++gamma) {
       const auto r = generate_speculative_chain(*target, *draft, prompt, o, gamma);
       ASSERT_EQ(r.generation.output_ids, reference) << "prompt " << p << " gamma " << gamma;
-      for (auto a : r.spec.accepted) total_accepted += a;
+      for (auto a : r.spec.draft.accepted) total_accepted += a;
       rounds += r.spec.rounds;
     }
   }

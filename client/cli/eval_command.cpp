@@ -86,8 +86,8 @@ int run_acceptance(const EvalArgs& a) {
     o.ignore_eos = true;
     o.sampling.temperature = greedy ? 0.0f : a.temperature;
     SpeculationStats total;
-    total.proposed.assign(a.gamma, 0);
-    total.accepted.assign(a.gamma, 0);
+    total.draft.proposed.assign(a.gamma, 0);
+    total.draft.accepted.assign(a.gamma, 0);
     int64_t tokens = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::vector<int32_t> ids = tok.encode(prompts[i]);
@@ -99,14 +99,14 @@ int run_acceptance(const EvalArgs& a) {
       const auto r = generate_speculative_chain(*target, *draft, ids, o, a.gamma);
       total.rounds += r.spec.rounds;
       for (int32_t p = 0; p < a.gamma; ++p) {
-        total.proposed[p] += r.spec.proposed[p];
-        total.accepted[p] += r.spec.accepted[p];
+        total.draft.proposed[p] += r.spec.draft.proposed[p];
+        total.draft.accepted[p] += r.spec.draft.accepted[p];
       }
       tokens += r.generation.stats.new_tokens;
     }
     modes[greedy ? "greedy" : "sampled"] = {
         {"tau", total.rounds ? static_cast<double>(tokens) / total.rounds : 0.0},
-        {"acceptance_per_position", total.acceptance_per_position()},
+        {"acceptance_per_position", total.draft.acceptance_per_position()},
         {"rounds", total.rounds}};
   }
   const double tp = step_ms(*draft), tq = step_ms(*target);

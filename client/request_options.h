@@ -1,0 +1,12 @@
+#pragma once
+// The public Request (client.h, free of LibTorch types) as the library's
+// GenerateOptions.
+#include "client/client.h"
+#include "common/generate_options.h"
+
+namespace splitspec {
+
+// Throws splitspec::Error for out-of-range values.
+GenerateOptions to_generate_options(const Request& request);
+
+}  // namespace splitspec
