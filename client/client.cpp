@@ -7,6 +7,8 @@
 #include <filesystem>
 
 #include "client/local_ar.h"
+#include "client/predraft.h"
+#include "client/predraft_switch.h"
 #include "client/request_options.h"
 #include "client/session_stream.h"
 #include "common/error.h"
@@ -72,14 +74,16 @@ GenerateOptions to_generate_options(const Request& r) {
 Mode parse_mode(const std::string& name) {
   if (name == "cloud-ar") return Mode::kCloudAr;
   if (name == "edge-sd") return Mode::kEdgeSd;
+  if (name == "edge-fsd") return Mode::kEdgeFsd;
   if (name == "local-ar") return Mode::kLocalAr;
-  throw Error("unknown mode '" + name + "' (cloud-ar, edge-sd or local-ar)");
+  throw Error("unknown mode '" + name + "' (cloud-ar, edge-sd, edge-fsd or local-ar)");
 }
 
 std::string mode_name(Mode mode) {
   switch (mode) {
     case Mode::kCloudAr: return "cloud-ar";
     case Mode::kEdgeSd: return "edge-sd";
+    case Mode::kEdgeFsd: return "edge-fsd";
     case Mode::kLocalAr: return "local-ar";
   }
   return "";
@@ -137,7 +141,9 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   std::string tok_path = options.tokenizer;
   switch (options.mode) {
     case Mode::kEdgeSd:
-      if (options.draft_dir.empty()) throw Error("edge-sd needs a draft model (--draft DIR)");
+    case Mode::kEdgeFsd:
+      if (options.draft_dir.empty()) throw Error(mode_name(options.mode) + " needs a draft model (--draft DIR)");
+      if (options.mode == Mode::kEdgeFsd) parse_queue_policy(options.predraft_queue);
       impl->draft = Model::load(options.draft_dir);
       if (tok_path.empty()) tok_path = options.draft_dir;
       break;
@@ -182,6 +188,9 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
     impl->stub = v1::SplitSpec::NewStub(impl->channel);
     impl->info = impl->fetch_info(options.connect_timeout);
     if (!impl->info.serving()) throw Error("server " + options.server + " is shutting down");
+    if (options.mode == Mode::kEdgeFsd && impl->info.early_exit_layers().empty())
+      throw Error("server " + options.server + " runs no early exits, which edge-fsd needs (its target ships no "
+                  "early_exits.json, or early_exits is off): use edge-sd");
     // Refuse a mismatched pair now rather than decode garbage later.
     const int64_t vocab = impl->vocab_size();
     if (impl->draft && vocab != impl->info.vocab_size())
@@ -252,7 +261,8 @@ Result Client::generate_ids(const std::vector<int32_t>& prompt_ids, const Reques
   switch (impl_->options.mode) {
     case Mode::kLocalAr: r = impl_->run_local_ar(prompt_ids, o, on_token); break;
     case Mode::kCloudAr: r = impl_->run_cloud_ar(prompt_ids, request, o, on_token); break;
-    case Mode::kEdgeSd: r = impl_->run_edge_sd(prompt_ids, request, o, on_token); break;
+    case Mode::kEdgeSd:
+    case Mode::kEdgeFsd: r = impl_->run_edge_sd(prompt_ids, request, o, on_token); break;
   }
   r.prompt_ids = prompt_ids;
   if (impl_->tokenizer) {
@@ -336,10 +346,22 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
     r.finish_reason = finish_reason_name(FinishReason::kLength);
     return r;
   }
-  SessionStream stream(*stub, std::chrono::system_clock::now() + req.deadline);
+  const bool fsd = options.mode == Mode::kEdgeFsd;
+  std::unique_ptr<PreDrafter> pre;
+  if (fsd)
+    pre = std::make_unique<PreDrafter>(*draft, options.predraft_threads, parse_queue_policy(options.predraft_queue), req.gamma,
+                                       o.sampling, o.sampling.seed);
+  SessionStream::EarlyHandler on_early;
+  if (fsd)
+    on_early = [&pre](const v1::RoundVerdict& v) {  // Algorithm 1's RECEIVER
+      pre->push(v.round(), std::vector<int32_t>(v.tokens().begin(), v.tokens().end()), v.accepted(), v.confidence(),
+                v.exit_layer());
+    };
+  SessionStream stream(*stub, std::chrono::system_clock::now() + req.deadline, on_early);
   {
     v1::SessionRequest open;
     *open.mutable_open() = generation_request(prompt, o);
+    open.mutable_open()->set_early_verdicts(fsd);
     stream.send(std::move(open));
   }
   // The server checks the prompt too; checking here first means the draft
@@ -358,17 +380,48 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
   };
 
   uint32_t round = 0;
+  PredraftSwitch predraft_switch;
+  std::optional<SteadyClock::time_point> last_sent;  // the previous round's draft
+  bool last_used = false;
+  int64_t last_tokens = 0;
+  std::optional<DraftTree> predrafted;          // the next round's draft, from the pre-draft cache
+  std::optional<SteadyClock::time_point> final_at;  // when the last final verdict arrived
+  int64_t hit_sends = 0, miss_sends = 0;
   while (true) {
     const int64_t room = context - static_cast<int64_t>(drafter.sequence().size());
     const int32_t k = static_cast<int32_t>(std::min<int64_t>(req.gamma, std::max<int64_t>(room, 0)));
-    const DraftTree tree = drafter.draft(k, o.sampling, rng);
+    DraftTree tree;
+    if (predrafted) {
+      tree = std::move(*predrafted);
+      if (tree.size() > k) {  // near the context's end: send what fits
+        tree.tokens.resize(k);
+        tree.parents.resize(k);
+        if (!tree.q.empty()) tree.q.resize(k);
+      }
+    } else {
+      tree = drafter.draft(k, o.sampling, rng);
+    }
+    const bool hit = predrafted.has_value();
+    predrafted.reset();
+    const bool use = pre && (!options.predraft_adaptive || predraft_switch.use_next());
+    // Before the send: early verdicts of this round may arrive at once.
+    if (use) pre->begin_round(round + 1, drafter);
     v1::SessionRequest msg;
     v1::Draft* d = msg.mutable_draft();
     d->set_round(++round);
     d->mutable_tokens()->Add(tree.tokens.begin(), tree.tokens.end());
     for (const Distribution& q : tree.q) *d->add_q() = sparse(q);
+    d->set_early_verdicts(use);
     const auto sent = SteadyClock::now();
     stream.send(std::move(msg));
+    if (last_sent) predraft_switch.observe(last_used, ms_between(*last_sent, sent), last_tokens);
+    last_sent = sent;
+    last_used = use;
+    if (use) s.predraft_rounds += 1;
+    if (final_at) {
+      (hit ? s.hit_send_ms : s.miss_send_ms) += ms_between(*final_at, sent);
+      (hit ? hit_sends : miss_sends) += 1;
+    }
 
     std::optional<v1::SessionResponse> resp;
     do {
@@ -391,16 +444,33 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
     s.server_forward_ms += v.timings().forward_ms();
     if (r.ids.empty()) s.first_token_ms = ms_between(t0, got);
     const std::vector<int32_t> tokens(v.tokens().begin(), v.tokens().end());
-    drafter.accept(tokens, v.accepted());
+    const bool finished = v.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+    last_tokens = static_cast<int64_t>(tokens.size());
+    if (use && !finished) predrafted = pre->take(tokens, v.accepted(), drafter);
+    if (!predrafted) drafter.accept(tokens, v.accepted());
+    final_at = got;
     for (int32_t id : tokens) {
       r.ids.push_back(id);
       if (on_token) on_token(id);
     }
-    if (v.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+    if (finished) {
       r.finish_reason = finish_reason_name(from_wire(v.finish_reason()));
       break;
     }
   }
+  if (pre) {
+    pre->stop();
+    const PredraftStats ps = pre->stats();
+    s.early_verdicts = ps.early_verdicts;
+    s.predrafts = ps.predrafts;
+    s.predraft_lookups = ps.rounds;
+    s.cache_miss_rate = ps.rounds ? 1.0 - static_cast<double>(ps.hits) / static_cast<double>(ps.rounds) : 0.0;
+    s.avg_exit_layer = ps.hits ? static_cast<double>(ps.exit_layer_sum) / static_cast<double>(ps.hits) : 0.0;
+    s.predraft_ms = ps.predraft_ms;
+    s.sync_wait_ms = ps.wait_ms;
+  }
+  if (hit_sends) s.hit_send_ms /= static_cast<double>(hit_sends);
+  if (miss_sends) s.miss_send_ms /= static_cast<double>(miss_sends);
   const grpc::Status st = stream.status();
   if (!st.ok()) throw server_error(options.server, "session ended badly", st);
   const DrafterStats& ds = drafter.stats();

@@ -15,6 +15,10 @@
 //   cloud-ar  the server's target generates every token (the baseline)
 //   edge-sd   a draft model on this device proposes `gamma` tokens per round,
 //             the server's target verifies them in one forward
+//   edge-fsd  edge-sd plus pre-drafting: the server streams what its early
+//             exits predict the verdict will be; worker threads here draft
+//             the next round from those predictions, and when the final
+//             verdict matches one, that draft goes out at once
 //   local-ar  the target runs on this device, no server
 // Every mode produces exactly what the target alone would: the same tokens
 // under greedy decoding (temperature 0), the same distribution when sampling.
@@ -31,8 +35,8 @@
 
 namespace splitspec {
 
-enum class Mode { kCloudAr, kEdgeSd, kLocalAr };
-// "cloud-ar", "edge-sd", "local-ar"; parse_mode throws splitspec::Error.
+enum class Mode { kCloudAr, kEdgeSd, kEdgeFsd, kLocalAr };
+// "cloud-ar", "edge-sd", "edge-fsd", "local-ar"; parse_mode throws splitspec::Error.
 Mode parse_mode(const std::string& name);
 std::string mode_name(Mode mode);
 
@@ -45,6 +49,14 @@ struct ClientOptions {
   // the draft's (edge-sd, cloud-ar) or the target's (local-ar).
   std::string tokenizer;
   int threads = 1;  // compute threads on this device
+  // edge-fsd: pre-draft worker threads (one compute thread each) and the
+  // order they take early verdicts in: "priority" (most confident first),
+  // "fifo" or "random".
+  int predraft_threads = 1;
+  std::string predraft_queue = "priority";
+  // Pre-draft only while it measurably lowers latency (else rounds run as
+  // edge-sd, with an occasional probe); false pre-drafts every round.
+  bool predraft_adaptive = true;
   std::chrono::milliseconds connect_timeout{5000};
 };
 
@@ -77,6 +89,17 @@ struct Stats {
   double server_ms = 0;               // of that, time the server reports (queue, forward, verify)
   double server_forward_ms = 0;       // of that, target forwards
   double network_rtt_ms = 0;          // mean per round: verify wait minus server time
+  // edge-fsd.
+  int64_t early_verdicts = 0;         // received for rounds still open
+  int64_t predrafts = 0;              // pre-drafts started
+  double cache_miss_rate = 0;         // r: final verdicts with no pre-draft
+  double avg_exit_layer = 0;          // "Avg EE": the exit whose verdict produced each hit
+  double predraft_ms = 0;             // worker drafting time
+  double sync_wait_ms = 0;            // T_r: waiting for a hit's pre-draft to finish
+  double hit_send_ms = 0;             // mean, final verdict to next draft sent, on hits
+  double miss_send_ms = 0;            // the same on misses (drafting included)
+  int64_t predraft_rounds = 0;        // rounds that asked for early verdicts
+  int64_t predraft_lookups = 0;       // final verdicts looked up in the pre-draft cache (r's denominator)
 };
 
 struct Result {

@@ -2,7 +2,9 @@
 
 namespace splitspec {
 
-SessionStream::SessionStream(v1::SplitSpec::Stub& stub, std::chrono::system_clock::time_point deadline) {
+SessionStream::SessionStream(v1::SplitSpec::Stub& stub, std::chrono::system_clock::time_point deadline,
+                             EarlyHandler on_early)
+    : on_early_(std::move(on_early)) {
   context_.set_deadline(deadline);
   stub.async()->Session(&context_, this);
   AddHold();
@@ -56,6 +58,11 @@ void SessionStream::done_sending() {
 }
 
 void SessionStream::OnReadDone(bool ok) {
+  if (ok && on_early_ && in_.has_verdict() && !in_.verdict().final()) {
+    on_early_(in_.verdict());
+    StartRead(&in_);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ok)

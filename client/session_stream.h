@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 
@@ -17,7 +18,10 @@ namespace splitspec {
 
 class SessionStream final : public grpc::ClientBidiReactor<v1::SessionRequest, v1::SessionResponse> {
  public:
-  SessionStream(v1::SplitSpec::Stub& stub, std::chrono::system_clock::time_point deadline);
+  // Early verdicts (final == false) go to `on_early`, on gRPC's thread, the
+  // moment they arrive; everything else waits for next().
+  using EarlyHandler = std::function<void(const v1::RoundVerdict&)>;
+  SessionStream(v1::SplitSpec::Stub& stub, std::chrono::system_clock::time_point deadline, EarlyHandler on_early = {});
   // Cancels the call if it is still open and waits for gRPC to let go.
   ~SessionStream() override;
 
@@ -35,6 +39,7 @@ class SessionStream final : public grpc::ClientBidiReactor<v1::SessionRequest, v
   void OnDone(const grpc::Status& s) override;
 
   grpc::ClientContext context_;
+  EarlyHandler on_early_;
   v1::SessionResponse in_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -25,19 +25,21 @@ at::ScalarType to_scalar_type(DType d) {
   }
 }
 
-// Copies a stored tensor out of the mapping into an owned fp32 tensor.
 at::Tensor load_tensor(const SafetensorsModel& st, const std::string& name, const std::vector<int64_t>& shape) {
-  const TensorInfo& t = st.get(name, shape);
-  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
-    throw Error(t.file + ": tensor '" + name + "' has dtype " + dtype_name(t.dtype) + "; weights must be F32, F16 or BF16");
-  auto view = at::from_blob(const_cast<uint8_t*>(t.data), shape, at::TensorOptions().dtype(to_scalar_type(t.dtype)));
-  at::Tensor out = view.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
-  if (!at::isfinite(out).all().item<bool>())
-    throw Error(t.file + ": tensor '" + name + "' contains NaN or infinite values");
-  return out;
+  return load_float_tensor(st.get(name, shape));
 }
 
 }  // namespace
+
+at::Tensor load_float_tensor(const TensorInfo& t) {
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    throw Error(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) + "; weights must be F32, F16 or BF16");
+  auto view = at::from_blob(const_cast<uint8_t*>(t.data), t.shape, at::TensorOptions().dtype(to_scalar_type(t.dtype)));
+  at::Tensor out = view.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  if (!at::isfinite(out).all().item<bool>())
+    throw Error(t.file + ": tensor '" + t.name + "' contains NaN or infinite values");
+  return out;
+}
 
 Model::Model(ModelConfig config, ModelWeights weights, std::string name)
     : config_(std::move(config)), weights_(std::move(weights)), name_(std::move(name)) {
@@ -248,6 +250,7 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     x.add_(delta);
     for (int64_t hl : req.hidden_layers)
       if (hl == l) out.hidden[l] = x.clone();
+    if (req.on_layer) req.on_layer(l, x);
   }
   cache.commit(n);
 
@@ -256,12 +259,20 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     std::vector<int64_t> r = *req.logits_rows;
     rows = x.index_select(0, at::from_blob(r.data(), {static_cast<int64_t>(r.size())}, i64));
   }
-  const int64_t m = rows.size(0);
-  at::Tensor normed = buf(m, H);
-  out.logits = buf(m, c.vocab_size);
-  kernels::rms_norm(f(rows), m, H, f(weights_.final_norm), eps, f(normed));
-  kernels::linear(f(normed), m, H, f(weights_.lm_head), c.vocab_size, f(out.logits));
+  out.logits = head_logits(rows);
   return out;
+}
+
+at::Tensor Model::head_logits(const at::Tensor& hidden) const {
+  const ModelConfig& c = config_;
+  const at::Tensor rows = hidden.contiguous();
+  const int64_t m = rows.size(0), H = c.hidden_size;
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor normed = at::empty({m, H}, opts), logits = at::empty({m, c.vocab_size}, opts);
+  kernels::rms_norm(rows.data_ptr<float>(), m, H, weights_.final_norm.data_ptr<float>(), static_cast<float>(c.rms_norm_eps),
+                    normed.data_ptr<float>());
+  kernels::linear(normed.data_ptr<float>(), m, H, weights_.lm_head.data_ptr<float>(), c.vocab_size, logits.data_ptr<float>());
+  return logits;
 }
 
 }  // namespace splitspec

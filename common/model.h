@@ -51,6 +51,10 @@ struct ForwardRequest {
   std::optional<std::vector<int64_t>> logits_rows;
   // Layers (0-based) whose output hidden states ([n, hidden]) are returned.
   std::vector<int64_t> hidden_layers;
+  // Called after each layer (0-based) with its output [n, hidden], while the
+  // forward goes on: early exits verify there. The tensor is only valid
+  // during the call. An exception leaves the cache unchanged.
+  std::function<void(int64_t layer, const at::Tensor& hidden)> on_layer;
 };
 
 struct ForwardResult {
@@ -72,6 +76,10 @@ ModelWeights copy_weights(const ModelConfig& config, const ModelWeights& src,
 // weights stored as `dtype` (F32, F16 or BF16).
 void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir,
                 DType dtype = DType::F32);
+
+// A stored F32/F16/BF16 tensor as an owned fp32 tensor; throws
+// splitspec::Error on other dtypes and on NaN or infinite values.
+at::Tensor load_float_tensor(const TensorInfo& t);
 
 // RoPE angle tables [max_position_embeddings, head_dim/2], computed in double
 // as the reference implementations do, so far positions keep their precision.
@@ -96,6 +104,9 @@ class Model {
   // Appends the new tokens to `cache` and returns the requested logits. On
   // invalid input it throws splitspec::Error and leaves the cache unchanged.
   ForwardResult forward(const ForwardRequest& request, KVCache& cache) const;
+
+  // The final norm and LM head on hidden rows [m, hidden]: logits [m, vocab].
+  at::Tensor head_logits(const at::Tensor& hidden) const;
 
   void save(const std::string& dir, DType dtype = DType::F32) const { save_model(config_, weights_, dir, dtype); }
 

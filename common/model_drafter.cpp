@@ -36,13 +36,14 @@ void ModelDrafter::begin(const std::vector<int32_t>& prompt) {
   stats_.prefill_ms += ms_since(t0);
 }
 
-DraftTree ModelDrafter::draft(int32_t k, const SamplingParams& params, Rng& rng) {
+DraftTree ModelDrafter::draft(int32_t k, const SamplingParams& params, Rng& rng, const std::function<bool()>& stop) {
   // The draft's own context bounds how far it can look ahead.
   k = static_cast<int32_t>(std::min<int64_t>(k, cache_.capacity() - static_cast<int64_t>(seq_.size())));
   const auto t0 = SteadyClock::now();
   std::vector<int32_t> tokens;
   std::vector<Distribution> qs;
   for (int32_t i = 0; i < k; ++i) {
+    if (stop && stop()) break;
     ForwardRequest r;
     // Tokens the cache lacks: the last committed one (plus, after a fully
     // accepted round, the final draft token it never consumed).
@@ -63,22 +64,40 @@ DraftTree ModelDrafter::draft(int32_t k, const SamplingParams& params, Rng& rng)
   }
   // Drafted entries stay cached; accept() trims them to what was accepted.
   stats_.draft_ms += ms_since(t0);
-  last_k_ = k;
-  if (stats_.proposed.size() < static_cast<size_t>(k)) {
-    stats_.proposed.resize(k, 0);
-    stats_.accepted.resize(k, 0);
+  last_k_ = static_cast<int32_t>(tokens.size());
+  if (stats_.proposed.size() < tokens.size()) {
+    stats_.proposed.resize(tokens.size(), 0);
+    stats_.accepted.resize(tokens.size(), 0);
   }
   return DraftTree::chain(std::move(tokens), std::move(qs));
 }
 
-void ModelDrafter::accept(const std::vector<int32_t>& tokens, int32_t accepted) {
-  const int64_t committed = static_cast<int64_t>(seq_.size());
+void ModelDrafter::record(int32_t accepted) {
   stats_.rounds += 1;
   for (int32_t i = 0; i < last_k_; ++i) {
     stats_.proposed[i] += 1;
     if (i < accepted) stats_.accepted[i] += 1;
   }
   last_k_ = 0;
+}
+
+void ModelDrafter::fork_after(const ModelDrafter& src, const std::vector<int32_t>& tokens, int32_t accepted) {
+  const int64_t committed = static_cast<int64_t>(src.seq_.size());
+  cache_.copy_prefix_from(src.cache_, std::min<int64_t>(src.cache_.size(), committed + accepted));
+  seq_ = src.seq_;
+  seq_.insert(seq_.end(), tokens.begin(), tokens.end());
+  last_k_ = 0;
+}
+
+void ModelDrafter::swap_state(ModelDrafter& other) {
+  std::swap(cache_, other.cache_);
+  std::swap(seq_, other.seq_);
+  std::swap(last_k_, other.last_k_);
+}
+
+void ModelDrafter::accept(const std::vector<int32_t>& tokens, int32_t accepted) {
+  const int64_t committed = static_cast<int64_t>(seq_.size());
+  record(accepted);
   // The cache keeps the last committed token and the accepted drafts.
   cache_.truncate(std::min<int64_t>(cache_.size(), committed + accepted));
   seq_.insert(seq_.end(), tokens.begin(), tokens.end());

@@ -3,6 +3,7 @@
 // llama.cpp's speculative drafters. It keeps its own KV cache in step with
 // the committed sequence and its own counters.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/model.h"
@@ -35,10 +36,21 @@ class ModelDrafter {
   void begin(const std::vector<int32_t>& prompt);
   // k tokens drafted greedily or sampled with `params` (then each carries the
   // post-filter q it was drawn from). Does not change the committed state.
-  DraftTree draft(int32_t k, const SamplingParams& params, Rng& rng);
+  // `stop`, checked before each draft forward, cuts the draft short.
+  DraftTree draft(int32_t k, const SamplingParams& params, Rng& rng, const std::function<bool()>& stop = {});
   // The round's outcome: `tokens` (accepted drafts, then the target's token)
   // are committed; `accepted` of the last draft's tokens were accepted.
   void accept(const std::vector<int32_t>& tokens, int32_t accepted);
+
+  // Pre-drafting. This drafter becomes `src` as it would be after
+  // src.accept(tokens, accepted), src itself untouched: the shared prefix of
+  // the KV cache is copied, not recomputed.
+  void fork_after(const ModelDrafter& src, const std::vector<int32_t>& tokens, int32_t accepted);
+  // Counts the outcome of the last draft (as accept() does) without changing
+  // the state: for a drafter about to take a pre-drafted state by swap_state.
+  void record(int32_t accepted);
+  // Exchanges sequence, cache and pending draft with `other` (not the stats).
+  void swap_state(ModelDrafter& other);
 
   const DrafterStats& stats() const { return stats_; }
   const std::vector<int32_t>& sequence() const { return seq_; }

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/stopwatch.h"
 
@@ -44,7 +46,7 @@ int32_t TargetDecoder::room() const {
   return static_cast<int32_t>(std::max<int64_t>(0, context_ - static_cast<int64_t>(seq_.size())));
 }
 
-at::Tensor TargetDecoder::forward_pending(const DraftTree& tree) {
+at::Tensor TargetDecoder::forward_pending(const DraftTree& tree, const std::vector<int64_t>& tap_layers, const LayerTap& tap) {
   const int64_t past = cache_.size();
   const int64_t committed = static_cast<int64_t>(seq_.size());
   const int64_t pending = committed - past;  // the prompt in round one, else the last token
@@ -67,11 +69,21 @@ at::Tensor TargetDecoder::forward_pending(const DraftTree& tree) {
     for (int32_t d : depths) r.positions.push_back(committed - 1 + d);
     r.mask = tree_attention_mask(parents, past);
   }
+  if (tap && !tap_layers.empty()) {
+    const at::Tensor index = at::tensor(*r.logits_rows, at::TensorOptions().dtype(at::kLong));
+    r.on_layer = [this, index, &tap_layers, &tap](int64_t layer, const at::Tensor& hidden) {
+      const int64_t after = layer + 1;
+      if (std::find(tap_layers.begin(), tap_layers.end(), after) != tap_layers.end())
+        tap(after, hidden.index_select(0, index), rng_);
+    };
+  }
   forwards_ += 1;
   return target_.forward(r, cache_).logits;
 }
 
-RoundResult TargetDecoder::verify(const DraftTree& tree) {
+RoundResult TargetDecoder::verify(const DraftTree& tree) { return verify(tree, {}, {}); }
+
+RoundResult TargetDecoder::verify(const DraftTree& tree, const std::vector<int64_t>& tap_layers, const LayerTap& tap) {
   if (finished()) throw Error("verify: the generation has finished");
   if (tree.size() > room())
     throw Error("draft of " + std::to_string(tree.size()) + " tokens does not fit the context (room for " +
@@ -81,7 +93,7 @@ RoundResult TargetDecoder::verify(const DraftTree& tree) {
   const auto tf = SteadyClock::now();
   const int64_t past = cache_.size();
   const int64_t pending = static_cast<int64_t>(seq_.size()) - past;
-  const at::Tensor logits = forward_pending(tree);
+  const at::Tensor logits = forward_pending(tree, tap_layers, tap);
   r.forward_ms = ms_since(tf);
   const auto tv = SteadyClock::now();
   r.verdict = verify_tree(tree, logits, options_.sampling, rng_);

@@ -5,6 +5,7 @@
 // mode commits tokens, rolls back caches and stops in exactly the same way.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/generate_options.h"
@@ -34,6 +35,12 @@ class TargetDecoder {
   // tree must fit: tree.size() <= room(). Throws splitspec::Error on a
   // malformed tree (out-of-vocabulary ids, q that are not distributions).
   RoundResult verify(const DraftTree& tree);
+  // The same, calling `tap` during the forward after each layer count in
+  // `tap_layers` with the rows verification will read ([tree.size()+1,
+  // hidden]) and the verifier's Rng as it stands before this round's draws.
+  // Early exits predict the verdict there; the tap cannot change the round.
+  using LayerTap = std::function<void(int64_t after_layer, const at::Tensor& rows, const Rng& rng)>;
+  RoundResult verify(const DraftTree& tree, const std::vector<int64_t>& tap_layers, const LayerTap& tap);
   // One autoregressive token, drawn exactly as plain sampling would.
   RoundResult step();
 
@@ -47,7 +54,7 @@ class TargetDecoder {
   const Model& model() const { return target_; }
 
  private:
-  at::Tensor forward_pending(const DraftTree& tree);
+  at::Tensor forward_pending(const DraftTree& tree, const std::vector<int64_t>& tap_layers = {}, const LayerTap& tap = {});
   void commit(RoundResult& r);
 
   const Model& target_;

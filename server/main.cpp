@@ -35,6 +35,12 @@ int main(int argc, char** argv) {
   auto* grace = app.add_option("--shutdown-grace-s", flags.shutdown_grace_s, "Seconds streams get to finish on SIGTERM");
   auto* log_level = app.add_option("--log-level", flags.log_level, "trace|debug|info|warn|error|off");
   auto* port_file = app.add_option("--port-file", flags.port_file, "Write the bound port to this file once serving");
+  auto* exits = app.add_option("--early-exits", flags.early_exits, "auto (the target's early_exits.json) or off");
+  auto* exit_layers = app.add_option("--early-exit-layers", flags.early_exit_layers, "Run only these exits (layer counts, e.g. 4,6)")
+                          ->delimiter(',');
+  auto* exit_shortlist = app.add_option("--early-exit-shortlist", flags.early_exit_shortlist,
+                                       "Exits score token ids below this only (0: the whole vocabulary)");
+  auto* exit_queue = app.add_option("--early-exit-queue", flags.early_exit_queue, "Early verdict send order: priority or fifo");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -48,6 +54,10 @@ int main(int argc, char** argv) {
     if (*grace) config.shutdown_grace_s = flags.shutdown_grace_s;
     if (*log_level) config.log_level = flags.log_level;
     if (*port_file) config.port_file = flags.port_file;
+    if (*exits) config.early_exits = flags.early_exits;
+    if (*exit_layers) config.early_exit_layers = flags.early_exit_layers;
+    if (*exit_queue) config.early_exit_queue = flags.early_exit_queue;
+    if (*exit_shortlist) config.early_exit_shortlist = flags.early_exit_shortlist;
     config.validate();
     spdlog::set_level(spdlog::level::from_str(config.log_level));
 

@@ -29,6 +29,26 @@ Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
   } else {
     spdlog::warn("{}: no tokenizer; clients are checked by vocabulary size only", tok_path.string());
   }
+  if (ctx_->config.early_exits == "auto") {
+    std::optional<EarlyExits> all = EarlyExits::load(ctx_->config.target_dir, ctx_->target->config());
+    std::vector<int64_t> want = ctx_->config.early_exit_layers;
+    if (want.empty() && all) want = all->serve_layers();
+    if (all && !want.empty()) {
+      EarlyExits chosen = *all;
+      chosen.adapters().clear();
+      for (int64_t l : want) {
+        const int i = all->index_of(l);
+        if (i < 0) throw Error("early_exit_layers: the target has no exit after layer " + std::to_string(l));
+        chosen.adapters().push_back(all->adapters()[i]);
+      }
+      all = std::move(chosen);
+    } else if (!all && !want.empty()) {
+      throw Error("early_exit_layers given but " + ctx_->config.target_dir + " has no early_exits.json");
+    }
+    ctx_->exits = std::move(all);
+    if (ctx_->exits) ctx_->exits->set_shortlist(ctx_->config.early_exit_shortlist);
+  }
+  ctx_->exit_priority = ctx_->config.early_exit_queue == "priority";
   service_ = std::make_unique<SplitSpecService>(*ctx_);
 }
 
@@ -62,6 +82,11 @@ void Server::start() {
   spdlog::info("event=serving listen={} port={} model={} layers={} vocab={} context={} max_sessions={} tokenizer={}",
                ctx_->config.listen, port_, ctx_->model_name, c.num_hidden_layers, c.vocab_size, c.max_position_embeddings,
                ctx_->config.max_sessions, ctx_->tokenizer_fingerprint.empty() ? "none" : ctx_->tokenizer_fingerprint);
+  if (ctx_->exits) {
+    std::string layers;
+    for (const ExitAdapter& a : ctx_->exits->adapters()) layers += (layers.empty() ? "" : ",") + std::to_string(a.after_layer);
+    spdlog::info("event=early_exits after_layers={} queue={}", layers, ctx_->config.early_exit_queue);
+  }
 }
 
 void Server::shutdown() {

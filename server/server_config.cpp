@@ -22,7 +22,8 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
   static const std::set<std::string> known = {"target",           "listen",          "max_sessions",
                                               "max_draft_tokens", "max_new_tokens",  "compute_threads",
                                               "shutdown_grace_s", "max_message_bytes", "log_level",
-                                              "port_file"};
+                                              "port_file",        "early_exits",     "early_exit_layers",
+                                              "early_exit_queue", "early_exit_shortlist"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
@@ -36,6 +37,10 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("max_message_bytes")) c.max_message_bytes = j["max_message_bytes"].get<int32_t>();
     if (j.contains("log_level")) c.log_level = j["log_level"].get<std::string>();
     if (j.contains("port_file")) c.port_file = j["port_file"].get<std::string>();
+    if (j.contains("early_exits")) c.early_exits = j["early_exits"].get<std::string>();
+    if (j.contains("early_exit_layers")) c.early_exit_layers = j["early_exit_layers"].get<std::vector<int64_t>>();
+    if (j.contains("early_exit_queue")) c.early_exit_queue = j["early_exit_queue"].get<std::string>();
+    if (j.contains("early_exit_shortlist")) c.early_exit_shortlist = j["early_exit_shortlist"].get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": " + e.what());
   }
@@ -55,6 +60,9 @@ void ServerConfig::validate() const {
   if (compute_threads < 0) throw Error("compute_threads must be >= 0 (0: every core)");
   if (!(shutdown_grace_s >= 0)) throw Error("shutdown_grace_s must be >= 0");
   if (max_message_bytes < 1024) throw Error("max_message_bytes must be at least 1024");
+  if (early_exits != "auto" && early_exits != "off") throw Error("early_exits must be auto or off");
+  if (early_exit_shortlist < 0) throw Error("early_exit_shortlist must be >= 0 (0: the whole vocabulary)");
+  if (early_exit_queue != "priority" && early_exit_queue != "fifo") throw Error("early_exit_queue must be priority or fifo");
   static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};
   if (!levels.count(log_level)) throw Error("log_level must be one of trace|debug|info|warn|error|off");
 }

@@ -3,6 +3,7 @@
 // documents every key) overridden by command-line flags.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace splitspec {
 
@@ -16,6 +17,13 @@ struct ServerConfig {
   double shutdown_grace_s = 10.0;   // SIGTERM: in-flight streams get this long to finish
   int32_t max_message_bytes = 4 << 20;
   std::string log_level = "info";
+  // Early exits run for sessions that ask for early verdicts: "auto" (those
+  // the target ships, at the layers in its early_exits.json or the subset in
+  // early_exit_layers), or "off".
+  std::string early_exits = "auto";
+  std::vector<int64_t> early_exit_layers;  // empty: every shipped exit
+  std::string early_exit_queue = "priority";
+  int64_t early_exit_shortlist = 2048;  // exits score token ids below this (0: all); see EarlyExits::set_shortlist  // send order of early verdicts: priority (confidence) or fifo
   std::string port_file;  // when set, the bound port is written there (useful with port 0)
 
   // Throws splitspec::Error naming the file and key at fault.

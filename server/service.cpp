@@ -76,6 +76,8 @@ grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext*
   info->set_max_sessions(ctx_.config.max_sessions);
   info->set_version(SPLITSPEC_VERSION);
   info->set_serving(ctx_.serving.load());
+  if (ctx_.exits)
+    for (const ExitAdapter& a : ctx_.exits->adapters()) info->add_early_exit_layers(static_cast<int32_t>(a.after_layer));
   const ServerCounters& k = ctx_.counters;
   v1::ServerStats* s = info->mutable_stats();
   s->set_active_sessions(k.active_sessions.load());
@@ -87,6 +89,7 @@ grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext*
   s->set_tokens_generated(k.tokens_generated.load());
   s->set_target_forwards(k.target_forwards.load());
   s->set_invalid_requests(k.invalid_requests.load());
+  s->set_early_verdicts(k.early_verdicts.load());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -4,8 +4,10 @@
 // idle stream costs no thread. Target forwards run on the ComputeQueue.
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "common/early_exit.h"
 #include "common/model.h"
 #include "common/target_decoder.h"
 #include "proto/splitspec.grpc.pb.h"
@@ -25,6 +27,7 @@ struct ServerCounters {
   std::atomic<int64_t> tokens_generated{0};
   std::atomic<int64_t> target_forwards{0};
   std::atomic<int64_t> invalid_requests{0};
+  std::atomic<int64_t> early_verdicts{0};
 };
 
 // Everything a stream needs from the server, shared by all of them.
@@ -33,6 +36,8 @@ struct ServiceContext {
   std::shared_ptr<const Model> target;
   std::string model_name;
   std::string tokenizer_fingerprint;  // empty: the target ships no tokenizer
+  std::optional<EarlyExits> exits;    // the active early exits, when any
+  bool exit_priority = true;          // early verdicts go out most confident first (else FIFO)
   ServerCounters counters;
   std::atomic<bool> serving{true};
   std::unique_ptr<ComputeQueue> compute;

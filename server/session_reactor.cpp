@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/stopwatch.h"
+#include "common/early_verdict.h"
 #include "common/target_decoder.h"
 #include "proto/convert.h"
 #include "server/stream_writer.h"
@@ -94,7 +95,9 @@ class SessionReactor final : public Base {
     if (decoder_) return invalid("Open sent twice in one session");
     grpc::Status s = start_decoder(ctx_, o, decoder_);
     if (!s.ok()) return s;
-    greedy_ = from_wire(o.sampling()).greedy();
+    sampling_ = from_wire(o.sampling());
+    greedy_ = sampling_.greedy();
+    early_ = o.early_verdicts() && ctx_.exits.has_value();
     spdlog::info("session={} event=open peer={} prompt_tokens={} max_new_tokens={} temperature={}", id_, peer_,
                  o.prompt_ids_size(), o.max_new_tokens(), o.sampling().temperature());
     v1::SessionResponse r;
@@ -153,18 +156,20 @@ class SessionReactor final : public Base {
     }
     hold();
     const auto queued = SteadyClock::now();
-    ctx_.compute->post([this, tree = std::move(tree), queued] { verify(tree, queued); });
+    const bool early = early_ && d.early_verdicts();
+    ctx_.compute->post([this, tree = std::move(tree), queued, early] { verify(tree, queued, early); });
     return grpc::Status::OK;
   }
 
   // On the compute worker.
-  void verify(const DraftTree& tree, SteadyClock::time_point queued) {
+  void verify(const DraftTree& tree, SteadyClock::time_point queued, bool early) {
     std::optional<v1::SessionResponse> out;
     std::optional<grpc::Status> end;
     if (!cancelled() && !closing()) {
       const double queue_ms = ms_since(queued);
       try {
-        const RoundResult r = decoder_->verify(tree);
+        double exits_ms = 0;
+        const RoundResult r = early ? verify_with_exits(tree, exits_ms) : decoder_->verify(tree);
         rounds_ += 1;
         proposed_ += tree.size();
         accepted_ += r.verdict.accepted;
@@ -182,10 +187,12 @@ class SessionReactor final : public Base {
         v->mutable_path()->Add(r.verdict.path.begin(), r.verdict.path.end());
         v->set_finish_reason(to_wire(r.finish));
         v->set_final(true);
+        v->set_exit_layer(static_cast<int32_t>(ctx_.target->config().num_hidden_layers));
         v1::ServerTimings* t = v->mutable_timings();
         t->set_queue_ms(queue_ms);
         t->set_forward_ms(r.forward_ms);
         t->set_verify_ms(r.verify_ms);
+        t->set_exits_ms(exits_ms);
         if (r.finish != FinishReason::kNone) end = grpc::Status::OK;
       } catch (const Error& e) {
         end = invalid(e.what());
@@ -202,10 +209,49 @@ class SessionReactor final : public Base {
       busy_ = false;
       half_closed = client_closed_;
     }
-    if (out) send(std::move(*out));
+    if (out) {
+      // The round is decided: its early verdicts still queued are stale.
+      if (early_) drop_queued([](const v1::SessionResponse& m) { return m.has_verdict() && !m.verdict().final(); });
+      send(std::move(*out));
+    }
     if (end) close(std::move(*end));
     if (half_closed) close(grpc::Status::OK);
     release();
+  }
+
+  // The round's forward with the early exits tapped: each exit verifies the
+  // draft against its own logits and its verdict goes out while the forward
+  // continues, unless the same tokens were already sent this round.
+  RoundResult verify_with_exits(const DraftTree& tree, double& exits_ms) {
+    const EarlyExits& exits = *ctx_.exits;
+    std::vector<int64_t> layers;
+    for (const ExitAdapter& a : exits.adapters()) layers.push_back(a.after_layer);
+    std::vector<std::vector<int32_t>> sent;
+    uint64_t order = 0;
+    return decoder_->verify(tree, layers, [&](int64_t after, const at::Tensor& rows, const Rng& rng) {
+      const auto t0 = SteadyClock::now();
+      struct Timer {
+        double& total;
+        SteadyClock::time_point t0;
+        ~Timer() { total += ms_since(t0); }
+      } timer{exits_ms, t0};
+      const EarlyVerdict e = verify_at_exit(*ctx_.target, exits, exits.index_of(after), rows, tree, sampling_, rng);
+      for (const auto& tokens : sent)
+        if (tokens == e.verdict.tokens) return;
+      sent.push_back(e.verdict.tokens);
+      v1::SessionResponse out;
+      v1::RoundVerdict* v = out.mutable_verdict();
+      v->set_round(round_);
+      v->set_accepted(e.verdict.accepted);
+      v->mutable_tokens()->Add(e.verdict.tokens.begin(), e.verdict.tokens.end());
+      v->mutable_path()->Add(e.verdict.path.begin(), e.verdict.path.end());
+      v->set_final(false);
+      v->set_exit_layer(static_cast<int32_t>(after));
+      v->set_confidence(e.confidence);
+      ctx_.counters.early_verdicts.fetch_add(1);
+      // FIFO: later exits rank below earlier ones, as they were produced.
+      send(std::move(out), ctx_.exit_priority ? e.confidence : -static_cast<double>(++order));
+    });
   }
 
   ServiceContext& ctx_;
@@ -214,6 +260,8 @@ class SessionReactor final : public Base {
   v1::SessionRequest in_;
   std::unique_ptr<TargetDecoder> decoder_;  // touched by the reader until the first Draft, then by one job at a time
   bool greedy_ = true;
+  bool early_ = false;  // early verdicts asked for and exits available
+  SamplingParams sampling_;
   uint32_t round_ = 0;  // the last round received
   bool busy_ = false;   // a round is queued or running
   bool client_closed_ = false;

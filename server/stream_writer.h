@@ -1,15 +1,19 @@
 #pragma once
 // What every streaming reactor of the server needs on top of gRPC's callback
-// API: an ordered queue of outgoing messages with one write in flight, a
-// Finish that waits for that queue, and a lifetime that outlasts OnDone while
-// compute jobs still refer to the reactor.
+// API: a queue of outgoing messages ordered by priority (FIFO among equals)
+// with one write in flight, a Finish that waits for that queue, and a
+// lifetime that outlasts OnDone while compute jobs still refer to the reactor.
+// Messages wait here, not in the compute path: a slow network delays early
+// verdicts, never the forward that produces them.
 //
 // gRPC calls are never made under mu_, so a reaction that gRPC runs inline
 // cannot deadlock on it.
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
-#include <deque>
+#include <functional>
+#include <limits>
+#include <list>
 #include <mutex>
 #include <optional>
 
@@ -18,19 +22,33 @@ namespace splitspec {
 template <class Reactor, class Response>
 class StreamWriter : public Reactor {
  protected:
-  // Queues `msg` behind earlier ones; dropped once the stream is closing.
-  void send(Response msg) {
+  static constexpr double kFirst = std::numeric_limits<double>::infinity();
+
+  // Queues `msg` ahead of queued messages of lower priority and behind the
+  // rest; dropped once the stream is closing.
+  void send(Response msg, double priority = kFirst) {
     const Response* start = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (status_) return;
-      out_.push_back(std::move(msg));
+      auto at = out_.begin();
+      if (writing_) ++at;  // the message being written stays first
+      while (at != out_.end() && at->priority >= priority) ++at;
+      out_.insert(at, Entry{priority, std::move(msg)});
       if (!writing_) {
         writing_ = true;
-        start = &out_.front();
+        start = &out_.front().msg;
       }
     }
     if (start) this->StartWrite(start);
+  }
+
+  // Removes queued (not yet written) messages for which `stale` holds.
+  void drop_queued(const std::function<bool(const Response&)>& stale) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = out_.begin();
+    if (writing_ && it != out_.end()) ++it;
+    while (it != out_.end()) it = stale(it->msg) ? out_.erase(it) : std::next(it);
   }
 
   // Ends the stream with `status` once queued messages are written; the first
@@ -83,7 +101,7 @@ class StreamWriter : public Reactor {
         if (!status_) status_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
       }
       if (!out_.empty()) {
-        next = &out_.front();
+        next = &out_.front().msg;
       } else {
         writing_ = false;
         finish_now = status_.has_value() && !finished_;
@@ -109,7 +127,11 @@ class StreamWriter : public Reactor {
     if (del) delete this;
   }
 
-  std::deque<Response> out_;
+  struct Entry {
+    double priority;
+    Response msg;
+  };
+  std::list<Entry> out_;
   bool writing_ = false;
   std::optional<grpc::Status> status_;
   bool finished_ = false;

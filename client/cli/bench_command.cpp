@@ -158,7 +158,10 @@ Command add_bench_command(CLI::App& app) {
   fwd->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
   fwd->add_flag("--json", a->json, R"(Print {"rows": [{"context","new_tokens","ms"}], "weight_bytes", ...})");
   const std::function<int()> edge_cloud = add_bench_edge_cloud(*bench);
-  return {bench, [a, model, random, fwd, edge_cloud]() {
+  const std::function<int()> exits = add_bench_exits(*bench);
+  CLI::App* exits_cmd = bench->get_subcommand("exits");
+  return {bench, [a, model, random, fwd, edge_cloud, exits, exits_cmd]() {
+            if (exits_cmd->parsed()) return exits();
             if (!fwd->parsed()) return edge_cloud();
             if (model->count() + random->count() != 1) throw Error("bench forward: give --model or --random-init");
             return run_bench_forward(*a);

@@ -30,6 +30,10 @@ struct EdgeBenchArgs {
   double rate_kbps = 0;
   int32_t pings = 21;
   int threads = 1;
+  std::vector<std::string> modes = {"cloud-ar", "edge-sd", "edge-fsd"};
+  int predraft_threads = 1;
+  std::string predraft_queue = "priority";
+  bool predraft_always = false;
   bool json = false;
 };
 
@@ -37,6 +41,8 @@ struct EdgeBenchArgs {
 struct ModeTotals {
   int64_t prompts = 0, tokens = 0, rounds = 0, target_forwards = 0, draft_forwards = 0;
   double wall_ms = 0, server_forward_ms = 0, draft_ms = 0, verify_wait_ms = 0, server_ms = 0, accepted = 0;
+  double lookups = 0, hits = 0, exit_layer_sum = 0, sync_wait_ms = 0, hit_send_ms = 0, miss_send_ms = 0;
+  double hit_sends = 0, miss_sends = 0, predraft_rounds = 0;
 
   void add(const Result& r) {
     const Stats& s = r.stats;
@@ -51,7 +57,19 @@ struct ModeTotals {
     verify_wait_ms += s.verify_wait_ms;
     server_ms += s.server_ms;
     accepted += s.acceptance_rate * static_cast<double>(s.draft_forwards);
+    const double looked = static_cast<double>(s.predraft_lookups);
+    const double h = (1.0 - s.cache_miss_rate) * looked;
+    lookups += looked;
+    hits += h;
+    exit_layer_sum += s.avg_exit_layer * h;
+    sync_wait_ms += s.sync_wait_ms;
+    hit_send_ms += s.hit_send_ms * h;
+    miss_send_ms += s.miss_send_ms * (looked - h);
+    hit_sends += h;
+    miss_sends += looked - h;
+    predraft_rounds += static_cast<double>(s.predraft_rounds);
   }
+  double miss_rate() const { return lookups > 0 ? 1.0 - hits / lookups : 0.0; }
   double per_token(double total) const { return tokens ? total / static_cast<double>(tokens) : 0.0; }
 };
 
@@ -66,6 +84,9 @@ std::unique_ptr<Client> connect_mode(Mode mode, const EdgeBenchArgs& a, const st
   o.server = address;
   o.draft_dir = a.draft_dir;
   o.threads = a.threads;
+  o.predraft_threads = a.predraft_threads;
+  o.predraft_queue = a.predraft_queue;
+  o.predraft_adaptive = !a.predraft_always;
   return Client::connect(o);
 }
 
@@ -106,44 +127,64 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
     NetemProxy proxy(n);
     proxy.start();
     const std::string address = "127.0.0.1:" + std::to_string(proxy.port());
-    auto ar = connect_mode(Mode::kCloudAr, a, address);
-    auto sd = connect_mode(Mode::kEdgeSd, a, address);
+    std::vector<Mode> modes;
+    for (const std::string& m : a.modes) modes.push_back(parse_mode(m));
+    std::vector<std::unique_ptr<Client>> clients;
+    for (Mode m : modes) clients.push_back(connect_mode(m, a, address));
     // T_c: half the median round trip of an empty call through the link.
     std::vector<double> rtts;
-    for (int i = 0; i < a.pings; ++i) rtts.push_back(ar->ping_ms());
+    for (int i = 0; i < a.pings; ++i) rtts.push_back(clients[0]->ping_ms());
     const double tc = median(rtts) / 2.0;
-    ModeTotals tar, tsd;
-    // Interleaved per prompt so both modes see the same machine noise.
-    for (const auto& p : prompts) {
-      tar.add(ar->generate_ids(p, req));
-      tsd.add(sd->generate_ids(p, req));
+    std::vector<ModeTotals> totals(modes.size());
+    // Interleaved per prompt so every mode sees the same machine noise.
+    for (const auto& p : prompts)
+      for (size_t m = 0; m < modes.size(); ++m) totals[m].add(clients[m]->generate_ids(p, req));
+    nlohmann::json row = {{"delay_ms", delay}, {"T_c_ms", tc}};
+    // T_p comes from edge-sd, which drafts every round on the main thread.
+    double tp = 0;
+    for (size_t m = 0; m < modes.size(); ++m)
+      if (modes[m] == Mode::kEdgeSd && totals[m].draft_forwards)
+        tp = totals[m].draft_ms / static_cast<double>(totals[m].draft_forwards);
+    for (size_t m = 0; m < modes.size(); ++m) {
+      const ModeTotals& t = totals[m];
+      const double n_tokens = static_cast<double>(t.tokens);
+      const double measured = t.per_token(t.wall_ms);
+      nlohmann::json j = {{"ms_per_token", measured},
+                          {"target_forwards_per_token", t.per_token(static_cast<double>(t.target_forwards))},
+                          {"tokens", t.tokens},
+                          {"prompts", t.prompts}};
+      if (modes[m] == Mode::kCloudAr) {
+        const double tq = t.server_forward_ms / static_cast<double>(std::max<int64_t>(t.target_forwards, 1));
+        j["T_q_ms"] = tq;
+        // Table 4: AR = 2 T_c + n T_q per generation.
+        j["model_ms_per_token"] = (2.0 * tc * static_cast<double>(t.prompts) + t.server_forward_ms) / n_tokens;
+      } else {
+        const double tq = t.server_forward_ms / static_cast<double>(std::max<int64_t>(t.rounds, 1));
+        const double tau = t.rounds ? n_tokens / static_cast<double>(t.rounds) : 0.0;
+        j["T_q_ms"] = tq;
+        j["tau"] = tau;
+        j["acceptance_rate"] = t.draft_forwards ? t.accepted / static_cast<double>(t.draft_forwards) : 0.0;
+        j["network_rtt_ms"] = t.rounds ? (t.verify_wait_ms - t.server_ms) / static_cast<double>(t.rounds) : 0.0;
+        if (modes[m] == Mode::kEdgeSd) {
+          // Table 4: SD = (n / tau)(2 T_c + gamma T_p + T_q).
+          j["model_ms_per_token"] = (2.0 * tc + a.gamma * tp + tq) / tau;
+        } else {
+          const double r = t.miss_rate();
+          const double tr = t.hit_sends > 0 ? t.sync_wait_ms / t.hit_sends : 0.0;
+          // Table 4: FSD = (n / tau)(2 T_c + r gamma T_p + (1 - r) T_r + T_q).
+          j["model_ms_per_token"] = (2.0 * tc + r * a.gamma * tp + (1.0 - r) * tr + tq) / tau;
+          j["cache_miss_rate"] = r;
+          j["T_r_ms"] = tr;
+          j["avg_exit_layer"] = t.hits > 0 ? t.exit_layer_sum / t.hits : 0.0;
+          j["hit_send_ms"] = t.hit_sends > 0 ? t.hit_send_ms / t.hit_sends : 0.0;
+          j["miss_send_ms"] = t.miss_sends > 0 ? t.miss_send_ms / t.miss_sends : 0.0;
+          j["predraft_round_share"] = t.rounds ? t.predraft_rounds / static_cast<double>(t.rounds) : 0.0;
+        }
+      }
+      row[mode_name(modes[m])] = j;
     }
-    const double n_tokens = static_cast<double>(tsd.tokens);
-    const double tq_ar = tar.server_forward_ms / static_cast<double>(std::max<int64_t>(tar.target_forwards, 1));
-    const double tq_sd = tsd.server_forward_ms / static_cast<double>(std::max<int64_t>(tsd.rounds, 1));
-    const double tp = tsd.draft_ms / static_cast<double>(std::max<int64_t>(tsd.draft_forwards, 1));
-    const double tau = tsd.rounds ? n_tokens / static_cast<double>(tsd.rounds) : 0.0;
-    // Table 4, per generated token: AR = (2 T_c + n T_q) / n; SD = (1/tau)(2 T_c + gamma T_p + T_q).
-    const double ar_model = (2.0 * tc * static_cast<double>(tar.prompts) + tar.server_forward_ms) / static_cast<double>(tar.tokens);
-    const double sd_model = (2.0 * tc + a.gamma * tp + tq_sd) / tau;
-    const double ar_measured = tar.per_token(tar.wall_ms), sd_measured = tsd.per_token(tsd.wall_ms);
-    rows.push_back({{"delay_ms", delay},
-                    {"T_c_ms", tc},
-                    {"T_p_ms", tp},
-                    {"T_q_ar_ms", tq_ar},
-                    {"T_q_sd_ms", tq_sd},
-                    {"tau", tau},
-                    {"acceptance_rate", tsd.draft_forwards ? tsd.accepted / static_cast<double>(tsd.draft_forwards) : 0.0},
-                    {"cloud_ar_ms_per_token", ar_measured},
-                    {"cloud_ar_model_ms_per_token", ar_model},
-                    {"edge_sd_ms_per_token", sd_measured},
-                    {"edge_sd_model_ms_per_token", sd_model},
-                    {"speedup_ar_to_sd", ar_measured / sd_measured},
-                    {"target_forwards_per_token_ar", tar.per_token(static_cast<double>(tar.target_forwards))},
-                    {"target_forwards_per_token_sd", tsd.per_token(static_cast<double>(tsd.target_forwards))},
-                    {"network_rtt_ms_sd", tsd.rounds ? (tsd.verify_wait_ms - tsd.server_ms) / static_cast<double>(tsd.rounds) : 0.0},
-                    {"prompts", tsd.prompts},
-                    {"tokens", tsd.tokens}});
+    row["T_p_ms"] = tp;
+    rows.push_back(row);
     if (!a.json) std::fprintf(stderr, "delay %.0f ms done\n", delay);
   }
 
@@ -151,18 +192,32 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
     std::cout << nlohmann::json{{"gamma", a.gamma}, {"max_new_tokens", a.max_new_tokens}, {"rows", rows}}.dump(2) << std::endl;
     return 0;
   }
-  std::printf("%zu prompts x %d new tokens, gamma %d; latencies in ms per generated token; model = Table 4 on measured T_p, T_q, T_c\n\n",
-              prompts.size(), a.max_new_tokens, a.gamma);
-  std::printf("| one-way delay | T_c | T_p | T_q (AR) | T_q (SD) | tau | acceptance | cloud-ar | model | gap | edge-sd | model | gap | AR/SD | forwards/token AR | SD |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("%zu prompts x %d new tokens, gamma %d, %d pre-draft thread(s), %s queue; ms per generated token; "
+              "model = Table 4 on the T_p, T_q, T_c (and r, T_r) measured in this run\n\n",
+              prompts.size(), a.max_new_tokens, a.gamma, a.predraft_threads, a.predraft_queue.c_str());
+  std::printf("| one-way delay | T_c | T_p | mode | T_q | tau | ms/token | model | gap | target fwd/token | r | Avg EE | T_r | final->send hit/miss |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
-    const double ar = r["cloud_ar_ms_per_token"], arm = r["cloud_ar_model_ms_per_token"];
-    const double sd = r["edge_sd_ms_per_token"], sdm = r["edge_sd_model_ms_per_token"];
-    std::printf("| %.0f ms | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %+.1f%% | %.2f | %.2f | %+.1f%% | %.2fx | %.2f | %.3f |\n",
-                r["delay_ms"].get<double>(), r["T_c_ms"].get<double>(), r["T_p_ms"].get<double>(), r["T_q_ar_ms"].get<double>(),
-                r["T_q_sd_ms"].get<double>(), r["tau"].get<double>(), r["acceptance_rate"].get<double>(), ar, arm,
-                100.0 * (ar - arm) / arm, sd, sdm, 100.0 * (sd - sdm) / sdm, ar / sd,
-                r["target_forwards_per_token_ar"].get<double>(), r["target_forwards_per_token_sd"].get<double>());
+    for (const std::string& m : a.modes) {
+      const auto& j = r[m];
+      const double ms = j["ms_per_token"], model = j["model_ms_per_token"];
+      std::printf("| %.0f ms | %.2f | %.3f | %s | %.2f | %s | %.3f | %.3f | %+.1f%% | %.3f | %s | %s | %s | %s |\n",
+                  r["delay_ms"].get<double>(), r["T_c_ms"].get<double>(), r["T_p_ms"].get<double>(), m.c_str(),
+                  j["T_q_ms"].get<double>(), j.contains("tau") ? std::to_string(j["tau"].get<double>()).substr(0, 4).c_str() : "-", ms,
+                  model, 100.0 * (ms - model) / model, j["target_forwards_per_token"].get<double>(),
+                  j.contains("cache_miss_rate") ? std::to_string(j["cache_miss_rate"].get<double>()).substr(0, 5).c_str() : "-",
+                  j.contains("avg_exit_layer") ? std::to_string(j["avg_exit_layer"].get<double>()).substr(0, 4).c_str() : "-",
+                  j.contains("T_r_ms") ? std::to_string(j["T_r_ms"].get<double>()).substr(0, 5).c_str() : "-",
+                  j.contains("hit_send_ms") ? (std::to_string(j["hit_send_ms"].get<double>()).substr(0, 5) + " / " +
+                                               std::to_string(j["miss_send_ms"].get<double>()).substr(0, 5)).c_str()
+                                            : "-");
+    }
+    auto speed = [&](const char* from, const char* to) -> std::string {
+      if (!r.contains(from) || !r.contains(to)) return "-";
+      return std::to_string(r[from]["ms_per_token"].get<double>() / r[to]["ms_per_token"].get<double>()).substr(0, 5) + "x";
+    };
+    std::printf("| %.0f ms | speedups | | AR->SD %s | SD->FSD %s | AR->FSD %s | | | | | | | | |\n", r["delay_ms"].get<double>(),
+                speed("cloud-ar", "edge-sd").c_str(), speed("edge-sd", "edge-fsd").c_str(), speed("cloud-ar", "edge-fsd").c_str());
   }
   return 0;
 }
@@ -172,7 +227,7 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
 std::function<int()> add_bench_edge_cloud(CLI::App& bench) {
   auto a = std::make_shared<EdgeBenchArgs>();
   CLI::App* cmd = bench.add_subcommand(
-      "edge-cloud", "cloud-ar vs edge-sd through a netem link at several delays, next to the Table 4 latency model");
+      "edge-cloud", "cloud-ar, edge-sd and edge-fsd through a netem link at several delays, next to the Table 4 latency model");
   cmd->add_option("--server", a->server, "splitspec-server HOST:PORT (the bench puts its own netem proxy in front)")->required();
   cmd->add_option("--draft", a->draft_dir, "Draft model directory (its tokenizer encodes the prompts)")->required();
   cmd->add_option("--prompts", a->prompts, "JSONL prompts (turns[0] or prompt), e.g. ../shared/prompts/spec_bench.jsonl")->required();
@@ -183,6 +238,10 @@ std::function<int()> add_bench_edge_cloud(CLI::App& bench) {
   cmd->add_option("--jitter-ms", a->jitter_ms, "Jitter of the emulated link")->capture_default_str();
   cmd->add_option("--rate-kbps", a->rate_kbps, "Bandwidth of the emulated link; 0 is unlimited")->capture_default_str();
   cmd->add_option("--threads", a->threads, "Compute threads of the draft")->capture_default_str();
+  cmd->add_option("--modes", a->modes, "Modes to compare, interleaved per prompt")->delimiter(',')->capture_default_str();
+  cmd->add_option("--predraft-threads", a->predraft_threads, "edge-fsd: pre-draft worker threads")->capture_default_str();
+  cmd->add_option("--predraft-queue", a->predraft_queue, "edge-fsd: priority, fifo or random")->capture_default_str();
+  cmd->add_flag("--predraft-always", a->predraft_always, "edge-fsd: pre-draft every round (no adaptive switch)");
   cmd->add_flag("--json", a->json, "Print the rows as JSON");
   return [a]() { return run_bench_edge_cloud(*a); };
 }

@@ -21,5 +21,7 @@ Command add_netem_command(CLI::App& app);
 std::vector<Command> add_server_commands(CLI::App& app);
 // `bench edge-cloud`, registered under `bench`.
 std::function<int()> add_bench_edge_cloud(CLI::App& bench);
+// `bench exits`, registered under `bench`.
+std::function<int()> add_bench_exits(CLI::App& bench);
 
 }  // namespace splitspec::cli

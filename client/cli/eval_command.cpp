@@ -8,7 +8,9 @@
 
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
+#include "client/cli/svg_plot.h"
 #include "client/speculative_chain.h"
+#include "common/early_exit_eval.h"
 #include "common/error.h"
 #include "common/model.h"
 #include "common/threads.h"
@@ -31,6 +33,8 @@ struct EvalArgs {
   uint64_t seed = 0;
   int threads = 0;
   bool json = false;
+  int64_t windows = 48;
+  std::string plot;
 };
 
 
@@ -132,6 +136,41 @@ int run_acceptance(const EvalArgs& a) {
   return 0;
 }
 
+// The paper's Fig. 7 for our target: per exit, how often its top token is the
+// final layer's, and its mean top probability.
+int run_exits(const EvalArgs& a) {
+  set_compute_threads(a.threads);
+  auto model = Model::load(a.model_dir);
+  std::optional<EarlyExits> exits = EarlyExits::load(a.model_dir, model->config());
+  if (!exits) throw Error(a.model_dir + ": no early_exits.json (train them with splitspec train exits)");
+  Tokenizer tok(a.model_dir);
+  const std::vector<int32_t> tokens = tokenize_corpus(a.text, tok, static_cast<int32_t>(model->config().bos_token_id));
+  const std::vector<ExitQuality> q = evaluate_exits(*model, *exits, tokens, a.seq_len, a.windows);
+  if (a.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const ExitQuality& e : q)
+      rows.push_back({{"after_layer", e.after_layer}, {"match_rate", e.match_rate}, {"mean_confidence", e.mean_confidence}});
+    std::cout << nlohmann::json{{"exits", rows}, {"layers", model->config().num_hidden_layers}}.dump() << std::endl;
+  } else {
+    std::printf("| exit after layer | match with final | mean confidence |\n|---|---|---|\n");
+    for (const ExitQuality& e : q)
+      std::printf("| %lld of %lld | %.3f | %.3f |\n", static_cast<long long>(e.after_layer),
+                  static_cast<long long>(model->config().num_hidden_layers), e.match_rate, e.mean_confidence);
+  }
+  if (!a.plot.empty()) {
+    std::vector<std::string> x;
+    Series match{"match rate", {}}, conf{"mean confidence", {}};
+    for (const ExitQuality& e : q) {
+      x.push_back(std::to_string(e.after_layer));
+      match.y.push_back(e.match_rate);
+      conf.y.push_back(e.mean_confidence);
+    }
+    write_line_chart_svg(a.plot, "Early exits of " + model->name(), "exit after layer", x, {match, conf});
+    std::cerr << "eval exits: wrote " << a.plot << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 Command add_eval_command(CLI::App& app) {
@@ -156,7 +195,18 @@ Command add_eval_command(CLI::App& app) {
   acc->add_flag("--json", a->json,
                 R"(Print {"tau", "acceptance_per_position", "c", "prompts", ...} (greedy; "sampled" nested))");
   acc->add_option("--threads", a->threads, "Compute threads; 0 uses every core");
-  return {eval, [a, ppl]() { return ppl->parsed() ? run_ppl(*a) : run_acceptance(*a); }};
+  CLI::App* ex = eval->add_subcommand("exits", "Early exits: match rate with the final layer and mean confidence per exit");
+  ex->add_option("--model", a->model_dir, "Target directory with early_exits.json")->required();
+  ex->add_option("--text", a->text, "Held-out text")->required();
+  ex->add_option("--seq-len", a->seq_len, "Window length")->capture_default_str();
+  ex->add_option("--windows", a->windows, "Windows evaluated")->capture_default_str();
+  ex->add_option("--plot", a->plot, "Also draw the table as an SVG line chart here");
+  ex->add_flag("--json", a->json, R"(Print {"exits": [{"after_layer", "match_rate", "mean_confidence"}], "layers"})");
+  ex->add_option("--threads", a->threads, "Compute threads; 0 uses every core");
+  return {eval, [a, ppl, ex]() {
+            if (ex->parsed()) return run_exits(*a);
+            return ppl->parsed() ? run_ppl(*a) : run_acceptance(*a);
+          }};
 }
 
 }  // namespace splitspec::cli

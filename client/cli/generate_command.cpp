@@ -23,6 +23,9 @@ struct GenerateArgs {
   std::vector<int32_t> prompt_ids;
   Request request;
   int threads = 1;
+  int predraft_threads = 1;
+  std::string predraft_queue = "priority";
+  bool predraft_always = false;
   double deadline_s = 120;
   bool json = false;
 };
@@ -31,7 +34,7 @@ nlohmann::json stats_json(const Stats& s, Mode mode) {
   nlohmann::json j = {{"new_tokens", s.new_tokens},         {"wall_ms", s.wall_ms},
                       {"ms_per_token", s.ms_per_token},     {"first_token_ms", s.first_token_ms},
                       {"target_forwards", s.target_forwards}};
-  if (mode == Mode::kEdgeSd) {
+  if (mode == Mode::kEdgeSd || mode == Mode::kEdgeFsd) {
     j["rounds"] = s.rounds;
     j["tau"] = s.tau;
     j["acceptance_rate"] = s.acceptance_rate;
@@ -42,6 +45,17 @@ nlohmann::json stats_json(const Stats& s, Mode mode) {
     j["server_ms"] = s.server_ms;
     j["server_forward_ms"] = s.server_forward_ms;
     j["network_rtt_ms"] = s.network_rtt_ms;
+  }
+  if (mode == Mode::kEdgeFsd) {
+    j["cache_miss_rate"] = s.cache_miss_rate;
+    j["avg_exit_layer"] = s.avg_exit_layer;
+    j["early_verdicts"] = s.early_verdicts;
+    j["predrafts"] = s.predrafts;
+    j["predraft_ms"] = s.predraft_ms;
+    j["sync_wait_ms"] = s.sync_wait_ms;
+    j["hit_send_ms"] = s.hit_send_ms;
+    j["miss_send_ms"] = s.miss_send_ms;
+    j["predraft_rounds"] = s.predraft_rounds;
   }
   if (mode == Mode::kCloudAr) j["server_forward_ms"] = s.server_forward_ms;
   return j;
@@ -55,6 +69,9 @@ int run_generate(const GenerateArgs& a) {
   o.target_dir = a.target_dir;
   o.tokenizer = a.tokenizer;
   o.threads = a.threads;
+  o.predraft_threads = a.predraft_threads;
+  o.predraft_queue = a.predraft_queue;
+  o.predraft_adaptive = !a.predraft_always;
   std::unique_ptr<Client> client = Client::connect(o);
   Request req = a.request;
   req.deadline = std::chrono::milliseconds(static_cast<int64_t>(a.deadline_s * 1000));
@@ -89,8 +106,9 @@ int run_generate(const GenerateArgs& a) {
     const Stats& s = r.stats;
     std::cerr << "[" << a.mode << "] " << s.new_tokens << " tokens, " << s.wall_ms << " ms, " << s.ms_per_token
               << " ms/token, " << s.target_forwards << " target forwards";
-    if (o.mode == Mode::kEdgeSd)
+    if (o.mode == Mode::kEdgeSd || o.mode == Mode::kEdgeFsd)
       std::cerr << ", " << s.rounds << " rounds, tau " << s.tau << ", acceptance " << s.acceptance_rate;
+    if (o.mode == Mode::kEdgeFsd) std::cerr << ", cache miss rate " << s.cache_miss_rate << ", avg exit " << s.avg_exit_layer;
     std::cerr << ", finish: " << r.finish_reason << "\n";
   }
   return 0;
@@ -104,12 +122,12 @@ Command add_generate_command(CLI::App& app) {
       "generate",
       "Generate text: on this machine (local-ar), on a server (cloud-ar), or drafting here and verifying on a "
       "server (edge-sd)");
-  cmd->add_option("--mode", a->mode, "local-ar | cloud-ar | edge-sd")
+  cmd->add_option("--mode", a->mode, "local-ar | cloud-ar | edge-sd | edge-fsd")
       ->capture_default_str()
-      ->check(CLI::IsMember({"local-ar", "cloud-ar", "edge-sd"}));
+      ->check(CLI::IsMember({"local-ar", "cloud-ar", "edge-sd", "edge-fsd"}));
   auto* model = cmd->add_option("--model,--target", a->target_dir,
                                 "local-ar: target model directory (config.json, model.safetensors, tokenizer.model)");
-  cmd->add_option("--draft", a->draft_dir, "edge-sd: draft model directory");
+  cmd->add_option("--draft", a->draft_dir, "edge-sd, edge-fsd: draft model directory");
   cmd->add_option("--server", a->server, "cloud-ar, edge-sd: server HOST:PORT");
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer for text (default: the local model's)");
   auto* prompt = cmd->add_option("--prompt", a->prompt, "Prompt text; tokenized, with BOS prepended");
@@ -120,7 +138,15 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens", a->request.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--gamma", a->request.gamma, "edge-sd: draft tokens per round")->capture_default_str();
+  cmd->add_option("--gamma", a->request.gamma, "edge-sd, edge-fsd: draft tokens per round")->capture_default_str();
+  cmd->add_option("--predraft-threads", a->predraft_threads, "edge-fsd: pre-draft worker threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--predraft-queue", a->predraft_queue, "edge-fsd: order of early verdicts: priority, fifo or random")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"priority", "fifo", "random"}));
+  cmd->add_flag("--predraft-always", a->predraft_always,
+                "edge-fsd: pre-draft every round instead of only while it measurably pays");
   cmd->add_option("--temperature", a->request.temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
   cmd->add_option("--top-k", a->request.top_k, "Keep the k most likely tokens; 0 keeps all")->capture_default_str();
   cmd->add_option("--top-p", a->request.top_p, "Nucleus sampling mass in (0, 1]; 1 keeps all")->capture_default_str();

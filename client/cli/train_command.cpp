@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <iostream>
 #include <memory>
 
@@ -5,6 +6,7 @@
 #include "common/error.h"
 #include "common/threads.h"
 #include "common/tokenizer.h"
+#include "common/train/exit_trainer.h"
 #include "common/train/trainer.h"
 
 namespace splitspec::cli {
@@ -14,6 +16,7 @@ namespace {
 struct TrainArgs {
   TokenizerTrainOptions tokenizer;
   TrainJob job;
+  ExitTrainJob exits;
   std::string config_path;
   int threads = 0;
 };
@@ -47,8 +50,38 @@ Command add_train_command(CLI::App& app) {
   add_common(draft);
   draft->add_option("--teacher", a->job.teacher, "Teacher (target) model directory; its tokenizer is used")->required();
 
-  return {train, [a, tok, lm, draft]() {
+  CLI::App* ex = train->add_subcommand(
+      "exits", "Train early-exit adapters of a target by distillation from its final layer (the target stays frozen)");
+  ex->add_option("--target", a->exits.target_dir, "Target model directory (its tokenizer encodes the corpus)")->required();
+  ex->add_option("--layers", a->exits.layers, "all, or layer counts to exit after, e.g. 2,4,6")->capture_default_str();
+  ex->add_option("--corpus", a->exits.corpus, "Training text")->required();
+  ex->add_option("--valid", a->exits.valid, "Held-out text: match rates before and after are reported");
+  ex->add_option("--out", a->exits.out_dir, "Directory for early_exits.json/.safetensors (default: the target's)");
+  ex->add_option("--bottleneck", a->exits.bottleneck, "Adapter width")->capture_default_str()->check(CLI::PositiveNumber);
+  ex->add_option("--steps", a->exits.steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  ex->add_option("--batch", a->exits.batch, "Windows per step")->capture_default_str()->check(CLI::PositiveNumber);
+  ex->add_option("--seq-len", a->exits.seq_len, "Tokens per window")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  ex->add_option("--lr", a->exits.lr, "AdamW learning rate")->capture_default_str();
+  ex->add_option("--seed", a->exits.seed, "Seed of initialisation and batches")->capture_default_str();
+  ex->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
+
+  return {train, [a, tok, lm, draft, ex]() {
             set_compute_threads(a->threads);
+            if (ex->parsed()) {
+              const ExitTrainReport r = train_exits(a->exits);
+              std::printf("| exit after layer | KL first step | KL last step | match before | match after | confidence after |\n");
+              std::printf("|---|---|---|---|---|---|\n");
+              for (size_t i = 0; i < r.last_losses.size(); ++i) {
+                const bool eval = i < r.after.size();
+                std::printf("| %lld | %.3f | %.3f | %s | %s | %s |\n",
+                            static_cast<long long>(eval ? r.after[i].after_layer : static_cast<int64_t>(i)), r.first_losses[i],
+                            r.last_losses[i], eval ? std::to_string(r.before[i].match_rate).c_str() : "-",
+                            eval ? std::to_string(r.after[i].match_rate).c_str() : "-",
+                            eval ? std::to_string(r.after[i].mean_confidence).c_str() : "-");
+              }
+              std::printf("wall %.1f s\n", r.wall_seconds);
+              return 0;
+            }
             if (tok->parsed()) {
               train_tokenizer(a->tokenizer);
               std::cerr << "train: wrote " << a->tokenizer.out_dir << "/tokenizer.model\n";

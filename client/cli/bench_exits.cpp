@@ -1,0 +1,107 @@
+// `splitspec bench exits`: what early exits add to a verification forward.
+// The forward of gamma+1 new tokens over a cache of `context` entries is
+// timed plain and with exits verifying the draft at each chosen layer, rows
+// interleaved so that machine noise hits both alike.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "client/cli/commands.h"
+#include "common/early_verdict.h"
+#include "common/error.h"
+#include "common/stopwatch.h"
+#include "common/threads.h"
+
+namespace splitspec::cli {
+
+namespace {
+
+struct ExitBenchArgs {
+  std::string model_dir;
+  std::vector<std::string> layer_sets = {"4", "3,5", "2,4,6", "all"};
+  int32_t gamma = 4;
+  int64_t context = 256;
+  int32_t repeats = 200;
+  int threads = 1;
+  int64_t shortlist = 2048;
+};
+
+int run_bench_exits(const ExitBenchArgs& a) {
+  set_compute_threads(a.threads);
+  c10::InferenceMode guard;
+  auto model = Model::load(a.model_dir);
+  const ModelConfig& c = model->config();
+  std::optional<EarlyExits> all = EarlyExits::load(a.model_dir, c);
+  if (!all) throw Error(a.model_dir + ": no early_exits.json (train them with splitspec train exits)");
+  all->set_shortlist(a.shortlist);
+  if (a.context + a.gamma + 1 > c.max_position_embeddings) throw Error("bench exits: context too long for the model");
+  // A cache of real entries, then a chain draft to verify.
+  KVCache base = model->new_cache();
+  ForwardRequest pre;
+  for (int64_t i = 0; i < a.context; ++i) pre.tokens.push_back(static_cast<int32_t>(3 + (i * 37) % (c.vocab_size - 3)));
+  pre.logits_rows = std::vector<int64_t>{};
+  model->forward(pre, base);
+  DraftTree tree;
+  for (int32_t i = 0; i < a.gamma; ++i) {
+    tree.tokens.push_back(static_cast<int32_t>(5 + i * 11));
+    tree.parents.push_back(i - 1);
+  }
+  ForwardRequest req;
+  req.tokens.assign(1, 7);
+  req.tokens.insert(req.tokens.end(), tree.tokens.begin(), tree.tokens.end());
+  const at::Tensor rows_index = at::arange(0, a.gamma + 1, at::TensorOptions().dtype(at::kLong));
+  SamplingParams greedy;
+
+  struct Row {
+    std::string layers;
+    std::vector<int64_t> after;
+    double total_ms = 0;
+  };
+  std::vector<Row> rows{{"none", {}, 0}};
+  for (const std::string& spec : a.layer_sets) rows.push_back({spec, EarlyExits::parse_layers(spec, c), 0});
+  for (const Row& r : rows)
+    for (int64_t l : r.after)
+      if (all->index_of(l) < 0) throw Error("bench exits: the model has no exit after layer " + std::to_string(l));
+  KVCache cache = model->new_cache();
+  for (int32_t rep = 0; rep < a.repeats; ++rep) {
+    for (Row& r : rows) {
+      cache.copy_prefix_from(base, a.context);
+      ForwardRequest q = req;
+      if (!r.after.empty())
+        q.on_layer = [&](int64_t layer, const at::Tensor& hidden) {
+          const int idx = std::find(r.after.begin(), r.after.end(), layer + 1) != r.after.end() ? all->index_of(layer + 1) : -1;
+          if (idx >= 0) verify_at_exit(*model, *all, idx, hidden.index_select(0, rows_index), tree, greedy, Rng(1));
+        };
+      const auto t0 = SteadyClock::now();
+      model->forward(q, cache);
+      r.total_ms += ms_since(t0);
+    }
+  }
+  std::printf("verification forward: %d new tokens over %lld cached, %d threads, mean of %d interleaved runs\n\n",
+              a.gamma + 1, static_cast<long long>(a.context), a.threads, a.repeats);
+  std::printf("| exits after layers | ms | vs no exits |\n|---|---|---|\n");
+  const double none = rows[0].total_ms / a.repeats;
+  for (const Row& r : rows)
+    std::printf("| %s | %.3f | %+.1f%% |\n", r.layers.c_str(), r.total_ms / a.repeats, 100.0 * (r.total_ms / a.repeats - none) / none);
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_bench_exits(CLI::App& bench) {
+  auto a = std::make_shared<ExitBenchArgs>();
+  CLI::App* cmd = bench.add_subcommand("exits", "Cost of early exits on a verification forward");
+  cmd->add_option("--model", a->model_dir, "Target directory with early_exits.json")->required();
+  cmd->add_option("--layer-sets", a->layer_sets, "Exit layer sets to time, e.g. 4 3,5 all")->capture_default_str();
+  cmd->add_option("--gamma", a->gamma, "Draft tokens verified")->capture_default_str();
+  cmd->add_option("--context", a->context, "Cached tokens")->capture_default_str();
+  cmd->add_option("--repeats", a->repeats, "Interleaved runs per row")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Compute threads")->capture_default_str();
+  cmd->add_option("--shortlist", a->shortlist, "Exits score the first K token ids (0: all)")->capture_default_str();
+  return [a]() { return run_bench_exits(*a); };
+}
+
+}  // namespace splitspec::cli

@@ -1,0 +1,69 @@
+#pragma once
+// Early-exit adapters of a target model (paper 004, Fig. 3): after a chosen
+// layer, a small residual bottleneck MLP maps the hidden state towards what
+// the final layer would hold, and the model's own final norm and LM head turn
+// it into logits. Only the adapters are trained; the model stays frozen.
+//
+// Stored beside the model: early_exits.json ({"after_layers": [..],
+// "bottleneck": b, "hidden_size": h, optional "serve_layers": [..]}) and early_exits.safetensors (per exit
+// k, the count of layers it follows: exits.k.norm.weight [h],
+// exits.k.down_proj.weight [b, h], exits.k.up_proj.weight [h, b]).
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/model.h"
+
+namespace splitspec {
+
+struct ExitAdapter {
+  int64_t after_layer = 0;  // 1..num_hidden_layers-1: exits after that many layers
+  at::Tensor norm;          // [hidden]
+  at::Tensor down;          // [bottleneck, hidden]
+  at::Tensor up;            // [hidden, bottleneck]
+};
+
+class EarlyExits {
+ public:
+  // Fresh adapters with up_proj zero, so each starts as the identity (the
+  // plain "logit lens" of its layer) and training only improves on that.
+  static EarlyExits init(const ModelConfig& config, std::vector<int64_t> after_layers, int64_t bottleneck, uint64_t seed);
+  // The exits stored in `model_dir`, or nullopt when it has none. Throws
+  // splitspec::Error on corrupt or mismatched files.
+  static std::optional<EarlyExits> load(const std::string& model_dir, const ModelConfig& config);
+  void save(const std::string& model_dir) const;
+
+  // "all" (every layer but the last) or a comma-separated list of layer counts.
+  static std::vector<int64_t> parse_layers(const std::string& spec, const ModelConfig& config);
+
+  const std::vector<ExitAdapter>& adapters() const { return adapters_; }
+  std::vector<ExitAdapter>& adapters() { return adapters_; }
+  int64_t bottleneck() const { return bottleneck_; }
+  // The exits worth running when serving (early_exits.json "serve_layers",
+  // chosen by measurement; empty: all of them).
+  const std::vector<int64_t>& serve_layers() const { return serve_layers_; }
+  // Index of the exit after `after_layer` layers, or -1.
+  int index_of(int64_t after_layer) const;
+  size_t parameter_count() const;
+
+  // Logits [m, vocab] of exit `i` for hidden rows [m, hidden] of its layer.
+  at::Tensor logits(const Model& model, size_t i, const at::Tensor& hidden) const;
+
+  // Serving: exits score only the first `k` token ids (0 or >= vocab: all).
+  // Reading the LM head is most of an exit's cost, and a prediction may miss
+  // rare tokens: SentencePiece BPE numbers pieces in merge order, so low ids
+  // are the frequent ones. The final layer always scores the whole vocabulary.
+  void set_shortlist(int64_t k) { shortlist_ = k; }
+  int64_t shortlist() const { return shortlist_; }
+
+ private:
+  std::vector<ExitAdapter> adapters_;
+  int64_t bottleneck_ = 0;
+  int64_t shortlist_ = 0;
+  std::vector<int64_t> serve_layers_;
+};
+
+}  // namespace splitspec

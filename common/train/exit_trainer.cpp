@@ -1,0 +1,123 @@
+#include "common/train/exit_trainer.h"
+
+#include <torch/optim/adamw.h>
+
+#include <c10/core/InferenceMode.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/tokenizer.h"
+#include "common/train/corpus.h"
+
+namespace splitspec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The frozen model's hidden states after each exit layer and its final
+// log-probabilities, for a batch of windows.
+struct Teacher {
+  std::vector<at::Tensor> hidden;  // per exit: [rows, hidden]
+  at::Tensor log_probs;            // [rows, vocab]
+};
+
+Teacher teach(const Model& model, const EarlyExits& exits, const std::vector<int64_t>& batch, int64_t n_windows,
+              int64_t seq_len) {
+  c10::InferenceMode guard;
+  ForwardRequest r;
+  for (const ExitAdapter& a : exits.adapters()) r.hidden_layers.push_back(a.after_layer - 1);
+  std::vector<std::vector<at::Tensor>> hidden(exits.adapters().size());
+  std::vector<at::Tensor> logits;
+  for (int64_t b = 0; b < n_windows; ++b) {
+    const int64_t* w = batch.data() + b * (seq_len + 1);
+    r.tokens.assign(w, w + seq_len);
+    KVCache cache = model.new_cache(seq_len);
+    ForwardResult out = model.forward(r, cache);
+    for (size_t i = 0; i < hidden.size(); ++i) hidden[i].push_back(out.hidden.at(exits.adapters()[i].after_layer - 1));
+    logits.push_back(out.logits);
+  }
+  Teacher t;
+  for (auto& h : hidden) t.hidden.push_back(at::cat(h));
+  t.log_probs = at::log_softmax(at::cat(logits), -1);
+  return t;
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  return x * at::rsqrt(x.pow(2).mean(-1, true) + eps) * w;
+}
+
+}  // namespace
+
+ExitTrainReport train_exits(const ExitTrainJob& job) {
+  namespace fs = std::filesystem;
+  const auto t0 = Clock::now();
+  if (job.steps < 1 || job.batch < 1 || job.seq_len < 2) throw Error("train exits: steps, batch and seq-len must be positive");
+  auto model = Model::load(job.target_dir);
+  const ModelConfig& c = model->config();
+  const std::string out_dir = job.out_dir.empty() ? job.target_dir : job.out_dir;
+  if (!fs::is_directory(out_dir)) throw Error(out_dir + ": output directory does not exist");
+  EarlyExits exits = EarlyExits::init(c, EarlyExits::parse_layers(job.layers, c), job.bottleneck, job.seed);
+  Tokenizer tok(job.target_dir);
+  const std::vector<int32_t> train_tokens = tokenize_corpus(job.corpus, tok, static_cast<int32_t>(c.bos_token_id));
+  const WindowSampler sampler(train_tokens, job.seq_len);
+  std::vector<int32_t> valid_tokens;
+  if (!job.valid.empty()) valid_tokens = tokenize_corpus(job.valid, tok, static_cast<int32_t>(c.bos_token_id));
+  ExitTrainReport report;
+  constexpr int64_t kEvalWindows = 24;
+  if (!valid_tokens.empty()) report.before = evaluate_exits(*model, exits, valid_tokens, job.seq_len, kEvalWindows);
+
+  std::vector<at::Tensor> params;
+  for (ExitAdapter& a : exits.adapters())
+    for (at::Tensor* t : {&a.norm, &a.down, &a.up}) {
+      *t = t->detach().clone().set_requires_grad(true);
+      params.push_back(*t);
+    }
+  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(job.lr).weight_decay(0.0));
+  // Outside inference mode, so autograd may save them for the backward pass.
+  const at::Tensor final_norm = model->weights().final_norm.clone(), lm_head = model->weights().lm_head.clone();
+  const size_t n = exits.adapters().size();
+  report.first_losses.assign(n, 0.0);
+  report.last_losses.assign(n, 0.0);
+  for (int64_t step = 0; step < job.steps; ++step) {
+    const Teacher t = teach(*model, exits, sampler.random_batch(job.seed, step, job.batch), job.batch, job.seq_len);
+    const at::Tensor log_p = t.log_probs.clone(), p = log_p.exp();
+    opt.zero_grad();
+    at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat));
+    std::vector<double> losses(n);
+    // The losses only share the frozen model, so summing them still updates
+    // each adapter by its own loss alone.
+    for (size_t i = 0; i < n; ++i) {
+      const ExitAdapter& a = exits.adapters()[i];
+      const at::Tensor x = t.hidden[i].clone();
+      const at::Tensor h = x + at::matmul(at::silu(at::matmul(rms_norm(x, a.norm, c.rms_norm_eps), a.down.t())), a.up.t());
+      const at::Tensor logq = at::log_softmax(at::matmul(rms_norm(h, final_norm, c.rms_norm_eps), lm_head.t()), -1);
+      const at::Tensor kl = (p * (log_p - logq)).sum(-1).mean();
+      losses[i] = kl.item<double>();
+      total = total + kl;
+    }
+    total.backward();
+    opt.step();
+    for (size_t i = 0; i < n; ++i) {
+      if (step == 0) report.first_losses[i] = losses[i];
+      report.last_losses[i] = losses[i];
+    }
+    if (job.progress) {
+      std::fprintf(stderr, "\rtrain exits: step %lld/%lld, KL", static_cast<long long>(step + 1), static_cast<long long>(job.steps));
+      for (double l : losses) std::fprintf(stderr, " %.3f", l);
+      std::fflush(stderr);
+    }
+  }
+  if (job.progress) std::fprintf(stderr, "\n");
+  for (ExitAdapter& a : exits.adapters())
+    for (at::Tensor* t : {&a.norm, &a.down, &a.up}) *t = t->detach();
+  exits.save(out_dir);
+  if (!valid_tokens.empty()) report.after = evaluate_exits(*model, exits, valid_tokens, job.seq_len, kEvalWindows);
+  report.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace splitspec

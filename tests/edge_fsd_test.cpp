@@ -1,0 +1,216 @@
+// Edge-cloud decoding with early exits and pre-drafting (edge-fsd) over real
+// gRPC: the output is the target's own, and early verdicts stream as the
+// protocol promises.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include "client/client.h"
+#include "client/local_ar.h"
+#include "client/predraft.h"
+#include "client/request_options.h"
+#include "common/early_exit.h"
+#include "common/tokenizer.h"
+#include "tests/edge_cloud_util.h"
+
+namespace splitspec {
+namespace {
+
+using test::LocalServer;
+using test::TempDir;
+
+ClientOptions fsd_options(const std::string& address, const std::string& draft, int threads = 1,
+                          const std::string& queue = "priority") {
+  ClientOptions o;
+  o.mode = Mode::kEdgeFsd;
+  o.server = address;
+  o.draft_dir = draft;
+  o.predraft_threads = threads;
+  o.predraft_queue = queue;
+  o.predraft_adaptive = false;  // pre-draft every round: exactness must hold for each one
+  return o;
+}
+
+TEST(EdgeFsd, GreedyOutputIsTheTargetsAndEdgeSdsOnManyPrompts) {
+  LocalServer srv = test::start_server(test::demo_target_dir());
+  auto target = Model::load(test::demo_target_dir());
+  Tokenizer tok(test::demo_target_dir());
+  ClientOptions sd_opts = fsd_options(srv.address, test::demo_draft_dir());
+  sd_opts.mode = Mode::kEdgeSd;
+  auto sd = Client::connect(sd_opts);
+  int64_t hits = 0, rounds = 0, early = 0;
+  int run = 0;
+  for (const std::string& text : test::test_prompts()) {
+    std::vector<int32_t> prompt = tok.encode(text);
+    prompt.insert(prompt.begin(), tok.bos_id());
+    Request req;
+    req.max_new_tokens = 40;
+    req.ignore_eos = true;
+    const Generation want = generate_local_ar(*target, prompt, to_generate_options(req));
+    // Vary gamma, worker count and queue policy across prompts.
+    const int threads = 1 + run % 3;
+    const std::string queue = run % 3 == 0 ? "priority" : (run % 3 == 1 ? "fifo" : "random");
+    req.gamma = 2 + run % 5;
+    ++run;
+    auto fsd = Client::connect(fsd_options(srv.address, test::demo_draft_dir(), threads, queue));
+    const Result got = fsd->generate_ids(prompt, req);
+    ASSERT_EQ(got.ids, want.output_ids) << "'" << text << "' gamma " << req.gamma << " threads " << threads << " " << queue;
+    EXPECT_EQ(sd->generate_ids(prompt, req).ids, got.ids);
+    rounds += got.stats.rounds - 1;  // the first round has nothing to look up
+    hits += static_cast<int64_t>((1.0 - got.stats.cache_miss_rate) * (got.stats.rounds - 1) + 0.5);
+    early += got.stats.early_verdicts;
+  }
+  EXPECT_GT(early, 0);
+  EXPECT_GT(hits, 0) << "no round was served from the pre-draft cache";
+  EXPECT_LE(hits, rounds);
+  EXPECT_TRUE(test::wait_until([&] { return srv.server->active_sessions() == 0; }, std::chrono::seconds(10)));
+}
+
+TEST(EdgeFsd, SampledOutputHasTheTargetsDistribution) {
+  TempDir dir;
+  constexpr int64_t kVocab = 12;
+  const ModelConfig tc = test::tiny_config(kVocab, 3);
+  Model::random(tc, 31)->save(dir.str("target"));
+  EarlyExits::init(tc, {1, 2}, 8, 5).save(dir.str("target"));
+  Model::random(test::tiny_config(kVocab, 1), 32)->save(dir.str("draft"));
+  LocalServer srv = test::start_server(dir.str("target"));
+  auto client = Client::connect(fsd_options(srv.address, dir.str("draft")));
+  auto target = Model::load(dir.str("target"));
+  const std::vector<int32_t> prompt = {1, 4, 9};
+  Request req;
+  req.max_new_tokens = 3;
+  req.ignore_eos = true;
+  req.gamma = 1;  // short rounds: the second token often comes from a pre-drafted round
+  req.temperature = 0.05f;
+
+  SamplingParams sp;
+  sp.temperature = req.temperature;
+  c10::InferenceMode guard;
+  auto next_dist = [&](const std::vector<int32_t>& seq) {
+    KVCache cache = target->new_cache();
+    ForwardRequest f;
+    f.tokens = seq;
+    f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
+    return filtered_distribution(target->forward(f, cache).logits[0], sp);
+  };
+  const Distribution p1 = next_dist(prompt);
+  std::vector<double> first(p1.begin(), p1.end()), second(kVocab, 0.0);
+  for (int32_t x = 0; x < kVocab; ++x) {
+    std::vector<int32_t> seq = prompt;
+    seq.push_back(x);
+    const Distribution p2 = next_dist(seq);
+    for (int32_t y = 0; y < kVocab; ++y) second[y] += p1[x] * p2[y];
+  }
+  constexpr int kDraws = 3000;
+  std::vector<int64_t> c1(kVocab, 0), c2(kVocab, 0);
+  double hits = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    req.seed = 5000 + i;
+    const Result r = client->generate_ids(prompt, req);
+    ASSERT_EQ(r.ids.size(), 3u);
+    c1[r.ids[0]] += 1;
+    c2[r.ids[1]] += 1;
+    hits += (1.0 - r.stats.cache_miss_rate) * (r.stats.rounds - 1);
+  }
+  EXPECT_GT(hits, 100) << "pre-drafted rounds must be part of what is tested";
+  EXPECT_GT(test::goodness_of_fit_pvalue(c1, first), 1e-4);
+  EXPECT_GT(test::goodness_of_fit_pvalue(c2, second), 1e-4);
+}
+
+// The stream itself: early verdicts before the final one, never two with the
+// same tokens in a round, each from a real exit; none unless asked for.
+TEST(EdgeFsd, EarlyVerdictsComeFirstDistinctAndOnlyWhenAsked) {
+  LocalServer srv = test::start_server(test::demo_target_dir());
+  auto stub = test::raw_stub(srv.address);
+  grpc::ClientContext ctx0;
+  v1::ServerInfo info;
+  ASSERT_TRUE(stub->GetInfo(&ctx0, v1::GetInfoRequest{}, &info).ok());
+  ASSERT_FALSE(info.early_exit_layers().empty()) << "the demo target ships early exits";
+  for (bool ask : {true, false}) {
+    grpc::ClientContext ctx;
+    auto s = stub->Session(&ctx);
+    v1::SessionRequest open;
+    v1::GenerationRequest* o = open.mutable_open();
+    for (int32_t t : {1, 345, 1046, 6803}) o->add_prompt_ids(t);
+    o->set_max_new_tokens(64);
+    o->set_vocab_size(8000);
+    o->set_ignore_eos(true);
+    o->set_early_verdicts(ask);
+    ASSERT_TRUE(s->Write(open));
+    v1::SessionRequest d;
+    d.mutable_draft()->set_round(1);
+    for (int32_t t : {11, 12, 13, 14}) d.mutable_draft()->add_tokens(t);
+    d.mutable_draft()->set_early_verdicts(true);  // ignored unless the session asked
+    ASSERT_TRUE(s->Write(d));
+    v1::SessionResponse r;
+    ASSERT_TRUE(s->Read(&r));
+    ASSERT_TRUE(r.has_opened());
+    std::vector<std::vector<int32_t>> seen;
+    while (s->Read(&r)) {
+      ASSERT_TRUE(r.has_verdict());
+      const v1::RoundVerdict& v = r.verdict();
+      EXPECT_EQ(v.round(), 1u);
+      if (v.final()) {
+        EXPECT_EQ(v.exit_layer(), 8);
+        break;
+      }
+      EXPECT_TRUE(ask);
+      EXPECT_GE(v.exit_layer(), 1);
+      EXPECT_LT(v.exit_layer(), 8);
+      EXPECT_GT(v.confidence(), 0.0);
+      std::vector<int32_t> tokens(v.tokens().begin(), v.tokens().end());
+      for (const auto& t : seen) EXPECT_NE(t, tokens) << "the same verdict twice";
+      seen.push_back(tokens);
+    }
+    if (ask) EXPECT_FALSE(seen.empty());
+    ctx.TryCancel();
+    s->Finish();
+  }
+}
+
+// A pre-drafted state is exactly the state drafting after the verdict would
+// reach: the same tokens come out, and the main drafter continues from it.
+TEST(PreDrafter, HitGivesTheDraftThatDraftingAfterTheVerdictGives) {
+  c10::InferenceMode guard;
+  auto draft = Model::random(test::tiny_config(40, 2), 8);
+  const std::vector<int32_t> prompt = {1, 7, 9, 11};
+  SamplingParams greedy;
+  Rng rng(1);
+  ModelDrafter main(*draft), reference(*draft);
+  main.begin(prompt);
+  reference.begin(prompt);
+  const DraftTree round1 = main.draft(3, greedy, rng);
+  reference.draft(3, greedy, rng);
+  // The verdict: first draft accepted, then a correction.
+  const std::vector<int32_t> verdict = {round1.tokens[0], 5};
+  PreDrafter pre(*draft, 2, QueuePolicy::kPriority, 3, greedy, 1);
+  pre.begin_round(1, main);
+  pre.push(1, {round1.tokens[0], 6}, 1, 0.2, 3);  // a wrong prediction
+  pre.push(1, verdict, 1, 0.9, 5);
+  pre.push(1, verdict, 1, 0.8, 6);                // duplicate: drafted once
+  std::optional<DraftTree> got;
+  // The workers are asynchronous: the final verdict waits for a running match.
+  ASSERT_TRUE(test::wait_until([&] { return pre.stats().predrafts >= 2; }, std::chrono::seconds(10)));
+  got = pre.take(verdict, 1, main);
+  ASSERT_TRUE(got.has_value());
+  reference.accept(verdict, 1);
+  const DraftTree want = reference.draft(3, greedy, rng);
+  EXPECT_EQ(got->tokens, want.tokens);
+  EXPECT_EQ(main.sequence(), reference.sequence());
+  // Both continue identically from here.
+  main.accept({want.tokens[0], want.tokens[1], 3}, 2);
+  reference.accept({want.tokens[0], want.tokens[1], 3}, 2);
+  EXPECT_EQ(main.draft(3, greedy, rng).tokens, reference.draft(3, greedy, rng).tokens);
+  EXPECT_EQ(pre.stats().hits, 1);
+  EXPECT_EQ(pre.stats().exit_layer_sum, 5);
+
+  // A verdict nobody predicted is a miss and leaves main untouched.
+  pre.begin_round(2, main);
+  const auto before = main.sequence();
+  EXPECT_FALSE(pre.take({4, 4}, 0, main).has_value());
+  EXPECT_EQ(main.sequence(), before);
+  EXPECT_EQ(pre.stats().rounds, 2);
+}
+
+}  // namespace
+}  // namespace splitspec
