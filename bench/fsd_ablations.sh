@@ -3,7 +3,9 @@
 # pre-draft threads 1, 2, 4, 8; gamma 2..8; client queue priority / fifo /
 # random against server queue priority / fifo. Pre-drafting every round
 # (--predraft-always), so the adaptive switch does not hide what is measured.
-# NUM_PROMPTS (default 10) prompts of 128 tokens per row.
+# NUM_PROMPTS (default 10) prompts of 128 tokens per row. SERVER_ARGS go to
+# splitspec-server, e.g. "--early-exit-layers 2,4,6": with one exit there is
+# one early verdict per round and threads and queues have nothing to order.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prompts=${PROMPTS:-../shared/prompts/spec_bench.jsonl}
@@ -16,7 +18,7 @@ stop() { if [[ -n $server ]]; then kill -TERM "$server"; wait "$server" 2>/dev/n
 trap 'stop; rm -rf "$tmp"' EXIT
 start() {
   build/bin/splitspec-server --target models/demo-target --listen 127.0.0.1:0 --port-file "$tmp/port" \
-    --threads 1 --log-level warn "$@" &
+    --threads 1 --log-level warn ${SERVER_ARGS:-} "$@" &
   server=$!
   for _ in $(seq 600); do [[ -f $tmp/port ]] && break; sleep 0.1; done
 }

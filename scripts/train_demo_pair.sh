@@ -23,5 +23,17 @@ $S train lm --config configs/demo-target.json --corpus "$CORPUS/train.txt" --val
 $S train draft --config configs/demo-draft.json --teacher models/demo-target --corpus "$CORPUS/train.txt" \
   --valid "$CORPUS/valid.txt" --out models/demo-draft --threads 2
 rm -rf models/demo-target/checkpoint models/demo-draft/checkpoint
+# Early exits after every layer (the target stays frozen); the server runs
+# the subset in "serve_layers", chosen with bench/fsd_ablations.sh and
+# splitspec bench exits (exit 5 of 8 on this machine).
+$S train exits --target models/demo-target --layers all --corpus "$CORPUS/train.txt" --valid "$CORPUS/valid.txt" \
+  --steps 400 --threads 2
+python3 - <<'PY'
+import json
+p = "models/demo-target/early_exits.json"
+j = json.load(open(p)); j["serve_layers"] = [5]
+open(p, "w").write(json.dumps(j, indent=2) + "\n")
+PY
+$S eval exits --model models/demo-target --text "$CORPUS/valid.txt" --seq-len 128 --windows 48
 $S eval ppl --model models/demo-target --text "$CORPUS/valid.txt" --seq-len 128
 $S eval ppl --model models/demo-draft --text "$CORPUS/valid.txt" --seq-len 128

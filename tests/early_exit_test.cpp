@@ -130,3 +130,33 @@ TEST(EarlyExits, TrainingLowersEachExitsLossAndWritesBesideTheModel) {
 
 }  // namespace
 }  // namespace splitspec
+
+namespace splitspec {
+namespace {
+
+TEST(EarlyExitsCli, EvalPrintsTheTableAndDrawsThePlot) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "It was the best of times, it was the worst of times.\n\n";
+  test::write_file(dir.path() / "text.txt", text);
+  const std::string out = dir.str("out.txt"), err = dir.str("err.txt"), svg = dir.str("exits.svg");
+  const std::string cmd = std::string(SPLITSPEC_BIN_DIR) + "/splitspec eval exits --model " + test::demo_target_dir() +
+                          " --text " + dir.str("text.txt") + " --seq-len 64 --windows 4 --threads 1 --plot " + svg +
+                          " >" + out + " 2>" + err;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(err);
+  const std::string table = test::read_file(out);
+  for (int l = 1; l <= 7; ++l) EXPECT_NE(table.find("| " + std::to_string(l) + " of 8 |"), std::string::npos) << table;
+  const std::string plot = test::read_file(svg);
+  EXPECT_EQ(plot.rfind("<svg", 0), 0u);
+  EXPECT_NE(plot.find("match rate"), std::string::npos);
+  // A model without exits is a clear error.
+  TempDir bare;
+  Model::random(test::tiny_config(), 1)->save(bare.str());
+  const std::string bad = std::string(SPLITSPEC_BIN_DIR) + "/splitspec eval exits --model " + bare.str() + " --text " +
+                          dir.str("text.txt") + " >/dev/null 2>" + err;
+  EXPECT_NE(std::system(bad.c_str()), 0);
+  EXPECT_NE(test::read_file(err).find("no early_exits.json"), std::string::npos) << test::read_file(err);
+}
+
+}  // namespace
+}  // namespace splitspec
