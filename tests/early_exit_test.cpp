@@ -15,14 +15,7 @@ namespace {
 
 using test::TempDir;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   TempDir dir;

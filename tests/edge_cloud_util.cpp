@@ -1,5 +1,7 @@
 #include "tests/edge_cloud_util.h"
 
+#include <c10/core/InferenceMode.h>
+
 namespace splitspec::test {
 
 LocalServer start_server(const std::string& target_dir, int max_sessions, int max_draft_tokens) {
@@ -47,6 +49,27 @@ v1::ServerStats server_stats(const std::string& address) {
 
 std::string demo_target_dir() { return std::string(SPLITSPEC_SOURCE_DIR) + "/models/demo-target"; }
 std::string demo_draft_dir() { return std::string(SPLITSPEC_SOURCE_DIR) + "/models/demo-draft"; }
+
+TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params) {
+  c10::InferenceMode guard;
+  auto next = [&](const std::vector<int32_t>& seq) {
+    KVCache cache = target.new_cache();
+    ForwardRequest f;
+    f.tokens = seq;
+    f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
+    return filtered_distribution(target.forward(f, cache).logits[0], params);
+  };
+  const Distribution p1 = next(prompt);
+  const size_t vocab = p1.size();
+  TwoTokenMarginals m{std::vector<double>(p1.begin(), p1.end()), std::vector<double>(vocab, 0.0)};
+  for (size_t x = 0; x < vocab; ++x) {
+    std::vector<int32_t> seq = prompt;
+    seq.push_back(static_cast<int32_t>(x));
+    const Distribution p2 = next(seq);
+    for (size_t y = 0; y < vocab; ++y) m.second[y] += p1[x] * p2[y];
+  }
+  return m;
+}
 
 const std::vector<std::string>& test_prompts() {
   static const std::vector<std::string> prompts = {

@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "common/model.h"
+#include "common/sampling.h"
 #include "proto/splitspec.grpc.pb.h"
 #include "server/server.h"
 #include "tests/test_util.h"
@@ -30,6 +32,13 @@ v1::ServerStats server_stats(const std::string& address);
 
 std::string demo_target_dir();
 std::string demo_draft_dir();
+
+// The target's own distributions of the first two tokens it would emit after
+// `prompt` under `params`: p(x) and the marginal sum_x p(x) p(y | x).
+struct TwoTokenMarginals {
+  std::vector<double> first, second;
+};
+TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params);
 
 // English prompts of a few words each, for exactness over many prompts.
 const std::vector<std::string>& test_prompts();

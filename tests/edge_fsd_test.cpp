@@ -85,22 +85,9 @@ TEST(EdgeFsd, SampledOutputHasTheTargetsDistribution) {
 
   SamplingParams sp;
   sp.temperature = req.temperature;
-  c10::InferenceMode guard;
-  auto next_dist = [&](const std::vector<int32_t>& seq) {
-    KVCache cache = target->new_cache();
-    ForwardRequest f;
-    f.tokens = seq;
-    f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
-    return filtered_distribution(target->forward(f, cache).logits[0], sp);
-  };
-  const Distribution p1 = next_dist(prompt);
-  std::vector<double> first(p1.begin(), p1.end()), second(kVocab, 0.0);
-  for (int32_t x = 0; x < kVocab; ++x) {
-    std::vector<int32_t> seq = prompt;
-    seq.push_back(x);
-    const Distribution p2 = next_dist(seq);
-    for (int32_t y = 0; y < kVocab; ++y) second[y] += p1[x] * p2[y];
-  }
+  const test::TwoTokenMarginals want = test::two_token_marginals(*target, prompt, sp);
+  const std::vector<double>& first = want.first;
+  const std::vector<double>& second = want.second;
   constexpr int kDraws = 3000;
   std::vector<int64_t> c1(kVocab, 0), c2(kVocab, 0);
   double hits = 0;

@@ -1,5 +1,7 @@
 #include "tests/test_util.h"
 
+#include "common/error.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -182,6 +184,15 @@ std::optional<int> Child::wait(std::chrono::milliseconds timeout) {
     if (std::chrono::steady_clock::now() >= end) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {

@@ -65,6 +65,9 @@ class Child {
   bool reaped_ = false;
 };
 
+// The message of the splitspec::Error `f` throws, or "" when it throws none.
+std::string error_of(const std::function<void()>& f);
+
 // Polls `pred` every few ms until it holds or `timeout` passes.
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
