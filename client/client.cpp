@@ -97,6 +97,9 @@ struct Client::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::SplitSpec::Stub> stub;
   v1::ServerInfo info;
+  // Across generations: what pre-drafting is worth depends on the link and
+  // the machines, not on the prompt, so it is learned once per client.
+  PredraftSwitch predraft_switch;
 
   v1::ServerInfo fetch_info(std::chrono::milliseconds timeout) {
     grpc::ClientContext ctx;
@@ -380,7 +383,6 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
   };
 
   uint32_t round = 0;
-  PredraftSwitch predraft_switch;
   std::optional<SteadyClock::time_point> last_sent;  // the previous round's draft
   bool last_used = false;
   int64_t last_tokens = 0;

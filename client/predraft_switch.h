@@ -5,14 +5,15 @@
 // and drafting is slow next to verification (the paper's Eq. 9). So measure
 // it: the latency per token of rounds with and without it (from one draft
 // sent to the next), taking the better and trying the other every
-// `explore_every` rounds, so a change of regime is noticed.
+// `explore_every` rounds, so a change of regime is noticed. One switch
+// serves all generations of a client.
 #include <cstdint>
 
 namespace splitspec {
 
 class PredraftSwitch {
  public:
-  explicit PredraftSwitch(int explore_every = 8) : explore_every_(explore_every) {}
+  explicit PredraftSwitch(int explore_every = 16) : explore_every_(explore_every) {}
 
   bool use_next() {
     ++round_;
