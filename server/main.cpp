@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   auto* grace = app.add_option("--shutdown-grace-s", flags.shutdown_grace_s, "Seconds streams get to finish on SIGTERM");
   auto* log_level = app.add_option("--log-level", flags.log_level, "trace|debug|info|warn|error|off");
   auto* port_file = app.add_option("--port-file", flags.port_file, "Write the bound port to this file once serving");
+  auto* metrics = app.add_option("--metrics-listen", flags.metrics_listen, "HOST:PORT for Prometheus GET /metrics");
   auto* exits = app.add_option("--early-exits", flags.early_exits, "auto (the target's early_exits.json) or off");
   auto* exit_layers = app.add_option("--early-exit-layers", flags.early_exit_layers, "Run only these exits (layer counts, e.g. 4,6)")
                           ->delimiter(',');
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     if (*log_level) config.log_level = flags.log_level;
     if (*port_file) config.port_file = flags.port_file;
     if (*exits) config.early_exits = flags.early_exits;
+    if (*metrics) config.metrics_listen = flags.metrics_listen;
     if (*exit_layers) config.early_exit_layers = flags.early_exit_layers;
     if (*exit_queue) config.early_exit_queue = flags.early_exit_queue;
     if (*exit_shortlist) config.early_exit_shortlist = flags.early_exit_shortlist;

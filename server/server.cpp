@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/tokenizer.h"
+#include "server/metrics_http.h"
 #include "server/service.h"
 
 namespace splitspec {
@@ -78,6 +79,11 @@ void Server::start() {
     throw Error("cannot listen on " + ctx_->config.listen + " (address in use or invalid?)");
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
+  if (!ctx_->config.metrics_listen.empty()) {
+    ServiceContext* ctx = ctx_.get();
+    metrics_ = std::make_unique<MetricsHttpServer>(ctx_->config.metrics_listen, [ctx] { return render_metrics(*ctx); });
+    spdlog::info("event=metrics listen={} port={} path=/metrics", ctx_->config.metrics_listen, metrics_->port());
+  }
   const ModelConfig& c = ctx_->target->config();
   spdlog::info("event=serving listen={} port={} model={} layers={} vocab={} context={} max_sessions={} tokenizer={}",
                ctx_->config.listen, port_, ctx_->model_name, c.num_hidden_layers, c.vocab_size, c.max_position_embeddings,
@@ -109,9 +115,12 @@ void Server::shutdown() {
   // Jobs still queued belong to cancelled streams; running them releases those.
   ctx_->compute.reset();
   server_.reset();
+  metrics_.reset();
   spdlog::info("event=stopped sessions_total={} tokens_generated={}", ctx_->counters.sessions_total.load(),
                ctx_->counters.tokens_generated.load());
 }
+
+int Server::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
 
 int32_t Server::active_sessions() const { return ctx_->counters.active_sessions.load(); }
 

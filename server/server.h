@@ -14,6 +14,7 @@ namespace splitspec {
 
 struct ServiceContext;
 class SplitSpecService;
+class MetricsHttpServer;
 
 class Server {
  public:
@@ -26,6 +27,8 @@ class Server {
   // be bound. With port 0 the kernel picks one: see port().
   void start();
   int port() const { return port_; }
+  // The Prometheus endpoint's port, when config.metrics_listen is set (else 0).
+  int metrics_port() const;
   // Graceful stop: health turns NOT_SERVING, new streams are refused, streams
   // in flight get config.shutdown_grace_s to finish before they are cancelled.
   void shutdown();
@@ -35,6 +38,7 @@ class Server {
   std::unique_ptr<ServiceContext> ctx_;
   std::unique_ptr<SplitSpecService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
   int port_ = 0;
 };
 

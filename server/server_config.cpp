@@ -23,7 +23,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "max_draft_tokens", "max_new_tokens",  "compute_threads",
                                               "shutdown_grace_s", "max_message_bytes", "log_level",
                                               "port_file",        "early_exits",     "early_exit_layers",
-                                              "early_exit_queue", "early_exit_shortlist"};
+                                              "early_exit_queue", "early_exit_shortlist", "metrics_listen"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
@@ -37,6 +37,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("max_message_bytes")) c.max_message_bytes = j["max_message_bytes"].get<int32_t>();
     if (j.contains("log_level")) c.log_level = j["log_level"].get<std::string>();
     if (j.contains("port_file")) c.port_file = j["port_file"].get<std::string>();
+    if (j.contains("metrics_listen")) c.metrics_listen = j["metrics_listen"].get<std::string>();
     if (j.contains("early_exits")) c.early_exits = j["early_exits"].get<std::string>();
     if (j.contains("early_exit_layers")) c.early_exit_layers = j["early_exit_layers"].get<std::vector<int64_t>>();
     if (j.contains("early_exit_queue")) c.early_exit_queue = j["early_exit_queue"].get<std::string>();

@@ -25,6 +25,7 @@ struct ServerConfig {
   std::string early_exit_queue = "priority";
   int64_t early_exit_shortlist = 2048;  // exits score token ids below this (0: all); see EarlyExits::set_shortlist  // send order of early verdicts: priority (confidence) or fifo
   std::string port_file;  // when set, the bound port is written there (useful with port 0)
+  std::string metrics_listen;  // HOST:PORT of the Prometheus /metrics endpoint; empty: none
 
   // Throws splitspec::Error naming the file and key at fault.
   static ServerConfig from_file(const std::string& path);

@@ -55,6 +55,37 @@ grpc::Status start_decoder(const ServiceContext& ctx, const v1::GenerationReques
   return grpc::Status::OK;
 }
 
+std::string render_metrics(const ServiceContext& ctx) {
+  const ServerCounters& k = ctx.counters;
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, double value) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+           std::to_string(value) + "\n";
+  };
+  const double proposed = static_cast<double>(k.draft_tokens_proposed.load());
+  const double accepted = static_cast<double>(k.draft_tokens_accepted.load());
+  metric("splitspec_spec_decode_num_draft_tokens_total", "counter", "Draft tokens received for verification.", proposed);
+  metric("splitspec_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", accepted);
+  metric("splitspec_spec_decode_draft_acceptance_rate", "gauge", "Accepted over received draft tokens, since start.",
+         proposed > 0 ? accepted / proposed : 0.0);
+  metric("splitspec_spec_decode_num_emitted_tokens_total", "counter", "Tokens committed, all modes.",
+         static_cast<double>(k.tokens_generated.load()));
+  metric("splitspec_spec_decode_rounds_total", "counter", "Verification rounds.", static_cast<double>(k.rounds_total.load()));
+  metric("splitspec_spec_decode_early_verdicts_total", "counter", "Early-exit verdicts sent.",
+         static_cast<double>(k.early_verdicts.load()));
+  metric("splitspec_target_forwards_total", "counter", "Target forwards (rounds and autoregressive steps).",
+         static_cast<double>(k.target_forwards.load()));
+  metric("splitspec_active_sessions", "gauge", "Open Session and Generate streams.",
+         static_cast<double>(k.active_sessions.load()));
+  metric("splitspec_sessions_total", "counter", "Streams admitted.", static_cast<double>(k.sessions_total.load()));
+  metric("splitspec_sessions_rejected_total", "counter", "Streams refused at the session limit.",
+         static_cast<double>(k.sessions_rejected.load()));
+  metric("splitspec_invalid_requests_total", "counter", "Streams ended for malformed or incompatible requests.",
+         static_cast<double>(k.invalid_requests.load()));
+  metric("splitspec_serving", "gauge", "1 while serving, 0 while shutting down.", ctx.serving.load() ? 1.0 : 0.0);
+  return out;
+}
+
 grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* SplitSpecService::Session(
     grpc::CallbackServerContext* context) {
   return new_session_reactor(ctx_, context);

@@ -64,6 +64,10 @@ class SplitSpecService final : public v1::SplitSpec::CallbackService {
 grpc::Status admit(ServiceContext& ctx);
 void leave(ServiceContext& ctx);
 
+// The counters in Prometheus text format, names in the style of vLLM's
+// spec_decode_* metrics.
+std::string render_metrics(const ServiceContext& ctx);
+
 // Checks a request against the target and the server's limits and starts
 // its decoder. FAILED_PRECONDITION when vocabulary or tokenizer differ from
 // the target's; INVALID_ARGUMENT for a bad prompt or options.

@@ -132,3 +132,72 @@ TEST(ServerCli, ServerModesWithoutTheirPartsAreClearErrors) {
 
 }  // namespace
 }  // namespace splitspec
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "client/client.h"
+
+namespace splitspec {
+namespace {
+
+std::string http(int port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return "";
+  }
+  send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+TEST(ServerMetrics, PrometheusEndpointCountsRoundsAndRefusesGarbage) {
+  ServerConfig c;
+  c.target_dir = test::demo_target_dir();
+  c.listen = "127.0.0.1:0";
+  c.metrics_listen = "127.0.0.1:0";
+  c.log_level = "warn";
+  Server server(c);
+  server.start();
+  ASSERT_GT(server.metrics_port(), 0);
+  ClientOptions o;
+  o.mode = Mode::kEdgeSd;
+  o.server = "127.0.0.1:" + std::to_string(server.port());
+  o.draft_dir = test::demo_draft_dir();
+  Request req;
+  req.max_new_tokens = 16;
+  req.ignore_eos = true;
+  const Result r = Client::connect(o)->generate_ids({1, 345, 1046}, req);
+  const std::string page = http(server.metrics_port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(page.rfind("HTTP/1.1 200 OK", 0), 0u) << page;
+  EXPECT_NE(page.find("# TYPE splitspec_spec_decode_num_draft_tokens_total counter"), std::string::npos) << page;
+  EXPECT_NE(page.find("splitspec_spec_decode_rounds_total " + std::to_string(r.stats.rounds) + ".000000"), std::string::npos)
+      << page;
+  EXPECT_NE(page.find("splitspec_spec_decode_num_emitted_tokens_total 16.000000"), std::string::npos) << page;
+  EXPECT_NE(page.find("splitspec_active_sessions 0.000000"), std::string::npos) << page;
+  EXPECT_EQ(http(server.metrics_port(), "GET /other HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
+  EXPECT_EQ(http(server.metrics_port(), "\x16\x03\x01 garbage\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+  // A client that connects and says nothing does not stop the next scrape.
+  const int idle = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(server.metrics_port()));
+  ASSERT_EQ(connect(idle, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  EXPECT_EQ(http(server.metrics_port(), "GET /metrics HTTP/1.0\r\n\r\n").rfind("HTTP/1.1 200 OK", 0), 0u);
+  close(idle);
+}
+
+}  // namespace
+}  // namespace splitspec
