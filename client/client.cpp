@@ -127,6 +127,9 @@ struct Client::Impl {
     return w;
   }
 
+  // Every public generate ends here.
+  Result generate(const std::vector<int32_t>& prompt_ids, const Request& request,
+                  const std::function<void(int32_t)>& on_token, const std::function<void(const std::string&)>& on_text);
   Result run_local_ar(const std::vector<int32_t>& prompt, const GenerateOptions& o, const std::function<void(int32_t)>& on_token);
   Result run_cloud_ar(const std::vector<int32_t>& prompt, const Request& r, const GenerateOptions& o,
                       const std::function<void(int32_t)>& on_token);
@@ -240,40 +243,47 @@ Result Client::generate(const std::string& prompt, const Request& request,
                                                     ": tokenizer not found (needed for text prompts; use token ids)");
   std::vector<int32_t> ids = impl_->tokenizer->encode(prompt);
   ids.insert(ids.begin(), impl_->tokenizer->bos_id());
-  std::unique_ptr<TextStreamer> streamer;
-  std::function<void(int32_t)> on_token;
-  if (on_text)
-    on_token = [&](int32_t id) {
-      // Created at the first token, once the prompt has been accepted.
-      if (!streamer) streamer = std::make_unique<TextStreamer>(*impl_->tokenizer, ids);
-      const std::string piece = streamer->push(id);
-      if (!piece.empty()) on_text(piece);
-    };
-  Result r = generate_ids(ids, request, on_token);
-  if (streamer) {
-    const std::string tail = streamer->finish();
-    if (!tail.empty()) on_text(tail);
-  }
-  return r;
+  return impl_->generate(ids, request, {}, on_text);
 }
 
 Result Client::generate_ids(const std::vector<int32_t>& prompt_ids, const Request& request,
                             const std::function<void(int32_t)>& on_token) {
+  return impl_->generate(prompt_ids, request, on_token, {});
+}
+
+Result Client::Impl::generate(const std::vector<int32_t>& prompt_ids, const Request& request,
+                              const std::function<void(int32_t)>& on_token,
+                              const std::function<void(const std::string&)>& on_text) {
   const GenerateOptions o = to_generate_options(request);
+  // One streamer per generation decodes each token once: while generating
+  // when text is streamed, else after the clock has stopped. Created at the
+  // first token, once the prompt has been accepted.
+  std::unique_ptr<TextStreamer> streamer;
+  auto push = [&](int32_t id) -> std::string {
+    if (!streamer) streamer = std::make_unique<TextStreamer>(*tokenizer, prompt_ids);
+    return streamer->push(id);
+  };
+  std::function<void(int32_t)> each = on_token;
+  if (on_text)
+    each = [&](int32_t id) {
+      if (on_token) on_token(id);
+      const std::string piece = push(id);
+      if (!piece.empty()) on_text(piece);
+    };
   Result r;
-  switch (impl_->options.mode) {
-    case Mode::kLocalAr: r = impl_->run_local_ar(prompt_ids, o, on_token); break;
-    case Mode::kCloudAr: r = impl_->run_cloud_ar(prompt_ids, request, o, on_token); break;
+  switch (options.mode) {
+    case Mode::kLocalAr: r = run_local_ar(prompt_ids, o, each); break;
+    case Mode::kCloudAr: r = run_cloud_ar(prompt_ids, request, o, each); break;
     case Mode::kEdgeSd:
-    case Mode::kEdgeFsd: r = impl_->run_edge_sd(prompt_ids, request, o, on_token); break;
+    case Mode::kEdgeFsd: r = run_edge_sd(prompt_ids, request, o, each); break;
   }
   r.prompt_ids = prompt_ids;
-  if (impl_->tokenizer) {
-    // Decoded in the prompt's context, exactly as streamed text is.
-    TextStreamer text(*impl_->tokenizer, prompt_ids);
-    for (int32_t id : r.ids) text.push(id);
-    text.finish();
-    r.text = text.text();
+  if (tokenizer && !on_text)
+    for (int32_t id : r.ids) push(id);
+  if (streamer) {
+    const std::string tail = streamer->finish();
+    if (on_text && !tail.empty()) on_text(tail);
+    r.text = streamer->text();
   }
   Stats& s = r.stats;
   s.new_tokens = static_cast<int64_t>(r.ids.size());
@@ -466,6 +476,7 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
     s.early_verdicts = ps.early_verdicts;
     s.predrafts = ps.predrafts;
     s.predraft_lookups = ps.rounds;
+    s.predraft_hits = ps.hits;
     s.cache_miss_rate = ps.rounds ? 1.0 - static_cast<double>(ps.hits) / static_cast<double>(ps.rounds) : 0.0;
     s.avg_exit_layer = ps.hits ? static_cast<double>(ps.exit_layer_sum) / static_cast<double>(ps.hits) : 0.0;
     s.predraft_ms = ps.predraft_ms;

@@ -99,7 +99,8 @@ struct Stats {
   double hit_send_ms = 0;             // mean, final verdict to next draft sent, on hits
   double miss_send_ms = 0;            // the same on misses (drafting included)
   int64_t predraft_rounds = 0;        // rounds that asked for early verdicts
-  int64_t predraft_lookups = 0;       // final verdicts looked up in the pre-draft cache (r's denominator)
+  int64_t predraft_lookups = 0;       // final verdicts looked up in the pre-draft cache
+  int64_t predraft_hits = 0;          // of those, found (r = 1 - hits / lookups)
 };
 
 struct Result {

@@ -129,26 +129,18 @@ TEST(EdgeCloud, SampledEdgeSdHasTheTargetsDistribution) {
   SamplingParams sp;
   sp.temperature = req.temperature;
   const test::TwoTokenMarginals want = test::two_token_marginals(*target, prompt, sp);
-  const std::vector<double>& first = want.first;
-  const std::vector<double>& second = want.second;
-
   constexpr int kDraws = 3000;
-  std::vector<int64_t> c1(kVocab, 0), c2(kVocab, 0);
   double acceptance = 0;
-  for (int i = 0; i < kDraws; ++i) {
-    req.seed = 1000 + i;
-    const Result r = client->generate_ids(prompt, req);
-    ASSERT_EQ(r.ids.size(), 2u);
-    c1[r.ids[0]] += 1;
-    c2[r.ids[1]] += 1;
+  const test::TwoTokenCounts got = test::count_two_tokens(*client, prompt, req, kDraws, 1000, kVocab, [&](const Result& r) {
+    EXPECT_EQ(r.ids.size(), 2u);
     acceptance += r.stats.acceptance_rate;
-  }
+  });
   acceptance /= kDraws;
   // Both accepting and rejecting paths are exercised.
   EXPECT_GT(acceptance, 0.05);
   EXPECT_LT(acceptance, 0.95);
-  EXPECT_GT(test::goodness_of_fit_pvalue(c1, first), 1e-4);
-  EXPECT_GT(test::goodness_of_fit_pvalue(c2, second), 1e-4);
+  EXPECT_GT(test::goodness_of_fit_pvalue(got.first, want.first), 1e-4);
+  EXPECT_GT(test::goodness_of_fit_pvalue(got.second, want.second), 1e-4);
 }
 
 }  // namespace

@@ -71,6 +71,20 @@ TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int
   return m;
 }
 
+TwoTokenCounts count_two_tokens(Client& client, const std::vector<int32_t>& prompt, Request request, int draws,
+                                uint64_t seed0, int64_t vocab, const std::function<void(const Result&)>& each) {
+  TwoTokenCounts c{std::vector<int64_t>(vocab, 0), std::vector<int64_t>(vocab, 0)};
+  for (int i = 0; i < draws; ++i) {
+    request.seed = seed0 + static_cast<uint64_t>(i);
+    const Result r = client.generate_ids(prompt, request);
+    each(r);
+    if (r.ids.size() < 2) throw std::runtime_error("a generation emitted fewer than two tokens");
+    c.first.at(r.ids[0]) += 1;
+    c.second.at(r.ids[1]) += 1;
+  }
+  return c;
+}
+
 const std::vector<std::string>& test_prompts() {
   static const std::vector<std::string> prompts = {
       "The ship sailed",

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "client/client.h"
 #include "common/model.h"
 #include "common/sampling.h"
 #include "proto/splitspec.grpc.pb.h"
@@ -39,6 +40,14 @@ struct TwoTokenMarginals {
   std::vector<double> first, second;
 };
 TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params);
+
+// The first two tokens of `draws` generations seeded seed0, seed0+1, ...,
+// counted per token id; `each` sees every result first.
+struct TwoTokenCounts {
+  std::vector<int64_t> first, second;
+};
+TwoTokenCounts count_two_tokens(Client& client, const std::vector<int32_t>& prompt, Request request, int draws,
+                                uint64_t seed0, int64_t vocab, const std::function<void(const Result&)>& each);
 
 // English prompts of a few words each, for exactness over many prompts.
 const std::vector<std::string>& test_prompts();

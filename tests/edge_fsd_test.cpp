@@ -56,8 +56,8 @@ TEST(EdgeFsd, GreedyOutputIsTheTargetsAndEdgeSdsOnManyPrompts) {
     const Result got = fsd->generate_ids(prompt, req);
     ASSERT_EQ(got.ids, want.output_ids) << "'" << text << "' gamma " << req.gamma << " threads " << threads << " " << queue;
     EXPECT_EQ(sd->generate_ids(prompt, req).ids, got.ids);
-    rounds += got.stats.rounds - 1;  // the first round has nothing to look up
-    hits += static_cast<int64_t>((1.0 - got.stats.cache_miss_rate) * (got.stats.rounds - 1) + 0.5);
+    rounds += got.stats.predraft_lookups;
+    hits += got.stats.predraft_hits;
     early += got.stats.early_verdicts;
   }
   EXPECT_GT(early, 0);
@@ -86,22 +86,14 @@ TEST(EdgeFsd, SampledOutputHasTheTargetsDistribution) {
   SamplingParams sp;
   sp.temperature = req.temperature;
   const test::TwoTokenMarginals want = test::two_token_marginals(*target, prompt, sp);
-  const std::vector<double>& first = want.first;
-  const std::vector<double>& second = want.second;
-  constexpr int kDraws = 3000;
-  std::vector<int64_t> c1(kVocab, 0), c2(kVocab, 0);
-  double hits = 0;
-  for (int i = 0; i < kDraws; ++i) {
-    req.seed = 5000 + i;
-    const Result r = client->generate_ids(prompt, req);
-    ASSERT_EQ(r.ids.size(), 3u);
-    c1[r.ids[0]] += 1;
-    c2[r.ids[1]] += 1;
-    hits += (1.0 - r.stats.cache_miss_rate) * (r.stats.rounds - 1);
-  }
+  int64_t hits = 0;
+  const test::TwoTokenCounts got = test::count_two_tokens(*client, prompt, req, 3000, 5000, kVocab, [&](const Result& r) {
+    EXPECT_EQ(r.ids.size(), 3u);
+    hits += r.stats.predraft_hits;
+  });
   EXPECT_GT(hits, 100) << "pre-drafted rounds must be part of what is tested";
-  EXPECT_GT(test::goodness_of_fit_pvalue(c1, first), 1e-4);
-  EXPECT_GT(test::goodness_of_fit_pvalue(c2, second), 1e-4);
+  EXPECT_GT(test::goodness_of_fit_pvalue(got.first, want.first), 1e-4);
+  EXPECT_GT(test::goodness_of_fit_pvalue(got.second, want.second), 1e-4);
 }
 
 // The stream itself: early verdicts before the final one, never two with the

@@ -179,6 +179,8 @@ TEST(ServerMetrics, PrometheusEndpointCountsRoundsAndRefusesGarbage) {
   req.max_new_tokens = 16;
   req.ignore_eos = true;
   const Result r = Client::connect(o)->generate_ids({1, 345, 1046}, req);
+  // The session is freed after its stream ends, a moment after the client returns.
+  ASSERT_TRUE(test::wait_until([&] { return server.active_sessions() == 0; }, std::chrono::seconds(10)));
   const std::string page = http(server.metrics_port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(page.rfind("HTTP/1.1 200 OK", 0), 0u) << page;
   EXPECT_NE(page.find("# TYPE splitspec_spec_decode_num_draft_tokens_total counter"), std::string::npos) << page;

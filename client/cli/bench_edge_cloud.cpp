@@ -58,7 +58,7 @@ struct ModeTotals {
     server_ms += s.server_ms;
     accepted += s.acceptance_rate * static_cast<double>(s.draft_forwards);
     const double looked = static_cast<double>(s.predraft_lookups);
-    const double h = (1.0 - s.cache_miss_rate) * looked;
+    const double h = static_cast<double>(s.predraft_hits);
     lookups += looked;
     hits += h;
     exit_layer_sum += s.avg_exit_layer * h;
