@@ -4,11 +4,13 @@
 #include "common/kernels.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/Half.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -166,6 +168,23 @@ void attention(const float* q, const float* k, const float* v, const AttentionSh
         attention_row_scalar(qi, kh, vh, visible[i], D, scale, scratch, o);
     }
   });
+}
+
+void half_to_float(const uint16_t* src, int64_t count, float* dst) {
+  static const bool f16c = use_avx2() && __builtin_cpu_supports("f16c");
+  if (f16c) {
+    avx2::half_to_float(src, count, dst);
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(c10::Half(src[i], c10::Half::from_bits()));
+}
+
+void bfloat16_to_float(const uint16_t* src, int64_t count, float* dst) {
+  // A bfloat16 is the top half of the float with the same value.
+  for (int64_t i = 0; i < count; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
+    std::memcpy(dst + i, &bits, sizeof bits);
+  }
 }
 
 }  // namespace splitspec::kernels

@@ -43,6 +43,13 @@ constexpr int64_t kMaxHeadDim = 256;
 void attention(const float* q, const float* k, const float* v, const AttentionShape& shape,
                const std::vector<std::vector<int32_t>>& visible, float scale, float* out);
 
+// Stored 16-bit weights to fp32, exactly (every F16 and BF16 value is a
+// float). Elements are converted in increasing order, each block read before
+// it is written, so `dst` may overlap `src` when src >= dst + 2 * count bytes:
+// the streamed target converts in the buffer it read into.
+void half_to_float(const uint16_t* src, int64_t count, float* dst);
+void bfloat16_to_float(const uint16_t* src, int64_t count, float* dst);
+
 // Which implementation runs on this CPU ("avx2+fma" or "scalar").
 const char* isa();
 

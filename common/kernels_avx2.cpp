@@ -215,4 +215,13 @@ void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
   }
 }
 
+void half_to_float(const uint16_t* src, int64_t count, float* dst) {
+  const int64_t full = count & ~int64_t{7};
+  for (int64_t i = 0; i < full; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (int64_t i = full; i < count; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+
 }  // namespace splitspec::kernels::avx2

@@ -12,5 +12,7 @@ void linear_rows(const float* x, int64_t n, int64_t in, const float* w, int64_t 
 void attention_row(const float* q, const float* k, const float* v, const std::vector<int32_t>& slots, int64_t head_dim,
                    float scale, std::vector<float>& scratch, float* out);
 void silu_mul(const float* gate, const float* up, int64_t count, float* y);
+// Needs F16C as well (kernels.cpp checks).
+void half_to_float(const uint16_t* src, int64_t count, float* dst);
 
 }  // namespace splitspec::kernels::avx2

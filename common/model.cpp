@@ -68,6 +68,16 @@ std::shared_ptr<Model> Model::load(const std::string& dir) {
   return std::shared_ptr<Model>(new Model(c, std::move(w), fs::path(dir).filename().string()));
 }
 
+std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const StreamOptions& options) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
+  ModelConfig c = load_model_config(dir);
+  auto stream = std::make_unique<StreamedWeights>(dir, c, options);
+  std::shared_ptr<Model> m(new Model(c, ModelWeights{}, fs::path(dir).filename().string()));
+  m->stream_ = std::move(stream);
+  return m;
+}
+
 std::shared_ptr<Model> Model::from_weights(const ModelConfig& c, const ModelWeights& src, std::string name) {
   c.validate(name);
   c10::InferenceMode guard;
@@ -155,6 +165,7 @@ void save_model(const ModelConfig& config, const ModelWeights& weights, const st
 }
 
 size_t Model::weight_bytes() const {
+  if (stream_) return stream_->stats().weight_bytes;
   size_t n = 0;
   for (const auto& [name, t] : named_weights(config_, weights_)) n += t.nbytes();
   return n;
@@ -215,8 +226,21 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
                        : at::from_blob(const_cast<int64_t*>(req.positions.data()), {n}, i64).clone();
   const at::Tensor cos = rope_cos_.index_select(0, pos);  // [n, D/2]
   const at::Tensor sin = rope_sin_.index_select(0, pos);
+  // A streamed forward passes over every weight unit once, even when cut
+  // short by an exception, so the next one starts in step.
+  struct Pass {
+    StreamedWeights* s;
+    explicit Pass(StreamedWeights* s) : s(s) { if (s) s->begin_forward(); }
+    ~Pass() { if (s) s->end_forward(); }
+  } pass(stream_.get());
   std::vector<int64_t> ids(req.tokens.begin(), req.tokens.end());
-  at::Tensor x = weights_.embed.index_select(0, at::from_blob(ids.data(), {n}, i64));
+  at::Tensor x;
+  if (stream_) {
+    x = at::empty({n, c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
+    stream_->embed(ids.data(), n, x.data_ptr<float>());
+  } else {
+    x = weights_.embed.index_select(0, at::from_blob(ids.data(), {n}, i64));
+  }
 
   const int64_t H = c.hidden_size, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
   const int64_t I = c.intermediate_size;
@@ -228,25 +252,52 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
   auto f = [](const at::Tensor& t) { return t.data_ptr<float>(); };
 
   ForwardResult out;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  // Each matrix is taken just before its use and given back right after,
+  // so a streamed model can reuse its read buffer at once.
+  auto matrix = [&](int64_t l, LayerMatrix m) -> const float* {
+    if (stream_) return stream_->acquire(l, m);
     const LayerWeights& w = weights_.layers[l];
-    kernels::rms_norm(f(x), n, H, f(w.input_norm), eps, f(h));
-    kernels::linear(f(h), n, H, f(w.q_proj), Hq * D, f(q));
-    kernels::linear(f(h), n, H, f(w.k_proj), Hkv * D, f(k));
-    kernels::linear(f(h), n, H, f(w.v_proj), Hkv * D, f(v));
+    switch (m) {
+      case LayerMatrix::kQ: return f(w.q_proj);
+      case LayerMatrix::kK: return f(w.k_proj);
+      case LayerMatrix::kV: return f(w.v_proj);
+      case LayerMatrix::kO: return f(w.o_proj);
+      case LayerMatrix::kGate: return f(w.gate_proj);
+      case LayerMatrix::kUp: return f(w.up_proj);
+      case LayerMatrix::kDown: return f(w.down_proj);
+    }
+    return nullptr;
+  };
+  auto done = [&] {
+    if (stream_) stream_->release();
+  };
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const float* input_norm = stream_ ? stream_->input_norm(l) : f(weights_.layers[l].input_norm);
+    const float* post_norm = stream_ ? stream_->post_norm(l) : f(weights_.layers[l].post_norm);
+    kernels::rms_norm(f(x), n, H, input_norm, eps, f(h));
+    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kQ), Hq * D, f(q));
+    done();
+    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kK), Hkv * D, f(k));
+    done();
+    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kV), Hkv * D, f(v));
+    done();
     kernels::rope(f(q), n, Hq, D, f(cos), f(sin));
     kernels::rope(f(k), n, Hkv, D, f(cos), f(sin));
     cache.write(l, k.view({n, Hkv, D}).transpose(0, 1), v.view({n, Hkv, D}).transpose(0, 1));
     const at::Tensor keys = cache.keys(l, n);  // [Hkv, total, D], head stride = capacity * D
     const at::Tensor vals = cache.values(l, n);
     kernels::attention(f(q), f(keys), f(vals), {n, Hq, Hkv, D, keys.stride(0)}, visible, scale, f(attn));
-    kernels::linear(f(attn), n, Hq * D, f(w.o_proj), H, f(delta));
+    kernels::linear(f(attn), n, Hq * D, matrix(l, LayerMatrix::kO), H, f(delta));
+    done();
     x.add_(delta);
-    kernels::rms_norm(f(x), n, H, f(w.post_norm), eps, f(h));
-    kernels::linear(f(h), n, H, f(w.gate_proj), I, f(gate));
-    kernels::linear(f(h), n, H, f(w.up_proj), I, f(up));
+    kernels::rms_norm(f(x), n, H, post_norm, eps, f(h));
+    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kGate), I, f(gate));
+    done();
+    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kUp), I, f(up));
+    done();
     kernels::silu_mul(f(gate), f(up), n * I, f(gate));
-    kernels::linear(f(gate), n, I, f(w.down_proj), H, f(delta));
+    kernels::linear(f(gate), n, I, matrix(l, LayerMatrix::kDown), H, f(delta));
+    done();
     x.add_(delta);
     for (int64_t hl : req.hidden_layers)
       if (hl == l) out.hidden[l] = x.clone();
@@ -259,11 +310,36 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     std::vector<int64_t> r = *req.logits_rows;
     rows = x.index_select(0, at::from_blob(r.data(), {static_cast<int64_t>(r.size())}, i64));
   }
-  out.logits = head_logits(rows);
+  out.logits = stream_ ? streamed_head_logits(rows) : head_logits(rows);
   return out;
 }
 
+at::Tensor Model::streamed_head_logits(const at::Tensor& hidden) const {
+  const ModelConfig& c = config_;
+  const at::Tensor rows = hidden.contiguous();
+  const int64_t m = rows.size(0), H = c.hidden_size;
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor normed = at::empty({m, H}, opts), logits = at::empty({m, c.vocab_size}, opts);
+  kernels::rms_norm(rows.data_ptr<float>(), m, H, stream_->final_norm(), static_cast<float>(c.rms_norm_eps),
+                    normed.data_ptr<float>());
+  // Slice by slice of vocabulary rows; every logit is the same dot product
+  // the whole-matrix call computes, so the values are bitwise the same.
+  at::Tensor part;
+  for (int64_t chunk = 0; chunk < stream_->head_chunks(); ++chunk) {
+    int64_t row0 = 0, count = 0;
+    const float* w = stream_->acquire_head(chunk, &row0, &count);
+    if (m > 0) {
+      if (!part.defined() || part.size(1) != count) part = at::empty({m, count}, opts);
+      kernels::linear(normed.data_ptr<float>(), m, H, w, count, part.data_ptr<float>());
+      logits.narrow(1, row0, count).copy_(part);
+    }
+    stream_->release();
+  }
+  return logits;
+}
+
 at::Tensor Model::head_logits(const at::Tensor& hidden) const {
+  if (stream_) throw Error("head_logits: " + name_ + " is streamed from disk; its head runs inside forward()");
   const ModelConfig& c = config_;
   const at::Tensor rows = hidden.contiguous();
   const int64_t m = rows.size(0), H = c.hidden_size;

@@ -18,6 +18,7 @@
 #include "common/kv_cache.h"
 #include "common/model_config.h"
 #include "common/safetensors.h"
+#include "common/streamed_weights.h"
 
 namespace splitspec {
 
@@ -91,12 +92,19 @@ class Model {
   static std::shared_ptr<Model> load(const std::string& dir);
   // An inference copy of weights held elsewhere (e.g. by the trainer).
   static std::shared_ptr<Model> from_weights(const ModelConfig& config, const ModelWeights& weights, std::string name);
+  // The model in `dir` with its weights streamed from disk under
+  // options.budget_bytes (streamed_weights.h): same forward, bitwise the same
+  // logits, one forward at a time. weights() then holds no tensors.
+  static std::shared_ptr<Model> load_streamed(const std::string& dir, const StreamOptions& options);
   // Random weights, for tests and benchmarks of any size.
   static std::shared_ptr<Model> random(const ModelConfig& config, uint64_t seed);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
+  // As fp32 in memory (for a streamed model: if it were all loaded).
   size_t weight_bytes() const;
+  // The streaming state of a streamed model, else null.
+  const StreamedWeights* stream() const { return stream_.get(); }
   const std::string& name() const { return name_; }
 
   KVCache new_cache(int64_t capacity = 0) const;  // 0: max_position_embeddings
@@ -106,17 +114,20 @@ class Model {
   ForwardResult forward(const ForwardRequest& request, KVCache& cache) const;
 
   // The final norm and LM head on hidden rows [m, hidden]: logits [m, vocab].
+  // In-memory models only (a streamed one reads its head inside forward()).
   at::Tensor head_logits(const at::Tensor& hidden) const;
 
   void save(const std::string& dir, DType dtype = DType::F32) const { save_model(config_, weights_, dir, dtype); }
 
  private:
   Model(ModelConfig config, ModelWeights weights, std::string name);
+  at::Tensor streamed_head_logits(const at::Tensor& hidden) const;
   ModelConfig config_;
   ModelWeights weights_;
   std::string name_;
   at::Tensor rope_cos_;  // [max_positions, head_dim/2]
   at::Tensor rope_sin_;
+  std::unique_ptr<StreamedWeights> stream_;
 };
 
 }  // namespace splitspec

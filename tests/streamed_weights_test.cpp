@@ -1,0 +1,157 @@
+// The disk-streamed target: bitwise the in-memory model's logits at every
+// budget, with and without the pipeline; weight memory never above the
+// budget; the bytes each forward reads are the ones not resident; bad budgets
+// and files give clear errors.
+#include "common/streamed_weights.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "common/model.h"
+#include "common/token_tree.h"
+#include "tests/edge_cloud_util.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+
+namespace {
+
+// Logits of a prompt forward, a decode step and a tree forward.
+std::vector<at::Tensor> three_forwards(const Model& m) {
+  c10::InferenceMode guard;
+  KVCache cache = m.new_cache(64);
+  std::vector<at::Tensor> out;
+  ForwardRequest prompt;
+  prompt.tokens = {1, 7, 3, 9, 4};
+  out.push_back(m.forward(prompt, cache).logits);
+  ForwardRequest step;
+  step.tokens = {11};
+  out.push_back(m.forward(step, cache).logits);
+  ForwardRequest tree;
+  tree.tokens = {5, 6, 8, 2};
+  const std::vector<int32_t> parents = {-1, 0, -1, 2};
+  tree.mask = tree_attention_mask(parents, cache.size());
+  tree.positions = {cache.size(), cache.size() + 1, cache.size(), cache.size() + 1};
+  out.push_back(m.forward(tree, cache).logits);
+  return out;
+}
+
+void expect_same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << what << ", forward " << i;
+}
+
+}  // namespace
+
+TEST(StreamedWeights, BitwiseEqualToTheInMemoryModelAtEveryBudget) {
+  TempDir dir;
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (bool tied : {true, false}) {
+      auto source = Model::random(tiny_config(300, 3, tied), 5);
+      const std::string path = dir.str(std::string(dtype_name(dtype)) + (tied ? "-tied" : "-untied"));
+      source->save(path, dtype);
+      auto memory = Model::load(path);
+      const auto reference = three_forwards(*memory);
+      // Shares above what the 4 KiB-aligned read buffers of so small a model
+      // need; the demo target's test below goes down to 10%.
+      for (double share : {0.3, 0.6, 2.0}) {
+        for (bool pipeline : {false, true}) {
+          StreamOptions o;
+          o.budget_bytes = static_cast<uint64_t>(share * static_cast<double>(memory->weight_bytes()));
+          o.pipeline = pipeline;
+          o.pool_buffers = 2;
+          auto streamed = Model::load_streamed(path, o);
+          const std::string what = path + " budget " + std::to_string(share) + (pipeline ? " StdPL" : " Std");
+          expect_same(reference, three_forwards(*streamed), what);
+          // Twice: the loader's read-ahead must stay in step across forwards.
+          expect_same(reference, three_forwards(*streamed), what + " (again)");
+          const StreamStats s = streamed->stream()->stats();
+          EXPECT_LE(s.peak_bytes, o.budget_bytes) << what;
+          EXPECT_EQ(s.forwards, 6);
+          EXPECT_EQ(s.weight_bytes, memory->weight_bytes());
+          if (share < 1) {
+            EXPECT_GT(s.streamed_bytes_per_forward, 0u) << what;
+          } else {
+            EXPECT_EQ(s.streamed_bytes_per_forward, 0u) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(StreamedWeights, DemoTargetPeakWeightMemoryStaysWithinBudget) {
+  // The budgets: 10%, 25% and 50% of the target's weights.
+  auto memory = Model::load(demo_target_dir());
+  const auto reference = three_forwards(*memory);
+  for (double share : {0.10, 0.25, 0.50}) {
+    StreamOptions o;
+    o.budget_bytes = static_cast<uint64_t>(share * static_cast<double>(memory->weight_bytes()));
+    auto streamed = Model::load_streamed(demo_target_dir(), o);
+    expect_same(reference, three_forwards(*streamed), "demo target at " + std::to_string(share));
+    const StreamStats s = streamed->stream()->stats();
+    EXPECT_LE(s.peak_bytes, o.budget_bytes);
+    EXPECT_EQ(s.peak_bytes, s.fixed_bytes + s.pool_bytes + s.resident_bytes);
+    EXPECT_EQ(s.io_mode, "O_DIRECT") << "ext4 supports direct I/O; the page cache must not hold the model";
+    // Every forward reads exactly what is not resident (plus embedding rows).
+    EXPECT_GE(s.bytes_read, 3 * s.streamed_bytes_per_forward);
+    EXPECT_LT(s.bytes_read, 3 * s.streamed_bytes_per_forward + 64 * 1024);
+    // Less budget, more streaming.
+    EXPECT_GT(s.streamed_bytes_per_forward, (1 - share - 0.1) * static_cast<double>(s.weight_bytes) / 2)
+        << "a 16-bit file streams about half its fp32 size per forward";
+  }
+}
+
+TEST(StreamedWeights, ClearErrors) {
+  TempDir dir;
+  auto source = Model::random(tiny_config(300, 2), 6);
+  source->save(dir.str("m"), DType::F16);
+  StreamOptions o;
+  o.budget_bytes = 1000;
+  EXPECT_NE(error_of([&] { Model::load_streamed(dir.str("m"), o); }).find("is too small to stream this target: it needs at least"),
+            std::string::npos);
+  o.budget_bytes = 1 << 30;
+  o.pool_buffers = 1;
+  EXPECT_NE(error_of([&] { Model::load_streamed(dir.str("m"), o); }).find("at least 2 read buffers"), std::string::npos);
+  o.pool_buffers = 3;
+  EXPECT_NE(error_of([&] { Model::load_streamed(dir.str("missing"), o); }).find("does not exist"), std::string::npos);
+  // A truncated file fails when opened, naming it.
+  const auto file = dir.path() / "m" / "model.safetensors";
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) - 100);
+  EXPECT_NE(error_of([&] { Model::load_streamed(dir.str("m"), o); }).find("model.safetensors"), std::string::npos);
+}
+
+TEST(StreamedWeights, NanWeightsAreRefused) {
+  TempDir dir;
+  auto source = Model::random(tiny_config(300, 2), 7);
+  source->save(dir.str("m"), DType::F32);
+  {
+    // Overwrite a float in the middle of the data with a NaN.
+    const auto file = dir.path() / "m" / "model.safetensors";
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(file) / 2 / 4 * 4));
+    const uint32_t nan = 0x7fc00000u;
+    f.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  StreamOptions o;
+  o.budget_bytes = 1 << 30;
+  EXPECT_NE(error_of([&] { Model::load_streamed(dir.str("m"), o); }).find("NaN or infinite"), std::string::npos);
+}
+
+TEST(StreamedWeights, ParsesSizes) {
+  EXPECT_EQ(parse_bytes("8MiB"), 8u << 20);
+  EXPECT_EQ(parse_bytes("512 KiB"), 512u << 10);
+  EXPECT_EQ(parse_bytes("2MB"), 2000000u);
+  EXPECT_EQ(parse_bytes("1000"), 1000u);
+  EXPECT_EQ(parse_bytes("25%", 4000), 1000u);
+  EXPECT_NE(error_of([] { parse_bytes("lots"); }).find("cannot read 'lots' as a size"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_bytes("-3MiB"); }).find("cannot read"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_bytes("10%"); }).find("needs the target's size"), std::string::npos);
+}
+
+}  // namespace splitspec::test
