@@ -1,0 +1,121 @@
+#pragma once
+// EdgeLLM's width-adaptive token tree (paper 000, §III-B), drafted node by
+// node by a draft model.
+//
+// Branch pacer. Every node in the tree has been through the draft, so each
+// offers a next child: greedily its most probable token not yet a child, or
+// under sampling a token drawn ahead from its post-filter q. The pacer adds
+// the child that most reduces the tree's distance to the confidence-optimal
+// tree (Eq. 2, D = max_i M*C_i - T_i, where branch i with cumulative
+// confidence C_i should be M*C_i tokens long by Eq. 1): the one whose branch
+// is furthest short of its length, M*C - depth(parent), with M the tree's
+// size after the addition and C the child's cumulative confidence. A child
+// of a leaf lengthens that branch; a child of an inner node opens a new one.
+// Confidence is the draft's probability: softmax at temperature 1 under
+// greedy decoding, the post-filter q it was drawn from under sampling.
+//
+// Masked branch decoder. Each new node is one draft forward of one token at
+// its tree position, under a mask that shows it the committed prefix and its
+// own ancestors only, so all branches share one KV cache with no context
+// switch; verification keeps the accepted path and compacts the cache.
+//
+// Provisional generation (§III-D): while the target verifies a tree, the
+// drafter may extend that tree's most confident branch past it. When the
+// verdict accepts that whole branch and the target's next token is the first
+// provisional one, the rest are kept as the next tree's first nodes.
+//
+// Sampling: siblings are independent draws from their parent's q, which is
+// what the tree verifier (verify.h) needs to be exact; and whether a child is
+// added never depends on its own value, else the added ones would not follow
+// q. So under sampling the pacer sees, instead of a drawn token's
+// probability, the chance that a draw from q matches another, s = sum q^2,
+// times (1 - s) per sibling already there; the token is drawn once chosen.
+#include <cstdint>
+#include <vector>
+
+#include "common/fallback_threshold.h"
+#include "common/model.h"
+#include "common/model_drafter.h"
+#include "common/token_tree.h"
+#include "common/verify.h"
+
+namespace splitspec {
+
+class TreeDrafter {
+ public:
+  // `max_children`: greedy alternatives a node may offer (sampling draws
+  // without limit).
+  TreeDrafter(const Model& draft, int32_t max_children = 4);
+
+  // Starts a generation: the cache takes the prompt but its last token.
+  void begin(const std::vector<int32_t>& prompt);
+  // Starts a round's tree: the draft reads the committed tokens it lacks.
+  // Provisional nodes kept from the last round are the tree's first nodes,
+  // at most `max_nodes` of them.
+  void start_round(const SamplingParams& params, Rng& rng, int32_t max_nodes);
+  // Adds the node the pacer picks, with one draft forward. False when no node
+  // can be added (the draft's context is full).
+  bool grow(const SamplingParams& params, Rng& rng);
+  // Tc: the highest cumulative confidence of any branch (1 for no tree).
+  double tree_confidence() const;
+  int32_t size() const { return static_cast<int32_t>(nodes_.size()) - provisional_; }
+  // The tree to verify (q filled under sampling). Freezes it: from now until
+  // accept(), only extend_provisional() grows anything.
+  DraftTree tree();
+
+  // One more token on the frozen tree's most confident branch. False when
+  // the draft's context is full.
+  bool extend_provisional(const SamplingParams& params, Rng& rng);
+  int32_t provisional() const { return provisional_; }
+
+  // Eq. 3's evidence from `verdict` on the frozen tree; call before accept().
+  BranchOutcome outcome(const Verdict& verdict) const;
+  // Commits the verdict's tokens, keeps the accepted path in the cache and
+  // the provisional nodes that continue it. Returns how many provisional
+  // tokens were kept (the one that matched the target's own token included).
+  int32_t accept(const Verdict& verdict);
+
+  const DrafterStats& stats() const { return stats_; }
+  const std::vector<int32_t>& sequence() const { return seq_; }
+
+ private:
+  struct Node {
+    int32_t token = -1;
+    int32_t parent = -1;  // -1: the root
+    int32_t depth = 0;    // the root is 0
+    float prob = 1.0f;    // of its token given its parent
+    double conf = 1.0;    // product of prob along the path
+    // Children on offer: greedy: candidates by probability, next to offer at
+    // `next`; sampling: q and s = sum q^2.
+    std::vector<std::pair<int32_t, float>> ranked;
+    int32_t next = 0;
+    Distribution q;
+    double match = 0;
+    int32_t children = 0;
+  };
+
+  // The probability the pacer sees for the child `n` offers now (0: none).
+  double offer(const Node& n) const;
+  // Reads the draft's next-token distribution for `n` from its logits row.
+  void expand(Node& n, const at::Tensor& logits_row, const SamplingParams& params, Rng& rng);
+  // Adds the child `parent` (-1: root) offers, with its forward.
+  void add_child(int32_t parent, const SamplingParams& params, Rng& rng);
+  Node& node(int32_t i) { return i < 0 ? root_ : nodes_[i]; }
+  const Node& node(int32_t i) const { return i < 0 ? root_ : nodes_[i]; }
+  // The frozen tree's most confident leaf.
+  int32_t best_leaf() const;
+
+  const Model& draft_;
+  int32_t max_children_;
+  KVCache cache_;  // the committed tokens but the last, then one entry per node
+  std::vector<int32_t> seq_;
+  int64_t base_ = 0;  // seq_.size() when the round started: node i is cache slot base_ + i
+  Node root_;
+  std::vector<Node> nodes_;  // the tree, then provisional nodes
+  int32_t provisional_ = 0;
+  int32_t anchor_ = -1;     // the leaf provisional nodes grow from
+  bool frozen_ = false;
+  DrafterStats stats_;
+};
+
+}  // namespace splitspec

@@ -1,0 +1,231 @@
+// Local mode's speculative decoding against a disk-streamed target: the
+// masked branch decoder matches plain decoding of each branch, the pacer and
+// the fallback rule behave as the paper says, and local-sd and local-tree
+// (every switch combination) reproduce the target alone exactly: greedy
+// token for token, sampled in distribution.
+#include "client/local_tree.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include "client/local_ar.h"
+#include "client/speculative_chain.h"
+#include "common/error.h"
+#include "common/fallback_threshold.h"
+#include "common/tokenizer.h"
+#include "common/tree_drafter.h"
+#include "tests/edge_cloud_util.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+
+namespace {
+
+std::shared_ptr<Model> streamed(const std::string& dir, double share, bool pipeline = true) {
+  StreamOptions o;
+  o.budget_bytes = static_cast<uint64_t>(share * static_cast<double>(Model::load(dir)->weight_bytes()));
+  o.pipeline = pipeline;
+  return Model::load_streamed(dir, o);
+}
+
+// A draft that agrees with the target often but not always.
+std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t seed) {
+  c10::InferenceMode guard;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  ModelWeights w = target.weights();
+  auto jitter = [&](at::Tensor& t) { t = t + at::randn(t.sizes(), gen) * noise; };
+  jitter(w.embed);
+  for (auto& l : w.layers) {
+    jitter(l.q_proj);
+    jitter(l.down_proj);
+  }
+  w.lm_head = target.config().tie_word_embeddings ? w.embed : w.lm_head + at::randn(w.lm_head.sizes(), gen) * noise;
+  return Model::from_weights(target.config(), w, "noisy-draft");
+}
+
+std::vector<std::vector<int32_t>> demo_prompts(int count) {
+  const Tokenizer tok(demo_target_dir());
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int32_t> ids = {tok.bos_id()};
+    for (int32_t id : tok.encode(test_prompts()[i % test_prompts().size()])) ids.push_back(id);
+    out.push_back(ids);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(FallbackThreshold, FollowsEquation3) {
+  FallbackThreshold t(0.01);
+  EXPECT_TRUE(t.fall_back(0.005));
+  EXPECT_FALSE(t.fall_back(0.02));
+  t.update({4, 4, 1.0});  // all correct: halve
+  EXPECT_DOUBLE_EQ(t.alpha(), 0.005);
+  // Half the branch wrong, those tokens at mean cumulative confidence 0.04:
+  // alpha / 0.04^(1/2) = alpha * 5.
+  t.update({4, 2, 0.04});
+  EXPECT_NEAR(t.alpha(), 0.025, 1e-12);
+  for (int i = 0; i < 100; ++i) t.update({3, 0, 1e-9});
+  EXPECT_DOUBLE_EQ(t.alpha(), 1.0) << "alpha stays at most 1";
+  for (int i = 0; i < 100; ++i) t.update({3, 3, 1.0});
+  EXPECT_DOUBLE_EQ(t.alpha(), 1e-6) << "and at least 1e-6";
+  EXPECT_NE(error_of([] { FallbackThreshold bad(0.0); }).find("alpha must be in (0, 1]"), std::string::npos);
+}
+
+TEST(TreeDrafter, EachNodeIsDraftedAsItsBranchAloneWouldBe) {
+  auto draft = Model::random(tiny_config(40, 2), 9);
+  TreeDrafter d(*draft, 3);
+  const std::vector<int32_t> prompt = {1, 5, 9, 2};
+  d.begin(prompt);
+  SamplingParams greedy;
+  Rng rng(1);
+  d.start_round(greedy, rng, 12);
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(d.grow(greedy, rng));
+  const DraftTree tree = d.tree();
+  ASSERT_EQ(tree.size(), 12);
+  bool branched = false;
+  for (int32_t i = 0; i < tree.size(); ++i) branched = branched || tree.parents[i] != i - 1;
+  EXPECT_TRUE(branched) << "three children on offer per node: the pacer should open a second branch";
+  // Node i's first child is the draft's greedy token after node i's branch.
+  c10::InferenceMode guard;
+  for (int32_t i = 0; i < tree.size(); ++i) {
+    std::vector<int32_t> branch;
+    for (int32_t a = i; a >= 0; a = tree.parents[a]) branch.insert(branch.begin(), tree.tokens[a]);
+    std::vector<int32_t> seq = prompt;
+    seq.insert(seq.end(), branch.begin(), branch.end());
+    KVCache cache = draft->new_cache();
+    ForwardRequest f;
+    f.tokens = seq;
+    f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
+    const int32_t expected = greedy_token(draft->forward(f, cache).logits[0]);
+    const auto kids = tree.children(i);
+    if (!kids.empty()) {
+      EXPECT_EQ(tree.tokens[kids[0]], expected) << "node " << i;
+    }
+  }
+}
+
+// At 10%, 25% and 50% of the target's weights: one test each, so ctest can
+// run them side by side.
+class LocalTreeDemo : public ::testing::TestWithParam<double> {};
+
+TEST_P(LocalTreeDemo, GreedyEqualsTargetAlone) {
+  const double share = GetParam();
+  auto memory = Model::load(demo_target_dir());
+  auto draft = Model::load(demo_draft_dir());
+  GenerateOptions o;
+  o.max_new_tokens = 40;
+  o.ignore_eos = true;
+  const auto prompts = demo_prompts(6);
+  std::vector<std::vector<int32_t>> reference;
+  for (const auto& p : prompts) reference.push_back(generate_local_ar(*memory, p, o).output_ids);
+  int64_t kept = 0, provisional = 0, branched = 0;
+  {
+    auto target = streamed(demo_target_dir(), share);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      if (i == 0) {
+        ASSERT_EQ(generate_local_ar(*target, prompts[i], o).output_ids, reference[i]) << "StdPL at " << share;
+      }
+      ASSERT_EQ(generate_speculative_chain(*target, *draft, prompts[i], o, 4).generation.output_ids, reference[i])
+          << "local-sd at " << share;
+      for (int combo = 0; combo < 3; ++combo) {
+        TreeOptions t;
+        t.fallback = combo >= 1;
+        t.provisional = combo >= 2;
+        const auto r = generate_local_tree(*target, *draft, prompts[i], o, t);
+        ASSERT_EQ(r.generation.output_ids, reference[i]) << "local-tree combo " << combo << " at " << share << ", prompt " << i;
+        kept += r.tree.provisional_kept;
+        provisional += r.tree.provisional_tokens;
+        branched += r.tree.branched_trees;
+      }
+    }
+  }
+  EXPECT_GT(branched, 0) << "trees should branch";
+  EXPECT_GT(provisional, 0) << "the draft should have run while weights loaded";
+  EXPECT_GT(kept, 0) << "some provisional tokens should have been kept";
+}
+
+INSTANTIATE_TEST_SUITE_P(Budgets, LocalTreeDemo, ::testing::Values(0.10, 0.25, 0.50));
+
+TEST(LocalTree, GreedyEqualsTargetAloneWithAnOftenWrongDraftAndAtTheContextEnd) {
+  TempDir dir;
+  ModelConfig c = tiny_config(60, 2);
+  c.max_position_embeddings = 48;
+  auto target_mem = Model::random(c, 31);
+  target_mem->save(dir.str("target"), DType::F16);
+  auto reference_model = Model::load(dir.str("target"));
+  auto draft = noisy_copy(*reference_model, 0.02, 4);
+  auto target = streamed(dir.str("target"), 0.7);
+  GenerateOptions o;
+  o.max_new_tokens = 60;  // more than the context holds: must stop at "context"
+  o.ignore_eos = true;
+  std::mt19937 g(5);
+  for (int p = 0; p < 6; ++p) {
+    std::vector<int32_t> prompt = {1};
+    for (int i = 0; i < 2 + p; ++i) prompt.push_back(static_cast<int32_t>(g() % 60));
+    const Generation ref = generate_local_ar(*reference_model, prompt, o);
+    for (int combo = 0; combo < 3; ++combo) {
+      TreeOptions t;
+      t.fallback = combo >= 1;
+      t.provisional = combo >= 2;
+      t.tree_nodes = 6;
+      const auto r = generate_local_tree(*target, *draft, prompt, o, t);
+      ASSERT_EQ(r.generation.output_ids, ref.output_ids) << "prompt " << p << " combo " << combo;
+      EXPECT_EQ(r.generation.finish_reason, ref.finish_reason);
+    }
+  }
+}
+
+TEST(LocalTree, SampledOutputFollowsTheTargetsDistribution) {
+  TempDir dir;
+  auto target_mem = Model::random(tiny_config(30, 2), 77);
+  target_mem->save(dir.str("target"));
+  auto reference_model = Model::load(dir.str("target"));
+  auto draft = noisy_copy(*reference_model, 0.05, 8);
+  auto target = streamed(dir.str("target"), 0.7);
+  GenerateOptions o;
+  o.max_new_tokens = 2;
+  o.ignore_eos = true;
+  o.sampling.temperature = 1.0f;
+  o.sampling.top_k = 12;
+  const std::vector<int32_t> prompt = {1, 4, 9};
+  const TwoTokenMarginals m = two_token_marginals(*reference_model, prompt, o.sampling);
+  TreeOptions t;
+  t.max_tree_nodes = 6;
+  t.initial_alpha = 0.05;
+  std::vector<int64_t> first(30, 0), second(30, 0);
+  int64_t branched = 0, rounds = 0, accepted = 0;
+  constexpr int kDraws = 3000;
+  for (int i = 0; i < kDraws; ++i) {
+    o.sampling.seed = 1000 + i;
+    const auto r = generate_local_tree(*target, *draft, prompt, o, t);
+    ASSERT_EQ(r.generation.output_ids.size(), 2u);
+    first[r.generation.output_ids[0]] += 1;
+    second[r.generation.output_ids[1]] += 1;
+    branched += r.tree.branched_trees;
+    rounds += r.tree.rounds;
+    accepted += static_cast<int64_t>(r.tree.accepted_per_round * r.tree.rounds + 0.5);
+  }
+  EXPECT_GT(goodness_of_fit_pvalue(first, m.first), 1e-4);
+  EXPECT_GT(goodness_of_fit_pvalue(second, m.second), 1e-4);
+  EXPECT_GT(branched, kDraws / 10) << "sampled trees should branch";
+  EXPECT_GT(accepted, 0) << "drafts should be accepted sometimes";
+  EXPECT_LT(accepted, 2 * rounds) << "and rejected sometimes";
+}
+
+TEST(LocalTree, ClearErrors) {
+  auto target = Model::random(tiny_config(50, 2), 3);
+  auto other = Model::random(tiny_config(60, 2), 3);
+  GenerateOptions o;
+  TreeOptions t;
+  EXPECT_NE(error_of([&] { generate_local_tree(*target, *other, {1, 2}, o, t); }).find("vocab_size"), std::string::npos);
+  t.initial_alpha = 2;
+  EXPECT_NE(error_of([&] { generate_local_tree(*target, *target, {1, 2}, o, t); }).find("alpha"), std::string::npos);
+  t = TreeOptions{};
+  EXPECT_NE(error_of([&] { generate_local_tree(*target, *target, {1, 99}, o, t); }).find("outside the vocabulary"),
+            std::string::npos);
+}
+
+}  // namespace splitspec::test
