@@ -7,6 +7,8 @@
 #include <filesystem>
 
 #include "client/local_ar.h"
+#include "client/local_tree.h"
+#include "client/speculative_chain.h"
 #include "client/predraft.h"
 #include "client/predraft_switch.h"
 #include "client/request_options.h"
@@ -76,7 +78,9 @@ Mode parse_mode(const std::string& name) {
   if (name == "edge-sd") return Mode::kEdgeSd;
   if (name == "edge-fsd") return Mode::kEdgeFsd;
   if (name == "local-ar") return Mode::kLocalAr;
-  throw Error("unknown mode '" + name + "' (cloud-ar, edge-sd, edge-fsd or local-ar)");
+  if (name == "local-sd") return Mode::kLocalSd;
+  if (name == "local-tree") return Mode::kLocalTree;
+  throw Error("unknown mode '" + name + "' (cloud-ar, edge-sd, edge-fsd, local-ar, local-sd or local-tree)");
 }
 
 std::string mode_name(Mode mode) {
@@ -85,6 +89,8 @@ std::string mode_name(Mode mode) {
     case Mode::kEdgeSd: return "edge-sd";
     case Mode::kEdgeFsd: return "edge-fsd";
     case Mode::kLocalAr: return "local-ar";
+    case Mode::kLocalSd: return "local-sd";
+    case Mode::kLocalTree: return "local-tree";
   }
   return "";
 }
@@ -131,6 +137,11 @@ struct Client::Impl {
   Result generate(const std::vector<int32_t>& prompt_ids, const Request& request,
                   const std::function<void(int32_t)>& on_token, const std::function<void(const std::string&)>& on_text);
   Result run_local_ar(const std::vector<int32_t>& prompt, const GenerateOptions& o, const std::function<void(int32_t)>& on_token);
+  Result run_local_spec(const std::vector<int32_t>& prompt, const Request& r, const GenerateOptions& o,
+                        const std::function<void(int32_t)>& on_token);
+  bool local() const {
+    return options.mode == Mode::kLocalAr || options.mode == Mode::kLocalSd || options.mode == Mode::kLocalTree;
+  }
   Result run_cloud_ar(const std::vector<int32_t>& prompt, const Request& r, const GenerateOptions& o,
                       const std::function<void(int32_t)>& on_token);
   Result run_edge_sd(const std::vector<int32_t>& prompt, const Request& r, const GenerateOptions& o,
@@ -139,6 +150,32 @@ struct Client::Impl {
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
+
+namespace {
+
+std::shared_ptr<Model> load_local_target(const ClientOptions& o) {
+  if (o.memory_budget.empty()) return Model::load(o.target_dir);
+  if (!std::filesystem::is_directory(o.target_dir)) throw Error(o.target_dir + ": model directory does not exist");
+  StreamOptions s;
+  s.budget_bytes = parse_bytes(o.memory_budget, fp32_weight_bytes(load_model_config(o.target_dir)));
+  s.pipeline = o.stream_pipeline;
+  s.pool_buffers = o.stream_buffers;
+  return Model::load_streamed(o.target_dir, s);
+}
+
+// What a generation on a streamed target read and held, from the stream's
+// counters before it and now.
+void add_stream_stats(const Model& target, const StreamStats& before, Stats& s) {
+  if (!target.stream()) return;
+  const StreamStats after = target.stream()->stats();
+  s.weight_bytes_read = after.bytes_read - before.bytes_read;
+  s.weight_memory_peak = after.peak_bytes;
+  s.weight_stall_ms = after.stall_ms - before.stall_ms;
+}
+
+StreamStats stream_stats(const Model& target) { return target.stream() ? target.stream()->stats() : StreamStats{}; }
+
+}  // namespace
 
 std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   auto impl = std::make_unique<Impl>();
@@ -154,8 +191,18 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
       if (tok_path.empty()) tok_path = options.draft_dir;
       break;
     case Mode::kLocalAr:
-      if (options.target_dir.empty()) throw Error("local-ar needs a target model (--target DIR)");
-      impl->target = Model::load(options.target_dir);
+    case Mode::kLocalSd:
+    case Mode::kLocalTree:
+      if (options.target_dir.empty()) throw Error(mode_name(options.mode) + " needs a target model (--target DIR)");
+      if (options.mode != Mode::kLocalAr && options.draft_dir.empty())
+        throw Error(mode_name(options.mode) + " needs a draft model (--draft DIR)");
+      impl->target = load_local_target(options);
+      if (options.mode != Mode::kLocalAr) {
+        impl->draft = Model::load(options.draft_dir);
+        if (impl->draft->config().vocab_size != impl->target->config().vocab_size)
+          throw Error("draft " + options.draft_dir + " has vocab_size " + std::to_string(impl->draft->config().vocab_size) +
+                      " but target " + options.target_dir + " has " + std::to_string(impl->target->config().vocab_size));
+      }
       if (tok_path.empty()) tok_path = options.target_dir;
       break;
     case Mode::kCloudAr:
@@ -172,7 +219,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
       throw Error(tok_path + ": tokenizer not found");
   }
 
-  if (options.mode != Mode::kLocalAr) {
+  if (!impl->local()) {
     if (options.server.empty()) throw Error(mode_name(options.mode) + " needs a server (--server HOST:PORT)");
     grpc::ChannelArguments args;
     // Notice a server that died without closing the connection.
@@ -208,6 +255,11 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
                   ", server " + options.server + "'s target has " + impl->info.tokenizer_fingerprint() +
                   "; draft and target must share one tokenizer");
   }
+  if (impl->local() && impl->draft && options.tokenizer.empty() &&
+      std::filesystem::exists(std::filesystem::path(options.draft_dir) / "tokenizer.model") && impl->tokenizer &&
+      Tokenizer(options.draft_dir).fingerprint() != impl->tokenizer->fingerprint())
+    throw Error("tokenizer mismatch: draft " + options.draft_dir + " and target " + options.target_dir +
+                " have different tokenizers; draft and target must share one tokenizer");
   if (impl->tokenizer && impl->tokenizer->vocab_size() > impl->vocab_size())
     throw Error(tok_path + ": tokenizer has " + std::to_string(impl->tokenizer->vocab_size()) +
                 " pieces but the model's vocabulary has " + std::to_string(impl->vocab_size()));
@@ -215,7 +267,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
 }
 
 ServerInfo Client::server_info() {
-  if (!impl_->stub) throw Error("server_info: this client has no server (local-ar)");
+  if (!impl_->stub) throw Error("server_info: this client runs locally, with no server");
   const v1::ServerInfo i = impl_->fetch_info(impl_->options.connect_timeout);
   ServerInfo out;
   out.model_name = i.model_name();
@@ -229,7 +281,7 @@ ServerInfo Client::server_info() {
 }
 
 double Client::ping_ms() {
-  if (!impl_->stub) throw Error("ping: this client has no server (local-ar)");
+  if (!impl_->stub) throw Error("ping: this client runs locally, with no server");
   const auto t0 = SteadyClock::now();
   impl_->fetch_info(impl_->options.connect_timeout);
   return ms_between(t0, SteadyClock::now());
@@ -273,6 +325,8 @@ Result Client::Impl::generate(const std::vector<int32_t>& prompt_ids, const Requ
   Result r;
   switch (options.mode) {
     case Mode::kLocalAr: r = run_local_ar(prompt_ids, o, each); break;
+    case Mode::kLocalSd:
+    case Mode::kLocalTree: r = run_local_spec(prompt_ids, request, o, each); break;
     case Mode::kCloudAr: r = run_cloud_ar(prompt_ids, request, o, each); break;
     case Mode::kEdgeSd:
     case Mode::kEdgeFsd: r = run_edge_sd(prompt_ids, request, o, each); break;
@@ -300,6 +354,7 @@ Result Client::Impl::run_local_ar(const std::vector<int32_t>& prompt, const Gene
   const auto t0 = SteadyClock::now();
   Result r;
   bool first = true;
+  const StreamStats before = stream_stats(*target);
   const Generation g = generate_local_ar(*target, prompt, o, [&](int32_t id) {
     if (first) r.stats.first_token_ms = ms_between(t0, SteadyClock::now());
     first = false;
@@ -309,6 +364,65 @@ Result Client::Impl::run_local_ar(const std::vector<int32_t>& prompt, const Gene
   r.finish_reason = g.finish_reason;
   r.stats.wall_ms = ms_between(t0, SteadyClock::now());
   r.stats.target_forwards = g.stats.target_forwards;
+  add_stream_stats(*target, before, r.stats);
+  return r;
+}
+
+Result Client::Impl::run_local_spec(const std::vector<int32_t>& prompt, const Request& req, const GenerateOptions& o,
+                                    const std::function<void(int32_t)>& on_token) {
+  const auto t0 = SteadyClock::now();
+  Result r;
+  Stats& s = r.stats;
+  bool first = true;
+  auto each = [&](int32_t id) {
+    if (first) s.first_token_ms = ms_between(t0, SteadyClock::now());
+    first = false;
+    if (on_token) on_token(id);
+  };
+  const StreamStats before = stream_stats(*target);
+  Generation g;
+  DrafterStats ds;
+  int64_t drafted = 0;
+  if (options.mode == Mode::kLocalSd) {
+    SpeculativeGeneration sg = generate_speculative_chain(*target, *draft, prompt, o, req.gamma, each);
+    g = std::move(sg.generation);
+    ds = sg.spec.draft;
+    s.rounds = sg.spec.rounds;
+    s.target_ms = sg.spec.target_ms;
+    for (int64_t p : ds.proposed) drafted += p;
+  } else {
+    TreeOptions t;
+    t.fallback = options.tree_fallback;
+    t.provisional = options.tree_provisional;
+    t.tree_nodes = options.tree_nodes;
+    t.max_tree_nodes = options.max_tree_nodes;
+    t.initial_alpha = options.tree_alpha;
+    t.max_provisional = options.max_provisional;
+    t.threads = options.threads;
+    t.max_children = options.tree_max_children;
+    TreeGeneration tg = generate_local_tree(*target, *draft, prompt, o, t, each);
+    g = std::move(tg.generation);
+    ds = tg.tree.draft;
+    s.rounds = tg.tree.rounds;
+    s.target_ms = tg.tree.target_ms;
+    s.tree_nodes = tg.tree.mean_tree_nodes;
+    s.final_alpha = tg.tree.final_alpha;
+    s.provisional_tokens = tg.tree.provisional_tokens;
+    s.provisional_kept = tg.tree.provisional_kept;
+    drafted = static_cast<int64_t>(tg.tree.mean_tree_nodes * static_cast<double>(tg.tree.rounds) + 0.5);
+  }
+  r.ids = g.output_ids;
+  r.finish_reason = g.finish_reason;
+  s.target_forwards = g.stats.target_forwards;
+  s.draft_ms = ds.draft_ms;
+  s.draft_forwards = ds.forwards;
+  s.acceptance_per_position = ds.acceptance_per_position();
+  int64_t accepted = 0;
+  for (int64_t a : ds.accepted) accepted += a;
+  s.acceptance_rate = drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+  s.accepted_per_round = s.rounds ? static_cast<double>(accepted) / static_cast<double>(s.rounds) : 0.0;
+  add_stream_stats(*target, before, s);
+  s.wall_ms = ms_between(t0, SteadyClock::now());
   return r;
 }
 

@@ -19,7 +19,15 @@
 //             exits predict the verdict will be; worker threads here draft
 //             the next round from those predictions, and when the final
 //             verdict matches one, that draft goes out at once
-//   local-ar  the target runs on this device, no server
+//   local-ar  the target runs on this device, no server (EdgeLLM's Std, or
+//             StdPL with the read-ahead pipeline, when streamed)
+//   local-sd  local-ar plus a local draft proposing `gamma` tokens a round
+//   local-tree  EdgeLLM: the draft grows a width-adaptive token tree, the
+//             target verifies it in one forward when the tree's confidence
+//             falls below an adaptive threshold, and the draft goes on
+//             provisionally while the target's weights load
+// The local modes take `memory_budget`: the target's weights then stay on
+// disk and stream in per forward, with at most that much of them in memory.
 // Every mode produces exactly what the target alone would: the same tokens
 // under greedy decoding (temperature 0), the same distribution when sampling.
 //
@@ -35,16 +43,32 @@
 
 namespace splitspec {
 
-enum class Mode { kCloudAr, kEdgeSd, kEdgeFsd, kLocalAr };
-// "cloud-ar", "edge-sd", "edge-fsd", "local-ar"; parse_mode throws splitspec::Error.
+enum class Mode { kCloudAr, kEdgeSd, kEdgeFsd, kLocalAr, kLocalSd, kLocalTree };
+// "cloud-ar", "edge-sd", "edge-fsd", "local-ar", "local-sd", "local-tree";
+// parse_mode throws splitspec::Error.
 Mode parse_mode(const std::string& name);
 std::string mode_name(Mode mode);
 
 struct ClientOptions {
   Mode mode = Mode::kEdgeSd;
   std::string server;      // HOST:PORT, for cloud-ar and edge-sd
-  std::string draft_dir;   // edge-sd: the draft model
-  std::string target_dir;  // local-ar: the target model
+  std::string draft_dir;   // edge-sd, edge-fsd, local-sd, local-tree: the draft model
+  std::string target_dir;  // local modes: the target model
+  // Local modes: most memory the target's weights may take ("8MiB", "25%"
+  // of its fp32 size, bytes); empty loads it whole. `stream_pipeline` reads
+  // ahead on a loader thread (StdPL) rather than at each matrix (Std).
+  std::string memory_budget;
+  bool stream_pipeline = true;
+  int stream_buffers = 3;
+  // local-tree, each switch for ablation: the self-adaptive fallback (off:
+  // trees of `tree_nodes`), provisional drafting while weights load.
+  bool tree_fallback = true;
+  bool tree_provisional = true;
+  int tree_nodes = 8;
+  int max_tree_nodes = 16;
+  double tree_alpha = 0.01;
+  int max_provisional = 16;
+  int tree_max_children = 2;  // greedy alternatives a node offers
   // Tokenizer (model directory or tokenizer.model) for text prompts; default:
   // the draft's (edge-sd, cloud-ar) or the target's (local-ar).
   std::string tokenizer;
@@ -67,7 +91,7 @@ struct Request {
   float top_p = 1.0f;        // 1: off
   uint64_t seed = 0;
   bool ignore_eos = false;
-  int32_t gamma = 4;  // edge-sd: draft tokens per round
+  int32_t gamma = 4;  // edge-sd, edge-fsd, local-sd: draft tokens per round
   // The whole generation; beyond it generate() throws instead of waiting.
   std::chrono::milliseconds deadline{120000};
 };
@@ -101,6 +125,16 @@ struct Stats {
   int64_t predraft_rounds = 0;        // rounds that asked for early verdicts
   int64_t predraft_lookups = 0;       // final verdicts looked up in the pre-draft cache
   int64_t predraft_hits = 0;          // of those, found (r = 1 - hits / lookups)
+  // Local modes.
+  double target_ms = 0;               // target forwards (verifications)
+  double accepted_per_round = 0;      // draft tokens accepted per verification
+  double tree_nodes = 0;              // local-tree: mean nodes per verified tree
+  double final_alpha = 0;             // local-tree: the fallback threshold at the end
+  int64_t provisional_tokens = 0;     // local-tree: drafted while weights loaded
+  int64_t provisional_kept = 0;       //   of those, kept for the next tree
+  uint64_t weight_bytes_read = 0;     // streamed target: read from disk
+  uint64_t weight_memory_peak = 0;    // streamed target: most weight memory held
+  double weight_stall_ms = 0;         // streamed target: forwards waiting for weights
 };
 
 struct Result {

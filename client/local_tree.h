@@ -18,7 +18,7 @@ struct TreeOptions {
   // until its confidence falls below alpha (Eq. 3), up to `max_tree_nodes`.
   bool fallback = true;
   int32_t tree_nodes = 8;
-  int32_t max_tree_nodes = 48;
+  int32_t max_tree_nodes = 16;
   double initial_alpha = 0.01;  // the paper's default
   // Draft past the tree while the target's forward waits for weights; never
   // while it computes. Needs a streamed target (there is nothing to wait
@@ -27,7 +27,7 @@ struct TreeOptions {
   // from the target's streaming budget.
   bool provisional = true;
   int32_t max_provisional = 16;
-  int32_t max_children = 4;  // greedy alternatives per node
+  int32_t max_children = 2;  // greedy alternatives per node
   int threads = 1;           // compute threads of the verification thread
 };
 

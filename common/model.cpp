@@ -164,6 +164,17 @@ void save_model(const ModelConfig& config, const ModelWeights& weights, const st
   if (!f) throw Error(cfg.string() + ": write failed");
 }
 
+uint64_t fp32_weight_bytes(const ModelConfig& config) {
+  ModelWeights shapes;
+  uint64_t n = 0;
+  for_each_weight(config, shapes, [&](const std::string&, const std::vector<int64_t>& shape, at::Tensor&) {
+    uint64_t count = 1;
+    for (int64_t d : shape) count *= static_cast<uint64_t>(d);
+    n += count * sizeof(float);
+  });
+  return n;
+}
+
 size_t Model::weight_bytes() const {
   if (stream_) return stream_->stats().weight_bytes;
   size_t n = 0;

@@ -78,6 +78,9 @@ ModelWeights copy_weights(const ModelConfig& config, const ModelWeights& src,
 void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir,
                 DType dtype = DType::F32);
 
+// Bytes of all of a model's weights as fp32: what it takes in memory.
+uint64_t fp32_weight_bytes(const ModelConfig& config);
+
 // A stored F32/F16/BF16 tensor as an owned fp32 tensor; throws
 // splitspec::Error on other dtypes and on NaN or infinite values.
 at::Tensor load_float_tensor(const TensorInfo& t);

@@ -23,6 +23,7 @@ void TreeDrafter::begin(const std::vector<int32_t>& prompt) {
   cache_.truncate(0);
   seq_ = prompt;
   nodes_.clear();
+  branch_len_.clear();
   root_ = Node{};
   provisional_ = 0;
   anchor_ = -1;
@@ -84,6 +85,7 @@ void TreeDrafter::start_round(const SamplingParams& params, Rng& rng, int32_t ma
     stats_.forwards += 1;
   } else if (static_cast<int32_t>(nodes_.size()) > max_nodes) {
     nodes_.resize(std::max(0, max_nodes));
+    index_branches();
     cache_.truncate(base_ + static_cast<int64_t>(nodes_.size()));
     // The last kept node offers its dropped child again.
     Node& last = node(static_cast<int32_t>(nodes_.size()) - 1);
@@ -100,15 +102,24 @@ void TreeDrafter::add_child(int32_t parent, const SamplingParams& params, Rng& r
     Node& p = node(parent);
     if (p.q.empty()) {
       std::tie(n.token, n.prob) = p.ranked[p.next];
+      n.rank = p.next;
       p.next += 1;
     } else {
       n.token = rng.categorical(p.q);
       n.prob = p.q[n.token];
+      n.rank = static_cast<int32_t>(std::count_if(p.q.begin(), p.q.end(), [&](float v) { return v > n.prob; }));
     }
+    if (parent >= 0 && p.children == 0) {
+      n.branch = p.branch;
+    } else {
+      n.branch = static_cast<int32_t>(branch_len_.size());
+      branch_len_.push_back(0);
+    }
+    branch_len_[n.branch] += 1;
     p.children += 1;
     n.parent = parent;
     n.depth = p.depth + 1;
-    n.conf = p.conf * n.prob;
+    n.conf = p.conf * calibration_(n.rank, n.prob);
   }
   // One token at its tree position, seeing the committed prefix, its
   // ancestors and itself.
@@ -131,24 +142,43 @@ bool TreeDrafter::grow(const SamplingParams& params, Rng& rng) {
   if (frozen_) throw Error("tree drafter: grow() after tree(); call accept() first");
   if (cache_.size() + 1 > cache_.capacity() || base_ + size() >= draft_.config().max_position_embeddings) return false;
   const auto t0 = SteadyClock::now();
-  // Eq. 1-2: the child whose branch is furthest short of M * C.
   const double M = static_cast<double>(size() + 1);
   int32_t pick = -2;
   double best = 0;
   for (int32_t i = -1; i < size(); ++i) {
-    const Node& n = node(i);
-    const double p = offer(n);
-    if (p <= 0.0) continue;
-    const double shortfall = M * n.conf * p - n.depth;
-    if (pick == -2 || shortfall > best) {
+    if (offer(node(i)) <= 0.0) continue;
+    const double s = shortfall(i, M);
+    if (pick == -2 || s > best) {
       pick = i;
-      best = shortfall;
+      best = s;
     }
   }
   if (pick == -2) return false;
   add_child(pick, params, rng);
   stats_.draft_ms += ms_since(t0);
   return true;
+}
+
+double TreeDrafter::shortfall(int32_t i, double M) const {
+  const Node& n = node(i);
+  if (i >= 0 && n.children == 0) return M * n.conf - branch_len_[n.branch];
+  const int32_t rank = n.q.empty() ? n.next : 0;
+  return M * n.conf * (n.q.empty() ? calibration_(rank, offer(n)) : offer(n));
+}
+
+void TreeDrafter::index_branches() {
+  branch_len_.clear();
+  std::vector<char> has_child(nodes_.size(), 0);
+  for (Node& n : nodes_) {
+    if (n.parent >= 0 && !has_child[n.parent]) {
+      n.branch = nodes_[n.parent].branch;
+    } else {
+      n.branch = static_cast<int32_t>(branch_len_.size());
+      branch_len_.push_back(0);
+    }
+    if (n.parent >= 0) has_child[n.parent] = 1;
+    branch_len_[n.branch] += 1;
+  }
 }
 
 double TreeDrafter::tree_confidence() const {
@@ -239,6 +269,16 @@ int32_t TreeDrafter::accept(const Verdict& v) {
   }
   stats_.rounds += 1;
 
+  // Calibration: a node was put to the test when its parent was accepted
+  // (or is the root); it passed when it is on the accepted path.
+  {
+    std::vector<char> on_path(tree_size, 0);
+    for (int32_t i : v.path) on_path[i] = 1;
+    for (int32_t i = 0; i < tree_size; ++i) {
+      const int32_t p = nodes_[i].parent;
+      if (p < 0 || on_path[p]) calibration_.record(nodes_[i].rank, nodes_[i].prob, on_path[i] != 0);
+    }
+  }
   std::vector<int64_t> rows(v.path.begin(), v.path.end());
   if (keep)
     for (int32_t i = tree_size; i < static_cast<int32_t>(nodes_.size()); ++i) rows.push_back(i);
@@ -257,12 +297,14 @@ int32_t TreeDrafter::accept(const Verdict& v) {
     for (int32_t i = 0; i < static_cast<int32_t>(next.size()); ++i) {
       next[i].parent = i - 1;
       next[i].depth = i + 1;
-      conf *= next[i].prob;
+      conf *= calibration_(next[i].rank, next[i].prob);
       next[i].conf = conf;
     }
     nodes_ = std::move(next);
+    index_branches();
   } else {
     nodes_.clear();
+    branch_len_.clear();
     root_ = Node{};
     // Every committed token but the last; a verdict cut at a stop may leave more.
     if (cache_.size() > static_cast<int64_t>(seq_.size()) - 1) cache_.truncate(static_cast<int64_t>(seq_.size()) - 1);

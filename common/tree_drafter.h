@@ -3,16 +3,18 @@
 // node by a draft model.
 //
 // Branch pacer. Every node in the tree has been through the draft, so each
-// offers a next child: greedily its most probable token not yet a child, or
-// under sampling a token drawn ahead from its post-filter q. The pacer adds
-// the child that most reduces the tree's distance to the confidence-optimal
-// tree (Eq. 2, D = max_i M*C_i - T_i, where branch i with cumulative
-// confidence C_i should be M*C_i tokens long by Eq. 1): the one whose branch
-// is furthest short of its length, M*C - depth(parent), with M the tree's
-// size after the addition and C the child's cumulative confidence. A child
-// of a leaf lengthens that branch; a child of an inner node opens a new one.
-// Confidence is the draft's probability: softmax at temperature 1 under
-// greedy decoding, the post-filter q it was drawn from under sampling.
+// offers a next child (greedily its most probable token not yet a child). A
+// branch is a run of nodes: a node's first child continues its parent's
+// branch, a later child opens a new one, so every node belongs to exactly
+// one branch and the branches' lengths T_i add up to the tree's size M, as
+// Eq. 1 (T_i = M * C_i, with sum C_i <= 1) needs. The pacer adds the token
+// that most reduces D = max_i M * C_i - T_i (Eq. 2): it grows the branch
+// furthest short of its length. A leaf's offer lengthens its branch, which
+// is short by M * C_leaf - T; an inner node's offer opens a branch of
+// confidence C_node * p, short by M * C_node * p. M is the size after the
+// addition; C is cumulative confidence, the product along the path of each
+// token's calibrated probability (confidence_calibration.h): the softmax at
+// temperature 1 under greedy decoding, the post-filter q under sampling.
 //
 // Masked branch decoder. Each new node is one draft forward of one token at
 // its tree position, under a mask that shows it the committed prefix and its
@@ -33,6 +35,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/confidence_calibration.h"
 #include "common/fallback_threshold.h"
 #include "common/model.h"
 #include "common/model_drafter.h"
@@ -45,7 +48,7 @@ class TreeDrafter {
  public:
   // `max_children`: greedy alternatives a node may offer (sampling draws
   // without limit).
-  TreeDrafter(const Model& draft, int32_t max_children = 4);
+  TreeDrafter(const Model& draft, int32_t max_children = 2);
 
   // Starts a generation: the cache takes the prompt but its last token.
   void begin(const std::vector<int32_t>& prompt);
@@ -83,8 +86,10 @@ class TreeDrafter {
     int32_t token = -1;
     int32_t parent = -1;  // -1: the root
     int32_t depth = 0;    // the root is 0
-    float prob = 1.0f;    // of its token given its parent
-    double conf = 1.0;    // product of prob along the path
+    float prob = 1.0f;    // the draft's probability of its token given its parent
+    int32_t rank = 0;     // among the parent's candidates (0: most likely)
+    double conf = 1.0;    // product of calibrated prob along the path
+    int32_t branch = -1;  // the branch it belongs to (the root: none)
     // Children on offer: greedy: candidates by probability, next to offer at
     // `next`; sampling: q and s = sum q^2.
     std::vector<std::pair<int32_t, float>> ranked;
@@ -96,6 +101,10 @@ class TreeDrafter {
 
   // The probability the pacer sees for the child `n` offers now (0: none).
   double offer(const Node& n) const;
+  // Eq. 2's shortfall the child `i` offers would fix.
+  double shortfall(int32_t i, double M) const;
+  // Branch ids and lengths of nodes_ (after a change of the tree).
+  void index_branches();
   // Reads the draft's next-token distribution for `n` from its logits row.
   void expand(Node& n, const at::Tensor& logits_row, const SamplingParams& params, Rng& rng);
   // Adds the child `parent` (-1: root) offers, with its forward.
@@ -114,6 +123,8 @@ class TreeDrafter {
   std::vector<Node> nodes_;  // the tree, then provisional nodes
   int32_t provisional_ = 0;
   int32_t anchor_ = -1;     // the leaf provisional nodes grow from
+  std::vector<int32_t> branch_len_;  // T_i of the tree's branches
+  ConfidenceCalibration calibration_;
   bool frozen_ = false;
   DrafterStats stats_;
 };

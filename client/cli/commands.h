@@ -23,5 +23,7 @@ std::vector<Command> add_server_commands(CLI::App& app);
 std::function<int()> add_bench_edge_cloud(CLI::App& bench);
 // `bench exits`, registered under `bench`.
 std::function<int()> add_bench_exits(CLI::App& bench);
+// `bench local`, registered under `bench`.
+std::function<int()> add_bench_local(CLI::App& bench);
 
 }  // namespace splitspec::cli

@@ -28,6 +28,17 @@ struct GenerateArgs {
   bool predraft_always = false;
   double deadline_s = 120;
   bool json = false;
+  // Local modes.
+  std::string memory_budget;
+  bool no_pipeline = false;
+  int stream_buffers = 3;
+  bool no_fallback = false;
+  bool no_provisional = false;
+  int tree_nodes = ClientOptions{}.tree_nodes;
+  int max_tree_nodes = ClientOptions{}.max_tree_nodes;
+  double alpha = ClientOptions{}.tree_alpha;
+  int max_provisional = ClientOptions{}.max_provisional;
+  int max_children = ClientOptions{}.tree_max_children;
 };
 
 nlohmann::json stats_json(const Stats& s, Mode mode) {
@@ -58,6 +69,27 @@ nlohmann::json stats_json(const Stats& s, Mode mode) {
     j["predraft_rounds"] = s.predraft_rounds;
   }
   if (mode == Mode::kCloudAr) j["server_forward_ms"] = s.server_forward_ms;
+  if (mode == Mode::kLocalSd || mode == Mode::kLocalTree) {
+    j["rounds"] = s.rounds;
+    j["tau"] = s.tau;
+    j["acceptance_rate"] = s.acceptance_rate;
+    j["acceptance_per_position"] = s.acceptance_per_position;
+    j["accepted_per_round"] = s.accepted_per_round;
+    j["draft_ms"] = s.draft_ms;
+    j["draft_forwards"] = s.draft_forwards;
+  }
+  if (mode == Mode::kLocalTree) {
+    j["tree_nodes"] = s.tree_nodes;
+    j["final_alpha"] = s.final_alpha;
+    j["provisional_tokens"] = s.provisional_tokens;
+    j["provisional_kept"] = s.provisional_kept;
+  }
+  if (mode == Mode::kLocalAr || mode == Mode::kLocalSd || mode == Mode::kLocalTree) {
+    j["target_ms"] = s.target_ms;
+    j["weight_bytes_read"] = s.weight_bytes_read;
+    j["weight_memory_peak"] = s.weight_memory_peak;
+    j["weight_stall_ms"] = s.weight_stall_ms;
+  }
   return j;
 }
 
@@ -72,6 +104,16 @@ int run_generate(const GenerateArgs& a) {
   o.predraft_threads = a.predraft_threads;
   o.predraft_queue = a.predraft_queue;
   o.predraft_adaptive = !a.predraft_always;
+  o.memory_budget = a.memory_budget;
+  o.stream_pipeline = !a.no_pipeline;
+  o.stream_buffers = a.stream_buffers;
+  o.tree_fallback = !a.no_fallback;
+  o.tree_provisional = !a.no_provisional;
+  o.tree_nodes = a.tree_nodes;
+  o.max_tree_nodes = a.max_tree_nodes;
+  o.tree_alpha = a.alpha;
+  o.max_provisional = a.max_provisional;
+  o.tree_max_children = a.max_children;
   std::unique_ptr<Client> client = Client::connect(o);
   Request req = a.request;
   req.deadline = std::chrono::milliseconds(static_cast<int64_t>(a.deadline_s * 1000));
@@ -106,8 +148,14 @@ int run_generate(const GenerateArgs& a) {
     const Stats& s = r.stats;
     std::cerr << "[" << a.mode << "] " << s.new_tokens << " tokens, " << s.wall_ms << " ms, " << s.ms_per_token
               << " ms/token, " << s.target_forwards << " target forwards";
-    if (o.mode == Mode::kEdgeSd || o.mode == Mode::kEdgeFsd)
+    if (o.mode == Mode::kEdgeSd || o.mode == Mode::kEdgeFsd || o.mode == Mode::kLocalSd || o.mode == Mode::kLocalTree)
       std::cerr << ", " << s.rounds << " rounds, tau " << s.tau << ", acceptance " << s.acceptance_rate;
+    if (o.mode == Mode::kLocalTree)
+      std::cerr << ", " << s.tree_nodes << " nodes/tree, " << s.provisional_kept << "/" << s.provisional_tokens
+                << " provisional tokens kept";
+    if (s.weight_memory_peak)
+      std::cerr << ", " << s.weight_bytes_read / 1e6 << " MB of weights read, peak weight memory "
+                << s.weight_memory_peak / 1e6 << " MB";
     if (o.mode == Mode::kEdgeFsd) std::cerr << ", cache miss rate " << s.cache_miss_rate << ", avg exit " << s.avg_exit_layer;
     std::cerr << ", finish: " << r.finish_reason << "\n";
   }
@@ -120,14 +168,39 @@ Command add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand(
       "generate",
-      "Generate text: on this machine (local-ar), on a server (cloud-ar), or drafting here and verifying on a "
-      "server (edge-sd)");
-  cmd->add_option("--mode", a->mode, "local-ar | cloud-ar | edge-sd | edge-fsd")
+      "Generate text: on this machine (local-ar, local-sd, local-tree), on a server (cloud-ar), or drafting here and "
+      "verifying on a server (edge-sd, edge-fsd)");
+  cmd->add_option("--mode", a->mode, "local-ar | local-sd | local-tree | cloud-ar | edge-sd | edge-fsd")
       ->capture_default_str()
-      ->check(CLI::IsMember({"local-ar", "cloud-ar", "edge-sd", "edge-fsd"}));
+      ->check(CLI::IsMember({"local-ar", "local-sd", "local-tree", "cloud-ar", "edge-sd", "edge-fsd"}));
   auto* model = cmd->add_option("--model,--target", a->target_dir,
-                                "local-ar: target model directory (config.json, model.safetensors, tokenizer.model)");
-  cmd->add_option("--draft", a->draft_dir, "edge-sd, edge-fsd: draft model directory");
+                                "local modes: target model directory (config.json, model.safetensors, tokenizer.model)");
+  cmd->add_option("--draft", a->draft_dir, "edge-sd, edge-fsd, local-sd, local-tree: draft model directory");
+  cmd->add_option("--memory-budget", a->memory_budget,
+                  "local modes: most memory the target's weights may take, e.g. 8MiB, 4MB or 25% (of its fp32 size); "
+                  "the rest streams from disk per forward with O_DIRECT. Default: load it whole");
+  cmd->add_flag("--no-pipeline", a->no_pipeline,
+                "streamed target: read each matrix when the forward reaches it (Std) instead of reading ahead (StdPL)");
+  cmd->add_option("--stream-buffers", a->stream_buffers, "streamed target with pipeline: read buffers")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 64));
+  cmd->add_flag("--no-fallback", a->no_fallback,
+                "local-tree: verify trees of --tree-nodes instead of when the tree's confidence falls below alpha");
+  cmd->add_flag("--no-provisional", a->no_provisional,
+                "local-tree: do not draft on while the target's weights load");
+  cmd->add_option("--tree-nodes", a->tree_nodes, "local-tree without fallback: nodes per tree")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--max-tree-nodes", a->max_tree_nodes, "local-tree: most nodes per tree")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--alpha", a->alpha, "local-tree: initial fallback threshold alpha, in (0, 1]")->capture_default_str();
+  cmd->add_option("--max-children", a->max_children, "local-tree: greedy alternatives a node offers")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--max-provisional", a->max_provisional, "local-tree: most provisional tokens per verification")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
   cmd->add_option("--server", a->server, "cloud-ar, edge-sd: server HOST:PORT");
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer for text (default: the local model's)");
   auto* prompt = cmd->add_option("--prompt", a->prompt, "Prompt text; tokenized, with BOS prepended");
@@ -138,7 +211,7 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens", a->request.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--gamma", a->request.gamma, "edge-sd, edge-fsd: draft tokens per round")->capture_default_str();
+  cmd->add_option("--gamma", a->request.gamma, "edge-sd, edge-fsd, local-sd: draft tokens per round")->capture_default_str();
   cmd->add_option("--predraft-threads", a->predraft_threads, "edge-fsd: pre-draft worker threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -160,7 +233,8 @@ Command add_generate_command(CLI::App& app) {
       ->capture_default_str();
   return {cmd, [a, prompt, ids, model]() {
             if (prompt->count() == 0 && ids->count() == 0) throw Error("generate: give --prompt or --prompt-ids");
-            if (a->mode == "local-ar" && model->count() == 0) throw Error("generate: local-ar needs --target DIR");
+            if (a->mode.rfind("local-", 0) == 0 && model->count() == 0)
+              throw Error("generate: " + a->mode + " needs --target DIR");
             a->text_prompt = prompt->count() > 0;
             return run_generate(*a);
           }};

@@ -1,0 +1,187 @@
+// `splitspec bench local`: EdgeLLM's evaluation on this machine. The target
+// streams from disk under a memory budget (O_DIRECT, so the page cache holds
+// none of it) and every configuration runs each prompt in turn, interleaved,
+// so that the disk's drift hits them all alike: Std, StdPL, local-sd, then
+// the token tree alone, with the fallback, and with provisional generation.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "client/cli/commands.h"
+#include "client/cli/prompts.h"
+#include "client/client.h"
+#include "common/error.h"
+#include "common/model.h"
+#include "common/tokenizer.h"
+
+namespace splitspec::cli {
+
+namespace {
+
+struct LocalBenchArgs {
+  std::string target_dir, draft_dir, prompts;
+  int32_t num_prompts = 40;
+  int32_t max_new_tokens = 128;
+  std::vector<std::string> budgets = {"10%", "25%", "50%"};
+  std::vector<std::string> configs = {"std", "stdpl", "local-sd", "tree", "tree+fallback", "tree+fallback+provisional"};
+  int32_t gamma = 4;
+  int tree_nodes = ClientOptions{}.tree_nodes;
+  int max_tree_nodes = ClientOptions{}.max_tree_nodes;
+  int max_children = ClientOptions{}.tree_max_children;
+  double alpha = ClientOptions{}.tree_alpha;
+  int max_provisional = ClientOptions{}.max_provisional;
+  int threads = 1;
+  bool json = false;
+};
+
+struct Totals {
+  int64_t tokens = 0, rounds = 0, forwards = 0, provisional = 0, kept = 0;
+  double wall_ms = 0, target_ms = 0, accepted = 0, nodes = 0, stall_ms = 0, bytes_read = 0;
+  uint64_t peak = 0;
+  void add(const Stats& s) {
+    tokens += s.new_tokens;
+    rounds += s.rounds;
+    forwards += s.target_forwards;
+    provisional += s.provisional_tokens;
+    kept += s.provisional_kept;
+    wall_ms += s.wall_ms;
+    target_ms += s.target_ms;
+    accepted += s.accepted_per_round * static_cast<double>(s.rounds);
+    nodes += s.tree_nodes * static_cast<double>(s.rounds);
+    stall_ms += s.weight_stall_ms;
+    bytes_read += static_cast<double>(s.weight_bytes_read);
+    peak = std::max(peak, s.weight_memory_peak);
+  }
+  double per_token(double v) const { return tokens ? v / static_cast<double>(tokens) : 0.0; }
+  double per_round(double v) const { return rounds ? v / static_cast<double>(rounds) : 0.0; }
+};
+
+ClientOptions options_for(const LocalBenchArgs& a, const std::string& config, const std::string& budget) {
+  ClientOptions o;
+  o.target_dir = a.target_dir;
+  o.draft_dir = a.draft_dir;
+  o.memory_budget = budget;
+  o.threads = a.threads;
+  o.tree_nodes = a.tree_nodes;
+  o.max_tree_nodes = a.max_tree_nodes;
+  o.tree_max_children = a.max_children;
+  o.tree_alpha = a.alpha;
+  o.max_provisional = a.max_provisional;
+  if (config == "std" || config == "stdpl") {
+    o.mode = Mode::kLocalAr;
+    o.stream_pipeline = config == "stdpl";
+  } else if (config == "local-sd") {
+    o.mode = Mode::kLocalSd;
+  } else if (config == "tree" || config == "tree+fallback" || config == "tree+fallback+provisional") {
+    o.mode = Mode::kLocalTree;
+    o.tree_fallback = config != "tree";
+    o.tree_provisional = config == "tree+fallback+provisional";
+  } else {
+    throw Error("bench local: unknown configuration '" + config +
+                "' (std, stdpl, local-sd, tree, tree+fallback, tree+fallback+provisional)");
+  }
+  return o;
+}
+
+int run_bench_local(const LocalBenchArgs& a) {
+  const std::vector<std::string> texts = read_prompts(a.prompts, a.num_prompts);
+  Tokenizer tok(a.target_dir);
+  const ModelConfig target_config = load_model_config(a.target_dir);
+  const int64_t keep = target_config.max_position_embeddings - a.max_new_tokens - std::max(a.gamma, a.max_tree_nodes) - 1;
+  if (keep < 2) throw Error("bench local: max-new-tokens leaves no room for a prompt in the target's context");
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& t : texts) {
+    std::vector<int32_t> ids = tok.encode(t);
+    if (static_cast<int64_t>(ids.size()) > keep - 1) ids.erase(ids.begin(), ids.end() - (keep - 1));
+    ids.insert(ids.begin(), tok.bos_id());
+    prompts.push_back(std::move(ids));
+  }
+  const uint64_t weights = fp32_weight_bytes(target_config);
+  Request req;
+  req.max_new_tokens = a.max_new_tokens;
+  req.ignore_eos = true;
+  req.gamma = a.gamma;
+  nlohmann::json all = nlohmann::json::array();
+  for (const std::string& budget : a.budgets) {
+    const uint64_t bytes = parse_bytes(budget, weights);
+    std::vector<std::unique_ptr<Client>> clients;
+    for (const std::string& c : a.configs) clients.push_back(Client::connect(options_for(a, c, budget)));
+    std::vector<Totals> totals(a.configs.size());
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      for (size_t c = 0; c < clients.size(); ++c) totals[c].add(clients[c]->generate_ids(prompts[p], req).stats);
+      std::fprintf(stderr, "\rbudget %s: prompt %zu/%zu", budget.c_str(), p + 1, prompts.size());
+    }
+    std::fprintf(stderr, "\n");
+    const double std_ms = totals[0].per_token(totals[0].wall_ms);
+    if (!a.json) {
+      std::printf("\nbudget %s = %.2f MB of the target's %.2f MB of fp32 weights; %zu prompts x %d tokens; ms per token\n\n",
+                  budget.c_str(), bytes / 1e6, weights / 1e6, prompts.size(), a.max_new_tokens);
+      std::printf("| configuration | ms/token | speedup vs %s | verifications/token | accepted/verification | "
+                  "tree nodes | provisional kept/drafted | target ms/forward | weight stall ms/token | MB read/token | "
+                  "peak weight MB |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+                  a.configs[0].c_str());
+    }
+    for (size_t c = 0; c < clients.size(); ++c) {
+      const Totals& t = totals[c];
+      const double ms = t.per_token(t.wall_ms);
+      const double target_ms_per_forward = t.forwards ? t.target_ms / static_cast<double>(t.forwards) : 0.0;
+      nlohmann::json j = {{"budget", budget},
+                          {"budget_bytes", bytes},
+                          {"configuration", a.configs[c]},
+                          {"ms_per_token", ms},
+                          {"speedup", ms > 0 ? std_ms / ms : 0.0},
+                          {"verifications_per_token", t.per_token(static_cast<double>(t.forwards))},
+                          {"accepted_per_verification", t.per_round(t.accepted)},
+                          {"tree_nodes", t.per_round(t.nodes)},
+                          {"provisional_tokens", t.provisional},
+                          {"provisional_kept", t.kept},
+                          {"target_ms_per_forward", target_ms_per_forward},
+                          {"stall_ms_per_token", t.per_token(t.stall_ms)},
+                          {"mb_read_per_token", t.per_token(t.bytes_read) / 1e6},
+                          {"peak_weight_bytes", t.peak}};
+      all.push_back(j);
+      if (!a.json)
+        std::printf("| %s | %.2f | %.2fx | %.3f | %.2f | %.1f | %lld/%lld | %s | %.2f | %.2f | %.2f |\n", a.configs[c].c_str(), ms,
+                    ms > 0 ? std_ms / ms : 0.0, t.per_token(static_cast<double>(t.forwards)), t.per_round(t.accepted),
+                    t.per_round(t.nodes), static_cast<long long>(t.kept), static_cast<long long>(t.provisional),
+                    t.target_ms > 0 ? (std::to_string(target_ms_per_forward).substr(0, 5)).c_str() : "-",
+                    t.per_token(t.stall_ms), t.per_token(t.bytes_read) / 1e6, t.peak / 1e6);
+    }
+    std::fflush(stdout);
+  }
+  if (a.json) std::cout << all.dump(1) << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_bench_local(CLI::App& bench) {
+  auto a = std::make_shared<LocalBenchArgs>();
+  CLI::App* cmd = bench.add_subcommand(
+      "local", "Local mode under a memory budget: Std, StdPL, local-sd and local-tree (tree, +fallback, +provisional)");
+  cmd->add_option("--target", a->target_dir, "Target model directory (streamed from disk)")->required();
+  cmd->add_option("--draft", a->draft_dir, "Draft model directory")->required();
+  cmd->add_option("--prompts", a->prompts, "JSONL prompts (turns[0] or prompt), e.g. ../shared/prompts/spec_bench.jsonl")
+      ->required();
+  cmd->add_option("--num-prompts", a->num_prompts, "Prompts to use, from the top")->capture_default_str();
+  cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens per prompt (EOS ignored)")->capture_default_str();
+  cmd->add_option("--budgets", a->budgets, "Memory budgets for the target's weights (25%, 8MiB, ...)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--configs", a->configs, "Configurations, the first being the baseline of the speedups")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--gamma", a->gamma, "local-sd: draft tokens per round")->capture_default_str();
+  cmd->add_option("--tree-nodes", a->tree_nodes, "tree without fallback: nodes per tree")->capture_default_str();
+  cmd->add_option("--max-tree-nodes", a->max_tree_nodes, "tree with fallback: most nodes per tree")->capture_default_str();
+  cmd->add_option("--max-children", a->max_children, "tree: greedy alternatives per node")->capture_default_str();
+  cmd->add_option("--alpha", a->alpha, "tree with fallback: initial alpha")->capture_default_str();
+  cmd->add_option("--max-provisional", a->max_provisional, "provisional tokens per verification at most")
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Compute threads")->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print one JSON array of rows instead of tables");
+  return [a]() { return run_bench_local(*a); };
+}
+
+}  // namespace splitspec::cli
