@@ -3,9 +3,15 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
-#include <future>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "common/error.h"
 #include "common/fallback_threshold.h"
@@ -26,6 +32,88 @@ void validate(const TreeOptions& o) {
   FallbackThreshold check(o.initial_alpha);  // throws on an alpha outside (0, 1]
 }
 
+// Provisional generation (§III-D) on its own thread. It drafts only while
+// the verification forward waits for weights, and at the lowest CPU priority
+// (SCHED_IDLE), so that the forward's compute and the weight loader always
+// win a contended core: the paper's rule that provisional work must not slow
+// the verification down.
+class ProvisionalWorker {
+ public:
+  ProvisionalWorker(TreeDrafter& drafter, const SamplingParams& params, Rng& rng, const StreamedWeights& stream,
+                    int32_t max_tokens, int threads)
+      : drafter_(drafter), params_(params), rng_(rng), stream_(stream), max_tokens_(max_tokens), threads_(threads) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~ProvisionalWorker() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // Drafts on the frozen tree until stop().
+  void start() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      active_ = true;
+      drafted_ = 0;
+    }
+    cv_.notify_all();
+  }
+  // Returns once no step is running; the drafter is the caller's again.
+  int64_t stop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    active_ = false;
+    cv_.wait(lk, [&] { return !in_step_; });
+    if (error_) std::rethrow_exception(error_);
+    return drafted_;
+  }
+
+ private:
+  void loop() {
+    sched_param lowest{};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &lowest);  // best effort
+    set_compute_threads(threads_);
+    c10::InferenceMode guard;
+    std::unique_lock<std::mutex> lk(mu_);
+    while (true) {
+      cv_.wait(lk, [&] { return quit_ || active_; });
+      if (quit_) return;
+      bool drafted = false;
+      if (stream_.forward_waiting() && drafter_.provisional() < max_tokens_ && !error_) {
+        in_step_ = true;
+        lk.unlock();
+        try {
+          drafted = drafter_.extend_provisional(params_, rng_);
+        } catch (...) {
+          lk.lock();
+          error_ = std::current_exception();
+          lk.unlock();
+        }
+        lk.lock();
+        in_step_ = false;
+        if (drafted) drafted_ += 1;
+        cv_.notify_all();
+      }
+      if (!drafted) cv_.wait_for(lk, std::chrono::microseconds(50));
+    }
+  }
+
+  TreeDrafter& drafter_;
+  const SamplingParams& params_;
+  Rng& rng_;
+  const StreamedWeights& stream_;
+  const int32_t max_tokens_;
+  const int threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool active_ = false, in_step_ = false, quit_ = false;
+  int64_t drafted_ = 0;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
 }  // namespace
 
 TreeGeneration generate_local_tree(const Model& target, const Model& draft, const std::vector<int32_t>& prompt_ids,
@@ -45,6 +133,10 @@ TreeGeneration generate_local_tree(const Model& target, const Model& draft, cons
   const StreamedWeights* stream = target.stream();
   const bool provisional = o.provisional && stream != nullptr && o.max_provisional > 0;
 
+  std::unique_ptr<ProvisionalWorker> worker;
+  if (provisional)
+    worker = std::make_unique<ProvisionalWorker>(drafter, params, draft_rng, *stream, o.max_provisional, o.threads);
+
   TreeGeneration out;
   Generation& g = out.generation;
   TreeStats& s = out.tree;
@@ -52,33 +144,17 @@ TreeGeneration generate_local_tree(const Model& target, const Model& draft, cons
   int64_t nodes = 0, accepted = 0;
   while (!dec.finished()) {
     const int32_t cap = std::min(dec.room(), o.fallback ? o.max_tree_nodes : o.tree_nodes);
-    drafter.start_round(params, draft_rng, cap);
+    drafter.start_round(params, draft_rng, cap, o.fallback ? threshold.alpha() : 0.0);
     while (drafter.size() < cap) {
       if (o.fallback && drafter.size() > 0 && threshold.fall_back(drafter.tree_confidence())) break;
       if (!drafter.grow(params, draft_rng)) break;
     }
     const DraftTree tree = drafter.tree();
     RoundResult r;
-    if (provisional) {
-      // The target verifies on its own thread; this one drafts on only
-      // while that forward waits for weights, so the two never compute at
-      // once (the paper's rule that provisional work must not slow the
-      // verification down).
-      auto verification = std::async(std::launch::async, [&] {
-        set_compute_threads(o.threads);
-        c10::InferenceMode inner;
-        return dec.verify(tree);
-      });
-      while (verification.wait_for(std::chrono::microseconds(0)) != std::future_status::ready) {
-        if (stream->forward_waiting() && drafter.provisional() < o.max_provisional) {
-          if (drafter.extend_provisional(params, draft_rng)) {
-            s.provisional_tokens += 1;
-            continue;
-          }
-        }
-        verification.wait_for(std::chrono::microseconds(50));
-      }
-      r = verification.get();
+    if (worker) {
+      worker->start();
+      r = dec.verify(tree);
+      s.provisional_tokens += worker->stop();
     } else {
       r = dec.verify(tree);
     }

@@ -79,9 +79,8 @@ StreamedWeights::StreamedWeights(const std::string& dir, const ModelConfig& conf
     : options_(options), layers_(config.num_hidden_layers), hidden_(config.hidden_size) {
   if (options_.pipeline && options_.pool_buffers < 2)
     throw Error("streaming with a pipeline needs at least 2 read buffers, got " + std::to_string(options_.pool_buffers));
-  const SafetensorsModel st(dir);
-  plan_units(st, config);
   try {
+    plan_units(SafetensorsModel(dir), config);
     allocate(config);
     // One pass over every unit: proves the file readable and its values
     // finite, and fills the resident units.
@@ -206,16 +205,22 @@ void StreamedWeights::allocate(const ModelConfig& c) {
   buffer_bytes_ = round_up(need, kAlign);
   row_buffer_bytes_ = round_up(embed_row_bytes_, kAlign) + kAlign;
   const uint64_t norm_bytes = static_cast<uint64_t>(norm_units_.size() * c.hidden_size) * sizeof(float);
+  const uint64_t row_fp32 = static_cast<uint64_t>(c.hidden_size) * sizeof(float);
+  cached_rows_ = static_cast<int64_t>(std::min<uint64_t>({256, static_cast<uint64_t>(c.vocab_size), budget / 16 / row_fp32}));
+  const uint64_t cache_bytes = cached_rows_ * row_fp32;
   const int pool = options_.pipeline ? options_.pool_buffers : 1;
-  fixed_bytes_ = norm_bytes + row_buffer_bytes_;
+  fixed_bytes_ = norm_bytes + row_buffer_bytes_ + (cached_rows_ > 0 ? round_up(cache_bytes, 64) : 0);
   const uint64_t minimum = fixed_bytes_ + pool * buffer_bytes_;
   if (budget < minimum)
     throw Error("memory budget " + format_bytes(budget) + " is too small to stream this target: it needs at least " +
                 format_bytes(minimum) + " (" + std::to_string(pool) + " read buffer(s) of " + format_bytes(buffer_bytes_) +
-                " for its largest matrix, plus " + format_bytes(fixed_bytes_) + " of norms and row buffer); the whole model is " +
+                " for its largest matrix, plus " + format_bytes(fixed_bytes_) + " of norms and embedding rows); the whole model is " +
                 format_bytes(weights) + " as fp32");
   norms_ = reinterpret_cast<float*>(alloc(norm_bytes, 64));
   row_buffer_ = alloc(row_buffer_bytes_, kAlign);
+  if (cached_rows_ > 0) row_cache_ = reinterpret_cast<float*>(alloc(cache_bytes, 64));
+  cached_id_.assign(cached_rows_, -1);
+  cache_used_.assign(cached_rows_, 0);
   for (int i = 0; i < pool; ++i) buffers_.push_back(alloc(buffer_bytes_, kAlign));
   for (size_t i = 0; i < norm_units_.size(); ++i) {
     const float* v = read_checked(norm_units_[i]);
@@ -400,23 +405,44 @@ void StreamedWeights::embed(const int64_t* ids, int64_t n, float* out) {
   const int64_t H = hidden_;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = ids[i];
+    float* row = out + i * H;
     if (head_is_embed_) {
       const Unit& chunk = units_[layers_ * kLayerMatrices + id / units_[layers_ * kLayerMatrices].rows];
       if (chunk.resident) {
-        std::memcpy(out + i * H, chunk.resident + (id - chunk.row0) * H, H * sizeof(float));
+        std::memcpy(row, chunk.resident + (id - chunk.row0) * H, H * sizeof(float));
         continue;
       }
+    }
+    auto hit = cache_slot_.find(id);
+    if (hit != cache_slot_.end()) {
+      std::memcpy(row, row_cache_ + hit->second * H, H * sizeof(float));
+      cache_used_[hit->second] = 1;
+      std::lock_guard<std::mutex> lk(mu_);
+      ++row_hits_;
+      continue;
     }
     const uint64_t offset = embed_offset_ + static_cast<uint64_t>(id) * embed_row_bytes_;
     const uint64_t start = round_down(offset, kAlign);
     const uint64_t span = span_of(offset, embed_row_bytes_);
     const auto t0 = SteadyClock::now();
     read_span(embed_file_, start, span, offset + embed_row_bytes_ - start, row_buffer_);
-    to_float(embed_dtype_, row_buffer_ + (offset - start), H, out + i * H);
-    std::lock_guard<std::mutex> lk(mu_);
+    to_float(embed_dtype_, row_buffer_ + (offset - start), H, row);
+    std::unique_lock<std::mutex> lk(mu_);
     read_ms_ += ms_since(t0);
     bytes_read_ += embed_row_bytes_;
     reads_ += 1;
+    lk.unlock();
+    if (cached_rows_ == 0) continue;
+    while (cache_used_[clock_hand_]) {
+      cache_used_[clock_hand_] = 0;
+      clock_hand_ = (clock_hand_ + 1) % cached_rows_;
+    }
+    if (cached_id_[clock_hand_] >= 0) cache_slot_.erase(cached_id_[clock_hand_]);
+    cached_id_[clock_hand_] = id;
+    cache_slot_[id] = clock_hand_;
+    std::memcpy(row_cache_ + clock_hand_ * H, row, H * sizeof(float));
+    cache_used_[clock_hand_] = 1;
+    clock_hand_ = (clock_hand_ + 1) % cached_rows_;
   }
 }
 
@@ -435,6 +461,7 @@ StreamStats StreamedWeights::stats() const {
   s.forwards = forwards_;
   s.bytes_read = bytes_read_;
   s.reads = reads_;
+  s.embedding_cache_hits = row_hits_;
   s.read_ms = read_ms_;
   s.stall_ms = stall_ms_;
   s.io_mode = direct_ ? "O_DIRECT" : "buffered, POSIX_FADV_DONTNEED";

@@ -3,7 +3,7 @@
 // setting, where the target does not fit in memory (paper 000, §II, §III-D).
 //
 // All weight memory is allocated once, up front, and never exceeds the
-// budget: the norms, a small row buffer for embedding lookups, a pool of
+// budget: the norms, a small cache of embedding rows, a pool of
 // equal read buffers, and as many whole units (one layer matrix, or a slice
 // of LM-head rows) as fit in what is left; those stay resident. Every other
 // unit is read again from the file on every forward, with O_DIRECT so that
@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/model_config.h"
@@ -54,6 +55,7 @@ struct StreamStats {
   int64_t units = 0, resident_units = 0;
   int64_t forwards = 0;
   uint64_t bytes_read = 0;  // from the file since construction (validation pass excluded)
+  int64_t embedding_cache_hits = 0;
   int64_t reads = 0;
   double read_ms = 0;   // reading and converting, on whichever thread did it
   double stall_ms = 0;  // forwards waiting for a unit
@@ -141,6 +143,18 @@ class StreamedWeights {
   float* norms_ = nullptr;  // [2 * layers + 1, hidden]
   uint8_t* row_buffer_ = nullptr;
   uint64_t row_buffer_bytes_ = 0;
+  // Embedding rows read lately. A direct read of one row costs a device
+  // round trip (~0.15 ms here), and a tree verification looks up a row per
+  // node; frequent tokens recur, so a small cache saves most of those reads.
+  // Replacement is the clock algorithm. Up to 256 rows, and at most a
+  // sixteenth of the budget.
+  int64_t cached_rows_ = 0;
+  float* row_cache_ = nullptr;  // [cached_rows_, hidden]
+  std::vector<int64_t> cached_id_;
+  std::vector<char> cache_used_;
+  std::unordered_map<int64_t, int64_t> cache_slot_;
+  int64_t clock_hand_ = 0;
+  int64_t row_hits_ = 0;
   uint64_t buffer_bytes_ = 0;
   std::vector<uint8_t*> buffers_;
 

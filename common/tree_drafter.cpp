@@ -70,7 +70,7 @@ double TreeDrafter::offer(const Node& n) const {
   return n.ranked[n.next].second;
 }
 
-void TreeDrafter::start_round(const SamplingParams& params, Rng& rng, int32_t max_nodes) {
+void TreeDrafter::start_round(const SamplingParams& params, Rng& rng, int32_t max_nodes, double min_confidence) {
   const auto t0 = SteadyClock::now();
   frozen_ = false;
   if (nodes_.empty()) {
@@ -83,17 +83,25 @@ void TreeDrafter::start_round(const SamplingParams& params, Rng& rng, int32_t ma
     root_ = Node{};
     expand(root_, row, params, rng);
     stats_.forwards += 1;
-  } else if (static_cast<int32_t>(nodes_.size()) > max_nodes) {
-    nodes_.resize(std::max(0, max_nodes));
-    index_branches();
-    cache_.truncate(base_ + static_cast<int64_t>(nodes_.size()));
-    // The last kept node offers its dropped child again.
-    Node& last = node(static_cast<int32_t>(nodes_.size()) - 1);
-    last.children = std::max(0, last.children - 1);
-    if (last.q.empty()) last.next = std::max(0, last.next - 1);
+  } else {
+    // The kept nodes are a chain: keep a prefix of it.
+    int32_t keep = std::min(static_cast<int32_t>(nodes_.size()), std::max(0, max_nodes));
+    if (params.greedy())
+      while (keep > 0 && nodes_[keep - 1].conf < min_confidence) --keep;
+    if (keep < static_cast<int32_t>(nodes_.size())) trim(keep);
   }
   base_ = static_cast<int64_t>(seq_.size());
   stats_.draft_ms += ms_since(t0);
+}
+
+void TreeDrafter::trim(int32_t keep) {
+  nodes_.resize(keep);
+  index_branches();
+  cache_.truncate(base_ + static_cast<int64_t>(nodes_.size()));
+  // The last kept node (or the root) offers its dropped child again.
+  Node& last = node(static_cast<int32_t>(nodes_.size()) - 1);
+  last.children = std::max(0, last.children - 1);
+  if (last.q.empty()) last.next = std::max(0, last.next - 1);
 }
 
 void TreeDrafter::add_child(int32_t parent, const SamplingParams& params, Rng& rng) {

@@ -53,9 +53,12 @@ class TreeDrafter {
   // Starts a generation: the cache takes the prompt but its last token.
   void begin(const std::vector<int32_t>& prompt);
   // Starts a round's tree: the draft reads the committed tokens it lacks.
-  // Provisional nodes kept from the last round are the tree's first nodes,
-  // at most `max_nodes` of them.
-  void start_round(const SamplingParams& params, Rng& rng, int32_t max_nodes);
+  // Provisional nodes kept from the last round are the tree's first nodes:
+  // at most `max_nodes` of them and, under greedy decoding, only those whose
+  // cumulative confidence is at least `min_confidence` (the fallback would
+  // have stopped there). Sampling keeps them regardless of their values,
+  // since dropping drawn tokens by value would bias what is verified.
+  void start_round(const SamplingParams& params, Rng& rng, int32_t max_nodes, double min_confidence = 0.0);
   // Adds the node the pacer picks, with one draft forward. False when no node
   // can be added (the draft's context is full).
   bool grow(const SamplingParams& params, Rng& rng);
@@ -105,6 +108,8 @@ class TreeDrafter {
   double shortfall(int32_t i, double M) const;
   // Branch ids and lengths of nodes_ (after a change of the tree).
   void index_branches();
+  // Drops the kept chain's nodes from `keep` on.
+  void trim(int32_t keep);
   // Reads the draft's next-token distribution for `n` from its logits row.
   void expand(Node& n, const at::Tensor& logits_row, const SamplingParams& params, Rng& rng);
   // Adds the child `parent` (-1: root) offers, with its forward.

@@ -94,13 +94,16 @@ TEST(StreamedWeights, DemoTargetPeakWeightMemoryStaysWithinBudget) {
     o.budget_bytes = static_cast<uint64_t>(share * static_cast<double>(memory->weight_bytes()));
     auto streamed = Model::load_streamed(demo_target_dir(), o);
     expect_same(reference, three_forwards(*streamed), "demo target at " + std::to_string(share));
+    // Each token's embedding row is read once, then found in the row cache.
+    expect_same(reference, three_forwards(*streamed), "demo target at " + std::to_string(share) + " (again)");
     const StreamStats s = streamed->stream()->stats();
+    EXPECT_EQ(s.embedding_cache_hits, 10);
     EXPECT_LE(s.peak_bytes, o.budget_bytes);
     EXPECT_EQ(s.peak_bytes, s.fixed_bytes + s.pool_bytes + s.resident_bytes);
     EXPECT_EQ(s.io_mode, "O_DIRECT") << "ext4 supports direct I/O; the page cache must not hold the model";
     // Every forward reads exactly what is not resident (plus embedding rows).
-    EXPECT_GE(s.bytes_read, 3 * s.streamed_bytes_per_forward);
-    EXPECT_LT(s.bytes_read, 3 * s.streamed_bytes_per_forward + 64 * 1024);
+    EXPECT_GE(s.bytes_read, 6 * s.streamed_bytes_per_forward);
+    EXPECT_LT(s.bytes_read, 6 * s.streamed_bytes_per_forward + 64 * 1024);
     // Less budget, more streaming.
     EXPECT_GT(s.streamed_bytes_per_forward, (1 - share - 0.1) * static_cast<double>(s.weight_bytes) / 2)
         << "a 16-bit file streams about half its fp32 size per forward";
@@ -124,6 +127,30 @@ TEST(StreamedWeights, ClearErrors) {
   const auto file = dir.path() / "m" / "model.safetensors";
   std::filesystem::resize_file(file, std::filesystem::file_size(file) - 100);
   EXPECT_NE(error_of([&] { Model::load_streamed(dir.str("m"), o); }).find("model.safetensors"), std::string::npos);
+}
+
+TEST(StreamedWeights, AFileThatShrinksWhileStreamingFailsEachForwardCleanly) {
+  TempDir dir;
+  auto source = Model::random(tiny_config(300, 2), 8);
+  source->save(dir.str("m"), DType::F16);
+  const auto file = dir.path() / "m" / "model.safetensors";
+  for (bool pipeline : {false, true}) {
+    std::filesystem::copy_file(file, dir.path() / "copy.safetensors", std::filesystem::copy_options::overwrite_existing);
+    StreamOptions o;
+    o.budget_bytes = 40000;
+    o.pipeline = pipeline;
+    o.pool_buffers = 2;
+    auto m = Model::load_streamed(dir.str("m"), o);
+    ASSERT_GT(m->stream()->stats().streamed_bytes_per_forward, 0u);
+    three_forwards(*m);
+    // The file loses its second half under the running model.
+    std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
+    for (int i = 0; i < 2; ++i) {
+      const std::string e = error_of([&] { three_forwards(*m); });
+      EXPECT_NE(e.find("model.safetensors"), std::string::npos) << (pipeline ? "StdPL: " : "Std: ") << e;
+    }
+    std::filesystem::copy_file(dir.path() / "copy.safetensors", file, std::filesystem::copy_options::overwrite_existing);
+  }
 }
 
 TEST(StreamedWeights, NanWeightsAreRefused) {

@@ -73,13 +73,14 @@ ClientOptions options_for(const LocalBenchArgs& a, const std::string& config, co
     o.stream_pipeline = config == "stdpl";
   } else if (config == "local-sd") {
     o.mode = Mode::kLocalSd;
-  } else if (config == "tree" || config == "tree+fallback" || config == "tree+fallback+provisional") {
+  } else if (config == "tree" || config == "tree+fallback" || config == "tree+provisional" ||
+             config == "tree+fallback+provisional") {
     o.mode = Mode::kLocalTree;
-    o.tree_fallback = config != "tree";
-    o.tree_provisional = config == "tree+fallback+provisional";
+    o.tree_fallback = config.find("fallback") != std::string::npos;
+    o.tree_provisional = config.find("provisional") != std::string::npos;
   } else {
     throw Error("bench local: unknown configuration '" + config +
-                "' (std, stdpl, local-sd, tree, tree+fallback, tree+fallback+provisional)");
+                "' (std, stdpl, local-sd, tree, tree+fallback, tree+provisional, tree+fallback+provisional)");
   }
   return o;
 }
@@ -118,14 +119,18 @@ int run_bench_local(const LocalBenchArgs& a) {
       std::printf("\nbudget %s = %.2f MB of the target's %.2f MB of fp32 weights; %zu prompts x %d tokens; ms per token\n\n",
                   budget.c_str(), bytes / 1e6, weights / 1e6, prompts.size(), a.max_new_tokens);
       std::printf("| configuration | ms/token | speedup vs %s | verifications/token | accepted/verification | "
-                  "tree nodes | provisional kept/drafted | target ms/forward | weight stall ms/token | MB read/token | "
-                  "peak weight MB |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+                  "tree nodes | provisional kept/drafted | target ms/forward | of which compute | weight stall ms/token | "
+                  "MB read/token | peak weight MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
                   a.configs[0].c_str());
     }
     for (size_t c = 0; c < clients.size(); ++c) {
       const Totals& t = totals[c];
       const double ms = t.per_token(t.wall_ms);
       const double target_ms_per_forward = t.forwards ? t.target_ms / static_cast<double>(t.forwards) : 0.0;
+      // A verification's own compute: its forward less the time it waited
+      // for weights. Provisional drafting must not raise it.
+      const double compute_ms_per_forward =
+          t.forwards && t.target_ms > 0 ? (t.target_ms - t.stall_ms) / static_cast<double>(t.forwards) : 0.0;
       nlohmann::json j = {{"budget", budget},
                           {"budget_bytes", bytes},
                           {"configuration", a.configs[c]},
@@ -137,15 +142,16 @@ int run_bench_local(const LocalBenchArgs& a) {
                           {"provisional_tokens", t.provisional},
                           {"provisional_kept", t.kept},
                           {"target_ms_per_forward", target_ms_per_forward},
+                          {"compute_ms_per_forward", compute_ms_per_forward},
                           {"stall_ms_per_token", t.per_token(t.stall_ms)},
                           {"mb_read_per_token", t.per_token(t.bytes_read) / 1e6},
                           {"peak_weight_bytes", t.peak}};
       all.push_back(j);
       if (!a.json)
-        std::printf("| %s | %.2f | %.2fx | %.3f | %.2f | %.1f | %lld/%lld | %s | %.2f | %.2f | %.2f |\n", a.configs[c].c_str(), ms,
-                    ms > 0 ? std_ms / ms : 0.0, t.per_token(static_cast<double>(t.forwards)), t.per_round(t.accepted),
-                    t.per_round(t.nodes), static_cast<long long>(t.kept), static_cast<long long>(t.provisional),
-                    t.target_ms > 0 ? (std::to_string(target_ms_per_forward).substr(0, 5)).c_str() : "-",
+        std::printf("| %s | %.2f | %.2fx | %.3f | %.2f | %.1f | %lld/%lld | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+                    a.configs[c].c_str(), ms, ms > 0 ? std_ms / ms : 0.0, t.per_token(static_cast<double>(t.forwards)),
+                    t.per_round(t.accepted), t.per_round(t.nodes), static_cast<long long>(t.kept),
+                    static_cast<long long>(t.provisional), target_ms_per_forward, compute_ms_per_forward,
                     t.per_token(t.stall_ms), t.per_token(t.bytes_read) / 1e6, t.peak / 1e6);
     }
     std::fflush(stdout);
