@@ -20,19 +20,23 @@ std::vector<double> DrafterStats::acceptance_per_position() const { return accep
 
 ModelDrafter::ModelDrafter(const Model& draft) : draft_(draft), cache_(draft.new_cache()) {}
 
-void ModelDrafter::begin(const std::vector<int32_t>& prompt) {
+void prefill_draft(const Model& draft, KVCache& cache, const std::vector<int32_t>& prompt) {
   if (prompt.empty()) throw Error("prompt is empty: give at least one token (e.g. BOS)");
-  if (static_cast<int64_t>(prompt.size()) >= cache_.capacity())
+  if (static_cast<int64_t>(prompt.size()) >= cache.capacity())
     throw Error("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the draft's context of " +
-                std::to_string(cache_.capacity()));
-  const auto t0 = SteadyClock::now();
-  cache_.truncate(0);
-  seq_ = prompt;
-  last_k_ = 0;
+                std::to_string(cache.capacity()));
+  cache.truncate(0);
   ForwardRequest pre;
   pre.tokens.assign(prompt.begin(), prompt.end() - 1);
   pre.logits_rows = std::vector<int64_t>{};
-  if (!pre.tokens.empty()) draft_.forward(pre, cache_);
+  if (!pre.tokens.empty()) draft.forward(pre, cache);
+}
+
+void ModelDrafter::begin(const std::vector<int32_t>& prompt) {
+  const auto t0 = SteadyClock::now();
+  prefill_draft(draft_, cache_, prompt);
+  seq_ = prompt;
+  last_k_ = 0;
   stats_.prefill_ms += ms_since(t0);
 }
 

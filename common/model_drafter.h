@@ -28,6 +28,11 @@ inline uint64_t draft_seed(uint64_t seed) { return seed ^ 0x9e3779b97f4a7c15ull;
 // Accepted / proposed per draft position (0 where nothing was proposed).
 std::vector<double> acceptance_rates(const std::vector<int64_t>& proposed, const std::vector<int64_t>& accepted);
 
+// Starts a draft's cache for `prompt`: every token but the last, which the
+// first draft step reads. Throws splitspec::Error for an empty prompt or one
+// the draft's context cannot hold.
+void prefill_draft(const Model& draft, KVCache& cache, const std::vector<int32_t>& prompt);
+
 class ModelDrafter {
  public:
   explicit ModelDrafter(const Model& draft);

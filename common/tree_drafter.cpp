@@ -15,12 +15,8 @@ TreeDrafter::TreeDrafter(const Model& draft, int32_t max_children)
 }
 
 void TreeDrafter::begin(const std::vector<int32_t>& prompt) {
-  if (prompt.empty()) throw Error("prompt is empty: give at least one token (e.g. BOS)");
-  if (static_cast<int64_t>(prompt.size()) >= cache_.capacity())
-    throw Error("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the draft's context of " +
-                std::to_string(cache_.capacity()));
   const auto t0 = SteadyClock::now();
-  cache_.truncate(0);
+  prefill_draft(draft_, cache_, prompt);
   seq_ = prompt;
   nodes_.clear();
   branch_len_.clear();
@@ -28,10 +24,6 @@ void TreeDrafter::begin(const std::vector<int32_t>& prompt) {
   provisional_ = 0;
   anchor_ = -1;
   frozen_ = false;
-  ForwardRequest pre;
-  pre.tokens.assign(prompt.begin(), prompt.end() - 1);
-  pre.logits_rows = std::vector<int64_t>{};
-  if (!pre.tokens.empty()) draft_.forward(pre, cache_);
   stats_.prefill_ms += ms_since(t0);
 }
 

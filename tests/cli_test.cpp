@@ -18,23 +18,6 @@
 
 namespace splitspec::test {
 
-namespace {
-
-struct CliRun {
-  int status;
-  std::string out;
-  std::string err;
-};
-
-CliRun run_cli(const std::string& args) {
-  TempDir tmp;
-  const std::string cmd = std::string(SPLITSPEC_BIN_DIR) + "/splitspec " + args + " >" + tmp.str("out") + " 2>" + tmp.str("err");
-  const int rc = std::system(cmd.c_str());
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(tmp.path() / "out"), read_file(tmp.path() / "err")};
-}
-
-}  // namespace
-
 TEST(Cli, HelpDocumentsEveryGenerateFlag) {
   const CliRun r = run_cli("generate --help");
   EXPECT_EQ(r.status, 0);

@@ -27,17 +27,6 @@ ClientOptions local_options(Mode mode, const std::string& budget) {
   return o;
 }
 
-struct CliRun {
-  int status;
-  std::string out, err;
-};
-
-CliRun run_cli(const std::string& args) {
-  TempDir tmp;
-  const std::string cmd = std::string(SPLITSPEC_BIN_DIR) + "/splitspec " + args + " >" + tmp.str("out") + " 2>" + tmp.str("err");
-  const int rc = std::system(cmd.c_str());
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(tmp.path() / "out"), read_file(tmp.path() / "err")};
-}
 
 }  // namespace
 

@@ -29,21 +29,6 @@ std::shared_ptr<Model> streamed(const std::string& dir, double share, bool pipel
   return Model::load_streamed(dir, o);
 }
 
-// A draft that agrees with the target often but not always.
-std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t seed) {
-  c10::InferenceMode guard;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  ModelWeights w = target.weights();
-  auto jitter = [&](at::Tensor& t) { t = t + at::randn(t.sizes(), gen) * noise; };
-  jitter(w.embed);
-  for (auto& l : w.layers) {
-    jitter(l.q_proj);
-    jitter(l.down_proj);
-  }
-  w.lm_head = target.config().tie_word_embeddings ? w.embed : w.lm_head + at::randn(w.lm_head.sizes(), gen) * noise;
-  return Model::from_weights(target.config(), w, "noisy-draft");
-}
-
 std::vector<std::vector<int32_t>> demo_prompts(int count) {
   const Tokenizer tok(demo_target_dir());
   std::vector<std::vector<int32_t>> out;

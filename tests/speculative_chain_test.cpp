@@ -13,27 +13,6 @@
 
 namespace splitspec::test {
 
-namespace {
-
-// A draft that agrees with the target often but not always: the target's
-// weights with noise added.
-std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t seed) {
-  c10::InferenceMode guard;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  ModelWeights w = target.weights();
-  auto jitter = [&](at::Tensor& t) { t = t + at::randn(t.sizes(), gen) * noise; };
-  jitter(w.embed);
-  for (auto& l : w.layers) {
-    jitter(l.q_proj);
-    jitter(l.gate_proj);
-    jitter(l.down_proj);
-  }
-  w.lm_head = target.config().tie_word_embeddings ? w.embed : w.lm_head + at::randn(w.lm_head.sizes(), gen) * noise;
-  return Model::from_weights(target.config(), w, "noisy-draft");
-}
-
-}  // namespace
-
 TEST(SpeculativeChain, GreedyEqualsTargetAloneForEveryGamma) {
   auto target = Model::random(tiny_config(50, 2), 41);
   auto draft = noisy_copy(*target, 0.004, 1);

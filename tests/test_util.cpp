@@ -2,6 +2,9 @@
 
 #include "common/error.h"
 
+#include <c10/core/InferenceMode.h>
+#include <sys/wait.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -202,6 +205,32 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
+}
+
+}  // namespace splitspec::test
+
+namespace splitspec::test {
+
+std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t seed) {
+  c10::InferenceMode guard;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  ModelWeights w = target.weights();
+  auto jitter = [&](at::Tensor& t) { t = t + at::randn(t.sizes(), gen) * noise; };
+  jitter(w.embed);
+  for (auto& l : w.layers) {
+    jitter(l.q_proj);
+    jitter(l.gate_proj);
+    jitter(l.down_proj);
+  }
+  w.lm_head = target.config().tie_word_embeddings ? w.embed : w.lm_head + at::randn(w.lm_head.sizes(), gen) * noise;
+  return Model::from_weights(target.config(), w, "noisy-draft");
+}
+
+CliRun run_cli(const std::string& args) {
+  TempDir tmp;
+  const std::string cmd = std::string(SPLITSPEC_BIN_DIR) + "/splitspec " + args + " >" + tmp.str("out") + " 2>" + tmp.str("err");
+  const int rc = std::system(cmd.c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(tmp.path() / "out"), read_file(tmp.path() / "err")};
 }
 
 }  // namespace splitspec::test

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "common/model.h"
 #include "common/model_config.h"
 
 namespace splitspec::test {
@@ -28,6 +29,19 @@ class TempDir {
 
 // Small LLaMA shapes with grouped-query attention (2 query heads per KV head).
 ModelConfig tiny_config(int64_t vocab = 50, int64_t layers = 2, bool tied = false);
+
+// A draft that agrees with `target` often but not always: its weights with
+// Gaussian noise of standard deviation `noise` added.
+std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t seed);
+
+// The `splitspec` binary run with `args` through the shell: exit status,
+// stdout and stderr.
+struct CliRun {
+  int status;
+  std::string out;
+  std::string err;
+};
+CliRun run_cli(const std::string& args);
 
 // ../shared beside the checkout (or $SPLITSPEC_SHARED_DIR), when present.
 std::optional<std::filesystem::path> shared_dir();
