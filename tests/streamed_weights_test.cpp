@@ -101,9 +101,11 @@ TEST(StreamedWeights, DemoTargetPeakWeightMemoryStaysWithinBudget) {
     EXPECT_LE(s.peak_bytes, o.budget_bytes);
     EXPECT_EQ(s.peak_bytes, s.fixed_bytes + s.pool_bytes + s.resident_bytes);
     EXPECT_EQ(s.io_mode, "O_DIRECT") << "ext4 supports direct I/O; the page cache must not hold the model";
-    // Every forward reads exactly what is not resident (plus embedding rows).
+    // Every forward reads exactly what is not resident, plus embedding rows;
+    // the loader may already have read ahead into a next forward, at most a
+    // pool's worth.
     EXPECT_GE(s.bytes_read, 6 * s.streamed_bytes_per_forward);
-    EXPECT_LT(s.bytes_read, 6 * s.streamed_bytes_per_forward + 64 * 1024);
+    EXPECT_LT(s.bytes_read, 6 * s.streamed_bytes_per_forward + 64 * 1024 + s.pool_bytes);
     // Less budget, more streaming.
     EXPECT_GT(s.streamed_bytes_per_forward, (1 - share - 0.1) * static_cast<double>(s.weight_bytes) / 2)
         << "a 16-bit file streams about half its fp32 size per forward";
