@@ -28,7 +28,7 @@ struct TreeOptions {
   bool provisional = true;
   int32_t max_provisional = 16;
   int32_t max_children = 2;  // greedy alternatives per node
-  int threads = 1;           // compute threads of the verification thread
+  int threads = 1;           // compute threads of the provisional worker
 };
 
 struct TreeStats {
