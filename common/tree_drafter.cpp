@@ -21,6 +21,7 @@ void TreeDrafter::begin(const std::vector<int32_t>& prompt) {
   nodes_.clear();
   branch_len_.clear();
   root_ = Node{};
+  root_expanded_ = false;
   provisional_ = 0;
   anchor_ = -1;
   frozen_ = false;
@@ -65,7 +66,7 @@ double TreeDrafter::offer(const Node& n) const {
 void TreeDrafter::start_round(const SamplingParams& params, Rng& rng, int32_t max_nodes, double min_confidence) {
   const auto t0 = SteadyClock::now();
   frozen_ = false;
-  if (nodes_.empty()) {
+  if (!root_expanded_) {
     // The committed tokens the cache lacks: the last one, or more after the
     // prompt. Their last row is the root's next-token distribution.
     ForwardRequest r;
@@ -74,6 +75,7 @@ void TreeDrafter::start_round(const SamplingParams& params, Rng& rng, int32_t ma
     const at::Tensor row = draft_.forward(r, cache_).logits[0];
     root_ = Node{};
     expand(root_, row, params, rng);
+    root_expanded_ = true;
     stats_.forwards += 1;
   } else {
     // The kept nodes are a chain: keep a prefix of it.
@@ -289,7 +291,9 @@ int32_t TreeDrafter::accept(const Verdict& v) {
     // The first provisional node is the target's own token now: the new root.
     kept = provisional_;
     std::vector<Node> next(nodes_.begin() + tree_size + 1, nodes_.end());
+    // It has been through the draft: the next round needs no forward for it.
     root_ = std::move(nodes_[tree_size]);
+    root_expanded_ = true;
     root_.parent = -1;
     root_.depth = 0;
     root_.conf = 1.0;
@@ -306,6 +310,7 @@ int32_t TreeDrafter::accept(const Verdict& v) {
     nodes_.clear();
     branch_len_.clear();
     root_ = Node{};
+    root_expanded_ = false;
     // Every committed token but the last; a verdict cut at a stop may leave more.
     if (cache_.size() > static_cast<int64_t>(seq_.size()) - 1) cache_.truncate(static_cast<int64_t>(seq_.size()) - 1);
   }

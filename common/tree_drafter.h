@@ -125,6 +125,7 @@ class TreeDrafter {
   std::vector<int32_t> seq_;
   int64_t base_ = 0;  // seq_.size() when the round started: node i is cache slot base_ + i
   Node root_;
+  bool root_expanded_ = false;  // root_ holds the draft's distribution after the root
   std::vector<Node> nodes_;  // the tree, then provisional nodes
   int32_t provisional_ = 0;
   int32_t anchor_ = -1;     // the leaf provisional nodes grow from

@@ -92,6 +92,47 @@ TEST(TreeDrafter, EachNodeIsDraftedAsItsBranchAloneWouldBe) {
   }
 }
 
+TEST(TreeDrafter, KeptProvisionalTokensContinueAsAFreshDraftWould) {
+  auto draft = Model::random(tiny_config(40, 2), 10);
+  const std::vector<int32_t> prompt = {1, 5, 9};
+  SamplingParams greedy;
+  Rng rng(1);
+  // Kept chains of every length, down to the first provisional token alone
+  // (it becomes the committed root with no tree nodes left after it).
+  for (int provisional = 1; provisional <= 3; ++provisional) {
+    TreeDrafter d(*draft, 1);
+    d.begin(prompt);
+    d.start_round(greedy, rng, 8);
+    ASSERT_TRUE(d.grow(greedy, rng));
+    const DraftTree tree = d.tree();
+    for (int i = 0; i < provisional; ++i) ASSERT_TRUE(d.extend_provisional(greedy, rng));
+    // The draft's own next tokens, as a target that agrees with it would emit.
+    TreeDrafter fresh(*draft, 1);  // chains only
+    fresh.begin(prompt);
+    fresh.start_round(greedy, rng, 8);
+    for (int i = 0; i < 1 + provisional; ++i) ASSERT_TRUE(fresh.grow(greedy, rng));
+    const DraftTree chain = fresh.tree();
+    Verdict v;
+    v.accepted = 1;
+    v.path = {0};
+    v.tokens = {tree.tokens[0], chain.tokens[1]};
+    EXPECT_EQ(d.accept(v), provisional) << "the branch was accepted and the target's token was the first provisional one";
+    d.start_round(greedy, rng, 8);
+    EXPECT_EQ(d.size(), provisional - 1);
+    while (d.size() < 3) ASSERT_TRUE(d.grow(greedy, rng));
+    const DraftTree next = d.tree();
+    // Its first nodes are the kept ones, and what follows is what a draft
+    // reading the committed sequence from scratch proposes.
+    std::vector<int32_t> seq = prompt;
+    seq.insert(seq.end(), v.tokens.begin(), v.tokens.end());
+    TreeDrafter scratch(*draft, 1);
+    scratch.begin(seq);
+    scratch.start_round(greedy, rng, 8);
+    ASSERT_TRUE(scratch.grow(greedy, rng));
+    EXPECT_EQ(next.tokens[0], scratch.tree().tokens[0]) << provisional << " provisional token(s)";
+  }
+}
+
 // At 10%, 25% and 50% of the target's weights: one test each, so ctest can
 // run them side by side.
 class LocalTreeDemo : public ::testing::TestWithParam<double> {};
