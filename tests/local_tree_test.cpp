@@ -24,7 +24,7 @@ namespace {
 
 std::shared_ptr<Model> streamed(const std::string& dir, double share, bool pipeline = true) {
   StreamOptions o;
-  o.budget_bytes = static_cast<uint64_t>(share * static_cast<double>(Model::load(dir)->weight_bytes()));
+  o.budget_bytes = static_cast<uint64_t>(share * static_cast<double>(fp32_weight_bytes(load_model_config(dir))));
   o.pipeline = pipeline;
   return Model::load_streamed(dir, o);
 }

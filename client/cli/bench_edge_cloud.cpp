@@ -102,15 +102,9 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
     o.draft_dir = a.draft_dir;
     context = Client::connect(o)->server_info().max_context;
   }
-  std::vector<std::vector<int32_t>> prompts;
   const int64_t keep = context - a.max_new_tokens - a.gamma - 1;
   if (keep < 2) throw Error("bench edge-cloud: max-new-tokens leaves no room for a prompt in the context of " + std::to_string(context));
-  for (const std::string& t : texts) {
-    std::vector<int32_t> ids = tok.encode(t);
-    ids.insert(ids.begin(), tok.bos_id());
-    if (static_cast<int64_t>(ids.size()) > keep) ids.erase(ids.begin() + 1, ids.end() - (keep - 1));
-    prompts.push_back(std::move(ids));
-  }
+  const std::vector<std::vector<int32_t>> prompts = encode_prompts(texts, tok, keep);
   Request req;
   req.max_new_tokens = a.max_new_tokens;
   req.ignore_eos = true;  // every generation has n tokens, as in the latency model

@@ -91,13 +91,7 @@ int run_bench_local(const LocalBenchArgs& a) {
   const ModelConfig target_config = load_model_config(a.target_dir);
   const int64_t keep = target_config.max_position_embeddings - a.max_new_tokens - std::max(a.gamma, a.max_tree_nodes) - 1;
   if (keep < 2) throw Error("bench local: max-new-tokens leaves no room for a prompt in the target's context");
-  std::vector<std::vector<int32_t>> prompts;
-  for (const std::string& t : texts) {
-    std::vector<int32_t> ids = tok.encode(t);
-    if (static_cast<int64_t>(ids.size()) > keep - 1) ids.erase(ids.begin(), ids.end() - (keep - 1));
-    ids.insert(ids.begin(), tok.bos_id());
-    prompts.push_back(std::move(ids));
-  }
+  const std::vector<std::vector<int32_t>> prompts = encode_prompts(texts, tok, keep);
   const uint64_t weights = fp32_weight_bytes(target_config);
   Request req;
   req.max_new_tokens = a.max_new_tokens;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/tokenizer.h"
 
 namespace splitspec::cli {
 
@@ -31,6 +32,18 @@ std::vector<std::string> read_prompts(const std::string& path, int32_t max) {
   }
   if (out.empty()) throw Error(path + ": no prompts");
   return out;
+}
+
+std::vector<std::vector<int32_t>> encode_prompts(const std::vector<std::string>& texts, const Tokenizer& tok,
+                                                 int64_t keep) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& t : texts) {
+    std::vector<int32_t> ids = tok.encode(t);
+    ids.insert(ids.begin(), tok.bos_id());
+    if (static_cast<int64_t>(ids.size()) > keep) ids.erase(ids.begin() + 1, ids.end() - (keep - 1));
+    prompts.push_back(std::move(ids));
+  }
+  return prompts;
 }
 
 }  // namespace splitspec::cli

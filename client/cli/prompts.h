@@ -4,10 +4,19 @@
 #include <string>
 #include <vector>
 
+namespace splitspec {
+class Tokenizer;
+}
+
 namespace splitspec::cli {
 
 // turns[0] of each line (the Spec-Bench format), or "prompt"; at most `max`
 // (<= 0: all). Throws splitspec::Error naming the line at fault.
 std::vector<std::string> read_prompts(const std::string& path, int32_t max);
+
+// Each text tokenized with BOS first; a prompt longer than `keep` tokens
+// keeps BOS and its last keep - 1 tokens, so that it fits the context.
+std::vector<std::vector<int32_t>> encode_prompts(const std::vector<std::string>& texts, const Tokenizer& tok,
+                                                 int64_t keep);
 
 }  // namespace splitspec::cli
