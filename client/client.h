@@ -56,10 +56,12 @@ struct ClientOptions {
   std::string target_dir;  // local modes: the target model
   // Local modes: most memory the target's weights may take ("8MiB", "25%"
   // of its fp32 size, bytes); empty loads it whole. `stream_pipeline` reads
-  // ahead on a loader thread (StdPL) rather than at each matrix (Std).
+  // ahead on a loader thread (StdPL) rather than at each matrix (Std), as
+  // far as `stream_read_ahead` file bytes ("1MiB", "5%"; part of the budget;
+  // empty: two layers as stored, or what the budget has left).
   std::string memory_budget;
   bool stream_pipeline = true;
-  int stream_buffers = 3;
+  std::string stream_read_ahead;
   // local-tree, each switch for ablation: the self-adaptive fallback (off:
   // trees of `tree_nodes`), provisional drafting while weights load.
   bool tree_fallback = true;

@@ -77,8 +77,6 @@ void to_float(DType dtype, const uint8_t* src, int64_t count, float* dst) {
 
 StreamedWeights::StreamedWeights(const std::string& dir, const ModelConfig& config, const StreamOptions& options)
     : options_(options), layers_(config.num_hidden_layers), hidden_(config.hidden_size) {
-  if (options_.pipeline && options_.pool_buffers < 2)
-    throw Error("streaming with a pipeline needs at least 2 read buffers, got " + std::to_string(options_.pool_buffers));
   try {
     plan_units(SafetensorsModel(dir), config);
     allocate(config);
@@ -93,7 +91,6 @@ StreamedWeights::StreamedWeights(const std::string& dir, const ModelConfig& conf
     bytes_read_ = 0;
     reads_ = 0;
     read_ms_ = 0;
-    pointers_.assign(buffers_.size(), nullptr);
     if (options_.pipeline && !streamed_.empty()) loader_ = std::thread([this] { loader_loop(); });
   } catch (...) {
     for (uint8_t* p : allocations_) std::free(p);
@@ -191,9 +188,10 @@ uint8_t* StreamedWeights::alloc(uint64_t bytes, uint64_t align) {
 
 void StreamedWeights::allocate(const ModelConfig& c) {
   const uint64_t budget = options_.budget_bytes;
-  uint64_t need = 0, weights = 0;
+  uint64_t need = 0, weights = 0, largest_span = 0;
   for (const Unit& u : units_) {
     const uint64_t span = span_of(u.offset, u.raw_bytes);
+    largest_span = std::max(largest_span, span);
     // 16-bit weights convert in place: the fp32 result grows from the buffer's
     // start toward the raw bytes read into its end (kernels::half_to_float).
     need = std::max(need, u.dtype == DType::F32 ? span : 2 * static_cast<uint64_t>(u.elems) + span);
@@ -208,20 +206,41 @@ void StreamedWeights::allocate(const ModelConfig& c) {
   const uint64_t row_fp32 = static_cast<uint64_t>(c.hidden_size) * sizeof(float);
   cached_rows_ = static_cast<int64_t>(std::min<uint64_t>({256, static_cast<uint64_t>(c.vocab_size), budget / 16 / row_fp32}));
   const uint64_t cache_bytes = cached_rows_ * row_fp32;
-  const int pool = options_.pipeline ? options_.pool_buffers : 1;
   fixed_bytes_ = norm_bytes + row_buffer_bytes_ + (cached_rows_ > 0 ? round_up(cache_bytes, 64) : 0);
-  const uint64_t minimum = fixed_bytes_ + pool * buffer_bytes_;
+  uint64_t all_resident = fixed_bytes_ + buffer_bytes_;
+  for (const Unit& u : units_) all_resident += round_up(static_cast<uint64_t>(u.elems) * sizeof(float), 64);
+  // With everything resident there is nothing to read ahead.
+  if (options_.pipeline && all_resident > budget) {
+    uint64_t ring = options_.read_ahead_bytes;
+    if (ring == 0) {
+      // Two layers as stored: the time between forwards (drafting) is then
+      // spent reading the next forward's first layers, and the forward
+      // starts on weights already in memory. Never more than the budget has
+      // left, and never less than the largest unit.
+      for (int64_t i = 0; i < std::min<int64_t>(2 * kLayerMatrices, units_.size()); ++i)
+        ring += span_of(units_[i].offset, units_[i].raw_bytes);
+      const uint64_t used = fixed_bytes_ + buffer_bytes_;
+      ring = std::max(std::min(ring, budget > used ? round_down(budget - used, kAlign) : 0), largest_span);
+    }
+    ring_bytes_ = round_up(ring, kAlign);
+    if (ring_bytes_ < largest_span)
+      throw Error("read-ahead " + format_bytes(ring_bytes_) + " cannot hold this target's largest matrix as stored (" +
+                  format_bytes(largest_span) + ")");
+  }
+  const uint64_t minimum = fixed_bytes_ + buffer_bytes_ + ring_bytes_;
   if (budget < minimum)
     throw Error("memory budget " + format_bytes(budget) + " is too small to stream this target: it needs at least " +
-                format_bytes(minimum) + " (" + std::to_string(pool) + " read buffer(s) of " + format_bytes(buffer_bytes_) +
-                " for its largest matrix, plus " + format_bytes(fixed_bytes_) + " of norms and embedding rows); the whole model is " +
-                format_bytes(weights) + " as fp32");
+                format_bytes(minimum) + " (a work buffer of " + format_bytes(buffer_bytes_) + " for its largest matrix, " +
+                (ring_bytes_ ? format_bytes(ring_bytes_) + " of read-ahead, " : std::string()) + "plus " +
+                format_bytes(fixed_bytes_) + " of norms and embedding rows); the whole model is " + format_bytes(weights) +
+                " as fp32");
   norms_ = reinterpret_cast<float*>(alloc(norm_bytes, 64));
   row_buffer_ = alloc(row_buffer_bytes_, kAlign);
   if (cached_rows_ > 0) row_cache_ = reinterpret_cast<float*>(alloc(cache_bytes, 64));
   cached_id_.assign(cached_rows_, -1);
   cache_used_.assign(cached_rows_, 0);
-  for (int i = 0; i < pool; ++i) buffers_.push_back(alloc(buffer_bytes_, kAlign));
+  work_ = alloc(buffer_bytes_, kAlign);
+  if (ring_bytes_) ring_ = alloc(ring_bytes_, kAlign);
   for (size_t i = 0; i < norm_units_.size(); ++i) {
     const float* v = read_checked(norm_units_[i]);
     std::memcpy(norms_ + i * c.hidden_size, v, c.hidden_size * sizeof(float));
@@ -260,9 +279,10 @@ void StreamedWeights::read_span(int file, uint64_t offset, uint64_t bytes, uint6
   if (!direct_) ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes), POSIX_FADV_DONTNEED);
 }
 
-const float* StreamedWeights::read_unit(const Unit& u, uint8_t* buf) {
+const float* StreamedWeights::read_unit(const Unit& u) {
   const uint64_t start = round_down(u.offset, kAlign);
   const uint64_t span = span_of(u.offset, u.raw_bytes);
+  uint8_t* buf = work_;
   uint8_t* dst = buf + buffer_bytes_ - span;
   read_span(u.file, start, span, u.offset + u.raw_bytes - start, dst);
   const uint8_t* data = dst + (u.offset - start);
@@ -272,7 +292,7 @@ const float* StreamedWeights::read_unit(const Unit& u, uint8_t* buf) {
 }
 
 const float* StreamedWeights::read_checked(const Unit& u) {
-  const float* v = read_unit(u, buffers_[0]);
+  const float* v = read_unit(u);
   for (int64_t i = 0; i < u.elems; ++i)
     if (!std::isfinite(v[i]))
       throw Error(paths_[u.file] + ": weights at byte " + std::to_string(u.offset) + " contain NaN or infinite values");
@@ -280,20 +300,21 @@ const float* StreamedWeights::read_checked(const Unit& u) {
 }
 
 void StreamedWeights::loader_loop() {
-  const uint64_t pool = buffers_.size(), cycle = streamed_.size();
+  const uint64_t cycle = streamed_.size();
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
-    cv_.wait(lk, [&] { return stop_ || loaded_ < released_ + pool; });
+    const Unit& u = units_[streamed_[loaded_ % cycle]];
+    const uint64_t span = span_of(u.offset, u.raw_bytes);
+    uint64_t start = ring_end_;
+    if (start % ring_bytes_ + span > ring_bytes_) start = round_up(start, ring_bytes_);
+    cv_.wait(lk, [&] { return stop_ || start + span - (in_ring_.empty() ? start : in_ring_.front().first) <= ring_bytes_; });
     if (stop_) return;
-    const uint64_t seq = loaded_;
-    const Unit& u = units_[streamed_[seq % cycle]];
-    uint8_t* buf = buffers_[seq % pool];
     lk.unlock();
     const auto t0 = SteadyClock::now();
     std::string error;
-    const float* p = nullptr;
     try {
-      p = read_unit(u, buf);
+      const uint64_t file_start = round_down(u.offset, kAlign);
+      read_span(u.file, file_start, span, u.offset + u.raw_bytes - file_start, ring_ + start % ring_bytes_);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -305,8 +326,9 @@ void StreamedWeights::loader_loop() {
       cv_.notify_all();
       return;
     }
-    pointers_[seq % pool] = p;
-    loaded_ = seq + 1;
+    in_ring_.emplace_back(start, start + span);
+    ring_end_ = start + span;
+    ++loaded_;
     bytes_read_ += u.raw_bytes;
     reads_ += 1;
     cv_.notify_all();
@@ -331,7 +353,6 @@ const float* StreamedWeights::acquire_unit(int64_t index) {
   const Unit& u = units_[index];
   ++next_unit_;
   holding_ = true;
-  holding_streamed_ = u.resident == nullptr;
   if (u.resident) return u.resident;
   const auto t0 = SteadyClock::now();
   waiting_.store(true, std::memory_order_relaxed);
@@ -340,7 +361,7 @@ const float* StreamedWeights::acquire_unit(int64_t index) {
     ~Idle() { w.store(false, std::memory_order_relaxed); }
   } idle{waiting_};
   if (!options_.pipeline) {
-    const float* p = read_unit(u, buffers_[0]);
+    const float* p = read_unit(u);
     const double ms = ms_since(t0);
     std::lock_guard<std::mutex> lk(mu_);
     read_ms_ += ms;
@@ -354,7 +375,22 @@ const float* StreamedWeights::acquire_unit(int64_t index) {
   cv_.wait(lk, [&] { return loaded_ > seq || !read_error_.empty(); });
   stall_ms_ += ms_since(t0);
   if (loaded_ <= seq) throw Error(read_error_);
-  return pointers_[seq % buffers_.size()];
+  const uint64_t start = in_ring_.front().first;
+  lk.unlock();
+  waiting_.store(false, std::memory_order_relaxed);
+  // Only this thread takes units out, so the loader leaves this one alone
+  // until it is released below.
+  const auto t1 = SteadyClock::now();
+  auto* out = reinterpret_cast<float*>(work_);
+  to_float(u.dtype, ring_ + start % ring_bytes_ + (u.offset - round_down(u.offset, kAlign)), u.elems, out);
+  const double convert_ms = ms_since(t1);
+  lk.lock();
+  read_ms_ += convert_ms;
+  in_ring_.pop_front();
+  ++released_;
+  lk.unlock();
+  cv_.notify_all();
+  return out;
 }
 
 const float* StreamedWeights::acquire(int64_t layer, LayerMatrix m) {
@@ -369,16 +405,7 @@ const float* StreamedWeights::acquire_head(int64_t chunk, int64_t* row0, int64_t
   return p;
 }
 
-void StreamedWeights::release() {
-  if (!holding_) return;
-  holding_ = false;
-  if (!holding_streamed_ || !options_.pipeline) return;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ++released_;
-  }
-  cv_.notify_all();
-}
+void StreamedWeights::release() { holding_ = false; }
 
 void StreamedWeights::end_forward() noexcept {
   if (!forward_lock_.owns_lock()) return;
@@ -392,6 +419,7 @@ void StreamedWeights::end_forward() noexcept {
       const uint64_t seq = released_;
       cv_.wait(lk, [&] { return loaded_ > seq || !read_error_.empty(); });
       if (loaded_ <= seq) break;
+      in_ring_.pop_front();
       ++released_;
       cv_.notify_all();
     }
@@ -452,7 +480,7 @@ StreamStats StreamedWeights::stats() const {
   s.budget_bytes = options_.budget_bytes;
   s.weight_bytes = weight_bytes_;
   s.resident_bytes = resident_bytes_;
-  s.pool_bytes = buffer_bytes_ * buffers_.size();
+  s.pool_bytes = buffer_bytes_ + ring_bytes_;
   s.fixed_bytes = fixed_bytes_;
   s.peak_bytes = peak_;
   for (int64_t i : streamed_) s.streamed_bytes_per_forward += units_[i].raw_bytes;

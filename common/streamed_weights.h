@@ -3,23 +3,29 @@
 // setting, where the target does not fit in memory (paper 000, §II, §III-D).
 //
 // All weight memory is allocated once, up front, and never exceeds the
-// budget: the norms, a small cache of embedding rows, a pool of
-// equal read buffers, and as many whole units (one layer matrix, or a slice
-// of LM-head rows) as fit in what is left; those stay resident. Every other
-// unit is read again from the file on every forward, with O_DIRECT so that
-// the page cache cannot quietly keep the model in memory, into a pool buffer,
-// converted there to fp32, used, and released.
+// budget: the norms, a small cache of embedding rows, a work buffer that
+// holds one unit as fp32, a read-ahead ring (with pipelining), and as many
+// whole units (one layer matrix, or a slice of LM-head rows) as fit in what
+// is left; those stay resident. Every other unit is read again from the file
+// on every forward, with O_DIRECT so that the page cache cannot quietly keep
+// the model in memory, converted to fp32 in the work buffer, used, and
+// released.
 //
 // A forward takes the units in one fixed order (layer by layer, in the order
 // the layer uses its matrices, then the LM head). Without pipelining (the
 // paper's Std baseline) each unit is read when the forward reaches it. With
 // it (StdPL), a loader thread reads ahead while earlier units compute, as far
-// as the pool allows, and keeps going into the next forward's units while
+// as the ring allows, and keeps going into the next forward's units while
 // the forward ends, so the time between forwards (drafting) loads weights too.
+// The ring holds the file's bytes as they are (half the size of fp32 for a
+// 16-bit file) and the forward converts each unit as it takes it: a byte of
+// budget then buys twice the read-ahead, and the loader spends its time
+// reading, the one thing it must do serially.
 //
 // Free of LibTorch; one forward at a time.
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -39,7 +45,8 @@ constexpr int kLayerMatrices = 7;
 struct StreamOptions {
   uint64_t budget_bytes = 0;  // target weights in memory, at most (fp32, as computed)
   bool pipeline = true;       // StdPL: read ahead on a loader thread; false: Std
-  int pool_buffers = 3;       // read buffers with pipelining (Std uses one)
+  uint64_t read_ahead_bytes = 0;  // with pipelining: file bytes the loader may hold ahead of the
+                                  // forward; 0 picks two layers as stored, or what the budget has left
   bool direct_io = true;      // O_DIRECT; where the file system refuses it, or when false,
                               // buffered reads dropped from the page cache after each read
 };
@@ -48,7 +55,7 @@ struct StreamStats {
   uint64_t budget_bytes = 0;
   uint64_t weight_bytes = 0;     // all weights as fp32: the in-memory model's size
   uint64_t resident_bytes = 0;   // units kept in memory
-  uint64_t pool_bytes = 0;       // read buffers
+  uint64_t pool_bytes = 0;       // the work buffer and the read-ahead ring
   uint64_t fixed_bytes = 0;      // norms and the embedding row buffer
   uint64_t peak_bytes = 0;       // most weight memory ever allocated at once
   uint64_t streamed_bytes_per_forward = 0;  // file bytes read by each forward
@@ -57,7 +64,7 @@ struct StreamStats {
   uint64_t bytes_read = 0;  // from the file since construction (validation pass excluded)
   int64_t embedding_cache_hits = 0;
   int64_t reads = 0;
-  double read_ms = 0;   // reading and converting, on whichever thread did it
+  double read_ms = 0;   // reading, on whichever thread did it, and converting
   double stall_ms = 0;  // forwards waiting for a unit
   std::string io_mode;  // "O_DIRECT" or "buffered, POSIX_FADV_DONTNEED"
 };
@@ -67,7 +74,8 @@ class StreamedWeights {
   // Reads every unit once to check it (finite values, readable file), then
   // keeps what fits. Throws splitspec::Error naming the file for a missing or
   // corrupt model, and for a budget too small to stream with: it must hold
-  // the norms, the row buffer and the read buffers (its message says how much).
+  // the norms, the row buffer, the work buffer and the ring (its message says
+  // how much).
   StreamedWeights(const std::string& dir, const ModelConfig& config, const StreamOptions& options);
   ~StreamedWeights();
   StreamedWeights(const StreamedWeights&) = delete;
@@ -78,6 +86,7 @@ class StreamedWeights {
   const float* final_norm() const { return norms_ + 2 * layers_ * hidden_; }
 
   // One forward: begin, then acquire/release every unit in order, then end.
+  // A streamed unit's values stay valid until the next acquire.
   // end_forward() also skips whatever a forward cut short left unused, so the
   // next one starts in step. acquire* blocks until the unit is in memory and
   // throws splitspec::Error if reading it failed.
@@ -111,10 +120,10 @@ class StreamedWeights {
   void plan_units(const SafetensorsModel& st, const ModelConfig& c);
   void allocate(const ModelConfig& c);
   uint8_t* alloc(uint64_t bytes, uint64_t align);
-  // Reads `u` into `buf` (a pool buffer) and returns its fp32 values, which
-  // lie in `buf`.
-  const float* read_unit(const Unit& u, uint8_t* buf);
-  // read_unit into the first buffer, refusing NaN and infinite values.
+  // Reads `u` into the work buffer and returns its fp32 values, which lie
+  // there (converted in place).
+  const float* read_unit(const Unit& u);
+  // read_unit, refusing NaN and infinite values.
   const float* read_checked(const Unit& u);
   // `bytes` from `offset` into dst (all aligned for O_DIRECT); the file must
   // hold at least `needed` of them.
@@ -155,23 +164,29 @@ class StreamedWeights {
   std::unordered_map<int64_t, int64_t> cache_slot_;
   int64_t clock_hand_ = 0;
   int64_t row_hits_ = 0;
-  uint64_t buffer_bytes_ = 0;
-  std::vector<uint8_t*> buffers_;
+  uint64_t buffer_bytes_ = 0;  // the work buffer: the largest unit read and converted in place
+  uint8_t* work_ = nullptr;
+  uint64_t ring_bytes_ = 0;
+  uint8_t* ring_ = nullptr;
 
   // The forward in progress (forward_lock_ held from begin to end).
   std::mutex forward_mu_;
   std::unique_lock<std::mutex> forward_lock_;
   int64_t next_unit_ = 0;
-  bool holding_ = false, holding_streamed_ = false;
+  bool holding_ = false;
 
   // Streamed units are numbered by a sequence running across forwards:
-  // number s is streamed_[s % streamed_.size()] and is read into buffer
-  // s % pool. The loader may read s once s < released_ + pool.
+  // number s is streamed_[s % streamed_.size()]. The loader reads them in
+  // order into the ring, each at the next free ring position (skipping to the
+  // ring's start where its span would not fit before the end), as long as the
+  // ring holds it besides the ones read and not yet taken. Ring positions are
+  // counted on without wrapping; position p lies at ring_ + p % ring_bytes_.
   mutable std::mutex mu_;
   std::condition_variable cv_;
   uint64_t loaded_ = 0;    // numbers below this have been read
-  uint64_t released_ = 0;  // numbers below this have been used and given back
-  std::vector<const float*> pointers_;  // the fp32 values in each buffer
+  uint64_t released_ = 0;  // numbers below this have been taken out of the ring
+  uint64_t ring_end_ = 0;  // where the last one read ends
+  std::deque<std::pair<uint64_t, uint64_t>> in_ring_;  // [start, end) of released_ .. loaded_ - 1
   std::string read_error_;
   bool stop_ = false;
   std::thread loader_;

@@ -141,7 +141,9 @@ TEST(EdgeFsd, EarlyVerdictsComeFirstDistinctAndOnlyWhenAsked) {
       for (const auto& t : seen) EXPECT_NE(t, tokens) << "the same verdict twice";
       seen.push_back(tokens);
     }
-    if (ask) EXPECT_FALSE(seen.empty());
+    if (ask) {
+      EXPECT_FALSE(seen.empty());
+    }
     ctx.TryCancel();
     s->Finish();
   }

@@ -64,7 +64,6 @@ TEST(StreamedWeights, BitwiseEqualToTheInMemoryModelAtEveryBudget) {
           StreamOptions o;
           o.budget_bytes = static_cast<uint64_t>(share * static_cast<double>(memory->weight_bytes()));
           o.pipeline = pipeline;
-          o.pool_buffers = 2;
           auto streamed = Model::load_streamed(path, o);
           const std::string what = path + " budget " + std::to_string(share) + (pipeline ? " StdPL" : " Std");
           expect_same(reference, three_forwards(*streamed), what);
@@ -82,6 +81,34 @@ TEST(StreamedWeights, BitwiseEqualToTheInMemoryModelAtEveryBudget) {
         }
       }
     }
+  }
+}
+
+TEST(StreamedWeights, ReadAheadRingOfAnySizeKeepsTheLogits) {
+  // The smallest ring holds only the largest unit, so nearly every read
+  // wraps to its start; larger ones wrap at varying places.
+  TempDir dir;
+  auto source = Model::random(tiny_config(300, 3), 9);
+  source->save(dir.str("m"), DType::F16);
+  auto memory = Model::load(dir.str("m"));
+  const auto reference = three_forwards(*memory);
+  StreamOptions o;
+  uint64_t smallest = 4096;
+  for (;; smallest += 4096) {
+    o.read_ahead_bytes = smallest;
+    o.budget_bytes = memory->weight_bytes() / 2 + smallest;
+    if (error_of([&] { Model::load_streamed(dir.str("m"), o); }).empty()) break;
+    ASSERT_LT(smallest, memory->weight_bytes());
+  }
+  for (uint64_t ring : {smallest, smallest + 4096, 3 * smallest}) {
+    o.read_ahead_bytes = ring;
+    o.budget_bytes = memory->weight_bytes() / 2 + ring;
+    auto streamed = Model::load_streamed(dir.str("m"), o);
+    const StreamStats s = streamed->stream()->stats();
+    ASSERT_GT(s.streamed_bytes_per_forward, 0u);
+    for (int again = 0; again < 3; ++again)
+      expect_same(reference, three_forwards(*streamed), "read-ahead " + std::to_string(ring));
+    EXPECT_LE(s.peak_bytes, o.budget_bytes);
   }
 }
 
@@ -103,7 +130,7 @@ TEST(StreamedWeights, DemoTargetPeakWeightMemoryStaysWithinBudget) {
     EXPECT_EQ(s.io_mode, "O_DIRECT") << "ext4 supports direct I/O; the page cache must not hold the model";
     // Every forward reads exactly what is not resident, plus embedding rows;
     // the loader may already have read ahead into a next forward, at most a
-    // pool's worth.
+    // ring's worth.
     EXPECT_GE(s.bytes_read, 6 * s.streamed_bytes_per_forward);
     EXPECT_LT(s.bytes_read, 6 * s.streamed_bytes_per_forward + 64 * 1024 + s.pool_bytes);
     // Less budget, more streaming.
@@ -120,10 +147,12 @@ TEST(StreamedWeights, ClearErrors) {
   o.budget_bytes = 1000;
   EXPECT_NE(error_of([&] { Model::load_streamed(dir.str("m"), o); }).find("is too small to stream this target: it needs at least"),
             std::string::npos);
+  o.budget_bytes = source->weight_bytes() / 2;
+  o.read_ahead_bytes = 1;
+  EXPECT_NE(error_of([&] { Model::load_streamed(dir.str("m"), o); }).find("cannot hold this target's largest matrix"),
+            std::string::npos);
+  o.read_ahead_bytes = 0;
   o.budget_bytes = 1 << 30;
-  o.pool_buffers = 1;
-  EXPECT_NE(error_of([&] { Model::load_streamed(dir.str("m"), o); }).find("at least 2 read buffers"), std::string::npos);
-  o.pool_buffers = 3;
   EXPECT_NE(error_of([&] { Model::load_streamed(dir.str("missing"), o); }).find("does not exist"), std::string::npos);
   // A truncated file fails when opened, naming it.
   const auto file = dir.path() / "m" / "model.safetensors";
@@ -141,7 +170,6 @@ TEST(StreamedWeights, AFileThatShrinksWhileStreamingFailsEachForwardCleanly) {
     StreamOptions o;
     o.budget_bytes = 40000;
     o.pipeline = pipeline;
-    o.pool_buffers = 2;
     auto m = Model::load_streamed(dir.str("m"), o);
     ASSERT_GT(m->stream()->stats().streamed_bytes_per_forward, 0u);
     three_forwards(*m);

@@ -31,6 +31,7 @@ struct LocalBenchArgs {
   int max_children = ClientOptions{}.tree_max_children;
   double alpha = ClientOptions{}.tree_alpha;
   int max_provisional = ClientOptions{}.max_provisional;
+  std::string read_ahead;
   int threads = 1;
   bool json = false;
 };
@@ -62,6 +63,7 @@ ClientOptions options_for(const LocalBenchArgs& a, const std::string& config, co
   o.target_dir = a.target_dir;
   o.draft_dir = a.draft_dir;
   o.memory_budget = budget;
+  o.stream_read_ahead = a.read_ahead;
   o.threads = a.threads;
   o.tree_nodes = a.tree_nodes;
   o.max_tree_nodes = a.max_tree_nodes;
@@ -179,6 +181,9 @@ std::function<int()> add_bench_local(CLI::App& bench) {
   cmd->add_option("--alpha", a->alpha, "tree with fallback: initial alpha")->capture_default_str();
   cmd->add_option("--max-provisional", a->max_provisional, "provisional tokens per verification at most")
       ->capture_default_str();
+  cmd->add_option("--read-ahead", a->read_ahead,
+                  "pipelined configurations: file bytes the loader may read ahead (2MiB, 8%); default two layers as "
+                  "stored, or what the budget has left");
   cmd->add_option("--threads", a->threads, "Compute threads")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON array of rows instead of tables");
   return [a]() { return run_bench_local(*a); };

@@ -31,7 +31,7 @@ struct GenerateArgs {
   // Local modes.
   std::string memory_budget;
   bool no_pipeline = false;
-  int stream_buffers = 3;
+  std::string read_ahead;
   bool no_fallback = false;
   bool no_provisional = false;
   int tree_nodes = ClientOptions{}.tree_nodes;
@@ -106,7 +106,7 @@ int run_generate(const GenerateArgs& a) {
   o.predraft_adaptive = !a.predraft_always;
   o.memory_budget = a.memory_budget;
   o.stream_pipeline = !a.no_pipeline;
-  o.stream_buffers = a.stream_buffers;
+  o.stream_read_ahead = a.read_ahead;
   o.tree_fallback = !a.no_fallback;
   o.tree_provisional = !a.no_provisional;
   o.tree_nodes = a.tree_nodes;
@@ -181,9 +181,9 @@ Command add_generate_command(CLI::App& app) {
                   "the rest streams from disk per forward with O_DIRECT. Default: load it whole");
   cmd->add_flag("--no-pipeline", a->no_pipeline,
                 "streamed target: read each matrix when the forward reaches it (Std) instead of reading ahead (StdPL)");
-  cmd->add_option("--stream-buffers", a->stream_buffers, "streamed target with pipeline: read buffers")
-      ->capture_default_str()
-      ->check(CLI::Range(2, 64));
+  cmd->add_option("--read-ahead", a->read_ahead,
+                  "streamed target with pipeline: file bytes the loader may read ahead of the forward, taken from "
+                  "the budget, e.g. 2MiB or 8%; default two layers as stored, or what the budget has left");
   cmd->add_flag("--no-fallback", a->no_fallback,
                 "local-tree: verify trees of --tree-nodes instead of when the tree's confidence falls below alpha");
   cmd->add_flag("--no-provisional", a->no_provisional,
