@@ -279,14 +279,15 @@ void StreamedWeights::read_span(int file, uint64_t offset, uint64_t bytes, uint6
   if (!direct_) ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes), POSIX_FADV_DONTNEED);
 }
 
-const float* StreamedWeights::read_unit(const Unit& u) {
+const uint8_t* StreamedWeights::read_raw(const Unit& u, uint8_t* dst) {
   const uint64_t start = round_down(u.offset, kAlign);
-  const uint64_t span = span_of(u.offset, u.raw_bytes);
-  uint8_t* buf = work_;
-  uint8_t* dst = buf + buffer_bytes_ - span;
-  read_span(u.file, start, span, u.offset + u.raw_bytes - start, dst);
-  const uint8_t* data = dst + (u.offset - start);
-  auto* out = reinterpret_cast<float*>(buf);
+  read_span(u.file, start, span_of(u.offset, u.raw_bytes), u.offset + u.raw_bytes - start, dst);
+  return dst + (u.offset - start);
+}
+
+const float* StreamedWeights::read_unit(const Unit& u) {
+  const uint8_t* data = read_raw(u, work_ + buffer_bytes_ - span_of(u.offset, u.raw_bytes));
+  auto* out = reinterpret_cast<float*>(work_);
   to_float(u.dtype, data, u.elems, out);
   return out;
 }
@@ -313,8 +314,7 @@ void StreamedWeights::loader_loop() {
     const auto t0 = SteadyClock::now();
     std::string error;
     try {
-      const uint64_t file_start = round_down(u.offset, kAlign);
-      read_span(u.file, file_start, span, u.offset + u.raw_bytes - file_start, ring_ + start % ring_bytes_);
+      read_raw(u, ring_ + start % ring_bytes_);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -382,7 +382,7 @@ const float* StreamedWeights::acquire_unit(int64_t index) {
   // until it is released below.
   const auto t1 = SteadyClock::now();
   auto* out = reinterpret_cast<float*>(work_);
-  to_float(u.dtype, ring_ + start % ring_bytes_ + (u.offset - round_down(u.offset, kAlign)), u.elems, out);
+  to_float(u.dtype, ring_ + start % ring_bytes_ + u.offset % kAlign, u.elems, out);
   const double convert_ms = ms_since(t1);
   lk.lock();
   read_ms_ += convert_ms;

@@ -120,6 +120,8 @@ class StreamedWeights {
   void plan_units(const SafetensorsModel& st, const ModelConfig& c);
   void allocate(const ModelConfig& c);
   uint8_t* alloc(uint64_t bytes, uint64_t align);
+  // Reads `u`'s 4 KiB-aligned span into dst; returns where its bytes start.
+  const uint8_t* read_raw(const Unit& u, uint8_t* dst);
   // Reads `u` into the work buffer and returns its fp32 values, which lie
   // there (converted in place).
   const float* read_unit(const Unit& u);
