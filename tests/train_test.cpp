@@ -162,6 +162,18 @@ TEST(TrainDraft, DistillationLowersKlToTheTeacher) {
   EXPECT_EQ(t.fingerprint(), dt.fingerprint()) << "the draft ships the teacher's tokenizer";
 }
 
+TEST(TrainLm, InitContinuesFromAModelsWeights) {
+  Fixture f;
+  const TrainReport a = run_training(f.job("a", 16));
+  TrainJob j = f.job("b", 2);
+  j.init = f.dir.str("a");
+  const TrainReport b = run_training(j);
+  ASSERT_TRUE(b.finished);
+  // Same first batch as a's first step, but from a's trained weights.
+  EXPECT_LT(b.losses.front(), 0.8 * a.losses.front()) << a.losses.front() << " -> " << b.losses.front();
+  EXPECT_LT(b.valid_ppl, 1.2 * a.valid_ppl);
+}
+
 TEST(TrainBadInput, ClearErrors) {
   Fixture f;
   auto job = f.job("x", 2);
@@ -180,6 +192,13 @@ TEST(TrainBadInput, ClearErrors) {
   EXPECT_NE(with([&](TrainJob& j) { j.out_dir = f.dir.str("afile") + "/sub"; }).find("cannot create output directory"),
             std::string::npos);
   EXPECT_NE(with([](TrainJob& j) { j.teacher = "/no/teacher"; }).find("model directory does not exist"), std::string::npos);
+  run_training(f.job("other", 1));
+  EXPECT_NE(with([&](TrainJob& j) {
+              j.init = f.dir.str("other");
+              j.config.model.intermediate_size *= 2;
+            }).find("config differs"),
+            std::string::npos);
+  EXPECT_NE(with([](TrainJob& j) { j.init = "/no/init"; }).find("model directory does not exist"), std::string::npos);
   EXPECT_NE(with([](TrainJob& j) { j.config.train.seq_len = 100000; }).find("fewer than one training window"), std::string::npos);
 
   // Configs that do not fit.

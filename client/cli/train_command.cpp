@@ -41,6 +41,8 @@ Command add_train_command(CLI::App& app) {
     cmd->add_option("--valid", a->job.valid, "Validation text")->required();
     cmd->add_option("--out", a->job.out_dir, "Output model directory (Hugging Face layout)")->required();
     cmd->add_flag("--resume", a->job.resume, "Continue from the checkpoint in --out");
+    cmd->add_option("--init", a->job.init,
+                    "Start from this model directory's weights instead of a random init (its config must match)");
     cmd->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
   };
   CLI::App* lm = train->add_subcommand("lm", "Train a LLaMA language model on a corpus");

@@ -153,7 +153,7 @@ std::string config_fingerprint(const TrainJob& job) {
   const TrainSettings& t = job.config.train;
   os << model_config_to_json(job.config.model) << t.seq_len << ',' << t.batch_size << ',' << t.grad_accum << ','
      << t.steps << ',' << t.warmup_steps << ',' << t.lr << ',' << t.min_lr << ',' << t.weight_decay << ','
-     << t.grad_clip << ',' << t.seed << ',' << (job.teacher.empty() ? "lm" : "distill");
+     << t.grad_clip << ',' << t.seed << ',' << (job.teacher.empty() ? "lm" : "distill") << ",init=" << job.init;
   return os.str();
 }
 
@@ -214,6 +214,12 @@ TrainReport run_training(const TrainJob& job) {
       throw Error("draft vocab_size " + std::to_string(mc.vocab_size) + " differs from the teacher's " +
                   std::to_string(teacher_model->config().vocab_size) + "; they must share one vocabulary");
   }
+  std::shared_ptr<Model> init_model;
+  if (!job.init.empty()) {
+    init_model = Model::load(job.init);
+    if (model_config_to_json(init_model->config()) != model_config_to_json(mc))
+      throw Error(job.init + ": --init model's config differs from the training config's model; they must be the same");
+  }
   if (tokenizer_path.empty()) throw Error("train: --tokenizer is required");
   if (fs::is_directory(tokenizer_path)) tokenizer_path = (fs::path(tokenizer_path) / "tokenizer.model").string();
   Tokenizer tok(tokenizer_path);
@@ -231,7 +237,8 @@ TrainReport run_training(const TrainJob& job) {
                  job.teacher.empty() ? "" : (", distilling from " + job.teacher).c_str());
 
   at::manual_seed(ts.seed);
-  TrainableLlama model(mc, ts.seed);
+  TrainableLlama model = init_model ? TrainableLlama(*init_model) : TrainableLlama(mc, ts.seed);
+  init_model.reset();
   std::unique_ptr<TrainableLlama> teacher;
   if (teacher_model) {
     teacher = std::make_unique<TrainableLlama>(*teacher_model);

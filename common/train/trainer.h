@@ -45,6 +45,7 @@ struct TrainJob {
   std::string out_dir;
   std::string tokenizer;  // tokenizer.model (or a directory holding one)
   std::string teacher;    // non-empty: distil from this model directory
+  std::string init;       // non-empty: start from this model's weights (same config) instead of a random init
   bool resume = false;
   int64_t stop_after = -1;  // end this run after so many steps, as a kill would (tests)
   bool progress = true;     // progress bar on stderr
