@@ -401,6 +401,7 @@ Result Client::Impl::run_local_spec(const std::vector<int32_t>& prompt, const Re
     t.max_provisional = options.max_provisional;
     t.threads = options.threads;
     t.max_children = options.tree_max_children;
+    t.draft_width = options.tree_draft_width;
     TreeGeneration tg = generate_local_tree(*target, *draft, prompt, o, t, each);
     g = std::move(tg.generation);
     ds = tg.tree.draft;

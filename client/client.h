@@ -66,11 +66,12 @@ struct ClientOptions {
   // trees of `tree_nodes`), provisional drafting while weights load.
   bool tree_fallback = true;
   bool tree_provisional = true;
-  int tree_nodes = 8;
-  int max_tree_nodes = 16;
+  int tree_nodes = 32;
+  int max_tree_nodes = 32;
   double tree_alpha = 0.01;
   int max_provisional = 16;
   int tree_max_children = 2;  // greedy alternatives a node offers
+  int tree_draft_width = 8;    // tree nodes drafted together in one draft forward
   // Tokenizer (model directory or tokenizer.model) for text prompts; default:
   // the draft's (edge-sd, cloud-ar) or the target's (local-ar).
   std::string tokenizer;

@@ -29,6 +29,7 @@ void validate(const TreeOptions& o) {
   if (o.max_tree_nodes < 1) throw Error("max-tree-nodes must be at least 1");
   if (o.max_provisional < 0) throw Error("max-provisional must be >= 0");
   if (o.max_children < 1) throw Error("max-children must be at least 1");
+  if (o.draft_width < 1) throw Error("draft-width must be at least 1");
   FallbackThreshold check(o.initial_alpha);  // throws on an alpha outside (0, 1]
 }
 
@@ -147,7 +148,7 @@ TreeGeneration generate_local_tree(const Model& target, const Model& draft, cons
     drafter.start_round(params, draft_rng, cap, o.fallback ? threshold.alpha() : 0.0);
     while (drafter.size() < cap) {
       if (o.fallback && drafter.size() > 0 && threshold.fall_back(drafter.tree_confidence())) break;
-      if (!drafter.grow(params, draft_rng)) break;
+      if (drafter.grow(params, draft_rng, std::min(o.draft_width, cap - drafter.size())) == 0) break;
     }
     const DraftTree tree = drafter.tree();
     RoundResult r;

@@ -98,67 +98,81 @@ void TreeDrafter::trim(int32_t keep) {
   if (last.q.empty()) last.next = std::max(0, last.next - 1);
 }
 
-void TreeDrafter::add_child(int32_t parent, const SamplingParams& params, Rng& rng) {
+TreeDrafter::Node TreeDrafter::make_child(int32_t parent, Rng& rng) {
   Node n;
-  {
-    Node& p = node(parent);
-    if (p.q.empty()) {
-      std::tie(n.token, n.prob) = p.ranked[p.next];
-      n.rank = p.next;
-      p.next += 1;
-    } else {
-      n.token = rng.categorical(p.q);
-      n.prob = p.q[n.token];
-      n.rank = static_cast<int32_t>(std::count_if(p.q.begin(), p.q.end(), [&](float v) { return v > n.prob; }));
-    }
-    if (parent >= 0 && p.children == 0) {
-      n.branch = p.branch;
-    } else {
-      n.branch = static_cast<int32_t>(branch_len_.size());
-      branch_len_.push_back(0);
-    }
-    branch_len_[n.branch] += 1;
-    p.children += 1;
-    n.parent = parent;
-    n.depth = p.depth + 1;
-    n.conf = p.conf * calibration_(n.rank, n.prob);
+  Node& p = node(parent);
+  if (p.q.empty()) {
+    std::tie(n.token, n.prob) = p.ranked[p.next];
+    n.rank = p.next;
+    p.next += 1;
+  } else {
+    n.token = rng.categorical(p.q);
+    n.prob = p.q[n.token];
+    n.rank = static_cast<int32_t>(std::count_if(p.q.begin(), p.q.end(), [&](float v) { return v > n.prob; }));
   }
-  // One token at its tree position, seeing the committed prefix, its
-  // ancestors and itself.
-  const int64_t slot = cache_.size();
-  ForwardRequest r;
-  r.tokens = {n.token};
-  r.positions = {base_ - 1 + n.depth};
-  r.mask = at::zeros({1, slot + 1}, at::TensorOptions().dtype(at::kBool));
-  bool* m = r.mask.data_ptr<bool>();
-  std::fill(m, m + base_, true);
-  for (int32_t a = parent; a >= 0; a = nodes_[a].parent) m[base_ + a] = true;
-  m[slot] = true;
-  const at::Tensor row = draft_.forward(r, cache_).logits[0];
-  expand(n, row, params, rng);
-  stats_.forwards += 1;
-  nodes_.push_back(std::move(n));
+  if (parent >= 0 && p.children == 0) {
+    n.branch = p.branch;
+  } else {
+    n.branch = static_cast<int32_t>(branch_len_.size());
+    branch_len_.push_back(0);
+  }
+  branch_len_[n.branch] += 1;
+  p.children += 1;
+  n.parent = parent;
+  n.depth = p.depth + 1;
+  n.conf = p.conf * calibration_(n.rank, n.prob);
+  return n;
 }
 
-bool TreeDrafter::grow(const SamplingParams& params, Rng& rng) {
-  if (frozen_) throw Error("tree drafter: grow() after tree(); call accept() first");
-  if (cache_.size() + 1 > cache_.capacity() || base_ + size() >= draft_.config().max_position_embeddings) return false;
-  const auto t0 = SteadyClock::now();
-  const double M = static_cast<double>(size() + 1);
-  int32_t pick = -2;
-  double best = 0;
-  for (int32_t i = -1; i < size(); ++i) {
-    if (offer(node(i)) <= 0.0) continue;
-    const double s = shortfall(i, M);
-    if (pick == -2 || s > best) {
-      pick = i;
-      best = s;
-    }
+void TreeDrafter::draft_nodes(int32_t first, const SamplingParams& params, Rng& rng) {
+  // Each new node at its tree position, seeing the committed prefix, its
+  // ancestors and itself: node i is cache slot base_ + i.
+  const auto count = static_cast<int64_t>(nodes_.size()) - first;
+  const int64_t width = base_ + static_cast<int64_t>(nodes_.size());
+  ForwardRequest r;
+  r.mask = at::zeros({count, width}, at::TensorOptions().dtype(at::kBool));
+  bool* m = r.mask.data_ptr<bool>();
+  for (int64_t k = 0; k < count; ++k) {
+    const int32_t i = first + static_cast<int32_t>(k);
+    r.tokens.push_back(nodes_[i].token);
+    r.positions.push_back(base_ - 1 + nodes_[i].depth);
+    bool* row = m + k * width;
+    std::fill(row, row + base_, true);
+    for (int32_t a = i; a >= 0; a = nodes_[a].parent) row[base_ + a] = true;
   }
-  if (pick == -2) return false;
-  add_child(pick, params, rng);
+  const at::Tensor logits = draft_.forward(r, cache_).logits;
+  for (int64_t k = 0; k < count; ++k) expand(nodes_[first + k], logits[k], params, rng);
+  stats_.forwards += 1;
+}
+
+int32_t TreeDrafter::grow(const SamplingParams& params, Rng& rng, int32_t width) {
+  if (frozen_) throw Error("tree drafter: grow() after tree(); call accept() first");
+  const int64_t room = std::min<int64_t>(cache_.capacity() - cache_.size(),
+                                         draft_.config().max_position_embeddings - base_ - size());
+  width = static_cast<int32_t>(std::min<int64_t>(width, room));
+  const auto t0 = SteadyClock::now();
+  const int32_t first = size();
+  // The pacer's picks, one after another; a node picked in this step has not
+  // been through the draft yet and so offers nothing until the forward.
+  for (int32_t k = 0; k < width; ++k) {
+    const double M = static_cast<double>(size() + 1);
+    int32_t pick = -2;
+    double best = 0;
+    for (int32_t i = -1; i < size(); ++i) {
+      if (offer(node(i)) <= 0.0) continue;
+      const double s = shortfall(i, M);
+      if (pick == -2 || s > best) {
+        pick = i;
+        best = s;
+      }
+    }
+    if (pick == -2) break;
+    nodes_.push_back(make_child(pick, rng));
+  }
+  const int32_t added = size() - first;
+  if (added > 0) draft_nodes(first, params, rng);
   stats_.draft_ms += ms_since(t0);
-  return true;
+  return added;
 }
 
 double TreeDrafter::shortfall(int32_t i, double M) const {
@@ -220,7 +234,8 @@ bool TreeDrafter::extend_provisional(const SamplingParams& params, Rng& rng) {
   const int32_t parent = provisional_ == 0 ? anchor_ : static_cast<int32_t>(nodes_.size()) - 1;
   if (offer(node(parent)) <= 0.0) return false;
   const auto t0 = SteadyClock::now();
-  add_child(parent, params, rng);
+  nodes_.push_back(make_child(parent, rng));
+  draft_nodes(static_cast<int32_t>(nodes_.size()) - 1, params, rng);
   provisional_ += 1;
   stats_.draft_ms += ms_since(t0);
   return true;

@@ -16,10 +16,12 @@
 // token's calibrated probability (confidence_calibration.h): the softmax at
 // temperature 1 under greedy decoding, the post-filter q under sampling.
 //
-// Masked branch decoder. Each new node is one draft forward of one token at
-// its tree position, under a mask that shows it the committed prefix and its
-// own ancestors only, so all branches share one KV cache with no context
-// switch; verification keeps the accepted path and compacts the cache.
+// Masked branch decoder. Each new node is drafted at its tree position, under
+// a mask that shows it the committed prefix and its own ancestors only, so
+// all branches share one KV cache with no context switch; verification keeps
+// the accepted path and compacts the cache. The nodes the pacer picks in one
+// step share one draft forward (our addition: the paper drafts one node per
+// forward), which makes large trees affordable.
 //
 // Provisional generation (§III-D): while the target verifies a tree, the
 // drafter may extend that tree's most confident branch past it. When the
@@ -59,9 +61,12 @@ class TreeDrafter {
   // have stopped there). Sampling keeps them regardless of their values,
   // since dropping drawn tokens by value would bias what is verified.
   void start_round(const SamplingParams& params, Rng& rng, int32_t max_nodes, double min_confidence = 0.0);
-  // Adds the node the pacer picks, with one draft forward. False when no node
-  // can be added (the draft's context is full).
-  bool grow(const SamplingParams& params, Rng& rng);
+  // Adds up to `width` nodes the pacer picks, drafted together in one draft
+  // forward (a forward of a few tokens costs about what one costs). Within a
+  // step the pacer picks among nodes already drafted: a node added in this
+  // step offers its children from the next. Returns the nodes added; 0 when
+  // none can be (the draft's context is full, or nothing is on offer).
+  int32_t grow(const SamplingParams& params, Rng& rng, int32_t width = 1);
   // Tc: the highest cumulative confidence of any branch (1 for no tree).
   double tree_confidence() const;
   int32_t size() const { return static_cast<int32_t>(nodes_.size()) - provisional_; }
@@ -112,8 +117,11 @@ class TreeDrafter {
   void trim(int32_t keep);
   // Reads the draft's next-token distribution for `n` from its logits row.
   void expand(Node& n, const at::Tensor& logits_row, const SamplingParams& params, Rng& rng);
-  // Adds the child `parent` (-1: root) offers, with its forward.
-  void add_child(int32_t parent, const SamplingParams& params, Rng& rng);
+  // The child `parent` (-1: root) offers, booked in the parent and the
+  // branches; drafted by draft_nodes().
+  Node make_child(int32_t parent, Rng& rng);
+  // One draft forward for nodes_[first..]: expands each.
+  void draft_nodes(int32_t first, const SamplingParams& params, Rng& rng);
   Node& node(int32_t i) { return i < 0 ? root_ : nodes_[i]; }
   const Node& node(int32_t i) const { return i < 0 ? root_ : nodes_[i]; }
   // The frozen tree's most confident leaf.

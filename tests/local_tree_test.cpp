@@ -59,35 +59,49 @@ TEST(FallbackThreshold, FollowsEquation3) {
   EXPECT_NE(error_of([] { FallbackThreshold bad(0.0); }).find("alpha must be in (0, 1]"), std::string::npos);
 }
 
+// Drafted one node per forward (the paper's decoder) and several per forward:
+// either way each node sees exactly its own branch.
 TEST(TreeDrafter, EachNodeIsDraftedAsItsBranchAloneWouldBe) {
   auto draft = Model::random(tiny_config(40, 2), 9);
-  TreeDrafter d(*draft, 3);
-  const std::vector<int32_t> prompt = {1, 5, 9, 2};
-  d.begin(prompt);
-  SamplingParams greedy;
-  Rng rng(1);
-  d.start_round(greedy, rng, 12);
-  for (int i = 0; i < 12; ++i) ASSERT_TRUE(d.grow(greedy, rng));
-  const DraftTree tree = d.tree();
-  ASSERT_EQ(tree.size(), 12);
-  bool branched = false;
-  for (int32_t i = 0; i < tree.size(); ++i) branched = branched || tree.parents[i] != i - 1;
-  EXPECT_TRUE(branched) << "three children on offer per node: the pacer should open a second branch";
-  // Node i's first child is the draft's greedy token after node i's branch.
-  c10::InferenceMode guard;
-  for (int32_t i = 0; i < tree.size(); ++i) {
-    std::vector<int32_t> branch;
-    for (int32_t a = i; a >= 0; a = tree.parents[a]) branch.insert(branch.begin(), tree.tokens[a]);
-    std::vector<int32_t> seq = prompt;
-    seq.insert(seq.end(), branch.begin(), branch.end());
-    KVCache cache = draft->new_cache();
-    ForwardRequest f;
-    f.tokens = seq;
-    f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
-    const int32_t expected = greedy_token(draft->forward(f, cache).logits[0]);
-    const auto kids = tree.children(i);
-    if (!kids.empty()) {
-      EXPECT_EQ(tree.tokens[kids[0]], expected) << "node " << i;
+  for (const int32_t width : {1, 4}) {
+    TreeDrafter d(*draft, 3);
+    const std::vector<int32_t> prompt = {1, 5, 9, 2};
+    d.begin(prompt);
+    SamplingParams greedy;
+    Rng rng(1);
+    d.start_round(greedy, rng, 12);
+    int steps = 0;
+    while (d.size() < 12) {
+      const int32_t added = d.grow(greedy, rng, std::min(width, 12 - d.size()));
+      ASSERT_GE(added, 1);
+      ASSERT_LE(added, width);
+      ++steps;
+    }
+    EXPECT_EQ(d.stats().forwards, steps + 1) << "one draft forward per step, and the root's";
+    if (width > 1) {
+      EXPECT_LT(steps, 12) << "some steps drafted several nodes together";
+    }
+    const DraftTree tree = d.tree();
+    ASSERT_EQ(tree.size(), 12);
+    bool branched = false;
+    for (int32_t i = 0; i < tree.size(); ++i) branched = branched || tree.parents[i] != i - 1;
+    EXPECT_TRUE(branched) << "three children on offer per node: the pacer should open a second branch";
+    // Node i's first child is the draft's greedy token after node i's branch.
+    c10::InferenceMode guard;
+    for (int32_t i = 0; i < tree.size(); ++i) {
+      std::vector<int32_t> branch;
+      for (int32_t a = i; a >= 0; a = tree.parents[a]) branch.insert(branch.begin(), tree.tokens[a]);
+      std::vector<int32_t> seq = prompt;
+      seq.insert(seq.end(), branch.begin(), branch.end());
+      KVCache cache = draft->new_cache();
+      ForwardRequest f;
+      f.tokens = seq;
+      f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
+      const int32_t expected = greedy_token(draft->forward(f, cache).logits[0]);
+      const auto kids = tree.children(i);
+      if (!kids.empty()) {
+        EXPECT_EQ(tree.tokens[kids[0]], expected) << "width " << width << ", node " << i;
+      }
     }
   }
 }
@@ -249,6 +263,10 @@ TEST(LocalTree, ClearErrors) {
   EXPECT_NE(error_of([&] { generate_local_tree(*target, *other, {1, 2}, o, t); }).find("vocab_size"), std::string::npos);
   t.initial_alpha = 2;
   EXPECT_NE(error_of([&] { generate_local_tree(*target, *target, {1, 2}, o, t); }).find("alpha"), std::string::npos);
+  t = TreeOptions{};
+  t.draft_width = 0;
+  EXPECT_NE(error_of([&] { generate_local_tree(*target, *target, {1, 2}, o, t); }).find("draft-width must be at least 1"),
+            std::string::npos);
   t = TreeOptions{};
   EXPECT_NE(error_of([&] { generate_local_tree(*target, *target, {1, 99}, o, t); }).find("outside the vocabulary"),
             std::string::npos);

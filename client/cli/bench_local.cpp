@@ -29,6 +29,7 @@ struct LocalBenchArgs {
   int tree_nodes = ClientOptions{}.tree_nodes;
   int max_tree_nodes = ClientOptions{}.max_tree_nodes;
   int max_children = ClientOptions{}.tree_max_children;
+  int draft_width = ClientOptions{}.tree_draft_width;
   double alpha = ClientOptions{}.tree_alpha;
   int max_provisional = ClientOptions{}.max_provisional;
   std::string read_ahead;
@@ -58,7 +59,10 @@ struct Totals {
   double per_round(double v) const { return rounds ? v / static_cast<double>(rounds) : 0.0; }
 };
 
-ClientOptions options_for(const LocalBenchArgs& a, const std::string& config, const std::string& budget) {
+// A configuration is a name with optional per-row settings, e.g.
+// "tree/nodes=8/width=1": the paper's decoder (one node per draft forward)
+// beside ours in the same interleaved run.
+ClientOptions options_for(const LocalBenchArgs& a, const std::string& spec, const std::string& budget) {
   ClientOptions o;
   o.target_dir = a.target_dir;
   o.draft_dir = a.draft_dir;
@@ -68,8 +72,30 @@ ClientOptions options_for(const LocalBenchArgs& a, const std::string& config, co
   o.tree_nodes = a.tree_nodes;
   o.max_tree_nodes = a.max_tree_nodes;
   o.tree_max_children = a.max_children;
+  o.tree_draft_width = a.draft_width;
   o.tree_alpha = a.alpha;
   o.max_provisional = a.max_provisional;
+  const std::string config = spec.substr(0, spec.find('/'));
+  for (size_t at = spec.find('/'); at != std::string::npos;) {
+    const size_t end = spec.find('/', at + 1);
+    const std::string setting = spec.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+    const size_t eq = setting.find('=');
+    int value = 0;
+    try {
+      size_t used = 0;
+      value = eq == std::string::npos ? 0 : std::stoi(setting.substr(eq + 1), &used);
+      if (eq + 1 + used != setting.size()) value = 0;
+    } catch (const std::exception&) {
+      value = 0;
+    }
+    const std::string key = setting.substr(0, eq);
+    if (value < 1 || (key != "nodes" && key != "width"))
+      throw Error("bench local: bad setting '" + setting + "' in configuration '" + spec +
+                  "' (nodes=N sets tree nodes and most tree nodes, width=W nodes per draft forward; N, W >= 1)");
+    if (key == "nodes") o.tree_nodes = o.max_tree_nodes = value;
+    if (key == "width") o.tree_draft_width = value;
+    at = end;
+  }
   if (config == "std" || config == "stdpl") {
     o.mode = Mode::kLocalAr;
     o.stream_pipeline = config == "stdpl";
@@ -81,7 +107,7 @@ ClientOptions options_for(const LocalBenchArgs& a, const std::string& config, co
     o.tree_fallback = config.find("fallback") != std::string::npos;
     o.tree_provisional = config.find("provisional") != std::string::npos;
   } else {
-    throw Error("bench local: unknown configuration '" + config +
+    throw Error("bench local: unknown configuration '" + spec +
                 "' (std, stdpl, local-sd, tree, tree+fallback, tree+provisional, tree+fallback+provisional)");
   }
   return o;
@@ -91,7 +117,12 @@ int run_bench_local(const LocalBenchArgs& a) {
   const std::vector<std::string> texts = read_prompts(a.prompts, a.num_prompts);
   Tokenizer tok(a.target_dir);
   const ModelConfig target_config = load_model_config(a.target_dir);
-  const int64_t keep = target_config.max_position_embeddings - a.max_new_tokens - std::max(a.gamma, a.max_tree_nodes) - 1;
+  int64_t largest_round = a.gamma;
+  for (const std::string& c : a.configs) {
+    const ClientOptions o = options_for(a, c, "");
+    largest_round = std::max<int64_t>(largest_round, std::max(o.tree_nodes, o.max_tree_nodes));
+  }
+  const int64_t keep = target_config.max_position_embeddings - a.max_new_tokens - largest_round - 1;
   if (keep < 2) throw Error("bench local: max-new-tokens leaves no room for a prompt in the target's context");
   const std::vector<std::vector<int32_t>> prompts = encode_prompts(texts, tok, keep);
   const uint64_t weights = fp32_weight_bytes(target_config);
@@ -171,13 +202,17 @@ std::function<int()> add_bench_local(CLI::App& bench) {
   cmd->add_option("--budgets", a->budgets, "Memory budgets for the target's weights (25%, 8MiB, ...)")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--configs", a->configs, "Configurations, the first being the baseline of the speedups")
+  cmd->add_option("--configs", a->configs,
+                  "Configurations, the first being the baseline of the speedups; a tree configuration may add "
+                  "/nodes=N and /width=W, e.g. tree/nodes=8/width=1")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--gamma", a->gamma, "local-sd: draft tokens per round")->capture_default_str();
   cmd->add_option("--tree-nodes", a->tree_nodes, "tree without fallback: nodes per tree")->capture_default_str();
   cmd->add_option("--max-tree-nodes", a->max_tree_nodes, "tree with fallback: most nodes per tree")->capture_default_str();
   cmd->add_option("--max-children", a->max_children, "tree: greedy alternatives per node")->capture_default_str();
+  cmd->add_option("--draft-width", a->draft_width, "tree: nodes drafted together in one draft forward")
+      ->capture_default_str();
   cmd->add_option("--alpha", a->alpha, "tree with fallback: initial alpha")->capture_default_str();
   cmd->add_option("--max-provisional", a->max_provisional, "provisional tokens per verification at most")
       ->capture_default_str();

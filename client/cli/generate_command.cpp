@@ -39,6 +39,7 @@ struct GenerateArgs {
   double alpha = ClientOptions{}.tree_alpha;
   int max_provisional = ClientOptions{}.max_provisional;
   int max_children = ClientOptions{}.tree_max_children;
+  int draft_width = ClientOptions{}.tree_draft_width;
 };
 
 nlohmann::json stats_json(const Stats& s, Mode mode) {
@@ -114,6 +115,7 @@ int run_generate(const GenerateArgs& a) {
   o.tree_alpha = a.alpha;
   o.max_provisional = a.max_provisional;
   o.tree_max_children = a.max_children;
+  o.tree_draft_width = a.draft_width;
   std::unique_ptr<Client> client = Client::connect(o);
   Request req = a.request;
   req.deadline = std::chrono::milliseconds(static_cast<int64_t>(a.deadline_s * 1000));
@@ -198,6 +200,9 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--max-children", a->max_children, "local-tree: greedy alternatives a node offers")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--draft-width", a->draft_width, "local-tree: tree nodes drafted together in one draft forward")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--max-provisional", a->max_provisional, "local-tree: most provisional tokens per verification")
       ->capture_default_str()
       ->check(CLI::Range(0, 256));
