@@ -30,6 +30,8 @@ struct TreeOptions {
   int32_t max_children = 2;  // greedy alternatives per node
   // Tree nodes drafted together in one draft forward (1: the paper's
   // decoder). A forward of 8 tokens costs the demo draft about 2.3 of one.
+  // The fallback is checked between these steps, so a tree may pass the
+  // point where it would have stopped by up to draft_width - 1 nodes.
   int32_t draft_width = 8;
   int threads = 1;           // compute threads of the provisional worker
 };

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/model.h"
+#include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {
@@ -103,6 +104,27 @@ TEST(Cli, BenchForwardJson) {
   EXPECT_EQ(j["rows"][3]["new_tokens"], 4);
   EXPECT_GT(j["rows"][3]["ms"].get<double>(), 0.0);
   EXPECT_EQ(j["weight_bytes"].get<int64_t>(), tiny_config().num_parameters() * 4);
+}
+
+// Rows of one interleaved run may set their own tree size and draft width.
+TEST(Cli, BenchLocalRowsWithTheirOwnTreeSettings) {
+  TempDir dir;
+  write_file(dir.path() / "p.jsonl", "{\"turns\": [\"Tell me about the sea.\"]}\n{\"turns\": [\"Why is the sky blue?\"]}\n");
+  const std::string base = "bench local --target " + demo_target_dir() + " --draft " + demo_draft_dir() + " --prompts " +
+                           dir.str("p.jsonl") + " --num-prompts 2 --max-new-tokens 6 --budgets 25% --threads 1 --json ";
+  const CliRun r = run_cli(base + "--configs std,tree/nodes=3/width=2,tree");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[1]["configuration"], "tree/nodes=3/width=2");
+  EXPECT_GT(rows[1]["tree_nodes"].get<double>(), 0.0);
+  EXPECT_LE(rows[1]["tree_nodes"].get<double>(), 3.0);
+  EXPECT_GT(rows[2]["tree_nodes"].get<double>(), 3.0) << "the other tree row keeps the default size";
+  for (const char* bad : {"tree/nodes=0", "tree/depth=3", "std/width=2", "tree/width=2x"}) {
+    const CliRun e = run_cli(base + "--configs std," + bad);
+    EXPECT_EQ(e.status, 1) << bad;
+    EXPECT_NE(e.err.find("bad setting"), std::string::npos) << bad << "\n" << e.err;
+  }
 }
 
 }  // namespace splitspec::test

@@ -3,6 +3,7 @@
 // none of it) and every configuration runs each prompt in turn, interleaved,
 // so that the disk's drift hits them all alike: Std, StdPL, local-sd, then
 // the token tree alone, with the fallback, and with provisional generation.
+#include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -61,7 +62,34 @@ struct Totals {
 
 // A configuration is a name with optional per-row settings, e.g.
 // "tree/nodes=8/width=1": the paper's decoder (one node per draft forward)
-// beside ours in the same interleaved run.
+// beside ours in the same interleaved run. Applies the settings to `o` and
+// returns the name.
+std::string apply_row_settings(const std::string& spec, ClientOptions& o) {
+  const std::string name = spec.substr(0, spec.find('/'));
+  for (size_t at = spec.find('/'); at != std::string::npos;) {
+    const size_t end = spec.find('/', at + 1);
+    const std::string setting = spec.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+    const size_t eq = setting.find('=');
+    const std::string key = setting.substr(0, eq);
+    int value = 0;
+    if (eq != std::string::npos) {
+      const char* first = setting.data() + eq + 1;
+      const char* last = setting.data() + setting.size();
+      if (std::from_chars(first, last, value).ptr != last) value = 0;
+    }
+    if (value < 1 || (key != "nodes" && key != "width") || name.rfind("tree", 0) != 0)
+      throw Error("bench local: bad setting '" + setting + "' in configuration '" + spec +
+                  "' (tree configurations only: nodes=N sets tree nodes and most tree nodes, width=W nodes per draft "
+                  "forward; N, W >= 1)");
+    if (key == "nodes")
+      o.tree_nodes = o.max_tree_nodes = value;
+    else
+      o.tree_draft_width = value;
+    at = end;
+  }
+  return name;
+}
+
 ClientOptions options_for(const LocalBenchArgs& a, const std::string& spec, const std::string& budget) {
   ClientOptions o;
   o.target_dir = a.target_dir;
@@ -75,27 +103,7 @@ ClientOptions options_for(const LocalBenchArgs& a, const std::string& spec, cons
   o.tree_draft_width = a.draft_width;
   o.tree_alpha = a.alpha;
   o.max_provisional = a.max_provisional;
-  const std::string config = spec.substr(0, spec.find('/'));
-  for (size_t at = spec.find('/'); at != std::string::npos;) {
-    const size_t end = spec.find('/', at + 1);
-    const std::string setting = spec.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
-    const size_t eq = setting.find('=');
-    int value = 0;
-    try {
-      size_t used = 0;
-      value = eq == std::string::npos ? 0 : std::stoi(setting.substr(eq + 1), &used);
-      if (eq + 1 + used != setting.size()) value = 0;
-    } catch (const std::exception&) {
-      value = 0;
-    }
-    const std::string key = setting.substr(0, eq);
-    if (value < 1 || (key != "nodes" && key != "width"))
-      throw Error("bench local: bad setting '" + setting + "' in configuration '" + spec +
-                  "' (nodes=N sets tree nodes and most tree nodes, width=W nodes per draft forward; N, W >= 1)");
-    if (key == "nodes") o.tree_nodes = o.max_tree_nodes = value;
-    if (key == "width") o.tree_draft_width = value;
-    at = end;
-  }
+  const std::string config = apply_row_settings(spec, o);
   if (config == "std" || config == "stdpl") {
     o.mode = Mode::kLocalAr;
     o.stream_pipeline = config == "stdpl";
@@ -212,7 +220,8 @@ std::function<int()> add_bench_local(CLI::App& bench) {
   cmd->add_option("--max-tree-nodes", a->max_tree_nodes, "tree with fallback: most nodes per tree")->capture_default_str();
   cmd->add_option("--max-children", a->max_children, "tree: greedy alternatives per node")->capture_default_str();
   cmd->add_option("--draft-width", a->draft_width, "tree: nodes drafted together in one draft forward")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--alpha", a->alpha, "tree with fallback: initial alpha")->capture_default_str();
   cmd->add_option("--max-provisional", a->max_provisional, "provisional tokens per verification at most")
       ->capture_default_str();
