@@ -371,15 +371,14 @@ const float* StreamedWeights::acquire_unit(int64_t index) {
     return p;
   }
   std::unique_lock<std::mutex> lk(mu_);
-  const uint64_t seq = released_;
-  cv_.wait(lk, [&] { return loaded_ > seq || !read_error_.empty(); });
+  const bool loaded = wait_next(lk);
   stall_ms_ += ms_since(t0);
-  if (loaded_ <= seq) throw Error(read_error_);
+  if (!loaded) throw Error(read_error_);
   const uint64_t start = in_ring_.front().first;
   lk.unlock();
   waiting_.store(false, std::memory_order_relaxed);
   // Only this thread takes units out, so the loader leaves this one alone
-  // until it is released below.
+  // until it is taken out of the ring below.
   const auto t1 = SteadyClock::now();
   auto* out = reinterpret_cast<float*>(work_);
   to_float(u.dtype, ring_ + start % ring_bytes_ + u.offset % kAlign, u.elems, out);
@@ -387,7 +386,6 @@ const float* StreamedWeights::acquire_unit(int64_t index) {
   lk.lock();
   read_ms_ += convert_ms;
   in_ring_.pop_front();
-  ++released_;
   lk.unlock();
   cv_.notify_all();
   return out;
@@ -405,6 +403,11 @@ const float* StreamedWeights::acquire_head(int64_t chunk, int64_t* row0, int64_t
   return p;
 }
 
+bool StreamedWeights::wait_next(std::unique_lock<std::mutex>& lk) {
+  cv_.wait(lk, [&] { return !in_ring_.empty() || !read_error_.empty(); });
+  return !in_ring_.empty();
+}
+
 void StreamedWeights::release() { holding_ = false; }
 
 void StreamedWeights::end_forward() noexcept {
@@ -416,11 +419,8 @@ void StreamedWeights::end_forward() noexcept {
     std::unique_lock<std::mutex> lk(mu_);
     for (int64_t i = next_unit_; i < static_cast<int64_t>(units_.size()); ++i) {
       if (units_[i].resident) continue;
-      const uint64_t seq = released_;
-      cv_.wait(lk, [&] { return loaded_ > seq || !read_error_.empty(); });
-      if (loaded_ <= seq) break;
+      if (!wait_next(lk)) break;
       in_ring_.pop_front();
-      ++released_;
       cv_.notify_all();
     }
   }

@@ -127,6 +127,9 @@ class StreamedWeights {
   const float* read_unit(const Unit& u);
   // read_unit, refusing NaN and infinite values.
   const float* read_checked(const Unit& u);
+  // Under mu_: waits until the next streamed unit is in the ring; false if
+  // the loader failed before reading it.
+  bool wait_next(std::unique_lock<std::mutex>& lk);
   // `bytes` from `offset` into dst (all aligned for O_DIRECT); the file must
   // hold at least `needed` of them.
   void read_span(int file, uint64_t offset, uint64_t bytes, uint64_t needed, uint8_t* dst);
@@ -186,9 +189,10 @@ class StreamedWeights {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   uint64_t loaded_ = 0;    // numbers below this have been read
-  uint64_t released_ = 0;  // numbers below this have been taken out of the ring
   uint64_t ring_end_ = 0;  // where the last one read ends
-  std::deque<std::pair<uint64_t, uint64_t>> in_ring_;  // [start, end) of released_ .. loaded_ - 1
+  // [start, end) of the units read and not yet taken out, oldest first: the
+  // forward takes number loaded_ - in_ring_.size() next.
+  std::deque<std::pair<uint64_t, uint64_t>> in_ring_;
   std::string read_error_;
   bool stop_ = false;
   std::thread loader_;
