@@ -570,6 +570,7 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
     s.verify_wait_ms += ms_between(sent, got);
     s.server_ms += v.timings().queue_ms() + v.timings().forward_ms() + v.timings().verify_ms();
     s.server_forward_ms += v.timings().forward_ms();
+    s.server_exits_ms += v.timings().exits_ms();
     if (r.ids.empty()) s.first_token_ms = ms_between(t0, got);
     const std::vector<int32_t> tokens(v.tokens().begin(), v.tokens().end());
     const bool finished = v.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;

@@ -115,6 +115,7 @@ struct Stats {
   double verify_wait_ms = 0;          // from sending drafts to their verdict, summed
   double server_ms = 0;               // of that, time the server reports (queue, forward, verify)
   double server_forward_ms = 0;       // of that, target forwards
+  double server_exits_ms = 0;         // of that, early exits (edge-fsd)
   double network_rtt_ms = 0;          // mean per round: verify wait minus server time
   // edge-fsd.
   int64_t early_verdicts = 0;         // received for rounds still open

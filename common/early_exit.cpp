@@ -85,6 +85,8 @@ std::optional<EarlyExits> EarlyExits::load(const std::string& dir, const ModelCo
     layers = j.at("after_layers").get<std::vector<int64_t>>();
     e.bottleneck_ = j.at("bottleneck").get<int64_t>();
     if (j.contains("serve_layers")) e.serve_layers_ = j.at("serve_layers").get<std::vector<int64_t>>();
+    if (j.contains("frequent_tokens"))
+      e.set_frequent_tokens(j.at("frequent_tokens").get<std::vector<int32_t>>(), c.vocab_size);
     if (j.at("hidden_size").get<int64_t>() != c.hidden_size)
       throw Error("hidden_size " + std::to_string(j.at("hidden_size").get<int64_t>()) + " differs from the model's " +
                   std::to_string(c.hidden_size));
@@ -144,6 +146,7 @@ void EarlyExits::save(const std::string& dir) const {
   j["bottleneck"] = bottleneck_;
   j["hidden_size"] = adapters_.empty() ? 0 : adapters_[0].norm.size(0);
   if (!serve_layers_.empty()) j["serve_layers"] = serve_layers_;
+  if (!frequent_tokens_.empty()) j["frequent_tokens"] = frequent_tokens_;
   const fs::path tmp = fs::path(dir) / "early_exits.json.tmp";
   {
     std::ofstream f(tmp);
@@ -165,6 +168,26 @@ size_t EarlyExits::parameter_count() const {
   return n;
 }
 
+void EarlyExits::set_frequent_tokens(std::vector<int32_t> ids, int64_t vocab_size) {
+  std::vector<bool> seen(static_cast<size_t>(vocab_size), false);
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size)
+      throw Error("frequent_tokens: id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(vocab_size));
+    if (seen[static_cast<size_t>(id)]) throw Error("frequent_tokens: id " + std::to_string(id) + " repeated");
+    seen[static_cast<size_t>(id)] = true;
+  }
+  frequent_tokens_ = std::move(ids);
+}
+
+void EarlyExits::set_shortlist(const Model& model, int64_t k) {
+  shortlist_ids_ = at::Tensor();
+  shortlist_head_ = at::Tensor();
+  if (k <= 0 || k >= static_cast<int64_t>(frequent_tokens_.size())) return;
+  shortlist_ids_ = at::tensor(std::vector<int64_t>(frequent_tokens_.begin(), frequent_tokens_.begin() + k),
+                              at::TensorOptions().dtype(at::kLong));
+  shortlist_head_ = model.weights().lm_head.index_select(0, shortlist_ids_).contiguous();
+}
+
 at::Tensor EarlyExits::logits(const Model& model, size_t i, const at::Tensor& hidden) const {
   const ExitAdapter& a = adapters_.at(i);
   const ModelConfig& c = model.config();
@@ -178,15 +201,14 @@ at::Tensor EarlyExits::logits(const Model& model, size_t i, const at::Tensor& hi
   at::silu_(mid);
   kernels::linear(mid.data_ptr<float>(), m, B, a.up.data_ptr<float>(), H, delta.data_ptr<float>());
   const at::Tensor h = x + delta;
-  const int64_t V = c.vocab_size;
-  if (shortlist_ <= 0 || shortlist_ >= V) return model.head_logits(h);
-  at::Tensor normed2 = at::empty({m, H}, f32), scored = at::empty({m, shortlist_}, f32);
+  if (!shortlist_ids_.defined()) return model.head_logits(h);
+  const int64_t k = shortlist_ids_.numel();
+  at::Tensor normed2 = at::empty({m, H}, f32), scored = at::empty({m, k}, f32);
   kernels::rms_norm(h.data_ptr<float>(), m, H, model.weights().final_norm.data_ptr<float>(),
                     static_cast<float>(c.rms_norm_eps), normed2.data_ptr<float>());
-  kernels::linear(normed2.data_ptr<float>(), m, H, model.weights().lm_head.data_ptr<float>(), shortlist_,
-                  scored.data_ptr<float>());
-  at::Tensor out = at::full({m, V}, -std::numeric_limits<float>::infinity(), f32);
-  out.narrow(1, 0, shortlist_).copy_(scored);
+  kernels::linear(normed2.data_ptr<float>(), m, H, shortlist_head_.data_ptr<float>(), k, scored.data_ptr<float>());
+  at::Tensor out = at::full({m, c.vocab_size}, -std::numeric_limits<float>::infinity(), f32);
+  out.index_copy_(1, shortlist_ids_, scored);
   return out;
 }
 

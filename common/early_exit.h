@@ -5,7 +5,8 @@
 // it into logits. Only the adapters are trained; the model stays frozen.
 //
 // Stored beside the model: early_exits.json ({"after_layers": [..],
-// "bottleneck": b, "hidden_size": h, optional "serve_layers": [..]}) and early_exits.safetensors (per exit
+// "bottleneck": b, "hidden_size": h, optional "serve_layers": [..], optional
+// "frequent_tokens": [..]}) and early_exits.safetensors (per exit
 // k, the count of layers it follows: exits.k.norm.weight [h],
 // exits.k.down_proj.weight [b, h], exits.k.up_proj.weight [h, b]).
 #include <ATen/core/Tensor.h>
@@ -52,18 +53,31 @@ class EarlyExits {
   // Logits [m, vocab] of exit `i` for hidden rows [m, hidden] of its layer.
   at::Tensor logits(const Model& model, size_t i, const at::Tensor& hidden) const;
 
-  // Serving: exits score only the first `k` token ids (0 or >= vocab: all).
-  // Reading the LM head is most of an exit's cost, and a prediction may miss
-  // rare tokens: SentencePiece BPE numbers pieces in merge order, so low ids
-  // are the frequent ones. The final layer always scores the whole vocabulary.
-  void set_shortlist(int64_t k) { shortlist_ = k; }
-  int64_t shortlist() const { return shortlist_; }
+  // Token ids, most frequent first, in the corpus the exits were trained on
+  // (early_exits.json "frequent_tokens"; empty when the file predates them).
+  const std::vector<int32_t>& frequent_tokens() const { return frequent_tokens_; }
+  // Throws splitspec::Error on an id outside the vocabulary or a repeated id.
+  void set_frequent_tokens(std::vector<int32_t> ids, int64_t vocab_size);
+
+  // Serving: exits score only the `k` most frequent tokens. Reading the LM
+  // head is most of an exit's cost, and a prediction misses only rare
+  // tokens. Frequency, not id order: BPE numbers pieces in merge order, and
+  // on the demo target the first 2048 ids hold only 58% of the tokens its
+  // greedy outputs use, the 1024 most frequent 97%. k <= 0, k at or above
+  // the ranked tokens, or no ranking: the whole vocabulary. The final layer
+  // always scores the whole vocabulary.
+  void set_shortlist(const Model& model, int64_t k);
+  // Tokens an exit scores; 0: all of them.
+  int64_t shortlist() const { return shortlist_ids_.defined() ? shortlist_ids_.numel() : 0; }
 
  private:
   std::vector<ExitAdapter> adapters_;
   int64_t bottleneck_ = 0;
-  int64_t shortlist_ = 0;
   std::vector<int64_t> serve_layers_;
+  std::vector<int32_t> frequent_tokens_;
+  at::Tensor shortlist_ids_;   // [k] int64
+  at::Tensor shortlist_head_;  // [k, hidden]: those rows of the LM head, contiguous
+
 };
 
 }  // namespace splitspec

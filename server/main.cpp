@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   auto* exit_layers = app.add_option("--early-exit-layers", flags.early_exit_layers, "Run only these exits (layer counts, e.g. 4,6)")
                           ->delimiter(',');
   auto* exit_shortlist = app.add_option("--early-exit-shortlist", flags.early_exit_shortlist,
-                                       "Exits score token ids below this only (0: the whole vocabulary)");
+                                       "Exits score only this many of the most frequent tokens (0: the whole vocabulary)");
   auto* exit_queue = app.add_option("--early-exit-queue", flags.early_exit_queue, "Early verdict send order: priority or fifo");
   CLI11_PARSE(app, argc, argv);
 

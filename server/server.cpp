@@ -47,7 +47,13 @@ Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
       throw Error("early_exit_layers given but " + ctx_->config.target_dir + " has no early_exits.json");
     }
     ctx_->exits = std::move(all);
-    if (ctx_->exits) ctx_->exits->set_shortlist(ctx_->config.early_exit_shortlist);
+    if (ctx_->exits) {
+      ctx_->exits->set_shortlist(*ctx_->target, ctx_->config.early_exit_shortlist);
+      if (ctx_->config.early_exit_shortlist > 0 && ctx_->exits->frequent_tokens().empty())
+        spdlog::warn("{}: early exits carry no token ranking, so they score the whole vocabulary (slower); add one "
+                     "with splitspec train shortlist",
+                     ctx_->config.target_dir);
+    }
   }
   ctx_->exit_priority = ctx_->config.early_exit_queue == "priority";
   service_ = std::make_unique<SplitSpecService>(*ctx_);

@@ -22,8 +22,8 @@ struct ServerConfig {
   // early_exit_layers), or "off".
   std::string early_exits = "auto";
   std::vector<int64_t> early_exit_layers;  // empty: every shipped exit
-  std::string early_exit_queue = "priority";
-  int64_t early_exit_shortlist = 2048;  // exits score token ids below this (0: all); see EarlyExits::set_shortlist  // send order of early verdicts: priority (confidence) or fifo
+  std::string early_exit_queue = "priority";  // send order of early verdicts: priority (confidence) or fifo
+  int64_t early_exit_shortlist = 2048;        // exits score the most frequent tokens only (0: all); see EarlyExits::set_shortlist
   std::string port_file;  // when set, the bound port is written there (useful with port 0)
   std::string metrics_listen;  // HOST:PORT of the Prometheus /metrics endpoint; empty: none
 

@@ -4,9 +4,13 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <map>
+
 #include "common/early_exit.h"
 #include "common/early_verdict.h"
 #include "common/error.h"
+#include "common/train/corpus.h"
 #include "common/train/exit_trainer.h"
 #include "tests/edge_cloud_util.h"
 
@@ -38,12 +42,33 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   const at::Tensor h = at::randn({3, c.hidden_size});
   // The identity adapter is the plain LM head on the layer's hidden state.
   EXPECT_TRUE(at::allclose(back->logits(*model, 1, h), model->head_logits(h)));
-  // A shortlist scores the first k ids exactly and rules out the rest.
+  // A shortlist scores the k most frequent tokens exactly and rules out the
+  // rest; the ranking survives a save and load.
   EarlyExits q = *back;
-  q.set_shortlist(20);
+  q.set_shortlist(*model, 3);
+  EXPECT_EQ(q.shortlist(), 0) << "no ranking: the whole vocabulary";
+  std::vector<int32_t> ranked;
+  for (int32_t i = 0; i < 20; ++i) ranked.push_back((i * 7 + 5) % c.vocab_size);
+  q.set_frequent_tokens(ranked, c.vocab_size);
+  q.save(dir.str());
+  q = *EarlyExits::load(dir.str(), c);
+  EXPECT_EQ(q.frequent_tokens(), ranked);
+  q.set_shortlist(*model, 12);
+  EXPECT_EQ(q.shortlist(), 12);
   const at::Tensor full = back->logits(*model, 0, h), shortlisted = q.logits(*model, 0, h);
-  EXPECT_TRUE(at::allclose(shortlisted.narrow(1, 0, 20), full.narrow(1, 0, 20)));
-  EXPECT_TRUE(at::isinf(shortlisted.narrow(1, 20, 30)).all().item<bool>());
+  std::vector<bool> in(static_cast<size_t>(c.vocab_size), false);
+  for (int i = 0; i < 12; ++i) in[static_cast<size_t>(ranked[i])] = true;
+  for (int64_t t = 0; t < c.vocab_size; ++t) {
+    if (in[static_cast<size_t>(t)])
+      EXPECT_TRUE(at::allclose(shortlisted.select(1, t), full.select(1, t))) << t;
+    else
+      EXPECT_TRUE(at::isinf(shortlisted.select(1, t)).all().item<bool>()) << t;
+  }
+  q.set_shortlist(*model, 20);
+  EXPECT_EQ(q.shortlist(), 0) << "as many as ranked: the whole vocabulary";
+  EXPECT_NE(error_of([&] { q.set_frequent_tokens({1, 2, 1}, c.vocab_size); }).find("id 1 repeated"), std::string::npos);
+  EXPECT_NE(error_of([&] { q.set_frequent_tokens({static_cast<int32_t>(c.vocab_size)}, c.vocab_size); }).find("outside the vocabulary"),
+            std::string::npos);
 
   EXPECT_NE(error_of([&] { EarlyExits::parse_layers("0", c); }).find("outside 1..3"), std::string::npos);
   EXPECT_NE(error_of([&] { EarlyExits::parse_layers("4", c); }).find("outside 1..3"), std::string::npos);
@@ -55,6 +80,9 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   EXPECT_NE(error_of([&] { EarlyExits::load(dir.str(), c); }).find("hidden_size 99"), std::string::npos);
   test::write_file(dir.path() / "early_exits.json", "{\"after_layers\": [2], \"bottleneck\": 8, \"hidden_size\": 32}");
   EXPECT_NE(error_of([&] { EarlyExits::load(dir.str(), c); }).find("exits.2.norm.weight' missing"), std::string::npos);
+  test::write_file(dir.path() / "early_exits.json",
+                   "{\"after_layers\": [1, 3], \"bottleneck\": 8, \"hidden_size\": 32, \"frequent_tokens\": [-1]}");
+  EXPECT_NE(error_of([&] { EarlyExits::load(dir.str(), c); }).find("outside the vocabulary"), std::string::npos);
   test::write_file(dir.path() / "early_exits.json", "{\"after_layers\": ");
   EXPECT_NE(error_of([&] { EarlyExits::load(dir.str(), c); }).find("not valid JSON"), std::string::npos);
   std::filesystem::remove(dir.path() / "early_exits.json");
@@ -119,6 +147,41 @@ TEST(EarlyExits, TrainingLowersEachExitsLossAndWritesBesideTheModel) {
   const auto back = EarlyExits::load(dir.str(), model->config());
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->bottleneck(), 16);
+  // The shortlist's ranking: every token of the corpus, most frequent first.
+  const std::vector<int32_t> corpus = tokenize_corpus(job.corpus, Tokenizer(job.target_dir), 1);
+  std::map<int32_t, int64_t> count;
+  for (int32_t t : corpus) ++count[t];
+  const std::vector<int32_t>& ranked = back->frequent_tokens();
+  ASSERT_EQ(ranked.size(), count.size());
+  for (size_t i = 1; i < ranked.size(); ++i) EXPECT_GE(count[ranked[i - 1]], count[ranked[i]]) << i;
+}
+
+// Exits trained before they carried a ranking get one from the CLI, adapters
+// untouched; a model without exits is a clear error.
+TEST(EarlyExitsCli, ShortlistRanksTheVocabularyOfExistingExits) {
+  TempDir dir, target;
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "early_exits.safetensors"})
+    std::filesystem::copy_file(std::filesystem::path(test::demo_target_dir()) / f, target.path() / f);
+  auto model = Model::load(test::demo_target_dir());
+  EarlyExits plain = *EarlyExits::load(test::demo_target_dir(), model->config());
+  plain.set_frequent_tokens({}, model->config().vocab_size);
+  plain.save(target.str());
+  std::string text;
+  for (int i = 0; i < 50; ++i) text += "Call me Ishmael. Some years ago, never mind how long precisely.\n\n";
+  test::write_file(dir.path() / "text.txt", text);
+  const std::string bin = std::string(SPLITSPEC_BIN_DIR) + "/splitspec train shortlist --corpus " + dir.str("text.txt");
+  const std::string out = dir.str("out.txt"), err = dir.str("err.txt");
+  ASSERT_EQ(std::system((bin + " --target " + target.str() + " >" + out + " 2>" + err).c_str()), 0) << test::read_file(err);
+  EXPECT_NE(test::read_file(out).find("ranked"), std::string::npos);
+  const auto back = EarlyExits::load(target.str(), model->config());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_FALSE(back->frequent_tokens().empty());
+  EXPECT_TRUE(at::equal(back->adapters()[2].up, plain.adapters()[2].up));
+
+  TempDir bare;
+  Model::random(test::tiny_config(), 1)->save(bare.str());
+  EXPECT_NE(std::system((bin + " --target " + bare.str() + " >/dev/null 2>" + err).c_str()), 0);
+  EXPECT_NE(test::read_file(err).find("no early_exits.json"), std::string::npos) << test::read_file(err);
 }
 
 }  // namespace

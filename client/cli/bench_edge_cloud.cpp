@@ -40,7 +40,7 @@ struct EdgeBenchArgs {
 // Sums over every prompt of one mode at one delay.
 struct ModeTotals {
   int64_t prompts = 0, tokens = 0, rounds = 0, target_forwards = 0, draft_forwards = 0;
-  double wall_ms = 0, server_forward_ms = 0, draft_ms = 0, verify_wait_ms = 0, server_ms = 0, accepted = 0;
+  double wall_ms = 0, server_forward_ms = 0, server_exits_ms = 0, draft_ms = 0, verify_wait_ms = 0, server_ms = 0, accepted = 0;
   double lookups = 0, hits = 0, exit_layer_sum = 0, sync_wait_ms = 0, hit_send_ms = 0, miss_send_ms = 0;
   double hit_sends = 0, miss_sends = 0, predraft_rounds = 0;
 
@@ -53,6 +53,7 @@ struct ModeTotals {
     draft_forwards += s.draft_forwards;  // one drafted token each
     wall_ms += s.wall_ms;
     server_forward_ms += s.server_forward_ms;
+    server_exits_ms += s.server_exits_ms;
     draft_ms += s.draft_ms;
     verify_wait_ms += s.verify_wait_ms;
     server_ms += s.server_ms;
@@ -169,6 +170,7 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
           j["model_ms_per_token"] = (2.0 * tc + r * a.gamma * tp + (1.0 - r) * tr + tq) / tau;
           j["cache_miss_rate"] = r;
           j["T_r_ms"] = tr;
+          j["T_e_ms"] = t.server_exits_ms / static_cast<double>(std::max<int64_t>(t.rounds, 1));
           j["avg_exit_layer"] = t.hits > 0 ? t.exit_layer_sum / t.hits : 0.0;
           j["hit_send_ms"] = t.hit_sends > 0 ? t.hit_send_ms / t.hit_sends : 0.0;
           j["miss_send_ms"] = t.miss_sends > 0 ? t.miss_send_ms / t.miss_sends : 0.0;

@@ -36,7 +36,7 @@ int run_bench_exits(const ExitBenchArgs& a) {
   const ModelConfig& c = model->config();
   std::optional<EarlyExits> all = EarlyExits::load(a.model_dir, c);
   if (!all) throw Error(a.model_dir + ": no early_exits.json (train them with splitspec train exits)");
-  all->set_shortlist(a.shortlist);
+  all->set_shortlist(*model, a.shortlist);
   if (a.context + a.gamma + 1 > c.max_position_embeddings) throw Error("bench exits: context too long for the model");
   // A cache of real entries, then a chain draft to verify.
   KVCache base = model->new_cache();
@@ -100,7 +100,7 @@ std::function<int()> add_bench_exits(CLI::App& bench) {
   cmd->add_option("--context", a->context, "Cached tokens")->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Interleaved runs per row")->capture_default_str();
   cmd->add_option("--threads", a->threads, "Compute threads")->capture_default_str();
-  cmd->add_option("--shortlist", a->shortlist, "Exits score the first K token ids (0: all)")->capture_default_str();
+  cmd->add_option("--shortlist", a->shortlist, "Exits score the K most frequent tokens (0: all)")->capture_default_str();
   return [a]() { return run_bench_exits(*a); };
 }
 

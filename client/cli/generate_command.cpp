@@ -61,6 +61,7 @@ nlohmann::json stats_json(const Stats& s, Mode mode) {
   if (mode == Mode::kEdgeFsd) {
     j["cache_miss_rate"] = s.cache_miss_rate;
     j["avg_exit_layer"] = s.avg_exit_layer;
+    j["server_exits_ms"] = s.server_exits_ms;
     j["early_verdicts"] = s.early_verdicts;
     j["predrafts"] = s.predrafts;
     j["predraft_ms"] = s.predraft_ms;

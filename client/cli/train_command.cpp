@@ -18,6 +18,7 @@ struct TrainArgs {
   TrainJob job;
   ExitTrainJob exits;
   std::string config_path;
+  std::string rank_target, rank_corpus;
   int threads = 0;
 };
 
@@ -67,8 +68,18 @@ Command add_train_command(CLI::App& app) {
   ex->add_option("--seed", a->exits.seed, "Seed of initialisation and batches")->capture_default_str();
   ex->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
 
-  return {train, [a, tok, lm, draft, ex]() {
+  CLI::App* rank = train->add_subcommand(
+      "shortlist", "Rank the vocabulary by corpus frequency for the early exits' shortlist (train exits does this too)");
+  rank->add_option("--target", a->rank_target, "Target model directory with early_exits.json")->required();
+  rank->add_option("--corpus", a->rank_corpus, "Text like what the target will generate")->required();
+
+  return {train, [a, tok, lm, draft, ex, rank]() {
             set_compute_threads(a->threads);
+            if (rank->parsed()) {
+              const int64_t n = rank_exit_tokens(a->rank_target, a->rank_corpus);
+              std::printf("ranked %lld tokens into %s/early_exits.json\n", static_cast<long long>(n), a->rank_target.c_str());
+              return 0;
+            }
             if (ex->parsed()) {
               const ExitTrainReport r = train_exits(a->exits);
               std::printf("| exit after layer | KL first step | KL last step | match before | match after | confidence after |\n");

@@ -16,6 +16,10 @@ namespace splitspec {
 
 namespace {
 
+// Tokens ranked for the shortlist: a shortlist pays only well below the
+// vocabulary, so more would only lengthen early_exits.json.
+constexpr int64_t kRankedTokens = 4096;
+
 using Clock = std::chrono::steady_clock;
 
 // The frozen model's hidden states after each exit layer and its final
@@ -51,6 +55,19 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 }
 
 }  // namespace
+
+int64_t rank_exit_tokens(const std::string& target_dir, const std::string& corpus) {
+  auto model = Model::load(target_dir);
+  const ModelConfig& c = model->config();
+  std::optional<EarlyExits> exits = EarlyExits::load(target_dir, c);
+  if (!exits) throw Error(target_dir + ": no early_exits.json (train them with splitspec train exits)");
+  Tokenizer tok(target_dir);
+  exits->set_frequent_tokens(
+      tokens_by_frequency(tokenize_corpus(corpus, tok, static_cast<int32_t>(c.bos_token_id)), c.vocab_size, kRankedTokens),
+      c.vocab_size);
+  exits->save(target_dir);
+  return static_cast<int64_t>(exits->frequent_tokens().size());
+}
 
 ExitTrainReport train_exits(const ExitTrainJob& job) {
   namespace fs = std::filesystem;
@@ -114,6 +131,7 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
   if (job.progress) std::fprintf(stderr, "\n");
   for (ExitAdapter& a : exits.adapters())
     for (at::Tensor* t : {&a.norm, &a.down, &a.up}) *t = t->detach();
+  exits.set_frequent_tokens(tokens_by_frequency(train_tokens, c.vocab_size, kRankedTokens), c.vocab_size);
   exits.save(out_dir);
   if (!valid_tokens.empty()) report.after = evaluate_exits(*model, exits, valid_tokens, job.seq_len, kEvalWindows);
   report.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -31,6 +31,13 @@ struct ExitTrainReport {
   double wall_seconds = 0;
 };
 
+// Also ranks the vocabulary by frequency in the corpus, for the exits'
+// shortlist (EarlyExits::set_shortlist).
 ExitTrainReport train_exits(const ExitTrainJob& job);
+
+// Exits trained before they carried a ranking: ranks the vocabulary by
+// frequency in `corpus` and rewrites early_exits.json in `target_dir`, the
+// adapters unchanged. Returns how many tokens were ranked.
+int64_t rank_exit_tokens(const std::string& target_dir, const std::string& corpus);
 
 }  // namespace splitspec
