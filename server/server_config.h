@@ -23,7 +23,7 @@ struct ServerConfig {
   std::string early_exits = "auto";
   std::vector<int64_t> early_exit_layers;  // empty: every shipped exit
   std::string early_exit_queue = "priority";  // send order of early verdicts: priority (confidence) or fifo
-  int64_t early_exit_shortlist = 2048;        // exits score the most frequent tokens only (0: all); see EarlyExits::set_shortlist
+  int64_t early_exit_shortlist = 1024;        // exits score the most frequent tokens only (0: all); see EarlyExits::set_shortlist
   std::string port_file;  // when set, the bound port is written there (useful with port 0)
   std::string metrics_listen;  // HOST:PORT of the Prometheus /metrics endpoint; empty: none
 

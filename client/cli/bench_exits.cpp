@@ -26,7 +26,7 @@ struct ExitBenchArgs {
   int64_t context = 256;
   int32_t repeats = 200;
   int threads = 1;
-  int64_t shortlist = 2048;
+  int64_t shortlist = 1024;
 };
 
 int run_bench_exits(const ExitBenchArgs& a) {
