@@ -177,6 +177,8 @@ void EarlyExits::set_frequent_tokens(std::vector<int32_t> ids, int64_t vocab_siz
     seen[static_cast<size_t>(id)] = true;
   }
   frequent_tokens_ = std::move(ids);
+  shortlist_ids_ = at::Tensor();
+  shortlist_head_ = at::Tensor();
 }
 
 void EarlyExits::set_shortlist(const Model& model, int64_t k) {

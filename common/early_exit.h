@@ -57,6 +57,7 @@ class EarlyExits {
   // (early_exits.json "frequent_tokens"; empty when the file predates them).
   const std::vector<int32_t>& frequent_tokens() const { return frequent_tokens_; }
   // Throws splitspec::Error on an id outside the vocabulary or a repeated id.
+  // Drops any shortlist, which was drawn from the old ranking.
   void set_frequent_tokens(std::vector<int32_t> ids, int64_t vocab_size);
 
   // Serving: exits score only the `k` most frequent tokens. Reading the LM
@@ -77,7 +78,6 @@ class EarlyExits {
   std::vector<int32_t> frequent_tokens_;
   at::Tensor shortlist_ids_;   // [k] int64
   at::Tensor shortlist_head_;  // [k, hidden]: those rows of the LM head, contiguous
-
 };
 
 }  // namespace splitspec

@@ -64,6 +64,8 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
     else
       EXPECT_TRUE(at::isinf(shortlisted.select(1, t)).all().item<bool>()) << t;
   }
+  q.set_frequent_tokens(ranked, c.vocab_size);
+  EXPECT_EQ(q.shortlist(), 0) << "a new ranking drops the shortlist drawn from the old";
   q.set_shortlist(*model, 20);
   EXPECT_EQ(q.shortlist(), 0) << "as many as ranked: the whole vocabulary";
   EXPECT_NE(error_of([&] { q.set_frequent_tokens({1, 2, 1}, c.vocab_size); }).find("id 1 repeated"), std::string::npos);
