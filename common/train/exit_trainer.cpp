@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/model_config.h"
 #include "common/tokenizer.h"
 #include "common/train/corpus.h"
 
@@ -19,6 +20,10 @@ namespace {
 // Tokens ranked for the shortlist: a shortlist pays only well below the
 // vocabulary, so more would only lengthen early_exits.json.
 constexpr int64_t kRankedTokens = 4096;
+
+void rank_tokens(EarlyExits& exits, const std::vector<int32_t>& corpus_tokens, const ModelConfig& c) {
+  exits.set_frequent_tokens(tokens_by_frequency(corpus_tokens, c.vocab_size, kRankedTokens), c.vocab_size);
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -57,14 +62,11 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 }  // namespace
 
 int64_t rank_exit_tokens(const std::string& target_dir, const std::string& corpus) {
-  auto model = Model::load(target_dir);
-  const ModelConfig& c = model->config();
+  // The config alone: ranking reads no weights.
+  const ModelConfig c = load_model_config(target_dir);
   std::optional<EarlyExits> exits = EarlyExits::load(target_dir, c);
   if (!exits) throw Error(target_dir + ": no early_exits.json (train them with splitspec train exits)");
-  Tokenizer tok(target_dir);
-  exits->set_frequent_tokens(
-      tokens_by_frequency(tokenize_corpus(corpus, tok, static_cast<int32_t>(c.bos_token_id)), c.vocab_size, kRankedTokens),
-      c.vocab_size);
+  rank_tokens(*exits, tokenize_corpus(corpus, Tokenizer(target_dir), static_cast<int32_t>(c.bos_token_id)), c);
   exits->save(target_dir);
   return static_cast<int64_t>(exits->frequent_tokens().size());
 }
@@ -131,7 +133,7 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
   if (job.progress) std::fprintf(stderr, "\n");
   for (ExitAdapter& a : exits.adapters())
     for (at::Tensor* t : {&a.norm, &a.down, &a.up}) *t = t->detach();
-  exits.set_frequent_tokens(tokens_by_frequency(train_tokens, c.vocab_size, kRankedTokens), c.vocab_size);
+  rank_tokens(exits, train_tokens, c);
   exits.save(out_dir);
   if (!valid_tokens.empty()) report.after = evaluate_exits(*model, exits, valid_tokens, job.seq_len, kEvalWindows);
   report.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
