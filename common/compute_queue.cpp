@@ -1,4 +1,4 @@
-#include "server/compute_queue.h"
+#include "common/compute_queue.h"
 
 #include <c10/core/InferenceMode.h>
 
