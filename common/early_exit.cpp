@@ -156,6 +156,20 @@ void EarlyExits::save(const std::string& dir) const {
   fs::rename(tmp, fs::path(dir) / "early_exits.json");
 }
 
+std::vector<int64_t> EarlyExits::keep_missing_from(const EarlyExits& older) {
+  std::vector<int64_t> added;
+  if (older.bottleneck_ != bottleneck_) return added;
+  for (const ExitAdapter& a : older.adapters_)
+    if (index_of(a.after_layer) < 0) {
+      adapters_.push_back(a);
+      added.push_back(a.after_layer);
+    }
+  std::sort(adapters_.begin(), adapters_.end(),
+            [](const ExitAdapter& x, const ExitAdapter& y) { return x.after_layer < y.after_layer; });
+  if (serve_layers_.empty()) serve_layers_ = older.serve_layers_;
+  return added;
+}
+
 int EarlyExits::index_of(int64_t after_layer) const {
   for (size_t i = 0; i < adapters_.size(); ++i)
     if (adapters_[i].after_layer == after_layer) return static_cast<int>(i);

@@ -214,6 +214,30 @@ TEST(EarlyExits, TrainingLowersEachExitsLossAndWritesBesideTheModel) {
   const std::vector<int32_t>& ranked = back->frequent_tokens();
   ASSERT_EQ(ranked.size(), count.size());
   for (size_t i = 1; i < ranked.size(); ++i) EXPECT_GE(count[ranked[i - 1]], count[ranked[i]]) << i;
+
+  // Retraining one exit keeps the other, untouched; a different width
+  // replaces them all, and says so.
+  {
+    std::string json = test::read_file(dir.path() / "early_exits.json");
+    json.replace(json.find("\"bottleneck\""), 0, "\"serve_layers\": [5], ");
+    test::write_file(dir.path() / "early_exits.json", json);
+  }
+  job.layers = "5";
+  job.seed = 2;
+  const ExitTrainReport again = train_exits(job);
+  EXPECT_EQ(again.kept_layers, (std::vector<int64_t>{2}));
+  EXPECT_TRUE(again.note.empty()) << again.note;
+  const auto merged = EarlyExits::load(dir.str(), model->config());
+  ASSERT_EQ(merged->adapters().size(), 2u);
+  EXPECT_EQ(merged->adapters()[0].after_layer, 2);
+  EXPECT_TRUE(at::equal(merged->adapters()[0].up, back->adapters()[0].up));
+  EXPECT_FALSE(at::equal(merged->adapters()[1].up, back->adapters()[1].up));
+  EXPECT_EQ(merged->serve_layers(), (std::vector<int64_t>{5}));
+  job.bottleneck = 8;
+  const ExitTrainReport wider = train_exits(job);
+  EXPECT_TRUE(wider.kept_layers.empty());
+  EXPECT_NE(wider.note.find("bottleneck 16"), std::string::npos) << wider.note;
+  EXPECT_EQ(EarlyExits::load(dir.str(), model->config())->adapters().size(), 1u);
 }
 
 // Exits trained before they carried a ranking get one from the CLI, adapters

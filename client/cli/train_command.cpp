@@ -92,6 +92,12 @@ Command add_train_command(CLI::App& app) {
                             eval ? std::to_string(r.after[i].match_rate).c_str() : "-",
                             eval ? std::to_string(r.after[i].mean_confidence).c_str() : "-");
               }
+              if (!r.kept_layers.empty()) {
+                std::string kept;
+                for (int64_t l : r.kept_layers) kept += (kept.empty() ? "" : ",") + std::to_string(l);
+                std::printf("kept the exits already there after layers %s\n", kept.c_str());
+              }
+              if (!r.note.empty()) std::printf("note: %s\n", r.note.c_str());
               std::printf("wall %.1f s\n", r.wall_seconds);
               return 0;
             }

@@ -80,12 +80,21 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
   const std::string out_dir = job.out_dir.empty() ? job.target_dir : job.out_dir;
   if (!fs::is_directory(out_dir)) throw Error(out_dir + ": output directory does not exist");
   EarlyExits exits = EarlyExits::init(c, EarlyExits::parse_layers(job.layers, c), job.bottleneck, job.seed);
+  ExitTrainReport report;
+  // Read now, so that a file that cannot be kept is known before training.
+  std::optional<EarlyExits> older;
+  try {
+    older = EarlyExits::load(out_dir, c);
+  } catch (const Error& e) {
+    report.note = std::string("the exits already there are replaced: ") + e.what();
+  }
+  if (older && older->bottleneck() != job.bottleneck)
+    report.note = "the exits already there (bottleneck " + std::to_string(older->bottleneck()) + ") are replaced";
   Tokenizer tok(job.target_dir);
   const std::vector<int32_t> train_tokens = tokenize_corpus(job.corpus, tok, static_cast<int32_t>(c.bos_token_id));
   const WindowSampler sampler(train_tokens, job.seq_len);
   std::vector<int32_t> valid_tokens;
   if (!job.valid.empty()) valid_tokens = tokenize_corpus(job.valid, tok, static_cast<int32_t>(c.bos_token_id));
-  ExitTrainReport report;
   constexpr int64_t kEvalWindows = 24;
   if (!valid_tokens.empty()) report.before = evaluate_exits(*model, exits, valid_tokens, job.seq_len, kEvalWindows);
 
@@ -134,8 +143,9 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
   for (ExitAdapter& a : exits.adapters())
     for (at::Tensor* t : {&a.norm, &a.down, &a.up}) *t = t->detach();
   rank_tokens(exits, train_tokens, c);
-  exits.save(out_dir);
   if (!valid_tokens.empty()) report.after = evaluate_exits(*model, exits, valid_tokens, job.seq_len, kEvalWindows);
+  if (older) report.kept_layers = exits.keep_missing_from(*older);
+  exits.save(out_dir);
   report.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
 }

@@ -28,11 +28,14 @@ struct ExitTrainJob {
 struct ExitTrainReport {
   std::vector<double> first_losses, last_losses;  // per exit
   std::vector<ExitQuality> before, after;         // on `valid`, when given
+  std::vector<int64_t> kept_layers;  // exits already in the output directory, kept beside the trained ones
+  std::string note;                  // why exits already there were not kept, when they were not
   double wall_seconds = 0;
 };
 
 // Also ranks the vocabulary by frequency in the corpus, for the exits'
-// shortlist (EarlyExits::set_shortlist).
+// shortlist (EarlyExits::set_shortlist). Exits already in the output
+// directory at other layers are kept (EarlyExits::keep_missing_from).
 ExitTrainReport train_exits(const ExitTrainJob& job);
 
 // Exits trained before they carried a ranking: ranks the vocabulary by
