@@ -1,9 +1,10 @@
 #pragma once
 // One verification round's early exits, computed beside the forward on a
-// worker of their own. The forward hands each exit its rows and goes on, so
-// an exit costs the forward a copy of a few rows instead of its own compute
-// (on the demo target about 8% of a forward per exit, run inline), and its
-// verdict is ready as soon as before.
+// worker of their own: the forward hands each exit its rows and goes on, so
+// that on a server with a core to spare an exit costs the forward a copy of a
+// few rows, not its own compute. Where client and server share two cores it
+// saves nothing: the worker's memory traffic slows the forward about as much
+// as computing the exit inline (splitspec bench exits compares the two).
 #include <ATen/core/Tensor.h>
 
 #include <condition_variable>
