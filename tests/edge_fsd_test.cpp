@@ -8,6 +8,7 @@
 #include "client/client.h"
 #include "client/local_ar.h"
 #include "client/predraft.h"
+#include "client/predraft_switch.h"
 #include "client/request_options.h"
 #include "common/early_exit.h"
 #include "common/tokenizer.h"
@@ -147,6 +148,42 @@ TEST(EdgeFsd, EarlyVerdictsComeFirstDistinctAndOnlyWhenAsked) {
     ctx.TryCancel();
     s->Finish();
   }
+}
+
+// The adaptive switch measures both arms, pre-drafting first, then keeps to
+// the faster per token and still tries the other now and then.
+TEST(PredraftSwitch, MeasuresBothArmsThenTakesTheFasterAndStillExplores) {
+  PredraftSwitch sw(4);
+  std::vector<bool> warmup;
+  for (int i = 0; i < 6; ++i) {
+    const bool use = sw.use_next();
+    warmup.push_back(use);
+    sw.observe(use, use ? 6.0 : 9.0, 3);  // with: 2 ms/token; without: 3
+  }
+  EXPECT_EQ(warmup, (std::vector<bool>{true, true, true, false, false, false}));
+  int with = 0, without = 0;
+  for (int i = 0; i < 40; ++i) {
+    const bool use = sw.use_next();
+    (use ? with : without) += 1;
+    sw.observe(use, use ? 6.0 : 9.0, 3);
+  }
+  EXPECT_EQ(without, 10) << "one round in 4 tries the slower arm";
+  EXPECT_EQ(with, 30);
+  // The regime changes: pre-drafting becomes the slower. The switch notices
+  // through its exploring rounds and turns it off.
+  for (int i = 0; i < 80; ++i) {
+    const bool use = sw.use_next();
+    sw.observe(use, use ? 12.0 : 9.0, 3);
+  }
+  int on = 0;
+  for (int i = 0; i < 40; ++i) {
+    const bool use = sw.use_next();
+    on += use;
+    sw.observe(use, use ? 12.0 : 9.0, 3);
+  }
+  EXPECT_EQ(on, 10);
+  sw.observe(true, 100.0, 0);  // a round that committed nothing says nothing
+  EXPECT_EQ(sw.rounds_with() + sw.rounds_without(), 166);
 }
 
 // A pre-drafted state is exactly the state drafting after the verdict would
