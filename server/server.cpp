@@ -68,7 +68,6 @@ void Server::start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   ctx_->compute = std::make_unique<ComputeQueue>(ctx_->config.compute_threads);
-  if (ctx_->exits) ctx_->exit_worker = std::make_unique<ComputeQueue>(1);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(ctx_->config.listen, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(service_.get());
@@ -121,7 +120,6 @@ void Server::shutdown() {
   server_->Wait();
   // Jobs still queued belong to cancelled streams; running them releases those.
   ctx_->compute.reset();
-  ctx_->exit_worker.reset();  // after the rounds, which wait for their running exits
   server_.reset();
   metrics_.reset();
   spdlog::info("event=stopped sessions_total={} tokens_generated={}", ctx_->counters.sessions_total.load(),

@@ -11,7 +11,7 @@
 #include "common/model.h"
 #include "common/target_decoder.h"
 #include "proto/splitspec.grpc.pb.h"
-#include "common/compute_queue.h"
+#include "server/compute_queue.h"
 #include "server/server_config.h"
 
 namespace splitspec {
@@ -41,7 +41,6 @@ struct ServiceContext {
   ServerCounters counters;
   std::atomic<bool> serving{true};
   std::unique_ptr<ComputeQueue> compute;
-  std::unique_ptr<ComputeQueue> exit_worker;  // early exits, beside the forward (ExitRound)
   std::atomic<uint64_t> next_session_id{1};
 };
 

@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "common/stopwatch.h"
-#include "common/early_exit_round.h"
+#include "common/early_verdict.h"
 #include "common/target_decoder.h"
 #include "proto/convert.h"
 #include "server/stream_writer.h"
@@ -220,16 +220,22 @@ class SessionReactor final : public Base {
   }
 
   // The round's forward with the early exits tapped: each exit verifies the
-  // draft against its own logits, beside the forward, and its verdict goes
-  // out while the forward continues, unless the same tokens were already
-  // sent this round.
+  // draft against its own logits and its verdict goes out while the forward
+  // continues, unless the same tokens were already sent this round.
   RoundResult verify_with_exits(const DraftTree& tree, double& exits_ms) {
     const EarlyExits& exits = *ctx_.exits;
     std::vector<int64_t> layers;
     for (const ExitAdapter& a : exits.adapters()) layers.push_back(a.after_layer);
-    std::vector<std::vector<int32_t>> sent;  // only the exit worker touches these
+    std::vector<std::vector<int32_t>> sent;
     uint64_t order = 0;
-    ExitRound round(*ctx_.exit_worker, *ctx_.target, exits, tree, sampling_, [&](const EarlyVerdict& e) {
+    return decoder_->verify(tree, layers, [&](int64_t after, const at::Tensor& rows, const Rng& rng) {
+      const auto t0 = SteadyClock::now();
+      struct Timer {
+        double& total;
+        SteadyClock::time_point t0;
+        ~Timer() { total += ms_since(t0); }
+      } timer{exits_ms, t0};
+      const EarlyVerdict e = verify_at_exit(*ctx_.target, exits, exits.index_of(after), rows, tree, sampling_, rng);
       for (const auto& tokens : sent)
         if (tokens == e.verdict.tokens) return;
       sent.push_back(e.verdict.tokens);
@@ -240,16 +246,12 @@ class SessionReactor final : public Base {
       v->mutable_tokens()->Add(e.verdict.tokens.begin(), e.verdict.tokens.end());
       v->mutable_path()->Add(e.verdict.path.begin(), e.verdict.path.end());
       v->set_final(false);
-      v->set_exit_layer(static_cast<int32_t>(e.after_layer));
+      v->set_exit_layer(static_cast<int32_t>(after));
       v->set_confidence(e.confidence);
       ctx_.counters.early_verdicts.fetch_add(1);
       // FIFO: later exits rank below earlier ones, as they were produced.
       send(std::move(out), ctx_.exit_priority ? e.confidence : -static_cast<double>(++order));
     });
-    const RoundResult r = decoder_->verify(
-        tree, layers, [&](int64_t after, const at::Tensor& rows, const Rng& rng) { round.tap(after, rows, rng); });
-    exits_ms = round.finish();
-    return r;
   }
 
   ServiceContext& ctx_;

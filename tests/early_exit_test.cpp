@@ -5,12 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <future>
 #include <map>
-#include <mutex>
 
 #include "common/early_exit.h"
-#include "common/early_exit_round.h"
+#include "common/early_verdict.h"
 #include "common/error.h"
 #include "common/train/corpus.h"
 #include "common/train/exit_trainer.h"
@@ -122,62 +120,6 @@ TEST(EarlyExits, VerdictAtAnExitThatAgreesIsTheFinalVerdict) {
     const Verdict v = verify_tree(t, logits, sampled, a);
     EXPECT_EQ(verify_at_exit(*model, e, 0, h, t, sampled, Rng(seed)).verdict.tokens, v.tokens) << seed;
   }
-}
-
-// The server computes exits beside the forward: the verdicts are the inline
-// ones, and none arrives once the round is decided, not even from exits
-// still queued behind other work.
-TEST(EarlyExits, RoundBesideTheForwardDeliversTheInlineVerdictsUntilFinished) {
-  c10::InferenceMode guard;
-  const ModelConfig c = test::tiny_config(12, 3);
-  auto model = Model::random(c, 4);
-  EarlyExits e = EarlyExits::init(c, {1, 2}, 4, 2);
-  e.adapters()[1].up.normal_();
-  const DraftTree tree = DraftTree::chain({3, 4, 5});
-  SamplingParams greedy;
-  const at::Tensor h1 = at::randn({4, c.hidden_size}), h2 = at::randn({4, c.hidden_size});
-  ComputeQueue worker(1);
-  auto drain = [&] {
-    std::promise<void> done;
-    worker.post([&] { done.set_value(); });
-    done.get_future().wait();
-  };
-  std::mutex mu;
-  std::vector<EarlyVerdict> got;
-  auto sink = [&](const EarlyVerdict& v) {
-    std::lock_guard<std::mutex> lock(mu);
-    got.push_back(v);
-  };
-  {
-    ExitRound round(worker, *model, e, tree, greedy, sink);
-    round.tap(1, h1, Rng(5));
-    round.tap(2, h2, Rng(5));
-    drain();
-    EXPECT_GT(round.finish(), 0.0);
-    round.tap(1, h1, Rng(5));  // after the round was decided
-    drain();
-  }
-  ASSERT_EQ(got.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    const EarlyVerdict want = verify_at_exit(*model, e, i, i == 0 ? h1 : h2, tree, greedy, Rng(5));
-    EXPECT_EQ(got[i].after_layer, want.after_layer);
-    EXPECT_EQ(got[i].verdict.tokens, want.verdict.tokens);
-    EXPECT_EQ(got[i].verdict.accepted, want.verdict.accepted);
-    EXPECT_DOUBLE_EQ(got[i].confidence, want.confidence);
-  }
-
-  got.clear();
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  worker.post([released] { released.wait(); });  // the worker busy with another round
-  {
-    ExitRound round(worker, *model, e, tree, greedy, sink);
-    round.tap(1, h1, Rng(5));
-    EXPECT_EQ(round.finish(), 0.0) << "finish does not wait for exits that never started";
-  }
-  release.set_value();
-  drain();
-  EXPECT_TRUE(got.empty());
 }
 
 TEST(EarlyExits, TrainingLowersEachExitsLossAndWritesBesideTheModel) {

@@ -1,18 +1,16 @@
 // `splitspec bench exits`: what early exits add to a verification forward.
 // The forward of gamma+1 new tokens over a cache of `context` entries is
-// timed plain and with exits verifying the draft at each chosen layer, both
-// inline and beside the forward on a worker of their own (as the server runs
-// them), rows interleaved so that machine noise hits all alike.
+// timed plain and with exits verifying the draft at each chosen layer, rows
+// interleaved so that machine noise hits both alike.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <memory>
 
 #include "client/cli/commands.h"
-#include "common/early_exit_round.h"
+#include "common/early_verdict.h"
 #include "common/error.h"
 #include "common/stopwatch.h"
 #include "common/threads.h"
@@ -60,54 +58,34 @@ int run_bench_exits(const ExitBenchArgs& a) {
   struct Row {
     std::string layers;
     std::vector<int64_t> after;
-    double inline_ms = 0, beside_ms = 0, worker_ms = 0;
+    double total_ms = 0;
   };
-  std::vector<Row> rows{{"none", {}}};
-  for (const std::string& spec : a.layer_sets) rows.push_back({spec, EarlyExits::parse_layers(spec, c)});
+  std::vector<Row> rows{{"none", {}, 0}};
+  for (const std::string& spec : a.layer_sets) rows.push_back({spec, EarlyExits::parse_layers(spec, c), 0});
   for (const Row& r : rows)
     for (int64_t l : r.after)
       if (all->index_of(l) < 0) throw Error("bench exits: the model has no exit after layer " + std::to_string(l));
-  ComputeQueue worker(1);
   KVCache cache = model->new_cache();
-  auto timed_forward = [&](const std::vector<int64_t>& after, const std::function<void(int64_t, const at::Tensor&)>& tap) {
-    cache.copy_prefix_from(base, a.context);
-    ForwardRequest q = req;
-    q.on_layer = [&](int64_t layer, const at::Tensor& hidden) {
-      if (std::find(after.begin(), after.end(), layer + 1) != after.end()) tap(layer + 1, hidden.index_select(0, rows_index));
-    };
-    const auto t0 = SteadyClock::now();
-    model->forward(q, cache);
-    return ms_since(t0);
-  };
   for (int32_t rep = 0; rep < a.repeats; ++rep) {
     for (Row& r : rows) {
-      r.inline_ms += timed_forward(r.after, [&](int64_t after, const at::Tensor& x) {
-        verify_at_exit(*model, *all, all->index_of(after), x, tree, greedy, Rng(1));
-      });
-      if (r.after.empty()) continue;
+      cache.copy_prefix_from(base, a.context);
+      ForwardRequest q = req;
+      if (!r.after.empty())
+        q.on_layer = [&](int64_t layer, const at::Tensor& hidden) {
+          const int idx = std::find(r.after.begin(), r.after.end(), layer + 1) != r.after.end() ? all->index_of(layer + 1) : -1;
+          if (idx >= 0) verify_at_exit(*model, *all, idx, hidden.index_select(0, rows_index), tree, greedy, Rng(1));
+        };
       const auto t0 = SteadyClock::now();
-      ExitRound round(worker, *model, *all, tree, greedy, [](const EarlyVerdict&) {});
-      timed_forward(r.after, [&](int64_t after, const at::Tensor& x) { round.tap(after, x, Rng(1)); });
-      r.worker_ms += round.finish();
-      r.beside_ms += ms_since(t0);
+      model->forward(q, cache);
+      r.total_ms += ms_since(t0);
     }
   }
-  std::printf("verification forward: %d new tokens over %lld cached, %d threads, mean of %d interleaved runs\n",
+  std::printf("verification forward: %d new tokens over %lld cached, %d threads, mean of %d interleaved runs\n\n",
               a.gamma + 1, static_cast<long long>(a.context), a.threads, a.repeats);
-  std::printf("inline: the forward's thread computes each exit; beside: a worker of its own does (as the server), and\n"
-              "the forward waits only for one still running when it ends\n\n");
-  std::printf("| exits after layers | inline ms | vs no exits | beside ms | vs no exits | exit worker ms |\n"
-              "|---|---|---|---|---|---|\n");
-  const double none = rows[0].inline_ms / a.repeats;
-  auto pct = [&](double total) { return 100.0 * (total / a.repeats - none) / none; };
-  for (const Row& r : rows) {
-    if (r.after.empty()) {
-      std::printf("| none | %.3f | +0.0%% | - | - | - |\n", none);
-      continue;
-    }
-    std::printf("| %s | %.3f | %+.1f%% | %.3f | %+.1f%% | %.3f |\n", r.layers.c_str(), r.inline_ms / a.repeats,
-                pct(r.inline_ms), r.beside_ms / a.repeats, pct(r.beside_ms), r.worker_ms / a.repeats);
-  }
+  std::printf("| exits after layers | ms | vs no exits |\n|---|---|---|\n");
+  const double none = rows[0].total_ms / a.repeats;
+  for (const Row& r : rows)
+    std::printf("| %s | %.3f | %+.1f%% |\n", r.layers.c_str(), r.total_ms / a.repeats, 100.0 * (r.total_ms / a.repeats - none) / none);
   return 0;
 }
 

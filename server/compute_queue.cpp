@@ -1,4 +1,4 @@
-#include "common/compute_queue.h"
+#include "server/compute_queue.h"
 
 #include <c10/core/InferenceMode.h>
 

@@ -1,8 +1,8 @@
 #pragma once
-// A compute worker: one thread running jobs one at a time, FIFO, never on
-// gRPC's callback threads (which must not block). The server runs its target
-// forwards on one (rounds and autoregressive steps, so concurrent sessions
-// interleave round by round) and its early exits on another.
+// The server's compute worker: target forwards run here, one job at a time,
+// never on gRPC's callback threads (which must not block). Jobs are rounds
+// and autoregressive steps, queued FIFO, so concurrent sessions interleave
+// round by round.
 #include <condition_variable>
 #include <deque>
 #include <functional>
