@@ -157,8 +157,10 @@ void EarlyExits::save(const std::string& dir) const {
 }
 
 std::vector<int64_t> EarlyExits::keep_missing_from(const EarlyExits& older) {
+  if (older.bottleneck_ != bottleneck_)
+    throw Error("exits of bottleneck " + std::to_string(older.bottleneck_) + " cannot join exits of bottleneck " +
+                std::to_string(bottleneck_));
   std::vector<int64_t> added;
-  if (older.bottleneck_ != bottleneck_) return added;
   for (const ExitAdapter& a : older.adapters_)
     if (index_of(a.after_layer) < 0) {
       adapters_.push_back(a);

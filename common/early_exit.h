@@ -48,8 +48,8 @@ class EarlyExits {
   const std::vector<int64_t>& serve_layers() const { return serve_layers_; }
   // Retraining some exits keeps the others: adds `older`'s exits at layers
   // this set lacks (ordered by layer) and, when this set names none, its
-  // serve_layers. Returns the layers added; none when the bottlenecks differ,
-  // as the adapters would not fit one file.
+  // serve_layers. Returns the layers added. Throws splitspec::Error when the
+  // bottlenecks differ: one file holds one width.
   std::vector<int64_t> keep_missing_from(const EarlyExits& older);
   // Index of the exit after `after_layer` layers, or -1.
   int index_of(int64_t after_layer) const;

@@ -77,6 +77,8 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   EXPECT_NE(error_of([&] { EarlyExits::parse_layers("2,1", c); }).find("increasing"), std::string::npos);
   EXPECT_NE(error_of([&] { EarlyExits::parse_layers("x", c); }).find("not a layer count"), std::string::npos);
   EXPECT_EQ(EarlyExits::parse_layers("all", c), (std::vector<int64_t>{1, 2, 3}));
+  EarlyExits narrow = EarlyExits::init(c, {2}, 4, 1);
+  EXPECT_NE(error_of([&] { narrow.keep_missing_from(*back); }).find("cannot join"), std::string::npos);
 
   test::write_file(dir.path() / "early_exits.json", "{\"after_layers\": [1], \"bottleneck\": 8, \"hidden_size\": 99}");
   EXPECT_NE(error_of([&] { EarlyExits::load(dir.str(), c); }).find("hidden_size 99"), std::string::npos);

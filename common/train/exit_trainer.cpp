@@ -88,8 +88,10 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
   } catch (const Error& e) {
     report.note = std::string("the exits already there are replaced: ") + e.what();
   }
-  if (older && older->bottleneck() != job.bottleneck)
+  if (older && older->bottleneck() != job.bottleneck) {
     report.note = "the exits already there (bottleneck " + std::to_string(older->bottleneck()) + ") are replaced";
+    older.reset();
+  }
   Tokenizer tok(job.target_dir);
   const std::vector<int32_t> train_tokens = tokenize_corpus(job.corpus, tok, static_cast<int32_t>(c.bos_token_id));
   const WindowSampler sampler(train_tokens, job.seq_len);
