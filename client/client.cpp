@@ -58,6 +58,23 @@ v1::TokenDistribution sparse(const Distribution& q) {
   return w;
 }
 
+// Why `v` cannot be a verdict on a chain draft of at most `gamma` tokens over
+// `vocab`; empty if it can. Early verdicts are checked too, before they reach
+// a pre-draft worker, whose draft forward would throw on a bad id.
+std::string malformed_verdict(const v1::RoundVerdict& v, int32_t gamma, int64_t vocab) {
+  if (v.tokens_size() == 0) return "no tokens";
+  // The accepted drafts, then the target's token; a final verdict that ends
+  // the generation stops at its last token (EOS, or the length reached).
+  const bool ends = v.final() && v.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+  if (v.accepted() < 0 || v.tokens_size() > v.accepted() + 1 || (!ends && v.tokens_size() != v.accepted() + 1))
+    return std::to_string(v.tokens_size()) + " tokens for " + std::to_string(v.accepted()) + " accepted";
+  if (v.accepted() > gamma)
+    return "accepts " + std::to_string(v.accepted()) + " of a " + std::to_string(gamma) + "-token draft";
+  for (int32_t id : v.tokens())
+    if (id < 0 || id >= vocab) return "token " + std::to_string(id) + " outside the vocabulary";
+  return "";
+}
+
 }  // namespace
 
 GenerateOptions to_generate_options(const Request& r) {
@@ -438,15 +455,26 @@ Result Client::Impl::run_cloud_ar(const std::vector<int32_t>& prompt, const Requ
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Generate(&ctx, wire);
   Result r;
   v1::GenerateResponse msg;
-  while (reader->Read(&msg)) {
+  std::optional<int32_t> bad_id;
+  while (!bad_id && reader->Read(&msg)) {
     if (r.ids.empty()) r.stats.first_token_ms = ms_between(t0, SteadyClock::now());
     for (int32_t id : msg.tokens()) {
+      if (id < 0 || id >= vocab_size()) {
+        bad_id = id;
+        break;
+      }
       r.ids.push_back(id);
       if (on_token) on_token(id);
     }
     r.stats.target_forwards += 1;
     r.stats.server_forward_ms += msg.timings().forward_ms();
     if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) r.finish_reason = finish_reason_name(from_wire(msg.finish_reason()));
+  }
+  if (bad_id) {
+    ctx.TryCancel();
+    reader->Finish();
+    throw Error("server " + options.server + ": generated token " + std::to_string(*bad_id) + " outside the vocabulary [0, " +
+                std::to_string(vocab_size()) + ")");
   }
   const grpc::Status s = reader->Finish();
   if (!s.ok()) throw server_error(options.server, "Generate failed after " + std::to_string(r.ids.size()) + " tokens", s);
@@ -481,10 +509,21 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
     pre = std::make_unique<PreDrafter>(*draft, options.predraft_threads, parse_queue_policy(options.predraft_queue), req.gamma,
                                        o.sampling, o.sampling.seed);
   SessionStream::EarlyHandler on_early;
+  std::mutex early_mu;
+  std::string early_error;  // the first malformed early verdict: it ended the call
   if (fsd)
-    on_early = [&pre](const v1::RoundVerdict& v) {  // Algorithm 1's RECEIVER
+    on_early = [&](const v1::RoundVerdict& v) {  // Algorithm 1's RECEIVER
+      const std::string bad = malformed_verdict(v, req.gamma, vocab_size());
+      if (!bad.empty()) {
+        std::lock_guard<std::mutex> lock(early_mu);
+        if (early_error.empty())
+          early_error = "server " + options.server + ": malformed early verdict for round " + std::to_string(v.round()) +
+                        ": " + bad;
+        return false;
+      }
       pre->push(v.round(), std::vector<int32_t>(v.tokens().begin(), v.tokens().end()), v.accepted(), v.confidence(),
                 v.exit_layer());
+      return true;
     };
   SessionStream stream(*stub, std::chrono::system_clock::now() + req.deadline, on_early);
   {
@@ -504,6 +543,10 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
   const int64_t context = info.max_context();
   auto fail = [&](const std::string& what) -> Error {
     const grpc::Status st = stream.status();
+    {
+      std::lock_guard<std::mutex> lock(early_mu);
+      if (!early_error.empty()) return Error(early_error);
+    }
     if (st.ok()) return Error("server " + options.server + ": " + what);
     return server_error(options.server, what, st);
   };
@@ -559,12 +602,13 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
     const auto got = SteadyClock::now();
     if (!resp->has_verdict()) throw fail("unexpected message in round " + std::to_string(round));
     const v1::RoundVerdict& v = resp->verdict();
-    if (v.round() != round || v.tokens_size() < 1 || v.tokens_size() > k + 1 || v.accepted() < 0 || v.accepted() > k)
-      throw Error("server " + options.server + ": malformed verdict for round " + std::to_string(round));
+    if (v.round() != round)
+      throw Error("server " + options.server + ": verdict for round " + std::to_string(v.round()) + " in round " +
+                  std::to_string(round));
+    const std::string bad = malformed_verdict(v, tree.size(), vocab_size());
+    if (!bad.empty()) throw Error("server " + options.server + ": malformed verdict for round " + std::to_string(round) + ": " + bad);
     for (int i = 0; i < v.accepted() && i < v.tokens_size(); ++i)
       if (v.tokens(i) != tree.tokens[i]) throw Error("server " + options.server + ": verdict contradicts the draft");
-    for (int32_t id : v.tokens())
-      if (id < 0 || id >= vocab_size()) throw Error("server " + options.server + ": verdict token outside the vocabulary");
 
     s.rounds += 1;
     s.verify_wait_ms += ms_between(sent, got);
@@ -601,8 +645,7 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
   }
   if (hit_sends) s.hit_send_ms /= static_cast<double>(hit_sends);
   if (miss_sends) s.miss_send_ms /= static_cast<double>(miss_sends);
-  const grpc::Status st = stream.status();
-  if (!st.ok()) throw server_error(options.server, "session ended badly", st);
+  if (!stream.status().ok()) throw fail("session ended badly");
   const DrafterStats& ds = drafter.stats();
   s.target_forwards = s.rounds;
   s.draft_ms = ds.draft_ms;

@@ -59,7 +59,8 @@ void SessionStream::done_sending() {
 
 void SessionStream::OnReadDone(bool ok) {
   if (ok && on_early_ && in_.has_verdict() && !in_.verdict().final()) {
-    on_early_(in_.verdict());
+    // After a cancel the read fails at once, which ends next()'s wait.
+    if (!on_early_(in_.verdict())) context_.TryCancel();
     StartRead(&in_);
     return;
   }

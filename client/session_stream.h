@@ -19,8 +19,9 @@ namespace splitspec {
 class SessionStream final : public grpc::ClientBidiReactor<v1::SessionRequest, v1::SessionResponse> {
  public:
   // Early verdicts (final == false) go to `on_early`, on gRPC's thread, the
-  // moment they arrive; everything else waits for next().
-  using EarlyHandler = std::function<void(const v1::RoundVerdict&)>;
+  // moment they arrive; everything else waits for next(). A handler that
+  // returns false (a malformed verdict) cancels the call.
+  using EarlyHandler = std::function<bool(const v1::RoundVerdict&)>;
   SessionStream(v1::SplitSpec::Stub& stub, std::chrono::system_clock::time_point deadline, EarlyHandler on_early = {});
   // Cancels the call if it is still open and waits for gRPC to let go.
   ~SessionStream() override;

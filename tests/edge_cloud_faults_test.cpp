@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <functional>
 #include <future>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "client/client.h"
 #include "common/error.h"
@@ -118,6 +121,166 @@ TEST(EdgeCloudFaults, MalformedTrafficGetsInvalidArgumentAndTheServerKeepsServin
   EXPECT_EQ(Client::connect(o)->generate("The ship sailed", req).ids.size(), 12u);
   EXPECT_TRUE(test::wait_until([&] { return srv.server->active_sessions() == 0; }, std::chrono::seconds(10)));
   EXPECT_GE(test::server_stats(srv.address).invalid_requests(), static_cast<int64_t>(cases.size()));
+}
+
+// A server that answers every round with a correction, except that round 1
+// gets whatever `round1` makes of its draft: verdicts to break the protocol with.
+class ScriptedServer final : public v1::SplitSpec::Service {
+ public:
+  using Script = std::function<std::vector<v1::RoundVerdict>(const v1::Draft&)>;
+  explicit ScriptedServer(Script round1) : round1_(std::move(round1)) {}
+
+  grpc::Status GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*, v1::ServerInfo* info) override {
+    info->set_vocab_size(kVocab);
+    info->set_max_context(64);
+    info->set_max_draft_tokens(8);
+    info->add_early_exit_layers(1);
+    info->set_serving(true);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Session(grpc::ServerContext*,
+                       grpc::ServerReaderWriter<v1::SessionResponse, v1::SessionRequest>* stream) override {
+    v1::SessionRequest req;
+    if (!stream->Read(&req) || !req.has_open()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no Open");
+    const int32_t max_new = req.open().max_new_tokens();
+    v1::SessionResponse opened;
+    opened.mutable_opened()->set_max_draft_tokens(8);
+    opened.mutable_opened()->set_context(64);
+    stream->Write(opened);
+    for (int32_t generated = 0; generated < max_new && stream->Read(&req);) {
+      std::vector<v1::RoundVerdict> verdicts;
+      if (req.draft().round() == 1) verdicts = round1_(req.draft());
+      if (verdicts.empty() || !verdicts.back().final()) {
+        verdicts.emplace_back();
+        verdicts.back().add_tokens(3);
+        verdicts.back().set_final(true);
+      }
+      for (v1::RoundVerdict& v : verdicts) {
+        v.set_round(req.draft().round());
+        if (v.final() && ++generated == max_new) v.set_finish_reason(v1::FINISH_REASON_LENGTH);
+        v1::SessionResponse out;
+        *out.mutable_verdict() = v;
+        if (!stream->Write(out)) return grpc::Status::OK;
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  // Cloud-only decoding: a token, then one outside the vocabulary.
+  grpc::Status Generate(grpc::ServerContext*, const v1::GenerationRequest*,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override {
+    for (int32_t id : {3, 99}) {
+      v1::GenerateResponse r;
+      r.add_tokens(id);
+      writer->Write(r);
+    }
+    return grpc::Status::OK;
+  }
+
+  static constexpr int32_t kVocab = 12;
+
+ private:
+  const Script round1_;
+};
+
+// Verdicts come from the server, so the client checks them: a malformed one
+// ends the generation with an error that says what is wrong. Early verdicts
+// most of all, which would otherwise reach a pre-draft worker, where an
+// out-of-range id once terminated the whole process.
+TEST(EdgeCloudFaults, MalformedVerdictsOrTokensFromTheServerAreClearErrorsNotCrashes) {
+  TempDir dir;
+  Model::random(test::tiny_config(ScriptedServer::kVocab, 1), 32)->save(dir.str("draft"));
+  auto run = [&](const ScriptedServer::Script& round1) {
+    ScriptedServer service(round1);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    ClientOptions o;
+    o.mode = Mode::kEdgeFsd;
+    o.server = "127.0.0.1:" + std::to_string(port);
+    o.draft_dir = dir.str("draft");
+    o.predraft_adaptive = false;  // every round takes early verdicts
+    auto client = Client::connect(o);
+    Request req;
+    req.max_new_tokens = 4;
+    req.ignore_eos = true;
+    req.gamma = 2;
+    std::string error;
+    try {
+      EXPECT_EQ(client->generate_ids({1, 4}, req).ids, std::vector<int32_t>(4, 3));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    return error;
+  };
+  EXPECT_EQ(run([](const v1::Draft&) { return std::vector<v1::RoundVerdict>{}; }), "")
+      << "the scripted server itself is well-behaved";
+  auto verdict = [](std::vector<int32_t> tokens, int32_t accepted, bool final) {
+    v1::RoundVerdict v;
+    v.mutable_tokens()->Add(tokens.begin(), tokens.end());
+    v.set_accepted(accepted);
+    v.set_final(final);
+    v.set_exit_layer(final ? 2 : 1);
+    v.set_confidence(0.5);
+    return v;
+  };
+  auto just = [](v1::RoundVerdict v) { return [v](const v1::Draft&) { return std::vector<v1::RoundVerdict>{v}; }; };
+  const std::pair<ScriptedServer::Script, std::string> cases[] = {
+      {just(verdict({99}, 0, false)), "malformed early verdict for round 1: token 99 outside the vocabulary"},
+      {just(verdict({-1}, 0, false)), "malformed early verdict for round 1: token -1 outside the vocabulary"},
+      {just(verdict({}, 0, false)), "malformed early verdict for round 1: no tokens"},
+      {just(verdict({3, 4}, 0, false)), "malformed early verdict for round 1: 2 tokens for 0 accepted"},
+      {just(verdict({3}, -1, false)), "malformed early verdict for round 1: 1 tokens for -1 accepted"},
+      {just(verdict({3, 4, 5, 6}, 3, false)), "malformed early verdict for round 1: accepts 3 of a 2-token draft"},
+      {just([&] {
+         v1::RoundVerdict v = verdict({3}, 1, false);  // only a final verdict may stop short
+         v.set_finish_reason(v1::FINISH_REASON_EOS);
+         return v;
+       }()),
+       "malformed early verdict for round 1: 1 tokens for 1 accepted"},
+      {just(verdict({99}, 0, true)), "malformed verdict for round 1: token 99 outside the vocabulary"},
+      {just(verdict({3, 4}, 0, true)), "malformed verdict for round 1: 2 tokens for 0 accepted"},
+      {just(verdict({3, 4, 5, 6}, 3, true)), "malformed verdict for round 1: accepts 3 of a 2-token draft"},
+      {just([&] {
+         v1::RoundVerdict v = verdict({3, 4, 5}, 1, true);
+         v.set_finish_reason(v1::FINISH_REASON_EOS);
+         return v;
+       }()),
+       "malformed verdict for round 1: 3 tokens for 1 accepted"},
+      {[&](const v1::Draft& d) {
+         const int32_t wrong = (d.tokens(0) + 1) % ScriptedServer::kVocab;
+         return std::vector<v1::RoundVerdict>{verdict({wrong, 3}, 1, true)};
+       },
+       "verdict contradicts the draft"},
+  };
+  for (const auto& [script, want] : cases) {
+    const std::string error = run(script);
+    EXPECT_NE(error.find(want), std::string::npos) << "got: " << error << "\nwant: " << want;
+  }
+
+  // Cloud-only decoding checks the target's tokens the same way.
+  ScriptedServer service([](const v1::Draft&) { return std::vector<v1::RoundVerdict>{}; });
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ClientOptions o;
+  o.mode = Mode::kCloudAr;
+  o.server = "127.0.0.1:" + std::to_string(port);
+  std::vector<int32_t> got;
+  try {
+    Client::connect(o)->generate_ids({1, 4}, Request{}, [&](int32_t id) { got.push_back(id); });
+    ADD_FAILURE() << "a token outside the vocabulary was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("generated token 99 outside the vocabulary [0, 12)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(got, std::vector<int32_t>{3}) << "only valid tokens reach the caller";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
 TEST(EdgeCloudFaults, TokenizerOrVocabularyMismatchIsRefused) {
