@@ -511,9 +511,18 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
   SessionStream::EarlyHandler on_early;
   std::mutex early_mu;
   std::string early_error;  // the first malformed early verdict: it ended the call
+  // Each one may cost a pre-draft and its KV cache: a round gets at most one
+  // per exit the server runs, as the protocol promises.
+  const int exits = info.early_exit_layers_size();
+  uint32_t early_round = 0;  // gRPC's reads are sequential: no lock needed
+  int early_in_round = 0;
   if (fsd)
     on_early = [&](const v1::RoundVerdict& v) {  // Algorithm 1's RECEIVER
-      const std::string bad = malformed_verdict(v, req.gamma, vocab_size());
+      early_in_round = v.round() == early_round ? early_in_round + 1 : 1;
+      early_round = v.round();
+      std::string bad = malformed_verdict(v, req.gamma, vocab_size());
+      if (bad.empty() && early_in_round > exits)
+        bad = "more than one per exit (the server runs " + std::to_string(exits) + ")";
       if (!bad.empty()) {
         std::lock_guard<std::mutex> lock(early_mu);
         if (early_error.empty())

@@ -242,6 +242,10 @@ TEST(EdgeCloudFaults, MalformedVerdictsOrTokensFromTheServerAreClearErrorsNotCra
          return v;
        }()),
        "malformed early verdict for round 1: 1 tokens for 1 accepted"},
+      {[&](const v1::Draft&) {
+         return std::vector<v1::RoundVerdict>{verdict({3}, 0, false), verdict({4}, 0, false)};
+       },
+       "malformed early verdict for round 1: more than one per exit (the server runs 1)"},
       {just(verdict({99}, 0, true)), "malformed verdict for round 1: token 99 outside the vocabulary"},
       {just(verdict({3, 4}, 0, true)), "malformed verdict for round 1: 2 tokens for 0 accepted"},
       {just(verdict({3, 4, 5, 6}, 3, true)), "malformed verdict for round 1: accepts 3 of a 2-token draft"},
