@@ -184,6 +184,17 @@ class ScriptedServer final : public v1::SplitSpec::Service {
   const Script round1_;
 };
 
+// Serves `service` on a free loopback port, whose address goes to `address`.
+std::unique_ptr<grpc::Server> serve(ScriptedServer& service, std::string& address) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  address = "127.0.0.1:" + std::to_string(port);
+  return server;
+}
+
 // Verdicts come from the server, so the client checks them: a malformed one
 // ends the generation with an error that says what is wrong. Early verdicts
 // most of all, which would otherwise reach a pre-draft worker, where an
@@ -191,16 +202,12 @@ class ScriptedServer final : public v1::SplitSpec::Service {
 TEST(EdgeCloudFaults, MalformedVerdictsOrTokensFromTheServerAreClearErrorsNotCrashes) {
   TempDir dir;
   Model::random(test::tiny_config(ScriptedServer::kVocab, 1), 32)->save(dir.str("draft"));
+  const ScriptedServer::Script well_behaved = [](const v1::Draft&) { return std::vector<v1::RoundVerdict>{}; };
   auto run = [&](const ScriptedServer::Script& round1) {
     ScriptedServer service(round1);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service);
-    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     ClientOptions o;
+    std::unique_ptr<grpc::Server> server = serve(service, o.server);
     o.mode = Mode::kEdgeFsd;
-    o.server = "127.0.0.1:" + std::to_string(port);
     o.draft_dir = dir.str("draft");
     o.predraft_adaptive = false;  // every round takes early verdicts
     auto client = Client::connect(o);
@@ -217,8 +224,7 @@ TEST(EdgeCloudFaults, MalformedVerdictsOrTokensFromTheServerAreClearErrorsNotCra
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     return error;
   };
-  EXPECT_EQ(run([](const v1::Draft&) { return std::vector<v1::RoundVerdict>{}; }), "")
-      << "the scripted server itself is well-behaved";
+  EXPECT_EQ(run(well_behaved), "") << "the scripted server itself is well-behaved";
   auto verdict = [](std::vector<int32_t> tokens, int32_t accepted, bool final) {
     v1::RoundVerdict v;
     v.mutable_tokens()->Add(tokens.begin(), tokens.end());
@@ -267,15 +273,10 @@ TEST(EdgeCloudFaults, MalformedVerdictsOrTokensFromTheServerAreClearErrorsNotCra
   }
 
   // Cloud-only decoding checks the target's tokens the same way.
-  ScriptedServer service([](const v1::Draft&) { return std::vector<v1::RoundVerdict>{}; });
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ScriptedServer service(well_behaved);
   ClientOptions o;
+  std::unique_ptr<grpc::Server> server = serve(service, o.server);
   o.mode = Mode::kCloudAr;
-  o.server = "127.0.0.1:" + std::to_string(port);
   std::vector<int32_t> got;
   try {
     Client::connect(o)->generate_ids({1, 4}, Request{}, [&](int32_t id) { got.push_back(id); });
