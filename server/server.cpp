@@ -95,9 +95,9 @@ void Server::start() {
                ctx_->config.listen, port_, ctx_->model_name, c.num_hidden_layers, c.vocab_size, c.max_position_embeddings,
                ctx_->config.max_sessions, ctx_->tokenizer_fingerprint.empty() ? "none" : ctx_->tokenizer_fingerprint);
   if (ctx_->exits) {
-    std::string layers;
-    for (const ExitAdapter& a : ctx_->exits->adapters()) layers += (layers.empty() ? "" : ",") + std::to_string(a.after_layer);
-    spdlog::info("event=early_exits after_layers={} queue={}", layers, ctx_->config.early_exit_queue);
+    std::vector<int64_t> layers;
+    for (const ExitAdapter& a : ctx_->exits->adapters()) layers.push_back(a.after_layer);
+    spdlog::info("event=early_exits after_layers={} queue={}", fmt::join(layers, ","), ctx_->config.early_exit_queue);
   }
 }
 

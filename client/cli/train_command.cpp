@@ -2,6 +2,8 @@
 #include <iostream>
 #include <memory>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "client/cli/commands.h"
 #include "common/error.h"
 #include "common/threads.h"
@@ -92,11 +94,9 @@ Command add_train_command(CLI::App& app) {
                             eval ? std::to_string(r.after[i].match_rate).c_str() : "-",
                             eval ? std::to_string(r.after[i].mean_confidence).c_str() : "-");
               }
-              if (!r.kept_layers.empty()) {
-                std::string kept;
-                for (int64_t l : r.kept_layers) kept += (kept.empty() ? "" : ",") + std::to_string(l);
-                std::printf("kept the exits already there after layers %s\n", kept.c_str());
-              }
+              if (!r.kept_layers.empty())
+                std::printf("kept the exits already there after layers %s\n",
+                            fmt::format("{}", fmt::join(r.kept_layers, ",")).c_str());
               if (!r.note.empty()) std::printf("note: %s\n", r.note.c_str());
               std::printf("wall %.1f s\n", r.wall_seconds);
               return 0;
