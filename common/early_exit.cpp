@@ -206,7 +206,7 @@ void EarlyExits::set_shortlist(const Model& model, int64_t k) {
   shortlist_head_ = model.weights().lm_head.index_select(0, shortlist_ids_).contiguous();
 }
 
-at::Tensor EarlyExits::logits(const Model& model, size_t i, const at::Tensor& hidden) const {
+at::Tensor EarlyExits::scores(const Model& model, size_t i, const at::Tensor& hidden) const {
   const ExitAdapter& a = adapters_.at(i);
   const ModelConfig& c = model.config();
   const at::Tensor x = hidden.contiguous();
@@ -225,7 +225,14 @@ at::Tensor EarlyExits::logits(const Model& model, size_t i, const at::Tensor& hi
   kernels::rms_norm(h.data_ptr<float>(), m, H, model.weights().final_norm.data_ptr<float>(),
                     static_cast<float>(c.rms_norm_eps), normed2.data_ptr<float>());
   kernels::linear(normed2.data_ptr<float>(), m, H, shortlist_head_.data_ptr<float>(), k, scored.data_ptr<float>());
-  at::Tensor out = at::full({m, c.vocab_size}, -std::numeric_limits<float>::infinity(), f32);
+  return scored;
+}
+
+at::Tensor EarlyExits::logits(const Model& model, size_t i, const at::Tensor& hidden) const {
+  const at::Tensor scored = scores(model, i, hidden);
+  if (!shortlist_ids_.defined()) return scored;
+  at::Tensor out = at::full({scored.size(0), model.config().vocab_size}, -std::numeric_limits<float>::infinity(),
+                            at::TensorOptions().dtype(at::kFloat));
   out.index_copy_(1, shortlist_ids_, scored);
   return out;
 }

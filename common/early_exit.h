@@ -55,8 +55,16 @@ class EarlyExits {
   int index_of(int64_t after_layer) const;
   size_t parameter_count() const;
 
-  // Logits [m, vocab] of exit `i` for hidden rows [m, hidden] of its layer.
+  // Logits [m, vocab] of exit `i` for hidden rows [m, hidden] of its layer
+  // (-inf outside the shortlist).
   at::Tensor logits(const Model& model, size_t i, const at::Tensor& hidden) const;
+  // The same logits for the scored tokens only: [m, shortlist()], or
+  // [m, vocab] without a shortlist; column j is token scored_token(j). What
+  // a greedy exit needs, without spreading them over the vocabulary.
+  at::Tensor scores(const Model& model, size_t i, const at::Tensor& hidden) const;
+  int32_t scored_token(int64_t column) const {
+    return shortlist_ids_.defined() ? frequent_tokens_[static_cast<size_t>(column)] : static_cast<int32_t>(column);
+  }
 
   // Token ids, most frequent first, in the corpus the exits were trained on
   // (early_exits.json "frequent_tokens"; empty when the file predates them).

@@ -25,11 +25,36 @@ bool subtract_and_normalise(Distribution& p, const Distribution& q) {
 
 }  // namespace
 
+Verdict verify_tree_greedy(const DraftTree& tree, int64_t vocab, const std::function<int32_t(int64_t row)>& argmax) {
+  tree.validate(vocab, false);
+  Verdict v;
+  int32_t node = -1;  // the root
+  while (true) {
+    const int32_t want = argmax(node + 1);
+    int32_t next = -1;
+    for (int32_t c : tree.children(node))
+      if (tree.tokens[c] == want) {
+        next = c;
+        break;
+      }
+    if (next < 0) {
+      v.tokens.push_back(want);
+      return v;
+    }
+    v.accepted += 1;
+    v.tokens.push_back(want);
+    v.path.push_back(next);
+    node = next;
+  }
+}
+
 Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, const SamplingParams& params, Rng& rng) {
   const int64_t vocab = target_logits.size(-1);
   if (target_logits.dim() != 2 || target_logits.size(0) != tree.size() + 1)
     throw Error("verify: expected target logits [" + std::to_string(tree.size() + 1) + ", vocab]");
-  tree.validate(vocab, !params.greedy());
+  if (params.greedy())
+    return verify_tree_greedy(tree, vocab, [&](int64_t row) { return greedy_token(target_logits[row]); });
+  tree.validate(vocab, true);
 
   Verdict v;
   int32_t node = -1;  // the root
@@ -37,33 +62,20 @@ Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, cons
     const at::Tensor row = target_logits[node + 1];
     const std::vector<int32_t> kids = tree.children(node);
     int32_t next = -1;
-    if (params.greedy()) {
-      const int32_t want = greedy_token(row);
-      for (int32_t c : kids)
-        if (tree.tokens[c] == want) {
-          next = c;
-          break;
-        }
-      if (next < 0) {
-        v.tokens.push_back(want);
-        return v;
+    Distribution p = filtered_distribution(row, params);
+    for (int32_t c : kids) {
+      const int32_t x = tree.tokens[c];
+      const float qx = tree.q[c][x];
+      // Accept with probability min(1, p(x)/q(x)), written without division.
+      if (rng.uniform() * qx < p[x]) {
+        next = c;
+        break;
       }
-    } else {
-      Distribution p = filtered_distribution(row, params);
-      for (int32_t c : kids) {
-        const int32_t x = tree.tokens[c];
-        const float qx = tree.q[c][x];
-        // Accept with probability min(1, p(x)/q(x)), written without division.
-        if (rng.uniform() * qx < p[x]) {
-          next = c;
-          break;
-        }
-        subtract_and_normalise(p, tree.q[c]);
-      }
-      if (next < 0) {
-        v.tokens.push_back(rng.categorical(p));
-        return v;
-      }
+      subtract_and_normalise(p, tree.q[c]);
+    }
+    if (next < 0) {
+      v.tokens.push_back(rng.categorical(p));
+      return v;
     }
     v.accepted += 1;
     v.tokens.push_back(tree.tokens[next]);

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/sampling.h"
@@ -29,6 +30,12 @@ struct Verdict {
 // the emitted token is drawn from what remains of p. A leaf's successor (the
 // bonus token) is drawn from p.
 Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, const SamplingParams& params, Rng& rng);
+
+// Greedy verification from each row's argmax alone (`argmax(r)` for row r as
+// above, asked only for the rows the walk reaches): what verify_tree does
+// under greedy params, for callers that find the argmax without full-vocabulary
+// logits.
+Verdict verify_tree_greedy(const DraftTree& tree, int64_t vocab, const std::function<int32_t(int64_t row)>& argmax);
 
 // The chain case: draft tokens d_1..d_g with their q (sampling only) and
 // target logits [g+1, vocab].

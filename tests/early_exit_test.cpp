@@ -124,6 +124,45 @@ TEST(EarlyExits, VerdictAtAnExitThatAgreesIsTheFinalVerdict) {
   }
 }
 
+// Greedy exits decide on their shortlist's scores alone; verdict and
+// confidence are those the vocabulary-wide logits give, for chains and trees,
+// with and without a shortlist.
+TEST(EarlyExits, GreedyVerdictFromShortlistScoresIsTheVerdictOfTheFullLogits) {
+  c10::InferenceMode guard;
+  const ModelConfig c = test::tiny_config(12, 2);
+  auto model = Model::random(c, 5);
+  EarlyExits e = EarlyExits::init(c, {1}, 4, 2);
+  e.set_frequent_tokens({7, 3, 11, 0, 5, 9, 1, 2, 4, 6, 8, 10}, c.vocab_size);
+  const SamplingParams greedy;
+  for (int64_t shortlist : {0, 5}) {
+    e.set_shortlist(*model, shortlist);
+    ASSERT_EQ(e.shortlist(), shortlist);
+    for (int64_t seed = 0; seed < 30; ++seed) {
+      at::manual_seed(seed);
+      const at::Tensor h = at::randn({4, c.hidden_size}) * 3;
+      const at::Tensor logits = e.logits(*model, 0, h);
+      // Children that the exit's argmax will accept, some of the time.
+      const int32_t top0 = static_cast<int32_t>(logits[0].argmax().item<int64_t>());
+      const int32_t top1 = static_cast<int32_t>(logits[1].argmax().item<int64_t>());
+      DraftTree tree;
+      tree.tokens = {seed % 2 ? top0 : 1, seed % 3 ? 2 : top0, top1};
+      tree.parents = {-1, -1, seed % 2 ? 0 : 1};
+      Rng rng(1);
+      const Verdict want = verify_tree(tree, logits, greedy, rng);
+      std::vector<int64_t> decided{0};
+      for (int32_t node : want.path) decided.push_back(node + 1);
+      const double want_conf = std::get<0>(at::softmax(logits.index_select(0, at::tensor(decided)), -1).max(-1))
+                                   .prod()
+                                   .item<double>();
+      const EarlyVerdict got = verify_at_exit(*model, e, 0, h, tree, greedy, Rng(1));
+      EXPECT_EQ(got.verdict.tokens, want.tokens) << shortlist << " " << seed;
+      EXPECT_EQ(got.verdict.path, want.path) << shortlist << " " << seed;
+      EXPECT_EQ(got.verdict.accepted, want.accepted);
+      EXPECT_NEAR(got.confidence, want_conf, 1e-5 * want_conf) << shortlist << " " << seed;
+    }
+  }
+}
+
 TEST(EarlyExits, TrainingLowersEachExitsLossAndWritesBesideTheModel) {
   TempDir dir;
   std::string text;
