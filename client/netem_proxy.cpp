@@ -62,7 +62,10 @@ bool write_all(int fd, const char* data, size_t n) {
 }  // namespace
 
 // One proxied TCP connection: per direction, a reader stamps each chunk with
-// its release time and a writer releases it then.
+// its release time and a writer releases it then. A chunk already due, with
+// nothing ahead of it, the reader passes on itself: handing it to the writer
+// would add a thread wake-up to every message of a zero-delay link, which on
+// a loaded machine costs more than the link is meant to.
 struct NetemProxy::Connection {
   struct Chunk {
     Clock::time_point release;
@@ -73,6 +76,7 @@ struct NetemProxy::Connection {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Chunk> queue;
+    bool writing = false;  // a chunk is being written, by either thread
     Clock::time_point link_free{}, last_release{};
     std::mt19937_64 rng;
     std::thread reader, writer;
@@ -125,6 +129,7 @@ struct NetemProxy::Connection {
       if (n < 0 && errno == EINTR) continue;
       const auto now = Clock::now();
       Chunk c;
+      bool direct;
       c.bytes.assign(buf.data(), n > 0 ? static_cast<size_t>(n) : 0);
       {
         std::lock_guard<std::mutex> lock(d.mu);
@@ -143,7 +148,23 @@ struct NetemProxy::Connection {
         // TCP delivers in order: jitter never lets a chunk overtake another.
         c.release = std::max(c.release, d.last_release);
         d.last_release = c.release;
-        d.queue.push_back(std::move(c));
+        direct = n > 0 && d.queue.empty() && !d.writing && c.release <= Clock::now();
+        if (direct)
+          d.writing = true;
+        else
+          d.queue.push_back(std::move(c));
+      }
+      if (direct) {
+        const bool ok = write_all(d.to, c.bytes.data(), c.bytes.size());
+        {
+          std::lock_guard<std::mutex> lock(d.mu);
+          d.writing = false;
+        }
+        if (!ok) {
+          close_all();
+          return;
+        }
+        continue;
       }
       d.cv.notify_all();
       if (n <= 0) return;
@@ -161,12 +182,18 @@ struct NetemProxy::Connection {
         if (d.cv.wait_until(lock, release, [&] { return closing.load(); })) break;
         c = std::move(d.queue.front());
         d.queue.pop_front();
+        d.writing = true;
       }
       if (c.bytes.empty()) {
         shutdown(d.to, SHUT_WR);  // pass the half-close on
         break;
       }
-      if (!write_all(d.to, c.bytes.data(), c.bytes.size())) {
+      const bool ok = write_all(d.to, c.bytes.data(), c.bytes.size());
+      {
+        std::lock_guard<std::mutex> lock(d.mu);
+        d.writing = false;
+      }
+      if (!ok) {
         close_all();
         break;
       }
