@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Ablations of edge-fsd (paper 004, Fig. 4 and Table 7) on loopback (0 ms):
 # pre-draft threads 1, 2, 4, 8; gamma 2..8; client queue priority / fifo /
-# random against server queue priority / fifo. Pre-drafting every round
-# (--predraft-always), so the adaptive switch does not hide what is measured.
+# random against server queue priority / fifo. Pre-drafting every round (the
+# default), so the adaptive switch does not hide what is measured.
 # NUM_PROMPTS (default 10) prompts of 128 tokens per row. SERVER_ARGS go to
 # splitspec-server, e.g. "--early-exit-layers 2,4,6": with one exit there is
 # one early verdict per round and threads and queues have nothing to order.
@@ -24,7 +24,7 @@ start() {
 }
 bench() {
   build/bin/splitspec bench edge-cloud --server "127.0.0.1:$(cat "$tmp/port")" --draft models/demo-draft \
-    --prompts "$prompts" --num-prompts "$n" --delays-ms 0 --modes edge-sd,edge-fsd --predraft-always --threads 1 \
+    --prompts "$prompts" --num-prompts "$n" --delays-ms 0 --modes edge-sd,edge-fsd --threads 1 \
     --json "$@" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)["rows"][0]

@@ -562,7 +562,7 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
 
   uint32_t round = 0;
   std::optional<SteadyClock::time_point> last_sent;  // the previous round's draft
-  bool last_used = false;
+  PredraftSwitch::Choice last_choice;
   int64_t last_tokens = 0;
   std::optional<DraftTree> predrafted;          // the next round's draft, from the pre-draft cache
   std::optional<SteadyClock::time_point> final_at;  // when the last final verdict arrived
@@ -583,7 +583,9 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
     }
     const bool hit = predrafted.has_value();
     predrafted.reset();
-    const bool use = pre && (!options.predraft_adaptive || predraft_switch.use_next());
+    PredraftSwitch::Choice choice{true, false};
+    if (pre && options.predraft_adaptive) choice = predraft_switch.next();
+    const bool use = pre && choice.use;
     // Before the send: early verdicts of this round may arrive at once.
     if (use) pre->begin_round(round + 1, drafter);
     v1::SessionRequest msg;
@@ -594,9 +596,9 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
     d->set_early_verdicts(use);
     const auto sent = SteadyClock::now();
     stream.send(std::move(msg));
-    if (last_sent) predraft_switch.observe(last_used, ms_between(*last_sent, sent), last_tokens);
+    if (last_sent) predraft_switch.observe(last_choice, ms_between(*last_sent, sent), last_tokens);
     last_sent = sent;
-    last_used = use;
+    last_choice = choice;
     if (use) s.predraft_rounds += 1;
     if (final_at) {
       (hit ? s.hit_send_ms : s.miss_send_ms) += ms_between(*final_at, sent);

@@ -81,9 +81,11 @@ struct ClientOptions {
   // "fifo" or "random".
   int predraft_threads = 1;
   std::string predraft_queue = "priority";
-  // Pre-draft only while it measurably lowers latency (else rounds run as
-  // edge-sd, with an occasional probe); false pre-drafts every round.
-  bool predraft_adaptive = true;
+  // false: pre-draft every round (the paper's Algorithm 1). true: only while
+  // it measurably lowers latency (predraft_switch.h), else rounds run as
+  // edge-sd with an occasional probe; for hardware shared with the server,
+  // or exits that rarely agree with the final layer.
+  bool predraft_adaptive = false;
   std::chrono::milliseconds connect_timeout{5000};
 };
 

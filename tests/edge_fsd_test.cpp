@@ -5,6 +5,8 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "client/client.h"
 #include "client/local_ar.h"
 #include "client/predraft.h"
@@ -21,14 +23,14 @@ using test::LocalServer;
 using test::TempDir;
 
 ClientOptions fsd_options(const std::string& address, const std::string& draft, int threads = 1,
-                          const std::string& queue = "priority") {
+                          const std::string& queue = "priority", bool adaptive = false) {
   ClientOptions o;
   o.mode = Mode::kEdgeFsd;
   o.server = address;
   o.draft_dir = draft;
   o.predraft_threads = threads;
   o.predraft_queue = queue;
-  o.predraft_adaptive = false;  // pre-draft every round: exactness must hold for each one
+  o.predraft_adaptive = adaptive;
   return o;
 }
 
@@ -48,14 +50,18 @@ TEST(EdgeFsd, GreedyOutputIsTheTargetsAndEdgeSdsOnManyPrompts) {
     req.max_new_tokens = 40;
     req.ignore_eos = true;
     const Generation want = generate_local_ar(*target, prompt, to_generate_options(req));
-    // Vary gamma, worker count and queue policy across prompts.
+    // Vary gamma, worker count and queue policy across prompts; every other
+    // prompt with the adaptive switch, whose blocks mix rounds with and
+    // without pre-drafting.
     const int threads = 1 + run % 3;
     const std::string queue = run % 3 == 0 ? "priority" : (run % 3 == 1 ? "fifo" : "random");
+    const bool adaptive = run % 2 == 1;
     req.gamma = 2 + run % 5;
     ++run;
-    auto fsd = Client::connect(fsd_options(srv.address, test::demo_draft_dir(), threads, queue));
+    auto fsd = Client::connect(fsd_options(srv.address, test::demo_draft_dir(), threads, queue, adaptive));
     const Result got = fsd->generate_ids(prompt, req);
-    ASSERT_EQ(got.ids, want.output_ids) << "'" << text << "' gamma " << req.gamma << " threads " << threads << " " << queue;
+    ASSERT_EQ(got.ids, want.output_ids) << "'" << text << "' gamma " << req.gamma << " threads " << threads << " " << queue
+                                        << (adaptive ? " adaptive" : "");
     EXPECT_EQ(sd->generate_ids(prompt, req).ids, got.ids);
     rounds += got.stats.predraft_lookups;
     hits += got.stats.predraft_hits;
@@ -150,40 +156,39 @@ TEST(EdgeFsd, EarlyVerdictsComeFirstDistinctAndOnlyWhenAsked) {
   }
 }
 
-// The adaptive switch measures both arms, pre-drafting first, then keeps to
-// the faster per token and still tries the other now and then.
-TEST(PredraftSwitch, MeasuresBothArmsThenTakesTheFasterAndStillExplores) {
-  PredraftSwitch sw(4);
-  std::vector<bool> warmup;
-  for (int i = 0; i < 6; ++i) {
-    const bool use = sw.use_next();
-    warmup.push_back(use);
-    sw.observe(use, use ? 6.0 : 9.0, 3);  // with: 2 ms/token; without: 3
-  }
-  EXPECT_EQ(warmup, (std::vector<bool>{true, true, true, false, false, false}));
-  int with = 0, without = 0;
-  for (int i = 0; i < 40; ++i) {
-    const bool use = sw.use_next();
-    (use ? with : without) += 1;
-    sw.observe(use, use ? 6.0 : 9.0, 3);
-  }
-  EXPECT_EQ(without, 10) << "one round in 4 tries the slower arm";
-  EXPECT_EQ(with, 30);
+// The adaptive switch measures both arms in blocks, pre-drafting first, the
+// first round of each block not counted; then it keeps to the faster per
+// round and still tries the other a block at a time.
+TEST(PredraftSwitch, MeasuresBothArmsInBlocksThenTakesTheFasterAndStillExplores) {
+  PredraftSwitch sw(/*block=*/3, /*explore_every=*/4);
+  auto run = [&](int rounds, double with_ms, double without_ms) {
+    std::vector<bool> used;
+    for (int i = 0; i < rounds; ++i) {
+      const PredraftSwitch::Choice c = sw.next();
+      used.push_back(c.use);
+      sw.observe(c, c.use ? with_ms : without_ms, 3);
+    }
+    return used;
+  };
+  EXPECT_EQ(run(6, 6.0, 9.0), (std::vector<bool>{true, true, true, false, false, false}));
+  EXPECT_EQ(sw.rounds_with(), 2) << "a block's first round is warm-up";
+  EXPECT_EQ(sw.rounds_without(), 2);
+  // Blocks 3..18: the faster arm, but every 4th block (4, 8, 12, 16) the other.
+  std::vector<bool> used = run(48, 6.0, 9.0);
+  EXPECT_EQ(std::count(used.begin(), used.end(), false), 12) << "one block in 4 tries the slower arm";
+  EXPECT_FALSE(used[3]);  // block 4 explores
+  EXPECT_TRUE(used[6]);
   // The regime changes: pre-drafting becomes the slower. The switch notices
-  // through its exploring rounds and turns it off.
-  for (int i = 0; i < 80; ++i) {
-    const bool use = sw.use_next();
-    sw.observe(use, use ? 12.0 : 9.0, 3);
-  }
-  int on = 0;
-  for (int i = 0; i < 40; ++i) {
-    const bool use = sw.use_next();
-    on += use;
-    sw.observe(use, use ? 12.0 : 9.0, 3);
-  }
-  EXPECT_EQ(on, 10);
-  sw.observe(true, 100.0, 0);  // a round that committed nothing says nothing
-  EXPECT_EQ(sw.rounds_with() + sw.rounds_without(), 166);
+  // through its exploring blocks and turns it off.
+  run(600, 12.0, 9.0);
+  used = run(48, 12.0, 9.0);
+  EXPECT_EQ(std::count(used.begin(), used.end(), true), 12);
+  // A round that committed nothing says nothing.
+  const int64_t samples = sw.rounds_with() + sw.rounds_without();
+  PredraftSwitch::Choice c = sw.next();
+  c.sample = true;
+  sw.observe(c, 100.0, 0);
+  EXPECT_EQ(sw.rounds_with() + sw.rounds_without(), samples);
 }
 
 // A pre-drafted state is exactly the state drafting after the verdict would

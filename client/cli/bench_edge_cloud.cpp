@@ -33,7 +33,7 @@ struct EdgeBenchArgs {
   std::vector<std::string> modes = {"cloud-ar", "edge-sd", "edge-fsd"};
   int predraft_threads = 1;
   std::string predraft_queue = "priority";
-  bool predraft_always = false;
+  bool predraft_adaptive = false;
   bool json = false;
 };
 
@@ -87,7 +87,7 @@ std::unique_ptr<Client> connect_mode(Mode mode, const EdgeBenchArgs& a, const st
   o.threads = a.threads;
   o.predraft_threads = a.predraft_threads;
   o.predraft_queue = a.predraft_queue;
-  o.predraft_adaptive = !a.predraft_always;
+  o.predraft_adaptive = a.predraft_adaptive;
   return Client::connect(o);
 }
 
@@ -237,7 +237,7 @@ std::function<int()> add_bench_edge_cloud(CLI::App& bench) {
   cmd->add_option("--modes", a->modes, "Modes to compare, interleaved per prompt")->delimiter(',')->capture_default_str();
   cmd->add_option("--predraft-threads", a->predraft_threads, "edge-fsd: pre-draft worker threads")->capture_default_str();
   cmd->add_option("--predraft-queue", a->predraft_queue, "edge-fsd: priority, fifo or random")->capture_default_str();
-  cmd->add_flag("--predraft-always", a->predraft_always, "edge-fsd: pre-draft every round (no adaptive switch)");
+  cmd->add_flag("--predraft-adaptive", a->predraft_adaptive, "edge-fsd: pre-draft only while it measurably pays");
   cmd->add_flag("--json", a->json, "Print the rows as JSON");
   return [a]() { return run_bench_edge_cloud(*a); };
 }

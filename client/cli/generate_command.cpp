@@ -25,7 +25,7 @@ struct GenerateArgs {
   int threads = 1;
   int predraft_threads = 1;
   std::string predraft_queue = "priority";
-  bool predraft_always = false;
+  bool predraft_adaptive = false;
   double deadline_s = 120;
   bool json = false;
   // Local modes.
@@ -105,7 +105,7 @@ int run_generate(const GenerateArgs& a) {
   o.threads = a.threads;
   o.predraft_threads = a.predraft_threads;
   o.predraft_queue = a.predraft_queue;
-  o.predraft_adaptive = !a.predraft_always;
+  o.predraft_adaptive = a.predraft_adaptive;
   o.memory_budget = a.memory_budget;
   o.stream_pipeline = !a.no_pipeline;
   o.stream_read_ahead = a.read_ahead;
@@ -224,8 +224,8 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--predraft-queue", a->predraft_queue, "edge-fsd: order of early verdicts: priority, fifo or random")
       ->capture_default_str()
       ->check(CLI::IsMember({"priority", "fifo", "random"}));
-  cmd->add_flag("--predraft-always", a->predraft_always,
-                "edge-fsd: pre-draft every round instead of only while it measurably pays");
+  cmd->add_flag("--predraft-adaptive", a->predraft_adaptive,
+                "edge-fsd: pre-draft only while it measurably pays, not every round");
   cmd->add_option("--temperature", a->request.temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
   cmd->add_option("--top-k", a->request.top_k, "Keep the k most likely tokens; 0 keeps all")->capture_default_str();
   cmd->add_option("--top-p", a->request.top_p, "Nucleus sampling mass in (0, 1]; 1 keeps all")->capture_default_str();
