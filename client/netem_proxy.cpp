@@ -155,15 +155,7 @@ struct NetemProxy::Connection {
           d.queue.push_back(std::move(c));
       }
       if (direct) {
-        const bool ok = write_all(d.to, c.bytes.data(), c.bytes.size());
-        {
-          std::lock_guard<std::mutex> lock(d.mu);
-          d.writing = false;
-        }
-        if (!ok) {
-          close_all();
-          return;
-        }
+        if (!pass_on(d, c)) return;
         continue;
       }
       d.cv.notify_all();
@@ -188,17 +180,20 @@ struct NetemProxy::Connection {
         shutdown(d.to, SHUT_WR);  // pass the half-close on
         break;
       }
-      const bool ok = write_all(d.to, c.bytes.data(), c.bytes.size());
-      {
-        std::lock_guard<std::mutex> lock(d.mu);
-        d.writing = false;
-      }
-      if (!ok) {
-        close_all();
-        break;
-      }
+      if (!pass_on(d, c)) break;
     }
     if (++done_directions == 2) close_all();
+  }
+
+  // Writes a chunk claimed with `writing`; on a dead peer closes everything.
+  bool pass_on(Direction& d, const Chunk& c) {
+    const bool ok = write_all(d.to, c.bytes.data(), c.bytes.size());
+    {
+      std::lock_guard<std::mutex> lock(d.mu);
+      d.writing = false;
+    }
+    if (!ok) close_all();
+    return ok;
   }
 
   int client, upstream;
