@@ -583,9 +583,10 @@ Result Client::Impl::run_edge_sd(const std::vector<int32_t>& prompt, const Reque
     }
     const bool hit = predrafted.has_value();
     predrafted.reset();
-    PredraftSwitch::Choice choice{true, false};
+    // Without the switch every edge-fsd round pre-drafts and none is a sample.
+    PredraftSwitch::Choice choice{pre != nullptr, false};
     if (pre && options.predraft_adaptive) choice = predraft_switch.next();
-    const bool use = pre && choice.use;
+    const bool use = choice.use;
     // Before the send: early verdicts of this round may arrive at once.
     if (use) pre->begin_round(round + 1, drafter);
     v1::SessionRequest msg;

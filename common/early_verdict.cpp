@@ -8,8 +8,7 @@ namespace splitspec {
 
 namespace {
 
-// The exit's top probability at each row that decided `v`: the root, then
-// each accepted node.
+// The rows whose top token decided `v`: the root, then each accepted node.
 std::vector<int64_t> decided_rows(const Verdict& v) {
   std::vector<int64_t> rows{0};
   for (int32_t node : v.path) rows.push_back(node + 1);
