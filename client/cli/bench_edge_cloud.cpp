@@ -160,6 +160,9 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
         j["tau"] = tau;
         j["acceptance_rate"] = t.draft_forwards ? t.accepted / static_cast<double>(t.draft_forwards) : 0.0;
         j["network_rtt_ms"] = t.rounds ? (t.verify_wait_ms - t.server_ms) / static_cast<double>(t.rounds) : 0.0;
+        // This mode's own drafting on the main thread (edge-fsd: misses only);
+        // T_p above is edge-sd's.
+        j["draft_ms_per_forward"] = t.draft_forwards ? t.draft_ms / static_cast<double>(t.draft_forwards) : 0.0;
         if (modes[m] == Mode::kEdgeSd) {
           // Table 4: SD = (n / tau)(2 T_c + gamma T_p + T_q).
           j["model_ms_per_token"] = (2.0 * tc + a.gamma * tp + tq) / tau;
