@@ -127,6 +127,31 @@ TEST(Cli, BenchLocalRowsWithTheirOwnTreeSettings) {
   }
 }
 
+// The edge-cloud bench runs every mode through its own netem proxy and
+// reports each mode's figures and the Table 4 model; not timed, only read.
+TEST(Cli, BenchEdgeCloudJsonHasEveryModeAndItsFigures) {
+  TempDir dir;
+  write_file(dir.path() / "p.jsonl", "{\"turns\": [\"Tell me about the sea.\"]}\n{\"prompt\": \"Why is the sky blue?\"}\n");
+  LocalServer srv = start_server(demo_target_dir());
+  const CliRun r = run_cli("bench edge-cloud --server " + srv.address + " --draft " + demo_draft_dir() + " --prompts " +
+                           dir.str("p.jsonl") + " --num-prompts 2 --max-new-tokens 8 --delays-ms 0 --gamma 3 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out)["rows"];
+  ASSERT_EQ(rows.size(), 1u);
+  for (const char* mode : {"cloud-ar", "edge-sd", "edge-fsd"}) {
+    const auto& m = rows[0][mode];
+    EXPECT_EQ(m["tokens"], 16) << mode;
+    EXPECT_GT(m["ms_per_token"].get<double>(), 0.0) << mode;
+    EXPECT_GT(m["model_ms_per_token"].get<double>(), 0.0) << mode;
+  }
+  EXPECT_GT(rows[0]["edge-sd"]["draft_ms_per_forward"].get<double>(), 0.0);
+  const auto& fsd = rows[0]["edge-fsd"];
+  EXPECT_GE(fsd["cache_miss_rate"].get<double>(), 0.0);
+  EXPECT_LE(fsd["cache_miss_rate"].get<double>(), 1.0);
+  EXPECT_EQ(fsd["predraft_round_share"].get<double>(), 1.0) << "edge-fsd pre-drafts every round by default";
+  EXPECT_TRUE(wait_until([&] { return srv.server->active_sessions() == 0; }, std::chrono::seconds(10)));
+}
+
 }  // namespace splitspec::test
 
 namespace splitspec::test {
