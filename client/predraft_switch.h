@@ -39,7 +39,7 @@ class PredraftSwitch {
     if (left_ == 0) {
       ++blocks_;
       // Both arms measured first, pre-drafting first.
-      if (blocks_ == 1 || blocks_ == 2) {
+      if (blocks_ <= 2) {
         use_ = blocks_ == 1;
       } else {
         const bool better = log_ms_[1] <= log_ms_[0];

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "common/sampling.h"
+
 namespace splitspec {
 
 namespace {
@@ -24,23 +26,14 @@ EarlyVerdict greedy_at_exit(const Model& model, const EarlyExits& exits, size_t 
   const at::Tensor s = exits.scores(model, exit_index, rows).contiguous();
   const int64_t k = s.size(1);
   const float* base = s.data_ptr<float>();
-  std::vector<int64_t> top(static_cast<size_t>(s.size(0)), -1);
-  auto argmax = [&](int64_t r) {
-    int64_t& best = top[static_cast<size_t>(r)];
-    if (best < 0) {
-      const float* p = base + r * k;
-      best = 0;
-      for (int64_t j = 1; j < k; ++j)
-        if (p[j] > p[best]) best = j;
-    }
-    return best;
-  };
+  std::vector<int32_t> top(static_cast<size_t>(s.size(0)));  // each row's best column
+  for (int64_t r = 0; r < s.size(0); ++r) top[static_cast<size_t>(r)] = greedy_token(s[r]);
   e.verdict = verify_tree_greedy(tree, model.config().vocab_size,
-                                 [&](int64_t r) { return exits.scored_token(argmax(r)); });
+                                 [&](int64_t r) { return exits.scored_token(top[static_cast<size_t>(r)]); });
   e.confidence = 1.0;
   for (int64_t r : decided_rows(e.verdict)) {
     const float* p = base + r * k;
-    const float max = p[argmax(r)];
+    const float max = p[top[static_cast<size_t>(r)]];
     double sum = 0;
     for (int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(p[j] - max));
     e.confidence /= sum;
