@@ -149,6 +149,19 @@ TEST(Cli, BenchEdgeCloudJsonHasEveryModeAndItsFigures) {
   EXPECT_GE(fsd["cache_miss_rate"].get<double>(), 0.0);
   EXPECT_LE(fsd["cache_miss_rate"].get<double>(), 1.0);
   EXPECT_EQ(fsd["predraft_round_share"].get<double>(), 1.0) << "edge-fsd pre-drafts every round by default";
+  // Every pair of modes, in the order given, each speedup inside its interval.
+  const auto& speedups = rows[0]["speedups"];
+  ASSERT_EQ(speedups.size(), 3u);
+  EXPECT_EQ(speedups[1]["from"], "cloud-ar");
+  EXPECT_EQ(speedups[1]["to"], "edge-fsd");
+  for (const auto& s : speedups) {
+    EXPECT_NEAR(s["speedup"].get<double>(),
+                rows[0][s["from"].get<std::string>()]["ms_per_token"].get<double>() /
+                    rows[0][s["to"].get<std::string>()]["ms_per_token"].get<double>(),
+                1e-9);
+    EXPECT_LE(s["ci95"][0].get<double>(), s["speedup"].get<double>());
+    EXPECT_GE(s["ci95"][1].get<double>(), s["speedup"].get<double>());
+  }
   EXPECT_TRUE(wait_until([&] { return srv.server->active_sessions() == 0; }, std::chrono::seconds(10)));
 }
 

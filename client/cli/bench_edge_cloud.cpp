@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
+#include "client/cli/speedup_interval.h"
 #include "client/client.h"
 #include "client/netem_proxy.h"
 #include "common/error.h"
@@ -43,10 +45,12 @@ struct ModeTotals {
   double wall_ms = 0, server_forward_ms = 0, server_exits_ms = 0, draft_ms = 0, verify_wait_ms = 0, server_ms = 0, accepted = 0;
   double lookups = 0, hits = 0, exit_layer_sum = 0, sync_wait_ms = 0, hit_send_ms = 0, miss_send_ms = 0;
   double hit_sends = 0, miss_sends = 0, predraft_rounds = 0;
+  std::vector<PromptCost> per_prompt;  // in prompt order, for the speedups' intervals
 
   void add(const Result& r) {
     const Stats& s = r.stats;
     prompts += 1;
+    per_prompt.push_back({s.wall_ms, static_cast<double>(s.new_tokens)});
     tokens += s.new_tokens;
     rounds += s.rounds;
     target_forwards += s.target_forwards;
@@ -183,6 +187,18 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
       row[mode_name(modes[m])] = j;
     }
     row["T_p_ms"] = tp;
+    // Each later mode against each earlier one, with a 95% interval from a
+    // paired bootstrap over the prompts.
+    nlohmann::json speedups = nlohmann::json::array();
+    for (size_t i = 0; i < modes.size(); ++i)
+      for (size_t k = i + 1; k < modes.size(); ++k) {
+        const Interval ci = speedup_interval(totals[i].per_prompt, totals[k].per_prompt);
+        speedups.push_back({{"from", mode_name(modes[i])},
+                            {"to", mode_name(modes[k])},
+                            {"speedup", speedup(totals[i].per_prompt, totals[k].per_prompt)},
+                            {"ci95", {ci.lo, ci.hi}}});
+      }
+    row["speedups"] = speedups;
     rows.push_back(row);
     if (!a.json) std::fprintf(stderr, "delay %.0f ms done\n", delay);
   }
@@ -192,7 +208,8 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
     return 0;
   }
   std::printf("%zu prompts x %d new tokens, gamma %d, %d pre-draft thread(s), %s queue; ms per generated token; "
-              "model = Table 4 on the T_p, T_q, T_c (and r, T_r) measured in this run\n\n",
+              "model = Table 4 on the T_p, T_q, T_c (and r, T_r) measured in this run; speedups with a 95%% interval "
+              "from a paired bootstrap over the prompts\n\n",
               prompts.size(), a.max_new_tokens, a.gamma, a.predraft_threads, a.predraft_queue.c_str());
   std::printf("| one-way delay | T_c | T_p | mode | T_q | tau | ms/token | model | gap | target fwd/token | r | Avg EE | T_r | final->send hit/miss |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -212,8 +229,16 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
                                             : "-");
     }
     auto speed = [&](const char* from, const char* to) -> std::string {
-      if (!r.contains(from) || !r.contains(to)) return "-";
-      return std::to_string(r[from]["ms_per_token"].get<double>() / r[to]["ms_per_token"].get<double>()).substr(0, 5) + "x";
+      for (const auto& s : r["speedups"]) {
+        const bool forward = s["from"] == from && s["to"] == to;
+        if (!forward && !(s["from"] == to && s["to"] == from)) continue;
+        double x = s["speedup"], lo = s["ci95"][0], hi = s["ci95"][1];
+        if (!forward) std::tie(x, lo, hi) = std::make_tuple(1.0 / x, 1.0 / hi, 1.0 / lo);
+        char text[64];
+        std::snprintf(text, sizeof text, "%.3fx (%.3f-%.3f)", x, lo, hi);
+        return text;
+      }
+      return "-";
     };
     std::printf("| %.0f ms | speedups | | AR->SD %s | SD->FSD %s | AR->FSD %s | | | | | | | | |\n", r["delay_ms"].get<double>(),
                 speed("cloud-ar", "edge-sd").c_str(), speed("edge-sd", "edge-fsd").c_str(), speed("cloud-ar", "edge-fsd").c_str());
