@@ -1,6 +1,7 @@
-// `splitspec bench edge-cloud`: cloud-ar against edge-sd through the netem
-// proxy at several one-way delays, with the paper's Table 4 latency model
-// evaluated on the T_p, T_q and T_c measured in the same run.
+// `splitspec bench edge-cloud`: cloud-ar, edge-sd and edge-fsd through the
+// netem proxy at several one-way delays, with the paper's Table 4 latency
+// model evaluated on the T_p, T_q and T_c measured in the same run, and each
+// speedup with its bootstrap interval over the prompts.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
