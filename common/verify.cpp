@@ -37,12 +37,9 @@ Verdict verify_tree_greedy(const DraftTree& tree, int64_t vocab, const std::func
         next = c;
         break;
       }
-    if (next < 0) {
-      v.tokens.push_back(want);
-      return v;
-    }
-    v.accepted += 1;
     v.tokens.push_back(want);
+    if (next < 0) return v;
+    v.accepted += 1;
     v.path.push_back(next);
     node = next;
   }

@@ -72,6 +72,13 @@ std::string read_until_eof(int fd) {
   return out;
 }
 
+// n letters in a repeating pattern, so a lost, doubled or reordered chunk shows.
+std::string letters(int n, int stride) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<char>('a' + (i * stride) % 26));
+  return out;
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -87,8 +94,7 @@ TEST(Netem, BytesArriveIntactInOrderAndNoSoonerThanTheLinkAllows) {
   proxy.start();
   const int fd = connect_to(proxy.port());
   ASSERT_GE(fd, 0);
-  std::string payload;
-  for (int i = 0; i < 100000; ++i) payload.push_back(static_cast<char>('a' + (i * 7) % 26));
+  const std::string payload = letters(100000, 7);
   const auto t0 = std::chrono::steady_clock::now();
   std::thread writer([&] {
     send(fd, payload.data(), payload.size(), MSG_NOSIGNAL);
@@ -116,8 +122,7 @@ TEST(Netem, ZeroDelayWithJitterKeepsOrderAcrossBothWritePaths) {
   proxy.start();
   const int fd = connect_to(proxy.port());
   ASSERT_GE(fd, 0);
-  std::string payload;
-  for (int i = 0; i < 40000; ++i) payload.push_back(static_cast<char>('a' + (i * 11) % 26));
+  const std::string payload = letters(40000, 11);
   std::thread writer([&] {
     // Small pieces with pauses, so the proxy reads many separate chunks.
     for (size_t at = 0; at < payload.size(); at += 200) {
