@@ -203,7 +203,7 @@ void EarlyExits::set_shortlist(const Model& model, int64_t k) {
   if (k <= 0 || k >= static_cast<int64_t>(frequent_tokens_.size())) return;
   shortlist_ids_ = at::tensor(std::vector<int64_t>(frequent_tokens_.begin(), frequent_tokens_.begin() + k),
                               at::TensorOptions().dtype(at::kLong));
-  shortlist_head_ = model.weights().lm_head.index_select(0, shortlist_ids_).contiguous();
+  shortlist_head_ = model.weights().lm_head.index_select(0, shortlist_ids_).to(at::kHalf).contiguous();
 }
 
 at::Tensor EarlyExits::scores(const Model& model, size_t i, const at::Tensor& hidden) const {
@@ -224,7 +224,9 @@ at::Tensor EarlyExits::scores(const Model& model, size_t i, const at::Tensor& hi
   at::Tensor normed2 = at::empty({m, H}, f32), scored = at::empty({m, k}, f32);
   kernels::rms_norm(h.data_ptr<float>(), m, H, model.weights().final_norm.data_ptr<float>(),
                     static_cast<float>(c.rms_norm_eps), normed2.data_ptr<float>());
-  kernels::linear(normed2.data_ptr<float>(), m, H, shortlist_head_.data_ptr<float>(), k, scored.data_ptr<float>());
+  kernels::linear_half_weights(normed2.data_ptr<float>(), m, H,
+                               reinterpret_cast<const uint16_t*>(shortlist_head_.data_ptr<at::Half>()), k,
+                               scored.data_ptr<float>());
   return scored;
 }
 

@@ -90,7 +90,9 @@ class EarlyExits {
   std::vector<int64_t> serve_layers_;
   std::vector<int32_t> frequent_tokens_;
   at::Tensor shortlist_ids_;   // [k] int64
-  at::Tensor shortlist_head_;  // [k, hidden]: those rows of the LM head, contiguous
+  // [k, hidden]: those rows of the LM head, contiguous, in half precision:
+  // reading them is most of an exit's time, and its scores only predict.
+  at::Tensor shortlist_head_;
 };
 
 }  // namespace splitspec

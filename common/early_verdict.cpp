@@ -2,8 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
-
+#include "common/kernels.h"
 #include "common/sampling.h"
 
 namespace splitspec {
@@ -27,16 +26,13 @@ EarlyVerdict greedy_at_exit(const Model& model, const EarlyExits& exits, size_t 
   const int64_t k = s.size(1);
   const float* base = s.data_ptr<float>();
   std::vector<int32_t> top(static_cast<size_t>(s.size(0)));  // each row's best column
-  for (int64_t r = 0; r < s.size(0); ++r) top[static_cast<size_t>(r)] = greedy_token(s[r]);
+  for (int64_t r = 0; r < s.size(0); ++r) top[static_cast<size_t>(r)] = greedy_token(base + r * k, k);
   e.verdict = verify_tree_greedy(tree, model.config().vocab_size,
                                  [&](int64_t r) { return exits.scored_token(top[static_cast<size_t>(r)]); });
   e.confidence = 1.0;
   for (int64_t r : decided_rows(e.verdict)) {
     const float* p = base + r * k;
-    const float max = p[top[static_cast<size_t>(r)]];
-    double sum = 0;
-    for (int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(p[j] - max));
-    e.confidence /= sum;
+    e.confidence /= kernels::sum_exp(p, k, p[top[static_cast<size_t>(r)]]);
   }
   return e;
 }

@@ -31,6 +31,11 @@ bool use_avx2() {
   return v;
 }
 
+bool use_f16c() {
+  static const bool v = use_avx2() && __builtin_cpu_supports("f16c");
+  return v;
+}
+
 // Runs f(begin, end) over [0, count) in chunks of `grain`, handed out
 // dynamically so that a core slowed by other work takes fewer chunks instead
 // of holding the others at the barrier. Each output element is written by
@@ -170,9 +175,34 @@ void attention(const float* q, const float* k, const float* v, const AttentionSh
   });
 }
 
+void linear_half_weights(const float* x, int64_t n, int64_t in, const uint16_t* w, int64_t out, float* y) {
+  if (n == 0 || out == 0) return;
+  const bool f16c = use_f16c();
+  constexpr int64_t kRowsPerChunk = 16;
+  const int64_t chunks = (out + kRowsPerChunk - 1) / kRowsPerChunk;
+  parallel(chunks, grain_for(chunks, 4), [&](int64_t c0, int64_t c1) {
+    const int64_t r0 = c0 * kRowsPerChunk, r1 = std::min(out, c1 * kRowsPerChunk);
+    if (f16c) {
+      avx2::linear_half_rows(x, n, in, w, out, y, r0, r1);
+      return;
+    }
+    std::vector<float> row(static_cast<size_t>(in));
+    for (int64_t r = r0; r < r1; ++r) {
+      half_to_float(w + r * in, in, row.data());
+      for (int64_t j = 0; j < n; ++j) y[j * out + r] = dot_scalar(x + j * in, row.data(), in);
+    }
+  });
+}
+
+float sum_exp(const float* x, int64_t n, float max) {
+  if (use_avx2()) return avx2::sum_exp(x, n, max);
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - max);
+  return s;
+}
+
 void half_to_float(const uint16_t* src, int64_t count, float* dst) {
-  static const bool f16c = use_avx2() && __builtin_cpu_supports("f16c");
-  if (f16c) {
+  if (use_f16c()) {
     avx2::half_to_float(src, count, dst);
     return;
   }

@@ -6,6 +6,7 @@
 #include <sleef.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "common/kernels.h"
@@ -213,6 +214,41 @@ void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
     const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, Sleef_expf8_u10avx2(_mm256_sub_ps(zero, g))));
     _mm256_maskstore_ps(y + i, m, _mm256_mul_ps(s, u));
   }
+}
+
+void linear_half_rows(const float* x, int64_t n, int64_t in, const uint16_t* w, int64_t out, float* y, int64_t r0,
+                      int64_t r1) {
+  // One weight row against up to 4 input rows at a time: each row is read and
+  // converted once per group, and for an exit's few rows that is once.
+  constexpr int kInputs = 4;
+  const int64_t full = in & ~int64_t{7};
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* wr = w + r * in;
+    for (int64_t j0 = 0; j0 < n; j0 += kInputs) {
+      const int rows = static_cast<int>(std::min<int64_t>(kInputs, n - j0));
+      __m256 acc[kInputs] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int64_t i = 0; i < full; i += 8) {
+        const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + i)));
+        for (int j = 0; j < rows; ++j) acc[j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (j0 + j) * in + i), acc[j]);
+      }
+      for (int j = 0; j < rows; ++j) {
+        float s = hsum(acc[j]);
+        for (int64_t i = full; i < in; ++i) s += _cvtsh_ss(wr[i]) * x[(j0 + j) * in + i];
+        y[(j0 + j) * out + r] = s;
+      }
+    }
+  }
+}
+
+float sum_exp(const float* x, int64_t n, float max) {
+  const __m256 vmx = _mm256_set1_ps(max);
+  __m256 acc = _mm256_setzero_ps();
+  const int64_t full = n & ~int64_t{7};
+  for (int64_t i = 0; i < full; i += 8)
+    acc = _mm256_add_ps(acc, Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx)));
+  float s = hsum(acc);
+  for (int64_t i = full; i < n; ++i) s += std::exp(x[i] - max);
+  return s;
 }
 
 void half_to_float(const uint16_t* src, int64_t count, float* dst) {

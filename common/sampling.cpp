@@ -34,9 +34,11 @@ int32_t Rng::categorical(const Distribution& dist) {
 }
 
 int32_t greedy_token(const at::Tensor& logits_row) {
-  at::Tensor row = logits_row.to(at::kFloat).contiguous();
-  const float* p = row.data_ptr<float>();
-  const int64_t n = row.numel();
+  const at::Tensor row = logits_row.to(at::kFloat).contiguous();
+  return greedy_token(row.data_ptr<float>(), row.numel());
+}
+
+int32_t greedy_token(const float* p, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i)
     if (p[i] > p[best]) best = i;

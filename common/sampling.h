@@ -37,6 +37,7 @@ class Rng {
 
 // First index of the maximum, the tie rule every greedy path in the project uses.
 int32_t greedy_token(const at::Tensor& logits_row);
+int32_t greedy_token(const float* logits, int64_t n);
 
 // Temperature, then top-k, then top-p (nucleus), renormalised: the
 // distribution a sampler with these params draws from. Greedy gives one-hot.

@@ -42,8 +42,9 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   const at::Tensor h = at::randn({3, c.hidden_size});
   // The identity adapter is the plain LM head on the layer's hidden state.
   EXPECT_TRUE(at::allclose(back->logits(*model, 1, h), model->head_logits(h)));
-  // A shortlist scores the k most frequent tokens exactly and rules out the
-  // rest; the ranking survives a save and load.
+  // A shortlist scores the k most frequent tokens (with its LM-head rows in
+  // half precision, so to about 1e-3) and rules out the rest; the ranking
+  // survives a save and load.
   EarlyExits q = *back;
   q.set_shortlist(*model, 3);
   EXPECT_EQ(q.shortlist(), 0) << "no ranking: the whole vocabulary";
@@ -60,7 +61,7 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   for (int i = 0; i < 12; ++i) in[static_cast<size_t>(ranked[i])] = true;
   for (int64_t t = 0; t < c.vocab_size; ++t) {
     if (in[static_cast<size_t>(t)])
-      EXPECT_TRUE(at::allclose(shortlisted.select(1, t), full.select(1, t))) << t;
+      EXPECT_TRUE(at::allclose(shortlisted.select(1, t), full.select(1, t), 1e-2, 1e-2)) << t;
     else
       EXPECT_TRUE(at::isinf(shortlisted.select(1, t)).all().item<bool>()) << t;
   }

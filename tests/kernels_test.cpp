@@ -94,6 +94,29 @@ TEST(Kernels, SiluMulIsElementwise) {
   }
 }
 
+// Early exits' scores: the half-precision weights' values, to float rounding,
+// for any number of rows (the vector path takes them four at a time).
+TEST(Kernels, LinearWithHalfWeightsComputesWithTheHalfValues) {
+  for (int64_t in : {1, 7, 8, 64, 257}) {
+    for (int64_t n : {1, 3, 4, 5, 9}) {
+      const at::Tensor w = randn({37, in}, in * 10 + n).to(at::kHalf), x = randn({n, in}, in + n);
+      at::Tensor y = at::empty({n, 37});
+      kernels::linear_half_weights(x.data_ptr<float>(), n, in, reinterpret_cast<const uint16_t*>(w.data_ptr<at::Half>()),
+                                   37, y.data_ptr<float>());
+      EXPECT_TRUE(at::allclose(y, at::linear(x, w.to(at::kFloat)), 1e-4, 1e-4)) << in << "x" << n;
+    }
+  }
+}
+
+TEST(Kernels, SumExpIsTheSoftmaxDenominator) {
+  for (int64_t n : {1, 7, 8, 1024, 1029}) {
+    const at::Tensor x = randn({n}, n) * 5;
+    const float max = x.max().item<float>();
+    const double want = at::exp(x.to(at::kDouble) - max).sum().item<double>();
+    EXPECT_NEAR(kernels::sum_exp(x.data_ptr<float>(), n, max), want, 1e-5 * want) << n;
+  }
+}
+
 // The property exact greedy speculation rests on: verifying k tokens in one
 // forward, as a chain or inside a tree, gives bitwise the logits of k
 // one-token decoding steps.
