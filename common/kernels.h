@@ -51,8 +51,8 @@ void half_to_float(const uint16_t* src, int64_t count, float* dst);
 void bfloat16_to_float(const uint16_t* src, int64_t count, float* dst);
 
 // linear() with IEEE half weights w[out, in], for scores that only predict
-// (early exits): half the bytes read, and an exit is bound by reading its
-// LM-head rows. Not batch-invariant.
+// (early exits), where float weights would be exact for nothing: an exit is
+// bound by reading its LM-head rows, and half precision halves the bytes.
 void linear_half_weights(const float* x, int64_t n, int64_t in, const uint16_t* w, int64_t out, float* y);
 
 // sum_i exp(x[i] - max) over x[0, n): a softmax's denominator.
