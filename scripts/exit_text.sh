@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Text for training the served early exit on the target's own output: the
+# target's greedy continuations of corpus openings. Serving verifies drafts
+# against text the target itself generates, and an exit distilled on that
+# matches the final layer there more often than one distilled on the corpus
+# (see the README's edge-fsd section).
+#   scripts/exit_text.sh TARGET_DIR CORPUS_FILE OUT_DIR [COUNT]
+# Writes OUT_DIR/train.txt and OUT_DIR/valid.txt (every fifth continuation),
+# one continuation per line: the first 24 words of a randomly chosen corpus
+# line (fixed seed) followed by 128 greedily generated tokens.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $# -ge 3 ]] || { echo "usage: scripts/exit_text.sh TARGET_DIR CORPUS_FILE OUT_DIR [COUNT]" >&2; exit 2; }
+target=$1 corpus=$2 out=$3 count=${4:-320}
+[[ -f $corpus ]] || { echo "exit_text: $corpus not found" >&2; exit 1; }
+mkdir -p "$out"
+: > "$out/train.txt"
+: > "$out/valid.txt"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+python3 - "$corpus" "$count" > "$out/openings.txt" <<'PY'
+import random, sys
+lines = [l.strip() for l in open(sys.argv[1], encoding="utf-8") if len(l.split()) > 12]
+random.seed(7)
+random.shuffle(lines)
+for l in lines[: int(sys.argv[2])]:
+    print(" ".join(l.split()[:24]))
+PY
+i=0
+while IFS= read -r opening; do
+  i=$((i + 1))
+  file=train.txt
+  (( i % 5 == 0 )) && file=valid.txt
+  build/bin/splitspec generate --mode local-ar --model "$target" --prompt "$opening" --max-new-tokens 128 --json |
+    python3 -c 'import json, sys; print(sys.argv[1] + json.load(sys.stdin)["text"].replace("\n", " "))' "$opening" \
+    >> "$out/$file"
+done < "$out/openings.txt"
+echo "exit_text: $(wc -l < "$out/train.txt") training and $(wc -l < "$out/valid.txt") held-out continuations in $out"
