@@ -7,12 +7,15 @@
 #   scripts/exit_text.sh TARGET_DIR CORPUS_FILE OUT_DIR [COUNT]
 # Writes OUT_DIR/train.txt and OUT_DIR/valid.txt (every fifth continuation),
 # one continuation per line: the first 24 words of a randomly chosen corpus
-# line (fixed seed) followed by 128 greedily generated tokens.
+# line (fixed seed, listed in OUT_DIR/openings.txt) followed by 128 greedily
+# generated tokens.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 [[ $# -ge 3 ]] || { echo "usage: scripts/exit_text.sh TARGET_DIR CORPUS_FILE OUT_DIR [COUNT]" >&2; exit 2; }
-target=$1 corpus=$2 out=$3 count=${4:-320}
+# Paths as the caller gave them, before moving to the checkout for its binary.
+target=$(realpath -m "$1") corpus=$(realpath -m "$2") out=$(realpath -m "$3") count=${4:-320}
+cd "$(dirname "$0")/.."
 [[ -f $corpus ]] || { echo "exit_text: $corpus not found" >&2; exit 1; }
+[[ -x build/bin/splitspec ]] || { echo "exit_text: build/bin/splitspec missing (run scripts/build.sh)" >&2; exit 1; }
 mkdir -p "$out"
 : > "$out/train.txt"
 : > "$out/valid.txt"
