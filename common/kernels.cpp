@@ -59,6 +59,15 @@ int64_t grain_for(int64_t count, int64_t min_grain, int64_t per_thread = 8) {
   return std::max<int64_t>(min_grain, count / (per_thread * std::max(1, at::get_num_threads())));
 }
 
+// parallel() over [0, count) in whole blocks of `block` items (the vector
+// width or a kernel's row blocking), at least `min_blocks` blocks per chunk.
+template <typename F>
+void parallel_blocks(int64_t count, int64_t block, int64_t min_blocks, const F& f) {
+  const int64_t blocks = (count + block - 1) / block;
+  parallel(blocks, grain_for(blocks, min_blocks),
+           [&](int64_t b0, int64_t b1) { f(b0 * block, std::min(count, b1 * block)); });
+}
+
 float dot_scalar(const float* a, const float* b, int64_t len) {
   float acc = 0.0f;
   for (int64_t i = 0; i < len; ++i) acc += a[i] * b[i];
@@ -96,11 +105,9 @@ void linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, 
   // Chunks are ranges of 12 weight rows (a multiple of both row blockings)
   // with enough multiply-adds each to amortise handing them out.
   constexpr int64_t kRowsPerChunk = 12;
-  const int64_t chunks = (out + kRowsPerChunk - 1) / kRowsPerChunk;
-  const int64_t min_grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, in * n * kRowsPerChunk));
+  const int64_t min_blocks = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, in * n * kRowsPerChunk));
   const bool avx2 = use_avx2();
-  parallel(chunks, grain_for(chunks, min_grain), [&](int64_t c0, int64_t c1) {
-    const int64_t r0 = c0 * kRowsPerChunk, r1 = std::min(out, c1 * kRowsPerChunk);
+  parallel_blocks(out, kRowsPerChunk, min_blocks, [&](int64_t r0, int64_t r1) {
     if (avx2) {
       avx2::linear_rows(x, n, in, w, out, y, r0, r1);
       return;
@@ -123,9 +130,7 @@ void rms_norm(const float* x, int64_t n, int64_t dim, const float* weight, float
 void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
   const bool avx2 = use_avx2();
   constexpr int64_t kVector = 8;
-  const int64_t vectors = (count + kVector - 1) / kVector;
-  parallel(vectors, grain_for(vectors, 256), [&](int64_t v0, int64_t v1) {
-    const int64_t i0 = v0 * kVector, i1 = std::min(count, v1 * kVector);
+  parallel_blocks(count, kVector, 256, [&](int64_t i0, int64_t i1) {
     if (avx2) {
       avx2::silu_mul(gate + i0, up + i0, i1 - i0, y + i0);
       return;
@@ -179,9 +184,7 @@ void linear_half_weights(const float* x, int64_t n, int64_t in, const uint16_t* 
   if (n == 0 || out == 0) return;
   const bool f16c = use_f16c();
   constexpr int64_t kRowsPerChunk = 16;
-  const int64_t chunks = (out + kRowsPerChunk - 1) / kRowsPerChunk;
-  parallel(chunks, grain_for(chunks, 4), [&](int64_t c0, int64_t c1) {
-    const int64_t r0 = c0 * kRowsPerChunk, r1 = std::min(out, c1 * kRowsPerChunk);
+  parallel_blocks(out, kRowsPerChunk, 4, [&](int64_t r0, int64_t r1) {
     if (f16c) {
       avx2::linear_half_rows(x, n, in, w, out, y, r0, r1);
       return;
