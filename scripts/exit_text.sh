@@ -4,7 +4,7 @@
 # against text the target itself generates, and an exit distilled on that
 # matches the final layer there more often than one distilled on the corpus
 # (see the README's edge-fsd section).
-#   scripts/exit_text.sh TARGET_DIR CORPUS_FILE OUT_DIR [COUNT]
+#   [JOBS=2] scripts/exit_text.sh TARGET_DIR CORPUS_FILE OUT_DIR [COUNT]
 # Writes OUT_DIR/train.txt and OUT_DIR/valid.txt (every fifth continuation),
 # one continuation per line: the first 24 words of a randomly chosen corpus
 # line (fixed seed, listed in OUT_DIR/openings.txt) followed by 128 greedily
@@ -28,13 +28,28 @@ random.shuffle(lines)
 for l in lines[: int(sys.argv[2])]:
     print(" ".join(l.split()[:24]))
 PY
+# One generation per opening, JOBS at a time (one thread each), each into a
+# file named by the opening's line, so the result does not depend on which
+# finishes first.
+parts="$out/parts"
+rm -rf "$parts"
+mkdir -p "$parts"
+continue_opening() {  # LINE: the target's continuation of the LINE-th opening
+  local opening
+  opening=$(sed -n "$1p" "$out/openings.txt")
+  build/bin/splitspec generate --mode local-ar --model "$target" --prompt "$opening" --max-new-tokens 128 --json |
+    python3 -c 'import json, sys; print(sys.argv[1] + json.load(sys.stdin)["text"].replace("\n", " "))' "$opening" \
+    > "$parts/$(printf %06d "$1")"
+}
+export -f continue_opening
+export out target parts
+seq "$(wc -l < "$out/openings.txt")" | xargs -P "${JOBS:-2}" -I{} bash -c 'set -euo pipefail; continue_opening {}'
 i=0
-while IFS= read -r opening; do
+for f in "$parts"/*; do
   i=$((i + 1))
   file=train.txt
   (( i % 5 == 0 )) && file=valid.txt
-  build/bin/splitspec generate --mode local-ar --model "$target" --prompt "$opening" --max-new-tokens 128 --json |
-    python3 -c 'import json, sys; print(sys.argv[1] + json.load(sys.stdin)["text"].replace("\n", " "))' "$opening" \
-    >> "$out/$file"
-done < "$out/openings.txt"
+  cat "$f" >> "$out/$file"
+done
+rm -rf "$parts"
 echo "exit_text: $(wc -l < "$out/train.txt") training and $(wc -l < "$out/valid.txt") held-out continuations in $out"

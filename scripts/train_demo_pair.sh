@@ -25,16 +25,13 @@ $S train draft --config configs/demo-draft.json --teacher models/demo-target --c
 rm -rf models/demo-target/checkpoint models/demo-draft/checkpoint
 # Early exits after every layer (the target stays frozen); the server runs
 # the subset in "serve_layers", chosen with bench/fsd_ablations.sh and
-# splitspec bench exits (exit 5 of 8 on this machine).
-$S train exits --target models/demo-target --layers all --corpus "$CORPUS/train.txt" --valid "$CORPUS/valid.txt" \
-  --steps 400 --threads 2
-# The served exit is retrained on the target's own greedy text (the others are
-# kept): its verdicts decide the pre-draft cache's hits, and serving verifies
-# drafts against what the target generates. Its shortlist's ranking comes
-# from that text too.
-scripts/exit_text.sh models/demo-target "$CORPUS/train.txt" "$WORK/exit_text" 320
-$S train exits --target models/demo-target --layers 5 --corpus "$WORK/exit_text/train.txt" \
-  --valid "$WORK/exit_text/valid.txt" --steps 400 --threads 2
+# splitspec bench exits (exit 5 of 8). They are distilled on the target's own
+# greedy text, not the corpus: the served exit's verdicts decide the pre-draft
+# cache's hits, and serving verifies drafts against what the target
+# generates. Their shortlist's ranking comes from that text too.
+scripts/exit_text.sh models/demo-target "$CORPUS/train.txt" "$WORK/exit_text" 1600
+$S train exits --target models/demo-target --layers all --bottleneck 256 --corpus "$WORK/exit_text/train.txt" \
+  --valid "$WORK/exit_text/valid.txt" --steps 1500 --threads 2
 python3 - <<'PY'
 import json
 p = "models/demo-target/early_exits.json"
