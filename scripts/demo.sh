@@ -2,8 +2,9 @@
 # The main command: install, build, then the edge-cloud demo on loopback with
 # the shipped demo pair. splitspec-server serves models/demo-target; the
 # example client (client/examples/edge_cloud_example.cpp) drafts with
-# models/demo-draft, streams the text of edge-sd and cloud-ar, prints a stats
-# table, and checks that greedy edge-sd reproduces the target exactly.
+# models/demo-draft, streams the text of edge-sd, edge-fsd and cloud-ar,
+# prints a stats table, and checks that greedy edge-sd and edge-fsd reproduce
+# the target exactly.
 # PROMPT=... and MAX_NEW_TOKENS=N override; the server log is shown at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."

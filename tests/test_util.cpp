@@ -226,9 +226,12 @@ std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t se
   return Model::from_weights(target.config(), w, "noisy-draft");
 }
 
-CliRun run_cli(const std::string& args) {
+CliRun run_cli(const std::string& args) { return run_binary("splitspec", args); }
+
+CliRun run_binary(const std::string& name, const std::string& args) {
   TempDir tmp;
-  const std::string cmd = std::string(SPLITSPEC_BIN_DIR) + "/splitspec " + args + " >" + tmp.str("out") + " 2>" + tmp.str("err");
+  const std::string cmd =
+      std::string(SPLITSPEC_BIN_DIR) + "/" + name + " " + args + " >" + tmp.str("out") + " 2>" + tmp.str("err");
   const int rc = std::system(cmd.c_str());
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(tmp.path() / "out"), read_file(tmp.path() / "err")};
 }

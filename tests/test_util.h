@@ -42,6 +42,8 @@ struct CliRun {
   std::string err;
 };
 CliRun run_cli(const std::string& args);
+// The same for another of the project's binaries, e.g. "splitspec-example".
+CliRun run_binary(const std::string& name, const std::string& args);
 
 // ../shared beside the checkout (or $SPLITSPEC_SHARED_DIR), when present.
 std::optional<std::filesystem::path> shared_dir();

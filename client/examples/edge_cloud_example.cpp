@@ -2,10 +2,11 @@
 //
 //   splitspec-example --server 127.0.0.1:50051 --draft models/demo-draft [--prompt TEXT]
 //
-// Generates the same request twice, on the server alone (cloud-ar) and with
-// drafts from this device verified by the server (edge-sd), streams both
-// texts, prints a stats table, and checks that greedy decoding gives the same
-// tokens both ways.
+// Generates the same request three ways: on the server alone (cloud-ar), with
+// drafts from this device verified by the server (edge-sd), and with the
+// server's early-exit verdicts letting this device pre-draft the next round
+// while the server still verifies (edge-fsd). Streams the texts, prints a
+// stats table, and checks that greedy decoding gives the same tokens all ways.
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -55,8 +56,11 @@ int main(int argc, char** argv) {
     edge.draft_dir = a.draft;
     splitspec::ClientOptions cloud = edge;
     cloud.mode = splitspec::Mode::kCloudAr;  // the draft directory only lends its tokenizer
+    splitspec::ClientOptions fsd = edge;
+    fsd.mode = splitspec::Mode::kEdgeFsd;
     auto edge_client = splitspec::Client::connect(edge);
     auto cloud_client = splitspec::Client::connect(cloud);
+    auto fsd_client = splitspec::Client::connect(fsd);
     const splitspec::ServerInfo info = edge_client->server_info();
     std::printf("server %s: model %s, vocabulary %d, context %d, tokenizer %s\n\n", a.server.c_str(),
                 info.model_name.c_str(), info.vocab_size, info.max_context, info.tokenizer_fingerprint.c_str());
@@ -66,11 +70,14 @@ int main(int argc, char** argv) {
     req.temperature = 0.7f;  // small models loop under greedy decoding
     req.top_k = 40;
     req.seed = 1;
-    req.gamma = 4;
+    req.gamma = 3;  // edge-fsd's operating point on the demo pair (README, Measured)
     auto print = [](const std::string& piece) { std::cout << piece << std::flush; };
 
     std::cout << "== edge-sd: drafts from " << a.draft << ", verified by the server (sampled, seed 1)\n" << a.prompt;
     const splitspec::Result e = edge_client->generate(a.prompt, req, print);
+    std::cout << "\n\n== edge-fsd: as edge-sd, pre-drafting on the server's early verdicts (sampled, seed 1)\n"
+              << a.prompt;
+    const splitspec::Result f = fsd_client->generate(a.prompt, req, print);
     std::cout << "\n\n== cloud-ar: the server's target alone (sampled, seed 1)\n" << a.prompt;
     const splitspec::Result c = cloud_client->generate(a.prompt, req, print);
     std::cout << "\n\n";
@@ -79,14 +86,24 @@ int main(int argc, char** argv) {
     std::printf("|----------|--------|----------|-----------------|----------------|--------|-------|------------|----------|----------------|----------------|\n");
     print_row("cloud-ar", c.stats, false);
     print_row("edge-sd", e.stats, true);
+    print_row("edge-fsd", f.stats, true);
+    std::printf("\nedge-fsd: %lld early verdicts, %lld of %lld next drafts pre-drafted (cache miss rate r %.2f), "
+                "Avg EE %.1f\n",
+                static_cast<long long>(f.stats.early_verdicts), static_cast<long long>(f.stats.predraft_hits),
+                static_cast<long long>(f.stats.predraft_lookups), f.stats.cache_miss_rate, f.stats.avg_exit_layer);
 
-    // Exactness, shown: greedy edge-sd reproduces the target token for token.
+    // Exactness, shown: greedy edge-sd and edge-fsd reproduce the target token
+    // for token.
     req.temperature = 0.0f;
     const splitspec::Result eg = edge_client->generate(a.prompt, req);
+    const splitspec::Result fg = fsd_client->generate(a.prompt, req);
     const splitspec::Result cg = cloud_client->generate(a.prompt, req);
-    std::printf("\ngreedy check: edge-sd and cloud-ar give %s tokens (%zu tokens, edge-sd in %lld rounds)\n",
-                eg.ids == cg.ids ? "identical" : "DIFFERENT", eg.ids.size(), static_cast<long long>(eg.stats.rounds));
-    return eg.ids == cg.ids ? 0 : 1;
+    const bool same = eg.ids == cg.ids && fg.ids == cg.ids;
+    std::printf("\ngreedy check: edge-sd, edge-fsd and cloud-ar give %s tokens (%zu tokens; edge-sd in %lld rounds, "
+                "edge-fsd in %lld)\n",
+                same ? "identical" : "DIFFERENT", cg.ids.size(), static_cast<long long>(eg.stats.rounds),
+                static_cast<long long>(fg.stats.rounds));
+    return same ? 0 : 1;
   } catch (const std::exception& ex) {
     std::cerr << "splitspec-example: " << ex.what() << "\n";
     return 1;
