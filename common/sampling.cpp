@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "common/error.h"
@@ -17,20 +18,45 @@ void SamplingParams::validate() const {
   if (!(top_p > 0.0f && top_p <= 1.0f)) throw Error("top-p must be in (0, 1], got " + std::to_string(top_p));
 }
 
+namespace {
+
+// splitmix64's finaliser: consecutive inputs give independent-looking outputs.
+uint64_t mix(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
 int32_t Rng::categorical(const Distribution& dist) {
-  const double u = uniform();
-  double acc = 0.0;
-  int32_t last_positive = -1;
+  // An exponential race: every index i draws E_i ~ Exp(1), and the smallest
+  // E_i / dist[i] wins, which happens with probability dist[i]. E_i comes from
+  // one draw of the engine hashed with i, so two Rngs in the same state race
+  // two distributions with the same E_i, and the closer the distributions,
+  // the likelier they pick the same index (at least (1 - TV) / (1 + TV)).
+  // Early-exit verdicts rely on that: they verify with a copy of the
+  // verifier's Rng, and a pre-draft hits only when their draws agree.
+  // Inverse-CDF sampling in index order agrees far less: a little mass moved
+  // between low indices shifts every interval after them.
+  const uint64_t race = engine_();
+  int32_t winner = -1;
+  double best = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < dist.size(); ++i) {
-    if (dist[i] <= 0.0f) continue;
-    acc += dist[i];
-    last_positive = static_cast<int32_t>(i);
-    if (u < acc) return last_positive;
+    const double p = dist[i];
+    if (p <= 0.0) continue;
+    // A uniform in (0, 1): 53 bits, never 0.
+    const double u = (static_cast<double>(mix(race + 0x9e3779b97f4a7c15ull * (i + 1)) >> 11) + 0.5) * 0x1.0p-53;
+    // -log(u) >= 1 - u: most indices lose without computing the logarithm.
+    if ((1.0 - u) >= best * p) continue;
+    const double t = -std::log(u) / p;
+    if (t < best) {
+      best = t;
+      winner = static_cast<int32_t>(i);
+    }
   }
-  // Rounding can leave the total a hair below u; the last supported index is
-  // where that mass belongs.
-  if (last_positive < 0) throw Error("sampling from an empty distribution");
-  return last_positive;
+  if (winner < 0) throw Error("sampling from an empty distribution");
+  return winner;
 }
 
 int32_t greedy_token(const at::Tensor& logits_row) {

@@ -28,7 +28,9 @@ class Rng {
  public:
   explicit Rng(uint64_t seed) : engine_(seed) {}
   double uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(engine_); }
-  // Draws an index from `dist` (which must sum to ~1).
+  // Draws an index from `dist` (which must sum to ~1), with one draw of the
+  // engine. Copies of one Rng drawing from close distributions mostly pick
+  // the same index (an exponential race; see sampling.cpp).
   int32_t categorical(const Distribution& dist);
 
  private:

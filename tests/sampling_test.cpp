@@ -77,6 +77,47 @@ TEST(Sampling, DrawsFollowTheReportedDistribution) {
   EXPECT_GT(goodness_of_fit_pvalue(counts, std::vector<double>(q.begin(), q.end())), 1e-4);
 }
 
+// Most indices of a long tail lose the race without their logarithm being
+// taken; the draws must still follow the distribution, tail included.
+TEST(Sampling, CategoricalFollowsALongTailedDistribution) {
+  Distribution d(300, 0.3f / 296);
+  d[7] = 0.4f;
+  d[150] = 0.2f;
+  d[299] = 0.1f;
+  d[0] = 0.0f;  // outside the support: never drawn
+  Rng rng(21);
+  std::vector<int64_t> counts(d.size(), 0);
+  for (int i = 0; i < 60000; ++i) counts[rng.categorical(d)]++;
+  EXPECT_EQ(counts[0], 0);
+  const double total = std::accumulate(d.begin(), d.end(), 0.0);
+  std::vector<double> probs;
+  for (float x : d) probs.push_back(x / total);
+  EXPECT_GT(goodness_of_fit_pvalue(counts, probs), 1e-4);
+}
+
+// Early verdicts verify with a copy of the verifier's Rng: from close
+// distributions the copies must mostly draw the same index. Here 5% of the
+// mass moves from the first index to the last: inverse-CDF sampling in index
+// order would shift every interval by more than its width and almost never
+// agree; the race agrees with probability at least (1 - 0.05) / (1 + 0.05).
+TEST(Sampling, CopiesOfOneRngDrawTheSameIndexFromCloseDistributions) {
+  Distribution p(100, 0.01f), near = p;
+  near[0] -= 0.005f;
+  near[99] += 0.005f;
+  for (int i = 1; i < 10; ++i) {
+    near[static_cast<size_t>(i)] -= 0.005f;
+    near[static_cast<size_t>(99 - i)] += 0.005f;
+  }
+  Rng rng(4);
+  int same = 0;
+  const int n = 4000;
+  for (int i = 0; i < n; ++i) {
+    Rng copy = rng;
+    same += rng.categorical(p) == copy.categorical(near);
+  }
+  EXPECT_GT(same, static_cast<int>(0.88 * n)) << same << " of " << n;
+}
+
 TEST(Sampling, SeedReproduces) {
   SamplingParams p;
   p.temperature = 1.0f;
