@@ -173,7 +173,7 @@ TEST(Cli, ExampleRunsEveryEdgeModeAndChecksGreedyExactness) {
                                                        " --max-new-tokens 24");
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   for (const char* part : {"== edge-sd", "== edge-fsd", "== cloud-ar", "| edge-fsd |", "cache miss rate",
-                           "greedy check: edge-sd, edge-fsd and cloud-ar give identical tokens"})
+                           "greedy check: edge-sd, edge-fsd and cloud-ar give identical tokens", "greedy ms/token"})
     EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
   EXPECT_TRUE(wait_until([&] { return srv.server->active_sessions() == 0; }, std::chrono::seconds(10)));
 }

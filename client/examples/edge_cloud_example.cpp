@@ -103,6 +103,8 @@ int main(int argc, char** argv) {
                 "edge-fsd in %lld)\n",
                 same ? "identical" : "DIFFERENT", cg.ids.size(), static_cast<long long>(eg.stats.rounds),
                 static_cast<long long>(fg.stats.rounds));
+    std::printf("greedy ms/token: cloud-ar %.2f, edge-sd %.2f, edge-fsd %.2f (edge-fsd cache miss rate r %.2f)\n",
+                cg.stats.ms_per_token, eg.stats.ms_per_token, fg.stats.ms_per_token, fg.stats.cache_miss_rate);
     return same ? 0 : 1;
   } catch (const std::exception& ex) {
     std::cerr << "splitspec-example: " << ex.what() << "\n";
