@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ablations of edge-fsd (paper 004, Fig. 4 and Table 7) on loopback (0 ms):
+# Ablations of edge-fsd (the early-exit edge-cloud paper, Fig. 4 and Table 7) on loopback (0 ms):
 # pre-draft threads 1, 2, 4, 8; gamma 2..8; client queue priority / fifo /
 # random against server queue priority / fifo. Pre-drafting every round (the
 # default), so the adaptive switch does not hide what is measured.

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/generate_options.h"
+#include "common/decoding/generate_options.h"
 
 namespace splitspec {
 

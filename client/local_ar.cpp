@@ -5,8 +5,8 @@
 
 #include <chrono>
 
-#include "common/stopwatch.h"
-#include "common/target_decoder.h"
+#include "common/util/stopwatch.h"
+#include "common/decoding/target_decoder.h"
 
 namespace splitspec {
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "client/generation.h"
-#include "common/model.h"
+#include "common/engine/model.h"
 
 namespace splitspec {
 

@@ -13,12 +13,12 @@
 #include <mutex>
 #include <thread>
 
-#include "common/error.h"
-#include "common/fallback_threshold.h"
-#include "common/stopwatch.h"
-#include "common/target_decoder.h"
-#include "common/threads.h"
-#include "common/tree_drafter.h"
+#include "common/util/error.h"
+#include "common/drafting/fallback_threshold.h"
+#include "common/util/stopwatch.h"
+#include "common/decoding/target_decoder.h"
+#include "common/engine/threads.h"
+#include "common/drafting/tree_drafter.h"
 
 namespace splitspec {
 

@@ -1,5 +1,5 @@
 #pragma once
-// EdgeLLM's local decoding (paper 000, §III): the draft grows a
+// EdgeLLM's local decoding (§III): the draft grows a
 // width-adaptive token tree, the target verifies it in one forward, the
 // self-adaptive fallback decides when, and provisional generation keeps the
 // draft busy while the target's weights stream in. Each technique has its
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "client/generation.h"
-#include "common/model.h"
-#include "common/model_drafter.h"
+#include "common/engine/model.h"
+#include "common/drafting/model_drafter.h"
 
 namespace splitspec {
 

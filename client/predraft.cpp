@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
-#include "common/error.h"
-#include "common/stopwatch.h"
-#include "common/threads.h"
+#include "common/util/error.h"
+#include "common/util/stopwatch.h"
+#include "common/engine/threads.h"
 
 namespace splitspec {
 

@@ -1,5 +1,5 @@
 #pragma once
-// Pre-drafting (paper 004, Algorithm 1): while the server verifies a round,
+// Pre-drafting (the early-exit edge-cloud paper, Algorithm 1): while the server verifies a round,
 // worker threads take the early verdicts it streams, most promising first,
 // and draft the next round as if each were the final verdict, into a
 // pre-draft cache keyed by the verdict's tokens. When the final verdict
@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/model_drafter.h"
+#include "common/drafting/model_drafter.h"
 
 namespace splitspec {
 

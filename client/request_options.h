@@ -2,7 +2,7 @@
 // The public Request (client.h, free of LibTorch types) as the library's
 // GenerateOptions.
 #include "client/client.h"
-#include "common/generate_options.h"
+#include "common/decoding/generate_options.h"
 
 namespace splitspec {
 

@@ -5,9 +5,9 @@
 
 #include <chrono>
 
-#include "common/error.h"
-#include "common/stopwatch.h"
-#include "common/target_decoder.h"
+#include "common/util/error.h"
+#include "common/util/stopwatch.h"
+#include "common/decoding/target_decoder.h"
 
 namespace splitspec {
 

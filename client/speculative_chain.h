@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "client/generation.h"
-#include "common/model.h"
-#include "common/model_drafter.h"
+#include "common/engine/model.h"
+#include "common/drafting/model_drafter.h"
 
 namespace splitspec {
 

@@ -1,7 +1,7 @@
 #pragma once
 // Between wire messages and the library's own types, in one place for the
 // client and the server.
-#include "common/generate_options.h"
+#include "common/decoding/generate_options.h"
 #include "proto/splitspec.pb.h"
 
 namespace splitspec {

@@ -2,7 +2,7 @@
 
 #include <c10/core/InferenceMode.h>
 
-#include "common/threads.h"
+#include "common/engine/threads.h"
 
 namespace splitspec {
 

@@ -4,8 +4,8 @@
 
 #include <chrono>
 
-#include "common/stopwatch.h"
-#include "common/target_decoder.h"
+#include "common/util/stopwatch.h"
+#include "common/decoding/target_decoder.h"
 #include "proto/convert.h"
 #include "server/stream_writer.h"
 

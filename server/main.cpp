@@ -7,7 +7,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "common/error.h"
+#include "common/util/error.h"
 #include "server/server.h"
 
 int main(int argc, char** argv) {

@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/error.h"
+#include "common/util/error.h"
 
 namespace splitspec {
 

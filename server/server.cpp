@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "common/error.h"
-#include "common/tokenizer.h"
+#include "common/util/error.h"
+#include "common/engine/tokenizer.h"
 #include "server/metrics_http.h"
 #include "server/service.h"
 

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/error.h"
+#include "common/util/error.h"
 
 namespace splitspec {
 

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/error.h"
+#include "common/util/error.h"
 #include "proto/convert.h"
 #include "server/generate_reactor.h"
 #include "server/session_reactor.h"

@@ -7,9 +7,9 @@
 #include <optional>
 #include <string>
 
-#include "common/early_exit.h"
-#include "common/model.h"
-#include "common/target_decoder.h"
+#include "common/early_exit/early_exit.h"
+#include "common/engine/model.h"
+#include "common/decoding/target_decoder.h"
 #include "proto/splitspec.grpc.pb.h"
 #include "server/compute_queue.h"
 #include "server/server_config.h"

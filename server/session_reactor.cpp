@@ -7,10 +7,10 @@
 #include <optional>
 #include <unordered_set>
 
-#include "common/error.h"
-#include "common/stopwatch.h"
-#include "common/early_verdict.h"
-#include "common/target_decoder.h"
+#include "common/util/error.h"
+#include "common/util/stopwatch.h"
+#include "common/early_exit/early_verdict.h"
+#include "common/decoding/target_decoder.h"
 #include "proto/convert.h"
 #include "server/stream_writer.h"
 

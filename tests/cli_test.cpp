@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "common/model.h"
+#include "common/engine/model.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

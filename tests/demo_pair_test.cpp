@@ -7,8 +7,8 @@
 
 #include "client/local_ar.h"
 #include "client/speculative_chain.h"
-#include "common/model.h"
-#include "common/tokenizer.h"
+#include "common/engine/model.h"
+#include "common/engine/tokenizer.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

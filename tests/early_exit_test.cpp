@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <map>
 
-#include "common/early_exit.h"
-#include "common/early_verdict.h"
-#include "common/error.h"
+#include "common/early_exit/early_exit.h"
+#include "common/early_exit/early_verdict.h"
+#include "common/util/error.h"
 #include "common/train/corpus.h"
 #include "common/train/exit_trainer.h"
 #include "tests/edge_cloud_util.h"

@@ -7,8 +7,8 @@
 #include "client/client.h"
 #include "client/local_ar.h"
 #include "client/request_options.h"
-#include "common/model.h"
-#include "common/tokenizer.h"
+#include "common/engine/model.h"
+#include "common/engine/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 
 namespace splitspec {

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "client/client.h"
-#include "common/model.h"
-#include "common/sampling.h"
+#include "common/engine/model.h"
+#include "common/decoding/sampling.h"
 #include "proto/splitspec.grpc.pb.h"
 #include "server/server.h"
 #include "tests/test_util.h"

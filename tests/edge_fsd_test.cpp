@@ -12,8 +12,8 @@
 #include "client/predraft.h"
 #include "client/predraft_switch.h"
 #include "client/request_options.h"
-#include "common/early_exit.h"
-#include "common/tokenizer.h"
+#include "common/early_exit/early_exit.h"
+#include "common/engine/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 
 namespace splitspec {

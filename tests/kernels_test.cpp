@@ -2,7 +2,7 @@
 // same whether it is computed alone or with others, since exact greedy
 // speculative decoding relies on it. Runs on whichever path this CPU uses;
 // the ctest entries with SPLITSPEC_KERNELS=scalar cover the portable one.
-#include "common/kernels.h"
+#include "common/engine/kernels.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -10,8 +10,8 @@
 
 #include <random>
 
-#include "common/model.h"
-#include "common/token_tree.h"
+#include "common/engine/model.h"
+#include "common/decoding/token_tree.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

@@ -1,13 +1,13 @@
 // KV-cache correctness: every way of reaching a cache state must give the
 // logits a full recompute gives.
-#include "common/kv_cache.h"
+#include "common/engine/kv_cache.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "common/error.h"
-#include "common/model.h"
-#include "common/token_tree.h"
+#include "common/util/error.h"
+#include "common/engine/model.h"
+#include "common/decoding/token_tree.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

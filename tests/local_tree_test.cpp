@@ -11,10 +11,10 @@
 
 #include "client/local_ar.h"
 #include "client/speculative_chain.h"
-#include "common/error.h"
-#include "common/fallback_threshold.h"
-#include "common/tokenizer.h"
-#include "common/tree_drafter.h"
+#include "common/util/error.h"
+#include "common/drafting/fallback_threshold.h"
+#include "common/engine/tokenizer.h"
+#include "common/drafting/tree_drafter.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

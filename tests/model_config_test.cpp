@@ -1,10 +1,10 @@
-#include "common/model_config.h"
+#include "common/engine/model_config.h"
 
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "common/error.h"
+#include "common/util/error.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

@@ -1,4 +1,4 @@
-#include "common/model.h"
+#include "common/engine/model.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "client/local_ar.h"
-#include "common/error.h"
-#include "common/safetensors.h"
+#include "common/util/error.h"
+#include "common/engine/safetensors.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

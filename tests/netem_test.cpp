@@ -11,9 +11,9 @@
 
 #include "client/client.h"
 #include "client/local_ar.h"
-#include "client/netem_proxy.h"
-#include "common/error.h"
-#include "common/model.h"
+#include "client/cli/netem_proxy.h"
+#include "common/util/error.h"
+#include "common/engine/model.h"
 #include "tests/edge_cloud_util.h"
 
 namespace splitspec {

@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "client/local_ar.h"
-#include "common/model.h"
-#include "common/error.h"
-#include "common/tokenizer.h"
+#include "common/engine/model.h"
+#include "common/util/error.h"
+#include "common/engine/tokenizer.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

@@ -1,11 +1,11 @@
-#include "common/safetensors.h"
+#include "common/engine/safetensors.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "common/error.h"
+#include "common/util/error.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

@@ -1,11 +1,11 @@
-#include "common/sampling.h"
+#include "common/decoding/sampling.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <numeric>
 
-#include "common/error.h"
+#include "common/util/error.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

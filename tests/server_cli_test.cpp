@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/error.h"
+#include "common/util/error.h"
 #include "server/server_config.h"
 #include "tests/edge_cloud_util.h"
 

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "client/local_ar.h"
-#include "common/error.h"
+#include "common/util/error.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

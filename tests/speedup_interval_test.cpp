@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "common/error.h"
+#include "common/util/error.h"
 
 namespace splitspec::test {
 

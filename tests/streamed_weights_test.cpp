@@ -2,7 +2,7 @@
 // budget, with and without the pipeline; weight memory never above the
 // budget; the bytes each forward reads are the ones not resident; bad budgets
 // and files give clear errors.
-#include "common/streamed_weights.h"
+#include "common/engine/streamed_weights.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/error.h"
-#include "common/model.h"
-#include "common/token_tree.h"
+#include "common/util/error.h"
+#include "common/engine/model.h"
+#include "common/decoding/token_tree.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

@@ -1,6 +1,6 @@
 #include "tests/test_util.h"
 
-#include "common/error.h"
+#include "common/util/error.h"
 
 #include <c10/core/InferenceMode.h>
 #include <sys/wait.h>

@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "common/model.h"
-#include "common/model_config.h"
+#include "common/engine/model.h"
+#include "common/engine/model_config.h"
 
 namespace splitspec::test {
 

@@ -10,9 +10,9 @@
 #include <functional>
 #include <random>
 
-#include "common/error.h"
-#include "common/model.h"
-#include "common/tokenizer.h"
+#include "common/util/error.h"
+#include "common/engine/model.h"
+#include "common/engine/tokenizer.h"
 #include "common/train/trainable_llama.h"
 #include "common/train/trainer.h"
 #include "tests/test_util.h"

@@ -7,7 +7,7 @@
 // chance that a correct verifier fails anywhere is below 1%. Seeds are fixed,
 // so results are reproducible. kSamples draws per case give the test power:
 // DeliberatelyBrokenVerifierIsCaught shows a subtly wrong verifier failing.
-#include "common/verify.h"
+#include "common/decoding/verify.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -16,8 +16,8 @@
 #include <random>
 
 #include "client/local_ar.h"
-#include "common/error.h"
-#include "common/model.h"
+#include "common/util/error.h"
+#include "common/engine/model.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
-#include "common/error.h"
-#include "common/model.h"
-#include "common/threads.h"
+#include "common/util/error.h"
+#include "common/engine/model.h"
+#include "common/engine/threads.h"
 
 namespace splitspec::cli {
 

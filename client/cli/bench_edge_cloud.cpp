@@ -13,9 +13,9 @@
 #include "client/cli/prompts.h"
 #include "client/cli/speedup_interval.h"
 #include "client/client.h"
-#include "client/netem_proxy.h"
-#include "common/error.h"
-#include "common/tokenizer.h"
+#include "client/cli/netem_proxy.h"
+#include "common/util/error.h"
+#include "common/engine/tokenizer.h"
 
 namespace splitspec::cli {
 

@@ -10,10 +10,10 @@
 #include <memory>
 
 #include "client/cli/commands.h"
-#include "common/early_verdict.h"
-#include "common/error.h"
-#include "common/stopwatch.h"
-#include "common/threads.h"
+#include "common/early_exit/early_verdict.h"
+#include "common/util/error.h"
+#include "common/util/stopwatch.h"
+#include "common/engine/threads.h"
 
 namespace splitspec::cli {
 

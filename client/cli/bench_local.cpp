@@ -12,9 +12,9 @@
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
 #include "client/client.h"
-#include "common/error.h"
-#include "common/model.h"
-#include "common/tokenizer.h"
+#include "common/util/error.h"
+#include "common/engine/model.h"
+#include "common/engine/tokenizer.h"
 
 namespace splitspec::cli {
 

@@ -6,7 +6,7 @@
 
 #include "client/cli/commands.h"
 #include "client/client.h"
-#include "common/error.h"
+#include "common/util/error.h"
 
 namespace splitspec::cli {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "client/cli/commands.h"
-#include "common/error.h"
+#include "common/util/error.h"
 
 int main(int argc, char** argv) {
   // Training runs large GEMMs on OpenBLAS's threads between LibTorch's OpenMP

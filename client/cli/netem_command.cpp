@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "client/cli/commands.h"
-#include "client/netem_proxy.h"
+#include "client/cli/netem_proxy.h"
 
 namespace splitspec::cli {
 

@@ -3,8 +3,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "common/error.h"
-#include "common/tokenizer.h"
+#include "common/util/error.h"
+#include "common/engine/tokenizer.h"
 
 namespace splitspec::cli {
 

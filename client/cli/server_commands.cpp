@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "client/cli/commands.h"
-#include "common/error.h"
+#include "common/util/error.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/splitspec.grpc.pb.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <random>
 
-#include "common/error.h"
+#include "common/util/error.h"
 
 namespace splitspec::cli {
 

@@ -3,7 +3,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/error.h"
+#include "common/util/error.h"
 
 namespace splitspec::cli {
 

@@ -5,9 +5,9 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "client/cli/commands.h"
-#include "common/error.h"
-#include "common/threads.h"
-#include "common/tokenizer.h"
+#include "common/util/error.h"
+#include "common/engine/threads.h"
+#include "common/engine/tokenizer.h"
 #include "common/train/exit_trainer.h"
 #include "common/train/trainer.h"
 

@@ -6,7 +6,7 @@
 #include <random>
 #include <sstream>
 
-#include "common/error.h"
+#include "common/util/error.h"
 
 namespace splitspec {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/tokenizer.h"
+#include "common/engine/tokenizer.h"
 
 namespace splitspec {
 

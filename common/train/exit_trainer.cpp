@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "common/error.h"
-#include "common/model_config.h"
-#include "common/tokenizer.h"
+#include "common/util/error.h"
+#include "common/engine/model_config.h"
+#include "common/engine/tokenizer.h"
 #include "common/train/corpus.h"
 
 namespace splitspec {

@@ -1,12 +1,12 @@
 #pragma once
-// Trains early-exit adapters by distillation from the final layer (paper 004,
-// Fig. 3): the model is frozen; each adapter sees its layer's hidden states
+// Trains early-exit adapters by distillation from the final layer (the early-exit edge-cloud
+// paper, Fig. 3): the model is frozen; each adapter sees its layer's hidden states
 // and is updated only by its own KL(final || exit) loss.
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "common/early_exit_eval.h"
+#include "common/early_exit/early_exit_eval.h"
 
 namespace splitspec {
 

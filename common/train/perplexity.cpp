@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "common/error.h"
+#include "common/util/error.h"
 #include "common/train/corpus.h"
 
 namespace splitspec {

@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/model.h"
+#include "common/engine/model.h"
 
 namespace splitspec {
 

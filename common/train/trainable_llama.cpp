@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "common/error.h"
+#include "common/util/error.h"
 
 namespace splitspec {
 

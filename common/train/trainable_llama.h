@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/model.h"
+#include "common/engine/model.h"
 
 namespace splitspec {
 

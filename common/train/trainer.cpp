@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/error.h"
-#include "common/model.h"
-#include "common/tokenizer.h"
+#include "common/util/error.h"
+#include "common/engine/model.h"
+#include "common/engine/tokenizer.h"
 #include "common/train/corpus.h"
 #include "common/train/perplexity.h"
 #include "common/train/trainable_llama.h"

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/model_config.h"
-#include "common/safetensors.h"
+#include "common/engine/model_config.h"
+#include "common/engine/safetensors.h"
 
 namespace splitspec {
 

@@ -1,0 +1,137 @@
+#include "common/decoding/target_decoder.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "common/util/error.h"
+#include "common/util/stopwatch.h"
+
+namespace splitspec {
+
+std::string finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kEos: return "eos";
+    case FinishReason::kContext: return "context";
+    case FinishReason::kNone: break;
+  }
+  return "";
+}
+
+TargetDecoder::TargetDecoder(const Model& target, std::vector<int32_t> prompt, const GenerateOptions& options)
+    : target_(target),
+      options_(options),
+      prompt_len_(static_cast<int64_t>(prompt.size())),
+      context_(target.config().max_position_embeddings),
+      cache_(target.new_cache(context_)),
+      seq_(std::move(prompt)),
+      rng_(options.sampling.seed) {
+  const ModelConfig& c = target.config();
+  options.sampling.validate();
+  if (options.max_new_tokens < 0) throw Error("max-new-tokens must be >= 0");
+  if (seq_.empty()) throw Error("prompt is empty: give at least one token (e.g. BOS)");
+  if (prompt_len_ >= context_)
+    throw Error("prompt of " + std::to_string(prompt_len_) + " tokens does not fit the model's context of " +
+                std::to_string(context_) + " with room to generate");
+  for (int32_t t : seq_)
+    if (t < 0 || t >= c.vocab_size)
+      throw Error("prompt token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  budget_ = std::min<int64_t>(options.max_new_tokens, context_ - prompt_len_);
+  if (budget_ == 0) finish_ = options.max_new_tokens == 0 ? FinishReason::kLength : FinishReason::kContext;
+}
+
+int32_t TargetDecoder::room() const {
+  // The round's forward holds the last committed token plus the tree.
+  return static_cast<int32_t>(std::max<int64_t>(0, context_ - static_cast<int64_t>(seq_.size())));
+}
+
+at::Tensor TargetDecoder::forward_pending(const DraftTree& tree, const std::vector<int64_t>& tap_layers, const LayerTap& tap) {
+  const int64_t past = cache_.size();
+  const int64_t committed = static_cast<int64_t>(seq_.size());
+  const int64_t pending = committed - past;  // the prompt in round one, else the last token
+  ForwardRequest r;
+  r.tokens.assign(seq_.begin() + past, seq_.end());
+  r.tokens.insert(r.tokens.end(), tree.tokens.begin(), tree.tokens.end());
+  std::vector<int64_t> rows{pending - 1};
+  for (int32_t i = 0; i < tree.size(); ++i) rows.push_back(pending + i);
+  r.logits_rows = std::move(rows);
+  bool chain = true;
+  for (int32_t i = 0; i < tree.size(); ++i) chain = chain && tree.parents[i] == i - 1;
+  if (!chain) {
+    // The pending tokens are a chain the tree hangs from.
+    std::vector<int32_t> parents;
+    for (int64_t i = 0; i < pending; ++i) parents.push_back(static_cast<int32_t>(i) - 1);
+    const std::vector<int32_t> depths = tree.depths();
+    for (int32_t i = 0; i < tree.size(); ++i)
+      parents.push_back(static_cast<int32_t>(tree.parents[i] < 0 ? pending - 1 : pending + tree.parents[i]));
+    for (int64_t i = 0; i < pending; ++i) r.positions.push_back(past + i);
+    for (int32_t d : depths) r.positions.push_back(committed - 1 + d);
+    r.mask = tree_attention_mask(parents, past);
+  }
+  if (tap && !tap_layers.empty()) {
+    const at::Tensor index = at::tensor(*r.logits_rows, at::TensorOptions().dtype(at::kLong));
+    r.on_layer = [this, index, &tap_layers, &tap](int64_t layer, const at::Tensor& hidden) {
+      const int64_t after = layer + 1;
+      if (std::find(tap_layers.begin(), tap_layers.end(), after) != tap_layers.end())
+        tap(after, hidden.index_select(0, index), rng_);
+    };
+  }
+  forwards_ += 1;
+  return target_.forward(r, cache_).logits;
+}
+
+RoundResult TargetDecoder::verify(const DraftTree& tree) { return verify(tree, {}, {}); }
+
+RoundResult TargetDecoder::verify(const DraftTree& tree, const std::vector<int64_t>& tap_layers, const LayerTap& tap) {
+  if (finished()) throw Error("verify: the generation has finished");
+  if (tree.size() > room())
+    throw Error("draft of " + std::to_string(tree.size()) + " tokens does not fit the context (room for " +
+                std::to_string(room()) + ")");
+  tree.validate(target_.config().vocab_size, !options_.sampling.greedy());
+  RoundResult r;
+  const auto tf = SteadyClock::now();
+  const int64_t past = cache_.size();
+  const int64_t pending = static_cast<int64_t>(seq_.size()) - past;
+  const at::Tensor logits = forward_pending(tree, tap_layers, tap);
+  r.forward_ms = ms_since(tf);
+  const auto tv = SteadyClock::now();
+  r.verdict = verify_tree(tree, logits, options_.sampling, rng_);
+  // Keep the pending tokens and the accepted path: the cache again holds
+  // every committed token but the new last one.
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < pending; ++i) rows.push_back(i);
+  for (int32_t node : r.verdict.path) rows.push_back(pending + node);
+  cache_.keep(past, rows);
+  commit(r);
+  r.verify_ms = ms_since(tv);
+  return r;
+}
+
+RoundResult TargetDecoder::step() {
+  if (finished()) throw Error("step: the generation has finished");
+  RoundResult r;
+  const auto tf = SteadyClock::now();
+  const at::Tensor logits = forward_pending(DraftTree{});
+  r.forward_ms = ms_since(tf);
+  r.verdict.tokens.assign(1, next_token(logits[0], options_.sampling, rng_));
+  commit(r);
+  return r;
+}
+
+void TargetDecoder::commit(RoundResult& r) {
+  std::vector<int32_t>& tokens = r.verdict.tokens;
+  size_t kept = 0;
+  while (kept < tokens.size() && !finished()) {
+    const int32_t tok = tokens[kept++];
+    seq_.push_back(tok);
+    if (tok == target_.config().eos_token_id && !options_.ignore_eos)
+      finish_ = FinishReason::kEos;
+    else if (generated() >= budget_)
+      finish_ = budget_ == options_.max_new_tokens ? FinishReason::kLength : FinishReason::kContext;
+  }
+  tokens.resize(kept);
+  r.finish = finish_;
+}
+
+}  // namespace splitspec

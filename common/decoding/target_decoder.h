@@ -1,0 +1,72 @@
+#pragma once
+// The target's side of one generation: its KV cache, the committed sequence,
+// the stop rules, and the one place rounds are verified. Local decoding, the
+// server's sessions and its autoregressive stream all run on it, so every
+// mode commits tokens, rolls back caches and stops in exactly the same way.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "common/decoding/generate_options.h"
+#include "common/engine/model.h"
+#include "common/decoding/verify.h"
+
+namespace splitspec {
+
+struct RoundResult {
+  // tokens: what to append, cut at the first stop (EOS or budget); accepted
+  // counts the drafts verification accepted, before any cut.
+  Verdict verdict;
+  FinishReason finish = FinishReason::kNone;
+  double forward_ms = 0;  // the target forward
+  double verify_ms = 0;   // accept/reject and cache compaction
+};
+
+class TargetDecoder {
+ public:
+  // Throws splitspec::Error for an empty prompt, out-of-vocabulary ids, a
+  // prompt that leaves no room in the context, or invalid options.
+  TargetDecoder(const Model& target, std::vector<int32_t> prompt, const GenerateOptions& options);
+
+  // One speculative round: the tokens not yet in the cache plus `tree`, in one
+  // forward under the tree mask, verified (greedy or rejection sampling
+  // against the tree's q), the accepted path compacted into the cache. The
+  // tree must fit: tree.size() <= room(). Throws splitspec::Error on a
+  // malformed tree (out-of-vocabulary ids, q that are not distributions).
+  RoundResult verify(const DraftTree& tree);
+  // The same, calling `tap` during the forward after each layer count in
+  // `tap_layers` with the rows verification will read ([tree.size()+1,
+  // hidden]) and the verifier's Rng as it stands before this round's draws.
+  // Early exits predict the verdict there; the tap cannot change the round.
+  using LayerTap = std::function<void(int64_t after_layer, const at::Tensor& rows, const Rng& rng)>;
+  RoundResult verify(const DraftTree& tree, const std::vector<int64_t>& tap_layers, const LayerTap& tap);
+  // One autoregressive token, drawn exactly as plain sampling would.
+  RoundResult step();
+
+  bool finished() const { return finish_ != FinishReason::kNone; }
+  FinishReason finish() const { return finish_; }
+  // Most draft nodes the next round may carry without overrunning the context.
+  int32_t room() const;
+  const std::vector<int32_t>& sequence() const { return seq_; }
+  int64_t generated() const { return static_cast<int64_t>(seq_.size()) - prompt_len_; }
+  int64_t forwards() const { return forwards_; }
+  const Model& model() const { return target_; }
+
+ private:
+  at::Tensor forward_pending(const DraftTree& tree, const std::vector<int64_t>& tap_layers = {}, const LayerTap& tap = {});
+  void commit(RoundResult& r);
+
+  const Model& target_;
+  GenerateOptions options_;
+  int64_t prompt_len_;
+  int64_t context_;
+  int64_t budget_;  // new tokens this generation may produce
+  KVCache cache_;   // every committed token but the last (none before the first round)
+  std::vector<int32_t> seq_;
+  Rng rng_;
+  FinishReason finish_ = FinishReason::kNone;
+  int64_t forwards_ = 0;
+};
+
+}  // namespace splitspec

@@ -1,0 +1,36 @@
+#pragma once
+// A draft token tree hanging off the last committed token (the root). A chain
+// is the tree whose node i has parent i-1.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "common/decoding/sampling.h"
+
+namespace splitspec {
+
+struct DraftTree {
+  std::vector<int32_t> tokens;
+  // parents[i] < i is node i's parent, or -1 for a child of the root.
+  std::vector<int32_t> parents;
+  // Sampling mode: q[i] is the distribution node i was drawn from, given its
+  // parent and the siblings drawn before it. Empty under greedy decoding.
+  std::vector<Distribution> q;
+
+  static DraftTree chain(std::vector<int32_t> tokens, std::vector<Distribution> q = {});
+  int32_t size() const { return static_cast<int32_t>(tokens.size()); }
+  // Children of `node` (-1: the root) in index order, the order they are tried.
+  std::vector<int32_t> children(int32_t node) const;
+  // Distance from the root: 1 for the root's children.
+  std::vector<int32_t> depths() const;
+  // Throws splitspec::Error on a malformed tree, out-of-vocabulary tokens, or
+  // (when `need_q`) missing q or q that are not distributions supporting their token.
+  void validate(int64_t vocab_size, bool need_q) const;
+};
+
+// Bool [n, past+n]: node i attends to the cached prefix, its ancestors and
+// itself. For a chain this is the causal mask.
+at::Tensor tree_attention_mask(const std::vector<int32_t>& parents, int64_t past);
+
+}  // namespace splitspec

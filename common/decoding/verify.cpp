@@ -1,0 +1,89 @@
+#include "common/decoding/verify.h"
+
+#include <ATen/ATen.h>
+
+#include "common/util/error.h"
+
+namespace splitspec {
+
+namespace {
+
+// p <- norm(max(0, p - q)). Returns false when nothing is left, which only
+// happens when p == q up to rounding; p is then left as it was, which is the
+// correct distribution in that limit.
+bool subtract_and_normalise(Distribution& p, const Distribution& q) {
+  double total = 0.0;
+  Distribution r(p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    r[i] = std::max(0.0f, p[i] - q[i]);
+    total += r[i];
+  }
+  if (!(total > 0.0)) return false;
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(r[i] / total);
+  return true;
+}
+
+}  // namespace
+
+Verdict verify_tree_greedy(const DraftTree& tree, int64_t vocab, const std::function<int32_t(int64_t row)>& argmax) {
+  tree.validate(vocab, false);
+  Verdict v;
+  int32_t node = -1;  // the root
+  while (true) {
+    const int32_t want = argmax(node + 1);
+    int32_t next = -1;
+    for (int32_t c : tree.children(node))
+      if (tree.tokens[c] == want) {
+        next = c;
+        break;
+      }
+    v.tokens.push_back(want);
+    if (next < 0) return v;
+    v.accepted += 1;
+    v.path.push_back(next);
+    node = next;
+  }
+}
+
+Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, const SamplingParams& params, Rng& rng) {
+  const int64_t vocab = target_logits.size(-1);
+  if (target_logits.dim() != 2 || target_logits.size(0) != tree.size() + 1)
+    throw Error("verify: expected target logits [" + std::to_string(tree.size() + 1) + ", vocab]");
+  if (params.greedy())
+    return verify_tree_greedy(tree, vocab, [&](int64_t row) { return greedy_token(target_logits[row]); });
+  tree.validate(vocab, true);
+
+  Verdict v;
+  int32_t node = -1;  // the root
+  while (true) {
+    const at::Tensor row = target_logits[node + 1];
+    const std::vector<int32_t> kids = tree.children(node);
+    int32_t next = -1;
+    Distribution p = filtered_distribution(row, params);
+    for (int32_t c : kids) {
+      const int32_t x = tree.tokens[c];
+      const float qx = tree.q[c][x];
+      // Accept with probability min(1, p(x)/q(x)), written without division.
+      if (rng.uniform() * qx < p[x]) {
+        next = c;
+        break;
+      }
+      subtract_and_normalise(p, tree.q[c]);
+    }
+    if (next < 0) {
+      v.tokens.push_back(rng.categorical(p));
+      return v;
+    }
+    v.accepted += 1;
+    v.tokens.push_back(tree.tokens[next]);
+    v.path.push_back(next);
+    node = next;
+  }
+}
+
+Verdict verify_chain(std::vector<int32_t> draft, std::vector<Distribution> q,
+                     const at::Tensor& target_logits, const SamplingParams& params, Rng& rng) {
+  return verify_tree(DraftTree::chain(std::move(draft), std::move(q)), target_logits, params, rng);
+}
+
+}  // namespace splitspec

@@ -1,0 +1,339 @@
+#include "common/drafting/tree_drafter.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "common/util/error.h"
+#include "common/util/stopwatch.h"
+
+namespace splitspec {
+
+TreeDrafter::TreeDrafter(const Model& draft, int32_t max_children)
+    : draft_(draft), max_children_(max_children), cache_(draft.new_cache()) {
+  if (max_children < 1) throw Error("a tree node needs at least 1 child on offer, got " + std::to_string(max_children));
+}
+
+void TreeDrafter::begin(const std::vector<int32_t>& prompt) {
+  const auto t0 = SteadyClock::now();
+  prefill_draft(draft_, cache_, prompt);
+  seq_ = prompt;
+  nodes_.clear();
+  branch_len_.clear();
+  root_ = Node{};
+  root_expanded_ = false;
+  provisional_ = 0;
+  anchor_ = -1;
+  frozen_ = false;
+  stats_.prefill_ms += ms_since(t0);
+}
+
+void TreeDrafter::expand(Node& n, const at::Tensor& row, const SamplingParams& params, Rng&) {
+  n.next = 0;
+  n.children = 0;
+  if (params.greedy()) {
+    const at::Tensor probs = at::softmax(row.to(at::kFloat), 0);
+    const auto top = probs.topk(std::min<int64_t>(max_children_, probs.size(0)));
+    const at::Tensor values = std::get<0>(top).contiguous(), indices = std::get<1>(top).contiguous();
+    n.ranked.clear();
+    // The argmax first, by the project's tie rule, so the first child is
+    // always the draft's own greedy choice.
+    const int32_t best = greedy_token(row);
+    n.ranked.emplace_back(best, probs[best].item<float>());
+    for (int64_t i = 0; i < values.size(0); ++i) {
+      const auto tok = static_cast<int32_t>(indices[i].item<int64_t>());
+      if (tok != best && static_cast<int32_t>(n.ranked.size()) < max_children_)
+        n.ranked.emplace_back(tok, values[i].item<float>());
+    }
+  } else {
+    n.q = filtered_distribution(row, params);
+    double s = 0;
+    for (float v : n.q) s += static_cast<double>(v) * v;
+    n.match = s;
+  }
+}
+
+double TreeDrafter::offer(const Node& n) const {
+  if (!n.q.empty()) {
+    double v = n.match;
+    for (int32_t i = 0; i < n.children; ++i) v *= 1.0 - n.match;
+    return v;
+  }
+  if (n.next >= static_cast<int32_t>(n.ranked.size())) return 0.0;
+  return n.ranked[n.next].second;
+}
+
+void TreeDrafter::start_round(const SamplingParams& params, Rng& rng, int32_t max_nodes, double min_confidence) {
+  const auto t0 = SteadyClock::now();
+  frozen_ = false;
+  if (!root_expanded_) {
+    // The committed tokens the cache lacks: the last one, or more after the
+    // prompt. Their last row is the root's next-token distribution.
+    ForwardRequest r;
+    r.tokens.assign(seq_.begin() + cache_.size(), seq_.end());
+    r.logits_rows = std::vector<int64_t>{static_cast<int64_t>(r.tokens.size()) - 1};
+    const at::Tensor row = draft_.forward(r, cache_).logits[0];
+    root_ = Node{};
+    expand(root_, row, params, rng);
+    root_expanded_ = true;
+    stats_.forwards += 1;
+  } else {
+    // The kept nodes are a chain: keep a prefix of it.
+    int32_t keep = std::min(static_cast<int32_t>(nodes_.size()), std::max(0, max_nodes));
+    if (params.greedy())
+      while (keep > 0 && nodes_[keep - 1].conf < min_confidence) --keep;
+    if (keep < static_cast<int32_t>(nodes_.size())) trim(keep);
+  }
+  base_ = static_cast<int64_t>(seq_.size());
+  stats_.draft_ms += ms_since(t0);
+}
+
+void TreeDrafter::trim(int32_t keep) {
+  nodes_.resize(keep);
+  index_branches();
+  cache_.truncate(base_ + static_cast<int64_t>(nodes_.size()));
+  // The last kept node (or the root) offers its dropped child again.
+  Node& last = node(static_cast<int32_t>(nodes_.size()) - 1);
+  last.children = std::max(0, last.children - 1);
+  if (last.q.empty()) last.next = std::max(0, last.next - 1);
+}
+
+TreeDrafter::Node TreeDrafter::make_child(int32_t parent, Rng& rng) {
+  Node n;
+  Node& p = node(parent);
+  if (p.q.empty()) {
+    std::tie(n.token, n.prob) = p.ranked[p.next];
+    n.rank = p.next;
+    p.next += 1;
+  } else {
+    n.token = rng.categorical(p.q);
+    n.prob = p.q[n.token];
+    n.rank = static_cast<int32_t>(std::count_if(p.q.begin(), p.q.end(), [&](float v) { return v > n.prob; }));
+  }
+  if (parent >= 0 && p.children == 0) {
+    n.branch = p.branch;
+  } else {
+    n.branch = static_cast<int32_t>(branch_len_.size());
+    branch_len_.push_back(0);
+  }
+  branch_len_[n.branch] += 1;
+  p.children += 1;
+  n.parent = parent;
+  n.depth = p.depth + 1;
+  n.conf = p.conf * calibration_(n.rank, n.prob);
+  return n;
+}
+
+void TreeDrafter::draft_nodes(int32_t first, const SamplingParams& params, Rng& rng) {
+  // Each new node at its tree position, seeing the committed prefix, its
+  // ancestors and itself: node i is cache slot base_ + i.
+  const auto count = static_cast<int64_t>(nodes_.size()) - first;
+  const int64_t width = base_ + static_cast<int64_t>(nodes_.size());
+  ForwardRequest r;
+  r.mask = at::zeros({count, width}, at::TensorOptions().dtype(at::kBool));
+  bool* m = r.mask.data_ptr<bool>();
+  for (int64_t k = 0; k < count; ++k) {
+    const int32_t i = first + static_cast<int32_t>(k);
+    r.tokens.push_back(nodes_[i].token);
+    r.positions.push_back(base_ - 1 + nodes_[i].depth);
+    bool* row = m + k * width;
+    std::fill(row, row + base_, true);
+    for (int32_t a = i; a >= 0; a = nodes_[a].parent) row[base_ + a] = true;
+  }
+  const at::Tensor logits = draft_.forward(r, cache_).logits;
+  for (int64_t k = 0; k < count; ++k) expand(nodes_[first + k], logits[k], params, rng);
+  stats_.forwards += 1;
+}
+
+int32_t TreeDrafter::grow(const SamplingParams& params, Rng& rng, int32_t width) {
+  if (frozen_) throw Error("tree drafter: grow() after tree(); call accept() first");
+  const int64_t room = std::min<int64_t>(cache_.capacity() - cache_.size(),
+                                         draft_.config().max_position_embeddings - base_ - size());
+  width = static_cast<int32_t>(std::min<int64_t>(width, room));
+  const auto t0 = SteadyClock::now();
+  const int32_t first = size();
+  // The pacer's picks, one after another; a node picked in this step has not
+  // been through the draft yet and so offers nothing until the forward.
+  for (int32_t k = 0; k < width; ++k) {
+    const double M = static_cast<double>(size() + 1);
+    int32_t pick = -2;
+    double best = 0;
+    for (int32_t i = -1; i < size(); ++i) {
+      if (offer(node(i)) <= 0.0) continue;
+      const double s = shortfall(i, M);
+      if (pick == -2 || s > best) {
+        pick = i;
+        best = s;
+      }
+    }
+    if (pick == -2) break;
+    nodes_.push_back(make_child(pick, rng));
+  }
+  const int32_t added = size() - first;
+  if (added > 0) draft_nodes(first, params, rng);
+  stats_.draft_ms += ms_since(t0);
+  return added;
+}
+
+double TreeDrafter::shortfall(int32_t i, double M) const {
+  const Node& n = node(i);
+  if (i >= 0 && n.children == 0) return M * n.conf - branch_len_[n.branch];
+  const int32_t rank = n.q.empty() ? n.next : 0;
+  return M * n.conf * (n.q.empty() ? calibration_(rank, offer(n)) : offer(n));
+}
+
+void TreeDrafter::index_branches() {
+  branch_len_.clear();
+  std::vector<char> has_child(nodes_.size(), 0);
+  for (Node& n : nodes_) {
+    if (n.parent >= 0 && !has_child[n.parent]) {
+      n.branch = nodes_[n.parent].branch;
+    } else {
+      n.branch = static_cast<int32_t>(branch_len_.size());
+      branch_len_.push_back(0);
+    }
+    if (n.parent >= 0) has_child[n.parent] = 1;
+    branch_len_[n.branch] += 1;
+  }
+}
+
+double TreeDrafter::tree_confidence() const {
+  double tc = 0;
+  bool any = false;
+  for (int32_t i = 0; i < size(); ++i)
+    if (nodes_[i].children == 0) {
+      tc = std::max(tc, nodes_[i].conf);
+      any = true;
+    }
+  return any ? tc : 1.0;
+}
+
+int32_t TreeDrafter::best_leaf() const {
+  int32_t best = -1;
+  for (int32_t i = 0; i < size(); ++i)
+    if (nodes_[i].children == 0 && (best < 0 || nodes_[i].conf > nodes_[best].conf)) best = i;
+  return best;
+}
+
+DraftTree TreeDrafter::tree() {
+  DraftTree t;
+  for (int32_t i = 0; i < size(); ++i) {
+    t.tokens.push_back(nodes_[i].token);
+    t.parents.push_back(nodes_[i].parent);
+    if (!node(nodes_[i].parent).q.empty()) t.q.push_back(node(nodes_[i].parent).q);
+  }
+  anchor_ = best_leaf();
+  frozen_ = true;
+  return t;
+}
+
+bool TreeDrafter::extend_provisional(const SamplingParams& params, Rng& rng) {
+  if (!frozen_) throw Error("tree drafter: provisional tokens extend a frozen tree; call tree() first");
+  if (cache_.size() + 1 > cache_.capacity() || base_ + static_cast<int64_t>(nodes_.size()) >= draft_.config().max_position_embeddings)
+    return false;
+  const int32_t parent = provisional_ == 0 ? anchor_ : static_cast<int32_t>(nodes_.size()) - 1;
+  if (offer(node(parent)) <= 0.0) return false;
+  const auto t0 = SteadyClock::now();
+  nodes_.push_back(make_child(parent, rng));
+  draft_nodes(static_cast<int32_t>(nodes_.size()) - 1, params, rng);
+  provisional_ += 1;
+  stats_.draft_ms += ms_since(t0);
+  return true;
+}
+
+BranchOutcome TreeDrafter::outcome(const Verdict& v) const {
+  BranchOutcome o;
+  // The most confident leaf below the accepted path's end.
+  const int32_t end = v.path.empty() ? -1 : v.path.back();
+  int32_t leaf = -2;
+  for (int32_t i = 0; i < size(); ++i) {
+    if (nodes_[i].children > 0 && !(i == anchor_ && provisional_ > 0)) continue;
+    bool below = false;
+    for (int32_t a = i; a >= -1 && !below; a = a < 0 ? -2 : nodes_[a].parent) below = a == end;
+    if (below && (leaf == -2 || nodes_[i].conf > nodes_[leaf].conf)) leaf = i;
+  }
+  if (leaf == -2) {  // the accepted path ends in a leaf
+    o.n_all = o.n_correct = static_cast<int32_t>(v.path.size());
+    return o;
+  }
+  o.n_all = nodes_[leaf].depth;
+  o.n_correct = v.accepted;
+  double sum = 0;
+  int32_t count = 0;
+  for (int32_t a = leaf; a >= 0 && nodes_[a].depth > o.n_correct; a = nodes_[a].parent) {
+    sum += nodes_[a].conf;
+    ++count;
+  }
+  o.wrong_confidence = count ? sum / count : 1.0;
+  return o;
+}
+
+int32_t TreeDrafter::accept(const Verdict& v) {
+  const int32_t tree_size = size();
+  const int32_t end = v.path.empty() ? -1 : v.path.back();
+  const bool keep = provisional_ > 0 && end == anchor_ && v.tokens.size() == v.path.size() + 1 &&
+                    nodes_[tree_size].token == v.tokens.back();
+  // Per-depth counters, as the chain drafter keeps per position.
+  int32_t depth = 0;
+  for (int32_t i = 0; i < tree_size; ++i) depth = std::max(depth, nodes_[i].depth);
+  if (static_cast<int32_t>(stats_.proposed.size()) < depth) {
+    stats_.proposed.resize(depth, 0);
+    stats_.accepted.resize(depth, 0);
+  }
+  for (int32_t d = 0; d < depth; ++d) {
+    stats_.proposed[d] += 1;
+    if (d < v.accepted) stats_.accepted[d] += 1;
+  }
+  stats_.rounds += 1;
+
+  // Calibration: a node was put to the test when its parent was accepted
+  // (or is the root); it passed when it is on the accepted path.
+  {
+    std::vector<char> on_path(tree_size, 0);
+    for (int32_t i : v.path) on_path[i] = 1;
+    for (int32_t i = 0; i < tree_size; ++i) {
+      const int32_t p = nodes_[i].parent;
+      if (p < 0 || on_path[p]) calibration_.record(nodes_[i].rank, nodes_[i].prob, on_path[i] != 0);
+    }
+  }
+  std::vector<int64_t> rows(v.path.begin(), v.path.end());
+  if (keep)
+    for (int32_t i = tree_size; i < static_cast<int32_t>(nodes_.size()); ++i) rows.push_back(i);
+  cache_.keep(base_, rows);
+  seq_.insert(seq_.end(), v.tokens.begin(), v.tokens.end());
+  int32_t kept = 0;
+  if (keep) {
+    // The first provisional node is the target's own token now: the new root.
+    kept = provisional_;
+    std::vector<Node> next(nodes_.begin() + tree_size + 1, nodes_.end());
+    // It has been through the draft: the next round needs no forward for it.
+    root_ = std::move(nodes_[tree_size]);
+    root_expanded_ = true;
+    root_.parent = -1;
+    root_.depth = 0;
+    root_.conf = 1.0;
+    double conf = 1.0;
+    for (int32_t i = 0; i < static_cast<int32_t>(next.size()); ++i) {
+      next[i].parent = i - 1;
+      next[i].depth = i + 1;
+      conf *= calibration_(next[i].rank, next[i].prob);
+      next[i].conf = conf;
+    }
+    nodes_ = std::move(next);
+    index_branches();
+  } else {
+    nodes_.clear();
+    branch_len_.clear();
+    root_ = Node{};
+    root_expanded_ = false;
+    // Every committed token but the last; a verdict cut at a stop may leave more.
+    if (cache_.size() > static_cast<int64_t>(seq_.size()) - 1) cache_.truncate(static_cast<int64_t>(seq_.size()) - 1);
+  }
+  base_ = static_cast<int64_t>(seq_.size());
+  provisional_ = 0;
+  anchor_ = -1;
+  frozen_ = false;
+  return kept;
+}
+
+}  // namespace splitspec

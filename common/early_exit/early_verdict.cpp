@@ -1,0 +1,58 @@
+#include "common/early_exit/early_verdict.h"
+
+#include <ATen/ATen.h>
+
+#include "common/engine/kernels.h"
+#include "common/decoding/sampling.h"
+
+namespace splitspec {
+
+namespace {
+
+// The rows whose top token decided `v`: the root, then each accepted node.
+std::vector<int64_t> decided_rows(const Verdict& v) {
+  std::vector<int64_t> rows{0};
+  for (int32_t node : v.path) rows.push_back(node + 1);
+  return rows;
+}
+
+// Greedy: the exit's scores over its shortlist decide everything. Spreading
+// them over the vocabulary first and taking a vocabulary-wide softmax cost
+// about as much as the exit's own matrix products.
+EarlyVerdict greedy_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, const at::Tensor& rows,
+                            const DraftTree& tree) {
+  EarlyVerdict e;
+  const at::Tensor s = exits.scores(model, exit_index, rows).contiguous();
+  const int64_t k = s.size(1);
+  const float* base = s.data_ptr<float>();
+  std::vector<int32_t> top(static_cast<size_t>(s.size(0)));  // each row's best column
+  for (int64_t r = 0; r < s.size(0); ++r) top[static_cast<size_t>(r)] = greedy_token(base + r * k, k);
+  e.verdict = verify_tree_greedy(tree, model.config().vocab_size,
+                                 [&](int64_t r) { return exits.scored_token(top[static_cast<size_t>(r)]); });
+  e.confidence = 1.0;
+  for (int64_t r : decided_rows(e.verdict)) {
+    const float* p = base + r * k;
+    e.confidence /= kernels::sum_exp(p, k, p[top[static_cast<size_t>(r)]]);
+  }
+  return e;
+}
+
+}  // namespace
+
+EarlyVerdict verify_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, const at::Tensor& rows,
+                            const DraftTree& tree, const SamplingParams& params, Rng rng) {
+  EarlyVerdict e;
+  if (params.greedy()) {
+    e = greedy_at_exit(model, exits, exit_index, rows, tree);
+  } else {
+    const at::Tensor logits = exits.logits(model, exit_index, rows);
+    e.verdict = verify_tree(tree, logits, params, rng);
+    const std::vector<int64_t> decided = decided_rows(e.verdict);
+    const at::Tensor sel = logits.index_select(0, at::tensor(decided, at::TensorOptions().dtype(at::kLong)));
+    e.confidence = std::get<0>(at::softmax(sel, -1).max(-1)).prod().item<double>();
+  }
+  e.after_layer = exits.adapters().at(exit_index).after_layer;
+  return e;
+}
+
+}  // namespace splitspec

@@ -1,0 +1,365 @@
+#include "common/engine/model.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <fstream>
+
+#include "common/util/error.h"
+#include "common/engine/kernels.h"
+#include "common/engine/safetensors.h"
+
+namespace splitspec {
+
+namespace {
+
+at::ScalarType to_scalar_type(DType d) {
+  switch (d) {
+    case DType::F32: return at::kFloat;
+    case DType::F16: return at::kHalf;
+    case DType::BF16: return at::kBFloat16;
+    default: return at::kFloat;
+  }
+}
+
+at::Tensor load_tensor(const SafetensorsModel& st, const std::string& name, const std::vector<int64_t>& shape) {
+  return load_float_tensor(st.get(name, shape));
+}
+
+}  // namespace
+
+at::Tensor load_float_tensor(const TensorInfo& t) {
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    throw Error(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) + "; weights must be F32, F16 or BF16");
+  auto view = at::from_blob(const_cast<uint8_t*>(t.data), t.shape, at::TensorOptions().dtype(to_scalar_type(t.dtype)));
+  at::Tensor out = view.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  if (!at::isfinite(out).all().item<bool>())
+    throw Error(t.file + ": tensor '" + t.name + "' contains NaN or infinite values");
+  return out;
+}
+
+Model::Model(ModelConfig config, ModelWeights weights, std::string name)
+    : config_(std::move(config)), weights_(std::move(weights)), name_(std::move(name)) {
+  c10::InferenceMode guard;
+  rope_tables(config_, rope_cos_, rope_sin_);
+}
+
+void rope_tables(const ModelConfig& c, at::Tensor& cos, at::Tensor& sin) {
+  const auto dbl = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, c.head_dim / 2, dbl) * 2.0 / c.head_dim);
+  const at::Tensor angles = at::outer(at::arange(0, c.max_position_embeddings, dbl), inv_freq);
+  cos = angles.cos().to(at::kFloat);
+  sin = angles.sin().to(at::kFloat);
+}
+
+std::shared_ptr<Model> Model::load(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
+  ModelConfig c = load_model_config(dir);
+  SafetensorsModel st(dir);
+  c10::InferenceMode guard;
+  ModelWeights w;
+  for_each_weight(c, w, [&](const std::string& name, const std::vector<int64_t>& shape, at::Tensor& t) {
+    t = load_tensor(st, name, shape);
+  });
+  return std::shared_ptr<Model>(new Model(c, std::move(w), fs::path(dir).filename().string()));
+}
+
+std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const StreamOptions& options) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
+  ModelConfig c = load_model_config(dir);
+  auto stream = std::make_unique<StreamedWeights>(dir, c, options);
+  std::shared_ptr<Model> m(new Model(c, ModelWeights{}, fs::path(dir).filename().string()));
+  m->stream_ = std::move(stream);
+  return m;
+}
+
+std::shared_ptr<Model> Model::from_weights(const ModelConfig& c, const ModelWeights& src, std::string name) {
+  c.validate(name);
+  c10::InferenceMode guard;
+  ModelWeights w =
+      copy_weights(c, src, [](const at::Tensor& t) { return t.detach().to(at::kFloat).contiguous().clone(); });
+  return std::shared_ptr<Model>(new Model(c, std::move(w), std::move(name)));
+}
+
+std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
+  c.validate("random model config");
+  c10::InferenceMode guard;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto normal = [&](std::vector<int64_t> shape) {
+    return at::normal(0.0, 0.02, shape, gen, at::TensorOptions().dtype(at::kFloat));
+  };
+  ModelWeights w;
+  for_each_weight(c, w, [&](const std::string& name, const std::vector<int64_t>& shape, at::Tensor& t) {
+    // Norm gains near 1 but not exactly, so tests notice a norm applied wrongly.
+    t = shape.size() == 1 ? 1.0 + normal(shape) * 5.0 : normal(shape);
+  });
+  return std::shared_ptr<Model>(new Model(c, std::move(w), "random-" + std::to_string(seed)));
+}
+
+void for_each_weight(const ModelConfig& c, ModelWeights& w, const WeightVisitor& f) {
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  const int64_t q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
+  f("model.embed_tokens.weight", {c.vocab_size, H}, w.embed);
+  w.layers.resize(c.num_hidden_layers);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    LayerWeights& lw = w.layers[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    f(p + "input_layernorm.weight", {H}, lw.input_norm);
+    f(p + "self_attn.q_proj.weight", {q, H}, lw.q_proj);
+    f(p + "self_attn.k_proj.weight", {kv, H}, lw.k_proj);
+    f(p + "self_attn.v_proj.weight", {kv, H}, lw.v_proj);
+    f(p + "self_attn.o_proj.weight", {H, q}, lw.o_proj);
+    f(p + "post_attention_layernorm.weight", {H}, lw.post_norm);
+    f(p + "mlp.gate_proj.weight", {I, H}, lw.gate_proj);
+    f(p + "mlp.up_proj.weight", {I, H}, lw.up_proj);
+    f(p + "mlp.down_proj.weight", {H, I}, lw.down_proj);
+  }
+  f("model.norm.weight", {H}, w.final_norm);
+  if (c.tie_word_embeddings)
+    w.lm_head = w.embed;
+  else
+    f("lm_head.weight", {c.vocab_size, H}, w.lm_head);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> named_weights(const ModelConfig& config, const ModelWeights& w) {
+  ModelWeights handles = w;  // tensors are shared handles: nothing is copied
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for_each_weight(config, handles, [&](const std::string& name, const std::vector<int64_t>&, at::Tensor& t) {
+    named.emplace_back(name, t);
+  });
+  return named;
+}
+
+ModelWeights copy_weights(const ModelConfig& config, const ModelWeights& src,
+                          const std::function<at::Tensor(const at::Tensor&)>& copy) {
+  ModelWeights out = src;
+  for_each_weight(config, out, [&](const std::string&, const std::vector<int64_t>&, at::Tensor& t) { t = copy(t); });
+  return out;
+}
+
+void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir, DType dtype) {
+  namespace fs = std::filesystem;
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
+    throw Error("save: weights can be stored as F32, F16 or BF16 only");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir + ": cannot create directory: " + ec.message());
+  c10::InferenceMode guard;
+  std::vector<at::Tensor> stored;  // keeps converted buffers alive until written
+  std::vector<TensorToWrite> out;
+  for (auto& [name, t] : named_weights(config, weights)) {
+    stored.push_back(t.detach().to(to_scalar_type(dtype)).contiguous());
+    const at::Tensor& s = stored.back();
+    out.push_back({name, dtype, s.sizes().vec(), s.data_ptr(), s.nbytes()});
+  }
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), out, {{"format", "pt"}});
+  const fs::path cfg = fs::path(dir) / "config.json";
+  std::ofstream f(cfg);
+  f << model_config_to_json(config);
+  if (!f) throw Error(cfg.string() + ": write failed");
+}
+
+uint64_t fp32_weight_bytes(const ModelConfig& config) {
+  ModelWeights shapes;
+  uint64_t n = 0;
+  for_each_weight(config, shapes, [&](const std::string&, const std::vector<int64_t>& shape, at::Tensor&) {
+    uint64_t count = 1;
+    for (int64_t d : shape) count *= static_cast<uint64_t>(d);
+    n += count * sizeof(float);
+  });
+  return n;
+}
+
+size_t Model::weight_bytes() const {
+  if (stream_) return stream_->stats().weight_bytes;
+  size_t n = 0;
+  for (const auto& [name, t] : named_weights(config_, weights_)) n += t.nbytes();
+  return n;
+}
+
+KVCache Model::new_cache(int64_t capacity) const {
+  return KVCache(config_, capacity > 0 ? capacity : config_.max_position_embeddings);
+}
+
+ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(req.tokens.size());
+  const int64_t past = cache.size();
+  const int64_t total = past + n;
+  if (n == 0) throw Error("forward: no tokens given");
+  if (total > cache.capacity())
+    throw Error("forward: context of " + std::to_string(total) + " tokens exceeds the KV cache capacity of " +
+                std::to_string(cache.capacity()));
+  for (int32_t t : req.tokens)
+    if (t < 0 || t >= c.vocab_size)
+      throw Error("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                  std::to_string(c.vocab_size) + ")");
+  if (!req.positions.empty() && static_cast<int64_t>(req.positions.size()) != n)
+    throw Error("forward: " + std::to_string(req.positions.size()) + " positions for " + std::to_string(n) + " tokens");
+  for (int64_t p : req.positions)
+    if (p < 0 || p >= c.max_position_embeddings)
+      throw Error("forward: position " + std::to_string(p) + " outside [0, " +
+                  std::to_string(c.max_position_embeddings) + ")");
+  if (req.logits_rows)
+    for (int64_t r : *req.logits_rows)
+      if (r < 0 || r >= n) throw Error("forward: logits row " + std::to_string(r) + " outside the " + std::to_string(n) + " new tokens");
+  for (int64_t l : req.hidden_layers)
+    if (l < 0 || l >= c.num_hidden_layers) throw Error("forward: hidden layer " + std::to_string(l) + " does not exist");
+
+  c10::InferenceMode guard;
+  const auto i64 = at::TensorOptions().dtype(at::kLong);
+  // Row i attends to exactly these cache slots, in increasing order.
+  std::vector<std::vector<int32_t>> visible(n);
+  if (req.mask.defined()) {
+    if (req.mask.dim() != 2 || req.mask.size(0) != n || req.mask.size(1) != total)
+      throw Error("forward: mask must be [" + std::to_string(n) + ", " + std::to_string(total) + "]");
+    const at::Tensor m = req.mask.to(at::kBool).contiguous();
+    const bool* mp = m.data_ptr<bool>();
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < total; ++j)
+        if (mp[i * total + j]) visible[i].push_back(static_cast<int32_t>(j));
+      if (visible[i].empty()) throw Error("forward: mask row " + std::to_string(i) + " attends to nothing");
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      visible[i].resize(past + i + 1);
+      std::iota(visible[i].begin(), visible[i].end(), 0);
+    }
+  }
+
+  at::Tensor pos = req.positions.empty()
+                       ? at::arange(past, total, i64)
+                       : at::from_blob(const_cast<int64_t*>(req.positions.data()), {n}, i64).clone();
+  const at::Tensor cos = rope_cos_.index_select(0, pos);  // [n, D/2]
+  const at::Tensor sin = rope_sin_.index_select(0, pos);
+  // A streamed forward passes over every weight unit once, even when cut
+  // short by an exception, so the next one starts in step.
+  struct Pass {
+    StreamedWeights* s;
+    explicit Pass(StreamedWeights* s) : s(s) { if (s) s->begin_forward(); }
+    ~Pass() { if (s) s->end_forward(); }
+  } pass(stream_.get());
+  std::vector<int64_t> ids(req.tokens.begin(), req.tokens.end());
+  at::Tensor x;
+  if (stream_) {
+    x = at::empty({n, c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
+    stream_->embed(ids.data(), n, x.data_ptr<float>());
+  } else {
+    x = weights_.embed.index_select(0, at::from_blob(ids.data(), {n}, i64));
+  }
+
+  const int64_t H = c.hidden_size, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+  const int64_t I = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  auto buf = [](int64_t rows, int64_t cols) { return at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat)); };
+  at::Tensor h = buf(n, H), q = buf(n, Hq * D), k = buf(n, Hkv * D), v = buf(n, Hkv * D), attn = buf(n, Hq * D);
+  at::Tensor delta = buf(n, H), gate = buf(n, I), up = buf(n, I);
+  auto f = [](const at::Tensor& t) { return t.data_ptr<float>(); };
+
+  ForwardResult out;
+  // Each matrix is taken just before its use and given back right after,
+  // so a streamed model can reuse its read buffer at once.
+  auto matrix = [&](int64_t l, LayerMatrix m) -> const float* {
+    if (stream_) return stream_->acquire(l, m);
+    const LayerWeights& w = weights_.layers[l];
+    switch (m) {
+      case LayerMatrix::kQ: return f(w.q_proj);
+      case LayerMatrix::kK: return f(w.k_proj);
+      case LayerMatrix::kV: return f(w.v_proj);
+      case LayerMatrix::kO: return f(w.o_proj);
+      case LayerMatrix::kGate: return f(w.gate_proj);
+      case LayerMatrix::kUp: return f(w.up_proj);
+      case LayerMatrix::kDown: return f(w.down_proj);
+    }
+    return nullptr;
+  };
+  auto done = [&] {
+    if (stream_) stream_->release();
+  };
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const float* input_norm = stream_ ? stream_->input_norm(l) : f(weights_.layers[l].input_norm);
+    const float* post_norm = stream_ ? stream_->post_norm(l) : f(weights_.layers[l].post_norm);
+    kernels::rms_norm(f(x), n, H, input_norm, eps, f(h));
+    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kQ), Hq * D, f(q));
+    done();
+    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kK), Hkv * D, f(k));
+    done();
+    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kV), Hkv * D, f(v));
+    done();
+    kernels::rope(f(q), n, Hq, D, f(cos), f(sin));
+    kernels::rope(f(k), n, Hkv, D, f(cos), f(sin));
+    cache.write(l, k.view({n, Hkv, D}).transpose(0, 1), v.view({n, Hkv, D}).transpose(0, 1));
+    const at::Tensor keys = cache.keys(l, n);  // [Hkv, total, D], head stride = capacity * D
+    const at::Tensor vals = cache.values(l, n);
+    kernels::attention(f(q), f(keys), f(vals), {n, Hq, Hkv, D, keys.stride(0)}, visible, scale, f(attn));
+    kernels::linear(f(attn), n, Hq * D, matrix(l, LayerMatrix::kO), H, f(delta));
+    done();
+    x.add_(delta);
+    kernels::rms_norm(f(x), n, H, post_norm, eps, f(h));
+    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kGate), I, f(gate));
+    done();
+    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kUp), I, f(up));
+    done();
+    kernels::silu_mul(f(gate), f(up), n * I, f(gate));
+    kernels::linear(f(gate), n, I, matrix(l, LayerMatrix::kDown), H, f(delta));
+    done();
+    x.add_(delta);
+    for (int64_t hl : req.hidden_layers)
+      if (hl == l) out.hidden[l] = x.clone();
+    if (req.on_layer) req.on_layer(l, x);
+  }
+  cache.commit(n);
+
+  at::Tensor rows = x;
+  if (req.logits_rows) {
+    std::vector<int64_t> r = *req.logits_rows;
+    rows = x.index_select(0, at::from_blob(r.data(), {static_cast<int64_t>(r.size())}, i64));
+  }
+  out.logits = stream_ ? streamed_head_logits(rows) : head_logits(rows);
+  return out;
+}
+
+at::Tensor Model::streamed_head_logits(const at::Tensor& hidden) const {
+  const ModelConfig& c = config_;
+  const at::Tensor rows = hidden.contiguous();
+  const int64_t m = rows.size(0), H = c.hidden_size;
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor normed = at::empty({m, H}, opts), logits = at::empty({m, c.vocab_size}, opts);
+  kernels::rms_norm(rows.data_ptr<float>(), m, H, stream_->final_norm(), static_cast<float>(c.rms_norm_eps),
+                    normed.data_ptr<float>());
+  // Slice by slice of vocabulary rows; every logit is the same dot product
+  // the whole-matrix call computes, so the values are bitwise the same.
+  at::Tensor part;
+  for (int64_t chunk = 0; chunk < stream_->head_chunks(); ++chunk) {
+    int64_t row0 = 0, count = 0;
+    const float* w = stream_->acquire_head(chunk, &row0, &count);
+    if (m > 0) {
+      if (!part.defined() || part.size(1) != count) part = at::empty({m, count}, opts);
+      kernels::linear(normed.data_ptr<float>(), m, H, w, count, part.data_ptr<float>());
+      logits.narrow(1, row0, count).copy_(part);
+    }
+    stream_->release();
+  }
+  return logits;
+}
+
+at::Tensor Model::head_logits(const at::Tensor& hidden) const {
+  if (stream_) throw Error("head_logits: " + name_ + " is streamed from disk; its head runs inside forward()");
+  const ModelConfig& c = config_;
+  const at::Tensor rows = hidden.contiguous();
+  const int64_t m = rows.size(0), H = c.hidden_size;
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor normed = at::empty({m, H}, opts), logits = at::empty({m, c.vocab_size}, opts);
+  kernels::rms_norm(rows.data_ptr<float>(), m, H, weights_.final_norm.data_ptr<float>(), static_cast<float>(c.rms_norm_eps),
+                    normed.data_ptr<float>());
+  kernels::linear(normed.data_ptr<float>(), m, H, weights_.lm_head.data_ptr<float>(), c.vocab_size, logits.data_ptr<float>());
+  return logits;
+}
+
+}  // namespace splitspec

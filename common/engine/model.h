@@ -1,0 +1,136 @@
+#pragma once
+// LLaMA-family decoder (RMSNorm, rotate-half RoPE, grouped-query attention,
+// SwiGLU, tied or separate LM head) on LibTorch, computing in fp32.
+//
+// One forward call takes any set of new tokens with explicit positions and an
+// explicit attention mask over cached plus new tokens, so the same call runs a
+// prompt prefill, one decode step, a causal draft chain or a token tree.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/engine/kv_cache.h"
+#include "common/engine/model_config.h"
+#include "common/engine/safetensors.h"
+#include "common/engine/streamed_weights.h"
+
+namespace splitspec {
+
+struct LayerWeights {
+  at::Tensor input_norm;  // [hidden]
+  at::Tensor q_proj;      // [heads*head_dim, hidden]
+  at::Tensor k_proj;      // [kv_heads*head_dim, hidden]
+  at::Tensor v_proj;      // [kv_heads*head_dim, hidden]
+  at::Tensor o_proj;      // [hidden, heads*head_dim]
+  at::Tensor post_norm;   // [hidden]
+  at::Tensor gate_proj;   // [intermediate, hidden]
+  at::Tensor up_proj;     // [intermediate, hidden]
+  at::Tensor down_proj;   // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  at::Tensor embed;  // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  at::Tensor final_norm;  // [hidden]
+  at::Tensor lm_head;     // [vocab, hidden]; the same tensor as embed when tied
+};
+
+struct ForwardRequest {
+  std::vector<int32_t> tokens;
+  // Absolute positions of `tokens`; empty means cache.size(), cache.size()+1, ...
+  std::vector<int64_t> positions;
+  // Bool [n, cache.size()+n], true where row i may attend. Undefined means
+  // causal. Tree masks come from tree_attention_mask() (token_tree.h).
+  at::Tensor mask;
+  // Rows of `tokens` whose logits are wanted; nullopt means every row.
+  std::optional<std::vector<int64_t>> logits_rows;
+  // Layers (0-based) whose output hidden states ([n, hidden]) are returned.
+  std::vector<int64_t> hidden_layers;
+  // Called after each layer (0-based) with its output [n, hidden], while the
+  // forward goes on: early exits verify there. The tensor is only valid
+  // during the call. An exception leaves the cache unchanged.
+  std::function<void(int64_t layer, const at::Tensor& hidden)> on_layer;
+};
+
+struct ForwardResult {
+  at::Tensor logits;                     // [rows, vocab], float
+  std::map<int64_t, at::Tensor> hidden;  // layer -> [n, hidden]
+};
+
+// The one list of a model's weights: calls f(name, shape, tensor) for each,
+// with its Hugging Face name, in file order; the lm_head only when untied
+// (after the walk, a tied lm_head is set to the embedding). Sizes w.layers.
+using WeightVisitor = std::function<void(const std::string& name, const std::vector<int64_t>& shape, at::Tensor& t)>;
+void for_each_weight(const ModelConfig& config, ModelWeights& w, const WeightVisitor& f);
+// (name, tensor) of every weight of `w`, in file order.
+std::vector<std::pair<std::string, at::Tensor>> named_weights(const ModelConfig& config, const ModelWeights& w);
+// A copy of `src` made by `copy` tensor by tensor, ties preserved.
+ModelWeights copy_weights(const ModelConfig& config, const ModelWeights& src,
+                          const std::function<at::Tensor(const at::Tensor&)>& copy);
+// Writes config.json and model.safetensors into `dir` (created if needed),
+// weights stored as `dtype` (F32, F16 or BF16).
+void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir,
+                DType dtype = DType::F32);
+
+// Bytes of all of a model's weights as fp32: what it takes in memory.
+uint64_t fp32_weight_bytes(const ModelConfig& config);
+
+// A stored F32/F16/BF16 tensor as an owned fp32 tensor; throws
+// splitspec::Error on other dtypes and on NaN or infinite values.
+at::Tensor load_float_tensor(const TensorInfo& t);
+
+// RoPE angle tables [max_position_embeddings, head_dim/2], computed in double
+// as the reference implementations do, so far positions keep their precision.
+void rope_tables(const ModelConfig& config, at::Tensor& cos, at::Tensor& sin);
+
+class Model {
+ public:
+  // Loads config.json and model.safetensors (or shards) from `dir`.
+  static std::shared_ptr<Model> load(const std::string& dir);
+  // An inference copy of weights held elsewhere (e.g. by the trainer).
+  static std::shared_ptr<Model> from_weights(const ModelConfig& config, const ModelWeights& weights, std::string name);
+  // The model in `dir` with its weights streamed from disk under
+  // options.budget_bytes (streamed_weights.h): same forward, bitwise the same
+  // logits, one forward at a time. weights() then holds no tensors.
+  static std::shared_ptr<Model> load_streamed(const std::string& dir, const StreamOptions& options);
+  // Random weights, for tests and benchmarks of any size.
+  static std::shared_ptr<Model> random(const ModelConfig& config, uint64_t seed);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  // As fp32 in memory (for a streamed model: if it were all loaded).
+  size_t weight_bytes() const;
+  // The streaming state of a streamed model, else null.
+  const StreamedWeights* stream() const { return stream_.get(); }
+  const std::string& name() const { return name_; }
+
+  KVCache new_cache(int64_t capacity = 0) const;  // 0: max_position_embeddings
+
+  // Appends the new tokens to `cache` and returns the requested logits. On
+  // invalid input it throws splitspec::Error and leaves the cache unchanged.
+  ForwardResult forward(const ForwardRequest& request, KVCache& cache) const;
+
+  // The final norm and LM head on hidden rows [m, hidden]: logits [m, vocab].
+  // In-memory models only (a streamed one reads its head inside forward()).
+  at::Tensor head_logits(const at::Tensor& hidden) const;
+
+  void save(const std::string& dir, DType dtype = DType::F32) const { save_model(config_, weights_, dir, dtype); }
+
+ private:
+  Model(ModelConfig config, ModelWeights weights, std::string name);
+  at::Tensor streamed_head_logits(const at::Tensor& hidden) const;
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::string name_;
+  at::Tensor rope_cos_;  // [max_positions, head_dim/2]
+  at::Tensor rope_sin_;
+  std::unique_ptr<StreamedWeights> stream_;
+};
+
+}  // namespace splitspec
