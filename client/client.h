@@ -2,7 +2,8 @@
 // SplitSpec client API: what a robot controller links against.
 //
 //   splitspec::ClientOptions opts;
-//   opts.mode = splitspec::Mode::kEdgeSd;      // draft here, verify on the server
+//   opts.verifier = splitspec::VerifierKind::kServer;  // the target runs on a server
+//   opts.drafter = "model";                             // a draft model here proposes
 //   opts.server = "10.0.0.5:50051";
 //   opts.draft_dir = "models/demo-draft";
 //   auto client = splitspec::Client::connect(opts);   // checks vocab + tokenizer
@@ -11,37 +12,49 @@
 //   auto result = client->generate("Turn left at the", req,
 //                                  [](const std::string& piece) { std::cout << piece; });
 //
-// Modes:
-//   cloud-ar  the server's target generates every token (the baseline)
-//   edge-sd   a draft model on this device proposes `gamma` tokens per round,
-//             the server's target verifies them in one forward
-//   edge-fsd  edge-sd plus pre-drafting: the server streams what its early
-//             exits predict the verdict will be; worker threads here draft
-//             the next round from those predictions, and when the final
-//             verdict matches one, that draft goes out at once
-//   local-ar  the target runs on this device, no server (EdgeLLM's Std, or
-//             StdPL with the read-ahead pipeline, when streamed)
-//   local-sd  local-ar plus a local draft proposing `gamma` tokens a round
-//   local-tree  EdgeLLM: the draft grows a width-adaptive token tree, the
-//             target verifies it in one forward when the tree's confidence
-//             falls below an adaptive threshold, and the draft goes on
-//             provisionally while the target's weights load
-// The local modes take `memory_budget`: the target's weights then stay on
-// disk and stream in per forward, with at most that much of them in memory.
+// A generation is rounds of one loop: a drafter proposes tokens (a chain or a
+// token tree), a verifier checks them against the target in one forward. Two
+// choices make a mode:
+//   verifier  local   the target on this device, in memory or streamed from
+//                     disk under `memory_budget`
+//             server  the target on splitspec-server
+//   drafter   none        no drafting: plain decoding (with the server
+//                         verifier, the server's own streaming loop: cloud-ar)
+//             model       a draft model proposes `gamma` tokens a round
+//             model-tree  a draft model grows EdgeLLM's width-adaptive token
+//                         tree, verified when its confidence falls below an
+//                         adaptive threshold; with a streamed target it drafts
+//                         on while the target's weights load
+//   predraft  (server)    the server streams what its early exits predict the
+//                         verdict will be; worker threads here draft the next
+//                         round from those predictions, and when the final
+//                         verdict matches one, that draft goes out at once
+// Earlier releases named the modes; those names stay as aliases (`mode`):
+//   local-ar = local+none, local-sd = local+model, local-tree =
+//   local+model-tree, cloud-ar = server+none, edge-sd = server+model,
+//   edge-fsd = server+model with predraft.
 // Every mode produces exactly what the target alone would: the same tokens
 // under greedy decoding (temperature 0), the same distribution when sampling.
 //
-// Errors (unreachable or dead server, tokenizer mismatch, bad request,
-// deadline) throw splitspec::Error with a message meant for humans. A Client
-// runs one generate() at a time; use one Client per thread.
+// Errors (unreachable or dead server, tokenizer mismatch, bad request, a
+// combination that cannot work, deadline) throw splitspec::Error with a
+// message meant for humans. A Client runs one generate() at a time; use one
+// Client per thread.
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace splitspec {
+
+enum class VerifierKind { kLocal, kServer };
+// "local", "server"; parse_verifier throws splitspec::Error.
+VerifierKind parse_verifier(const std::string& name);
+std::string verifier_name(VerifierKind kind);
 
 enum class Mode { kCloudAr, kEdgeSd, kEdgeFsd, kLocalAr, kLocalSd, kLocalTree };
 // "cloud-ar", "edge-sd", "edge-fsd", "local-ar", "local-sd", "local-tree";
@@ -50,11 +63,15 @@ Mode parse_mode(const std::string& name);
 std::string mode_name(Mode mode);
 
 struct ClientOptions {
-  Mode mode = Mode::kEdgeSd;
-  std::string server;      // HOST:PORT, for cloud-ar and edge-sd
-  std::string draft_dir;   // edge-sd, edge-fsd, local-sd, local-tree: the draft model
-  std::string target_dir;  // local modes: the target model
-  // Local modes: most memory the target's weights may take ("8MiB", "25%"
+  VerifierKind verifier = VerifierKind::kServer;
+  std::string drafter = "model";  // none, model, model-tree, or a registered one
+  bool predraft = false;          // server verifier: pre-draft on early verdicts
+  // An alias of earlier releases; when set, it decides the three above.
+  std::optional<Mode> mode;
+  std::string server;      // HOST:PORT, for the server verifier
+  std::string draft_dir;   // drafters with a draft model: the draft model
+  std::string target_dir;  // local verifier: the target model
+  // Local verifier: most memory the target's weights may take ("8MiB", "25%"
   // of its fp32 size, bytes); empty loads it whole. `stream_pipeline` reads
   // ahead on a loader thread (StdPL) rather than at each matrix (Std), as
   // far as `stream_read_ahead` file bytes ("1MiB", "5%"; part of the budget;
@@ -62,7 +79,7 @@ struct ClientOptions {
   std::string memory_budget;
   bool stream_pipeline = true;
   std::string stream_read_ahead;
-  // local-tree, each switch for ablation: the self-adaptive fallback (off:
+  // model-tree, each switch for ablation: the self-adaptive fallback (off:
   // trees of `tree_nodes`), provisional drafting while weights load.
   bool tree_fallback = true;
   bool tree_provisional = true;
@@ -72,22 +89,34 @@ struct ClientOptions {
   int max_provisional = 16;
   int tree_max_children = 2;  // greedy alternatives a node offers
   int tree_draft_width = 8;    // tree nodes drafted together in one draft forward
+  // Settings of drafters that take their own ("key" -> "value").
+  std::map<std::string, std::string> drafter_options;
   // Tokenizer (model directory or tokenizer.model) for text prompts; default:
-  // the draft's (edge-sd, cloud-ar) or the target's (local-ar).
+  // the target's with the local verifier, else the draft's.
   std::string tokenizer;
   int threads = 1;  // compute threads on this device
-  // edge-fsd: pre-draft worker threads (one compute thread each) and the
-  // order they take early verdicts in: "priority" (most confident first),
-  // "fifo" or "random".
+  // Pre-drafting: worker threads (one compute thread each) and the order
+  // they take early verdicts in: "priority" (most confident first), "fifo"
+  // or "random".
   int predraft_threads = 1;
   std::string predraft_queue = "priority";
-  // false: pre-draft every round (the paper's Algorithm 1). true: only while
-  // it measurably lowers latency (predraft_switch.h), else rounds run as
-  // edge-sd with an occasional probe; for hardware shared with the server,
-  // or exits that rarely agree with the final layer.
+  // false: pre-draft every round (the early-exit edge-cloud paper's
+  // Algorithm 1). true: only while it measurably lowers latency
+  // (predraft_switch.h), else rounds run without it, with an occasional
+  // probe; for hardware shared with the server, or exits that rarely agree
+  // with the final layer.
   bool predraft_adaptive = false;
   std::chrono::milliseconds connect_timeout{5000};
 };
+
+// `options` with the verifier, drafter and predraft that `mode` stands for.
+ClientOptions with_mode(ClientOptions options, Mode mode);
+// The same for an alias or for choices as mode_name() writes them
+// ("server+model-tree", "server+model+predraft"); throws splitspec::Error.
+ClientOptions with_mode(ClientOptions options, const std::string& name);
+// The alias an option set is known by ("edge-fsd"), else its choices
+// ("server+model-tree", "server+model-tree+predraft").
+std::string mode_name(const ClientOptions& options);
 
 struct Request {
   int32_t max_new_tokens = 128;
@@ -96,7 +125,7 @@ struct Request {
   float top_p = 1.0f;        // 1: off
   uint64_t seed = 0;
   bool ignore_eos = false;
-  int32_t gamma = 4;  // edge-sd, edge-fsd, local-sd: draft tokens per round
+  int32_t gamma = 4;  // the model drafter: draft tokens per round
   // The whole generation; beyond it generate() throws instead of waiting.
   std::chrono::milliseconds deadline{120000};
 };
@@ -106,20 +135,25 @@ struct Stats {
   double wall_ms = 0;          // the whole call
   double ms_per_token = 0;
   double first_token_ms = 0;   // until the first generated token arrived
-  int64_t target_forwards = 0; // on the server (or locally for local-ar)
-  // Speculative modes.
+  int64_t target_forwards = 0; // on the server, or here with the local verifier
+  // Rounds of drafting and verification.
   int64_t rounds = 0;
   double tau = 0;                     // tokens per round
   double acceptance_rate = 0;         // accepted / drafted tokens
-  std::vector<double> acceptance_per_position;
+  std::vector<double> acceptance_per_position;  // per depth of the tree (a chain's position)
+  double accepted_per_round = 0;      // draft tokens accepted per verification
+  double tree_nodes = 0;              // mean draft nodes per round
+  int64_t branched_trees = 0;         // rounds whose draft was not a chain
   double draft_ms = 0;                // drafting on this device
   int64_t draft_forwards = 0;
+  uint64_t drafter_memory_bytes = 0;  // what the drafter holds (KV cache, trees), at the end
+  std::map<std::string, double> drafter_counters;  // technique-specific
   double verify_wait_ms = 0;          // from sending drafts to their verdict, summed
   double server_ms = 0;               // of that, time the server reports (queue, forward, verify)
   double server_forward_ms = 0;       // of that, target forwards
   double server_exits_ms = 0;         // of that, early exits (edge-fsd)
   double network_rtt_ms = 0;          // mean per round: verify wait minus server time
-  // edge-fsd.
+  // Pre-drafting (edge-fsd).
   int64_t early_verdicts = 0;         // received for rounds still open
   int64_t predrafts = 0;              // pre-drafts started
   double cache_miss_rate = 0;         // r: final verdicts with no pre-draft
@@ -131,12 +165,12 @@ struct Stats {
   int64_t predraft_rounds = 0;        // rounds that asked for early verdicts
   int64_t predraft_lookups = 0;       // final verdicts looked up in the pre-draft cache
   int64_t predraft_hits = 0;          // of those, found (r = 1 - hits / lookups)
-  // Local modes.
+  int64_t predraft_waited_hits = 0;   // of those, still being drafted (waited T_r)
+  // Local verifier.
   double target_ms = 0;               // target forwards (verifications)
-  double accepted_per_round = 0;      // draft tokens accepted per verification
-  double tree_nodes = 0;              // local-tree: mean nodes per verified tree
-  double final_alpha = 0;             // local-tree: the fallback threshold at the end
-  int64_t provisional_tokens = 0;     // local-tree: drafted while weights loaded
+  // model-tree.
+  double final_alpha = 0;             // the fallback threshold at the end
+  int64_t provisional_tokens = 0;     // drafted while weights loaded
   int64_t provisional_kept = 0;       //   of those, kept for the next tree
   uint64_t weight_bytes_read = 0;     // streamed target: read from disk
   uint64_t weight_memory_peak = 0;    // streamed target: most weight memory held
@@ -163,8 +197,8 @@ struct ServerInfo {
 
 class Client {
  public:
-  // Loads the local model(s) and, for server modes, connects and checks that
-  // the server's vocabulary and tokenizer match ours.
+  // Loads the local model(s) and, with the server verifier, connects and
+  // checks that the server's vocabulary and tokenizer match ours.
   static std::unique_ptr<Client> connect(const ClientOptions& options);
   ~Client();
 
@@ -176,7 +210,7 @@ class Client {
   Result generate_ids(const std::vector<int32_t>& prompt_ids, const Request& request,
                       const std::function<void(int32_t id)>& on_token = {});
 
-  // Server modes only (throws otherwise).
+  // Server verifier only (throws otherwise).
   ServerInfo server_info();
   // One GetInfo round trip, in ms: the network's RTT plus gRPC's overhead.
   double ping_ms();

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
+#include "common/engine/threads.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
-#include "common/engine/threads.h"
 
 namespace splitspec {
 
@@ -17,9 +17,8 @@ QueuePolicy parse_queue_policy(const std::string& name) {
   throw Error("unknown queue policy '" + name + "' (priority, fifo or random)");
 }
 
-PreDrafter::PreDrafter(const Model& draft, int workers, QueuePolicy policy, int32_t gamma, const SamplingParams& params,
-                       uint64_t seed)
-    : draft_(draft), policy_(policy), gamma_(gamma), params_(params), seed_(seed), pick_(seed) {
+PreDrafter::PreDrafter(int workers, QueuePolicy policy, std::function<int32_t(int64_t)> budget, uint64_t seed)
+    : policy_(policy), budget_(std::move(budget)), seed_(seed), pick_(seed) {
   if (workers < 1) throw Error("pre-draft threads must be at least 1");
   for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w] { run(w); });
 }
@@ -35,7 +34,7 @@ void PreDrafter::stop() {
     stopping_ = true;
     accepting_ = false;
     epoch_ += 1;
-    winner_.clear();
+    winner_.reset();
   }
   cv_.notify_all();
   done_cv_.notify_all();
@@ -46,7 +45,7 @@ void PreDrafter::stop() {
 
 size_t PreDrafter::take_slot() {
   if (free_slots_.empty()) {
-    slots_.push_back(std::make_unique<ModelDrafter>(draft_));
+    slots_.emplace_back();
     return slots_.size() - 1;
   }
   const size_t s = free_slots_.back();
@@ -57,28 +56,34 @@ size_t PreDrafter::take_slot() {
 void PreDrafter::clear_round() {
   queue_.clear();
   // Slots of running pre-drafts come back when their worker lets go.
-  for (auto& [tokens, e] : cache_)
+  for (auto& [key, e] : cache_)
     if (e.done) free_slots_.push_back(e.slot);
   cache_.clear();
 }
 
-void PreDrafter::begin_round(uint32_t round, const ModelDrafter& main) {
+void PreDrafter::begin_round(uint32_t round, const Drafter& main, const DraftTree& tree, int64_t length) {
+  // Workers need the tree's shape, not its q.
+  auto shape = std::make_shared<DraftTree>();
+  shape->tokens = tree.tokens;
+  shape->parents = tree.parents;
   {
     std::unique_lock<std::shared_mutex> m(main_mu_);
     main_ = &main;
   }
   std::lock_guard<std::mutex> lock(mu_);
   round_ = round;
+  length_ = length;
+  tree_ = std::move(shape);
   accepting_ = true;
   clear_round();
 }
 
-void PreDrafter::push(uint32_t round, std::vector<int32_t> tokens, int32_t accepted, double confidence, int32_t exit_layer) {
+void PreDrafter::push(const PredictedVerdict& v) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (round != round_ || stopping_ || !accepting_) return;
+    if (v.round != round_ || stopping_ || !accepting_) return;
     stats_.early_verdicts += 1;
-    queue_.push_back(Job{std::move(tokens), accepted, confidence, exit_layer, arrivals_++});
+    queue_.push_back(Job{v.verdict, v.confidence, v.exit_layer, arrivals_++});
   }
   cv_.notify_one();
 }
@@ -97,20 +102,22 @@ bool PreDrafter::pop(Job& job) {
     }
     job = std::move(queue_[best]);
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(best));
-    if (!cache_.count(job.tokens)) return true;  // already pre-drafted or running: skip
+    if (!cache_.count(key_of(job.verdict))) return true;  // already pre-drafted or running: skip
   }
   return false;
 }
 
-void PreDrafter::run(int worker) {
+void PreDrafter::run(int) {
   set_compute_threads(1);
   c10::InferenceMode guard;
   while (true) {
     Job job;
     uint64_t epoch = 0;
     uint32_t round = 0;
+    int64_t length = 0;
     size_t slot = 0;
-    ModelDrafter* d_ptr = nullptr;
+    std::shared_ptr<const DraftTree> sent;
+    Drafter* fork = nullptr;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -118,37 +125,55 @@ void PreDrafter::run(int worker) {
       if (!pop(job)) continue;
       epoch = epoch_;
       round = round_;
+      length = length_;
+      sent = tree_;
       slot = take_slot();
-      d_ptr = slots_[slot].get();  // slots_ may grow under mu_; the drafter itself never moves
-      cache_[job.tokens] = Entry{false, slot, job.exit_layer, {}};
+      fork = slots_[slot].get();  // slots_ may grow under mu_; a fork itself never moves
+      cache_[key_of(job.verdict)] = Entry{false, slot, job.exit_layer, {}};
       stats_.predrafts += 1;
     }
-    ModelDrafter& d = *d_ptr;
+    const Key key = key_of(job.verdict);
+    std::unique_ptr<Drafter> made;
     bool forked = false;
     {
       std::shared_lock<std::shared_mutex> m(main_mu_);
       if (main_ != nullptr) {
-        d.fork_after(*main_, job.tokens, job.accepted);
-        forked = true;
+        if (fork == nullptr) {
+          made = main_->fork();
+          fork = made.get();
+        } else {
+          fork->assign_state(*main_);
+        }
+        forked = fork != nullptr;
       }
     }
+    if (made) {
+      std::lock_guard<std::mutex> lock(mu_);
+      slots_[slot] = std::move(made);
+    }
     // Stale once the round's final verdict is in, unless this is the winner.
-    auto stale = [&] { return stopping_ || (epoch_ != epoch && winner_ != job.tokens); };
+    auto stale = [&] { return stopping_ || (epoch_ != epoch && winner_ != key); };
     DraftTree tree;
+    bool complete = false;
     const auto t0 = SteadyClock::now();
     if (forked) {
-      Rng rng(draft_seed(seed_) ^ (static_cast<uint64_t>(round) * 0x100000001b3ull + job.arrival * 0x9e37ull + 1));
-      tree = d.draft(gamma_, params_, rng, [&] {
+      fork->reseed(draft_seed(seed_) ^ (static_cast<uint64_t>(round) * 0x100000001b3ull + job.arrival * 0x9e37ull + 1));
+      const VerdictExtras none;  // early verdicts carry none
+      fork->accept(RoundOutcome{*sent, job.verdict, none});
+      const auto is_stale = [&] {
         std::lock_guard<std::mutex> lock(mu_);
         return stale();
-      });
+      };
+      tree = fork->propose(budget_(length + static_cast<int64_t>(job.verdict.tokens.size())), is_stale);
+      complete = !is_stale();
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.predraft_ms += ms_since(t0);
-      auto it = cache_.find(job.tokens);
+      auto it = cache_.find(key);
       const bool mine = it != cache_.end() && it->second.slot == slot && !it->second.done;
-      if (!forked || stale() || tree.size() < gamma_ || !mine) {
+      // A draft cut short by a stop is not what the drafter would propose.
+      if (!complete || stale() || !mine) {
         if (mine) cache_.erase(it);
         free_slots_.push_back(slot);
       } else {
@@ -160,27 +185,28 @@ void PreDrafter::run(int worker) {
   }
 }
 
-std::optional<DraftTree> PreDrafter::take(const std::vector<int32_t>& tokens, int32_t accepted, ModelDrafter& main) {
+std::optional<DraftTree> PreDrafter::take(const RoundOutcome& outcome, Drafter& main) {
+  const Key key = key_of(outcome.verdict);
   std::unique_lock<std::mutex> lock(mu_);
   stats_.rounds += 1;
   epoch_ += 1;
-  winner_ = tokens;
+  winner_ = key;
   accepting_ = false;
   queue_.clear();
   std::optional<DraftTree> out;
   size_t slot = 0;
-  ModelDrafter* state = nullptr;
-  auto it = cache_.find(tokens);
+  Drafter* state = nullptr;
+  auto it = cache_.find(key);
+  std::optional<double> waited_ms;
   if (it != cache_.end() && !it->second.done) {
     // Already being drafted: finishing it beats starting over.
     const auto t0 = SteadyClock::now();
     done_cv_.wait(lock, [&] {
-      auto i = cache_.find(tokens);
+      auto i = cache_.find(key);
       return stopping_ || i == cache_.end() || i->second.done;
     });
-    stats_.waited_hits += 1;
-    stats_.wait_ms += ms_since(t0);
-    it = cache_.find(tokens);
+    waited_ms = ms_since(t0);
+    it = cache_.find(key);
   }
   if (it != cache_.end() && it->second.done) {
     out = std::move(it->second.tree);
@@ -188,12 +214,14 @@ std::optional<DraftTree> PreDrafter::take(const std::vector<int32_t>& tokens, in
     state = slots_[slot].get();
     stats_.hits += 1;
     stats_.exit_layer_sum += it->second.exit_layer;
+    if (waited_ms) {
+      stats_.waited_hits += 1;
+      stats_.wait_ms += *waited_ms;
+    }
     cache_.erase(it);
-  } else if (it != cache_.end() && !it->second.done) {
-    stats_.waited_hits -= 1;  // stopped without finishing: a miss after all
   }
   clear_round();
-  winner_.clear();
+  winner_.reset();
   lock.unlock();
   // Workers fork from main only under the shared lock: with it held
   // exclusively, main is ours to change.
@@ -201,7 +229,7 @@ std::optional<DraftTree> PreDrafter::take(const std::vector<int32_t>& tokens, in
     std::unique_lock<std::shared_mutex> m(main_mu_);
     main_ = nullptr;
     if (out) {
-      main.record(accepted);
+      main.record(outcome);
       main.swap_state(*state);
     }
   }

@@ -1,16 +1,19 @@
 #pragma once
-// Pre-drafting (the early-exit edge-cloud paper, Algorithm 1): while the server verifies a round,
-// worker threads take the early verdicts it streams, most promising first,
-// and draft the next round as if each were the final verdict, into a
-// pre-draft cache keyed by the verdict's tokens. When the final verdict
-// arrives, a cached (or still running) pre-draft for exactly its tokens is
-// the next draft: no drafting delay.
+// Pre-drafting (the early-exit edge-cloud paper, Algorithm 1): while the
+// server verifies a round, worker threads take the early verdicts it streams,
+// most promising first, and draft the next round as if each were the final
+// verdict, into a pre-draft cache keyed by the verdict. When the final
+// verdict arrives, a cached (or still running) pre-draft for exactly that
+// verdict is the next draft: no drafting delay. Any drafter that can fork
+// (Drafter::fork) pre-drafts: a worker forks the main drafter, accepts the
+// predicted verdict and proposes.
 //
-// Exactness does not depend on any of this: a pre-draft for tokens T is drawn
-// from the draft model given prefix + T with fresh randomness, exactly what
-// drafting after the final verdict T would have done.
+// Exactness does not depend on any of this: a pre-draft for verdict V is
+// what the drafter proposes after accepting V, with fresh randomness, exactly
+// what drafting after the final verdict V would have done.
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,9 +21,11 @@
 #include <random>
 #include <shared_mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
-#include "common/drafting/model_drafter.h"
+#include "client/verifier.h"
+#include "common/drafting/drafter.h"
 
 namespace splitspec {
 
@@ -41,20 +46,22 @@ struct PredraftStats {
 
 class PreDrafter {
  public:
-  // `workers` threads, each with its own draft KV cache.
-  PreDrafter(const Model& draft, int workers, QueuePolicy policy, int32_t gamma, const SamplingParams& params,
-             uint64_t seed);
+  // `workers` threads, each drafting on a fork of its own. `budget(length)`:
+  // the most nodes a round may carry after `length` committed tokens.
+  PreDrafter(int workers, QueuePolicy policy, std::function<int32_t(int64_t)> budget, uint64_t seed);
   ~PreDrafter();
 
-  // A round was sent: `main` holds its drafts and stays untouched until
-  // take(); pre-drafts fork from it. Clears the queue and the cache.
-  void begin_round(uint32_t round, const ModelDrafter& main);
-  // From the receiver: an early verdict of `round` (ignored if stale).
-  void push(uint32_t round, std::vector<int32_t> tokens, int32_t accepted, double confidence, int32_t exit_layer);
-  // The final verdict of the current round. On a hit, `main` takes the
-  // pre-drafted state (as if accept(tokens, accepted) then draft()) and the
-  // draft is returned; on a miss nothing changes and other work is stopped.
-  std::optional<DraftTree> take(const std::vector<int32_t>& tokens, int32_t accepted, ModelDrafter& main);
+  // Round `round` was sent: `main` holds its state after proposing `tree`
+  // and stays untouched until take(); `length` tokens are committed.
+  // Clears the queue and the cache.
+  void begin_round(uint32_t round, const Drafter& main, const DraftTree& tree, int64_t length);
+  // From the verifier: an early verdict (ignored if stale).
+  void push(const PredictedVerdict& v);
+  // The final verdict of the current round. On a hit, `main` counts the
+  // round and takes the pre-drafted state (as if it had accepted the round
+  // and proposed again), and the draft is returned; on a miss nothing
+  // changes and other work is stopped.
+  std::optional<DraftTree> take(const RoundOutcome& outcome, Drafter& main);
   // Stops all work (end of generation); afterwards no worker touches the
   // drafter given to begin_round.
   void stop();
@@ -65,32 +72,33 @@ class PreDrafter {
   }
 
  private:
+  // A verdict's identity: what it appends and through which nodes.
+  using Key = std::pair<std::vector<int32_t>, std::vector<int32_t>>;
   struct Job {
-    std::vector<int32_t> tokens;
-    int32_t accepted;
+    Verdict verdict;
     double confidence;
     int32_t exit_layer;
     uint64_t arrival;
   };
   struct Entry {
     bool done = false;
-    size_t slot = 0;  // the drafter holding this pre-draft's state
+    size_t slot = 0;  // the fork holding this pre-draft's state
     int32_t exit_layer = 0;
     DraftTree tree;
   };
+  static Key key_of(const Verdict& v) { return {v.tokens, v.path}; }
   void run(int worker);
   bool pop(Job& job);    // under mu_
   size_t take_slot();    // under mu_
   void clear_round();    // under mu_
 
-  const Model& draft_;
   const QueuePolicy policy_;
-  const int32_t gamma_;
-  const SamplingParams params_;
+  const std::function<int32_t(int64_t)> budget_;
   const uint64_t seed_;
-  // Drafter states: a running pre-draft owns one, a finished one keeps it
-  // until the round ends, so a worker can move on without losing it.
-  std::vector<std::unique_ptr<ModelDrafter>> slots_;
+  // Forks: a running pre-draft owns one, a finished one keeps it until the
+  // round ends, so a worker can move on without losing it. Null until first
+  // used; a fork never moves once made.
+  std::vector<std::unique_ptr<Drafter>> slots_;
   std::vector<size_t> free_slots_;
   std::vector<std::thread> threads_;
 
@@ -98,15 +106,17 @@ class PreDrafter {
   std::condition_variable cv_;       // work queued, or shutting down
   std::condition_variable done_cv_;  // an entry finished
   std::vector<Job> queue_;
-  std::map<std::vector<int32_t>, Entry> cache_;
+  std::map<Key, Entry> cache_;
   uint32_t round_ = 0;
+  int64_t length_ = 0;  // committed tokens when the round was sent
+  std::shared_ptr<const DraftTree> tree_;  // the round's tree (tokens and parents)
   uint64_t epoch_ = 0;  // bumped when a round's verdict is final: stale work stops
-  std::vector<int32_t> winner_;  // the final verdict's tokens: that job keeps running
+  std::optional<Key> winner_;  // the final verdict: that job keeps running
   bool stopping_ = false;
   bool accepting_ = false;  // between begin_round and take: early verdicts are welcome
   uint64_t arrivals_ = 0;
   std::mt19937_64 pick_;
-  const ModelDrafter* main_ = nullptr;
+  const Drafter* main_ = nullptr;
   std::shared_mutex main_mu_;  // workers read main_ while forking; take() writes it
   PredraftStats stats_;
 };

@@ -22,9 +22,15 @@ using Base = StreamWriter<grpc::ServerBidiReactor<v1::SessionRequest, v1::Sessio
 
 grpc::Status invalid(const std::string& msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg); }
 
-// A wire q as the dense distribution verification needs, or an error naming
-// what is wrong with it.
-Distribution dense_q(const v1::TokenDistribution& w, int64_t vocab, int32_t index) {
+// Most top-K entries a verdict may carry per token: enough for any drafter
+// that learns from them, small next to the verdict's other costs.
+constexpr int32_t kMaxVerdictTopK = 64;
+
+// A wire q as the dense distribution verification needs (empty for a one-hot
+// q at the node's own token: a deterministic choice), or an error naming what
+// is wrong with it.
+Distribution dense_q(const v1::TokenDistribution& w, int64_t vocab, int32_t index, int32_t token) {
+  if (w.ids_size() == 1 && w.probs_size() == 1 && w.ids(0) == token && w.probs(0) == 1.0f) return {};
   const std::string at = "draft token " + std::to_string(index) + ": q ";
   if (w.ids_size() != w.probs_size())
     throw Error(at + "has " + std::to_string(w.ids_size()) + " ids but " + std::to_string(w.probs_size()) + " probabilities");
@@ -95,9 +101,14 @@ class SessionReactor final : public Base {
     if (decoder_) return invalid("Open sent twice in one session");
     grpc::Status s = start_decoder(ctx_, o, decoder_);
     if (!s.ok()) return s;
+    if (o.verdict_top_k() < 0 || o.verdict_top_k() > kMaxVerdictTopK)
+      return invalid("verdict_top_k " + std::to_string(o.verdict_top_k()) + " outside [0, " +
+                     std::to_string(kMaxVerdictTopK) + "]");
     sampling_ = from_wire(o.sampling());
     greedy_ = sampling_.greedy();
     early_ = o.early_verdicts() && ctx_.exits.has_value();
+    extras_.top_k = o.verdict_top_k();
+    extras_.hidden = o.verdict_hidden();
     spdlog::info("session={} event=open peer={} prompt_tokens={} max_new_tokens={} temperature={}", id_, peer_,
                  o.prompt_ids_size(), o.max_new_tokens(), o.sampling().temperature());
     v1::SessionResponse r;
@@ -139,7 +150,7 @@ class SessionReactor final : public Base {
         for (int32_t i = 0; i < tree.size(); ++i) tree.parents.push_back(i - 1);
       // Greedy verification never reads q, but malformed q is still malformed.
       for (int i = 0; i < d.q_size(); ++i) {
-        Distribution q = dense_q(d.q(i), vocab, i);
+        Distribution q = dense_q(d.q(i), vocab, i, tree.tokens[i]);
         if (!greedy_) tree.q.push_back(std::move(q));
       }
       tree.validate(vocab, !greedy_);
@@ -169,7 +180,9 @@ class SessionReactor final : public Base {
       const double queue_ms = ms_since(queued);
       try {
         double exits_ms = 0;
-        const RoundResult r = early ? verify_with_exits(tree, exits_ms) : decoder_->verify(tree);
+        TargetDecoder::RoundRequest request;
+        request.extras = extras_;
+        const RoundResult r = early ? verify_with_exits(tree, request, exits_ms) : decoder_->verify(tree, request);
         rounds_ += 1;
         proposed_ += tree.size();
         accepted_ += r.verdict.accepted;
@@ -188,6 +201,12 @@ class SessionReactor final : public Base {
         v->set_finish_reason(to_wire(r.finish));
         v->set_final(true);
         v->set_exit_layer(static_cast<int32_t>(ctx_.target->config().num_hidden_layers));
+        for (const TopK& k : r.extras.top_k) {
+          v1::TokenDistribution* w = v->add_top_k();
+          w->mutable_ids()->Add(k.ids.begin(), k.ids.end());
+          w->mutable_probs()->Add(k.probs.begin(), k.probs.end());
+        }
+        v->mutable_hidden()->Add(r.extras.hidden.begin(), r.extras.hidden.end());
         v1::ServerTimings* t = v->mutable_timings();
         t->set_queue_ms(queue_ms);
         t->set_forward_ms(r.forward_ms);
@@ -222,13 +241,12 @@ class SessionReactor final : public Base {
   // The round's forward with the early exits tapped: each exit verifies the
   // draft against its own logits and its verdict goes out while the forward
   // continues, unless the same tokens were already sent this round.
-  RoundResult verify_with_exits(const DraftTree& tree, double& exits_ms) {
+  RoundResult verify_with_exits(const DraftTree& tree, TargetDecoder::RoundRequest& request, double& exits_ms) {
     const EarlyExits& exits = *ctx_.exits;
-    std::vector<int64_t> layers;
-    for (const ExitAdapter& a : exits.adapters()) layers.push_back(a.after_layer);
+    for (const ExitAdapter& a : exits.adapters()) request.tap_layers.push_back(a.after_layer);
     std::vector<std::vector<int32_t>> sent;
     uint64_t order = 0;
-    return decoder_->verify(tree, layers, [&](int64_t after, const at::Tensor& rows, const Rng& rng) {
+    request.tap = [&](int64_t after, const at::Tensor& rows, const Rng& rng) {
       const auto t0 = SteadyClock::now();
       struct Timer {
         double& total;
@@ -251,7 +269,8 @@ class SessionReactor final : public Base {
       ctx_.counters.early_verdicts.fetch_add(1);
       // FIFO: later exits rank below earlier ones, as they were produced.
       send(std::move(out), ctx_.exit_priority ? e.confidence : -static_cast<double>(++order));
-    });
+    };
+    return decoder_->verify(tree, request);
   }
 
   ServiceContext& ctx_;
@@ -261,6 +280,7 @@ class SessionReactor final : public Base {
   std::unique_ptr<TargetDecoder> decoder_;  // touched by the reader until the first Draft, then by one job at a time
   bool greedy_ = true;
   bool early_ = false;  // early verdicts asked for and exits available
+  ExtrasRequest extras_;  // what final verdicts carry beyond the verdict
   SamplingParams sampling_;
   uint32_t round_ = 0;  // the last round received
   bool busy_ = false;   // a round is queued or running

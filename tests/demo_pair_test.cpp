@@ -5,8 +5,7 @@
 
 #include <filesystem>
 
-#include "client/local_ar.h"
-#include "client/speculative_chain.h"
+#include "common/drafting/model_drafter.h"
 #include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
 #include "tests/test_util.h"
@@ -43,10 +42,10 @@ TEST(DemoPair, GreedySpeculationReproducesTheTarget) {
                              "The committee said that the", "In the morning the ship"}) {
     std::vector<int32_t> ids = tok.encode(prompt);
     ids.insert(ids.begin(), 1);
-    const auto reference = generate_local_ar(*target, ids, o).output_ids;
+    const auto reference = target_alone(*target, ids, o).output_ids;
     for (int gamma : {1, 2, 4, 8}) {
-      const auto r = generate_speculative_chain(*target, *draft, ids, o, gamma);
-      EXPECT_EQ(r.generation.output_ids, reference) << prompt << " gamma " << gamma;
+      ModelDrafter drafter(draft);
+      EXPECT_EQ(decode_locally(target, drafter, ids, o, gamma).ids, reference) << prompt << " gamma " << gamma;
     }
   }
 }

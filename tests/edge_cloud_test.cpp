@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include "client/client.h"
-#include "client/local_ar.h"
 #include "client/request_options.h"
 #include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
@@ -37,7 +36,7 @@ TEST(EdgeCloud, EdgeSdGreedyMatchesTargetAloneOnManyPromptsAndEveryGamma) {
   for (const std::string& text : test::test_prompts()) {
     std::vector<int32_t> prompt = tok.encode(text);
     prompt.insert(prompt.begin(), tok.bos_id());
-    const Generation want = generate_local_ar(*target, prompt, to_generate_options(req));
+    const test::Reference want = test::target_alone(*target, prompt, to_generate_options(req));
     for (int32_t gamma = 1; gamma <= 8; ++gamma) {
       req.gamma = gamma;
       const Result got = client->generate_ids(prompt, req);
@@ -70,7 +69,7 @@ TEST(EdgeCloud, EdgeSdGreedyMatchesTargetWithAPoorDraftAndAtTheContextEnd) {
       req.gamma = gamma;
       req.ignore_eos = true;
       req.max_new_tokens = p == 5 ? 200 : 30;  // the last prompt runs into the context's end
-      const Generation want = generate_local_ar(*target, prompt, to_generate_options(req));
+      const test::Reference want = test::target_alone(*target, prompt, to_generate_options(req));
       const Result got = client->generate_ids(prompt, req);
       ASSERT_EQ(got.ids, want.output_ids) << "prompt " << p << " gamma " << gamma;
       EXPECT_EQ(got.finish_reason, want.finish_reason);
@@ -99,7 +98,7 @@ TEST(EdgeCloud, CloudArEqualsLocalArGreedyAndSampled) {
       req.seed = 100 + p;
       std::string text;
       const Result got = client->generate(test::test_prompts()[p], req, [&](const std::string& piece) { text += piece; });
-      const Generation want = generate_local_ar(*target, got.prompt_ids, to_generate_options(req));
+      const test::Reference want = test::target_alone(*target, got.prompt_ids, to_generate_options(req));
       ASSERT_EQ(got.ids, want.output_ids) << "prompt " << p << " temperature " << temperature;
       EXPECT_EQ(got.finish_reason, want.finish_reason);
       EXPECT_EQ(text, got.text) << "streamed text equals the decoded ids";

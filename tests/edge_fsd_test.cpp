@@ -8,8 +8,8 @@
 #include <algorithm>
 
 #include "client/client.h"
-#include "client/local_ar.h"
 #include "client/predraft.h"
+#include "common/drafting/model_drafter.h"
 #include "client/predraft_switch.h"
 #include "client/request_options.h"
 #include "common/early_exit/early_exit.h"
@@ -49,7 +49,7 @@ TEST(EdgeFsd, GreedyOutputIsTheTargetsAndEdgeSdsOnManyPrompts) {
     Request req;
     req.max_new_tokens = 40;
     req.ignore_eos = true;
-    const Generation want = generate_local_ar(*target, prompt, to_generate_options(req));
+    const test::Reference want = test::target_alone(*target, prompt, to_generate_options(req));
     // Vary gamma, worker count and queue policy across prompts; every other
     // prompt with the adaptive switch, whose blocks mix rounds with and
     // without pre-drafting.
@@ -195,42 +195,52 @@ TEST(PredraftSwitch, MeasuresBothArmsInBlocksThenTakesTheFasterAndStillExplores)
 // reach: the same tokens come out, and the main drafter continues from it.
 TEST(PreDrafter, HitGivesTheDraftThatDraftingAfterTheVerdictGives) {
   c10::InferenceMode guard;
-  auto draft = Model::random(test::tiny_config(40, 2), 8);
+  std::shared_ptr<const Model> draft = Model::random(test::tiny_config(40, 2), 8);
   const std::vector<int32_t> prompt = {1, 7, 9, 11};
-  SamplingParams greedy;
-  Rng rng(1);
-  ModelDrafter main(*draft), reference(*draft);
-  main.begin(prompt);
-  reference.begin(prompt);
-  const DraftTree round1 = main.draft(3, greedy, rng);
-  reference.draft(3, greedy, rng);
+  DraftParams greedy;
+  greedy.gamma = 3;
+  ModelDrafter main(draft), reference(draft);
+  main.begin(prompt, greedy);
+  reference.begin(prompt, greedy);
+  const DraftTree round1 = main.propose(8);
+  reference.propose(8);
   // The verdict: first draft accepted, then a correction.
-  const std::vector<int32_t> verdict = {round1.tokens[0], 5};
-  PreDrafter pre(*draft, 2, QueuePolicy::kPriority, 3, greedy, 1);
-  pre.begin_round(1, main);
-  pre.push(1, {round1.tokens[0], 6}, 1, 0.2, 3);  // a wrong prediction
-  pre.push(1, verdict, 1, 0.9, 5);
-  pre.push(1, verdict, 1, 0.8, 6);                // duplicate: drafted once
-  std::optional<DraftTree> got;
+  auto verdict = [](std::vector<int32_t> tokens, int32_t accepted) {
+    Verdict v;
+    v.tokens = std::move(tokens);
+    v.accepted = accepted;
+    for (int32_t i = 0; i < accepted; ++i) v.path.push_back(i);
+    return v;
+  };
+  const Verdict final_verdict = verdict({round1.tokens[0], 5}, 1);
+  PreDrafter pre(2, QueuePolicy::kPriority, [](int64_t) { return 8; }, 1);
+  pre.begin_round(1, main, round1, static_cast<int64_t>(prompt.size()));
+  pre.push({1, verdict({round1.tokens[0], 6}, 1), 0.2, 3});  // a wrong prediction
+  pre.push({1, final_verdict, 0.9, 5});
+  pre.push({1, final_verdict, 0.8, 6});                      // duplicate: drafted once
   // The workers are asynchronous: the final verdict waits for a running match.
   ASSERT_TRUE(test::wait_until([&] { return pre.stats().predrafts >= 2; }, std::chrono::seconds(10)));
-  got = pre.take(verdict, 1, main);
+  const VerdictExtras none;
+  const std::optional<DraftTree> got = pre.take(RoundOutcome{round1, final_verdict, none}, main);
   ASSERT_TRUE(got.has_value());
-  reference.accept(verdict, 1);
-  const DraftTree want = reference.draft(3, greedy, rng);
+  reference.accept(RoundOutcome{round1, final_verdict, none});
+  const DraftTree want = reference.propose(8);
   EXPECT_EQ(got->tokens, want.tokens);
   EXPECT_EQ(main.sequence(), reference.sequence());
+  EXPECT_EQ(main.stats().rounds, 1) << "the main drafter counts the round it took over";
   // Both continue identically from here.
-  main.accept({want.tokens[0], want.tokens[1], 3}, 2);
-  reference.accept({want.tokens[0], want.tokens[1], 3}, 2);
-  EXPECT_EQ(main.draft(3, greedy, rng).tokens, reference.draft(3, greedy, rng).tokens);
+  const Verdict round2 = verdict({want.tokens[0], want.tokens[1], 3}, 2);
+  main.accept(RoundOutcome{*got, round2, none});
+  reference.accept(RoundOutcome{want, round2, none});
+  const DraftTree round3 = main.propose(8);
+  EXPECT_EQ(round3.tokens, reference.propose(8).tokens);
   EXPECT_EQ(pre.stats().hits, 1);
   EXPECT_EQ(pre.stats().exit_layer_sum, 5);
 
   // A verdict nobody predicted is a miss and leaves main untouched.
-  pre.begin_round(2, main);
+  pre.begin_round(3, main, round3, static_cast<int64_t>(main.sequence().size()));
   const auto before = main.sequence();
-  EXPECT_FALSE(pre.take({4, 4}, 0, main).has_value());
+  EXPECT_FALSE(pre.take(RoundOutcome{round3, verdict({4}, 0), none}, main).has_value());
   EXPECT_EQ(main.sequence(), before);
   EXPECT_EQ(pre.stats().rounds, 2);
 }

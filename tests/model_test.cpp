@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client/local_ar.h"
+#include "common/drafting/registry.h"
 #include "common/util/error.h"
 #include "common/engine/safetensors.h"
 #include "tests/test_util.h"
@@ -186,16 +186,19 @@ TEST(ModelBadInput, ForwardRejectsBadRequestsAndKeepsCache) {
   expect_rejected(r, "logits row 1 outside");
 }
 
+// Plain decoding as the client runs it: the none drafter through the round
+// loop with the local verifier.
+RoundLoopResult local_none(const std::shared_ptr<const Model>& m, const std::vector<int32_t>& prompt,
+                           const GenerateOptions& o) {
+  const std::unique_ptr<Drafter> none = find_drafter("none").make({});
+  return decode_locally(m, *none, prompt, o);
+}
+
 TEST(ModelBadInput, GenerateRejectsPromptsThatCannotRun) {
   auto m = Model::random(tiny_config(), 1);
   GenerateOptions o;
-  auto error_of = [&](const std::vector<int32_t>& prompt, const GenerateOptions& opts) -> std::string {
-    try {
-      generate_local_ar(*m, prompt, opts);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+  auto error_of = [&](const std::vector<int32_t>& prompt, const GenerateOptions& opts) {
+    return test::error_of([&] { local_none(m, prompt, opts); });
   };
   EXPECT_NE(error_of({}, o).find("prompt is empty"), std::string::npos);
   EXPECT_NE(error_of(std::vector<int32_t>(64, 3), o).find("does not fit the model's context of 64"), std::string::npos);
@@ -206,39 +209,41 @@ TEST(ModelBadInput, GenerateRejectsPromptsThatCannotRun) {
   EXPECT_NE(error_of({1}, bad).find("top-p"), std::string::npos);
 }
 
-TEST(LocalAr, StopsAtContextEndAndAtEos) {
+TEST(LocalNone, StopsAtContextEndAndAtEosAsTheTargetAlone) {
   auto m = Model::random(tiny_config(), 4);
   GenerateOptions o;
   o.max_new_tokens = 1000;
   o.ignore_eos = true;
-  Generation g = generate_local_ar(*m, {1, 2, 3}, o);
-  EXPECT_EQ(g.output_ids.size(), 61u);  // context 64
-  EXPECT_EQ(g.finish_reason, "context");  // the context ran out before max_new_tokens
-  EXPECT_EQ(g.stats.target_forwards, 61);
+  const RoundLoopResult g = local_none(m, {1, 2, 3}, o);
+  EXPECT_EQ(g.ids.size(), 61u);  // context 64
+  EXPECT_EQ(g.finish, FinishReason::kContext);  // the context ran out before max_new_tokens
+  EXPECT_EQ(g.stats.rounds, 61);
+  EXPECT_EQ(g.ids, target_alone(*m, {1, 2, 3}, o).output_ids);
 
   // Stop on EOS: make the model's EOS the token it predicts first.
   ModelConfig c = tiny_config();
-  c.eos_token_id = g.output_ids[0];
+  c.eos_token_id = g.ids[0];
   TempDir dir;
   m->save(dir.str());
   write_file(dir.path() / "config.json", model_config_to_json(c));
-  auto m2 = Model::load(dir.str());
+  std::shared_ptr<const Model> m2 = Model::load(dir.str());
   o.ignore_eos = false;
-  Generation e = generate_local_ar(*m2, {1, 2, 3}, o);
-  EXPECT_EQ(e.output_ids, std::vector<int32_t>{g.output_ids[0]});
-  EXPECT_EQ(e.finish_reason, "eos");
+  const RoundLoopResult e = local_none(m2, {1, 2, 3}, o);
+  EXPECT_EQ(e.ids, std::vector<int32_t>{g.ids[0]});
+  EXPECT_EQ(e.finish, FinishReason::kEos);
 }
 
-TEST(LocalAr, SeededSamplingIsReproducible) {
+TEST(LocalNone, SeededSamplingIsReproducibleAndIsTheTargetsOwnSampling) {
   auto m = Model::random(tiny_config(), 5);
   GenerateOptions o;
   o.max_new_tokens = 20;
   o.sampling.temperature = 1.0f;
   o.sampling.seed = 42;
-  auto a = generate_local_ar(*m, {1}, o).output_ids;
-  auto b = generate_local_ar(*m, {1}, o).output_ids;
+  auto a = local_none(m, {1}, o).ids;
+  auto b = local_none(m, {1}, o).ids;
+  EXPECT_EQ(a, target_alone(*m, {1}, o).output_ids) << "an empty tree is one plain sampling step";
   o.sampling.seed = 43;
-  auto c = generate_local_ar(*m, {1}, o).output_ids;
+  auto c = local_none(m, {1}, o).ids;
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
 }

@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "client/client.h"
-#include "client/local_ar.h"
 #include "client/cli/netem_proxy.h"
 #include "common/util/error.h"
 #include "common/engine/model.h"
@@ -178,7 +177,7 @@ TEST(Netem, EdgeSdThroughTheProxyIsStillExact) {
   GenerateOptions g;
   g.max_new_tokens = 24;
   g.ignore_eos = true;
-  EXPECT_EQ(got.ids, generate_local_ar(*target, got.prompt_ids, g).output_ids);
+  EXPECT_EQ(got.ids, test::target_alone(*target, got.prompt_ids, g).output_ids);
   EXPECT_GE(got.stats.network_rtt_ms, 2.0);  // two one-way delays of at least 1 ms
 }
 

@@ -5,7 +5,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "client/local_ar.h"
 #include "common/engine/model.h"
 #include "common/util/error.h"
 #include "common/engine/tokenizer.h"
@@ -36,7 +35,7 @@ TEST(Stories260KParity, GreedyOutputsMatchEveryReferenceLine) {
     GenerateOptions o;
     o.max_new_tokens = static_cast<int32_t>(greedy.size());
     o.ignore_eos = true;
-    const Generation g = generate_local_ar(*model, prompt_ids, o);
+    const Reference g = target_alone(*model, prompt_ids, o);
     EXPECT_EQ(g.output_ids, greedy) << "prompt: " << prompt;
 
     std::vector<int32_t> all = prompt_ids;

@@ -1,5 +1,7 @@
 #include "tests/test_util.h"
 
+#include "client/local_verifier.h"
+#include "common/decoding/target_decoder.h"
 #include "common/util/error.h"
 
 #include <c10/core/InferenceMode.h>
@@ -187,6 +189,28 @@ std::optional<int> Child::wait(std::chrono::milliseconds timeout) {
     if (std::chrono::steady_clock::now() >= end) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+Reference target_alone(const Model& target, const std::vector<int32_t>& prompt, const GenerateOptions& options) {
+  c10::InferenceMode guard;
+  TargetDecoder dec(target, prompt, options);
+  Reference r;
+  while (!dec.finished()) {
+    const RoundResult step = dec.step();
+    r.output_ids.insert(r.output_ids.end(), step.verdict.tokens.begin(), step.verdict.tokens.end());
+  }
+  r.finish_reason = finish_reason_name(dec.finish());
+  r.target_forwards = dec.forwards();
+  return r;
+}
+
+RoundLoopResult decode_locally(const std::shared_ptr<const Model>& target, Drafter& drafter,
+                               const std::vector<int32_t>& prompt, const GenerateOptions& options, int32_t gamma) {
+  LocalVerifier verifier(target);
+  RoundLoopOptions o;
+  o.generate = options;
+  o.gamma = gamma;
+  return run_round_loop(drafter, verifier, prompt, o);
 }
 
 std::string error_of(const std::function<void()>& f) {

@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "client/round_loop.h"
+#include "common/decoding/generate_options.h"
 #include "common/engine/model.h"
 #include "common/engine/model_config.h"
 
@@ -26,6 +28,19 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// The target alone, one token at a time (TargetDecoder::step): the oracle
+// every mode must reproduce.
+struct Reference {
+  std::vector<int32_t> output_ids;
+  std::string finish_reason;
+  int64_t target_forwards = 0;
+};
+Reference target_alone(const Model& target, const std::vector<int32_t>& prompt, const GenerateOptions& options);
+
+// One generation through the round loop with `drafter` and the local verifier.
+RoundLoopResult decode_locally(const std::shared_ptr<const Model>& target, Drafter& drafter,
+                               const std::vector<int32_t>& prompt, const GenerateOptions& options, int32_t gamma = 4);
 
 // Small LLaMA shapes with grouped-query attention (2 query heads per KV head).
 ModelConfig tiny_config(int64_t vocab = 50, int64_t layers = 2, bool tied = false);

@@ -3,8 +3,8 @@
 // checked with Pearson's chi-square goodness-of-fit test.
 //
 // Significance: every goodness-of-fit check in this file uses
-// alpha = 1e-4 per check; there are at most 100 checks, so by Bonferroni the
-// chance that a correct verifier fails anywhere is below 1%. Seeds are fixed,
+// alpha = 1e-4 per check; there are 128 checks, so by Bonferroni the chance
+// that a correct verifier fails anywhere is below 1.3%. Seeds are fixed,
 // so results are reproducible. kSamples draws per case give the test power:
 // DeliberatelyBrokenVerifierIsCaught shows a subtly wrong verifier failing.
 #include "common/decoding/verify.h"
@@ -15,7 +15,6 @@
 #include <functional>
 #include <random>
 
-#include "client/local_ar.h"
 #include "common/util/error.h"
 #include "common/engine/model.h"
 #include "tests/test_util.h"
@@ -183,16 +182,19 @@ TEST(VerifyGreedy, ChainAcceptsMatchingPrefixThenTargetToken) {
   for (int i = 0; i < 4; ++i) logits[i][10 + i] = 1.0;
   Rng rng(0);
   SamplingParams greedy;
-  Verdict v = verify_chain({10, 11, 5}, {}, logits, greedy, rng);
+  auto verify_chain = [&](std::vector<int32_t> draft, const at::Tensor& l) {
+    return verify_tree(DraftTree::chain(std::move(draft)), l, greedy, rng);
+  };
+  Verdict v = verify_chain({10, 11, 5}, logits);
   EXPECT_EQ(v.accepted, 2);
   EXPECT_EQ(v.tokens, (std::vector<int32_t>{10, 11, 12}));
-  v = verify_chain({10, 11, 12}, {}, logits, greedy, rng);
+  v = verify_chain({10, 11, 12}, logits);
   EXPECT_EQ(v.accepted, 3);
   EXPECT_EQ(v.tokens, (std::vector<int32_t>{10, 11, 12, 13})) << "all accepted: bonus token from the last row";
-  v = verify_chain({3, 11, 12}, {}, logits, greedy, rng);
+  v = verify_chain({3, 11, 12}, logits);
   EXPECT_EQ(v.accepted, 0);
   EXPECT_EQ(v.tokens, std::vector<int32_t>{10});
-  v = verify_chain({}, {}, logits.slice(0, 0, 1), greedy, rng);
+  v = verify_chain({}, logits.slice(0, 0, 1));
   EXPECT_EQ(v.tokens, std::vector<int32_t>{10}) << "an empty draft is plain decoding";
 }
 
@@ -225,6 +227,40 @@ TEST(VerifyStochastic, TreeWithSiblingsWithoutReplacementEmitsTargetDistribution
   EXPECT_EQ(count_below(ps, kAlpha), 0);
 }
 
+// Nodes chosen deterministically (a look-up table's candidates, a drafter's
+// argmax) carry no q and are verified as one-hot, beside drawn siblings.
+TEST(VerifyStochastic, TreeWithDeterministicNodesEmitsTargetDistribution) {
+  std::vector<double> pvalues;
+  std::mt19937_64 g(9);
+  for (int c = 0; c < kCases / 2; ++c) {
+    std::vector<Distribution> p;
+    for (int i = 0; i < 5; ++i) p.push_back(random_dist(g, true));
+    const Distribution q_root = random_dist(g, true);
+    const at::Tensor logits = logits_of(p);
+    const int32_t a = static_cast<int32_t>(g() % kVocab), b = static_cast<int32_t>((a + 1 + g() % (kVocab - 1)) % kVocab);
+    std::vector<int64_t> first(kVocab, 0), second(kVocab, 0);
+    Rng rng(9000 + c);
+    for (int s = 0; s < kSamples; ++s) {
+      // Root children: a and b chosen, then one drawn from q_root; under a,
+      // one chosen child.
+      DraftTree t;
+      t.tokens = {a, b};
+      t.parents = {-1, -1};
+      t.q = {{}, {}};
+      draw_children(t, -1, q_root, 1, false, rng);
+      t.tokens.push_back(static_cast<int32_t>(g() % kVocab));
+      t.parents.push_back(0);
+      t.q.emplace_back();
+      const Verdict v = verify_tree(t, logits, unit_temperature(), rng);
+      first[v.tokens[0]]++;
+      if (v.accepted >= 1 && v.path[0] == 0) second[v.tokens[1]]++;
+    }
+    pvalues.push_back(goodness_of_fit_pvalue(first, as_double(p[0])));
+    pvalues.push_back(goodness_of_fit_pvalue(second, as_double(p[1])));
+  }
+  EXPECT_EQ(count_below(pvalues, kAlpha), 0);
+}
+
 TEST(VerifyStochastic, TargetFiltersApplyToP) {
   // Target and draft sampled with temperature, top-k and top-p: the emitted
   // token must follow the *filtered* target distribution.
@@ -248,7 +284,7 @@ TEST(VerifyStochastic, TargetFiltersApplyToP) {
         draft.push_back(d.token);
         q.push_back(std::move(d.q));
       }
-      counts[verify_chain(draft, q, logits, params, rng).tokens[0]]++;
+      counts[verify_tree(DraftTree::chain(draft, q), logits, params, rng).tokens[0]]++;
     }
     failures += goodness_of_fit_pvalue(counts, as_double(p0)) < kAlpha;
   }
@@ -285,7 +321,9 @@ TEST(VerifyBadInput, MalformedDraftsAreRejected) {
   bad_parent.tokens = {1, 2};
   bad_parent.parents = {-1, 1};
   EXPECT_NE(error_of(bad_parent, greedy).find("parent must precede"), std::string::npos);
-  EXPECT_NE(error_of(DraftTree::chain({1, 2}), sampled).find("one q per draft token"), std::string::npos);
+  EXPECT_EQ(error_of(DraftTree::chain({1, 2}), sampled), "") << "no q: every node chosen deterministically";
+  DraftTree short_q = DraftTree::chain({1, 2}, {Distribution(8, 0.125f)});
+  EXPECT_NE(error_of(short_q, sampled).find("give one per token"), std::string::npos);
   Distribution not_normalised(8, 0.5f);
   EXPECT_NE(error_of(DraftTree::chain({1}, {not_normalised}), sampled).find("sums to"), std::string::npos);
   Distribution zero_at_token(8, 0.0f);
@@ -306,7 +344,7 @@ TEST(VerifyGreedy, SpeculativeDecodingReproducesTargetOutput) {
   GenerateOptions o;
   o.max_new_tokens = 40;
   o.ignore_eos = true;
-  const std::vector<int32_t> reference = generate_local_ar(*model, prompt, o).output_ids;
+  const std::vector<int32_t> reference = target_alone(*model, prompt, o).output_ids;
 
   for (bool tree_mode : {false, true}) {
     std::mt19937 g(tree_mode ? 5 : 6);

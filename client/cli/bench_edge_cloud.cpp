@@ -1,7 +1,8 @@
-// `splitspec bench edge-cloud`: cloud-ar, edge-sd and edge-fsd through the
-// netem proxy at several one-way delays, with the paper's Table 4 latency
-// model evaluated on the T_p, T_q and T_c measured in the same run, and each
-// speedup with its bootstrap interval over the prompts.
+// `splitspec bench edge-cloud`: modes through the netem proxy at several
+// one-way delays (cloud-ar, edge-sd and edge-fsd by default; any alias or
+// VERIFIER+DRAFTER, e.g. server+model-tree), with the early-exit edge-cloud
+// paper's Table 4 latency model evaluated on the T_p, T_q and T_c measured in
+// the same run, and each speedup with its bootstrap interval over the prompts.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -10,10 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
+#include "client/cli/netem_proxy.h"
 #include "client/cli/prompts.h"
 #include "client/cli/speedup_interval.h"
 #include "client/client.h"
-#include "client/cli/netem_proxy.h"
 #include "common/util/error.h"
 #include "common/engine/tokenizer.h"
 
@@ -28,6 +29,13 @@ struct EdgeBenchArgs {
   int32_t num_prompts = 40;
   int32_t max_new_tokens = 128;
   int32_t gamma = 4;
+  // Tree modes.
+  int tree_nodes = ClientOptions{}.tree_nodes;
+  int max_tree_nodes = ClientOptions{}.max_tree_nodes;
+  int max_children = ClientOptions{}.tree_max_children;
+  int draft_width = ClientOptions{}.tree_draft_width;
+  double alpha = ClientOptions{}.tree_alpha;
+  bool no_fallback = false;
   std::vector<double> delays_ms = {0, 2, 10, 50};
   double jitter_ms = 0;
   double rate_kbps = 0;
@@ -43,6 +51,7 @@ struct EdgeBenchArgs {
 // Sums over every prompt of one mode at one delay.
 struct ModeTotals {
   int64_t prompts = 0, tokens = 0, rounds = 0, target_forwards = 0, draft_forwards = 0;
+  double nodes = 0, accepted_nodes = 0;
   double wall_ms = 0, server_forward_ms = 0, server_exits_ms = 0, draft_ms = 0, verify_wait_ms = 0, server_ms = 0, accepted = 0;
   double lookups = 0, hits = 0, exit_layer_sum = 0, sync_wait_ms = 0, hit_send_ms = 0, miss_send_ms = 0;
   double hit_sends = 0, miss_sends = 0, predraft_rounds = 0;
@@ -63,6 +72,8 @@ struct ModeTotals {
     verify_wait_ms += s.verify_wait_ms;
     server_ms += s.server_ms;
     accepted += s.acceptance_rate * static_cast<double>(s.draft_forwards);
+    nodes += s.tree_nodes * static_cast<double>(s.rounds);
+    accepted_nodes += s.accepted_per_round * static_cast<double>(s.rounds);
     const double looked = static_cast<double>(s.predraft_lookups);
     const double h = static_cast<double>(s.predraft_hits);
     lookups += looked;
@@ -84,10 +95,15 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-std::unique_ptr<Client> connect_mode(Mode mode, const EdgeBenchArgs& a, const std::string& address) {
-  ClientOptions o;
-  o.mode = mode;
+std::unique_ptr<Client> connect_mode(const ClientOptions& mode, const EdgeBenchArgs& a, const std::string& address) {
+  ClientOptions o = mode;
   o.server = address;
+  o.tree_nodes = a.tree_nodes;
+  o.max_tree_nodes = a.max_tree_nodes;
+  o.tree_max_children = a.max_children;
+  o.tree_draft_width = a.draft_width;
+  o.tree_alpha = a.alpha;
+  o.tree_fallback = !a.no_fallback;
   o.draft_dir = a.draft_dir;
   o.threads = a.threads;
   o.predraft_threads = a.predraft_threads;
@@ -102,8 +118,7 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
   // The target's context bounds the prompt: keep each prompt's last tokens.
   int32_t context = 0;
   {
-    ClientOptions o;
-    o.mode = Mode::kCloudAr;
+    ClientOptions o = with_mode(ClientOptions{}, Mode::kCloudAr);
     o.server = a.server;
     o.draft_dir = a.draft_dir;
     context = Client::connect(o)->server_info().max_context;
@@ -127,10 +142,11 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
     NetemProxy proxy(n);
     proxy.start();
     const std::string address = "127.0.0.1:" + std::to_string(proxy.port());
-    std::vector<Mode> modes;
-    for (const std::string& m : a.modes) modes.push_back(parse_mode(m));
+    std::vector<ClientOptions> modes;
+    for (const std::string& m : a.modes) modes.push_back(with_mode(ClientOptions{}, m));
+    auto is = [&](size_t m, Mode alias) { return mode_name(modes[m]) == mode_name(alias); };
     std::vector<std::unique_ptr<Client>> clients;
-    for (Mode m : modes) clients.push_back(connect_mode(m, a, address));
+    for (const ClientOptions& m : modes) clients.push_back(connect_mode(m, a, address));
     // T_c: half the median round trip of an empty call through the link.
     std::vector<double> rtts;
     for (int i = 0; i < a.pings; ++i) rtts.push_back(clients[0]->ping_ms());
@@ -143,7 +159,7 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
     // T_p comes from edge-sd, which drafts every round on the main thread.
     double tp = 0;
     for (size_t m = 0; m < modes.size(); ++m)
-      if (modes[m] == Mode::kEdgeSd && totals[m].draft_forwards)
+      if (is(m, Mode::kEdgeSd) && totals[m].draft_forwards)
         tp = totals[m].draft_ms / static_cast<double>(totals[m].draft_forwards);
     for (size_t m = 0; m < modes.size(); ++m) {
       const ModeTotals& t = totals[m];
@@ -153,7 +169,7 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
                           {"target_forwards_per_token", t.per_token(static_cast<double>(t.target_forwards))},
                           {"tokens", t.tokens},
                           {"prompts", t.prompts}};
-      if (modes[m] == Mode::kCloudAr) {
+      if (modes[m].drafter == "none") {
         const double tq = t.server_forward_ms / static_cast<double>(std::max<int64_t>(t.target_forwards, 1));
         j["T_q_ms"] = tq;
         // Table 4: AR = 2 T_c + n T_q per generation.
@@ -163,14 +179,20 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
         const double tau = t.rounds ? n_tokens / static_cast<double>(t.rounds) : 0.0;
         j["T_q_ms"] = tq;
         j["tau"] = tau;
-        j["acceptance_rate"] = t.draft_forwards ? t.accepted / static_cast<double>(t.draft_forwards) : 0.0;
+        j["acceptance_rate"] = t.nodes > 0 ? t.accepted_nodes / t.nodes : 0.0;
+        j["nodes_per_round"] = t.rounds ? t.nodes / static_cast<double>(t.rounds) : 0.0;
         j["network_rtt_ms"] = t.rounds ? (t.verify_wait_ms - t.server_ms) / static_cast<double>(t.rounds) : 0.0;
         // This mode's own drafting on the main thread (edge-fsd: misses only);
         // T_p above is edge-sd's.
         j["draft_ms_per_forward"] = t.draft_forwards ? t.draft_ms / static_cast<double>(t.draft_forwards) : 0.0;
-        if (modes[m] == Mode::kEdgeSd) {
+        if (is(m, Mode::kEdgeSd)) {
           // Table 4: SD = (n / tau)(2 T_c + gamma T_p + T_q).
           j["model_ms_per_token"] = (2.0 * tc + a.gamma * tp + tq) / tau;
+        } else if (!modes[m].predraft) {
+          // Table 4's SD with this mode's own drafting per round (a tree's
+          // is not gamma draft steps).
+          const double drafting = t.rounds ? t.draft_ms / static_cast<double>(t.rounds) : 0.0;
+          j["model_ms_per_token"] = (2.0 * tc + drafting + tq) / tau;
         } else {
           const double r = t.miss_rate();
           const double tr = t.hit_sends > 0 ? t.sync_wait_ms / t.hit_sends : 0.0;
@@ -185,7 +207,7 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
           j["predraft_round_share"] = t.rounds ? t.predraft_rounds / static_cast<double>(t.rounds) : 0.0;
         }
       }
-      row[mode_name(modes[m])] = j;
+      row[a.modes[m]] = j;
     }
     row["T_p_ms"] = tp;
     // Each later mode against each earlier one, with a 95% interval from a
@@ -194,8 +216,8 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
     for (size_t i = 0; i < modes.size(); ++i)
       for (size_t k = i + 1; k < modes.size(); ++k) {
         const Interval ci = speedup_interval(totals[i].per_prompt, totals[k].per_prompt);
-        speedups.push_back({{"from", mode_name(modes[i])},
-                            {"to", mode_name(modes[k])},
+        speedups.push_back({{"from", a.modes[i]},
+                            {"to", a.modes[k]},
                             {"speedup", speedup(totals[i].per_prompt, totals[k].per_prompt)},
                             {"ci95", {ci.lo, ci.hi}}});
       }
@@ -212,15 +234,17 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
               "model = Table 4 on the T_p, T_q, T_c (and r, T_r) measured in this run; speedups with a 95%% interval "
               "from a paired bootstrap over the prompts\n\n",
               prompts.size(), a.max_new_tokens, a.gamma, a.predraft_threads, a.predraft_queue.c_str());
-  std::printf("| one-way delay | T_c | T_p | mode | T_q | tau | ms/token | model | gap | target fwd/token | r | Avg EE | T_r | final->send hit/miss |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| one-way delay | T_c | T_p | mode | T_q | nodes/round | tau | ms/token | model | gap | target fwd/token | r | Avg EE | T_r | final->send hit/miss |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
     for (const std::string& m : a.modes) {
       const auto& j = r[m];
       const double ms = j["ms_per_token"], model = j["model_ms_per_token"];
-      std::printf("| %.0f ms | %.2f | %.3f | %s | %.2f | %s | %.3f | %.3f | %+.1f%% | %.3f | %s | %s | %s | %s |\n",
+      std::printf("| %.0f ms | %.2f | %.3f | %s | %.2f | %s | %s | %.3f | %.3f | %+.1f%% | %.3f | %s | %s | %s | %s |\n",
                   r["delay_ms"].get<double>(), r["T_c_ms"].get<double>(), r["T_p_ms"].get<double>(), m.c_str(),
-                  j["T_q_ms"].get<double>(), j.contains("tau") ? std::to_string(j["tau"].get<double>()).substr(0, 4).c_str() : "-", ms,
+                  j["T_q_ms"].get<double>(),
+                  j.contains("nodes_per_round") ? std::to_string(j["nodes_per_round"].get<double>()).substr(0, 4).c_str() : "-",
+                  j.contains("tau") ? std::to_string(j["tau"].get<double>()).substr(0, 4).c_str() : "-", ms,
                   model, 100.0 * (ms - model) / model, j["target_forwards_per_token"].get<double>(),
                   j.contains("cache_miss_rate") ? std::to_string(j["cache_miss_rate"].get<double>()).substr(0, 5).c_str() : "-",
                   j.contains("avg_exit_layer") ? std::to_string(j["avg_exit_layer"].get<double>()).substr(0, 4).c_str() : "-",
@@ -229,20 +253,15 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
                                                std::to_string(j["miss_send_ms"].get<double>()).substr(0, 5)).c_str()
                                             : "-");
     }
-    auto speed = [&](const char* from, const char* to) -> std::string {
-      for (const auto& s : r["speedups"]) {
-        const bool forward = s["from"] == from && s["to"] == to;
-        if (!forward && !(s["from"] == to && s["to"] == from)) continue;
-        double x = s["speedup"], lo = s["ci95"][0], hi = s["ci95"][1];
-        if (!forward) std::tie(x, lo, hi) = std::make_tuple(1.0 / x, 1.0 / hi, 1.0 / lo);
-        char text[64];
-        std::snprintf(text, sizeof text, "%.3fx (%.3f-%.3f)", x, lo, hi);
-        return text;
-      }
-      return "-";
-    };
-    std::printf("| %.0f ms | speedups | | AR->SD %s | SD->FSD %s | AR->FSD %s | | | | | | | | |\n", r["delay_ms"].get<double>(),
-                speed("cloud-ar", "edge-sd").c_str(), speed("edge-sd", "edge-fsd").c_str(), speed("cloud-ar", "edge-fsd").c_str());
+    std::string speeds;
+    for (const auto& sp : r["speedups"]) {
+      char text[160];
+      std::snprintf(text, sizeof text, "%s->%s %.3fx (%.3f-%.3f)", sp["from"].get<std::string>().c_str(),
+                    sp["to"].get<std::string>().c_str(), sp["speedup"].get<double>(), sp["ci95"][0].get<double>(),
+                    sp["ci95"][1].get<double>());
+      speeds += (speeds.empty() ? "" : "; ") + std::string(text);
+    }
+    std::printf("| %.0f ms | speedups | %s |\n", r["delay_ms"].get<double>(), speeds.c_str());
   }
   return 0;
 }
@@ -252,7 +271,9 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
 std::function<int()> add_bench_edge_cloud(CLI::App& bench) {
   auto a = std::make_shared<EdgeBenchArgs>();
   CLI::App* cmd = bench.add_subcommand(
-      "edge-cloud", "cloud-ar, edge-sd and edge-fsd through a netem link at several delays, next to the Table 4 latency model");
+      "edge-cloud",
+      "Edge-cloud modes through a netem link at several delays, next to the early-exit edge-cloud paper's Table 4 "
+      "latency model");
   cmd->add_option("--server", a->server, "splitspec-server HOST:PORT (the bench puts its own netem proxy in front)")->required();
   cmd->add_option("--draft", a->draft_dir, "Draft model directory (its tokenizer encodes the prompts)")->required();
   cmd->add_option("--prompts", a->prompts, "JSONL prompts (turns[0] or prompt), e.g. ../shared/prompts/spec_bench.jsonl")->required();
@@ -263,10 +284,22 @@ std::function<int()> add_bench_edge_cloud(CLI::App& bench) {
   cmd->add_option("--jitter-ms", a->jitter_ms, "Jitter of the emulated link")->capture_default_str();
   cmd->add_option("--rate-kbps", a->rate_kbps, "Bandwidth of the emulated link; 0 is unlimited")->capture_default_str();
   cmd->add_option("--threads", a->threads, "Compute threads of the draft")->capture_default_str();
-  cmd->add_option("--modes", a->modes, "Modes to compare, interleaved per prompt")->delimiter(',')->capture_default_str();
-  cmd->add_option("--predraft-threads", a->predraft_threads, "edge-fsd: pre-draft worker threads")->capture_default_str();
-  cmd->add_option("--predraft-queue", a->predraft_queue, "edge-fsd: priority, fifo or random")->capture_default_str();
-  cmd->add_flag("--predraft-adaptive", a->predraft_adaptive, "edge-fsd: pre-draft only while it measurably pays");
+  cmd->add_option("--modes", a->modes,
+                  "Modes to compare, interleaved per prompt: aliases (cloud-ar, edge-sd, edge-fsd) or "
+                  "server+DRAFTER[+predraft], e.g. server+model-tree")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--predraft-threads", a->predraft_threads, "Pre-drafting modes: worker threads")->capture_default_str();
+  cmd->add_option("--predraft-queue", a->predraft_queue, "Pre-drafting modes: priority, fifo or random")->capture_default_str();
+  cmd->add_flag("--predraft-adaptive", a->predraft_adaptive, "Pre-drafting modes: only while it measurably pays");
+  cmd->add_option("--tree-nodes", a->tree_nodes, "Tree modes without fallback: nodes per tree")->capture_default_str();
+  cmd->add_option("--max-tree-nodes", a->max_tree_nodes, "Tree modes: most nodes per tree (the server's max_draft_tokens caps it)")
+      ->capture_default_str();
+  cmd->add_option("--max-children", a->max_children, "Tree modes: greedy alternatives per node")->capture_default_str();
+  cmd->add_option("--draft-width", a->draft_width, "Tree modes: nodes drafted together in one draft forward")
+      ->capture_default_str();
+  cmd->add_option("--alpha", a->alpha, "Tree modes: initial fallback threshold")->capture_default_str();
+  cmd->add_flag("--no-fallback", a->no_fallback, "Tree modes: trees of --tree-nodes, no fallback");
   cmd->add_flag("--json", a->json, "Print the rows as JSON");
   return [a]() { return run_bench_edge_cloud(*a); };
 }

@@ -105,13 +105,13 @@ ClientOptions options_for(const LocalBenchArgs& a, const std::string& spec, cons
   o.max_provisional = a.max_provisional;
   const std::string config = apply_row_settings(spec, o);
   if (config == "std" || config == "stdpl") {
-    o.mode = Mode::kLocalAr;
+    o = with_mode(o, Mode::kLocalAr);
     o.stream_pipeline = config == "stdpl";
   } else if (config == "local-sd") {
-    o.mode = Mode::kLocalSd;
+    o = with_mode(o, Mode::kLocalSd);
   } else if (config == "tree" || config == "tree+fallback" || config == "tree+provisional" ||
              config == "tree+fallback+provisional") {
-    o.mode = Mode::kLocalTree;
+    o = with_mode(o, Mode::kLocalTree);
     o.tree_fallback = config.find("fallback") != std::string::npos;
     o.tree_provisional = config.find("provisional") != std::string::npos;
   } else {

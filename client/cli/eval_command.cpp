@@ -9,7 +9,9 @@
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
 #include "client/cli/svg_plot.h"
-#include "client/speculative_chain.h"
+#include "client/local_verifier.h"
+#include "client/round_loop.h"
+#include "common/drafting/model_drafter.h"
 #include "common/early_exit/early_exit_eval.h"
 #include "common/util/error.h"
 #include "common/engine/model.h"
@@ -89,10 +91,11 @@ int run_acceptance(const EvalArgs& a) {
     o.max_new_tokens = a.max_new_tokens;
     o.ignore_eos = true;
     o.sampling.temperature = greedy ? 0.0f : a.temperature;
-    SpeculationStats total;
-    total.draft.proposed.assign(a.gamma, 0);
-    total.draft.accepted.assign(a.gamma, 0);
+    DrafterStats total;
+    total.proposed.assign(a.gamma, 0);
+    total.accepted.assign(a.gamma, 0);
     int64_t tokens = 0;
+    LocalVerifier verifier(target);
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::vector<int32_t> ids = tok.encode(prompts[i]);
       ids.insert(ids.begin(), static_cast<int32_t>(target->config().bos_token_id));
@@ -100,17 +103,22 @@ int run_acceptance(const EvalArgs& a) {
       const int64_t keep = target->config().max_position_embeddings - a.max_new_tokens - a.gamma - 1;
       if (static_cast<int64_t>(ids.size()) > keep) ids.erase(ids.begin() + 1, ids.end() - (keep - 1));
       o.sampling.seed = a.seed + i;
-      const auto r = generate_speculative_chain(*target, *draft, ids, o, a.gamma);
-      total.rounds += r.spec.rounds;
-      for (int32_t p = 0; p < a.gamma; ++p) {
-        total.draft.proposed[p] += r.spec.draft.proposed[p];
-        total.draft.accepted[p] += r.spec.draft.accepted[p];
+      ModelDrafter drafter(draft);
+      RoundLoopOptions lo;
+      lo.generate = o;
+      lo.gamma = a.gamma;
+      const RoundLoopResult r = run_round_loop(drafter, verifier, ids, lo);
+      total.rounds += r.stats.rounds;
+      const DrafterStats& ds = drafter.stats();
+      for (int32_t p = 0; p < a.gamma && p < static_cast<int32_t>(ds.proposed.size()); ++p) {
+        total.proposed[p] += ds.proposed[p];
+        total.accepted[p] += ds.accepted[p];
       }
-      tokens += r.generation.stats.new_tokens;
+      tokens += static_cast<int64_t>(r.ids.size());
     }
     modes[greedy ? "greedy" : "sampled"] = {
         {"tau", total.rounds ? static_cast<double>(tokens) / total.rounds : 0.0},
-        {"acceptance_per_position", total.draft.acceptance_per_position()},
+        {"acceptance_per_position", total.acceptance_per_depth()},
         {"rounds", total.rounds}};
   }
   const double tp = step_ms(*draft), tq = step_ms(*target);

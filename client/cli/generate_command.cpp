@@ -6,6 +6,7 @@
 
 #include "client/cli/commands.h"
 #include "client/client.h"
+#include "common/drafting/registry.h"
 #include "common/util/error.h"
 
 namespace splitspec::cli {
@@ -13,7 +14,11 @@ namespace splitspec::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string mode = "local-ar";
+  std::string mode;  // an alias: decides verifier, drafter and predraft
+  std::string verifier;
+  std::string drafter;
+  bool predraft = false;
+  std::vector<std::string> drafter_options;  // key=value
   std::string target_dir;  // --target or --model
   std::string draft_dir;
   std::string server;
@@ -42,23 +47,34 @@ struct GenerateArgs {
   int draft_width = ClientOptions{}.tree_draft_width;
 };
 
-nlohmann::json stats_json(const Stats& s, Mode mode) {
+nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
   nlohmann::json j = {{"new_tokens", s.new_tokens},         {"wall_ms", s.wall_ms},
                       {"ms_per_token", s.ms_per_token},     {"first_token_ms", s.first_token_ms},
                       {"target_forwards", s.target_forwards}};
-  if (mode == Mode::kEdgeSd || mode == Mode::kEdgeFsd) {
+  const bool server = o.verifier == VerifierKind::kServer;
+  const bool streamed = server && o.drafter == "none";  // cloud-ar
+  if (!streamed) {
     j["rounds"] = s.rounds;
     j["tau"] = s.tau;
+  }
+  if (o.drafter != "none") {
     j["acceptance_rate"] = s.acceptance_rate;
     j["acceptance_per_position"] = s.acceptance_per_position;
+    j["accepted_per_round"] = s.accepted_per_round;
+    j["tree_nodes"] = s.tree_nodes;
+    j["branched_trees"] = s.branched_trees;
     j["draft_ms"] = s.draft_ms;
     j["draft_forwards"] = s.draft_forwards;
+    j["drafter_memory_bytes"] = s.drafter_memory_bytes;
+    if (!s.drafter_counters.empty()) j["drafter_counters"] = s.drafter_counters;
+  }
+  if (server && !streamed) {
     j["verify_wait_ms"] = s.verify_wait_ms;
     j["server_ms"] = s.server_ms;
     j["server_forward_ms"] = s.server_forward_ms;
     j["network_rtt_ms"] = s.network_rtt_ms;
   }
-  if (mode == Mode::kEdgeFsd) {
+  if (o.predraft) {
     j["cache_miss_rate"] = s.cache_miss_rate;
     j["avg_exit_layer"] = s.avg_exit_layer;
     j["server_exits_ms"] = s.server_exits_ms;
@@ -69,24 +85,17 @@ nlohmann::json stats_json(const Stats& s, Mode mode) {
     j["hit_send_ms"] = s.hit_send_ms;
     j["miss_send_ms"] = s.miss_send_ms;
     j["predraft_rounds"] = s.predraft_rounds;
+    j["predraft_lookups"] = s.predraft_lookups;
+    j["predraft_hits"] = s.predraft_hits;
+    j["predraft_waited_hits"] = s.predraft_waited_hits;
   }
-  if (mode == Mode::kCloudAr) j["server_forward_ms"] = s.server_forward_ms;
-  if (mode == Mode::kLocalSd || mode == Mode::kLocalTree) {
-    j["rounds"] = s.rounds;
-    j["tau"] = s.tau;
-    j["acceptance_rate"] = s.acceptance_rate;
-    j["acceptance_per_position"] = s.acceptance_per_position;
-    j["accepted_per_round"] = s.accepted_per_round;
-    j["draft_ms"] = s.draft_ms;
-    j["draft_forwards"] = s.draft_forwards;
-  }
-  if (mode == Mode::kLocalTree) {
-    j["tree_nodes"] = s.tree_nodes;
+  if (streamed) j["server_forward_ms"] = s.server_forward_ms;
+  if (o.drafter == "model-tree") {
     j["final_alpha"] = s.final_alpha;
     j["provisional_tokens"] = s.provisional_tokens;
     j["provisional_kept"] = s.provisional_kept;
   }
-  if (mode == Mode::kLocalAr || mode == Mode::kLocalSd || mode == Mode::kLocalTree) {
+  if (!server) {
     j["target_ms"] = s.target_ms;
     j["weight_bytes_read"] = s.weight_bytes_read;
     j["weight_memory_peak"] = s.weight_memory_peak;
@@ -95,9 +104,31 @@ nlohmann::json stats_json(const Stats& s, Mode mode) {
   return j;
 }
 
-int run_generate(const GenerateArgs& a) {
+// The choices the flags make: an alias (--mode) alone, or --verifier,
+// --drafter and --predraft with defaults from what else was given.
+ClientOptions choose_mode(const GenerateArgs& a) {
   ClientOptions o;
-  o.mode = parse_mode(a.mode);
+  if (!a.mode.empty()) {
+    if (!a.verifier.empty() || !a.drafter.empty() || a.predraft)
+      throw Error("generate: --mode " + a.mode + " is an alias of a verifier and a drafter; give either --mode or "
+                  "--verifier/--drafter/--predraft, not both");
+    return with_mode(o, parse_mode(a.mode));
+  }
+  o.verifier = !a.verifier.empty() ? parse_verifier(a.verifier)
+               : a.server.empty()  ? VerifierKind::kLocal
+                                   : VerifierKind::kServer;
+  o.drafter = !a.drafter.empty() ? a.drafter : a.draft_dir.empty() ? "none" : "model";
+  o.predraft = a.predraft;
+  for (const std::string& kv : a.drafter_options) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) throw Error("generate: --drafter-option takes KEY=VALUE, got '" + kv + "'");
+    o.drafter_options[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return o;
+}
+
+int run_generate(const GenerateArgs& a) {
+  ClientOptions o = choose_mode(a);
   o.server = a.server;
   o.draft_dir = a.draft_dir;
   o.target_dir = a.target_dir;
@@ -130,14 +161,18 @@ int run_generate(const GenerateArgs& a) {
     r = client->generate_ids(a.prompt_ids, req);
   }
   const bool has_text = a.text_prompt || !r.text.empty();
+  const std::string mode = mode_name(o);
   if (a.json) {
     nlohmann::json out = {
-        {"mode", a.mode},
+        {"mode", mode},
+        {"verifier", verifier_name(o.verifier)},
+        {"drafter", o.drafter},
+        {"predraft", o.predraft},
         {"prompt_ids", r.prompt_ids},
         {"output_ids", r.ids},
         {"text", has_text ? nlohmann::json(r.text) : nlohmann::json(nullptr)},
         {"finish_reason", r.finish_reason},
-        {"stats", stats_json(r.stats, o.mode)},
+        {"stats", stats_json(r.stats, o)},
     };
     std::cout << out.dump() << std::endl;
   } else {
@@ -149,17 +184,17 @@ int run_generate(const GenerateArgs& a) {
     }
     std::cout << std::endl;
     const Stats& s = r.stats;
-    std::cerr << "[" << a.mode << "] " << s.new_tokens << " tokens, " << s.wall_ms << " ms, " << s.ms_per_token
+    std::cerr << "[" << mode << "] " << s.new_tokens << " tokens, " << s.wall_ms << " ms, " << s.ms_per_token
               << " ms/token, " << s.target_forwards << " target forwards";
-    if (o.mode == Mode::kEdgeSd || o.mode == Mode::kEdgeFsd || o.mode == Mode::kLocalSd || o.mode == Mode::kLocalTree)
-      std::cerr << ", " << s.rounds << " rounds, tau " << s.tau << ", acceptance " << s.acceptance_rate;
-    if (o.mode == Mode::kLocalTree)
-      std::cerr << ", " << s.tree_nodes << " nodes/tree, " << s.provisional_kept << "/" << s.provisional_tokens
-                << " provisional tokens kept";
+    if (o.drafter != "none")
+      std::cerr << ", " << s.rounds << " rounds, tau " << s.tau << ", acceptance " << s.acceptance_rate << ", "
+                << s.tree_nodes << " nodes/round";
+    if (o.drafter == "model-tree" && s.provisional_tokens)
+      std::cerr << ", " << s.provisional_kept << "/" << s.provisional_tokens << " provisional tokens kept";
     if (s.weight_memory_peak)
       std::cerr << ", " << s.weight_bytes_read / 1e6 << " MB of weights read, peak weight memory "
                 << s.weight_memory_peak / 1e6 << " MB";
-    if (o.mode == Mode::kEdgeFsd) std::cerr << ", cache miss rate " << s.cache_miss_rate << ", avg exit " << s.avg_exit_layer;
+    if (o.predraft) std::cerr << ", cache miss rate " << s.cache_miss_rate << ", avg exit " << s.avg_exit_layer;
     std::cerr << ", finish: " << r.finish_reason << "\n";
   }
   return 0;
@@ -169,18 +204,30 @@ int run_generate(const GenerateArgs& a) {
 
 Command add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
+  std::string drafter_help = "What proposes tokens each round:";
+  for (const DrafterInfo& d : drafters()) drafter_help += "\n  " + d.name + ": " + d.summary;
+  drafter_help += "\nDefault: model with --draft, else none";
   CLI::App* cmd = app.add_subcommand(
       "generate",
-      "Generate text: on this machine (local-ar, local-sd, local-tree), on a server (cloud-ar), or drafting here and "
-      "verifying on a server (edge-sd, edge-fsd)");
-  cmd->add_option("--mode", a->mode, "local-ar | local-sd | local-tree | cloud-ar | edge-sd | edge-fsd")
-      ->capture_default_str()
+      "Generate text. A mode is a verifier (the target here, or on a server) and a drafter (nothing, a draft "
+      "model's chain, or its token tree); every mode gives exactly what the target alone would");
+  cmd->add_option("--verifier", a->verifier,
+                  "Where the target verifies: local (here, --target) or server (--server). Default: server with "
+                  "--server, else local")
+      ->check(CLI::IsMember({"local", "server"}));
+  cmd->add_option("--drafter", a->drafter, drafter_help);
+  cmd->add_flag("--predraft", a->predraft,
+                "Server verifier: pre-draft the next round on the server's early-exit verdicts (edge-fsd)");
+  cmd->add_option("--drafter-option", a->drafter_options, "A drafter's own setting, KEY=VALUE (repeatable)");
+  cmd->add_option("--mode", a->mode,
+                  "An alias instead: local-ar (local+none), local-sd (local+model), local-tree (local+model-tree), "
+                  "cloud-ar (server+none), edge-sd (server+model), edge-fsd (server+model --predraft)")
       ->check(CLI::IsMember({"local-ar", "local-sd", "local-tree", "cloud-ar", "edge-sd", "edge-fsd"}));
   auto* model = cmd->add_option("--model,--target", a->target_dir,
-                                "local modes: target model directory (config.json, model.safetensors, tokenizer.model)");
-  cmd->add_option("--draft", a->draft_dir, "edge-sd, edge-fsd, local-sd, local-tree: draft model directory");
+                                "Local verifier: target model directory (config.json, model.safetensors, tokenizer.model)");
+  cmd->add_option("--draft", a->draft_dir, "Drafters with a draft model (model, model-tree): its directory");
   cmd->add_option("--memory-budget", a->memory_budget,
-                  "local modes: most memory the target's weights may take, e.g. 8MiB, 4MB or 25% (of its fp32 size); "
+                  "Local verifier: most memory the target's weights may take, e.g. 8MiB, 4MB or 25% (of its fp32 size); "
                   "the rest streams from disk per forward with O_DIRECT. Default: load it whole");
   cmd->add_flag("--no-pipeline", a->no_pipeline,
                 "streamed target: read each matrix when the forward reaches it (Std) instead of reading ahead (StdPL)");
@@ -188,26 +235,26 @@ Command add_generate_command(CLI::App& app) {
                   "streamed target with pipeline: file bytes the loader may read ahead of the forward, taken from "
                   "the budget, e.g. 2MiB or 8%; default two layers as stored, or what the budget has left");
   cmd->add_flag("--no-fallback", a->no_fallback,
-                "local-tree: verify trees of --tree-nodes instead of when the tree's confidence falls below alpha");
+                "model-tree: verify trees of --tree-nodes instead of when the tree's confidence falls below alpha");
   cmd->add_flag("--no-provisional", a->no_provisional,
-                "local-tree: do not draft on while the target's weights load");
-  cmd->add_option("--tree-nodes", a->tree_nodes, "local-tree without fallback: nodes per tree")
+                "model-tree: do not draft on while the target's weights load");
+  cmd->add_option("--tree-nodes", a->tree_nodes, "model-tree without fallback: nodes per tree")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--max-tree-nodes", a->max_tree_nodes, "local-tree: most nodes per tree")
+  cmd->add_option("--max-tree-nodes", a->max_tree_nodes, "model-tree: most nodes per tree (the server's max_draft_tokens caps it there)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--alpha", a->alpha, "local-tree: initial fallback threshold alpha, in (0, 1]")->capture_default_str();
-  cmd->add_option("--max-children", a->max_children, "local-tree: greedy alternatives a node offers")
+  cmd->add_option("--alpha", a->alpha, "model-tree: initial fallback threshold alpha, in (0, 1]")->capture_default_str();
+  cmd->add_option("--max-children", a->max_children, "model-tree: greedy alternatives a node offers")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--draft-width", a->draft_width, "local-tree: tree nodes drafted together in one draft forward")
+  cmd->add_option("--draft-width", a->draft_width, "model-tree: tree nodes drafted together in one draft forward")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--max-provisional", a->max_provisional, "local-tree: most provisional tokens per verification")
+  cmd->add_option("--max-provisional", a->max_provisional, "model-tree: most provisional tokens per verification")
       ->capture_default_str()
       ->check(CLI::Range(0, 256));
-  cmd->add_option("--server", a->server, "cloud-ar, edge-sd: server HOST:PORT");
+  cmd->add_option("--server", a->server, "Server verifier: splitspec-server HOST:PORT");
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer for text (default: the local model's)");
   auto* prompt = cmd->add_option("--prompt", a->prompt, "Prompt text; tokenized, with BOS prepended");
   auto* ids = cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids, used verbatim")
@@ -217,21 +264,21 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens", a->request.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--gamma", a->request.gamma, "edge-sd, edge-fsd, local-sd: draft tokens per round")->capture_default_str();
-  cmd->add_option("--predraft-threads", a->predraft_threads, "edge-fsd: pre-draft worker threads")
+  cmd->add_option("--gamma", a->request.gamma, "model drafter: draft tokens per round")->capture_default_str();
+  cmd->add_option("--predraft-threads", a->predraft_threads, "--predraft: worker threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--predraft-queue", a->predraft_queue, "edge-fsd: order of early verdicts: priority, fifo or random")
+  cmd->add_option("--predraft-queue", a->predraft_queue, "--predraft: order of early verdicts: priority, fifo or random")
       ->capture_default_str()
       ->check(CLI::IsMember({"priority", "fifo", "random"}));
   cmd->add_flag("--predraft-adaptive", a->predraft_adaptive,
-                "edge-fsd: pre-draft only while it measurably pays, not every round");
+                "--predraft: only while it measurably pays, not every round");
   cmd->add_option("--temperature", a->request.temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
   cmd->add_option("--top-k", a->request.top_k, "Keep the k most likely tokens; 0 keeps all")->capture_default_str();
   cmd->add_option("--top-p", a->request.top_p, "Nucleus sampling mass in (0, 1]; 1 keeps all")->capture_default_str();
   cmd->add_option("--seed", a->request.seed, "Random seed for sampling")->capture_default_str();
   cmd->add_flag("--ignore-eos", a->request.ignore_eos, "Keep generating after the end-of-sequence token");
-  cmd->add_option("--deadline-s", a->deadline_s, "Give up on the server after this many seconds")->capture_default_str();
+  cmd->add_option("--deadline-s", a->deadline_s, "Give up on the generation after this many seconds")->capture_default_str();
   cmd->add_flag("--json", a->json,
                 "Print one JSON object with ids, text and stats (rounds, tau, draft_ms, verify_wait_ms, "
                 "network_rtt_ms, ...) instead of streaming text");
@@ -239,8 +286,9 @@ Command add_generate_command(CLI::App& app) {
       ->capture_default_str();
   return {cmd, [a, prompt, ids, model]() {
             if (prompt->count() == 0 && ids->count() == 0) throw Error("generate: give --prompt or --prompt-ids");
-            if (a->mode.rfind("local-", 0) == 0 && model->count() == 0)
-              throw Error("generate: " + a->mode + " needs --target DIR");
+            const ClientOptions o = choose_mode(*a);
+            if (o.verifier == VerifierKind::kLocal && model->count() == 0)
+              throw Error("generate: " + mode_name(o) + " needs --target DIR");
             a->text_prompt = prompt->count() > 0;
             return run_generate(*a);
           }};

@@ -46,7 +46,7 @@ int32_t TargetDecoder::room() const {
   return static_cast<int32_t>(std::max<int64_t>(0, context_ - static_cast<int64_t>(seq_.size())));
 }
 
-at::Tensor TargetDecoder::forward_pending(const DraftTree& tree, const std::vector<int64_t>& tap_layers, const LayerTap& tap) {
+ForwardResult TargetDecoder::forward_pending(const DraftTree& tree, const RoundRequest& request) {
   const int64_t past = cache_.size();
   const int64_t committed = static_cast<int64_t>(seq_.size());
   const int64_t pending = committed - past;  // the prompt in round one, else the last token
@@ -56,9 +56,8 @@ at::Tensor TargetDecoder::forward_pending(const DraftTree& tree, const std::vect
   std::vector<int64_t> rows{pending - 1};
   for (int32_t i = 0; i < tree.size(); ++i) rows.push_back(pending + i);
   r.logits_rows = std::move(rows);
-  bool chain = true;
-  for (int32_t i = 0; i < tree.size(); ++i) chain = chain && tree.parents[i] == i - 1;
-  if (!chain) {
+  r.final_hidden = request.extras.hidden;
+  if (!tree.is_chain()) {
     // The pending tokens are a chain the tree hangs from.
     std::vector<int32_t> parents;
     for (int64_t i = 0; i < pending; ++i) parents.push_back(static_cast<int32_t>(i) - 1);
@@ -69,21 +68,19 @@ at::Tensor TargetDecoder::forward_pending(const DraftTree& tree, const std::vect
     for (int32_t d : depths) r.positions.push_back(committed - 1 + d);
     r.mask = tree_attention_mask(parents, past);
   }
-  if (tap && !tap_layers.empty()) {
+  if (request.tap && !request.tap_layers.empty()) {
     const at::Tensor index = at::tensor(*r.logits_rows, at::TensorOptions().dtype(at::kLong));
-    r.on_layer = [this, index, &tap_layers, &tap](int64_t layer, const at::Tensor& hidden) {
+    r.on_layer = [this, index, &request](int64_t layer, const at::Tensor& hidden) {
       const int64_t after = layer + 1;
-      if (std::find(tap_layers.begin(), tap_layers.end(), after) != tap_layers.end())
-        tap(after, hidden.index_select(0, index), rng_);
+      if (std::find(request.tap_layers.begin(), request.tap_layers.end(), after) != request.tap_layers.end())
+        request.tap(after, hidden.index_select(0, index), rng_);
     };
   }
   forwards_ += 1;
-  return target_.forward(r, cache_).logits;
+  return target_.forward(r, cache_);
 }
 
-RoundResult TargetDecoder::verify(const DraftTree& tree) { return verify(tree, {}, {}); }
-
-RoundResult TargetDecoder::verify(const DraftTree& tree, const std::vector<int64_t>& tap_layers, const LayerTap& tap) {
+RoundResult TargetDecoder::verify(const DraftTree& tree, const RoundRequest& request) {
   if (finished()) throw Error("verify: the generation has finished");
   if (tree.size() > room())
     throw Error("draft of " + std::to_string(tree.size()) + " tokens does not fit the context (room for " +
@@ -93,10 +90,10 @@ RoundResult TargetDecoder::verify(const DraftTree& tree, const std::vector<int64
   const auto tf = SteadyClock::now();
   const int64_t past = cache_.size();
   const int64_t pending = static_cast<int64_t>(seq_.size()) - past;
-  const at::Tensor logits = forward_pending(tree, tap_layers, tap);
+  const ForwardResult out = forward_pending(tree, request);
   r.forward_ms = ms_since(tf);
   const auto tv = SteadyClock::now();
-  r.verdict = verify_tree(tree, logits, options_.sampling, rng_);
+  r.verdict = verify_tree(tree, out.logits, options_.sampling, rng_);
   // Keep the pending tokens and the accepted path: the cache again holds
   // every committed token but the new last one.
   std::vector<int64_t> rows;
@@ -104,19 +101,22 @@ RoundResult TargetDecoder::verify(const DraftTree& tree, const std::vector<int64
   for (int32_t node : r.verdict.path) rows.push_back(pending + node);
   cache_.keep(past, rows);
   commit(r);
+  add_extras(r, out, request.extras);
   r.verify_ms = ms_since(tv);
   return r;
 }
 
-RoundResult TargetDecoder::step() {
-  if (finished()) throw Error("step: the generation has finished");
-  RoundResult r;
-  const auto tf = SteadyClock::now();
-  const at::Tensor logits = forward_pending(DraftTree{});
-  r.forward_ms = ms_since(tf);
-  r.verdict.tokens.assign(1, next_token(logits[0], options_.sampling, rng_));
-  commit(r);
-  return r;
+void TargetDecoder::add_extras(RoundResult& r, const ForwardResult& out, const ExtrasRequest& want) const {
+  const Verdict& v = r.verdict;
+  if (want.top_k > 0) {
+    std::vector<int64_t> rows;
+    for (size_t i = 0; i < v.tokens.size(); ++i) rows.push_back(verdict_row(v, i));
+    r.extras.top_k = top_k_of(out.logits.index_select(0, at::tensor(rows, at::TensorOptions().dtype(at::kLong))), want.top_k);
+  }
+  if (want.hidden && !v.tokens.empty()) {
+    const at::Tensor row = out.final_hidden[verdict_row(v, v.tokens.size() - 1)].contiguous();
+    r.extras.hidden.assign(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
+  }
 }
 
 void TargetDecoder::commit(RoundResult& r) {

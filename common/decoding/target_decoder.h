@@ -21,6 +21,7 @@ struct RoundResult {
   FinishReason finish = FinishReason::kNone;
   double forward_ms = 0;  // the target forward
   double verify_ms = 0;   // accept/reject and cache compaction
+  VerdictExtras extras;   // what the round's RoundRequest asked for
 };
 
 class TargetDecoder {
@@ -29,20 +30,26 @@ class TargetDecoder {
   // prompt that leaves no room in the context, or invalid options.
   TargetDecoder(const Model& target, std::vector<int32_t> prompt, const GenerateOptions& options);
 
-  // One speculative round: the tokens not yet in the cache plus `tree`, in one
-  // forward under the tree mask, verified (greedy or rejection sampling
-  // against the tree's q), the accepted path compacted into the cache. The
-  // tree must fit: tree.size() <= room(). Throws splitspec::Error on a
-  // malformed tree (out-of-vocabulary ids, q that are not distributions).
-  RoundResult verify(const DraftTree& tree);
-  // The same, calling `tap` during the forward after each layer count in
+  // Calls `tap` during a round's forward after each layer count in
   // `tap_layers` with the rows verification will read ([tree.size()+1,
   // hidden]) and the verifier's Rng as it stands before this round's draws.
   // Early exits predict the verdict there; the tap cannot change the round.
   using LayerTap = std::function<void(int64_t after_layer, const at::Tensor& rows, const Rng& rng)>;
-  RoundResult verify(const DraftTree& tree, const std::vector<int64_t>& tap_layers, const LayerTap& tap);
-  // One autoregressive token, drawn exactly as plain sampling would.
-  RoundResult step();
+  struct RoundRequest {
+    ExtrasRequest extras;
+    std::vector<int64_t> tap_layers;
+    LayerTap tap;
+  };
+  // One speculative round: the tokens not yet in the cache plus `tree`, in one
+  // forward under the tree mask, verified (greedy or rejection sampling
+  // against the tree's q), the accepted path compacted into the cache. The
+  // tree must fit: tree.size() <= room(). An empty tree is one
+  // autoregressive step, drawn exactly as plain sampling would. Throws
+  // splitspec::Error on a malformed tree (out-of-vocabulary ids, q that are
+  // not distributions).
+  RoundResult verify(const DraftTree& tree, const RoundRequest& request = {});
+  // One autoregressive token: verify() of an empty tree.
+  RoundResult step() { return verify(DraftTree{}); }
 
   bool finished() const { return finish_ != FinishReason::kNone; }
   FinishReason finish() const { return finish_; }
@@ -54,8 +61,9 @@ class TargetDecoder {
   const Model& model() const { return target_; }
 
  private:
-  at::Tensor forward_pending(const DraftTree& tree, const std::vector<int64_t>& tap_layers = {}, const LayerTap& tap = {});
+  ForwardResult forward_pending(const DraftTree& tree, const RoundRequest& request);
   void commit(RoundResult& r);
+  void add_extras(RoundResult& r, const ForwardResult& out, const ExtrasRequest& want) const;
 
   const Model& target_;
   GenerateOptions options_;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/util/error.h"
@@ -18,6 +19,25 @@ DraftTree DraftTree::chain(std::vector<int32_t> tokens, std::vector<Distribution
   return t;
 }
 
+bool DraftTree::is_chain() const {
+  for (int32_t i = 0; i < size(); ++i)
+    if (parents[i] != i - 1) return false;
+  return true;
+}
+
+int32_t DraftTree::max_depth() const {
+  int32_t deepest = 0;
+  for (int32_t d : depths()) deepest = std::max(deepest, d);
+  return deepest;
+}
+
+void DraftTree::truncate(int32_t n) {
+  if (n >= size()) return;
+  tokens.resize(n);
+  parents.resize(n);
+  if (!q.empty()) q.resize(n);
+}
+
 std::vector<int32_t> DraftTree::children(int32_t node) const {
   std::vector<int32_t> out;
   for (int32_t i = node + 1; i < size(); ++i)
@@ -31,7 +51,7 @@ std::vector<int32_t> DraftTree::depths() const {
   return d;
 }
 
-void DraftTree::validate(int64_t vocab_size, bool need_q) const {
+void DraftTree::validate(int64_t vocab_size, bool check_q) const {
   if (parents.size() != tokens.size())
     throw Error("draft tree: " + std::to_string(tokens.size()) + " tokens but " + std::to_string(parents.size()) + " parents");
   for (int32_t i = 0; i < size(); ++i) {
@@ -42,11 +62,12 @@ void DraftTree::validate(int64_t vocab_size, bool need_q) const {
       throw Error("draft tree: node " + std::to_string(i) + " has parent " + std::to_string(parents[i]) +
                   "; a parent must precede its child");
   }
-  if (!need_q) return;
+  if (!check_q || q.empty()) return;
   if (q.size() != tokens.size())
-    throw Error("draft tree: sampling needs one q per draft token, got " + std::to_string(q.size()) + " for " +
-                std::to_string(tokens.size()));
+    throw Error("draft tree: " + std::to_string(q.size()) + " q for " + std::to_string(tokens.size()) +
+                " draft tokens; give one per token (empty for a token chosen deterministically) or none");
   for (int32_t i = 0; i < size(); ++i) {
+    if (q[i].empty()) continue;  // one-hot at its token
     if (static_cast<int64_t>(q[i].size()) != vocab_size)
       throw Error("draft tree: q of node " + std::to_string(i) + " has " + std::to_string(q[i].size()) +
                   " entries, vocabulary has " + std::to_string(vocab_size));

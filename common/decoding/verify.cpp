@@ -23,6 +23,15 @@ bool subtract_and_normalise(Distribution& p, const Distribution& q) {
   return true;
 }
 
+// The same for a one-hot q at x: p without x, renormalised.
+bool remove_and_normalise(Distribution& p, int32_t x) {
+  const double rest = 1.0 - static_cast<double>(p[x]);
+  if (!(rest > 0.0)) return false;
+  p[x] = 0.0f;
+  for (float& v : p) v = static_cast<float>(v / rest);
+  return true;
+}
+
 }  // namespace
 
 Verdict verify_tree_greedy(const DraftTree& tree, int64_t vocab, const std::function<int32_t(int64_t row)>& argmax) {
@@ -62,13 +71,17 @@ Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, cons
     Distribution p = filtered_distribution(row, params);
     for (int32_t c : kids) {
       const int32_t x = tree.tokens[c];
-      const float qx = tree.q[c][x];
+      const Distribution* q = tree.q_of(c);
+      const float qx = q ? (*q)[x] : 1.0f;
       // Accept with probability min(1, p(x)/q(x)), written without division.
       if (rng.uniform() * qx < p[x]) {
         next = c;
         break;
       }
-      subtract_and_normalise(p, tree.q[c]);
+      if (q)
+        subtract_and_normalise(p, *q);
+      else
+        remove_and_normalise(p, x);
     }
     if (next < 0) {
       v.tokens.push_back(rng.categorical(p));
@@ -81,9 +94,20 @@ Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, cons
   }
 }
 
-Verdict verify_chain(std::vector<int32_t> draft, std::vector<Distribution> q,
-                     const at::Tensor& target_logits, const SamplingParams& params, Rng& rng) {
-  return verify_tree(DraftTree::chain(std::move(draft), std::move(q)), target_logits, params, rng);
+int64_t verdict_row(const Verdict& verdict, size_t i) { return i == 0 ? 0 : verdict.path[i - 1] + 1; }
+
+std::vector<TopK> top_k_of(const at::Tensor& rows, int32_t k) {
+  std::vector<TopK> out;
+  if (rows.size(0) == 0 || k <= 0) return out;
+  const auto top = at::softmax(rows.to(at::kFloat), 1).topk(std::min<int64_t>(k, rows.size(1)), 1);
+  const at::Tensor probs = std::get<0>(top).contiguous(), ids = std::get<1>(top).to(at::kInt).contiguous();
+  const int64_t n = probs.size(1);
+  for (int64_t r = 0; r < probs.size(0); ++r) {
+    const float* p = probs.data_ptr<float>() + r * n;
+    const int32_t* i = ids.data_ptr<int32_t>() + r * n;
+    out.push_back(TopK{std::vector<int32_t>(i, i + n), std::vector<float>(p, p + n)});
+  }
+  return out;
 }
 
 }  // namespace splitspec

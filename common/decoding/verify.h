@@ -21,6 +21,28 @@ struct Verdict {
   std::vector<int32_t> path;    // tree nodes accepted, root to leaf
 };
 
+// What some drafters learn from beyond the verdict (DIAA's tables, ReDrafter's
+// head); a verifier fills what the drafter asks for, and nothing otherwise.
+struct ExtrasRequest {
+  int32_t top_k = 0;    // the target's K most probable tokens at each appended token's position
+  bool hidden = false;  // the target's final hidden state at the last accepted position
+  bool any() const { return top_k > 0 || hidden; }
+};
+
+struct TopK {
+  std::vector<int32_t> ids;  // most probable first
+  std::vector<float> probs;  // softmax at temperature 1, before any sampling filter
+};
+
+struct VerdictExtras {
+  // One per appended token (Verdict::tokens): the target's top K at the
+  // position that produced it.
+  std::vector<TopK> top_k;
+  // After the final norm, at the row that produced the last appended token
+  // (the last accepted node, or the root): what the LM head reads there.
+  std::vector<float> hidden;
+};
+
 // `target_logits` is [tree.size()+1, vocab]: row 0 is the target's prediction
 // after the root (the last committed token), row i+1 after draft node i.
 // Under greedy params the draft is accepted while it matches the target's
@@ -28,7 +50,8 @@ struct Verdict {
 // drawn from q is accepted with probability min(1, p(x)/q(x)); on rejection p
 // becomes norm(max(0, p - q)) for the next child; when no child is accepted
 // the emitted token is drawn from what remains of p. A leaf's successor (the
-// bonus token) is drawn from p.
+// bonus token) is drawn from p. A node chosen deterministically has a one-hot
+// q: it is accepted with probability p(x), and on rejection x leaves p.
 Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, const SamplingParams& params, Rng& rng);
 
 // Greedy verification from each row's argmax alone (`argmax(r)` for row r as
@@ -37,9 +60,11 @@ Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, cons
 // logits.
 Verdict verify_tree_greedy(const DraftTree& tree, int64_t vocab, const std::function<int32_t(int64_t row)>& argmax);
 
-// The chain case: draft tokens d_1..d_g with their q (sampling only) and
-// target logits [g+1, vocab].
-Verdict verify_chain(std::vector<int32_t> draft, std::vector<Distribution> q,
-                     const at::Tensor& target_logits, const SamplingParams& params, Rng& rng);
+// The row of the target logits that produced the verdict's token i: the root's
+// (0) for the first, then the accepted nodes' (path[i-1] + 1).
+int64_t verdict_row(const Verdict& verdict, size_t i);
+
+// The top `k` of each of `rows` ([m, vocab] logits), as VerdictExtras holds them.
+std::vector<TopK> top_k_of(const at::Tensor& rows, int32_t k);
 
 }  // namespace splitspec

@@ -1,22 +1,126 @@
 #include "common/drafting/tree_drafter.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
 
+#include "common/drafting/model_drafter.h"
+#include "common/drafting/registry.h"
+#include "common/engine/threads.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
 
 namespace splitspec {
 
-TreeDrafter::TreeDrafter(const Model& draft, int32_t max_children)
-    : draft_(draft), max_children_(max_children), cache_(draft.new_cache()) {
-  if (max_children < 1) throw Error("a tree node needs at least 1 child on offer, got " + std::to_string(max_children));
+void TreeOptions::validate() const {
+  if (tree_nodes < 1) throw Error("tree-nodes must be at least 1");
+  if (max_tree_nodes < 1) throw Error("max-tree-nodes must be at least 1");
+  if (max_provisional < 0) throw Error("max-provisional must be >= 0");
+  if (max_children < 1) throw Error("max-children must be at least 1");
+  if (draft_width < 1) throw Error("draft-width must be at least 1");
+  FallbackThreshold check(initial_alpha);  // throws on an alpha outside (0, 1]
 }
 
-void TreeDrafter::begin(const std::vector<int32_t>& prompt) {
-  const auto t0 = SteadyClock::now();
-  prefill_draft(draft_, cache_, prompt);
+// Provisional generation (§III-D) on its own thread. It drafts only while
+// the verifier has compute to spare (the target's forward waits for
+// weights), and at the lowest CPU priority (SCHED_IDLE), so that the
+// forward's compute and the weight loader always win a contended core:
+// EdgeLLM's rule that provisional work must not slow the verification down.
+class ProvisionalWorker {
+ public:
+  ProvisionalWorker(TreeDrafter& drafter, int32_t max_tokens, int threads)
+      : drafter_(drafter), max_tokens_(max_tokens), threads_(threads) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~ProvisionalWorker() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // Drafts on the frozen tree while `spare` says so, until stop().
+  void start(const std::function<bool()>& spare) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      spare_ = spare;
+      active_ = true;
+      drafted_ = 0;
+    }
+    cv_.notify_all();
+  }
+  // Returns once no step is running; the drafter is the caller's again.
+  int64_t stop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    active_ = false;
+    cv_.wait(lk, [&] { return !in_step_; });
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    return drafted_;
+  }
+
+ private:
+  void loop() {
+    sched_param lowest{};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &lowest);  // best effort
+    set_compute_threads(threads_);
+    c10::InferenceMode guard;
+    std::unique_lock<std::mutex> lk(mu_);
+    while (true) {
+      cv_.wait(lk, [&] { return quit_ || active_; });
+      if (quit_) return;
+      bool drafted = false;
+      if (spare_() && drafter_.provisional() < max_tokens_ && !error_) {
+        in_step_ = true;
+        lk.unlock();
+        try {
+          drafted = drafter_.extend_provisional();
+        } catch (...) {
+          lk.lock();
+          error_ = std::current_exception();
+          lk.unlock();
+        }
+        lk.lock();
+        in_step_ = false;
+        if (drafted) drafted_ += 1;
+        cv_.notify_all();
+      }
+      if (!drafted) cv_.wait_for(lk, std::chrono::microseconds(50));
+    }
+  }
+
+  TreeDrafter& drafter_;
+  const int32_t max_tokens_;
+  const int threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<bool()> spare_;
+  bool active_ = false, in_step_ = false, quit_ = false;
+  int64_t drafted_ = 0;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+TreeDrafter::TreeDrafter(std::shared_ptr<const Model> draft, const TreeOptions& options, int threads)
+    : draft_(std::move(draft)), options_(options), threads_(threads), cache_(draft_->new_cache()),
+      threshold_(options.initial_alpha) {
+  options_.validate();
+}
+
+TreeDrafter::~TreeDrafter() = default;
+
+void TreeDrafter::on_begin(const std::vector<int32_t>& prompt) {
+  prefill_draft(*draft_, cache_, prompt);
   seq_ = prompt;
   nodes_.clear();
   branch_len_.clear();
@@ -25,15 +129,100 @@ void TreeDrafter::begin(const std::vector<int32_t>& prompt) {
   provisional_ = 0;
   anchor_ = -1;
   frozen_ = false;
-  stats_.prefill_ms += ms_since(t0);
+  // Each generation learns its calibration and threshold afresh.
+  calibration_ = ConfidenceCalibration{};
+  threshold_ = FallbackThreshold(options_.initial_alpha);
+  stats_.counters["alpha"] = threshold_.alpha();
 }
 
-void TreeDrafter::expand(Node& n, const at::Tensor& row, const SamplingParams& params, Rng&) {
+DraftTree TreeDrafter::on_propose(int32_t budget, const std::function<bool()>& stop) {
+  const TreeOptions& o = options_;
+  const int32_t cap = std::min(budget, o.fallback ? o.max_tree_nodes : o.tree_nodes);
+  start_round(cap, o.fallback ? threshold_.alpha() : 0.0);
+  while (size() < cap) {
+    if (stop && stop()) break;
+    if (o.fallback && size() > 0 && threshold_.fall_back(tree_confidence())) break;
+    if (grow(std::min(o.draft_width, cap - size())) == 0) break;
+  }
+  return tree();
+}
+
+void TreeDrafter::on_accept(const RoundOutcome& outcome) {
+  if (options_.fallback) threshold_.update(this->outcome(outcome.verdict));
+  stats_.counters["provisional_kept"] += commit(outcome.verdict);
+  stats_.counters["alpha"] = threshold_.alpha();
+}
+
+void TreeDrafter::verifying(const std::function<bool()>& spare_compute) {
+  if (!options_.provisional || !spare_compute || options_.max_provisional <= 0) return;
+  if (!worker_) worker_ = std::make_unique<ProvisionalWorker>(*this, options_.max_provisional, threads_);
+  worker_->start(spare_compute);
+  working_ = true;
+}
+
+void TreeDrafter::verified() {
+  if (!working_) return;
+  working_ = false;
+  stats_.counters["provisional_tokens"] += static_cast<double>(worker_->stop());
+}
+
+std::unique_ptr<Drafter> TreeDrafter::fork() const {
+  auto copy = std::make_unique<TreeDrafter>(draft_, options_, threads_);
+  copy->assign_state(*this);
+  return copy;
+}
+
+void TreeDrafter::on_assign(const Drafter& other) {
+  const auto& o = static_cast<const TreeDrafter&>(other);
+  cache_.copy_prefix_from(o.cache_, o.cache_.size());
+  seq_ = o.seq_;
+  base_ = o.base_;
+  root_ = o.root_;
+  root_expanded_ = o.root_expanded_;
+  nodes_ = o.nodes_;
+  provisional_ = o.provisional_;
+  anchor_ = o.anchor_;
+  branch_len_ = o.branch_len_;
+  calibration_ = o.calibration_;
+  threshold_ = o.threshold_;
+  frozen_ = o.frozen_;
+}
+
+void TreeDrafter::on_swap(Drafter& other) {
+  auto& o = static_cast<TreeDrafter&>(other);
+  std::swap(cache_, o.cache_);
+  std::swap(seq_, o.seq_);
+  std::swap(base_, o.base_);
+  std::swap(root_, o.root_);
+  std::swap(root_expanded_, o.root_expanded_);
+  std::swap(nodes_, o.nodes_);
+  std::swap(provisional_, o.provisional_);
+  std::swap(anchor_, o.anchor_);
+  std::swap(branch_len_, o.branch_len_);
+  std::swap(calibration_, o.calibration_);
+  std::swap(threshold_, o.threshold_);
+  std::swap(frozen_, o.frozen_);
+}
+
+size_t TreeDrafter::memory_bytes() const {
+  size_t bytes = cache_.bytes() + seq_.capacity() * sizeof(int32_t);
+  auto of = [](const Node& n) { return n.q.capacity() * sizeof(float) + n.ranked.capacity() * sizeof(n.ranked[0]); };
+  bytes += sizeof(Node) + of(root_);
+  for (const Node& n : nodes_) bytes += sizeof(Node) + of(n);
+  return bytes;
+}
+
+std::unique_ptr<Drafter> make_tree_drafter(const DrafterSpec& spec) {
+  return std::make_unique<TreeDrafter>(spec.draft, spec.tree, spec.threads);
+}
+
+void TreeDrafter::expand(Node& n, const at::Tensor& row) {
+  const SamplingParams& params = this->params().sampling;
   n.next = 0;
   n.children = 0;
   if (params.greedy()) {
     const at::Tensor probs = at::softmax(row.to(at::kFloat), 0);
-    const auto top = probs.topk(std::min<int64_t>(max_children_, probs.size(0)));
+    const auto top = probs.topk(std::min<int64_t>(options_.max_children, probs.size(0)));
     const at::Tensor values = std::get<0>(top).contiguous(), indices = std::get<1>(top).contiguous();
     n.ranked.clear();
     // The argmax first, by the project's tie rule, so the first child is
@@ -42,7 +231,7 @@ void TreeDrafter::expand(Node& n, const at::Tensor& row, const SamplingParams& p
     n.ranked.emplace_back(best, probs[best].item<float>());
     for (int64_t i = 0; i < values.size(0); ++i) {
       const auto tok = static_cast<int32_t>(indices[i].item<int64_t>());
-      if (tok != best && static_cast<int32_t>(n.ranked.size()) < max_children_)
+      if (tok != best && static_cast<int32_t>(n.ranked.size()) < options_.max_children)
         n.ranked.emplace_back(tok, values[i].item<float>());
     }
   } else {
@@ -63,8 +252,7 @@ double TreeDrafter::offer(const Node& n) const {
   return n.ranked[n.next].second;
 }
 
-void TreeDrafter::start_round(const SamplingParams& params, Rng& rng, int32_t max_nodes, double min_confidence) {
-  const auto t0 = SteadyClock::now();
+void TreeDrafter::start_round(int32_t max_nodes, double min_confidence) {
   frozen_ = false;
   if (!root_expanded_) {
     // The committed tokens the cache lacks: the last one, or more after the
@@ -72,20 +260,19 @@ void TreeDrafter::start_round(const SamplingParams& params, Rng& rng, int32_t ma
     ForwardRequest r;
     r.tokens.assign(seq_.begin() + cache_.size(), seq_.end());
     r.logits_rows = std::vector<int64_t>{static_cast<int64_t>(r.tokens.size()) - 1};
-    const at::Tensor row = draft_.forward(r, cache_).logits[0];
+    const at::Tensor row = draft_->forward(r, cache_).logits[0];
     root_ = Node{};
-    expand(root_, row, params, rng);
+    expand(root_, row);
     root_expanded_ = true;
     stats_.forwards += 1;
   } else {
     // The kept nodes are a chain: keep a prefix of it.
     int32_t keep = std::min(static_cast<int32_t>(nodes_.size()), std::max(0, max_nodes));
-    if (params.greedy())
+    if (params().sampling.greedy())
       while (keep > 0 && nodes_[keep - 1].conf < min_confidence) --keep;
     if (keep < static_cast<int32_t>(nodes_.size())) trim(keep);
   }
   base_ = static_cast<int64_t>(seq_.size());
-  stats_.draft_ms += ms_since(t0);
 }
 
 void TreeDrafter::trim(int32_t keep) {
@@ -98,7 +285,7 @@ void TreeDrafter::trim(int32_t keep) {
   if (last.q.empty()) last.next = std::max(0, last.next - 1);
 }
 
-TreeDrafter::Node TreeDrafter::make_child(int32_t parent, Rng& rng) {
+TreeDrafter::Node TreeDrafter::make_child(int32_t parent) {
   Node n;
   Node& p = node(parent);
   if (p.q.empty()) {
@@ -106,7 +293,7 @@ TreeDrafter::Node TreeDrafter::make_child(int32_t parent, Rng& rng) {
     n.rank = p.next;
     p.next += 1;
   } else {
-    n.token = rng.categorical(p.q);
+    n.token = rng().categorical(p.q);
     n.prob = p.q[n.token];
     n.rank = static_cast<int32_t>(std::count_if(p.q.begin(), p.q.end(), [&](float v) { return v > n.prob; }));
   }
@@ -124,7 +311,7 @@ TreeDrafter::Node TreeDrafter::make_child(int32_t parent, Rng& rng) {
   return n;
 }
 
-void TreeDrafter::draft_nodes(int32_t first, const SamplingParams& params, Rng& rng) {
+void TreeDrafter::draft_nodes(int32_t first) {
   // Each new node at its tree position, seeing the committed prefix, its
   // ancestors and itself: node i is cache slot base_ + i.
   const auto count = static_cast<int64_t>(nodes_.size()) - first;
@@ -140,17 +327,16 @@ void TreeDrafter::draft_nodes(int32_t first, const SamplingParams& params, Rng& 
     std::fill(row, row + base_, true);
     for (int32_t a = i; a >= 0; a = nodes_[a].parent) row[base_ + a] = true;
   }
-  const at::Tensor logits = draft_.forward(r, cache_).logits;
-  for (int64_t k = 0; k < count; ++k) expand(nodes_[first + k], logits[k], params, rng);
+  const at::Tensor logits = draft_->forward(r, cache_).logits;
+  for (int64_t k = 0; k < count; ++k) expand(nodes_[first + k], logits[k]);
   stats_.forwards += 1;
 }
 
-int32_t TreeDrafter::grow(const SamplingParams& params, Rng& rng, int32_t width) {
-  if (frozen_) throw Error("tree drafter: grow() after tree(); call accept() first");
+int32_t TreeDrafter::grow(int32_t width) {
+  if (frozen_) throw Error("tree drafter: grow() after tree(); call commit() first");
   const int64_t room = std::min<int64_t>(cache_.capacity() - cache_.size(),
-                                         draft_.config().max_position_embeddings - base_ - size());
+                                         draft_->config().max_position_embeddings - base_ - size());
   width = static_cast<int32_t>(std::min<int64_t>(width, room));
-  const auto t0 = SteadyClock::now();
   const int32_t first = size();
   // The pacer's picks, one after another; a node picked in this step has not
   // been through the draft yet and so offers nothing until the forward.
@@ -167,11 +353,10 @@ int32_t TreeDrafter::grow(const SamplingParams& params, Rng& rng, int32_t width)
       }
     }
     if (pick == -2) break;
-    nodes_.push_back(make_child(pick, rng));
+    nodes_.push_back(make_child(pick));
   }
   const int32_t added = size() - first;
-  if (added > 0) draft_nodes(first, params, rng);
-  stats_.draft_ms += ms_since(t0);
+  if (added > 0) draft_nodes(first);
   return added;
 }
 
@@ -227,15 +412,16 @@ DraftTree TreeDrafter::tree() {
   return t;
 }
 
-bool TreeDrafter::extend_provisional(const SamplingParams& params, Rng& rng) {
+bool TreeDrafter::extend_provisional() {
   if (!frozen_) throw Error("tree drafter: provisional tokens extend a frozen tree; call tree() first");
-  if (cache_.size() + 1 > cache_.capacity() || base_ + static_cast<int64_t>(nodes_.size()) >= draft_.config().max_position_embeddings)
+  if (cache_.size() + 1 > cache_.capacity() ||
+      base_ + static_cast<int64_t>(nodes_.size()) >= draft_->config().max_position_embeddings)
     return false;
   const int32_t parent = provisional_ == 0 ? anchor_ : static_cast<int32_t>(nodes_.size()) - 1;
   if (offer(node(parent)) <= 0.0) return false;
   const auto t0 = SteadyClock::now();
-  nodes_.push_back(make_child(parent, rng));
-  draft_nodes(static_cast<int32_t>(nodes_.size()) - 1, params, rng);
+  nodes_.push_back(make_child(parent));
+  draft_nodes(static_cast<int32_t>(nodes_.size()) - 1);
   provisional_ += 1;
   stats_.draft_ms += ms_since(t0);
   return true;
@@ -268,23 +454,11 @@ BranchOutcome TreeDrafter::outcome(const Verdict& v) const {
   return o;
 }
 
-int32_t TreeDrafter::accept(const Verdict& v) {
+int32_t TreeDrafter::commit(const Verdict& v) {
   const int32_t tree_size = size();
   const int32_t end = v.path.empty() ? -1 : v.path.back();
   const bool keep = provisional_ > 0 && end == anchor_ && v.tokens.size() == v.path.size() + 1 &&
                     nodes_[tree_size].token == v.tokens.back();
-  // Per-depth counters, as the chain drafter keeps per position.
-  int32_t depth = 0;
-  for (int32_t i = 0; i < tree_size; ++i) depth = std::max(depth, nodes_[i].depth);
-  if (static_cast<int32_t>(stats_.proposed.size()) < depth) {
-    stats_.proposed.resize(depth, 0);
-    stats_.accepted.resize(depth, 0);
-  }
-  for (int32_t d = 0; d < depth; ++d) {
-    stats_.proposed[d] += 1;
-    if (d < v.accepted) stats_.accepted[d] += 1;
-  }
-  stats_.rounds += 1;
 
   // Calibration: a node was put to the test when its parent was accepted
   // (or is the root); it passed when it is on the accepted path.

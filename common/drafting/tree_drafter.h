@@ -1,6 +1,8 @@
 #pragma once
-// EdgeLLM's width-adaptive token tree (§III-B), drafted node by
-// node by a draft model.
+// `model-tree`: EdgeLLM's width-adaptive token tree (§III-B), drafted node by
+// node by a draft model, grown until the self-adaptive fallback (§III-C) says
+// to verify, and extended provisionally while the verifier waits for weights
+// (§III-D).
 //
 // Branch pacer. Every node in the tree has been through the draft, so each
 // offers a next child (greedily its most probable token not yet a child). A
@@ -24,9 +26,11 @@
 // forward), which makes large trees affordable.
 //
 // Provisional generation (§III-D): while the target verifies a tree, the
-// drafter may extend that tree's most confident branch past it. When the
-// verdict accepts that whole branch and the target's next token is the first
-// provisional one, the rest are kept as the next tree's first nodes.
+// drafter may extend that tree's most confident branch past it, on a thread
+// of its own at the lowest CPU priority and only while the verifier has
+// compute to spare. When the verdict accepts that whole branch and the
+// target's next token is the first provisional one, the rest are kept as the
+// next tree's first nodes.
 //
 // Sampling: siblings are independent draws from their parent's q, which is
 // what the tree verifier (verify.h) needs to be exact; and whether a child is
@@ -35,59 +39,65 @@
 // probability, the chance that a draw from q matches another, s = sum q^2,
 // times (1 - s) per sibling already there; the token is drawn once chosen.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/drafting/confidence_calibration.h"
+#include "common/drafting/drafter.h"
 #include "common/drafting/fallback_threshold.h"
+#include "common/drafting/tree_options.h"
 #include "common/engine/model.h"
-#include "common/drafting/model_drafter.h"
-#include "common/decoding/token_tree.h"
-#include "common/decoding/verify.h"
 
 namespace splitspec {
 
-class TreeDrafter {
- public:
-  // `max_children`: greedy alternatives a node may offer (sampling draws
-  // without limit).
-  TreeDrafter(const Model& draft, int32_t max_children = 2);
+class ProvisionalWorker;
 
-  // Starts a generation: the cache takes the prompt but its last token.
-  void begin(const std::vector<int32_t>& prompt);
+class TreeDrafter final : public Drafter {
+ public:
+  // `threads`: compute threads of the provisional worker.
+  TreeDrafter(std::shared_ptr<const Model> draft, const TreeOptions& options, int threads = 1);
+  ~TreeDrafter() override;
+
+  std::string name() const override { return "model-tree"; }
+  void verifying(const std::function<bool()>& spare_compute) override;
+  void verified() override;
+  bool can_fork() const override { return true; }
+  std::unique_ptr<Drafter> fork() const override;
+  size_t memory_bytes() const override;
+
+  // The steps propose() takes, public for tests and ablations.
+  //
   // Starts a round's tree: the draft reads the committed tokens it lacks.
   // Provisional nodes kept from the last round are the tree's first nodes:
   // at most `max_nodes` of them and, under greedy decoding, only those whose
   // cumulative confidence is at least `min_confidence` (the fallback would
   // have stopped there). Sampling keeps them regardless of their values,
   // since dropping drawn tokens by value would bias what is verified.
-  void start_round(const SamplingParams& params, Rng& rng, int32_t max_nodes, double min_confidence = 0.0);
+  void start_round(int32_t max_nodes, double min_confidence = 0.0);
   // Adds up to `width` nodes the pacer picks, drafted together in one draft
   // forward (a forward of a few tokens costs about what one costs). Within a
   // step the pacer picks among nodes already drafted: a node added in this
   // step offers its children from the next. Returns the nodes added; 0 when
   // none can be (the draft's context is full, or nothing is on offer).
-  int32_t grow(const SamplingParams& params, Rng& rng, int32_t width = 1);
+  int32_t grow(int32_t width = 1);
   // Tc: the highest cumulative confidence of any branch (1 for no tree).
   double tree_confidence() const;
   int32_t size() const { return static_cast<int32_t>(nodes_.size()) - provisional_; }
   // The tree to verify (q filled under sampling). Freezes it: from now until
-  // accept(), only extend_provisional() grows anything.
+  // commit(), only extend_provisional() grows anything.
   DraftTree tree();
-
   // One more token on the frozen tree's most confident branch. False when
   // the draft's context is full.
-  bool extend_provisional(const SamplingParams& params, Rng& rng);
+  bool extend_provisional();
   int32_t provisional() const { return provisional_; }
-
-  // Eq. 3's evidence from `verdict` on the frozen tree; call before accept().
+  // Eq. 3's evidence from `verdict` on the frozen tree; call before commit().
   BranchOutcome outcome(const Verdict& verdict) const;
   // Commits the verdict's tokens, keeps the accepted path in the cache and
   // the provisional nodes that continue it. Returns how many provisional
   // tokens were kept (the one that matched the target's own token included).
-  int32_t accept(const Verdict& verdict);
-
-  const DrafterStats& stats() const { return stats_; }
+  int32_t commit(const Verdict& verdict);
   const std::vector<int32_t>& sequence() const { return seq_; }
+  double alpha() const { return threshold_.alpha(); }
 
  private:
   struct Node {
@@ -107,6 +117,12 @@ class TreeDrafter {
     int32_t children = 0;
   };
 
+  void on_begin(const std::vector<int32_t>& prompt) override;
+  DraftTree on_propose(int32_t budget, const std::function<bool()>& stop) override;
+  void on_accept(const RoundOutcome& outcome) override;
+  void on_assign(const Drafter& other) override;
+  void on_swap(Drafter& other) override;
+
   // The probability the pacer sees for the child `n` offers now (0: none).
   double offer(const Node& n) const;
   // Eq. 2's shortfall the child `i` offers would fix.
@@ -116,19 +132,20 @@ class TreeDrafter {
   // Drops the kept chain's nodes from `keep` on.
   void trim(int32_t keep);
   // Reads the draft's next-token distribution for `n` from its logits row.
-  void expand(Node& n, const at::Tensor& logits_row, const SamplingParams& params, Rng& rng);
+  void expand(Node& n, const at::Tensor& logits_row);
   // The child `parent` (-1: root) offers, booked in the parent and the
   // branches; drafted by draft_nodes().
-  Node make_child(int32_t parent, Rng& rng);
+  Node make_child(int32_t parent);
   // One draft forward for nodes_[first..]: expands each.
-  void draft_nodes(int32_t first, const SamplingParams& params, Rng& rng);
+  void draft_nodes(int32_t first);
   Node& node(int32_t i) { return i < 0 ? root_ : nodes_[i]; }
   const Node& node(int32_t i) const { return i < 0 ? root_ : nodes_[i]; }
   // The frozen tree's most confident leaf.
   int32_t best_leaf() const;
 
-  const Model& draft_;
-  int32_t max_children_;
+  std::shared_ptr<const Model> draft_;
+  TreeOptions options_;
+  int threads_;
   KVCache cache_;  // the committed tokens but the last, then one entry per node
   std::vector<int32_t> seq_;
   int64_t base_ = 0;  // seq_.size() when the round started: node i is cache slot base_ + i
@@ -139,8 +156,10 @@ class TreeDrafter {
   int32_t anchor_ = -1;     // the leaf provisional nodes grow from
   std::vector<int32_t> branch_len_;  // T_i of the tree's branches
   ConfidenceCalibration calibration_;
+  FallbackThreshold threshold_;
   bool frozen_ = false;
-  DrafterStats stats_;
+  std::unique_ptr<ProvisionalWorker> worker_;  // started at the first verification with compute to spare
+  bool working_ = false;                        // between verifying() and verified()
 };
 
 }  // namespace splitspec

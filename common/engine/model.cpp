@@ -321,18 +321,27 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     std::vector<int64_t> r = *req.logits_rows;
     rows = x.index_select(0, at::from_blob(r.data(), {static_cast<int64_t>(r.size())}, i64));
   }
-  out.logits = stream_ ? streamed_head_logits(rows) : head_logits(rows);
+  const at::Tensor normed = final_norm_rows(rows);
+  out.logits = stream_ ? streamed_head_logits(normed) : head_logits_normed(normed);
+  if (req.final_hidden) out.final_hidden = normed;
   return out;
 }
 
-at::Tensor Model::streamed_head_logits(const at::Tensor& hidden) const {
+at::Tensor Model::final_norm_rows(const at::Tensor& hidden) const {
   const ModelConfig& c = config_;
   const at::Tensor rows = hidden.contiguous();
   const int64_t m = rows.size(0), H = c.hidden_size;
+  at::Tensor normed = at::empty({m, H}, at::TensorOptions().dtype(at::kFloat));
+  kernels::rms_norm(rows.data_ptr<float>(), m, H, stream_ ? stream_->final_norm() : weights_.final_norm.data_ptr<float>(),
+                    static_cast<float>(c.rms_norm_eps), normed.data_ptr<float>());
+  return normed;
+}
+
+at::Tensor Model::streamed_head_logits(const at::Tensor& normed) const {
+  const ModelConfig& c = config_;
+  const int64_t m = normed.size(0), H = c.hidden_size;
   auto opts = at::TensorOptions().dtype(at::kFloat);
-  at::Tensor normed = at::empty({m, H}, opts), logits = at::empty({m, c.vocab_size}, opts);
-  kernels::rms_norm(rows.data_ptr<float>(), m, H, stream_->final_norm(), static_cast<float>(c.rms_norm_eps),
-                    normed.data_ptr<float>());
+  at::Tensor logits = at::empty({m, c.vocab_size}, opts);
   // Slice by slice of vocabulary rows; every logit is the same dot product
   // the whole-matrix call computes, so the values are bitwise the same.
   at::Tensor part;
@@ -351,14 +360,14 @@ at::Tensor Model::streamed_head_logits(const at::Tensor& hidden) const {
 
 at::Tensor Model::head_logits(const at::Tensor& hidden) const {
   if (stream_) throw Error("head_logits: " + name_ + " is streamed from disk; its head runs inside forward()");
+  return head_logits_normed(final_norm_rows(hidden));
+}
+
+at::Tensor Model::head_logits_normed(const at::Tensor& normed) const {
   const ModelConfig& c = config_;
-  const at::Tensor rows = hidden.contiguous();
-  const int64_t m = rows.size(0), H = c.hidden_size;
-  auto opts = at::TensorOptions().dtype(at::kFloat);
-  at::Tensor normed = at::empty({m, H}, opts), logits = at::empty({m, c.vocab_size}, opts);
-  kernels::rms_norm(rows.data_ptr<float>(), m, H, weights_.final_norm.data_ptr<float>(), static_cast<float>(c.rms_norm_eps),
-                    normed.data_ptr<float>());
-  kernels::linear(normed.data_ptr<float>(), m, H, weights_.lm_head.data_ptr<float>(), c.vocab_size, logits.data_ptr<float>());
+  at::Tensor logits = at::empty({normed.size(0), c.vocab_size}, at::TensorOptions().dtype(at::kFloat));
+  kernels::linear(normed.data_ptr<float>(), normed.size(0), c.hidden_size, weights_.lm_head.data_ptr<float>(), c.vocab_size,
+                  logits.data_ptr<float>());
   return logits;
 }
 

@@ -56,11 +56,15 @@ struct ForwardRequest {
   // forward goes on: early exits verify there. The tensor is only valid
   // during the call. An exception leaves the cache unchanged.
   std::function<void(int64_t layer, const at::Tensor& hidden)> on_layer;
+  // Also return the logits rows' hidden states after the final norm: what
+  // the LM head reads (a drafter conditioned on the target reads it too).
+  bool final_hidden = false;
 };
 
 struct ForwardResult {
   at::Tensor logits;                     // [rows, vocab], float
   std::map<int64_t, at::Tensor> hidden;  // layer -> [n, hidden]
+  at::Tensor final_hidden;               // [rows, hidden] when asked for
 };
 
 // The one list of a model's weights: calls f(name, shape, tensor) for each,
@@ -124,7 +128,11 @@ class Model {
 
  private:
   Model(ModelConfig config, ModelWeights weights, std::string name);
-  at::Tensor streamed_head_logits(const at::Tensor& hidden) const;
+  // The final norm on hidden rows [m, hidden].
+  at::Tensor final_norm_rows(const at::Tensor& hidden) const;
+  // The LM head on rows already through the final norm.
+  at::Tensor streamed_head_logits(const at::Tensor& normed) const;
+  at::Tensor head_logits_normed(const at::Tensor& normed) const;
   ModelConfig config_;
   ModelWeights weights_;
   std::string name_;

@@ -1,20 +1,19 @@
-// Local mode's speculative decoding against a disk-streamed target: the
-// masked branch decoder matches plain decoding of each branch, the pacer and
-// the fallback rule behave as the paper says, and local-sd and local-tree
-// (every switch combination) reproduce the target alone exactly: greedy
-// token for token, sampled in distribution.
-#include "client/local_tree.h"
+// The `model-tree` drafter (EdgeLLM's width-adaptive token tree) and local
+// verification against a disk-streamed target: the masked branch decoder
+// matches plain decoding of each branch, the pacer and the fallback rule
+// behave as EdgeLLM says, and local+model and local+model-tree (every switch
+// combination) reproduce the target alone exactly: greedy token for token,
+// sampled in distribution.
+#include "common/drafting/tree_drafter.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
-#include "client/local_ar.h"
-#include "client/speculative_chain.h"
+#include "common/drafting/model_drafter.h"
 #include "common/util/error.h"
 #include "common/drafting/fallback_threshold.h"
 #include "common/engine/tokenizer.h"
-#include "common/drafting/tree_drafter.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 
@@ -38,6 +37,30 @@ std::vector<std::vector<int32_t>> demo_prompts(int count) {
     out.push_back(ids);
   }
   return out;
+}
+
+TreeOptions children(int32_t n) {
+  TreeOptions t;
+  t.max_children = n;
+  return t;
+}
+
+// One generation of local+model-tree with options `t`: its result and the
+// drafter's counters.
+struct TreeRun {
+  RoundLoopResult result;
+  DrafterStats drafter;
+};
+TreeRun run_tree(const std::shared_ptr<const Model>& target, const std::shared_ptr<const Model>& draft,
+                 const std::vector<int32_t>& prompt, const GenerateOptions& o, const TreeOptions& t) {
+  TreeDrafter d(draft, t);
+  RoundLoopResult r = decode_locally(target, d, prompt, o);
+  return {std::move(r), d.stats()};
+}
+
+double counter(const DrafterStats& s, const std::string& name) {
+  const auto it = s.counters.find(name);
+  return it == s.counters.end() ? 0.0 : it->second;
 }
 
 }  // namespace
@@ -64,15 +87,13 @@ TEST(FallbackThreshold, FollowsEquation3) {
 TEST(TreeDrafter, EachNodeIsDraftedAsItsBranchAloneWouldBe) {
   auto draft = Model::random(tiny_config(40, 2), 9);
   for (const int32_t width : {1, 4}) {
-    TreeDrafter d(*draft, 3);
+    TreeDrafter d(draft, children(3));
     const std::vector<int32_t> prompt = {1, 5, 9, 2};
-    d.begin(prompt);
-    SamplingParams greedy;
-    Rng rng(1);
-    d.start_round(greedy, rng, 12);
+    d.begin(prompt, DraftParams{});
+    d.start_round(12);
     int steps = 0;
     while (d.size() < 12) {
-      const int32_t added = d.grow(greedy, rng, std::min(width, 12 - d.size()));
+      const int32_t added = d.grow(std::min(width, 12 - d.size()));
       ASSERT_GE(added, 1);
       ASSERT_LE(added, width);
       ++steps;
@@ -109,40 +130,38 @@ TEST(TreeDrafter, EachNodeIsDraftedAsItsBranchAloneWouldBe) {
 TEST(TreeDrafter, KeptProvisionalTokensContinueAsAFreshDraftWould) {
   auto draft = Model::random(tiny_config(40, 2), 10);
   const std::vector<int32_t> prompt = {1, 5, 9};
-  SamplingParams greedy;
-  Rng rng(1);
   // Kept chains of every length, down to the first provisional token alone
   // (it becomes the committed root with no tree nodes left after it).
   for (int provisional = 1; provisional <= 3; ++provisional) {
-    TreeDrafter d(*draft, 1);
-    d.begin(prompt);
-    d.start_round(greedy, rng, 8);
-    ASSERT_TRUE(d.grow(greedy, rng));
+    TreeDrafter d(draft, children(1));
+    d.begin(prompt, DraftParams{});
+    d.start_round(8);
+    ASSERT_TRUE(d.grow());
     const DraftTree tree = d.tree();
-    for (int i = 0; i < provisional; ++i) ASSERT_TRUE(d.extend_provisional(greedy, rng));
+    for (int i = 0; i < provisional; ++i) ASSERT_TRUE(d.extend_provisional());
     // The draft's own next tokens, as a target that agrees with it would emit.
-    TreeDrafter fresh(*draft, 1);  // chains only
-    fresh.begin(prompt);
-    fresh.start_round(greedy, rng, 8);
-    for (int i = 0; i < 1 + provisional; ++i) ASSERT_TRUE(fresh.grow(greedy, rng));
+    TreeDrafter fresh(draft, children(1));  // chains only
+    fresh.begin(prompt, DraftParams{});
+    fresh.start_round(8);
+    for (int i = 0; i < 1 + provisional; ++i) ASSERT_TRUE(fresh.grow());
     const DraftTree chain = fresh.tree();
     Verdict v;
     v.accepted = 1;
     v.path = {0};
     v.tokens = {tree.tokens[0], chain.tokens[1]};
-    EXPECT_EQ(d.accept(v), provisional) << "the branch was accepted and the target's token was the first provisional one";
-    d.start_round(greedy, rng, 8);
+    EXPECT_EQ(d.commit(v), provisional) << "the branch was accepted and the target's token was the first provisional one";
+    d.start_round(8);
     EXPECT_EQ(d.size(), provisional - 1);
-    while (d.size() < 3) ASSERT_TRUE(d.grow(greedy, rng));
+    while (d.size() < 3) ASSERT_TRUE(d.grow());
     const DraftTree next = d.tree();
     // Its first nodes are the kept ones, and what follows is what a draft
     // reading the committed sequence from scratch proposes.
     std::vector<int32_t> seq = prompt;
     seq.insert(seq.end(), v.tokens.begin(), v.tokens.end());
-    TreeDrafter scratch(*draft, 1);
-    scratch.begin(seq);
-    scratch.start_round(greedy, rng, 8);
-    ASSERT_TRUE(scratch.grow(greedy, rng));
+    TreeDrafter scratch(draft, children(1));
+    scratch.begin(seq, DraftParams{});
+    scratch.start_round(8);
+    ASSERT_TRUE(scratch.grow());
     EXPECT_EQ(next.tokens[0], scratch.tree().tokens[0]) << provisional << " provisional token(s)";
   }
 }
@@ -154,31 +173,31 @@ class LocalTreeDemo : public ::testing::TestWithParam<double> {};
 TEST_P(LocalTreeDemo, GreedyEqualsTargetAlone) {
   const double share = GetParam();
   auto memory = Model::load(demo_target_dir());
-  auto draft = Model::load(demo_draft_dir());
+  std::shared_ptr<const Model> draft = Model::load(demo_draft_dir());
   GenerateOptions o;
   o.max_new_tokens = 40;
   o.ignore_eos = true;
   const auto prompts = demo_prompts(6);
   std::vector<std::vector<int32_t>> reference;
-  for (const auto& p : prompts) reference.push_back(generate_local_ar(*memory, p, o).output_ids);
+  for (const auto& p : prompts) reference.push_back(target_alone(*memory, p, o).output_ids);
   int64_t kept = 0, provisional = 0, branched = 0;
   {
-    auto target = streamed(demo_target_dir(), share);
+    std::shared_ptr<const Model> target = streamed(demo_target_dir(), share);
     for (size_t i = 0; i < prompts.size(); ++i) {
       if (i == 0) {
-        ASSERT_EQ(generate_local_ar(*target, prompts[i], o).output_ids, reference[i]) << "StdPL at " << share;
+        ASSERT_EQ(target_alone(*target, prompts[i], o).output_ids, reference[i]) << "StdPL at " << share;
       }
-      ASSERT_EQ(generate_speculative_chain(*target, *draft, prompts[i], o, 4).generation.output_ids, reference[i])
-          << "local-sd at " << share;
+      ModelDrafter chain(draft);
+      ASSERT_EQ(decode_locally(target, chain, prompts[i], o, 4).ids, reference[i]) << "local-sd at " << share;
       for (int combo = 0; combo < 3; ++combo) {
         TreeOptions t;
         t.fallback = combo >= 1;
         t.provisional = combo >= 2;
-        const auto r = generate_local_tree(*target, *draft, prompts[i], o, t);
-        ASSERT_EQ(r.generation.output_ids, reference[i]) << "local-tree combo " << combo << " at " << share << ", prompt " << i;
-        kept += r.tree.provisional_kept;
-        provisional += r.tree.provisional_tokens;
-        branched += r.tree.branched_trees;
+        const TreeRun r = run_tree(target, draft, prompts[i], o, t);
+        ASSERT_EQ(r.result.ids, reference[i]) << "local-tree combo " << combo << " at " << share << ", prompt " << i;
+        kept += static_cast<int64_t>(counter(r.drafter, "provisional_kept"));
+        provisional += static_cast<int64_t>(counter(r.drafter, "provisional_tokens"));
+        branched += r.result.stats.branched;
       }
     }
   }
@@ -196,8 +215,8 @@ TEST(LocalTree, GreedyEqualsTargetAloneWithAnOftenWrongDraftAndAtTheContextEnd) 
   auto target_mem = Model::random(c, 31);
   target_mem->save(dir.str("target"), DType::F16);
   auto reference_model = Model::load(dir.str("target"));
-  auto draft = noisy_copy(*reference_model, 0.02, 4);
-  auto target = streamed(dir.str("target"), 0.7);
+  std::shared_ptr<const Model> draft = noisy_copy(*reference_model, 0.02, 4);
+  std::shared_ptr<const Model> target = streamed(dir.str("target"), 0.7);
   GenerateOptions o;
   o.max_new_tokens = 60;  // more than the context holds: must stop at "context"
   o.ignore_eos = true;
@@ -205,15 +224,15 @@ TEST(LocalTree, GreedyEqualsTargetAloneWithAnOftenWrongDraftAndAtTheContextEnd) 
   for (int p = 0; p < 6; ++p) {
     std::vector<int32_t> prompt = {1};
     for (int i = 0; i < 2 + p; ++i) prompt.push_back(static_cast<int32_t>(g() % 60));
-    const Generation ref = generate_local_ar(*reference_model, prompt, o);
+    const Reference ref = target_alone(*reference_model, prompt, o);
     for (int combo = 0; combo < 3; ++combo) {
       TreeOptions t;
       t.fallback = combo >= 1;
       t.provisional = combo >= 2;
       t.tree_nodes = 6;
-      const auto r = generate_local_tree(*target, *draft, prompt, o, t);
-      ASSERT_EQ(r.generation.output_ids, ref.output_ids) << "prompt " << p << " combo " << combo;
-      EXPECT_EQ(r.generation.finish_reason, ref.finish_reason);
+      const TreeRun r = run_tree(target, draft, prompt, o, t);
+      ASSERT_EQ(r.result.ids, ref.output_ids) << "prompt " << p << " combo " << combo;
+      EXPECT_EQ(finish_reason_name(r.result.finish), ref.finish_reason);
     }
   }
 }
@@ -223,8 +242,8 @@ TEST(LocalTree, SampledOutputFollowsTheTargetsDistribution) {
   auto target_mem = Model::random(tiny_config(30, 2), 77);
   target_mem->save(dir.str("target"));
   auto reference_model = Model::load(dir.str("target"));
-  auto draft = noisy_copy(*reference_model, 0.05, 8);
-  auto target = streamed(dir.str("target"), 0.7);
+  std::shared_ptr<const Model> draft = noisy_copy(*reference_model, 0.05, 8);
+  std::shared_ptr<const Model> target = streamed(dir.str("target"), 0.7);
   GenerateOptions o;
   o.max_new_tokens = 2;
   o.ignore_eos = true;
@@ -240,13 +259,13 @@ TEST(LocalTree, SampledOutputFollowsTheTargetsDistribution) {
   constexpr int kDraws = 3000;
   for (int i = 0; i < kDraws; ++i) {
     o.sampling.seed = 1000 + i;
-    const auto r = generate_local_tree(*target, *draft, prompt, o, t);
-    ASSERT_EQ(r.generation.output_ids.size(), 2u);
-    first[r.generation.output_ids[0]] += 1;
-    second[r.generation.output_ids[1]] += 1;
-    branched += r.tree.branched_trees;
-    rounds += r.tree.rounds;
-    accepted += static_cast<int64_t>(r.tree.accepted_per_round * r.tree.rounds + 0.5);
+    const TreeRun r = run_tree(target, draft, prompt, o, t);
+    ASSERT_EQ(r.result.ids.size(), 2u);
+    first[r.result.ids[0]] += 1;
+    second[r.result.ids[1]] += 1;
+    branched += r.result.stats.branched;
+    rounds += r.result.stats.rounds;
+    accepted += r.result.stats.accepted;
   }
   EXPECT_GT(goodness_of_fit_pvalue(first, m.first), 1e-4);
   EXPECT_GT(goodness_of_fit_pvalue(second, m.second), 1e-4);
@@ -256,20 +275,38 @@ TEST(LocalTree, SampledOutputFollowsTheTargetsDistribution) {
 }
 
 TEST(LocalTree, ClearErrors) {
-  auto target = Model::random(tiny_config(50, 2), 3);
-  auto other = Model::random(tiny_config(60, 2), 3);
+  std::shared_ptr<const Model> target = Model::random(tiny_config(50, 2), 3);
   GenerateOptions o;
   TreeOptions t;
-  EXPECT_NE(error_of([&] { generate_local_tree(*target, *other, {1, 2}, o, t); }).find("vocab_size"), std::string::npos);
   t.initial_alpha = 2;
-  EXPECT_NE(error_of([&] { generate_local_tree(*target, *target, {1, 2}, o, t); }).find("alpha"), std::string::npos);
+  EXPECT_NE(error_of([&] { TreeDrafter d(target, t); }).find("alpha"), std::string::npos);
   t = TreeOptions{};
   t.draft_width = 0;
-  EXPECT_NE(error_of([&] { generate_local_tree(*target, *target, {1, 2}, o, t); }).find("draft-width must be at least 1"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { TreeDrafter d(target, t); }).find("draft-width must be at least 1"), std::string::npos);
   t = TreeOptions{};
-  EXPECT_NE(error_of([&] { generate_local_tree(*target, *target, {1, 99}, o, t); }).find("outside the vocabulary"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { run_tree(target, target, {1, 99}, o, t); }).find("outside the vocabulary"), std::string::npos);
+}
+
+// A fork of a tree drafter, given the same verdict, grows the same next tree.
+TEST(TreeDrafter, ForksContinueAsTheOriginal) {
+  c10::InferenceMode guard;
+  std::shared_ptr<const Model> draft = Model::random(tiny_config(40, 2), 12);
+  TreeDrafter main(draft, children(3));
+  main.begin({1, 5, 9, 2}, DraftParams{});
+  const DraftTree tree = main.propose(10);
+  ASSERT_GT(tree.size(), 1);
+  std::unique_ptr<Drafter> fork = main.fork();
+  Verdict v;
+  v.accepted = 1;
+  v.path = {0};
+  v.tokens = {tree.tokens[0], 3};
+  const VerdictExtras none;
+  fork->accept(RoundOutcome{tree, v, none});
+  main.accept(RoundOutcome{tree, v, none});
+  const DraftTree a = main.propose(10), b = fork->propose(10);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.parents, b.parents);
+  EXPECT_GT(main.memory_bytes(), 0u);
 }
 
 }  // namespace splitspec::test

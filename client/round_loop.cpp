@@ -1,0 +1,136 @@
+#include "client/round_loop.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <memory>
+#include <optional>
+
+#include "common/util/error.h"
+#include "common/util/stopwatch.h"
+
+namespace splitspec {
+
+namespace {
+
+// Runs `f` on scope exit unless released: what an exception must undo.
+template <class F>
+struct OnExit {
+  F f;
+  bool armed = true;
+  ~OnExit() {
+    if (armed) f();
+  }
+};
+template <class F>
+OnExit(F) -> OnExit<F>;
+
+}  // namespace
+
+RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::vector<int32_t>& prompt,
+                               const RoundLoopOptions& o, const std::function<void(int32_t)>& on_token) {
+  const auto t0 = SteadyClock::now();
+  c10::InferenceMode guard;
+  if (o.predraft && !verifier.early_verdicts())
+    throw Error("pre-drafting needs early verdicts, which the " + verifier.name() + " verifier does not stream");
+  std::unique_ptr<PreDrafter> pre;
+  Verifier::EarlyHandler on_early;
+  if (o.predraft) {
+    pre = std::make_unique<PreDrafter>(
+        o.predraft_threads, o.predraft_queue, [&verifier](int64_t length) { return verifier.budget(length); },
+        o.generate.sampling.seed);
+    on_early = [p = pre.get()](const PredictedVerdict& v) { p->push(v); };
+  }
+  verifier.begin(prompt, o.generate, drafter.wants(), o.deadline, on_early);
+  OnExit give_up{[&] {
+    if (pre) pre->stop();
+    verifier.abort();
+  }};
+
+  RoundLoopResult out;
+  RoundLoopStats& s = out.stats;
+  if (verifier.finished()) {
+    out.finish = FinishReason::kLength;  // max_new_tokens 0
+    give_up.armed = false;
+    verifier.end();
+    s.wall_ms = ms_since(t0);
+    return out;
+  }
+  drafter.begin(prompt, DraftParams{o.generate.sampling, o.gamma});
+  if (pre && !drafter.can_fork())
+    throw Error("pre-drafting needs a drafter that can fork; " + drafter.name() + " cannot");
+
+  int64_t length = static_cast<int64_t>(prompt.size());
+  uint32_t round = 0;
+  std::optional<DraftTree> predrafted;              // the next round's tree, from the pre-draft cache
+  std::optional<SteadyClock::time_point> final_at;  // when the last verdict arrived
+  std::optional<SteadyClock::time_point> last_sent;
+  PredraftSwitch::Choice last_choice;
+  int64_t last_tokens = 0;
+  int64_t hit_sends = 0, miss_sends = 0;
+  const std::function<bool()> spare = verifier.spare_compute();
+  while (true) {
+    if (SteadyClock::now() > o.deadline)
+      throw Error("the request's deadline passed after " + std::to_string(out.ids.size()) +
+                  " tokens (DEADLINE_EXCEEDED)");
+    const int32_t budget = verifier.budget(length);
+    DraftTree tree = predrafted ? std::move(*predrafted) : drafter.propose(budget);
+    // A pre-draft fits by construction; the drafter counts what is sent.
+    tree.truncate(budget);
+    const bool hit = predrafted.has_value();
+    predrafted.reset();
+    // Without the switch every pre-drafting round pre-drafts and none is a sample.
+    PredraftSwitch::Choice choice{pre != nullptr, false};
+    if (pre && o.predraft_switch) choice = o.predraft_switch->next();
+    // Before the send: early verdicts of this round may arrive at once.
+    ++round;
+    if (choice.use) pre->begin_round(round, drafter, tree, length);
+    const auto sent = SteadyClock::now();
+    if (last_sent && o.predraft_switch) o.predraft_switch->observe(last_choice, ms_between(*last_sent, sent), last_tokens);
+    last_sent = sent;
+    last_choice = choice;
+    if (choice.use) s.predraft_rounds += 1;
+    if (final_at && pre) {
+      (hit ? s.hit_send_ms : s.miss_send_ms) += ms_between(*final_at, sent);
+      (hit ? hit_sends : miss_sends) += 1;
+    }
+
+    drafter.verifying(spare);
+    RoundResult r;
+    {
+      OnExit done{[&] { drafter.verified(); }};
+      r = verifier.verify(tree, choice.use);
+    }
+    final_at = SteadyClock::now();
+    s.rounds += 1;
+    s.nodes += tree.size();
+    s.accepted += r.verdict.accepted;
+    if (!tree.is_chain()) s.branched += 1;
+    if (out.ids.empty()) s.first_token_ms = ms_between(t0, *final_at);
+    const bool finished = r.finish != FinishReason::kNone;
+    last_tokens = static_cast<int64_t>(r.verdict.tokens.size());
+    const RoundOutcome outcome{tree, r.verdict, r.extras};
+    if (choice.use && !finished) predrafted = pre->take(outcome, drafter);
+    if (!predrafted) drafter.accept(outcome);
+    for (int32_t id : r.verdict.tokens) {
+      out.ids.push_back(id);
+      if (on_token) on_token(id);
+    }
+    length += static_cast<int64_t>(r.verdict.tokens.size());
+    if (finished) {
+      out.finish = r.finish;
+      break;
+    }
+  }
+  if (pre) {
+    pre->stop();
+    s.predraft = pre->stats();
+  }
+  give_up.armed = false;
+  verifier.end();
+  if (hit_sends) s.hit_send_ms /= static_cast<double>(hit_sends);
+  if (miss_sends) s.miss_send_ms /= static_cast<double>(miss_sends);
+  s.wall_ms = ms_since(t0);
+  return out;
+}
+
+}  // namespace splitspec

@@ -1,0 +1,61 @@
+#pragma once
+// The one decoding loop every mode runs: the drafter proposes a token tree,
+// the verifier verifies it, the drafter accepts the outcome, until a stop
+// rule (EOS, max_new_tokens, the context) or the deadline. With pre-drafting
+// (the early-exit edge-cloud paper's FSD), workers draft the next round on
+// the verifier's early verdicts while the round is verified, for any drafter
+// that can fork. Local and edge modes, chains and trees, are this loop with
+// another drafter or verifier.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "client/predraft.h"
+#include "client/predraft_switch.h"
+#include "client/verifier.h"
+#include "common/drafting/drafter.h"
+
+namespace splitspec {
+
+struct RoundLoopOptions {
+  GenerateOptions generate;
+  int32_t gamma = 4;  // chain drafters: tokens per round
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Pre-drafting on early verdicts: needs a verifier that streams them and a
+  // drafter that forks.
+  bool predraft = false;
+  int predraft_threads = 1;
+  QueuePolicy predraft_queue = QueuePolicy::kPriority;
+  // Pre-draft only while it measurably pays (null: every round).
+  PredraftSwitch* predraft_switch = nullptr;
+};
+
+struct RoundLoopStats {
+  int64_t rounds = 0;
+  int64_t nodes = 0;     // draft nodes verified
+  int64_t accepted = 0;  // of those, accepted
+  int64_t branched = 0;  // rounds whose tree was not a chain
+  double first_token_ms = 0;
+  double wall_ms = 0;
+  // Pre-drafting.
+  int64_t predraft_rounds = 0;  // rounds that asked for early verdicts
+  double hit_send_ms = 0;       // mean, final verdict to next round sent, on hits
+  double miss_send_ms = 0;      // the same on misses (drafting included)
+  PredraftStats predraft;
+};
+
+struct RoundLoopResult {
+  std::vector<int32_t> ids;  // generated
+  FinishReason finish = FinishReason::kNone;
+  RoundLoopStats stats;
+};
+
+// Throws splitspec::Error for a prompt or options the verifier refuses, a
+// combination that cannot work (pre-drafting without early verdicts or with
+// a drafter that cannot fork), a drafter over its budget, the deadline, and
+// whatever the verifier reports.
+RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::vector<int32_t>& prompt,
+                               const RoundLoopOptions& options, const std::function<void(int32_t)>& on_token = {});
+
+}  // namespace splitspec

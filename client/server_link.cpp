@@ -1,0 +1,87 @@
+#include "client/server_link.h"
+
+#include "proto/convert.h"
+
+namespace splitspec {
+
+namespace {
+
+std::string code_name(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    default: return "code " + std::to_string(static_cast<int>(c));
+  }
+}
+
+}  // namespace
+
+ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds timeout) : address_(address) {
+  grpc::ChannelArguments args;
+  // Notice a server that died without closing the connection.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  // A refused connection fails at once rather than at the timeout.
+  const auto deadline = std::chrono::system_clock::now() + timeout;
+  grpc_connectivity_state state = channel_->GetState(true);
+  while (state != GRPC_CHANNEL_READY) {
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN)
+      throw Error("cannot reach server " + address + ": connection failed (is it running? is the address right?)");
+    if (!channel_->WaitForStateChange(state, deadline))
+      throw Error("cannot reach server " + address + " within " + std::to_string(timeout.count()) +
+                  " ms (is it running? is the address right?)");
+    state = channel_->GetState(true);
+  }
+  stub_ = v1::SplitSpec::NewStub(channel_);
+  info_ = fetch_info(timeout);
+  if (!info_.serving()) throw Error("server " + address + " is shutting down");
+}
+
+v1::ServerInfo ServerLink::fetch_info(std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::ServerInfo out;
+  const grpc::Status s = stub_->GetInfo(&ctx, v1::GetInfoRequest{}, &out);
+  if (!s.ok()) throw error("GetInfo failed", s);
+  return out;
+}
+
+Error ServerLink::error(const std::string& what, const grpc::Status& s) const {
+  std::string hint;
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) hint = " (is the server running and reachable?)";
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) hint = " (the request's deadline passed)";
+  return Error("server " + address_ + ": " + what + ": " + code_name(s.error_code()) + ": " + s.error_message() + hint);
+}
+
+Error ServerLink::error(const std::string& what) const { return Error("server " + address_ + ": " + what); }
+
+v1::GenerationRequest generation_request(const std::vector<int32_t>& prompt, const GenerateOptions& o, int64_t vocab,
+                                         const std::string& tokenizer_fingerprint) {
+  v1::GenerationRequest w;
+  w.mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
+  *w.mutable_sampling() = to_wire(o.sampling);
+  w.set_max_new_tokens(o.max_new_tokens);
+  w.set_ignore_eos(o.ignore_eos);
+  w.set_vocab_size(static_cast<int32_t>(vocab));
+  w.set_tokenizer_fingerprint(tokenizer_fingerprint);
+  return w;
+}
+
+void check_prompt_for_server(const std::vector<int32_t>& prompt, int64_t vocab, int64_t context) {
+  for (int32_t t : prompt)
+    if (t < 0 || t >= vocab)
+      throw Error("prompt token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  if (static_cast<int64_t>(prompt.size()) >= context)
+    throw Error("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the target's context of " +
+                std::to_string(context) + " with room to generate");
+}
+
+}  // namespace splitspec

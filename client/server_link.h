@@ -1,0 +1,51 @@
+#pragma once
+// A connection to splitspec-server: the channel, what its GetInfo said, the
+// wire form of a generation request, and errors that name the server.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/decoding/generate_options.h"
+#include "common/util/error.h"
+#include "proto/splitspec.grpc.pb.h"
+
+namespace splitspec {
+
+class ServerLink {
+ public:
+  // Connects within `timeout` and asks GetInfo; throws splitspec::Error for
+  // an unreachable server or one shutting down.
+  ServerLink(const std::string& address, std::chrono::milliseconds timeout);
+
+  const std::string& address() const { return address_; }
+  v1::SplitSpec::Stub& stub() { return *stub_; }
+  // As of connecting.
+  const v1::ServerInfo& info() const { return info_; }
+  // Asks again.
+  v1::ServerInfo fetch_info(std::chrono::milliseconds timeout);
+
+  // "server HOST:PORT: <what>: <code>: <message> (<hint>)".
+  Error error(const std::string& what, const grpc::Status& s) const;
+  // "server HOST:PORT: <what>".
+  Error error(const std::string& what) const;
+
+ private:
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::SplitSpec::Stub> stub_;
+  v1::ServerInfo info_;
+};
+
+// What to generate, as Open and Generate carry it.
+v1::GenerationRequest generation_request(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                         int64_t vocab, const std::string& tokenizer_fingerprint);
+
+// The prompt checks a server would make, made here first (so that no draft
+// prefills a prompt the server is going to refuse): every id in the
+// vocabulary, room left in the target's context.
+void check_prompt_for_server(const std::vector<int32_t>& prompt, int64_t vocab, int64_t context);
+
+}  // namespace splitspec

@@ -1,0 +1,210 @@
+#include "client/server_verifier.h"
+
+#include "common/util/stopwatch.h"
+#include "proto/convert.h"
+
+namespace splitspec {
+
+namespace {
+
+// A drafted node's q on the wire: sparse, or one-hot for a node chosen
+// deterministically.
+v1::TokenDistribution wire_q(const DraftTree& tree, int32_t i) {
+  v1::TokenDistribution w;
+  const Distribution* q = tree.q_of(i);
+  if (!q) {
+    w.add_ids(tree.tokens[i]);
+    w.add_probs(1.0f);
+    return w;
+  }
+  for (size_t t = 0; t < q->size(); ++t)
+    if ((*q)[t] > 0.0f) {
+      w.add_ids(static_cast<int32_t>(t));
+      w.add_probs((*q)[t]);
+    }
+  return w;
+}
+
+// Why `v` cannot be a verdict on `tree` over `vocab`; empty if it can. A
+// chain's verdict may leave out its path (it is then the first nodes).
+std::string malformed_verdict(const v1::RoundVerdict& v, const DraftTree& tree, int64_t vocab, Verdict& out) {
+  if (v.tokens_size() == 0) return "no tokens";
+  // The accepted drafts, then the target's token; a final verdict that ends
+  // the generation stops at its last token (EOS, or the length reached).
+  const bool ends = v.final() && v.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+  if (v.accepted() < 0 || v.tokens_size() > v.accepted() + 1 || (!ends && v.tokens_size() != v.accepted() + 1))
+    return std::to_string(v.tokens_size()) + " tokens for " + std::to_string(v.accepted()) + " accepted";
+  const int32_t depth = tree.max_depth();
+  if (v.accepted() > depth)
+    return "accepts " + std::to_string(v.accepted()) + " of a " +
+           (tree.is_chain() ? std::to_string(tree.size()) + "-token draft"
+                            : std::to_string(tree.size()) + "-node tree of depth " + std::to_string(depth));
+  for (int32_t id : v.tokens())
+    if (id < 0 || id >= vocab) return "token " + std::to_string(id) + " outside the vocabulary";
+  out.accepted = v.accepted();
+  out.tokens.assign(v.tokens().begin(), v.tokens().end());
+  out.path.assign(v.path().begin(), v.path().end());
+  if (out.path.empty() && tree.is_chain())
+    for (int32_t i = 0; i < v.accepted(); ++i) out.path.push_back(i);
+  if (static_cast<int32_t>(out.path.size()) != v.accepted())
+    return "a path of " + std::to_string(out.path.size()) + " nodes for " + std::to_string(v.accepted()) + " accepted";
+  int32_t parent = -1;
+  for (int32_t node : out.path) {
+    if (node < 0 || node >= tree.size() || tree.parents[node] != parent) return "a path that is not a branch of the tree";
+    parent = node;
+  }
+  return "";
+}
+
+}  // namespace
+
+ServerVerifier::ServerVerifier(ServerLink& link, int64_t vocab, std::string tokenizer_fingerprint)
+    : link_(link), vocab_(vocab), fingerprint_(std::move(tokenizer_fingerprint)) {}
+
+ServerVerifier::~ServerVerifier() = default;
+
+void ServerVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOptions& options, const ExtrasRequest& extras,
+                           std::chrono::steady_clock::time_point deadline, EarlyHandler on_early) {
+  stream_.reset();
+  if (prompt.empty()) throw Error("prompt is empty: give at least one token (e.g. BOS)");
+  check_prompt_for_server(prompt, vocab_, link_.info().max_context());
+  stats_ = VerifierStats{};
+  round_ = 0;
+  greedy_ = options.sampling.greedy();
+  want_extras_ = extras.any();
+  handler_ = std::move(on_early);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shape_ = DraftTree{};
+    shape_round_ = 0;
+    early_round_ = 0;
+    early_in_round_ = 0;
+    early_error_.clear();
+  }
+  finished_ = options.max_new_tokens == 0;
+  if (finished_) return;
+  SessionStream::EarlyHandler early;
+  if (handler_) early = [this](const v1::RoundVerdict& v) { return check_early(v); };
+  // gRPC takes the deadline on the system clock; a year stands for none.
+  const auto left = std::min<std::chrono::steady_clock::duration>(deadline - std::chrono::steady_clock::now(),
+                                                                  std::chrono::hours(24 * 365));
+  const auto wall_deadline =
+      std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
+  stream_ = std::make_unique<SessionStream>(link_.stub(), wall_deadline, early);
+  v1::SessionRequest open;
+  *open.mutable_open() = generation_request(prompt, options, vocab_, fingerprint_);
+  open.mutable_open()->set_early_verdicts(static_cast<bool>(handler_));
+  open.mutable_open()->set_verdict_top_k(extras.top_k);
+  open.mutable_open()->set_verdict_hidden(extras.hidden);
+  stream_->send(std::move(open));
+}
+
+int32_t ServerVerifier::budget(int64_t length) const {
+  const int64_t room = std::max<int64_t>(0, link_.info().max_context() - length);
+  return static_cast<int32_t>(std::min<int64_t>(room, link_.info().max_draft_tokens()));
+}
+
+bool ServerVerifier::check_early(const v1::RoundVerdict& v) {
+  // At most one per exit the server runs: each may cost a pre-draft.
+  const int exits = link_.info().early_exit_layers_size();
+  early_in_round_ = v.round() == early_round_ ? early_in_round_ + 1 : 1;
+  early_round_ = v.round();
+  PredictedVerdict p;
+  std::string bad;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (v.round() != shape_round_) {
+      bad = "it is not for the open round " + std::to_string(shape_round_);
+    } else {
+      bad = malformed_verdict(v, shape_, vocab_, p.verdict);
+      if (bad.empty() && early_in_round_ > exits)
+        bad = "more than one per exit (the server runs " + std::to_string(exits) + ")";
+    }
+    if (!bad.empty()) {
+      if (early_error_.empty())
+        early_error_ = "server " + link_.address() + ": malformed early verdict for round " + std::to_string(v.round()) +
+                       ": " + bad;
+      return false;
+    }
+  }
+  p.round = v.round();
+  p.confidence = v.confidence();
+  p.exit_layer = v.exit_layer();
+  handler_(p);
+  return true;
+}
+
+Error ServerVerifier::fail(const std::string& what) {
+  const grpc::Status st = stream_->status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!early_error_.empty()) return Error(early_error_);
+  }
+  if (st.ok()) return link_.error(what);
+  return link_.error(what, st);
+}
+
+RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
+  if (!stream_) throw Error("verify: no generation is open");
+  const uint32_t round = ++round_;
+  {
+    // Before the send: early verdicts of this round may arrive at once.
+    std::lock_guard<std::mutex> lock(mu_);
+    shape_.tokens = tree.tokens;
+    shape_.parents = tree.parents;
+    shape_round_ = round;
+  }
+  v1::SessionRequest msg;
+  v1::Draft* d = msg.mutable_draft();
+  d->set_round(round);
+  d->mutable_tokens()->Add(tree.tokens.begin(), tree.tokens.end());
+  if (!tree.is_chain()) d->mutable_parents()->Add(tree.parents.begin(), tree.parents.end());
+  if (!greedy_)
+    for (int32_t i = 0; i < tree.size(); ++i) *d->add_q() = wire_q(tree, i);
+  d->set_early_verdicts(early && handler_);
+  const auto sent = SteadyClock::now();
+  stream_->send(std::move(msg));
+
+  std::optional<v1::SessionResponse> resp;
+  do {
+    resp = stream_->next();
+    if (!resp) throw fail("the session ended in round " + std::to_string(round));
+  } while (resp->has_opened());
+  const auto got = SteadyClock::now();
+  if (!resp->has_verdict()) throw fail("unexpected message in round " + std::to_string(round));
+  const v1::RoundVerdict& v = resp->verdict();
+  if (v.round() != round)
+    throw link_.error("verdict for round " + std::to_string(v.round()) + " in round " + std::to_string(round));
+  RoundResult r;
+  const std::string bad = malformed_verdict(v, tree, vocab_, r.verdict);
+  if (!bad.empty()) throw link_.error("malformed verdict for round " + std::to_string(round) + ": " + bad);
+  for (size_t i = 0; i < r.verdict.path.size() && i < r.verdict.tokens.size(); ++i)
+    if (r.verdict.tokens[i] != tree.tokens[r.verdict.path[i]]) throw link_.error("verdict contradicts the draft");
+  r.finish = from_wire(v.finish_reason());
+  r.forward_ms = v.timings().forward_ms();
+  r.verify_ms = v.timings().verify_ms();
+  if (want_extras_) {
+    for (const v1::TokenDistribution& k : v.top_k()) {
+      TopK t{std::vector<int32_t>(k.ids().begin(), k.ids().end()), std::vector<float>(k.probs().begin(), k.probs().end())};
+      for (int32_t id : t.ids)
+        if (id < 0 || id >= vocab_ || t.ids.size() != t.probs.size())
+          throw link_.error("malformed top-K in the verdict for round " + std::to_string(round));
+      r.extras.top_k.push_back(std::move(t));
+    }
+    r.extras.hidden.assign(v.hidden().begin(), v.hidden().end());
+  }
+  stats_.forwards += 1;
+  stats_.wait_ms += ms_between(sent, got);
+  stats_.server_ms += v.timings().queue_ms() + v.timings().forward_ms() + v.timings().verify_ms();
+  stats_.forward_ms += v.timings().forward_ms();
+  stats_.exits_ms += v.timings().exits_ms();
+  return r;
+}
+
+void ServerVerifier::end() {
+  if (!stream_) return;
+  if (!stream_->status().ok()) throw fail("session ended badly");
+  stream_.reset();
+}
+
+}  // namespace splitspec

@@ -1,0 +1,78 @@
+#include "common/drafting/drafter.h"
+
+#include <algorithm>
+
+#include "common/util/error.h"
+#include "common/util/stopwatch.h"
+
+namespace splitspec {
+
+std::vector<double> DrafterStats::acceptance_per_depth() const {
+  std::vector<double> out;
+  for (size_t i = 0; i < proposed.size(); ++i)
+    out.push_back(proposed[i] ? static_cast<double>(accepted[i]) / static_cast<double>(proposed[i]) : 0.0);
+  return out;
+}
+
+void Drafter::begin(const std::vector<int32_t>& prompt, const DraftParams& params) {
+  if (prompt.empty()) throw Error("prompt is empty: give at least one token (e.g. BOS)");
+  params.sampling.validate();
+  const auto t0 = SteadyClock::now();
+  params_ = params;
+  rng_ = Rng(draft_seed(params.sampling.seed));
+  on_begin(prompt);
+  stats_.prefill_ms += ms_since(t0);
+}
+
+DraftTree Drafter::propose(int32_t budget, const std::function<bool()>& stop) {
+  const auto t0 = SteadyClock::now();
+  DraftTree tree = on_propose(std::max(budget, 0), stop);
+  stats_.draft_ms += ms_since(t0);
+  if (tree.size() > std::max(budget, 0))
+    throw Error("drafter " + name() + " proposed " + std::to_string(tree.size()) + " nodes over a budget of " +
+                std::to_string(budget));
+  return tree;
+}
+
+void Drafter::record(const RoundOutcome& o) {
+  // Counted from the tree verified, not from what was proposed: a round may
+  // send less (a pre-draft cut at the context's end).
+  const int32_t depth = o.tree.max_depth();
+  if (static_cast<int32_t>(stats_.proposed.size()) < depth) {
+    stats_.proposed.resize(depth, 0);
+    stats_.accepted.resize(depth, 0);
+  }
+  for (int32_t d = 0; d < depth; ++d) {
+    stats_.proposed[d] += 1;
+    if (d < o.verdict.accepted) stats_.accepted[d] += 1;
+  }
+  stats_.rounds += 1;
+  stats_.nodes += o.tree.size();
+  stats_.accepted_nodes += o.verdict.accepted;
+}
+
+void Drafter::accept(const RoundOutcome& outcome) {
+  record(outcome);
+  on_accept(outcome);
+}
+
+void Drafter::assign_state(const Drafter& other) {
+  if (other.name() != name()) throw Error("drafter " + name() + " cannot take the state of a " + other.name() + " drafter");
+  params_ = other.params_;
+  rng_ = other.rng_;
+  on_assign(other);
+}
+
+void Drafter::swap_state(Drafter& other) {
+  if (other.name() != name()) throw Error("drafter " + name() + " cannot swap state with a " + other.name() + " drafter");
+  std::swap(params_, other.params_);
+  std::swap(rng_, other.rng_);
+  on_swap(other);
+}
+
+std::unique_ptr<Drafter> Drafter::fork() const { throw Error("drafter " + name() + " cannot fork"); }
+
+void Drafter::on_assign(const Drafter&) { throw Error("drafter " + name() + " cannot fork"); }
+void Drafter::on_swap(Drafter&) { throw Error("drafter " + name() + " cannot fork"); }
+
+}  // namespace splitspec

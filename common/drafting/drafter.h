@@ -1,0 +1,122 @@
+#pragma once
+// The one interface every drafting technique implements, in the spirit of
+// llama.cpp's common/speculative.h: begin a generation, propose a token tree
+// for each round, accept the round's outcome. The round loop
+// (client/round_loop.h) runs any drafter against any verifier, local or on a
+// server, so a technique never knows where its tree is verified.
+//
+// Exactness is the verifier's business, not the drafter's, given two rules:
+// - Under sampling, a node drawn from a distribution carries that q (the one
+//   really sampled from, after every filter); a node chosen any other way
+//   carries none and is verified as one-hot. Either is exact.
+// - A node's token may depend on anything but the verifier's random draws.
+//
+// Forking (pre-drafting): fork() copies the drafter's state; the copy
+// accepts a predicted verdict and proposes the round after it on a worker
+// thread. When the real verdict matches, the main drafter takes the copy's
+// state with swap_state(): its counters stay its own.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/decoding/sampling.h"
+#include "common/decoding/token_tree.h"
+#include "common/decoding/verify.h"
+
+namespace splitspec {
+
+// One generation's settings, as far as drafting is concerned.
+struct DraftParams {
+  SamplingParams sampling;  // greedy: choose greedily; else draw, reporting q
+  int32_t gamma = 4;        // chain drafters: tokens per round
+};
+
+// A drafter's seed for a generation seeded `seed`: its draws stay independent
+// of the verifier's accept/reject draws.
+inline uint64_t draft_seed(uint64_t seed) { return seed ^ 0x9e3779b97f4a7c15ull; }
+
+// What the verifier made of a round.
+struct RoundOutcome {
+  const DraftTree& tree;        // what was verified (maybe less than proposed)
+  const Verdict& verdict;       // accepted path, then the tokens to append
+  const VerdictExtras& extras;  // what wants() asked for; none for predicted verdicts
+};
+
+struct DrafterStats {
+  int64_t rounds = 0;
+  std::vector<int64_t> proposed;  // per depth: rounds whose tree reached it
+  std::vector<int64_t> accepted;  // per depth: rounds that accepted a node there
+  int64_t nodes = 0;              // tree nodes verified
+  int64_t accepted_nodes = 0;     // of those, accepted
+  double prefill_ms = 0;          // begin()
+  double draft_ms = 0;            // propose(), and drafting in the background
+  int64_t forwards = 0;           // draft-model forwards, where there is a model
+  std::map<std::string, double> counters;  // technique-specific, by name
+  std::vector<double> acceptance_per_depth() const;
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string name() const = 0;
+  // What the verifier should send along with each verdict.
+  virtual ExtrasRequest wants() const { return {}; }
+
+  // Starts a generation on `prompt` (at least one token).
+  void begin(const std::vector<int32_t>& prompt, const DraftParams& params);
+  // The next round's tree, at most `budget` nodes (0: an empty tree, which
+  // verification turns into one plain decoding step). `stop`, checked between
+  // draft steps, cuts a pre-draft short; a cut tree is thrown away.
+  DraftTree propose(int32_t budget, const std::function<bool()>& stop = {});
+  // Counts the round, then learns from it and commits its tokens.
+  void accept(const RoundOutcome& outcome);
+  // Counts the round only: for a drafter about to take a forked state that
+  // has accepted it already.
+  void record(const RoundOutcome& outcome);
+
+  // Drafting while the round is verified (EdgeLLM's provisional generation):
+  // between verifying() and verified() the drafter may work on another
+  // thread while `spare_compute` says the device has compute to spare. The
+  // default does nothing.
+  virtual void verifying(const std::function<bool()>& spare_compute) {}
+  virtual void verified() {}
+
+  // A copy of this drafter's state with counters of its own; only for
+  // techniques that can fork.
+  virtual bool can_fork() const { return false; }
+  virtual std::unique_ptr<Drafter> fork() const;
+  // Makes this drafter (a fork of the same technique) `other`'s state again,
+  // reusing its memory: a worker re-forks every round without allocating.
+  void assign_state(const Drafter& other);
+  // Exchanges state, not counters, with a fork.
+  void swap_state(Drafter& other);
+  // Fresh randomness for a fork, so its draws are its own.
+  void reseed(uint64_t seed) { rng_ = Rng(seed); }
+
+  // Memory the drafter holds for its state (KV caches, tables, trees); the
+  // weights of a shared draft model are not counted.
+  virtual size_t memory_bytes() const = 0;
+  const DrafterStats& stats() const { return stats_; }
+
+ protected:
+  virtual void on_begin(const std::vector<int32_t>& prompt) = 0;
+  virtual DraftTree on_propose(int32_t budget, const std::function<bool()>& stop) = 0;
+  virtual void on_accept(const RoundOutcome& outcome) = 0;
+  // Forking techniques override both.
+  virtual void on_assign(const Drafter& other);
+  virtual void on_swap(Drafter& other);
+
+  const DraftParams& params() const { return params_; }
+  Rng& rng() { return rng_; }
+  // Techniques add draft forwards, background drafting time and their own counters.
+  DrafterStats stats_;
+
+ private:
+  DraftParams params_;
+  Rng rng_{0};
+};
+
+}  // namespace splitspec
