@@ -29,10 +29,12 @@ class GenerateReactor final : public Base {
 
   ~GenerateReactor() override {
     spdlog::info("session={} event=closed peer={} generated={}", id_, peer_, decoder_->generated());
-    leave(ctx_);
+    retire(ctx_);
   }
 
  private:
+  void on_closed() override { leave(ctx_); }
+
   void post_step() {
     hold();
     const auto queued = SteadyClock::now();

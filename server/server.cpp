@@ -112,9 +112,9 @@ void Server::shutdown() {
   server_->GetHealthCheckService()->SetServingStatus(false);
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(ctx_->config.shutdown_grace_s * 1000));
   const auto deadline = std::chrono::steady_clock::now() + grace;
-  while (ctx_->counters.active_sessions.load() > 0 && std::chrono::steady_clock::now() < deadline)
+  while (ctx_->live_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  const int32_t left = ctx_->counters.active_sessions.load();
+  const int32_t left = ctx_->live_streams.load();
   if (left > 0) spdlog::warn("event=grace_expired cancelling={}", left);
   server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();

@@ -21,10 +21,13 @@ grpc::Status admit(ServiceContext& ctx) {
     }
   } while (!ctx.counters.active_sessions.compare_exchange_weak(active, active + 1));
   ctx.counters.sessions_total.fetch_add(1);
+  ctx.live_streams.fetch_add(1);
   return grpc::Status::OK;
 }
 
 void leave(ServiceContext& ctx) { ctx.counters.active_sessions.fetch_sub(1); }
+
+void retire(ServiceContext& ctx) { ctx.live_streams.fetch_sub(1); }
 
 grpc::Status start_decoder(const ServiceContext& ctx, const v1::GenerationRequest& req,
                            std::unique_ptr<TargetDecoder>& decoder) {

@@ -42,6 +42,9 @@ struct ServiceContext {
   std::atomic<bool> serving{true};
   std::unique_ptr<ComputeQueue> compute;
   std::atomic<uint64_t> next_session_id{1};
+  // Streams whose reactor still exists: a stream leaves the session count
+  // when its end is decided, and this one when it is gone (shutdown drains it).
+  std::atomic<int32_t> live_streams{0};
 };
 
 class SplitSpecService final : public v1::SplitSpec::CallbackService {
@@ -60,9 +63,12 @@ class SplitSpecService final : public v1::SplitSpec::CallbackService {
 
 // Admission of a new stream: OK and the session counted, or the status to
 // refuse it with (UNAVAILABLE while shutting down, RESOURCE_EXHAUSTED at the
-// limit). A counted session calls leave() when it ends.
+// limit). A counted session calls leave() once its end is decided (before
+// its client can learn it, so a client that starts its next generation at
+// once finds the slot free), and retire() when its reactor is destroyed.
 grpc::Status admit(ServiceContext& ctx);
 void leave(ServiceContext& ctx);
+void retire(ServiceContext& ctx);
 
 // The counters in Prometheus text format, names in the style of vLLM's
 // spec_decode_* metrics.

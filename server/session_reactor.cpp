@@ -60,10 +60,12 @@ class SessionReactor final : public Base {
   ~SessionReactor() override {
     spdlog::info("session={} event=closed peer={} rounds={} generated={} proposed={} accepted={}", id_, peer_, rounds_,
                  decoder_ ? decoder_->generated() : 0, proposed_, accepted_);
-    leave(ctx_);
+    retire(ctx_);
   }
 
  private:
+  void on_closed() override { leave(ctx_); }
+
   void OnReadDone(bool ok) override {
     if (!ok) {
       // The client half-closed (or vanished): let a round in flight finish.

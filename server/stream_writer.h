@@ -1,7 +1,8 @@
 #pragma once
 // What every streaming reactor of the server needs on top of gRPC's callback
 // API: a queue of outgoing messages ordered by priority (FIFO among equals)
-// with one write in flight, a Finish that waits for that queue, and a
+// with one write in flight, a Finish that waits for that queue, a hook the
+// moment the stream's end is decided (before the peer can learn of it), and a
 // lifetime that outlasts OnDone while compute jobs still refer to the reactor.
 // Messages wait here, not in the compute path: a slow network delays early
 // verdicts, never the forward that produces them.
@@ -62,8 +63,13 @@ class StreamWriter : public Reactor {
       finish_now = !writing_;
       finished_ = finish_now;
     }
+    on_closed();
     if (finish_now) this->Finish(*status_);
   }
+
+  // Called once, when the stream's end has been decided, before Finish: a
+  // peer that has its status finds the server done with the stream.
+  virtual void on_closed() {}
 
   bool closing() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -91,14 +97,17 @@ class StreamWriter : public Reactor {
  private:
   void OnWriteDone(bool ok) override {
     const Response* next = nullptr;
-    bool finish_now = false;
+    bool finish_now = false, closed_now = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       out_.pop_front();
       if (!ok) {
         // The peer is gone: nothing more can be written.
         out_.clear();
-        if (!status_) status_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+        if (!status_) {
+          status_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+          closed_now = true;
+        }
       }
       if (!out_.empty()) {
         next = &out_.front().msg;
@@ -108,6 +117,7 @@ class StreamWriter : public Reactor {
         finished_ = finished_ || finish_now;
       }
     }
+    if (closed_now) on_closed();
     if (next) this->StartWrite(next);
     if (finish_now) this->Finish(*status_);
   }
