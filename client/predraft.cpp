@@ -41,6 +41,7 @@ void PreDrafter::stop() {
   // No worker reads the caller's drafter after this returns.
   std::unique_lock<std::shared_mutex> m(main_mu_);
   main_ = nullptr;
+  main_round_ = 0;
 }
 
 size_t PreDrafter::take_slot() {
@@ -69,6 +70,7 @@ void PreDrafter::begin_round(uint32_t round, const Drafter& main, const DraftTre
   {
     std::unique_lock<std::shared_mutex> m(main_mu_);
     main_ = &main;
+    main_round_ = round;
   }
   std::lock_guard<std::mutex> lock(mu_);
   round_ = round;
@@ -118,6 +120,8 @@ void PreDrafter::run(int) {
     size_t slot = 0;
     std::shared_ptr<const DraftTree> sent;
     Drafter* fork = nullptr;
+    std::unique_ptr<Drafter> made;
+    bool forked = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -133,39 +137,43 @@ void PreDrafter::run(int) {
       stats_.predrafts += 1;
     }
     const Key key = key_of(job.verdict);
-    std::unique_ptr<Drafter> made;
-    bool forked = false;
-    {
-      std::shared_lock<std::shared_mutex> m(main_mu_);
-      if (main_ != nullptr) {
-        if (fork == nullptr) {
-          made = main_->fork();
-          fork = made.get();
-        } else {
-          fork->assign_state(*main_);
-        }
-        forked = fork != nullptr;
-      }
-    }
-    if (made) {
-      std::lock_guard<std::mutex> lock(mu_);
-      slots_[slot] = std::move(made);
-    }
     // Stale once the round's final verdict is in, unless this is the winner.
     auto stale = [&] { return stopping_ || (epoch_ != epoch && winner_ != key); };
+    const auto is_stale = [&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return stale();
+    };
     DraftTree tree;
     bool complete = false;
     const auto t0 = SteadyClock::now();
-    if (forked) {
-      fork->reseed(draft_seed(seed_) ^ (static_cast<uint64_t>(round) * 0x100000001b3ull + job.arrival * 0x9e37ull + 1));
-      const VerdictExtras none;  // early verdicts carry none
-      fork->accept(RoundOutcome{*sent, job.verdict, none});
-      const auto is_stale = [&] {
+    try {
+      {
+        std::shared_lock<std::shared_mutex> m(main_mu_);
+        if (main_ != nullptr && main_round_ == round) {
+          if (fork == nullptr) {
+            made = main_->fork();
+            fork = made.get();
+          } else {
+            fork->assign_state(*main_);
+          }
+          forked = true;
+        }
+      }
+      if (made) {
         std::lock_guard<std::mutex> lock(mu_);
-        return stale();
-      };
-      tree = fork->propose(budget_(length + static_cast<int64_t>(job.verdict.tokens.size())), is_stale);
-      complete = !is_stale();
+        slots_[slot] = std::move(made);
+      }
+      if (forked) {
+        fork->reseed(draft_seed(seed_) ^ (static_cast<uint64_t>(round) * 0x100000001b3ull + job.arrival * 0x9e37ull + 1));
+        const VerdictExtras none;  // early verdicts carry none
+        fork->accept(RoundOutcome{*sent, job.verdict, none});
+        tree = fork->propose(budget_(length + static_cast<int64_t>(job.verdict.tokens.size())), is_stale);
+        complete = !is_stale();
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+      complete = false;
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -222,6 +230,7 @@ std::optional<DraftTree> PreDrafter::take(const RoundOutcome& outcome, Drafter& 
   }
   clear_round();
   winner_.reset();
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   lock.unlock();
   // Workers fork from main only under the shared lock: with it held
   // exclusively, main is ours to change.

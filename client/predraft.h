@@ -12,6 +12,7 @@
 // what the drafter proposes after accepting V, with fresh randomness, exactly
 // what drafting after the final verdict V would have done.
 #include <condition_variable>
+#include <exception>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -60,7 +61,7 @@ class PreDrafter {
   // The final verdict of the current round. On a hit, `main` counts the
   // round and takes the pre-drafted state (as if it had accepted the round
   // and proposed again), and the draft is returned; on a miss nothing
-  // changes and other work is stopped.
+  // changes and other work is stopped. Rethrows what failed in a worker.
   std::optional<DraftTree> take(const RoundOutcome& outcome, Drafter& main);
   // Stops all work (end of generation); afterwards no worker touches the
   // drafter given to begin_round.
@@ -116,8 +117,13 @@ class PreDrafter {
   bool accepting_ = false;  // between begin_round and take: early verdicts are welcome
   uint64_t arrivals_ = 0;
   std::mt19937_64 pick_;
+  std::exception_ptr error_;  // the first failure of a worker, for take()
+  // Workers fork from main_ under main_mu_ shared, and only for jobs of
+  // main_round_: a job popped before the round changed must not fork the
+  // next round's state.
   const Drafter* main_ = nullptr;
-  std::shared_mutex main_mu_;  // workers read main_ while forking; take() writes it
+  uint32_t main_round_ = 0;
+  std::shared_mutex main_mu_;
   PredraftStats stats_;
 };
 

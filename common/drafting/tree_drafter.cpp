@@ -456,6 +456,10 @@ BranchOutcome TreeDrafter::outcome(const Verdict& v) const {
 
 int32_t TreeDrafter::commit(const Verdict& v) {
   const int32_t tree_size = size();
+  for (int32_t node : v.path)
+    if (node < 0 || node >= tree_size)
+      throw Error("tree drafter: the verdict's path names node " + std::to_string(node) + " of a " +
+                  std::to_string(tree_size) + "-node tree");
   const int32_t end = v.path.empty() ? -1 : v.path.back();
   const bool keep = provisional_ > 0 && end == anchor_ && v.tokens.size() == v.path.size() + 1 &&
                     nodes_[tree_size].token == v.tokens.back();
