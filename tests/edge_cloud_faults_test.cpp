@@ -203,7 +203,7 @@ TEST(EdgeCloudFaults, MalformedVerdictsOrTokensFromTheServerAreClearErrorsNotCra
   TempDir dir;
   Model::random(test::tiny_config(ScriptedServer::kVocab, 1), 32)->save(dir.str("draft"));
   const ScriptedServer::Script well_behaved = [](const v1::Draft&) { return std::vector<v1::RoundVerdict>{}; };
-  auto run = [&](const ScriptedServer::Script& round1) {
+  auto run = [&](const ScriptedServer::Script& round1, std::vector<int32_t> prompt = {1, 4}, int32_t gamma = 2) {
     ScriptedServer service(round1);
     ClientOptions o;
     std::unique_ptr<grpc::Server> server = serve(service, o.server);
@@ -214,10 +214,10 @@ TEST(EdgeCloudFaults, MalformedVerdictsOrTokensFromTheServerAreClearErrorsNotCra
     Request req;
     req.max_new_tokens = 4;
     req.ignore_eos = true;
-    req.gamma = 2;
+    req.gamma = gamma;
     std::string error;
     try {
-      EXPECT_EQ(client->generate_ids({1, 4}, req).ids, std::vector<int32_t>(4, 3));
+      EXPECT_EQ(client->generate_ids(prompt, req).ids, std::vector<int32_t>(4, 3));
     } catch (const Error& e) {
       error = e.what();
     }
@@ -270,6 +270,20 @@ TEST(EdgeCloudFaults, MalformedVerdictsOrTokensFromTheServerAreClearErrorsNotCra
   for (const auto& [script, want] : cases) {
     const std::string error = run(script);
     EXPECT_NE(error.find(want), std::string::npos) << "got: " << error << "\nwant: " << want;
+  }
+  // Early verdicts are checked against the round actually sent: two tokens
+  // from the context's end, a gamma-4 round carries two.
+  std::vector<int32_t> long_prompt(62, 5);
+  long_prompt[0] = 1;
+  EXPECT_NE(run(just(verdict({3, 4, 5, 6}, 3, false)), long_prompt, 4)
+                .find("malformed early verdict for round 1: accepts 3 of a 2-token draft"),
+            std::string::npos);
+  // A tree's verdict must follow a branch of the tree.
+  {
+    v1::RoundVerdict off_branch = verdict({3, 4}, 1, true);
+    off_branch.add_path(5);
+    EXPECT_NE(run(just(off_branch)).find("malformed verdict for round 1: a path that is not a branch of the tree"),
+              std::string::npos);
   }
 
   // Cloud-only decoding checks the target's tokens the same way.

@@ -1,0 +1,119 @@
+// The target's side of a generation: rounds commit exactly what the target
+// would, the cache keeps the accepted path only, stop rules and room hold,
+// and the extras (top-K, final hidden state) are read at the right rows.
+#include "common/decoding/target_decoder.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include "common/util/error.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+
+namespace {
+
+// The target's logits and final hidden state after each of `seq`'s tokens,
+// from one plain forward.
+ForwardResult full_forward(const Model& m, const std::vector<int32_t>& seq) {
+  KVCache cache = m.new_cache();
+  ForwardRequest f;
+  f.tokens = seq;
+  f.final_hidden = true;
+  return m.forward(f, cache);
+}
+
+}  // namespace
+
+TEST(TargetDecoder, TreeRoundsCommitTheTargetsTokensAndAnEmptyTreeIsOneStep) {
+  c10::InferenceMode guard;
+  auto m = Model::random(tiny_config(30, 2), 7);
+  GenerateOptions o;
+  o.max_new_tokens = 12;
+  o.ignore_eos = true;
+  const std::vector<int32_t> prompt = {1, 4, 9};
+  const Reference want = target_alone(*m, prompt, o);
+  TargetDecoder dec(*m, prompt, o);
+  // Round 1: the right token under a wrong sibling, then a wrong child.
+  DraftTree t;
+  t.tokens = {(want.output_ids[0] + 1) % 30, want.output_ids[0], (want.output_ids[1] + 1) % 30};
+  t.parents = {-1, -1, 1};
+  const RoundResult r1 = dec.verify(t);
+  EXPECT_EQ(r1.verdict.path, std::vector<int32_t>{1});
+  EXPECT_EQ(r1.verdict.tokens, (std::vector<int32_t>{want.output_ids[0], want.output_ids[1]}));
+  EXPECT_EQ(dec.generated(), 2);
+  // The cache holds the accepted path only: plain steps continue exactly.
+  while (!dec.finished()) dec.step();
+  EXPECT_EQ(std::vector<int32_t>(dec.sequence().begin() + 3, dec.sequence().end()), want.output_ids);
+  EXPECT_EQ(dec.finish(), FinishReason::kLength);
+  EXPECT_NE(error_of([&] { dec.step(); }).find("has finished"), std::string::npos);
+}
+
+TEST(TargetDecoder, ExtrasAreTheTargetsTopKAndHiddenStateWhereEachTokenWasMade) {
+  c10::InferenceMode guard;
+  auto m = Model::random(tiny_config(30, 2), 8);
+  GenerateOptions o;
+  o.max_new_tokens = 20;
+  o.ignore_eos = true;
+  const std::vector<int32_t> prompt = {1, 4, 9};
+  const Reference want = target_alone(*m, prompt, o);
+  TargetDecoder dec(*m, prompt, o);
+  TargetDecoder::RoundRequest req;
+  req.extras.top_k = 4;
+  req.extras.hidden = true;
+  // Two right nodes then a wrong one: three tokens come out.
+  const RoundResult r =
+      dec.verify(DraftTree::chain({want.output_ids[0], want.output_ids[1], (want.output_ids[2] + 1) % 30}), req);
+  ASSERT_EQ(r.verdict.tokens.size(), 3u);
+  ASSERT_EQ(r.extras.top_k.size(), 3u);
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), want.output_ids.begin(), want.output_ids.begin() + 2);
+  const ForwardResult full = full_forward(*m, seq);
+  for (size_t i = 0; i < 3; ++i) {
+    const TopK& k = r.extras.top_k[i];
+    ASSERT_EQ(k.ids.size(), 4u);
+    EXPECT_EQ(k.ids[0], r.verdict.tokens[i]) << "greedy: the token made there is the top one";
+    const at::Tensor p = at::softmax(full.logits[static_cast<int64_t>(prompt.size() - 1 + i)], 0);
+    for (size_t j = 0; j < 4; ++j) {
+      EXPECT_NEAR(k.probs[j], p[k.ids[j]].item<float>(), 1e-5);
+      if (j > 0) {
+        EXPECT_LE(k.probs[j], k.probs[j - 1]);
+      }
+    }
+  }
+  // The hidden state that produced the last token: after the last accepted node.
+  ASSERT_EQ(r.extras.hidden.size(), 32u);
+  const at::Tensor h = full.final_hidden[static_cast<int64_t>(seq.size()) - 1];
+  for (int64_t j = 0; j < 32; ++j) EXPECT_NEAR(r.extras.hidden[j], h[j].item<float>(), 1e-4);
+  // Nothing asked, nothing sent.
+  const RoundResult plain = dec.step();
+  EXPECT_TRUE(plain.extras.top_k.empty());
+  EXPECT_TRUE(plain.extras.hidden.empty());
+}
+
+TEST(TargetDecoder, RoomShrinksToTheContextsEndAndTheTapSeesEveryAskedLayer) {
+  c10::InferenceMode guard;
+  auto m = Model::random(tiny_config(30, 3), 9);  // context 64
+  GenerateOptions o;
+  o.max_new_tokens = 100;
+  o.ignore_eos = true;
+  TargetDecoder dec(*m, std::vector<int32_t>(60, 3), o);
+  EXPECT_EQ(dec.room(), 4);
+  EXPECT_NE(error_of([&] { dec.verify(DraftTree::chain({1, 2, 3, 4, 5})); }).find("does not fit the context"),
+            std::string::npos);
+  TargetDecoder::RoundRequest req;
+  req.tap_layers = {1, 2};
+  std::vector<int64_t> tapped;
+  req.tap = [&](int64_t after, const at::Tensor& rows, const Rng&) {
+    tapped.push_back(after);
+    EXPECT_EQ(rows.size(0), 3) << "the rows verification reads: root and two nodes";
+  };
+  dec.verify(DraftTree::chain({1, 2}), req);
+  EXPECT_EQ(tapped, (std::vector<int64_t>{1, 2}));
+  while (!dec.finished()) dec.step();
+  EXPECT_EQ(dec.finish(), FinishReason::kContext);
+  EXPECT_EQ(dec.sequence().size(), 64u);
+}
+
+}  // namespace splitspec::test
