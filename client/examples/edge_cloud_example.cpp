@@ -2,15 +2,20 @@
 //
 //   splitspec-example --server 127.0.0.1:50051 --draft models/demo-draft [--prompt TEXT]
 //
-// Generates the same request three ways: on the server alone (cloud-ar), with
-// drafts from this device verified by the server (edge-sd), and with the
+// Generates the same request four ways, each a choice of verifier and
+// drafter: on the server alone (cloud-ar: server + none), with drafts from
+// this device verified by the server (edge-sd: server + model), with the
 // server's early-exit verdicts letting this device pre-draft the next round
-// while the server still verifies (edge-fsd). Streams the texts, prints a
-// stats table, and checks that greedy decoding gives the same tokens all ways.
+// while the server still verifies (edge-fsd: server + model + predraft), and
+// with EdgeLLM's width-adaptive token trees sent for verification
+// (server + model-tree). Streams the texts, prints a stats table, and checks
+// that greedy decoding gives the same tokens all ways.
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "client/client.h"
 
@@ -23,15 +28,22 @@ struct Args {
   int max_new_tokens = 64;
 };
 
+struct Way {
+  const char* label;
+  const char* drafter;
+  bool predraft;
+  std::unique_ptr<splitspec::Client> client;
+};
+
 void print_row(const char* mode, const splitspec::Stats& s, bool speculative) {
-  std::printf("| %-8s | %6lld | %8.2f | %15lld | %14.3f |", mode, static_cast<long long>(s.new_tokens), s.ms_per_token,
+  std::printf("| %-17s | %6lld | %8.2f | %15lld | %14.3f |", mode, static_cast<long long>(s.new_tokens), s.ms_per_token,
               static_cast<long long>(s.target_forwards),
               s.new_tokens ? static_cast<double>(s.target_forwards) / static_cast<double>(s.new_tokens) : 0.0);
   if (speculative)
-    std::printf(" %6lld | %5.2f | %10.2f | %8.1f | %14.1f | %14.2f |\n", static_cast<long long>(s.rounds), s.tau,
-                s.acceptance_rate, s.draft_ms, s.verify_wait_ms, s.network_rtt_ms);
+    std::printf(" %6lld | %11.1f | %5.2f | %10.2f | %8.1f | %14.1f | %14.2f |\n", static_cast<long long>(s.rounds),
+                s.tree_nodes, s.tau, s.acceptance_rate, s.draft_ms, s.verify_wait_ms, s.network_rtt_ms);
   else
-    std::printf(" %6s | %5s | %10s | %8s | %14s | %14s |\n", "-", "-", "-", "-", "-", "-");
+    std::printf(" %6s | %11s | %5s | %10s | %8s | %14s | %14s |\n", "-", "-", "-", "-", "-", "-", "-");
 }
 
 }  // namespace
@@ -50,18 +62,21 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    splitspec::ClientOptions edge;
-    edge.mode = splitspec::Mode::kEdgeSd;
-    edge.server = a.server;
-    edge.draft_dir = a.draft;
-    splitspec::ClientOptions cloud = edge;
-    cloud.mode = splitspec::Mode::kCloudAr;  // the draft directory only lends its tokenizer
-    splitspec::ClientOptions fsd = edge;
-    fsd.mode = splitspec::Mode::kEdgeFsd;
-    auto edge_client = splitspec::Client::connect(edge);
-    auto cloud_client = splitspec::Client::connect(cloud);
-    auto fsd_client = splitspec::Client::connect(fsd);
-    const splitspec::ServerInfo info = edge_client->server_info();
+    std::vector<Way> ways;
+    ways.push_back({"cloud-ar", "none", false, nullptr});
+    ways.push_back({"edge-sd", "model", false, nullptr});
+    ways.push_back({"edge-fsd", "model", true, nullptr});
+    ways.push_back({"server+model-tree", "model-tree", false, nullptr});
+    for (Way& w : ways) {
+      splitspec::ClientOptions o;
+      o.verifier = splitspec::VerifierKind::kServer;
+      o.drafter = w.drafter;  // none: the draft directory only lends its tokenizer
+      o.predraft = w.predraft;
+      o.server = a.server;
+      o.draft_dir = a.draft;
+      w.client = splitspec::Client::connect(o);
+    }
+    const splitspec::ServerInfo info = ways[0].client->server_info();
     std::printf("server %s: model %s, vocabulary %d, context %d, tokenizer %s\n\n", a.server.c_str(),
                 info.model_name.c_str(), info.vocab_size, info.max_context, info.tokenizer_fingerprint.c_str());
 
@@ -70,41 +85,42 @@ int main(int argc, char** argv) {
     req.temperature = 0.7f;  // small models loop under greedy decoding
     req.top_k = 40;
     req.seed = 1;
-    req.gamma = 3;  // edge-fsd's operating point on the demo pair (README, Measured)
+    req.gamma = 3;  // edge-fsd's operating point on the demo pair (docs/edge-cloud.md)
     auto print = [](const std::string& piece) { std::cout << piece << std::flush; };
+    const char* what[] = {"the server's target alone", "drafts from this device, verified by the server",
+                          "as edge-sd, pre-drafting on the server's early verdicts",
+                          "EdgeLLM's token trees from this device, verified by the server"};
+    std::vector<splitspec::Result> sampled;
+    for (size_t i = 0; i < ways.size(); ++i) {
+      std::cout << "== " << ways[i].label << ": " << what[i] << " (sampled, seed 1)\n" << a.prompt;
+      sampled.push_back(ways[i].client->generate(a.prompt, req, print));
+      std::cout << "\n\n";
+    }
 
-    std::cout << "== edge-sd: drafts from " << a.draft << ", verified by the server (sampled, seed 1)\n" << a.prompt;
-    const splitspec::Result e = edge_client->generate(a.prompt, req, print);
-    std::cout << "\n\n== edge-fsd: as edge-sd, pre-drafting on the server's early verdicts (sampled, seed 1)\n"
-              << a.prompt;
-    const splitspec::Result f = fsd_client->generate(a.prompt, req, print);
-    std::cout << "\n\n== cloud-ar: the server's target alone (sampled, seed 1)\n" << a.prompt;
-    const splitspec::Result c = cloud_client->generate(a.prompt, req, print);
-    std::cout << "\n\n";
-
-    std::printf("| mode     | tokens | ms/token | server forwards | forwards/token | rounds |   tau | acceptance | draft ms | verify wait ms | network rtt ms |\n");
-    std::printf("|----------|--------|----------|-----------------|----------------|--------|-------|------------|----------|----------------|----------------|\n");
-    print_row("cloud-ar", c.stats, false);
-    print_row("edge-sd", e.stats, true);
-    print_row("edge-fsd", f.stats, true);
+    std::printf("| mode              | tokens | ms/token | server forwards | forwards/token | rounds | nodes/round |   tau | acceptance | draft ms | verify wait ms | network rtt ms |\n");
+    std::printf("|-------------------|--------|----------|-----------------|----------------|--------|-------------|-------|------------|----------|----------------|----------------|\n");
+    for (size_t i = 0; i < ways.size(); ++i) print_row(ways[i].label, sampled[i].stats, i > 0);
+    const splitspec::Stats& f = sampled[2].stats;
     std::printf("\nedge-fsd: %lld early verdicts, %lld of %lld next drafts pre-drafted (cache miss rate r %.2f), "
                 "Avg EE %.1f\n",
-                static_cast<long long>(f.stats.early_verdicts), static_cast<long long>(f.stats.predraft_hits),
-                static_cast<long long>(f.stats.predraft_lookups), f.stats.cache_miss_rate, f.stats.avg_exit_layer);
+                static_cast<long long>(f.early_verdicts), static_cast<long long>(f.predraft_hits),
+                static_cast<long long>(f.predraft_lookups), f.cache_miss_rate, f.avg_exit_layer);
 
-    // Exactness, shown: greedy edge-sd and edge-fsd reproduce the target token
-    // for token.
+    // Exactness, shown: greedy decoding reproduces the target token for
+    // token, whatever drafts and wherever.
     req.temperature = 0.0f;
-    const splitspec::Result eg = edge_client->generate(a.prompt, req);
-    const splitspec::Result fg = fsd_client->generate(a.prompt, req);
-    const splitspec::Result cg = cloud_client->generate(a.prompt, req);
-    const bool same = eg.ids == cg.ids && fg.ids == cg.ids;
-    std::printf("\ngreedy check: edge-sd, edge-fsd and cloud-ar give %s tokens (%zu tokens; edge-sd in %lld rounds, "
-                "edge-fsd in %lld)\n",
-                same ? "identical" : "DIFFERENT", cg.ids.size(), static_cast<long long>(eg.stats.rounds),
-                static_cast<long long>(fg.stats.rounds));
-    std::printf("greedy ms/token: cloud-ar %.2f, edge-sd %.2f, edge-fsd %.2f (edge-fsd cache miss rate r %.2f)\n",
-                cg.stats.ms_per_token, eg.stats.ms_per_token, fg.stats.ms_per_token, fg.stats.cache_miss_rate);
+    std::vector<splitspec::Result> greedy;
+    for (Way& w : ways) greedy.push_back(w.client->generate(a.prompt, req));
+    bool same = true;
+    for (const splitspec::Result& g : greedy) same = same && g.ids == greedy[0].ids;
+    std::printf("\ngreedy check: edge-sd, edge-fsd, server+model-tree and cloud-ar give %s tokens (%zu tokens; rounds: "
+                "edge-sd %lld, edge-fsd %lld, server+model-tree %lld)\n",
+                same ? "identical" : "DIFFERENT", greedy[0].ids.size(), static_cast<long long>(greedy[1].stats.rounds),
+                static_cast<long long>(greedy[2].stats.rounds), static_cast<long long>(greedy[3].stats.rounds));
+    std::printf("greedy ms/token: cloud-ar %.2f, edge-sd %.2f, edge-fsd %.2f, server+model-tree %.2f (edge-fsd cache "
+                "miss rate r %.2f)\n",
+                greedy[0].stats.ms_per_token, greedy[1].stats.ms_per_token, greedy[2].stats.ms_per_token,
+                greedy[3].stats.ms_per_token, greedy[2].stats.cache_miss_rate);
     return same ? 0 : 1;
   } catch (const std::exception& ex) {
     std::cerr << "splitspec-example: " << ex.what() << "\n";
