@@ -71,18 +71,26 @@ TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int
   return m;
 }
 
-TwoTokenCounts count_two_tokens(Client& client, const std::vector<int32_t>& prompt, Request request, int draws,
-                                uint64_t seed0, int64_t vocab, const std::function<void(const Result&)>& each) {
-  TwoTokenCounts c{std::vector<int64_t>(vocab, 0), std::vector<int64_t>(vocab, 0)};
+void expect_targets_two_token_distribution(Client& client, const Model& target, const std::vector<int32_t>& prompt,
+                                           Request request, int draws, uint64_t seed0,
+                                           const std::function<void(const Result&)>& each) {
+  SamplingParams sp;
+  sp.temperature = request.temperature;
+  sp.top_k = request.top_k;
+  sp.top_p = request.top_p;
+  const TwoTokenMarginals want = two_token_marginals(target, prompt, sp);
+  const size_t vocab = want.first.size();
+  std::vector<int64_t> first(vocab, 0), second(vocab, 0);
   for (int i = 0; i < draws; ++i) {
     request.seed = seed0 + static_cast<uint64_t>(i);
     const Result r = client.generate_ids(prompt, request);
     each(r);
-    if (r.ids.size() < 2) throw std::runtime_error("a generation emitted fewer than two tokens");
-    c.first.at(r.ids[0]) += 1;
-    c.second.at(r.ids[1]) += 1;
+    ASSERT_GE(r.ids.size(), 2u) << "a generation emitted fewer than two tokens";
+    first.at(r.ids[0]) += 1;
+    second.at(r.ids[1]) += 1;
   }
-  return c;
+  EXPECT_GT(goodness_of_fit_pvalue(first, want.first), 1e-4) << "first token";
+  EXPECT_GT(goodness_of_fit_pvalue(second, want.second), 1e-4) << "second token";
 }
 
 const std::vector<std::string>& test_prompts() {

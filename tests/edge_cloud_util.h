@@ -41,13 +41,12 @@ struct TwoTokenMarginals {
 };
 TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params);
 
-// The first two tokens of `draws` generations seeded seed0, seed0+1, ...,
-// counted per token id; `each` sees every result first.
-struct TwoTokenCounts {
-  std::vector<int64_t> first, second;
-};
-TwoTokenCounts count_two_tokens(Client& client, const std::vector<int32_t>& prompt, Request request, int draws,
-                                uint64_t seed0, int64_t vocab, const std::function<void(const Result&)>& each);
+// Runs `draws` generations seeded seed0, seed0+1, ... (`each` sees every
+// result) and expects their first two tokens to follow the target's own
+// distributions under the request's sampling settings (chi-square).
+void expect_targets_two_token_distribution(Client& client, const Model& target, const std::vector<int32_t>& prompt,
+                                           Request request, int draws, uint64_t seed0,
+                                           const std::function<void(const Result&)>& each);
 
 // English prompts of a few words each, for exactness over many prompts.
 const std::vector<std::string>& test_prompts();
