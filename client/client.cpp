@@ -179,6 +179,9 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
 
   std::string tok_path = o.tokenizer;
   if (tok_path.empty()) tok_path = local ? o.target_dir : o.draft_dir;
+  // A model-free drafter on the edge: the tokenizer may sit beside its tables.
+  if (tok_path.empty() && o.drafter_options.count("tables"))
+    tok_path = std::filesystem::path(o.drafter_options.at("tables")).parent_path().string();
   if (impl->drafter.needs_draft_model) impl->spec.draft = Model::load(o.draft_dir);
   if (local) {
     impl->target = load_local_target(o);
@@ -235,10 +238,20 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   spec.tree.draft_width = o.tree_draft_width;
   spec.options = o.drafter_options;
   spec.threads = o.threads;
+  spec.verify_cost = !local                     ? VerifyCost::kRoundTrip
+                     : o.memory_budget.empty()  ? VerifyCost::kCompute
+                                                : VerifyCost::kWeightReads;
+  spec.vocab_size = impl->vocab;
+  spec.tokenizer_fingerprint = impl->fingerprint();
   // Built once here so that bad settings fail now, not at the first request.
   const std::unique_ptr<Drafter> probe = impl->drafter.make(spec);
   if (o.predraft && !probe->can_fork())
     throw Error(impl->label + ": pre-drafting needs a drafter that can fork; " + o.drafter + " cannot");
+  if (impl->link && probe->wants().top_k > impl->link->info().max_verdict_top_k())
+    throw Error(impl->label + ": drafter " + o.drafter + " asks for the target's top " +
+                std::to_string(probe->wants().top_k) + " with each verdict, but server " + o.server +
+                " sends at most " + std::to_string(impl->link->info().max_verdict_top_k()) +
+                " (its max_verdict_top_k)");
 
   if (local)
     impl->verifier = std::make_unique<LocalVerifier>(impl->target);
@@ -387,6 +400,8 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   if (server) {
     s.verify_wait_ms = vs.wait_ms;
     s.server_ms = vs.server_ms;
+    s.verdict_bytes = vs.verdict_bytes;
+    s.verdict_top_k_bytes = vs.top_k_bytes;
     s.server_forward_ms = vs.forward_ms;
     s.server_exits_ms = vs.exits_ms;
   } else {

@@ -1,5 +1,7 @@
 #include "client/server_verifier.h"
 
+#include <google/protobuf/io/coded_stream.h>
+
 #include "common/util/stopwatch.h"
 #include "proto/convert.h"
 
@@ -186,14 +188,20 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
   if (want_extras_) {
     for (const v1::TokenDistribution& k : v.top_k()) {
       TopK t{std::vector<int32_t>(k.ids().begin(), k.ids().end()), std::vector<float>(k.probs().begin(), k.probs().end())};
-      for (int32_t id : t.ids)
-        if (id < 0 || id >= vocab_ || t.ids.size() != t.probs.size())
-          throw link_.error("malformed top-K in the verdict for round " + std::to_string(round));
+      bool ok = t.ids.size() == t.probs.size();
+      for (size_t i = 0; ok && i < t.ids.size(); ++i)
+        ok = t.ids[i] >= 0 && t.ids[i] < vocab_ && t.probs[i] >= 0.0f && t.probs[i] <= 1.0f;
+      if (!ok) throw link_.error("malformed top-K in the verdict for round " + std::to_string(round));
+      // What the top K add to the verdict on the wire: each entry, its tag and its length.
+      const size_t entry = k.ByteSizeLong();
+      stats_.top_k_bytes += static_cast<int64_t>(
+          entry + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(entry)));
       r.extras.top_k.push_back(std::move(t));
     }
     r.extras.hidden.assign(v.hidden().begin(), v.hidden().end());
   }
   stats_.forwards += 1;
+  stats_.verdict_bytes += static_cast<int64_t>(v.ByteSizeLong());
   stats_.wait_ms += ms_between(sent, got);
   stats_.server_ms += v.timings().queue_ms() + v.timings().forward_ms() + v.timings().verify_ms();
   stats_.forward_ms += v.timings().forward_ms();

@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   auto* listen = app.add_option("--listen", flags.listen, "HOST:PORT to listen on (port 0: any free port)");
   auto* max_sessions = app.add_option("--max-sessions", flags.max_sessions, "Concurrent streams before RESOURCE_EXHAUSTED");
   auto* max_draft = app.add_option("--max-draft-tokens", flags.max_draft_tokens, "Largest Draft accepted");
+  auto* max_top_k = app.add_option("--max-verdict-top-k", flags.max_verdict_top_k,
+                                   "Largest top K a session may ask with each verdict (0: none)");
   auto* max_new = app.add_option("--max-new-tokens", flags.max_new_tokens, "Largest max_new_tokens accepted");
   auto* threads = app.add_option("--threads", flags.compute_threads, "Compute threads of the target forward (0: all cores)");
   auto* grace = app.add_option("--shutdown-grace-s", flags.shutdown_grace_s, "Seconds streams get to finish on SIGTERM");
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
     if (*max_sessions) config.max_sessions = flags.max_sessions;
     if (*max_draft) config.max_draft_tokens = flags.max_draft_tokens;
     if (*max_new) config.max_new_tokens = flags.max_new_tokens;
+    if (*max_top_k) config.max_verdict_top_k = flags.max_verdict_top_k;
     if (*threads) config.compute_threads = flags.compute_threads;
     if (*grace) config.shutdown_grace_s = flags.shutdown_grace_s;
     if (*log_level) config.log_level = flags.log_level;

@@ -23,7 +23,8 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "max_draft_tokens", "max_new_tokens",  "compute_threads",
                                               "shutdown_grace_s", "max_message_bytes", "log_level",
                                               "port_file",        "early_exits",     "early_exit_layers",
-                                              "early_exit_queue", "early_exit_shortlist", "metrics_listen"};
+                                              "early_exit_queue", "early_exit_shortlist", "metrics_listen",
+                                              "max_verdict_top_k"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
@@ -31,6 +32,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("listen")) c.listen = j["listen"].get<std::string>();
     if (j.contains("max_sessions")) c.max_sessions = j["max_sessions"].get<int32_t>();
     if (j.contains("max_draft_tokens")) c.max_draft_tokens = j["max_draft_tokens"].get<int32_t>();
+    if (j.contains("max_verdict_top_k")) c.max_verdict_top_k = j["max_verdict_top_k"].get<int32_t>();
     if (j.contains("max_new_tokens")) c.max_new_tokens = j["max_new_tokens"].get<int32_t>();
     if (j.contains("compute_threads")) c.compute_threads = j["compute_threads"].get<int32_t>();
     if (j.contains("shutdown_grace_s")) c.shutdown_grace_s = j["shutdown_grace_s"].get<double>();
@@ -58,6 +60,7 @@ void ServerConfig::validate() const {
   if (max_sessions < 1) throw Error("max_sessions must be at least 1");
   if (max_draft_tokens < 1) throw Error("max_draft_tokens must be at least 1");
   if (max_new_tokens < 1) throw Error("max_new_tokens must be at least 1");
+  if (max_verdict_top_k < 0 || max_verdict_top_k > 256) throw Error("max_verdict_top_k must be in [0, 256]");
   if (compute_threads < 0) throw Error("compute_threads must be >= 0 (0: every core)");
   if (!(shutdown_grace_s >= 0)) throw Error("shutdown_grace_s must be >= 0");
   if (max_message_bytes < 1024) throw Error("max_message_bytes must be at least 1024");

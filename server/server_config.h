@@ -12,6 +12,7 @@ struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
   int32_t max_sessions = 8;         // open Session + Generate streams; beyond: RESOURCE_EXHAUSTED
   int32_t max_draft_tokens = 16;    // per Draft message
+  int32_t max_verdict_top_k = 16;   // largest top K a session may ask with each verdict (DIAA's tables)
   int32_t max_new_tokens = 4096;    // per generation
   int32_t compute_threads = 1;      // LibTorch/OpenMP threads of the target forward
   double shutdown_grace_s = 10.0;   // SIGTERM: in-flight streams get this long to finish

@@ -24,7 +24,6 @@ grpc::Status invalid(const std::string& msg) { return grpc::Status(grpc::StatusC
 
 // Most top-K entries a verdict may carry per token: enough for any drafter
 // that learns from them, small next to the verdict's other costs.
-constexpr int32_t kMaxVerdictTopK = 64;
 
 // A wire q as the dense distribution verification needs (empty for a one-hot
 // q at the node's own token: a deterministic choice), or an error naming what
@@ -103,9 +102,9 @@ class SessionReactor final : public Base {
     if (decoder_) return invalid("Open sent twice in one session");
     grpc::Status s = start_decoder(ctx_, o, decoder_);
     if (!s.ok()) return s;
-    if (o.verdict_top_k() < 0 || o.verdict_top_k() > kMaxVerdictTopK)
+    if (o.verdict_top_k() < 0 || o.verdict_top_k() > ctx_.config.max_verdict_top_k)
       return invalid("verdict_top_k " + std::to_string(o.verdict_top_k()) + " outside [0, " +
-                     std::to_string(kMaxVerdictTopK) + "]");
+                     std::to_string(ctx_.config.max_verdict_top_k) + "] (the server's max_verdict_top_k)");
     sampling_ = from_wire(o.sampling());
     greedy_ = sampling_.greedy();
     early_ = o.early_verdicts() && ctx_.exits.has_value();

@@ -90,6 +90,8 @@ TEST(EdgeCloudFaults, MalformedTrafficGetsInvalidArgumentAndTheServerKeepsServin
       {"q does not support its token", {open_msg({1, 5}, 8000, 1.0f), with_q(draft_msg(1, {5}), {6}, {1.0f})}, "q"},
       {"bad sampling params", {[] { auto m = open_msg({1, 5}); m.mutable_open()->mutable_sampling()->set_temperature(-1); return m; }()}, "temperature"},
       {"max_new_tokens too large", {[] { auto m = open_msg({1, 5}); m.mutable_open()->set_max_new_tokens(1 << 30); return m; }()}, "max_new_tokens"},
+      {"verdict_top_k over the server's limit", {[] { auto m = open_msg({1, 5}); m.mutable_open()->set_verdict_top_k(17); return m; }()}, "outside [0, 16] (the server's max_verdict_top_k)"},
+      {"negative verdict_top_k", {[] { auto m = open_msg({1, 5}); m.mutable_open()->set_verdict_top_k(-1); return m; }()}, "verdict_top_k -1"},
   };
   for (const Case& c : cases) {
     const grpc::Status s = run_session(*stub, c.msgs);

@@ -68,7 +68,7 @@ TEST(Modes, CombinationsThatCannotWorkAreClearErrors) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--verifier local --predraft" + target, "pre-drafting needs the server verifier"},
       {"--verifier server --server 127.0.0.1:1 --drafter none --predraft --prompt-ids 1", "none drafts nothing"},
-      {"--drafter oracle" + target, "unknown drafter 'oracle' (none, model, model-tree)"},
+      {"--drafter oracle" + target, "unknown drafter 'oracle' (none, model, "},
       {"--mode edge-sd --verifier server --prompt x", "give either --mode or --verifier/--drafter/--predraft"},
       {"--verifier server --drafter model --prompt x", "edge-sd needs a server (--server HOST:PORT)"},
       {"--verifier local --drafter model-tree --target " + demo_target_dir() + " --prompt x",

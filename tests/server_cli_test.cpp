@@ -40,6 +40,8 @@ TEST(ServerConfig, ShippedConfigParsesAndBadOnesAreNamed) {
   const ServerConfig c = ServerConfig::from_file(std::string(SPLITSPEC_SOURCE_DIR) + "/configs/server.json");
   EXPECT_EQ(c.target_dir, "models/demo-target");
   EXPECT_EQ(c.max_sessions, 8);
+  EXPECT_EQ(c.max_verdict_top_k, 16);
+  EXPECT_NE(config_error("{\"max_verdict_top_k\": 300}").find("max_verdict_top_k must be in [0, 256]"), std::string::npos);
   EXPECT_NE(config_error("{\"max_sessions\": ").find("not valid JSON"), std::string::npos);
   EXPECT_NE(config_error("[1]").find("must be a JSON object"), std::string::npos);
   EXPECT_NE(config_error("{\"max_sesions\": 3}").find("unknown key 'max_sesions'"), std::string::npos);

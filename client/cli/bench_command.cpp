@@ -160,11 +160,14 @@ Command add_bench_command(CLI::App& app) {
   const std::function<int()> edge_cloud = add_bench_edge_cloud(*bench);
   const std::function<int()> exits = add_bench_exits(*bench);
   const std::function<int()> local = add_bench_local(*bench);
+  const std::function<int()> drafters = add_bench_drafters(*bench);
   CLI::App* exits_cmd = bench->get_subcommand("exits");
   CLI::App* local_cmd = bench->get_subcommand("local");
-  return {bench, [a, model, random, fwd, edge_cloud, exits, exits_cmd, local, local_cmd]() {
+  CLI::App* drafters_cmd = bench->get_subcommand("drafters");
+  return {bench, [a, model, random, fwd, edge_cloud, exits, exits_cmd, local, local_cmd, drafters, drafters_cmd]() {
             if (exits_cmd->parsed()) return exits();
             if (local_cmd->parsed()) return local();
+            if (drafters_cmd->parsed()) return drafters();
             if (!fwd->parsed()) return edge_cloud();
             if (model->count() + random->count() != 1) throw Error("bench forward: give --model or --random-init");
             return run_bench_forward(*a);

@@ -25,5 +25,6 @@ std::function<int()> add_bench_edge_cloud(CLI::App& bench);
 std::function<int()> add_bench_exits(CLI::App& bench);
 // `bench local`, registered under `bench`.
 std::function<int()> add_bench_local(CLI::App& bench);
+std::function<int()> add_bench_drafters(CLI::App& bench);
 
 }  // namespace splitspec::cli

@@ -19,6 +19,7 @@ struct GenerateArgs {
   std::string drafter;
   bool predraft = false;
   std::vector<std::string> drafter_options;  // key=value
+  std::string lut;                           // the lut drafter's tables
   std::string target_dir;  // --target or --model
   std::string draft_dir;
   std::string server;
@@ -73,6 +74,8 @@ nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
     j["server_ms"] = s.server_ms;
     j["server_forward_ms"] = s.server_forward_ms;
     j["network_rtt_ms"] = s.network_rtt_ms;
+    j["verdict_bytes"] = s.verdict_bytes;
+    j["verdict_top_k_bytes"] = s.verdict_top_k_bytes;
   }
   if (o.predraft) {
     j["cache_miss_rate"] = s.cache_miss_rate;
@@ -123,6 +126,10 @@ ClientOptions choose_mode(const GenerateArgs& a) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) throw Error("generate: --drafter-option takes KEY=VALUE, got '" + kv + "'");
     o.drafter_options[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (!a.lut.empty()) {
+    if (o.drafter != "lut") throw Error("generate: --lut gives the lut drafter its tables; the drafter is " + o.drafter);
+    o.drafter_options["tables"] = a.lut;
   }
   return o;
 }
@@ -219,6 +226,9 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_flag("--predraft", a->predraft,
                 "Server verifier: pre-draft the next round on the server's early-exit verdicts (edge-fsd)");
   cmd->add_option("--drafter-option", a->drafter_options, "A drafter's own setting, KEY=VALUE (repeatable)");
+  cmd->add_option("--lut", a->lut,
+                  "lut: look-up tables to start from (splitspec train lut; models/demo-target/lut.safetensors); "
+                  "without, the tables start empty");
   cmd->add_option("--mode", a->mode,
                   "An alias instead: local-ar (local+none), local-sd (local+model), local-tree (local+model-tree), "
                   "cloud-ar (server+none), edge-sd (server+model), edge-fsd (server+model --predraft)")

@@ -8,10 +8,10 @@
 
 namespace splitspec::cli {
 
-std::vector<std::string> read_prompts(const std::string& path, int32_t max) {
+std::vector<PromptRecord> read_prompt_records(const std::string& path, int32_t max) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open prompts file");
-  std::vector<std::string> out;
+  std::vector<PromptRecord> out;
   std::string line;
   int64_t lineno = 0;
   while (std::getline(in, line) && (max <= 0 || static_cast<int32_t>(out.size()) < max)) {
@@ -23,14 +23,22 @@ std::vector<std::string> read_prompts(const std::string& path, int32_t max) {
     } catch (const nlohmann::json::exception& e) {
       throw Error(path + ":" + std::to_string(lineno) + ": not valid JSON: " + e.what());
     }
+    if (!j.is_object()) throw Error(path + ":" + std::to_string(lineno) + ": each line must be a JSON object");
+    const std::string category = j.contains("category") && j["category"].is_string() ? j["category"].get<std::string>() : "";
     if (j.contains("turns") && j["turns"].is_array() && !j["turns"].empty() && j["turns"][0].is_string())
-      out.push_back(j["turns"][0].get<std::string>());
+      out.push_back({j["turns"][0].get<std::string>(), category});
     else if (j.contains("prompt") && j["prompt"].is_string())
-      out.push_back(j["prompt"].get<std::string>());
+      out.push_back({j["prompt"].get<std::string>(), category});
     else
       throw Error(path + ":" + std::to_string(lineno) + ": needs \"turns\": [text, ...] or \"prompt\": text");
   }
   if (out.empty()) throw Error(path + ": no prompts");
+  return out;
+}
+
+std::vector<std::string> read_prompts(const std::string& path, int32_t max) {
+  std::vector<std::string> out;
+  for (PromptRecord& r : read_prompt_records(path, max)) out.push_back(std::move(r.text));
   return out;
 }
 

@@ -10,8 +10,14 @@ class Tokenizer;
 
 namespace splitspec::cli {
 
+struct PromptRecord {
+  std::string text;
+  std::string category;  // Spec-Bench's "category"; empty when the line has none
+};
+
 // turns[0] of each line (the Spec-Bench format), or "prompt"; at most `max`
 // (<= 0: all). Throws splitspec::Error naming the line at fault.
+std::vector<PromptRecord> read_prompt_records(const std::string& path, int32_t max);
 std::vector<std::string> read_prompts(const std::string& path, int32_t max);
 
 // Each text tokenized with BOS first; a prompt longer than `keep` tokens

@@ -9,6 +9,7 @@
 #include "common/engine/threads.h"
 #include "common/engine/tokenizer.h"
 #include "common/train/exit_trainer.h"
+#include "common/train/lut_builder.h"
 #include "common/train/trainer.h"
 
 namespace splitspec::cli {
@@ -19,6 +20,7 @@ struct TrainArgs {
   TokenizerTrainOptions tokenizer;
   TrainJob job;
   ExitTrainJob exits;
+  LutBuildJob lut;
   std::string config_path;
   std::string rank_target, rank_corpus;
   int threads = 0;
@@ -75,8 +77,26 @@ Command add_train_command(CLI::App& app) {
   rank->add_option("--target", a->rank_target, "Target model directory with early_exits.json")->required();
   rank->add_option("--corpus", a->rank_corpus, "Text like what the target will generate")->required();
 
-  return {train, [a, tok, lm, draft, ex, rank]() {
+  CLI::App* lut = train->add_subcommand(
+      "lut", "Warm-start DIAA's look-up tables: run the target over a text and record its top K after every token");
+  lut->add_option("--target", a->lut.target_dir, "Target model directory (its tokenizer encodes the text)")->required();
+  lut->add_option("--corpus", a->lut.corpus, "Warm-up text (documents separated by blank lines)")->required();
+  lut->add_option("--tokens", a->lut.tokens, "Tokens of the text to run")->capture_default_str()->check(CLI::Range(int64_t{2}, int64_t{1} << 40));
+  lut->add_option("--out", a->lut.out, "Tables file (.safetensors; its .json sidecar goes beside it)")->required();
+  lut->add_option("--k", a->lut.tables.k, "Candidates per row")->capture_default_str();
+  lut->add_option("--order", a->lut.tables.order, "Longest key, in tokens (back-off to shorter ones)")->capture_default_str();
+  lut->add_option("--slots", a->lut.tables.slots, "Hashed rows for keys of two tokens or more")->capture_default_str();
+  lut->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
+
+  return {train, [a, tok, lm, draft, ex, rank, lut]() {
             set_compute_threads(a->threads);
+            if (lut->parsed()) {
+              const LutBuildReport r = build_lut(a->lut);
+              std::printf("wrote %s: %lld positions, %lld rows used, %zu bytes, %.1f s\n", a->lut.out.c_str(),
+                          static_cast<long long>(r.positions), static_cast<long long>(r.rows_used), r.bytes,
+                          r.wall_seconds);
+              return 0;
+            }
             if (rank->parsed()) {
               const int64_t n = rank_exit_tokens(a->rank_target, a->rank_corpus);
               std::printf("ranked %lld tokens into %s/early_exits.json\n", static_cast<long long>(n), a->rank_target.c_str());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/drafting/drafter_options.h"
 #include "common/drafting/registry.h"
 #include "common/util/error.h"
 
@@ -88,6 +89,7 @@ void ModelDrafter::on_swap(Drafter& other) {
 size_t ModelDrafter::memory_bytes() const { return cache_.bytes() + seq_.capacity() * sizeof(int32_t); }
 
 std::unique_ptr<Drafter> make_model_drafter(const DrafterSpec& spec) {
+  DrafterOptions("model", spec.options).finish();
   return std::make_unique<ModelDrafter>(spec.draft);
 }
 

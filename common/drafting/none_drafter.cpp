@@ -1,5 +1,6 @@
 // `none`: proposes nothing, so every round is one plain decoding step (an
 // empty tree verifies into exactly the target's own next token).
+#include "common/drafting/drafter_options.h"
 #include "common/drafting/registry.h"
 
 namespace splitspec {
@@ -19,6 +20,9 @@ class NoneDrafter final : public Drafter {
 
 }  // namespace
 
-std::unique_ptr<Drafter> make_none_drafter(const DrafterSpec&) { return std::make_unique<NoneDrafter>(); }
+std::unique_ptr<Drafter> make_none_drafter(const DrafterSpec& spec) {
+  DrafterOptions("none", spec.options).finish();
+  return std::make_unique<NoneDrafter>();
+}
 
 }  // namespace splitspec

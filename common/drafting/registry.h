@@ -15,6 +15,19 @@ namespace splitspec {
 
 class Model;
 
+// What a technique keeps across the generations of one client (DIAA's tables
+// learn from every generation): a factory finds here what it left before, or
+// puts it there. A client runs one generation at a time.
+struct DrafterState {
+  std::shared_ptr<void> value;
+};
+
+// What a verification's time is mostly made of, for drafters that size their
+// trees by it: compute (an in-memory target: each node costs), the target's
+// weights read from disk (nodes nearly free) or a network round trip (a
+// node saves round trips).
+enum class VerifyCost { kCompute, kWeightReads, kRoundTrip };
+
 // Everything a drafter may be built from.
 struct DrafterSpec {
   std::shared_ptr<const Model> draft;  // the draft model, for drafters that need one
@@ -22,6 +35,10 @@ struct DrafterSpec {
   // Settings of techniques that take their own ("key" -> "value").
   std::map<std::string, std::string> options;
   int threads = 1;  // compute threads of any worker thread the drafter runs
+  VerifyCost verify_cost = VerifyCost::kCompute;
+  int64_t vocab_size = 0;             // the verifier's target's
+  std::string tokenizer_fingerprint;  // the client's tokenizer's, when it has one
+  std::shared_ptr<DrafterState> state = std::make_shared<DrafterState>();
 };
 
 using DrafterFactory = std::function<std::unique_ptr<Drafter>(const DrafterSpec&)>;

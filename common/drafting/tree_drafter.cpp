@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "common/drafting/model_drafter.h"
+#include "common/drafting/drafter_options.h"
 #include "common/drafting/registry.h"
 #include "common/engine/threads.h"
 #include "common/util/error.h"
@@ -213,6 +214,7 @@ size_t TreeDrafter::memory_bytes() const {
 }
 
 std::unique_ptr<Drafter> make_tree_drafter(const DrafterSpec& spec) {
+  DrafterOptions("model-tree", spec.options).finish();
   return std::make_unique<TreeDrafter>(spec.draft, spec.tree, spec.threads);
 }
 

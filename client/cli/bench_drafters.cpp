@@ -1,0 +1,249 @@
+// `splitspec bench drafters`: every drafter against plain decoding on the
+// same prompts, by Spec-Bench category, as DIAA's Tables 1-2 report them:
+// mean accepted tokens per verification including the bonus token (MAT), ms
+// per token and the speedup over plain decoding in the same run, and drafting
+// ms per round. Each prompt runs through every drafter in turn (the order
+// rotating from prompt to prompt), so drift of the machine hits them alike.
+// Where: in memory, streamed under a memory budget, or through the netem
+// proxy to a server at each one-way delay.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "client/cli/commands.h"
+#include "client/cli/netem_proxy.h"
+#include "client/cli/prompts.h"
+#include "client/cli/speedup_interval.h"
+#include "client/client.h"
+#include "common/drafting/registry.h"
+#include "common/engine/model.h"
+#include "common/engine/tokenizer.h"
+#include "common/util/error.h"
+
+namespace splitspec::cli {
+
+namespace {
+
+struct DrafterBenchArgs {
+  std::string target_dir, draft_dir, lut, prompts, budget, server;
+  std::vector<double> delays_ms = {0, 10};
+  int32_t per_category = 5;
+  int32_t max_new_tokens = 128;
+  int32_t gamma = 4;
+  std::vector<std::string> drafters = {"none", "model", "model-tree", "lut", "lut-static", "pld"};
+  int threads = 1;
+  bool json = false;
+};
+
+// Spec-Bench's six tasks; its MT-bench questions (writing, coding, ...) are
+// the multi-turn task.
+std::string task_of(const std::string& category) {
+  static const std::map<std::string, std::string> tasks = {{"summarization", "Sum"}, {"math_reasoning", "Math"},
+                                                           {"qa", "QA"},           {"rag", "RAG"},
+                                                           {"translation", "Trans"}};
+  auto it = tasks.find(category);
+  return it == tasks.end() ? "MT" : it->second;
+}
+
+// "lut-static/budget=24": drafter lut with tree=static and budget=24.
+ClientOptions options_for(const DrafterBenchArgs& a, const std::string& row) {
+  ClientOptions o;
+  std::string name = row.substr(0, row.find('/'));
+  if (name == "lut-static") {
+    name = "lut";
+    o.drafter_options["tree"] = "static";
+  }
+  o.drafter = name;
+  for (size_t at = row.find('/'); at != std::string::npos;) {
+    const size_t end = row.find('/', at + 1);
+    const std::string kv = row.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error("bench drafters: '" + kv + "' in '" + row + "' is not a drafter option KEY=VALUE");
+    o.drafter_options[kv.substr(0, eq)] = kv.substr(eq + 1);
+    at = end;
+  }
+  if (o.drafter == "lut" && !a.lut.empty() && !o.drafter_options.count("tables")) o.drafter_options["tables"] = a.lut;
+  const DrafterInfo info = find_drafter(o.drafter);
+  if (info.needs_draft_model) o.draft_dir = a.draft_dir;
+  o.threads = a.threads;
+  return o;
+}
+
+struct Row {
+  std::vector<PromptCost> costs;  // per prompt, in order
+  std::map<std::string, double> sum;
+};
+
+nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, const std::string& address,
+                           const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::string>& tasks) {
+  std::vector<std::unique_ptr<Client>> clients;
+  for (const std::string& d : a.drafters) {
+    ClientOptions o = options_for(a, d);
+    if (address.empty()) {
+      o.verifier = VerifierKind::kLocal;
+      o.target_dir = a.target_dir;
+      o.memory_budget = a.budget;
+      // Streamed, the baseline is EdgeLLM's Std: each matrix read when the
+      // forward reaches it. The drafters run with the read-ahead pipeline.
+      if (!a.budget.empty() && clients.empty()) o.stream_pipeline = false;
+    } else {
+      o.verifier = VerifierKind::kServer;
+      o.server = address;
+      if (o.drafter != "model" && o.drafter != "model-tree") o.tokenizer = a.target_dir;
+    }
+    clients.push_back(Client::connect(o));
+  }
+  Request req;
+  req.max_new_tokens = a.max_new_tokens;
+  req.ignore_eos = true;
+  req.gamma = a.gamma;
+  const size_t n = a.drafters.size();
+  std::map<std::string, std::vector<Row>> rows;  // task -> per drafter
+  std::vector<Row> all(n);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    std::vector<Row>& task = rows[tasks[p]];
+    task.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t c = (p + i) % n;
+      const Stats s = clients[c]->generate_ids(prompts[p], req).stats;
+      for (Row* r : {&task[c], &all[c]}) {
+        r->costs.push_back({s.wall_ms, static_cast<double>(s.new_tokens)});
+        r->sum["tokens"] += static_cast<double>(s.new_tokens);
+        r->sum["wall_ms"] += s.wall_ms;
+        r->sum["rounds"] += static_cast<double>(s.rounds);
+        r->sum["accepted"] += s.accepted_per_round * static_cast<double>(s.rounds);
+        r->sum["nodes"] += s.tree_nodes * static_cast<double>(s.rounds);
+        r->sum["draft_ms"] += s.draft_ms;
+        r->sum["memory"] = std::max(r->sum["memory"], static_cast<double>(s.drafter_memory_bytes));
+        r->sum["top_k_bytes"] += static_cast<double>(s.verdict_top_k_bytes);
+        r->sum["verdict_bytes"] += static_cast<double>(s.verdict_bytes);
+        for (const char* k : {"lut_update_ms", "lut_update_wait_ms"}) {
+          auto it = s.drafter_counters.find(k);
+          if (it != s.drafter_counters.end()) r->sum[k] += it->second;
+        }
+      }
+    }
+    std::fprintf(stderr, "\r%s: prompt %zu/%zu", where.c_str(), p + 1, prompts.size());
+  }
+  std::fprintf(stderr, "\n");
+  rows["all"] = all;
+
+  nlohmann::json out = nlohmann::json::array();
+  if (!a.json)
+    std::printf("\n%s; %zu prompts x %d tokens, greedy; speedup over %s in the same run (all: 95%% interval, paired "
+                "bootstrap over prompts)\n\n| task | drafter | MAT | ms/token | speedup | draft ms/round | tree nodes |\n"
+                "|---|---|---|---|---|---|---|\n",
+                where.c_str(), prompts.size(), a.max_new_tokens, a.drafters[0].c_str());
+  for (auto& [task, rs] : rows) {
+    for (size_t c = 0; c < n; ++c) {
+      std::map<std::string, double>& s = rs[c].sum;
+      const double rounds = s["rounds"];
+      // Tokens per verification, bonus included; plain decoding's is 1.
+      const double mat = rounds > 0 ? (s["accepted"] + rounds) / rounds : 1.0;
+      const double ms = s["tokens"] > 0 ? s["wall_ms"] / s["tokens"] : 0.0;
+      const double sp = speedup(rs[0].costs, rs[c].costs);
+      nlohmann::json j = {{"where", where},
+                          {"task", task},
+                          {"drafter", a.drafters[c]},
+                          {"prompts", rs[c].costs.size()},
+                          {"mat", mat},
+                          {"ms_per_token", ms},
+                          {"speedup", sp},
+                          {"draft_ms_per_round", rounds > 0 ? s["draft_ms"] / rounds : 0.0},
+                          {"tree_nodes", rounds > 0 ? s["nodes"] / rounds : 0.0},
+                          {"drafter_memory_bytes", s["memory"]},
+                          {"top_k_bytes_per_round", rounds > 0 ? s["top_k_bytes"] / rounds : 0.0},
+                          {"verdict_bytes_per_round", rounds > 0 ? s["verdict_bytes"] / rounds : 0.0},
+                          {"lut_update_ms_per_round", rounds > 0 ? s["lut_update_ms"] / rounds : 0.0},
+                          {"lut_update_wait_ms_per_round", rounds > 0 ? s["lut_update_wait_ms"] / rounds : 0.0},
+                          {"wall_ms_per_round", rounds > 0 ? s["wall_ms"] / rounds : 0.0}};
+      std::string interval;
+      if (task == "all" && c > 0 && rs[c].costs.size() > 1) {
+        const Interval iv = speedup_interval(rs[0].costs, rs[c].costs);
+        j["speedup_ci95"] = {iv.lo, iv.hi};
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " (%.2f-%.2f)", iv.lo, iv.hi);
+        interval = buf;
+      }
+      out.push_back(j);
+      if (!a.json)
+        std::printf("| %s | %s | %.2f | %.3f | %.2fx%s | %.3f | %.1f |\n", task.c_str(), a.drafters[c].c_str(), mat, ms,
+                    sp, interval.c_str(), j["draft_ms_per_round"].get<double>(), j["tree_nodes"].get<double>());
+    }
+  }
+  std::fflush(stdout);
+  return out;
+}
+
+int run_bench_drafters(const DrafterBenchArgs& a) {
+  if (a.drafters.empty()) throw Error("bench drafters: --drafters is empty");
+  if (a.per_category < 1) throw Error("bench drafters: --per-category must be at least 1");
+  const std::vector<PromptRecord> records = read_prompt_records(a.prompts, 0);
+  std::map<std::string, int32_t> taken;
+  std::vector<std::string> texts, tasks;
+  for (const PromptRecord& r : records) {
+    const std::string task = task_of(r.category);
+    if (taken[task]++ >= a.per_category) continue;
+    texts.push_back(r.text);
+    tasks.push_back(task);
+  }
+  const ModelConfig config = load_model_config(a.target_dir);
+  Tokenizer tok(a.target_dir);
+  // Room for the generation and the largest tree a round may hold.
+  const int64_t keep = config.max_position_embeddings - a.max_new_tokens - 65;
+  if (keep < 2) throw Error("bench drafters: max-new-tokens leaves no room for a prompt in the target's context");
+  const std::vector<std::vector<int32_t>> prompts = encode_prompts(texts, tok, keep);
+  nlohmann::json all = nlohmann::json::array();
+  auto add = [&](const nlohmann::json& rows) {
+    for (const auto& r : rows) all.push_back(r);
+  };
+  if (a.server.empty()) {
+    add(run_setting(a, a.budget.empty() ? "in memory" : "streamed, budget " + a.budget + " (baseline: Std)", "", prompts, tasks));
+  } else {
+    for (double delay : a.delays_ms) {
+      NetemOptions n;
+      n.upstream = a.server;
+      n.delay_ms = delay;
+      NetemProxy proxy(n);
+      proxy.start();
+      char where[64];
+      std::snprintf(where, sizeof where, "server, %g ms one-way", delay);
+      add(run_setting(a, where, "127.0.0.1:" + std::to_string(proxy.port()), prompts, tasks));
+    }
+  }
+  if (a.json) std::cout << all.dump(1) << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_bench_drafters(CLI::App& bench) {
+  auto a = std::make_shared<DrafterBenchArgs>();
+  CLI::App* cmd = bench.add_subcommand(
+      "drafters", "Every drafter against plain decoding by Spec-Bench task: MAT, ms/token, speedup, drafting ms/round");
+  cmd->add_option("--target", a->target_dir, "Target model directory (verified locally; its tokenizer encodes prompts)")
+      ->required();
+  cmd->add_option("--draft", a->draft_dir, "Draft model directory (model, model-tree)");
+  cmd->add_option("--lut", a->lut, "Look-up tables for lut rows (default: they start empty)");
+  cmd->add_option("--prompts", a->prompts, "Spec-Bench JSONL (category and turns), e.g. ../shared/prompts/spec_bench.jsonl")
+      ->required();
+  cmd->add_option("--per-category", a->per_category, "Prompts per task, from the top")->capture_default_str();
+  cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens per prompt (EOS ignored)")->capture_default_str();
+  cmd->add_option("--drafters", a->drafters,
+                  "Rows, the first the baseline: drafter names, lut-static (lut with a static top-K tree), each "
+                  "optionally with /KEY=VALUE drafter options, e.g. lut/budget=24")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--budget", a->budget, "Stream the target under this memory budget (25%, 8MiB); default in memory");
+  cmd->add_option("--server", a->server, "Verify on this splitspec-server instead, through a netem proxy per delay");
+  cmd->add_option("--delays-ms", a->delays_ms, "With --server: one-way delays")->delimiter(',')->capture_default_str();
+  cmd->add_option("--gamma", a->gamma, "model and pld: tokens per round")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Compute threads")->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print one JSON array of rows instead of tables");
+  return [a]() { return run_bench_drafters(*a); };
+}
+
+}  // namespace splitspec::cli

@@ -1,0 +1,260 @@
+#include "common/drafting/lut_tables.h"
+
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/engine/safetensors.h"
+#include "common/util/error.h"
+
+namespace splitspec {
+
+namespace {
+
+constexpr float kObservedProb = 0.5f;
+
+uint16_t to_half(float x) { return c10::Half(x).x; }
+float from_half(uint16_t bits) { return static_cast<float>(c10::Half(bits, c10::Half::from_bits())); }
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::string sidecar(const std::string& path) {
+  return std::filesystem::path(path).replace_extension(".json").string();
+}
+
+}  // namespace
+
+void LutOptions::validate() const {
+  if (k < 1 || k > 64) throw Error("lut: k must be in [1, 64], got " + std::to_string(k));
+  if (order < 1 || order > 8) throw Error("lut: order must be in [1, 8], got " + std::to_string(order));
+  if (order > 1 && (slots < 1 || slots > (1 << 24)))
+    throw Error("lut: slots must be in [1, 16777216], got " + std::to_string(slots));
+}
+
+LutTables::LutTables(int64_t vocab_size, const LutOptions& options) : vocab_(vocab_size), options_(options) {
+  options_.validate();
+  if (vocab_ < 1) throw Error("lut: vocabulary size must be positive");
+  const size_t k = static_cast<size_t>(options_.k);
+  unigram_ids_.assign(static_cast<size_t>(vocab_) * k, -1);
+  unigram_probs_.assign(static_cast<size_t>(vocab_) * k, 0);
+  const size_t slots = options_.order > 1 ? static_cast<size_t>(options_.slots) : 0;
+  keys_.assign(slots, 0);
+  slot_ids_.assign(slots * k, -1);
+  slot_probs_.assign(slots * k, 0);
+}
+
+uint64_t LutTables::key_of(const int32_t* end, int32_t n) const {
+  uint64_t h = mix(static_cast<uint64_t>(n));
+  for (int32_t i = 1; i <= n; ++i) h = mix(h ^ static_cast<uint32_t>(end[-i]));
+  return h | 1;  // 0 marks a free slot
+}
+
+LutTables::RowRef LutTables::row(const int32_t* end, int32_t n) const {
+  const size_t k = static_cast<size_t>(options_.k);
+  if (n == 1) {
+    const size_t at = static_cast<size_t>(end[-1]) * k;
+    return {const_cast<int32_t*>(&unigram_ids_[at]), const_cast<uint16_t*>(&unigram_probs_[at])};
+  }
+  const uint64_t key = key_of(end, n);
+  const size_t slot = static_cast<size_t>(key % keys_.size());
+  if (keys_[slot] != key) return {nullptr, nullptr};
+  return {const_cast<int32_t*>(&slot_ids_[slot * k]), const_cast<uint16_t*>(&slot_probs_[slot * k])};
+}
+
+LutTables::RowRef LutTables::row(const int32_t* end, int32_t n, bool create) {
+  RowRef r = static_cast<const LutTables&>(*this).row(end, n);
+  if (r.ids || !create) return r;
+  const size_t k = static_cast<size_t>(options_.k);
+  const uint64_t key = key_of(end, n);
+  const size_t slot = static_cast<size_t>(key % keys_.size());
+  keys_[slot] = key;
+  std::fill_n(&slot_ids_[slot * k], k, -1);
+  std::fill_n(&slot_probs_[slot * k], k, uint16_t{0});
+  return {&slot_ids_[slot * k], &slot_probs_[slot * k]};
+}
+
+void LutTables::merge(RowRef r, int32_t token, float prob) {
+  const int32_t k = options_.k;
+  int32_t at = -1;
+  for (int32_t i = 0; i < k && at < 0; ++i)
+    if (r.ids[i] == token || r.ids[i] < 0) at = i;
+  if (at < 0) {
+    // Full and without it: it replaces the least probable if it beats it.
+    if (prob <= from_half(r.probs[k - 1])) return;
+    at = k - 1;
+  }
+  r.ids[at] = token;
+  r.probs[at] = to_half(prob);
+  // Rows stay sorted, most probable first, free places last.
+  while (at > 0 && (r.ids[at - 1] < 0 || from_half(r.probs[at - 1]) < from_half(r.probs[at]))) {
+    std::swap(r.ids[at - 1], r.ids[at]);
+    std::swap(r.probs[at - 1], r.probs[at]);
+    --at;
+  }
+  while (at + 1 < k && r.ids[at + 1] >= 0 && from_half(r.probs[at + 1]) > from_half(r.probs[at])) {
+    std::swap(r.ids[at + 1], r.ids[at]);
+    std::swap(r.probs[at + 1], r.probs[at]);
+    ++at;
+  }
+}
+
+void LutTables::lookup(const int32_t* end, int64_t length, std::vector<LutCandidate>& out) const {
+  out.clear();
+  const int32_t k = options_.k;
+  for (int32_t n = static_cast<int32_t>(std::min<int64_t>(options_.order, length)); n >= 1; --n) {
+    const RowRef r = row(end, n);
+    if (!r.ids) continue;
+    for (int32_t i = 0; i < k && r.ids[i] >= 0; ++i) {
+      const int32_t t = r.ids[i];
+      if (std::none_of(out.begin(), out.end(), [t](const LutCandidate& c) { return c.token == t; }))
+        out.push_back({t, from_half(r.probs[i])});
+      if (static_cast<int32_t>(out.size()) == k) return;
+    }
+  }
+}
+
+void LutTables::update(const int32_t* end, int64_t length, const std::vector<int32_t>& ids,
+                       const std::vector<float>& probs) {
+  if (ids.size() != probs.size()) throw Error("lut: top-K ids and probabilities differ in count");
+  const size_t take = std::min(ids.size(), static_cast<size_t>(options_.k));
+  for (int32_t n = 1; n <= std::min<int64_t>(options_.order, length); ++n) {
+    const RowRef r = row(end, n, true);
+    for (size_t i = 0; i < take; ++i)
+      if (ids[i] >= 0 && ids[i] < vocab_ && std::isfinite(probs[i])) merge(r, ids[i], probs[i]);
+  }
+}
+
+void LutTables::observe(const int32_t* end, int64_t length, int32_t token) {
+  if (token < 0 || token >= vocab_) return;
+  const int32_t k = options_.k;
+  for (int32_t n = 1; n <= std::min<int64_t>(options_.order, length); ++n) {
+    const RowRef r = row(end, n, true);
+    int32_t used = 0;
+    bool present = false;
+    for (; used < k && r.ids[used] >= 0; ++used) present = present || r.ids[used] == token;
+    if (present) continue;
+    const int32_t at = used < k ? used : k - 1;
+    r.probs[at] = used == 0 ? to_half(kObservedProb) : r.probs[used - 1];
+    r.ids[at] = token;
+  }
+}
+
+size_t LutTables::memory_bytes() const {
+  return unigram_ids_.size() * sizeof(int32_t) + unigram_probs_.size() * sizeof(uint16_t) +
+         keys_.size() * sizeof(uint64_t) + slot_ids_.size() * sizeof(int32_t) + slot_probs_.size() * sizeof(uint16_t);
+}
+
+int64_t LutTables::rows_used() const {
+  const size_t k = static_cast<size_t>(options_.k);
+  int64_t n = 0;
+  for (size_t i = 0; i < unigram_ids_.size(); i += k) n += unigram_ids_[i] >= 0;
+  for (uint64_t key : keys_) n += key != 0;
+  return n;
+}
+
+void LutTables::save(const std::string& path, const std::string& tokenizer_fingerprint) const {
+  const int64_t k = options_.k, slots = static_cast<int64_t>(keys_.size());
+  std::vector<TensorToWrite> t = {
+      {"unigram.ids", DType::I32, {vocab_, k}, unigram_ids_.data(), unigram_ids_.size() * sizeof(int32_t)},
+      {"unigram.probs", DType::F16, {vocab_, k}, unigram_probs_.data(), unigram_probs_.size() * sizeof(uint16_t)},
+  };
+  if (slots > 0) {
+    t.push_back({"slots.keys", DType::I64, {slots}, keys_.data(), keys_.size() * sizeof(uint64_t)});
+    t.push_back({"slots.ids", DType::I32, {slots, k}, slot_ids_.data(), slot_ids_.size() * sizeof(int32_t)});
+    t.push_back({"slots.probs", DType::F16, {slots, k}, slot_probs_.data(), slot_probs_.size() * sizeof(uint16_t)});
+  }
+  write_safetensors(path, t);
+  nlohmann::json j = {{"format", "splitspec-lut"}, {"version", 1},      {"vocab_size", vocab_},
+                      {"k", options_.k},          {"order", options_.order}, {"slots", options_.slots},
+                      {"tokenizer_fingerprint", tokenizer_fingerprint}};
+  const std::string side = sidecar(path), tmp = side + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << j.dump(2) << "\n";
+    if (!f) throw Error(tmp + ": cannot write");
+  }
+  std::filesystem::rename(tmp, side);
+}
+
+LutTables LutTables::load(const std::string& path, int64_t vocab_size, const std::string& tokenizer_fingerprint) {
+  const std::string side = sidecar(path);
+  std::ifstream f(side);
+  if (!f) throw Error(side + ": look-up tables need this file next to " + path);
+  nlohmann::json j;
+  try {
+    f >> j;
+  } catch (const std::exception& e) {
+    throw Error(side + ": not valid JSON (" + e.what() + ")");
+  }
+  LutOptions o;
+  int64_t vocab = 0;
+  std::string fingerprint;
+  try {
+    if (j.at("format").get<std::string>() != "splitspec-lut") throw Error("format is not splitspec-lut");
+    vocab = j.at("vocab_size").get<int64_t>();
+    o.k = j.at("k").get<int32_t>();
+    o.order = j.at("order").get<int32_t>();
+    o.slots = j.at("slots").get<int32_t>();
+    fingerprint = j.value("tokenizer_fingerprint", std::string());
+  } catch (const Error& e) {
+    throw Error(side + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw Error(side + ": " + e.what());
+  }
+  if (vocab != vocab_size)
+    throw Error(path + ": tables built for a vocabulary of " + std::to_string(vocab) + ", but the target has " +
+                std::to_string(vocab_size) + "; build them for this target (splitspec train lut)");
+  if (!fingerprint.empty() && !tokenizer_fingerprint.empty() && fingerprint != tokenizer_fingerprint)
+    throw Error(path + ": tables built with tokenizer " + fingerprint + ", but this one is " + tokenizer_fingerprint +
+                "; build them for this target (splitspec train lut)");
+  try {
+    o.validate();
+  } catch (const Error& e) {
+    throw Error(side + ": " + e.what());
+  }
+  LutTables t(vocab, o);
+  SafetensorsFile st(path);
+  auto fill = [&](const std::string& name, DType dtype, std::vector<int64_t> shape, void* dst, size_t nbytes) {
+    auto it = st.tensors().find(name);
+    if (it == st.tensors().end()) throw Error(path + ": tensor '" + name + "' is missing");
+    const TensorInfo& ti = it->second;
+    if (ti.dtype != dtype || ti.shape != shape || ti.nbytes != nbytes)
+      throw Error(path + ": tensor '" + name + "' is " + dtype_name(ti.dtype) + " " + shape_str(ti.shape) +
+                  ", expected " + dtype_name(dtype) + " " + shape_str(shape));
+    std::memcpy(dst, ti.data, nbytes);
+  };
+  const int64_t k = o.k;
+  fill("unigram.ids", DType::I32, {vocab, k}, t.unigram_ids_.data(), t.unigram_ids_.size() * sizeof(int32_t));
+  fill("unigram.probs", DType::F16, {vocab, k}, t.unigram_probs_.data(), t.unigram_probs_.size() * sizeof(uint16_t));
+  if (!t.keys_.empty()) {
+    const int64_t slots = static_cast<int64_t>(t.keys_.size());
+    fill("slots.keys", DType::I64, {slots}, t.keys_.data(), t.keys_.size() * sizeof(uint64_t));
+    fill("slots.ids", DType::I32, {slots, k}, t.slot_ids_.data(), t.slot_ids_.size() * sizeof(int32_t));
+    fill("slots.probs", DType::F16, {slots, k}, t.slot_probs_.data(), t.slot_probs_.size() * sizeof(uint16_t));
+  }
+  // Every id a valid token or a free place, every probability finite in
+  // [0, 1]: lookups then need no checks.
+  auto check = [&](const std::vector<int32_t>& ids, const std::vector<uint16_t>& probs, const char* what) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const float p = from_half(probs[i]);
+      if (ids[i] < -1 || ids[i] >= vocab || !(p >= 0.0f && p <= 1.0f))
+        throw Error(path + ": " + what + " row " + std::to_string(i / static_cast<size_t>(k)) +
+                    " holds an id outside the vocabulary or a probability outside [0, 1]");
+    }
+  };
+  check(t.unigram_ids_, t.unigram_probs_, "unigram");
+  check(t.slot_ids_, t.slot_probs_, "hashed");
+  return t;
+}
+
+}  // namespace splitspec

@@ -1,0 +1,256 @@
+// The lut drafter end to end: DIAA's tables and dynamic tree through the
+// local verifier (in memory and streamed) and the server verifier over real
+// gRPC with no draft model on the client.
+#include <gtest/gtest.h>
+
+#include "client/client.h"
+#include "common/drafting/lut_tables.h"
+#include "common/drafting/registry.h"
+#include "common/engine/model.h"
+#include "common/engine/tokenizer.h"
+#include "common/util/error.h"
+#include "tests/edge_cloud_util.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+namespace {
+
+std::string demo_lut() { return demo_target_dir() + "/lut.safetensors"; }
+
+ClientOptions local_lut(const std::string& budget, bool warm) {
+  ClientOptions o;
+  o.verifier = VerifierKind::kLocal;
+  o.target_dir = demo_target_dir();
+  o.drafter = "lut";
+  o.memory_budget = budget;
+  if (warm) o.drafter_options["tables"] = demo_lut();
+  return o;
+}
+
+std::vector<std::vector<int32_t>> reference_ids(const Request& req, int prompts) {
+  ClientOptions o;
+  o.verifier = VerifierKind::kLocal;
+  o.drafter = "none";
+  o.target_dir = demo_target_dir();
+  auto plain = Client::connect(o);
+  std::vector<std::vector<int32_t>> out;
+  for (int p = 0; p < prompts; ++p) out.push_back(plain->generate(test_prompts()[p], req).ids);
+  return out;
+}
+
+TEST(LutDrafter, GreedyEqualsTheTargetAloneInMemoryAndStreamed) {
+  Request req;
+  req.max_new_tokens = 48;
+  req.ignore_eos = true;
+  const auto want = reference_ids(req, 4);
+  for (const std::string budget : {"", "25%"}) {
+    for (bool warm : {true, false}) {
+      auto client = Client::connect(local_lut(budget, warm));
+      int64_t rounds = 0;
+      for (int p = 0; p < 4; ++p) {
+        const Result r = client->generate(test_prompts()[p], req);
+        EXPECT_EQ(r.ids, want[p]) << "budget '" << budget << "' warm " << warm << " prompt " << p;
+        rounds += r.stats.rounds;
+        EXPECT_LT(r.stats.drafter_memory_bytes, (1u << 20) + 4096u);
+      }
+      EXPECT_LT(rounds, 4 * 48) << "the tables should be right sometimes";
+    }
+    ClientOptions pld = local_lut(budget, false);
+    pld.drafter = "pld";
+    pld.drafter_options.clear();
+    auto client = Client::connect(pld);
+    for (int p = 0; p < 4; ++p) EXPECT_EQ(client->generate(test_prompts()[p], req).ids, want[p]) << "pld " << p;
+  }
+}
+
+TEST(LutDrafter, OverGrpcWithNoDraftModelOnTheClient) {
+  Request req;
+  req.max_new_tokens = 48;
+  req.ignore_eos = true;
+  const auto want = reference_ids(req, 6);
+  LocalServer srv = start_server(demo_target_dir());
+  for (const std::string drafter : {"lut", "pld"}) {
+    ClientOptions o;
+    o.verifier = VerifierKind::kServer;
+    o.server = srv.address;
+    o.drafter = drafter;
+    if (drafter == "lut")
+      o.drafter_options["tables"] = demo_lut();  // its directory holds the tokenizer too
+    else
+      o.tokenizer = demo_target_dir();
+    ASSERT_TRUE(o.draft_dir.empty());
+    auto client = Client::connect(o);
+    for (int p = 0; p < 6; ++p) {
+      const Result r = client->generate(test_prompts()[p], req);
+      EXPECT_EQ(r.ids, want[p]) << drafter << " prompt " << p;
+      EXPECT_LT(r.stats.rounds, 48);
+      if (drafter == "lut") {
+        // K = 8 ids and probabilities for each appended token.
+        EXPECT_GT(r.stats.verdict_top_k_bytes, r.stats.rounds * 8 * 5);
+      } else {
+        EXPECT_EQ(r.stats.verdict_top_k_bytes, 0);
+      }
+    }
+  }
+}
+
+// Sampled verification of chosen nodes (one-hot q): siblings and shared
+// prefixes, every generation of one client learning into the same tables.
+TEST(LutDrafter, SampledOutputHasTheTargetsDistribution) {
+  TempDir dir;
+  constexpr int64_t kVocab = 12;
+  Model::random(tiny_config(kVocab, 2), 41)->save(dir.str("target"));
+  auto target = Model::load(dir.str("target"));
+  LocalServer srv = start_server(dir.str("target"));
+  const std::vector<int32_t> prompt = {1, 5, 7};
+  Request req;
+  req.max_new_tokens = 3;
+  req.ignore_eos = true;
+  req.temperature = 0.05f;  // random weights give flat logits: sharpen them
+  for (bool server : {false, true}) {
+    ClientOptions o;
+    o.drafter = "lut";
+    if (server) {
+      o.verifier = VerifierKind::kServer;
+      o.server = srv.address;
+    } else {
+      o.verifier = VerifierKind::kLocal;
+      o.target_dir = dir.str("target");
+    }
+    auto client = Client::connect(o);
+    int64_t branched = 0, accepted = 0, rounds = 0;
+    expect_targets_two_token_distribution(*client, *target, prompt, req, 3000, server ? 21000 : 11000,
+                                          [&](const Result& r) {
+                                            branched += r.stats.branched_trees;
+                                            rounds += r.stats.rounds;
+                                            accepted += static_cast<int64_t>(
+                                                r.stats.accepted_per_round * static_cast<double>(r.stats.rounds) + 0.5);
+                                          });
+    EXPECT_GT(branched, 1000) << "trees with siblings must be part of what is tested";
+    EXPECT_GT(accepted, 300);
+    EXPECT_LT(accepted, 2 * rounds);
+  }
+}
+
+TEST(LutDrafter, TablesLearnAcrossGenerationsWithUpdatesOffTheCriticalPath) {
+  auto client = Client::connect(local_lut("", false));
+  Request req;
+  req.max_new_tokens = 64;
+  req.ignore_eos = true;
+  const Result first = client->generate(test_prompts()[1], req);
+  const Result second = client->generate(test_prompts()[1], req);
+  EXPECT_EQ(first.ids, second.ids);
+  EXPECT_LT(second.stats.rounds, first.stats.rounds) << "the second run finds the first one's top K in the tables";
+  EXPECT_GT(second.stats.drafter_counters.at("lut_update_ms"), 0.0);
+  EXPECT_GE(second.stats.drafter_counters.at("lut_update_wait_ms"), 0.0);
+  EXPECT_EQ(second.stats.drafter_counters.at("lut_bytes"), first.stats.drafter_counters.at("lut_bytes"));
+}
+
+TEST(LutDrafter, ClearErrors) {
+  TempDir dir;
+  auto refused = [](ClientOptions o, const std::string& what) {
+    try {
+      Client::connect(o);
+      ADD_FAILURE() << "connected; expected an error mentioning " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  LutTables(50, LutOptions{}).save(dir.str("small.safetensors"), "");
+  ClientOptions o = local_lut("", false);
+  o.drafter_options["tables"] = dir.str("small.safetensors");
+  refused(o, "vocabulary of 50");
+  LutTables(8000, LutOptions{}).save(dir.str("other.safetensors"), "0123456789abcdef");
+  o.drafter_options["tables"] = dir.str("other.safetensors");
+  refused(o, "tokenizer 0123456789abcdef");
+  o = local_lut("", true);
+  o.drafter_options["k"] = "4";
+  refused(o, "start cold");
+  o = local_lut("", false);
+  o.drafter_options["bogus"] = "1";
+  refused(o, "no option 'bogus'");
+  o.drafter_options = {{"budget", "x"}};
+  refused(o, "not a whole number");
+  o.drafter_options = {{"tree", "round"}};
+  refused(o, "neither dynamic nor static");
+  o.drafter = "model";
+  o.draft_dir = demo_draft_dir();
+  o.drafter_options = {{"budget", "4"}};
+  refused(o, "drafter model has no option 'budget'");
+
+  // A server that sends fewer top-K entries than the tables keep.
+  std::unique_ptr<Child> child;
+  const std::string address = spawn_server(demo_target_dir(), dir, child, {"--max-verdict-top-k", "4"});
+  ClientOptions edge;
+  edge.verifier = VerifierKind::kServer;
+  edge.server = address;
+  edge.drafter = "lut";
+  edge.drafter_options["tables"] = demo_lut();
+  refused(edge, "max_verdict_top_k");
+  edge.drafter_options = {{"k", "4"}};
+  edge.tokenizer = demo_target_dir();
+  Request req;
+  req.max_new_tokens = 8;
+  EXPECT_EQ(Client::connect(edge)->generate("The ship", req).ids.size(), 8u);
+}
+
+TEST(PldDrafter, ProposesWhatFollowedTheLatestMatch) {
+  DrafterSpec spec;
+  spec.vocab_size = 50;
+  auto d = find_drafter("pld").make(spec);
+  DraftParams params;
+  params.gamma = 4;
+  d->begin({1, 2, 3, 4, 9, 1, 2}, params);
+  // (4, 9... no; the suffix (1, 2) last occurred at the start.
+  EXPECT_EQ(d->propose(16).tokens, (std::vector<int32_t>{3, 4, 9, 1}));
+  EXPECT_EQ(d->propose(2).tokens, (std::vector<int32_t>{3, 4}));
+  const DraftTree sent = d->propose(4);
+  Verdict v;
+  v.accepted = 1;
+  v.path = {0};
+  v.tokens = {3, 7};
+  d->accept({sent, v, VerdictExtras{}});
+  // History ends (2, 3, 7): no earlier 7, so nothing to propose.
+  EXPECT_EQ(d->propose(4).size(), 0);
+  spec.options = {{"ngram_min", "0"}};
+  EXPECT_THROW(find_drafter("pld").make(spec), Error);
+}
+
+}  // namespace
+}  // namespace splitspec::test
+
+namespace splitspec::test {
+namespace {
+
+// `splitspec train lut` warm-starts tables a client then loads, and `generate
+// --lut` uses them.
+TEST(TrainLut, WritesTablesForTheTargetsVocabularyAndTokenizer) {
+  TempDir dir;
+  write_file(dir.str("warm.txt"),
+             "The ship sailed out of the harbour at dawn, and the crew sang as the wind rose.\n\n"
+             "Fellow citizens, the state of the Union is strong, and the Congress has done its part.\n");
+  const std::string out = dir.str("t.safetensors");
+  const CliRun r = run_cli("train lut --target " + demo_target_dir() + " --corpus " + dir.str("warm.txt") +
+                           " --tokens 60 --k 4 --order 2 --slots 128 --out " + out + " --threads 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find(" positions, "), std::string::npos) << r.out;
+  const LutTables t = LutTables::load(out, 8000, Tokenizer(demo_target_dir()).fingerprint());
+  EXPECT_EQ(t.options().k, 4);
+  EXPECT_EQ(t.options().order, 2);
+  EXPECT_GT(t.rows_used(), 30);
+  const CliRun g = run_cli("generate --target " + demo_target_dir() + " --drafter lut --lut " + out +
+                           " --prompt 'The ship' --max-new-tokens 16 --json --threads 1");
+  ASSERT_EQ(g.status, 0) << g.err;
+  EXPECT_NE(g.out.find("\"drafter\":\"lut\""), std::string::npos) << g.out;
+  // A missing text and --lut without the lut drafter are clear errors.
+  const CliRun bad = run_cli("train lut --target " + demo_target_dir() + " --corpus " + dir.str("none.txt") +
+                             " --out " + out);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("none.txt"), std::string::npos) << bad.err;
+  const CliRun wrong = run_cli("generate --target " + demo_target_dir() + " --lut " + out + " --prompt 'The ship'");
+  EXPECT_NE(wrong.status, 0);
+  EXPECT_NE(wrong.err.find("--lut gives the lut drafter its tables"), std::string::npos) << wrong.err;
+}
+
+}  // namespace
+}  // namespace splitspec::test
