@@ -136,6 +136,7 @@ class ScriptedServer final : public v1::SplitSpec::Service {
     info->set_vocab_size(kVocab);
     info->set_max_context(64);
     info->set_max_draft_tokens(8);
+    info->set_max_verdict_top_k(8);
     info->add_early_exit_layers(1);
     info->set_serving(true);
     return grpc::Status::OK;
@@ -201,6 +202,45 @@ std::unique_ptr<grpc::Server> serve(ScriptedServer& service, std::string& addres
 // ends the generation with an error that says what is wrong. Early verdicts
 // most of all, which would otherwise reach a pre-draft worker, where an
 // out-of-range id once terminated the whole process.
+// The top K a lut client asks for come from the server too: ids outside the
+// vocabulary or probabilities outside [0, 1] are refused before they reach
+// the tables.
+TEST(EdgeCloudFaults, MalformedTopKFromTheServerIsAClearError) {
+  auto run = [](std::vector<int32_t> ids, std::vector<float> probs) {
+    ScriptedServer service([ids, probs](const v1::Draft&) {
+      v1::RoundVerdict v;
+      v.add_tokens(3);
+      v.set_final(true);
+      v1::TokenDistribution* k = v.add_top_k();
+      k->mutable_ids()->Add(ids.begin(), ids.end());
+      k->mutable_probs()->Add(probs.begin(), probs.end());
+      return std::vector<v1::RoundVerdict>{v};
+    });
+    ClientOptions o;
+    std::unique_ptr<grpc::Server> server = serve(service, o.server);
+    o.verifier = VerifierKind::kServer;
+    o.drafter = "lut";
+    o.drafter_options = {{"k", "4"}, {"order", "1"}};
+    std::string error;
+    try {
+      Request req;
+      req.max_new_tokens = 4;
+      req.ignore_eos = true;
+      Client::connect(o)->generate_ids({1, 4}, req);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    return error;
+  };
+  EXPECT_EQ(run({3, 5}, {0.5f, 0.25f}), "");
+  for (const auto& [ids, probs] : std::vector<std::pair<std::vector<int32_t>, std::vector<float>>>{
+           {{99}, {0.5f}}, {{-2}, {0.5f}}, {{3}, {1.5f}}, {{3}, {std::nanf("")}}, {{3, 4}, {0.5f}}}) {
+    EXPECT_NE(run(ids, probs).find("malformed top-K in the verdict for round 1"), std::string::npos)
+        << ids.size() << " ids, " << probs.size() << " probs";
+  }
+}
+
 TEST(EdgeCloudFaults, MalformedVerdictsOrTokensFromTheServerAreClearErrorsNotCrashes) {
   TempDir dir;
   Model::random(test::tiny_config(ScriptedServer::kVocab, 1), 32)->save(dir.str("draft"));
