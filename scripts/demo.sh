@@ -34,7 +34,8 @@ fi
 address="127.0.0.1:$(cat "$tmp/port")"
 echo "== server listening on $address"
 echo
-./build/bin/splitspec-example --server "$address" --draft models/demo-draft --prompt "$PROMPT" \
+./build/bin/splitspec-example --server "$address" --draft models/demo-draft --lut models/demo-target/lut.safetensors \
+  --prompt "$PROMPT" \
   --max-new-tokens "${MAX_NEW_TOKENS:-64}"
 status=$?
 echo

@@ -166,15 +166,15 @@ TEST(Cli, BenchEdgeCloudJsonHasEveryModeAndItsFigures) {
 }
 
 // The main command's example against a real server: every edge mode streams
-// its text, and greedy edge-sd, edge-fsd and server+model-tree reproduce cloud-ar.
+// its text, and greedy edge-sd, edge-fsd, server+model-tree and server+lut reproduce cloud-ar.
 TEST(Cli, ExampleRunsEveryEdgeModeAndChecksGreedyExactness) {
   LocalServer srv = start_server(demo_target_dir());
   const CliRun r = run_binary("splitspec-example", "--server " + srv.address + " --draft " + demo_draft_dir() +
-                                                       " --max-new-tokens 24");
+                                                       " --lut " + demo_target_dir() + "/lut.safetensors --max-new-tokens 24");
   ASSERT_EQ(r.status, 0) << r.out << r.err;
-  for (const char* part : {"== edge-sd", "== edge-fsd", "== cloud-ar", "== server+model-tree", "| edge-fsd ",
-                           "| server+model-tree |", "cache miss rate",
-                           "greedy check: edge-sd, edge-fsd, server+model-tree and cloud-ar give identical tokens",
+  for (const char* part : {"== edge-sd", "== edge-fsd", "== cloud-ar", "== server+model-tree", "== server+lut",
+                           "| edge-fsd ", "| server+model-tree |", "| server+lut ", "cache miss rate",
+                           "greedy check: edge-sd, edge-fsd, server+model-tree, server+lut and cloud-ar give identical tokens",
                            "greedy ms/token"})
     EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
   EXPECT_TRUE(wait_until([&] { return srv.server->active_sessions() == 0; }, std::chrono::seconds(10)));

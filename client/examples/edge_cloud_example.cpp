@@ -1,14 +1,17 @@
 // Example: a robot controller asking for text with the SplitSpec client API.
 //
-//   splitspec-example --server 127.0.0.1:50051 --draft models/demo-draft [--prompt TEXT]
+//   splitspec-example --server 127.0.0.1:50051 --draft models/demo-draft
+//       [--lut models/demo-target/lut.safetensors] [--prompt TEXT]
 //
-// Generates the same request four ways, each a choice of verifier and
+// Generates the same request five ways, each a choice of verifier and
 // drafter: on the server alone (cloud-ar: server + none), with drafts from
 // this device verified by the server (edge-sd: server + model), with the
 // server's early-exit verdicts letting this device pre-draft the next round
 // while the server still verifies (edge-fsd: server + model + predraft), and
 // with EdgeLLM's width-adaptive token trees sent for verification
-// (server + model-tree). Streams the texts, prints a stats table, and checks
+// (server + model-tree), and with no draft model at all: DIAA's look-up
+// tables of the target's own top-K, which the server's verdicts keep up to
+// date (server + lut). Streams the texts, prints a stats table, and checks
 // that greedy decoding gives the same tokens all ways.
 #include <cstdio>
 #include <cstring>
@@ -24,6 +27,7 @@ namespace {
 struct Args {
   std::string server = "127.0.0.1:50051";
   std::string draft = "models/demo-draft";
+  std::string lut = "models/demo-target/lut.safetensors";
   std::string prompt = "The President of the United States";
   int max_new_tokens = 64;
 };
@@ -54,10 +58,12 @@ int main(int argc, char** argv) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--server") a.server = v;
     else if (k == "--draft") a.draft = v;
+    else if (k == "--lut") a.lut = v;
     else if (k == "--prompt") a.prompt = v;
     else if (k == "--max-new-tokens") a.max_new_tokens = std::stoi(v);
     else {
-      std::cerr << "usage: splitspec-example [--server HOST:PORT] [--draft DIR] [--prompt TEXT] [--max-new-tokens N]\n";
+      std::cerr << "usage: splitspec-example [--server HOST:PORT] [--draft DIR] [--lut FILE] [--prompt TEXT] "
+                   "[--max-new-tokens N]\n";
       return 2;
     }
   }
@@ -67,6 +73,7 @@ int main(int argc, char** argv) {
     ways.push_back({"edge-sd", "model", false, nullptr});
     ways.push_back({"edge-fsd", "model", true, nullptr});
     ways.push_back({"server+model-tree", "model-tree", false, nullptr});
+    ways.push_back({"server+lut", "lut", false, nullptr});
     for (Way& w : ways) {
       splitspec::ClientOptions o;
       o.verifier = splitspec::VerifierKind::kServer;
@@ -74,6 +81,7 @@ int main(int argc, char** argv) {
       o.predraft = w.predraft;
       o.server = a.server;
       o.draft_dir = a.draft;
+      if (std::strcmp(w.drafter, "lut") == 0) o.drafter_options["tables"] = a.lut;
       w.client = splitspec::Client::connect(o);
     }
     const splitspec::ServerInfo info = ways[0].client->server_info();
@@ -89,7 +97,8 @@ int main(int argc, char** argv) {
     auto print = [](const std::string& piece) { std::cout << piece << std::flush; };
     const char* what[] = {"the server's target alone", "drafts from this device, verified by the server",
                           "as edge-sd, pre-drafting on the server's early verdicts",
-                          "EdgeLLM's token trees from this device, verified by the server"};
+                          "EdgeLLM's token trees from this device, verified by the server",
+                          "DIAA's look-up tables on this device, no draft model, verified by the server"};
     std::vector<splitspec::Result> sampled;
     for (size_t i = 0; i < ways.size(); ++i) {
       std::cout << "== " << ways[i].label << ": " << what[i] << " (sampled, seed 1)\n" << a.prompt;
@@ -113,14 +122,21 @@ int main(int argc, char** argv) {
     for (Way& w : ways) greedy.push_back(w.client->generate(a.prompt, req));
     bool same = true;
     for (const splitspec::Result& g : greedy) same = same && g.ids == greedy[0].ids;
-    std::printf("\ngreedy check: edge-sd, edge-fsd, server+model-tree and cloud-ar give %s tokens (%zu tokens; rounds: "
-                "edge-sd %lld, edge-fsd %lld, server+model-tree %lld)\n",
-                same ? "identical" : "DIFFERENT", greedy[0].ids.size(), static_cast<long long>(greedy[1].stats.rounds),
-                static_cast<long long>(greedy[2].stats.rounds), static_cast<long long>(greedy[3].stats.rounds));
-    std::printf("greedy ms/token: cloud-ar %.2f, edge-sd %.2f, edge-fsd %.2f, server+model-tree %.2f (edge-fsd cache "
-                "miss rate r %.2f)\n",
-                greedy[0].stats.ms_per_token, greedy[1].stats.ms_per_token, greedy[2].stats.ms_per_token,
-                greedy[3].stats.ms_per_token, greedy[2].stats.cache_miss_rate);
+    std::string rounds, speed;
+    for (size_t i = 0; i < ways.size(); ++i) {
+      char buf[96];
+      if (i > 0) {
+        std::snprintf(buf, sizeof buf, "%s%s %lld", i > 1 ? ", " : "", ways[i].label,
+                      static_cast<long long>(greedy[i].stats.rounds));
+        rounds += buf;
+      }
+      std::snprintf(buf, sizeof buf, "%s%s %.2f", i > 0 ? ", " : "", ways[i].label, greedy[i].stats.ms_per_token);
+      speed += buf;
+    }
+    std::printf("\ngreedy check: edge-sd, edge-fsd, server+model-tree, server+lut and cloud-ar give %s tokens (%zu "
+                "tokens; rounds: %s)\n",
+                same ? "identical" : "DIFFERENT", greedy[0].ids.size(), rounds.c_str());
+    std::printf("greedy ms/token: %s (edge-fsd cache miss rate r %.2f)\n", speed.c_str(), greedy[2].stats.cache_miss_rate);
     return same ? 0 : 1;
   } catch (const std::exception& ex) {
     std::cerr << "splitspec-example: " << ex.what() << "\n";
