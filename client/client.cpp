@@ -179,9 +179,6 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
 
   std::string tok_path = o.tokenizer;
   if (tok_path.empty()) tok_path = local ? o.target_dir : o.draft_dir;
-  // A model-free drafter on the edge: the tokenizer may sit beside its tables.
-  if (tok_path.empty() && o.drafter_options.count("tables"))
-    tok_path = std::filesystem::path(o.drafter_options.at("tables")).parent_path().string();
   if (impl->drafter.needs_draft_model) impl->spec.draft = Model::load(o.draft_dir);
   if (local) {
     impl->target = load_local_target(o);

@@ -22,9 +22,6 @@ using Base = StreamWriter<grpc::ServerBidiReactor<v1::SessionRequest, v1::Sessio
 
 grpc::Status invalid(const std::string& msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg); }
 
-// Most top-K entries a verdict may carry per token: enough for any drafter
-// that learns from them, small next to the verdict's other costs.
-
 // A wire q as the dense distribution verification needs (empty for a one-hot
 // q at the node's own token: a deterministic choice), or an error naming what
 // is wrong with it.

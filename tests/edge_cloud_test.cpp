@@ -34,8 +34,7 @@ TEST(EdgeCloud, EdgeSdGreedyMatchesTargetAloneOnManyPromptsAndEveryGamma) {
   req.ignore_eos = true;
   int64_t rounds = 0, tokens = 0;
   for (const std::string& text : test::test_prompts()) {
-    std::vector<int32_t> prompt = tok.encode(text);
-    prompt.insert(prompt.begin(), tok.bos_id());
+    const std::vector<int32_t> prompt = test::encode_prompt(tok, text);
     const test::Reference want = test::target_alone(*target, prompt, to_generate_options(req));
     for (int32_t gamma = 1; gamma <= 8; ++gamma) {
       req.gamma = gamma;

@@ -93,6 +93,12 @@ void expect_targets_two_token_distribution(Client& client, const Model& target, 
   EXPECT_GT(goodness_of_fit_pvalue(second, want.second), 1e-4) << "second token";
 }
 
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text) {
+  std::vector<int32_t> ids = tok.encode(text);
+  ids.insert(ids.begin(), tok.bos_id());
+  return ids;
+}
+
 const std::vector<std::string>& test_prompts() {
   static const std::vector<std::string> prompts = {
       "The ship sailed",

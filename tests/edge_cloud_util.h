@@ -9,6 +9,7 @@
 
 #include "client/client.h"
 #include "common/engine/model.h"
+#include "common/engine/tokenizer.h"
 #include "common/decoding/sampling.h"
 #include "proto/splitspec.grpc.pb.h"
 #include "server/server.h"
@@ -47,6 +48,9 @@ TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int
 void expect_targets_two_token_distribution(Client& client, const Model& target, const std::vector<int32_t>& prompt,
                                            Request request, int draws, uint64_t seed0,
                                            const std::function<void(const Result&)>& each);
+
+// `text` as the client encodes a prompt: BOS, then its tokens.
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text);
 
 // English prompts of a few words each, for exactness over many prompts.
 const std::vector<std::string>& test_prompts();

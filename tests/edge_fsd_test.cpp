@@ -44,8 +44,7 @@ TEST(EdgeFsd, GreedyOutputIsTheTargetsAndEdgeSdsOnManyPrompts) {
   int64_t hits = 0, rounds = 0, early = 0;
   int run = 0;
   for (const std::string& text : test::test_prompts()) {
-    std::vector<int32_t> prompt = tok.encode(text);
-    prompt.insert(prompt.begin(), tok.bos_id());
+    const std::vector<int32_t> prompt = test::encode_prompt(tok, text);
     Request req;
     req.max_new_tokens = 40;
     req.ignore_eos = true;

@@ -39,8 +39,7 @@ TEST(EdgeTree, GreedyMatchesTargetAloneOnManyPromptsWithAndWithoutPredrafting) {
   req.ignore_eos = true;
   int64_t rounds = 0, tokens = 0, branched = 0, hits = 0;
   for (const std::string& text : test::test_prompts()) {
-    std::vector<int32_t> prompt = tok.encode(text);
-    prompt.insert(prompt.begin(), tok.bos_id());
+    const std::vector<int32_t> prompt = test::encode_prompt(tok, text);
     const test::Reference want = test::target_alone(*target, prompt, to_generate_options(req));
     const Result got = tree->generate_ids(prompt, req);
     ASSERT_EQ(got.ids, want.output_ids) << "server+model-tree, '" << text << "'";

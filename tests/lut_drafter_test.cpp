@@ -74,10 +74,8 @@ TEST(LutDrafter, OverGrpcWithNoDraftModelOnTheClient) {
     o.verifier = VerifierKind::kServer;
     o.server = srv.address;
     o.drafter = drafter;
-    if (drafter == "lut")
-      o.drafter_options["tables"] = demo_lut();  // its directory holds the tokenizer too
-    else
-      o.tokenizer = demo_target_dir();
+    o.tokenizer = demo_target_dir();  // no draft model: the tokenizer alone
+    if (drafter == "lut") o.drafter_options["tables"] = demo_lut();
     ASSERT_TRUE(o.draft_dir.empty());
     auto client = Client::connect(o);
     for (int p = 0; p < 6; ++p) {
@@ -185,10 +183,10 @@ TEST(LutDrafter, ClearErrors) {
   edge.verifier = VerifierKind::kServer;
   edge.server = address;
   edge.drafter = "lut";
+  edge.tokenizer = demo_target_dir();
   edge.drafter_options["tables"] = demo_lut();
   refused(edge, "max_verdict_top_k");
   edge.drafter_options = {{"k", "4"}};
-  edge.tokenizer = demo_target_dir();
   Request req;
   req.max_new_tokens = 8;
   EXPECT_EQ(Client::connect(edge)->generate("The ship", req).ids.size(), 8u);

@@ -129,8 +129,7 @@ TEST(RoundLoop, ARegisteredDrafterRunsThroughBothVerifiersUnchanged) {
   auto pre = Client::connect(with_predraft);
   EXPECT_EQ(mode_name(with_predraft), "server+scripted+predraft");
   for (const char* text : {"The ship sailed", "It was a dark and stormy night"}) {
-    std::vector<int32_t> prompt = tok.encode(text);
-    prompt.insert(prompt.begin(), tok.bos_id());
+    const std::vector<int32_t> prompt = test::encode_prompt(tok, text);
     Request req;
     req.max_new_tokens = 24;
     req.ignore_eos = true;

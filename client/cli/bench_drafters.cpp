@@ -15,6 +15,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/netem_proxy.h"
 #include "client/cli/prompts.h"
+#include "client/cli/row_spec.h"
 #include "client/cli/speedup_interval.h"
 #include "client/client.h"
 #include "common/drafting/registry.h"
@@ -48,22 +49,18 @@ std::string task_of(const std::string& category) {
 }
 
 // "lut-static/budget=24": drafter lut with tree=static and budget=24.
-ClientOptions options_for(const DrafterBenchArgs& a, const std::string& row) {
+ClientOptions options_for(const DrafterBenchArgs& a, const std::string& spec) {
   ClientOptions o;
-  std::string name = row.substr(0, row.find('/'));
-  if (name == "lut-static") {
-    name = "lut";
+  const RowSpec row = parse_row_spec(spec);
+  o.drafter = row.name;
+  if (row.name == "lut-static") {
+    o.drafter = "lut";
     o.drafter_options["tree"] = "static";
   }
-  o.drafter = name;
-  for (size_t at = row.find('/'); at != std::string::npos;) {
-    const size_t end = row.find('/', at + 1);
-    const std::string kv = row.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw Error("bench drafters: '" + kv + "' in '" + row + "' is not a drafter option KEY=VALUE");
-    o.drafter_options[kv.substr(0, eq)] = kv.substr(eq + 1);
-    at = end;
+  for (const RowSetting& setting : row.settings) {
+    if (!setting.has_value || setting.key.empty())
+      throw Error("bench drafters: '" + setting.text + "' in '" + spec + "' is not a drafter option KEY=VALUE");
+    o.drafter_options[setting.key] = setting.value;
   }
   if (o.drafter == "lut" && !a.lut.empty() && !o.drafter_options.count("tables")) o.drafter_options["tables"] = a.lut;
   const DrafterInfo info = find_drafter(o.drafter);

@@ -11,6 +11,7 @@
 
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
+#include "client/cli/row_spec.h"
 #include "client/client.h"
 #include "common/util/error.h"
 #include "common/engine/model.h"
@@ -65,29 +66,21 @@ struct Totals {
 // beside ours in the same interleaved run. Applies the settings to `o` and
 // returns the name.
 std::string apply_row_settings(const std::string& spec, ClientOptions& o) {
-  const std::string name = spec.substr(0, spec.find('/'));
-  for (size_t at = spec.find('/'); at != std::string::npos;) {
-    const size_t end = spec.find('/', at + 1);
-    const std::string setting = spec.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
-    const size_t eq = setting.find('=');
-    const std::string key = setting.substr(0, eq);
+  const RowSpec row = parse_row_spec(spec);
+  for (const RowSetting& setting : row.settings) {
     int value = 0;
-    if (eq != std::string::npos) {
-      const char* first = setting.data() + eq + 1;
-      const char* last = setting.data() + setting.size();
-      if (std::from_chars(first, last, value).ptr != last) value = 0;
-    }
-    if (value < 1 || (key != "nodes" && key != "width") || name.rfind("tree", 0) != 0)
-      throw Error("bench local: bad setting '" + setting + "' in configuration '" + spec +
+    const char* last = setting.value.data() + setting.value.size();
+    if (setting.has_value && std::from_chars(setting.value.data(), last, value).ptr != last) value = 0;
+    if (value < 1 || (setting.key != "nodes" && setting.key != "width") || row.name.rfind("tree", 0) != 0)
+      throw Error("bench local: bad setting '" + setting.text + "' in configuration '" + spec +
                   "' (tree configurations only: nodes=N sets tree nodes and most tree nodes, width=W nodes per draft "
                   "forward; N, W >= 1)");
-    if (key == "nodes")
+    if (setting.key == "nodes")
       o.tree_nodes = o.max_tree_nodes = value;
     else
       o.tree_draft_width = value;
-    at = end;
   }
-  return name;
+  return row.name;
 }
 
 ClientOptions options_for(const LocalBenchArgs& a, const std::string& spec, const std::string& budget) {

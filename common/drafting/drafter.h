@@ -77,10 +77,11 @@ class Drafter {
   // has accepted it already.
   void record(const RoundOutcome& outcome);
 
-  // Drafting while the round is verified (EdgeLLM's provisional generation):
-  // between verifying() and verified() the drafter may work on another
-  // thread while `spare_compute` says the device has compute to spare. The
-  // default does nothing.
+  // Work while the round is verified: between verifying() and verified() the
+  // drafter may work on another thread, drafting while `spare_compute` says
+  // the device has compute to spare (EdgeLLM's provisional generation) or
+  // doing bookkeeping the next proposal does not need (DIAA's table
+  // updates). The default does nothing.
   virtual void verifying(const std::function<bool()>& spare_compute) {}
   virtual void verified() {}
 

@@ -44,13 +44,11 @@ void LutOptions::validate() const {
 LutTables::LutTables(int64_t vocab_size, const LutOptions& options) : vocab_(vocab_size), options_(options) {
   options_.validate();
   if (vocab_ < 1) throw Error("lut: vocabulary size must be positive");
-  const size_t k = static_cast<size_t>(options_.k);
-  unigram_ids_.assign(static_cast<size_t>(vocab_) * k, -1);
-  unigram_probs_.assign(static_cast<size_t>(vocab_) * k, 0);
   const size_t slots = options_.order > 1 ? static_cast<size_t>(options_.slots) : 0;
+  const size_t places = (static_cast<size_t>(vocab_) + slots) * static_cast<size_t>(options_.k);
+  ids_.assign(places, -1);
+  probs_.assign(places, 0);
   keys_.assign(slots, 0);
-  slot_ids_.assign(slots * k, -1);
-  slot_probs_.assign(slots * k, 0);
 }
 
 uint64_t LutTables::key_of(const int32_t* end, int32_t n) const {
@@ -59,51 +57,49 @@ uint64_t LutTables::key_of(const int32_t* end, int32_t n) const {
   return h | 1;  // 0 marks a free slot
 }
 
-LutTables::RowRef LutTables::row(const int32_t* end, int32_t n) const {
-  const size_t k = static_cast<size_t>(options_.k);
-  if (n == 1) {
-    const size_t at = static_cast<size_t>(end[-1]) * k;
-    return {const_cast<int32_t*>(&unigram_ids_[at]), const_cast<uint16_t*>(&unigram_probs_[at])};
-  }
+int64_t LutTables::find_row(const int32_t* end, int32_t n) const {
+  if (n == 1) return end[-1];
   const uint64_t key = key_of(end, n);
   const size_t slot = static_cast<size_t>(key % keys_.size());
-  if (keys_[slot] != key) return {nullptr, nullptr};
-  return {const_cast<int32_t*>(&slot_ids_[slot * k]), const_cast<uint16_t*>(&slot_probs_[slot * k])};
+  return keys_[slot] == key ? vocab_ + static_cast<int64_t>(slot) : -1;
 }
 
-LutTables::RowRef LutTables::row(const int32_t* end, int32_t n, bool create) {
-  RowRef r = static_cast<const LutTables&>(*this).row(end, n);
-  if (r.ids || !create) return r;
-  const size_t k = static_cast<size_t>(options_.k);
+int64_t LutTables::claim_row(const int32_t* end, int32_t n) {
+  const int64_t found = find_row(end, n);
+  if (found >= 0) return found;
   const uint64_t key = key_of(end, n);
   const size_t slot = static_cast<size_t>(key % keys_.size());
   keys_[slot] = key;
-  std::fill_n(&slot_ids_[slot * k], k, -1);
-  std::fill_n(&slot_probs_[slot * k], k, uint16_t{0});
-  return {&slot_ids_[slot * k], &slot_probs_[slot * k]};
+  const int64_t row = vocab_ + static_cast<int64_t>(slot);
+  const size_t k = static_cast<size_t>(options_.k);
+  std::fill_n(&ids_[row * k], k, -1);
+  std::fill_n(&probs_[row * k], k, uint16_t{0});
+  return row;
 }
 
-void LutTables::merge(RowRef r, int32_t token, float prob) {
+void LutTables::merge(int64_t row, int32_t token, float prob) {
   const int32_t k = options_.k;
+  int32_t* ids = &ids_[row * k];
+  uint16_t* probs = &probs_[row * k];
   int32_t at = -1;
   for (int32_t i = 0; i < k && at < 0; ++i)
-    if (r.ids[i] == token || r.ids[i] < 0) at = i;
+    if (ids[i] == token || ids[i] < 0) at = i;
   if (at < 0) {
     // Full and without it: it replaces the least probable if it beats it.
-    if (prob <= from_half(r.probs[k - 1])) return;
+    if (prob <= from_half(probs[k - 1])) return;
     at = k - 1;
   }
-  r.ids[at] = token;
-  r.probs[at] = to_half(prob);
+  ids[at] = token;
+  probs[at] = to_half(prob);
   // Rows stay sorted, most probable first, free places last.
-  while (at > 0 && (r.ids[at - 1] < 0 || from_half(r.probs[at - 1]) < from_half(r.probs[at]))) {
-    std::swap(r.ids[at - 1], r.ids[at]);
-    std::swap(r.probs[at - 1], r.probs[at]);
+  while (at > 0 && (ids[at - 1] < 0 || from_half(probs[at - 1]) < from_half(probs[at]))) {
+    std::swap(ids[at - 1], ids[at]);
+    std::swap(probs[at - 1], probs[at]);
     --at;
   }
-  while (at + 1 < k && r.ids[at + 1] >= 0 && from_half(r.probs[at + 1]) > from_half(r.probs[at])) {
-    std::swap(r.ids[at + 1], r.ids[at]);
-    std::swap(r.probs[at + 1], r.probs[at]);
+  while (at + 1 < k && ids[at + 1] >= 0 && from_half(probs[at + 1]) > from_half(probs[at])) {
+    std::swap(ids[at + 1], ids[at]);
+    std::swap(probs[at + 1], probs[at]);
     ++at;
   }
 }
@@ -112,12 +108,14 @@ void LutTables::lookup(const int32_t* end, int64_t length, std::vector<LutCandid
   out.clear();
   const int32_t k = options_.k;
   for (int32_t n = static_cast<int32_t>(std::min<int64_t>(options_.order, length)); n >= 1; --n) {
-    const RowRef r = row(end, n);
-    if (!r.ids) continue;
-    for (int32_t i = 0; i < k && r.ids[i] >= 0; ++i) {
-      const int32_t t = r.ids[i];
+    const int64_t row = find_row(end, n);
+    if (row < 0) continue;
+    const int32_t* ids = &ids_[row * k];
+    const uint16_t* probs = &probs_[row * k];
+    for (int32_t i = 0; i < k && ids[i] >= 0; ++i) {
+      const int32_t t = ids[i];
       if (std::none_of(out.begin(), out.end(), [t](const LutCandidate& c) { return c.token == t; }))
-        out.push_back({t, from_half(r.probs[i])});
+        out.push_back({t, from_half(probs[i])});
       if (static_cast<int32_t>(out.size()) == k) return;
     }
   }
@@ -128,9 +126,9 @@ void LutTables::update(const int32_t* end, int64_t length, const std::vector<int
   if (ids.size() != probs.size()) throw Error("lut: top-K ids and probabilities differ in count");
   const size_t take = std::min(ids.size(), static_cast<size_t>(options_.k));
   for (int32_t n = 1; n <= std::min<int64_t>(options_.order, length); ++n) {
-    const RowRef r = row(end, n, true);
+    const int64_t row = claim_row(end, n);
     for (size_t i = 0; i < take; ++i)
-      if (ids[i] >= 0 && ids[i] < vocab_ && std::isfinite(probs[i])) merge(r, ids[i], probs[i]);
+      if (ids[i] >= 0 && ids[i] < vocab_ && std::isfinite(probs[i])) merge(row, ids[i], probs[i]);
   }
 }
 
@@ -138,40 +136,42 @@ void LutTables::observe(const int32_t* end, int64_t length, int32_t token) {
   if (token < 0 || token >= vocab_) return;
   const int32_t k = options_.k;
   for (int32_t n = 1; n <= std::min<int64_t>(options_.order, length); ++n) {
-    const RowRef r = row(end, n, true);
+    const int64_t row = claim_row(end, n);
+    int32_t* ids = &ids_[row * k];
+    uint16_t* probs = &probs_[row * k];
     int32_t used = 0;
     bool present = false;
-    for (; used < k && r.ids[used] >= 0; ++used) present = present || r.ids[used] == token;
+    for (; used < k && ids[used] >= 0; ++used) present = present || ids[used] == token;
     if (present) continue;
     const int32_t at = used < k ? used : k - 1;
-    r.probs[at] = used == 0 ? to_half(kObservedProb) : r.probs[used - 1];
-    r.ids[at] = token;
+    probs[at] = used == 0 ? to_half(kObservedProb) : probs[used - 1];
+    ids[at] = token;
   }
 }
 
 size_t LutTables::memory_bytes() const {
-  return unigram_ids_.size() * sizeof(int32_t) + unigram_probs_.size() * sizeof(uint16_t) +
-         keys_.size() * sizeof(uint64_t) + slot_ids_.size() * sizeof(int32_t) + slot_probs_.size() * sizeof(uint16_t);
+  return ids_.size() * sizeof(int32_t) + probs_.size() * sizeof(uint16_t) + keys_.size() * sizeof(uint64_t);
 }
 
 int64_t LutTables::rows_used() const {
   const size_t k = static_cast<size_t>(options_.k);
   int64_t n = 0;
-  for (size_t i = 0; i < unigram_ids_.size(); i += k) n += unigram_ids_[i] >= 0;
+  for (size_t i = 0; i < static_cast<size_t>(vocab_) * k; i += k) n += ids_[i] >= 0;
   for (uint64_t key : keys_) n += key != 0;
   return n;
 }
 
 void LutTables::save(const std::string& path, const std::string& tokenizer_fingerprint) const {
   const int64_t k = options_.k, slots = static_cast<int64_t>(keys_.size());
+  const size_t unigram = static_cast<size_t>(vocab_ * k), hashed = static_cast<size_t>(slots * k);
   std::vector<TensorToWrite> t = {
-      {"unigram.ids", DType::I32, {vocab_, k}, unigram_ids_.data(), unigram_ids_.size() * sizeof(int32_t)},
-      {"unigram.probs", DType::F16, {vocab_, k}, unigram_probs_.data(), unigram_probs_.size() * sizeof(uint16_t)},
+      {"unigram.ids", DType::I32, {vocab_, k}, ids_.data(), unigram * sizeof(int32_t)},
+      {"unigram.probs", DType::F16, {vocab_, k}, probs_.data(), unigram * sizeof(uint16_t)},
   };
   if (slots > 0) {
     t.push_back({"slots.keys", DType::I64, {slots}, keys_.data(), keys_.size() * sizeof(uint64_t)});
-    t.push_back({"slots.ids", DType::I32, {slots, k}, slot_ids_.data(), slot_ids_.size() * sizeof(int32_t)});
-    t.push_back({"slots.probs", DType::F16, {slots, k}, slot_probs_.data(), slot_probs_.size() * sizeof(uint16_t)});
+    t.push_back({"slots.ids", DType::I32, {slots, k}, ids_.data() + unigram, hashed * sizeof(int32_t)});
+    t.push_back({"slots.probs", DType::F16, {slots, k}, probs_.data() + unigram, hashed * sizeof(uint16_t)});
   }
   write_safetensors(path, t);
   nlohmann::json j = {{"format", "splitspec-lut"}, {"version", 1},      {"vocab_size", vocab_},
@@ -206,8 +206,6 @@ LutTables LutTables::load(const std::string& path, int64_t vocab_size, const std
     o.order = j.at("order").get<int32_t>();
     o.slots = j.at("slots").get<int32_t>();
     fingerprint = j.value("tokenizer_fingerprint", std::string());
-  } catch (const Error& e) {
-    throw Error(side + ": " + e.what());
   } catch (const std::exception& e) {
     throw Error(side + ": " + e.what());
   }
@@ -233,27 +231,26 @@ LutTables LutTables::load(const std::string& path, int64_t vocab_size, const std
                   ", expected " + dtype_name(dtype) + " " + shape_str(shape));
     std::memcpy(dst, ti.data, nbytes);
   };
-  const int64_t k = o.k;
-  fill("unigram.ids", DType::I32, {vocab, k}, t.unigram_ids_.data(), t.unigram_ids_.size() * sizeof(int32_t));
-  fill("unigram.probs", DType::F16, {vocab, k}, t.unigram_probs_.data(), t.unigram_probs_.size() * sizeof(uint16_t));
-  if (!t.keys_.empty()) {
-    const int64_t slots = static_cast<int64_t>(t.keys_.size());
+  const int64_t k = o.k, slots = static_cast<int64_t>(t.keys_.size());
+  const size_t unigram = static_cast<size_t>(vocab * k), hashed = static_cast<size_t>(slots * k);
+  fill("unigram.ids", DType::I32, {vocab, k}, t.ids_.data(), unigram * sizeof(int32_t));
+  fill("unigram.probs", DType::F16, {vocab, k}, t.probs_.data(), unigram * sizeof(uint16_t));
+  if (slots > 0) {
     fill("slots.keys", DType::I64, {slots}, t.keys_.data(), t.keys_.size() * sizeof(uint64_t));
-    fill("slots.ids", DType::I32, {slots, k}, t.slot_ids_.data(), t.slot_ids_.size() * sizeof(int32_t));
-    fill("slots.probs", DType::F16, {slots, k}, t.slot_probs_.data(), t.slot_probs_.size() * sizeof(uint16_t));
+    fill("slots.ids", DType::I32, {slots, k}, t.ids_.data() + unigram, hashed * sizeof(int32_t));
+    fill("slots.probs", DType::F16, {slots, k}, t.probs_.data() + unigram, hashed * sizeof(uint16_t));
   }
   // Every id a valid token or a free place, every probability finite in
   // [0, 1]: lookups then need no checks.
-  auto check = [&](const std::vector<int32_t>& ids, const std::vector<uint16_t>& probs, const char* what) {
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const float p = from_half(probs[i]);
-      if (ids[i] < -1 || ids[i] >= vocab || !(p >= 0.0f && p <= 1.0f))
-        throw Error(path + ": " + what + " row " + std::to_string(i / static_cast<size_t>(k)) +
-                    " holds an id outside the vocabulary or a probability outside [0, 1]");
+  for (size_t i = 0; i < t.ids_.size(); ++i) {
+    const float p = from_half(t.probs_[i]);
+    if (t.ids_[i] < -1 || t.ids_[i] >= vocab || !(p >= 0.0f && p <= 1.0f)) {
+      const bool hashed_row = i >= unigram;
+      throw Error(path + ": " + (hashed_row ? "hashed" : "unigram") + " row " +
+                  std::to_string((hashed_row ? i - unigram : i) / static_cast<size_t>(k)) +
+                  " holds an id outside the vocabulary or a probability outside [0, 1]");
     }
-  };
-  check(t.unigram_ids_, t.unigram_probs_, "unigram");
-  check(t.slot_ids_, t.slot_probs_, "hashed");
+  }
   return t;
 }
 

@@ -58,24 +58,20 @@ class LutTables {
   static LutTables load(const std::string& path, int64_t vocab_size, const std::string& tokenizer_fingerprint);
 
  private:
-  struct RowRef {
-    int32_t* ids;
-    uint16_t* probs;
-  };
-  // The row for the key of `n` tokens ending at `end`; null when absent
-  // (`create`: claimed, evicting whatever held its slot).
-  RowRef row(const int32_t* end, int32_t n, bool create);
-  RowRef row(const int32_t* end, int32_t n) const;
+  // Rows are numbered across both kinds: the unigram row of token t is t,
+  // hashed slot s is vocab + s. Returns the row of the key of `n` tokens
+  // ending at `end`, or -1 when it has none.
+  int64_t find_row(const int32_t* end, int32_t n) const;
+  // The same, claiming the key's slot (evicting its row) when it has none.
+  int64_t claim_row(const int32_t* end, int32_t n);
   uint64_t key_of(const int32_t* end, int32_t n) const;
-  void merge(RowRef r, int32_t token, float prob);
+  void merge(int64_t row, int32_t token, float prob);
 
   int64_t vocab_;
   LutOptions options_;
-  std::vector<int32_t> unigram_ids_;     // [vocab, K], -1 for a free place
-  std::vector<uint16_t> unigram_probs_;  // [vocab, K], IEEE half
-  std::vector<uint64_t> keys_;           // [slots], 0 for a free slot
-  std::vector<int32_t> slot_ids_;        // [slots, K]
-  std::vector<uint16_t> slot_probs_;     // [slots, K]
+  std::vector<int32_t> ids_;     // [vocab + slots, K], -1 for a free place
+  std::vector<uint16_t> probs_;  // [vocab + slots, K], IEEE half
+  std::vector<uint64_t> keys_;   // [slots], 0 for a free slot
 };
 
 }  // namespace splitspec

@@ -22,7 +22,7 @@ std::vector<int32_t> tokens_by_frequency(const std::vector<int32_t>& tokens, int
   return ids;
 }
 
-std::vector<int32_t> tokenize_corpus(const std::string& path, const Tokenizer& tok, int32_t bos_id) {
+std::vector<int32_t> tokenize_corpus(const std::string& path, const Tokenizer& tok, int32_t bos_id, int64_t max_tokens) {
   if (!std::filesystem::is_regular_file(path)) throw Error(path + ": corpus file not found");
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open");
@@ -35,7 +35,8 @@ std::vector<int32_t> tokenize_corpus(const std::string& path, const Tokenizer& t
     out.insert(out.end(), ids.begin(), ids.end());
     doc.clear();
   };
-  while (std::getline(in, line)) {
+  const auto enough = [&] { return max_tokens > 0 && static_cast<int64_t>(out.size()) >= max_tokens; };
+  while (!enough() && std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) {
       flush();
@@ -44,8 +45,9 @@ std::vector<int32_t> tokenize_corpus(const std::string& path, const Tokenizer& t
     if (!doc.empty()) doc += ' ';
     doc += line;
   }
-  flush();
+  if (!enough()) flush();
   if (out.empty()) throw Error(path + ": corpus is empty");
+  if (enough()) out.resize(static_cast<size_t>(max_tokens));
   return out;
 }
 

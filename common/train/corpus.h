@@ -11,8 +11,10 @@ namespace splitspec {
 // Documents are separated by blank lines; line breaks inside a document are
 // reflowed to spaces. Each document becomes BOS + its tokens, so a window
 // starting at a document matches how prompts are fed at inference.
-// Throws splitspec::Error for a missing or empty file.
-std::vector<int32_t> tokenize_corpus(const std::string& path, const Tokenizer& tok, int32_t bos_id);
+// Throws splitspec::Error for a missing or empty file. `max_tokens` > 0 stops
+// reading once that many tokens are in hand (the result is cut to it).
+std::vector<int32_t> tokenize_corpus(const std::string& path, const Tokenizer& tok, int32_t bos_id,
+                                     int64_t max_tokens = 0);
 
 // The ids occurring in `tokens`, most frequent first (ties: lower id first),
 // at most `limit`.

@@ -20,8 +20,7 @@ LutBuildReport build_lut(const LutBuildJob& job) {
   const std::shared_ptr<Model> target = Model::load(job.target_dir);
   const ModelConfig& c = target->config();
   const Tokenizer tok(job.target_dir);
-  std::vector<int32_t> text = tokenize_corpus(job.corpus, tok, c.bos_token_id);
-  if (static_cast<int64_t>(text.size()) > job.tokens) text.resize(static_cast<size_t>(job.tokens));
+  const std::vector<int32_t> text = tokenize_corpus(job.corpus, tok, c.bos_token_id, job.tokens);
   LutTables tables(c.vocab_size, job.tables);
   c10::InferenceMode guard;
   LutBuildReport r;
