@@ -54,7 +54,7 @@ TEST(Modes, EveryAliasAndItsChoicesGiveTheTargetsGreedyTokens) {
         << name << ": the same rounds, not just the same tokens";
   }
   // Choices with no alias: trees over the wire, with and without pre-drafting.
-  for (const char* extra : {"", " --predraft"}) {
+  for (const std::string extra : {"", " --predraft"}) {
     const nlohmann::json t = generate_json("--drafter model-tree" + server + extra);
     EXPECT_EQ(t["output_ids"], want) << extra;
     EXPECT_EQ(t["mode"], "server+model-tree" + std::string(extra.empty() ? "" : "+predraft"));
