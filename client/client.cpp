@@ -239,6 +239,8 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
                      : o.memory_budget.empty()  ? VerifyCost::kCompute
                                                 : VerifyCost::kWeightReads;
   spec.vocab_size = impl->vocab;
+  spec.hidden_size = impl->target ? impl->target->config().hidden_size : impl->link->info().hidden_size();
+  spec.target_dir = local ? o.target_dir : std::filesystem::is_directory(tok_path) ? tok_path : "";
   spec.tokenizer_fingerprint = impl->fingerprint();
   // Built once here so that bad settings fail now, not at the first request.
   const std::unique_ptr<Drafter> probe = impl->drafter.make(spec);
@@ -399,6 +401,7 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
     s.server_ms = vs.server_ms;
     s.verdict_bytes = vs.verdict_bytes;
     s.verdict_top_k_bytes = vs.top_k_bytes;
+    s.verdict_hidden_bytes = vs.hidden_bytes;
     s.server_forward_ms = vs.forward_ms;
     s.server_exits_ms = vs.exits_ms;
   } else {

@@ -152,6 +152,7 @@ struct Stats {
   double server_ms = 0;               // of that, time the server reports (queue, forward, verify)
   int64_t verdict_bytes = 0;          // final verdicts received, serialized
   int64_t verdict_top_k_bytes = 0;    //   of those, the target's top K (the lut drafter asks for them)
+  int64_t verdict_hidden_bytes = 0;   //   of those, the target's hidden state (the recurrent drafter's)
   double server_forward_ms = 0;       // of that, target forwards
   double server_exits_ms = 0;         // of that, early exits (edge-fsd)
   double network_rtt_ms = 0;          // mean per round: verify wait minus server time

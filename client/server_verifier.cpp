@@ -2,6 +2,9 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
+#include <cstring>
+
+#include "common/engine/kernels.h"
 #include "common/util/stopwatch.h"
 #include "proto/convert.h"
 
@@ -97,7 +100,7 @@ void ServerVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOpt
   *open.mutable_open() = generation_request(prompt, options, vocab_, fingerprint_);
   open.mutable_open()->set_early_verdicts(static_cast<bool>(handler_));
   open.mutable_open()->set_verdict_top_k(extras.top_k);
-  open.mutable_open()->set_verdict_hidden(extras.hidden);
+  open.mutable_open()->set_verdict_hidden_state(extras.hidden);
   stream_->send(std::move(open));
 }
 
@@ -198,7 +201,19 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
           entry + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(entry)));
       r.extras.top_k.push_back(std::move(t));
     }
-    r.extras.hidden.assign(v.hidden().begin(), v.hidden().end());
+    if (!v.hidden_state().empty()) {
+      const std::string& bytes = v.hidden_state();
+      const int64_t H = link_.info().hidden_size();
+      if (bytes.size() % sizeof(uint16_t) != 0 || (H > 0 && bytes.size() != static_cast<size_t>(H) * sizeof(uint16_t)))
+        throw link_.error("malformed hidden state in the verdict for round " + std::to_string(round) + ": " +
+                          std::to_string(bytes.size()) + " bytes for a hidden size of " + std::to_string(H));
+      std::vector<uint16_t> half(bytes.size() / sizeof(uint16_t));
+      std::memcpy(half.data(), bytes.data(), bytes.size());
+      r.extras.hidden.resize(half.size());
+      kernels::half_to_float(half.data(), static_cast<int64_t>(half.size()), r.extras.hidden.data());
+      stats_.hidden_bytes += static_cast<int64_t>(
+          bytes.size() + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(bytes.size())));
+    }
   }
   stats_.forwards += 1;
   stats_.verdict_bytes += static_cast<int64_t>(v.ByteSizeLong());

@@ -108,6 +108,7 @@ grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext*
   info->set_max_context(static_cast<int32_t>(c.max_position_embeddings));
   info->set_max_draft_tokens(ctx_.config.max_draft_tokens);
   info->set_max_verdict_top_k(ctx_.config.max_verdict_top_k);
+  info->set_hidden_size(static_cast<int32_t>(ctx_.target->config().hidden_size));
   info->set_max_sessions(ctx_.config.max_sessions);
   info->set_version(SPLITSPEC_VERSION);
   info->set_serving(ctx_.serving.load());

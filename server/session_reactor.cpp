@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <unordered_set>
 
 #include "common/util/error.h"
+#include "common/engine/kernels.h"
 #include "common/util/stopwatch.h"
 #include "common/early_exit/early_verdict.h"
 #include "common/decoding/target_decoder.h"
@@ -106,7 +108,7 @@ class SessionReactor final : public Base {
     greedy_ = sampling_.greedy();
     early_ = o.early_verdicts() && ctx_.exits.has_value();
     extras_.top_k = o.verdict_top_k();
-    extras_.hidden = o.verdict_hidden();
+    extras_.hidden = o.verdict_hidden_state();
     spdlog::info("session={} event=open peer={} prompt_tokens={} max_new_tokens={} temperature={}", id_, peer_,
                  o.prompt_ids_size(), o.max_new_tokens(), o.sampling().temperature());
     v1::SessionResponse r;
@@ -204,7 +206,13 @@ class SessionReactor final : public Base {
           w->mutable_ids()->Add(k.ids.begin(), k.ids.end());
           w->mutable_probs()->Add(k.probs.begin(), k.probs.end());
         }
-        v->mutable_hidden()->Add(r.extras.hidden.begin(), r.extras.hidden.end());
+        if (!r.extras.hidden.empty()) {
+          std::string& bytes = *v->mutable_hidden_state();
+          bytes.resize(r.extras.hidden.size() * sizeof(uint16_t));
+          std::vector<uint16_t> half(r.extras.hidden.size());
+          kernels::float_to_half(r.extras.hidden.data(), static_cast<int64_t>(half.size()), half.data());
+          std::memcpy(bytes.data(), half.data(), bytes.size());
+        }
         v1::ServerTimings* t = v->mutable_timings();
         t->set_queue_ms(queue_ms);
         t->set_forward_ms(r.forward_ms);

@@ -50,7 +50,8 @@ v1::ServerStats server_stats(const std::string& address) {
 std::string demo_target_dir() { return std::string(SPLITSPEC_SOURCE_DIR) + "/models/demo-target"; }
 std::string demo_draft_dir() { return std::string(SPLITSPEC_SOURCE_DIR) + "/models/demo-draft"; }
 
-TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params) {
+std::vector<std::vector<double>> token_marginals(const Model& target, const std::vector<int32_t>& prompt,
+                                                 const SamplingParams& params, int tokens) {
   c10::InferenceMode guard;
   auto next = [&](const std::vector<int32_t>& seq) {
     KVCache cache = target.new_cache();
@@ -59,38 +60,54 @@ TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int
     f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
     return filtered_distribution(target.forward(f, cache).logits[0], params);
   };
-  const Distribution p1 = next(prompt);
-  const size_t vocab = p1.size();
-  TwoTokenMarginals m{std::vector<double>(p1.begin(), p1.end()), std::vector<double>(vocab, 0.0)};
-  for (size_t x = 0; x < vocab; ++x) {
-    std::vector<int32_t> seq = prompt;
-    seq.push_back(static_cast<int32_t>(x));
-    const Distribution p2 = next(seq);
-    for (size_t y = 0; y < vocab; ++y) m.second[y] += p1[x] * p2[y];
-  }
+  const size_t vocab = static_cast<size_t>(target.config().vocab_size);
+  std::vector<std::vector<double>> m(static_cast<size_t>(tokens), std::vector<double>(vocab, 0.0));
+  // Every continuation of up to `tokens` - 1 tokens with its probability.
+  std::function<void(std::vector<int32_t>&, double, int)> walk = [&](std::vector<int32_t>& seq, double prob, int depth) {
+    const Distribution p = next(seq);
+    for (size_t y = 0; y < vocab; ++y) {
+      m[depth][y] += prob * p[y];
+      if (depth + 1 < tokens && p[y] > 0) {
+        seq.push_back(static_cast<int32_t>(y));
+        walk(seq, prob * p[y], depth + 1);
+        seq.pop_back();
+      }
+    }
+  };
+  std::vector<int32_t> seq = prompt;
+  walk(seq, 1.0, 0);
   return m;
+}
+
+TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params) {
+  std::vector<std::vector<double>> m = token_marginals(target, prompt, params, 2);
+  return {std::move(m[0]), std::move(m[1])};
+}
+
+void expect_targets_token_distributions(Client& client, const Model& target, const std::vector<int32_t>& prompt,
+                                        Request request, int tokens, int draws, uint64_t seed0,
+                                        const std::function<void(const Result&)>& each) {
+  SamplingParams sp;
+  sp.temperature = request.temperature;
+  sp.top_k = request.top_k;
+  sp.top_p = request.top_p;
+  const std::vector<std::vector<double>> want = token_marginals(target, prompt, sp, tokens);
+  const size_t vocab = want[0].size();
+  std::vector<std::vector<int64_t>> got(static_cast<size_t>(tokens), std::vector<int64_t>(vocab, 0));
+  for (int i = 0; i < draws; ++i) {
+    request.seed = seed0 + static_cast<uint64_t>(i);
+    const Result r = client.generate_ids(prompt, request);
+    each(r);
+    ASSERT_GE(r.ids.size(), static_cast<size_t>(tokens)) << "a generation emitted fewer than " << tokens << " tokens";
+    for (int t = 0; t < tokens; ++t) got[t].at(r.ids[t]) += 1;
+  }
+  for (int t = 0; t < tokens; ++t) EXPECT_GT(goodness_of_fit_pvalue(got[t], want[t]), 1e-4) << "token " << t + 1;
 }
 
 void expect_targets_two_token_distribution(Client& client, const Model& target, const std::vector<int32_t>& prompt,
                                            Request request, int draws, uint64_t seed0,
                                            const std::function<void(const Result&)>& each) {
-  SamplingParams sp;
-  sp.temperature = request.temperature;
-  sp.top_k = request.top_k;
-  sp.top_p = request.top_p;
-  const TwoTokenMarginals want = two_token_marginals(target, prompt, sp);
-  const size_t vocab = want.first.size();
-  std::vector<int64_t> first(vocab, 0), second(vocab, 0);
-  for (int i = 0; i < draws; ++i) {
-    request.seed = seed0 + static_cast<uint64_t>(i);
-    const Result r = client.generate_ids(prompt, request);
-    each(r);
-    ASSERT_GE(r.ids.size(), 2u) << "a generation emitted fewer than two tokens";
-    first.at(r.ids[0]) += 1;
-    second.at(r.ids[1]) += 1;
-  }
-  EXPECT_GT(goodness_of_fit_pvalue(first, want.first), 1e-4) << "first token";
-  EXPECT_GT(goodness_of_fit_pvalue(second, want.second), 1e-4) << "second token";
+  expect_targets_token_distributions(client, target, prompt, request, 2, draws, seed0, each);
 }
 
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text) {
@@ -115,6 +132,21 @@ const std::vector<std::string>& test_prompts() {
       "The committee reported that",
   };
   return prompts;
+}
+
+}  // namespace splitspec::test
+
+namespace splitspec::test {
+
+std::vector<std::vector<int32_t>> demo_target_ids(const Request& req, int prompts) {
+  ClientOptions o;
+  o.verifier = VerifierKind::kLocal;
+  o.drafter = "none";
+  o.target_dir = demo_target_dir();
+  auto plain = Client::connect(o);
+  std::vector<std::vector<int32_t>> out;
+  for (int p = 0; p < prompts; ++p) out.push_back(plain->generate(test_prompts()[p], req).ids);
+  return out;
 }
 
 }  // namespace splitspec::test

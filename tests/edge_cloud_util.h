@@ -42,9 +42,19 @@ struct TwoTokenMarginals {
 };
 TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params);
 
+// The target's marginal distribution of each of the first `tokens` tokens it
+// would emit after `prompt` under `params` (every continuation enumerated:
+// tiny vocabularies only).
+std::vector<std::vector<double>> token_marginals(const Model& target, const std::vector<int32_t>& prompt,
+                                                 const SamplingParams& params, int tokens);
+
 // Runs `draws` generations seeded seed0, seed0+1, ... (`each` sees every
-// result) and expects their first two tokens to follow the target's own
-// distributions under the request's sampling settings (chi-square).
+// result) and expects each of their first `tokens` tokens to follow the
+// target's own marginal under the request's sampling settings (chi-square).
+void expect_targets_token_distributions(Client& client, const Model& target, const std::vector<int32_t>& prompt,
+                                        Request request, int tokens, int draws, uint64_t seed0,
+                                        const std::function<void(const Result&)>& each);
+// The same for the first two tokens.
 void expect_targets_two_token_distribution(Client& client, const Model& target, const std::vector<int32_t>& prompt,
                                            Request request, int draws, uint64_t seed0,
                                            const std::function<void(const Result&)>& each);
@@ -54,5 +64,8 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text
 
 // English prompts of a few words each, for exactness over many prompts.
 const std::vector<std::string>& test_prompts();
+
+// What the demo target alone generates for the first `prompts` test prompts.
+std::vector<std::vector<int32_t>> demo_target_ids(const Request& req, int prompts);
 
 }  // namespace splitspec::test

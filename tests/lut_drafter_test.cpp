@@ -27,22 +27,11 @@ ClientOptions local_lut(const std::string& budget, bool warm) {
   return o;
 }
 
-std::vector<std::vector<int32_t>> reference_ids(const Request& req, int prompts) {
-  ClientOptions o;
-  o.verifier = VerifierKind::kLocal;
-  o.drafter = "none";
-  o.target_dir = demo_target_dir();
-  auto plain = Client::connect(o);
-  std::vector<std::vector<int32_t>> out;
-  for (int p = 0; p < prompts; ++p) out.push_back(plain->generate(test_prompts()[p], req).ids);
-  return out;
-}
-
 TEST(LutDrafter, GreedyEqualsTheTargetAloneInMemoryAndStreamed) {
   Request req;
   req.max_new_tokens = 48;
   req.ignore_eos = true;
-  const auto want = reference_ids(req, 4);
+  const auto want = demo_target_ids(req, 4);
   for (const std::string budget : {"", "25%"}) {
     for (bool warm : {true, false}) {
       auto client = Client::connect(local_lut(budget, warm));
@@ -67,7 +56,7 @@ TEST(LutDrafter, OverGrpcWithNoDraftModelOnTheClient) {
   Request req;
   req.max_new_tokens = 48;
   req.ignore_eos = true;
-  const auto want = reference_ids(req, 6);
+  const auto want = demo_target_ids(req, 6);
   LocalServer srv = start_server(demo_target_dir());
   for (const std::string drafter : {"lut", "pld"}) {
     ClientOptions o;

@@ -15,6 +15,7 @@
 #include "client/local_verifier.h"
 #include "client/request_options.h"
 #include "common/drafting/registry.h"
+#include "common/engine/kernels.h"
 #include "common/engine/tokenizer.h"
 #include "common/util/error.h"
 #include "tests/edge_cloud_util.h"
@@ -173,8 +174,14 @@ TEST(RoundLoop, ARegisteredDrafterRunsThroughBothVerifiersUnchanged) {
         EXPECT_EQ(remote_top_k[r][i].ids, local_top_k[r][i].ids);
         EXPECT_EQ(remote_top_k[r][i].probs, local_top_k[r][i].probs);
       }
-      EXPECT_EQ(local_hidden[r].size(), static_cast<size_t>(target->config().hidden_size));
-      EXPECT_EQ(remote_hidden[r], local_hidden[r]);
+      // The server sends the hidden state in half precision: the local one, rounded.
+      const int64_t H = target->config().hidden_size;
+      ASSERT_EQ(local_hidden[r].size(), static_cast<size_t>(H));
+      std::vector<uint16_t> half(local_hidden[r].size());
+      std::vector<float> rounded(half.size());
+      kernels::float_to_half(local_hidden[r].data(), H, half.data());
+      kernels::half_to_float(half.data(), H, rounded.data());
+      EXPECT_EQ(remote_hidden[r], rounded);
     }
     // Greedy: every appended token is the target's top-1 where it was made.
     size_t at = 0;

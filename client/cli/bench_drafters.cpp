@@ -116,8 +116,16 @@ nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, 
         r->sum["draft_ms"] += s.draft_ms;
         r->sum["memory"] = std::max(r->sum["memory"], static_cast<double>(s.drafter_memory_bytes));
         r->sum["top_k_bytes"] += static_cast<double>(s.verdict_top_k_bytes);
+        r->sum["hidden_bytes"] += static_cast<double>(s.verdict_hidden_bytes);
         r->sum["verdict_bytes"] += static_cast<double>(s.verdict_bytes);
-        for (const char* k : {"lut_update_ms", "lut_update_wait_ms"}) {
+        // The weights drafting reads on this device: a draft model's (fp32
+        // in memory) or the recurrent head's (half).
+        auto head = s.drafter_counters.find("recurrent_head_bytes");
+        r->sum["weights"] = head != s.drafter_counters.end()                    ? head->second
+                            : find_drafter(options_for(a, a.drafters[c]).drafter).needs_draft_model
+                                ? static_cast<double>(fp32_weight_bytes(load_model_config(a.draft_dir)))
+                                : 0.0;
+        for (const char* k : {"lut_update_ms", "lut_update_wait_ms", "recurrent_beam_tokens", "recurrent_tree_nodes"}) {
           auto it = s.drafter_counters.find(k);
           if (it != s.drafter_counters.end()) r->sum[k] += it->second;
         }
@@ -152,7 +160,9 @@ nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, 
                           {"draft_ms_per_round", rounds > 0 ? s["draft_ms"] / rounds : 0.0},
                           {"tree_nodes", rounds > 0 ? s["nodes"] / rounds : 0.0},
                           {"drafter_memory_bytes", s["memory"]},
+                          {"draft_weight_bytes", s["weights"]},
                           {"top_k_bytes_per_round", rounds > 0 ? s["top_k_bytes"] / rounds : 0.0},
+                          {"hidden_bytes_per_round", rounds > 0 ? s["hidden_bytes"] / rounds : 0.0},
                           {"verdict_bytes_per_round", rounds > 0 ? s["verdict_bytes"] / rounds : 0.0},
                           {"lut_update_ms_per_round", rounds > 0 ? s["lut_update_ms"] / rounds : 0.0},
                           {"lut_update_wait_ms_per_round", rounds > 0 ? s["lut_update_wait_ms"] / rounds : 0.0},
@@ -165,12 +175,26 @@ nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, 
         std::snprintf(buf, sizeof buf, " (%.2f-%.2f)", iv.lo, iv.hi);
         interval = buf;
       }
+      // ReDrafter's dynamic tree attention: verified nodes against the W x L
+      // beam tokens they pack.
+      if (s["recurrent_beam_tokens"] > 0) j["packed_share"] = s["recurrent_tree_nodes"] / s["recurrent_beam_tokens"];
       out.push_back(j);
       if (!a.json)
         std::printf("| %s | %s | %.2f | %.3f | %.2fx%s | %.3f | %.1f |\n", task.c_str(), a.drafters[c].c_str(), mat, ms,
                     sp, interval.c_str(), j["draft_ms_per_round"].get<double>(), j["tree_nodes"].get<double>());
     }
   }
+  if (!a.json)
+    for (const nlohmann::json& j : out) {
+      if (j["task"] != "all") continue;
+      std::printf("\n%s: drafting weights %.2f MB, drafter state %.1f KB, verdict %.0f B/round (hidden state %.0f B, top-K %.0f B)",
+                  j["drafter"].get<std::string>().c_str(), j["draft_weight_bytes"].get<double>() / 1e6,
+                  j["drafter_memory_bytes"].get<double>() / 1e3, j["verdict_bytes_per_round"].get<double>(),
+                  j["hidden_bytes_per_round"].get<double>(), j["top_k_bytes_per_round"].get<double>());
+      if (j.contains("packed_share"))
+        std::printf(", tree nodes %.1f%% of the beams' W x L tokens", 100 * j["packed_share"].get<double>());
+    }
+  if (!a.json) std::printf("\n");
   std::fflush(stdout);
   return out;
 }

@@ -76,6 +76,7 @@ nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
     j["network_rtt_ms"] = s.network_rtt_ms;
     j["verdict_bytes"] = s.verdict_bytes;
     j["verdict_top_k_bytes"] = s.verdict_top_k_bytes;
+    j["verdict_hidden_bytes"] = s.verdict_hidden_bytes;
   }
   if (o.predraft) {
     j["cache_miss_rate"] = s.cache_miss_rate;

@@ -10,6 +10,7 @@
 #include "common/engine/tokenizer.h"
 #include "common/train/exit_trainer.h"
 #include "common/train/lut_builder.h"
+#include "common/train/recurrent_trainer.h"
 #include "common/train/trainer.h"
 
 namespace splitspec::cli {
@@ -21,6 +22,7 @@ struct TrainArgs {
   TrainJob job;
   ExitTrainJob exits;
   LutBuildJob lut;
+  RecurrentTrainJob recurrent;
   std::string config_path;
   std::string rank_target, rank_corpus;
   int threads = 0;
@@ -88,8 +90,51 @@ Command add_train_command(CLI::App& app) {
   lut->add_option("--slots", a->lut.tables.slots, "Hashed rows for keys of two tokens or more")->capture_default_str();
   lut->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
 
-  return {train, [a, tok, lm, draft, ex, rank, lut]() {
+  RecurrentTrainJob& rj = a->recurrent;
+  CLI::App* rec = train->add_subcommand(
+      "recurrent",
+      "Train ReDrafter's recurrent draft head on a frozen target, distilled from the target's own greedy continuations");
+  rec->add_option("--target", rj.target_dir, "Target model directory (frozen; its tokenizer encodes the corpus)")->required();
+  rec->add_option("--corpus", rj.corpus, "Text whose openings the target continues (documents separated by blank lines)")
+      ->required();
+  rec->add_option("--out", rj.out_dir, "Directory for recurrent_drafter.safetensors/.json (default: the target's)");
+  rec->add_flag("--resume", rj.resume, "Continue from the checkpoint in --out (the distillation data is kept for it)");
+  rec->add_option("--embed-dim", rj.head.embed_dim, "The head's token embedding and recurrent state width")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  rec->add_option("--exit-dim", rj.head.exit_dim, "Width of the residual blocks")->capture_default_str()->check(CLI::PositiveNumber);
+  rec->add_option("--blocks", rj.head.num_blocks, "Residual SiLU blocks")->capture_default_str()->check(CLI::Range(0, 16));
+  rec->add_option("--rank", rj.head.rank, "Rank of the vocabulary projection; 0: full")->capture_default_str()->check(CLI::Range(0, 16384));
+  rec->add_option("--continuations", rj.continuations, "Corpus openings the target continues (every tenth held out)")
+      ->capture_default_str()->check(CLI::Range(int64_t{10}, int64_t{1} << 24));
+  rec->add_option("--opening-tokens", rj.opening_tokens, "Tokens per opening")->capture_default_str()->check(CLI::PositiveNumber);
+  rec->add_option("--new-tokens", rj.new_tokens, "Greedy tokens the target adds to each opening")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  rec->add_option("--predict", rj.predict, "Tokens ahead the loss covers")->capture_default_str()->check(CLI::Range(1, 64));
+  rec->add_option("--steps", rj.steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  rec->add_option("--batch", rj.batch, "Positions per step")->capture_default_str()->check(CLI::PositiveNumber);
+  rec->add_option("--lr", rj.lr, "AdamW peak learning rate (cosine to a tenth)")->capture_default_str()->check(CLI::PositiveNumber);
+  rec->add_option("--seed", rj.seed, "Seed of openings, initialisation and batches")->capture_default_str();
+  rec->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
+
+  return {train, [a, tok, lm, draft, ex, rank, lut, rec]() {
             set_compute_threads(a->threads);
+            if (rec->parsed()) {
+              const RecurrentTrainReport r = train_recurrent(a->recurrent);
+              auto pct = [](const std::vector<double>& v) {
+                std::string s;
+                for (double x : v) s += (s.empty() ? "" : " / ") + fmt::format("{:.1f}%", 100 * x);
+                return s;
+              };
+              std::printf("wrote %s/recurrent_drafter.safetensors: %zu bytes\n",
+                          (a->recurrent.out_dir.empty() ? a->recurrent.target_dir : a->recurrent.out_dir).c_str(), r.head_bytes);
+              std::printf("distilled %lld tokens (%lld training, %lld held-out positions) in %.1f s; %lld steps in %.1f s\n",
+                          static_cast<long long>(r.distilled_tokens), static_cast<long long>(r.train_positions),
+                          static_cast<long long>(r.held_out_positions), r.data_seconds, static_cast<long long>(r.steps),
+                          r.train_seconds);
+              std::printf("held-out top-1 by step ahead: %s (before: %s)\n", pct(r.accuracy).c_str(),
+                          pct(r.initial_accuracy).c_str());
+              return 0;
+            }
             if (lut->parsed()) {
               const LutBuildReport r = build_lut(a->lut);
               std::printf("wrote %s: %lld positions, %lld rows used, %zu bytes, %.1f s\n", a->lut.out.c_str(),

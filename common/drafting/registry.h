@@ -37,6 +37,11 @@ struct DrafterSpec {
   int threads = 1;  // compute threads of any worker thread the drafter runs
   VerifyCost verify_cost = VerifyCost::kCompute;
   int64_t vocab_size = 0;             // the verifier's target's
+  int64_t hidden_size = 0;            // the verifier's target's (0: unknown)
+  // Where the target's files are on this device: the local target's
+  // directory, else the tokenizer's (a head trained for the target ships
+  // beside both).
+  std::string target_dir;
   std::string tokenizer_fingerprint;  // the client's tokenizer's, when it has one
   std::shared_ptr<DrafterState> state = std::make_shared<DrafterState>();
 };

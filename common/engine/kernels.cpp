@@ -212,6 +212,10 @@ void half_to_float(const uint16_t* src, int64_t count, float* dst) {
   for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(c10::Half(src[i], c10::Half::from_bits()));
 }
 
+void float_to_half(const float* src, int64_t count, uint16_t* dst) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = c10::Half(src[i]).x;
+}
+
 void bfloat16_to_float(const uint16_t* src, int64_t count, float* dst) {
   // A bfloat16 is the top half of the float with the same value.
   for (int64_t i = 0; i < count; ++i) {

@@ -49,6 +49,9 @@ void attention(const float* q, const float* k, const float* v, const AttentionSh
 // the streamed target converts in the buffer it read into.
 void half_to_float(const uint16_t* src, int64_t count, float* dst);
 void bfloat16_to_float(const uint16_t* src, int64_t count, float* dst);
+// fp32 to IEEE half, rounding to nearest even (what a verdict's hidden state
+// travels in).
+void float_to_half(const float* src, int64_t count, uint16_t* dst);
 
 // linear() with IEEE half weights w[out, in], for scores that only predict
 // (early exits), where float weights would be exact for nothing: an exit is

@@ -1,5 +1,6 @@
-// The one translation unit that needs LibTorch's C++ frontend (optimizer,
-// gradient clipping, serialization); everything else stays on ATen.
+// Language-model and draft-model training. The training toolkit's
+// translation units are the only ones that need LibTorch's C++ frontend
+// (optimizer, gradient clipping, serialization); everything else stays on ATen.
 #include "common/train/trainer.h"
 
 #include <torch/types.h>  // clip_grad.h uses torch::Tensor without including it
@@ -18,6 +19,7 @@
 #include "common/util/error.h"
 #include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
+#include "common/train/checkpoint.h"
 #include "common/train/corpus.h"
 #include "common/train/perplexity.h"
 #include "common/train/trainable_llama.h"
@@ -98,55 +100,6 @@ std::string clock_str(double seconds) {
   std::snprintf(buf, sizeof buf, "%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
   return buf;
 }
-
-// Checkpoint: parameters, optimizer state and progress, written to a
-// temporary directory and renamed into place, so a kill at any moment leaves
-// either the previous checkpoint or the new one, never a torn one.
-struct Checkpoint {
-  fs::path dir;
-  bool exists() const { return fs::exists(dir / "state.json"); }
-
-  void save(const std::vector<at::Tensor>& params, torch::optim::Optimizer& opt, int64_t step,
-            const std::string& fingerprint) const {
-    const fs::path tmp = dir.string() + ".tmp";
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-    std::vector<at::Tensor> detached;
-    for (const auto& p : params) detached.push_back(p.detach());
-    torch::save(detached, (tmp / "params.pt").string());
-    torch::save(opt, (tmp / "optimizer.pt").string());
-    std::ofstream(tmp / "state.json") << json{{"step", step}, {"config", fingerprint}}.dump() << "\n";
-    const fs::path old = dir.string() + ".old";
-    fs::remove_all(old);
-    if (fs::exists(dir)) fs::rename(dir, old);
-    fs::rename(tmp, dir);
-    fs::remove_all(old);
-  }
-
-  int64_t load(std::vector<at::Tensor>& params, torch::optim::Optimizer& opt, const std::string& fingerprint) const {
-    json state;
-    try {
-      state = json::parse(std::ifstream(dir / "state.json"));
-    } catch (const json::exception& e) {
-      throw Error((dir / "state.json").string() + ": corrupt checkpoint state: " + e.what());
-    }
-    if (state.value("config", "") != fingerprint)
-      throw Error(dir.string() + ": checkpoint was made with a different config; use a new --out");
-    std::vector<at::Tensor> saved;
-    torch::load(saved, (dir / "params.pt").string());
-    if (saved.size() != params.size()) throw Error(dir.string() + ": checkpoint has a different parameter count");
-    {
-      at::NoGradGuard no_grad;
-      for (size_t i = 0; i < params.size(); ++i) {
-        if (!saved[i].sizes().equals(params[i].sizes()))
-          throw Error(dir.string() + ": checkpoint parameter " + std::to_string(i) + " has a different shape");
-        params[i].copy_(saved[i]);
-      }
-    }
-    torch::load(opt, (dir / "optimizer.pt").string());
-    return state.at("step").get<int64_t>();
-  }
-};
 
 std::string config_fingerprint(const TrainJob& job) {
   std::ostringstream os;

@@ -1,0 +1,309 @@
+// ReDrafter's recurrent head: the head file, beam search and its packing into
+// a tree, training, and the drafter end to end through the local verifier (in
+// memory and streamed) and over real gRPC with no draft model on the client.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "client/client.h"
+#include "common/drafting/beam_search.h"
+#include "common/drafting/recurrent_head.h"
+#include "common/engine/model.h"
+#include "common/engine/safetensors.h"
+#include "common/engine/tokenizer.h"
+#include "common/train/recurrent_trainer.h"
+#include "common/util/error.h"
+#include "tests/edge_cloud_util.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+namespace {
+
+RecurrentHeadConfig small_head(int64_t hidden, int64_t vocab) {
+  RecurrentHeadConfig c;
+  c.hidden_size = hidden;
+  c.vocab_size = vocab;
+  c.embed_dim = 16;
+  c.exit_dim = 24;
+  c.num_blocks = 2;
+  c.rank = 8;
+  return c;
+}
+
+TEST(BeamsToTree, SharedPrefixesBecomeOneNodeBestBeamFirst) {
+  const DraftTree t = beams_to_tree({{5, 6, 7}, {5, 6, 8}, {5, 9, 7}, {4, 6, 7}});
+  EXPECT_EQ(t.tokens, (std::vector<int32_t>{5, 6, 7, 8, 9, 7, 4, 6, 7}));
+  EXPECT_EQ(t.parents, (std::vector<int32_t>{-1, 0, 1, 1, 0, 4, -1, 6, 7}));
+  EXPECT_TRUE(t.q.empty()) << "beams are chosen, so verified as one-hot";
+  t.validate(10, false);
+  DraftTree cut = t;
+  cut.truncate(3);
+  EXPECT_EQ(cut.tokens, (std::vector<int32_t>{5, 6, 7})) << "a cut tree keeps the best beam";
+  EXPECT_EQ(beams_to_tree({{1, 2}, {1, 2}}).size(), 2) << "identical beams are one path";
+}
+
+TEST(BeamSearch, WidthOneIsTheHeadsGreedyChainAndBeamsAreRanked) {
+  const RecurrentHead head = RecurrentHead::random(small_head(12, 30), 3);
+  std::vector<float> h(12);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = std::sin(static_cast<float>(i));
+  const Beams one = beam_search(head, h.data(), 4, 1, 5);
+  ASSERT_EQ(one.tokens.size(), 1u);
+  // The greedy chain, step by step.
+  std::vector<float> state(16), logits(30);
+  int32_t token = 4;
+  for (int d = 0; d < 5; ++d) {
+    head.advance(state.data(), &token, 1, d == 0);
+    head.logits(h.data(), state.data(), 1, logits.data());
+    token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    EXPECT_EQ(one.tokens[0][d], token) << "depth " << d;
+  }
+  const Beams four = beam_search(head, h.data(), 4, 4, 3);
+  ASSERT_EQ(four.tokens.size(), 4u);
+  for (size_t j = 0; j < 4; ++j) {
+    EXPECT_EQ(four.tokens[j].size(), 3u);
+    if (j > 0) EXPECT_GE(four.log_probs[j - 1], four.log_probs[j]);
+    for (size_t k = 0; k < j; ++k) EXPECT_NE(four.tokens[j], four.tokens[k]);
+  }
+  EXPECT_LE(beams_to_tree(four.tokens).size(), 12);
+  EXPECT_THROW(beam_search(head, h.data(), 4, 0, 3), Error);
+}
+
+TEST(RecurrentHead, SavesLoadsAndRefusesAnotherTargetsHead) {
+  TempDir dir;
+  RecurrentHeadConfig c = small_head(12, 30);
+  c.tokenizer_fingerprint = "00000000000000aa";
+  const RecurrentHead head = RecurrentHead::random(c, 5);
+  head.save(dir.str(), "{\"steps\": 3}");
+  const RecurrentHead back = RecurrentHead::load(dir.str());
+  EXPECT_EQ(back.weight_bytes(), head.weight_bytes());
+  std::vector<float> h(12, 0.5f), s1(16), s2(16), l1(30), l2(30);
+  const int32_t t = 7;
+  head.advance(s1.data(), &t, 1, true);
+  back.advance(s2.data(), &t, 1, true);
+  head.logits(h.data(), s1.data(), 1, l1.data());
+  back.logits(h.data(), s2.data(), 1, l2.data());
+  EXPECT_EQ(l1, l2) << "weights are stored as they are held: half";
+  back.check_target(12, 30, "00000000000000aa");
+  back.check_target(12, 30, "");
+  EXPECT_NE(error_of([&] { back.check_target(16, 30, ""); }).find("hidden size 12"), std::string::npos);
+  EXPECT_NE(error_of([&] { back.check_target(12, 31, ""); }).find("vocabulary of 30"), std::string::npos);
+  EXPECT_NE(error_of([&] { back.check_target(12, 30, "00000000000000bb"); }).find("tokenizer 00000000000000aa"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { back.advance(s1.data(), std::vector<int32_t>{30}.data(), 1, false); }).find("outside"),
+            std::string::npos);
+
+  // Malformed files: clear errors, never a crash.
+  const std::filesystem::path json = dir.path() / "recurrent_drafter.json";
+  const std::string good = read_file(json);
+  EXPECT_NE(error_of([&] { RecurrentHead::load(dir.str("nowhere")); }).find("no recurrent draft head"), std::string::npos);
+  write_file(json, "{\"format\": ");
+  EXPECT_NE(error_of([&] { RecurrentHead::load(dir.str()); }).find("recurrent_drafter.json"), std::string::npos);
+  write_file(json, "{\"format\": \"splitspec-recurrent-drafter\", \"hidden_size\": 12, \"vocab_size\": 30, "
+                   "\"embed_dim\": 16, \"exit_dim\": 24, \"num_blocks\": 2, \"rank\": -1}");
+  EXPECT_NE(error_of([&] { RecurrentHead::load(dir.str()); }).find("rank -1"), std::string::npos);
+  write_file(json, "{\"format\": \"splitspec-recurrent-drafter\", \"hidden_size\": 12, \"vocab_size\": 30, "
+                   "\"embed_dim\": 16, \"exit_dim\": 24, \"num_blocks\": 3, \"rank\": 8}");
+  EXPECT_NE(error_of([&] { RecurrentHead::load(dir.str()); }).find("'blocks.2.w' is missing"), std::string::npos);
+  write_file(json, good);
+  const float nan = std::nanf("");
+  std::vector<std::vector<float>> params;
+  for (const HeadParam& p : recurrent_head_params(c)) {
+    int64_t n = 1;
+    for (int64_t d : p.shape) n *= d;
+    params.emplace_back(static_cast<size_t>(n), p.name == "in.b" ? nan : 0.1f);
+  }
+  RecurrentHead::from_floats(c, params).save(dir.str());
+  EXPECT_NE(error_of([&] { RecurrentHead::load(dir.str()); }).find("not finite"), std::string::npos);
+}
+
+Request greedy(int tokens) {
+  Request req;
+  req.max_new_tokens = tokens;
+  req.ignore_eos = true;
+  return req;
+}
+
+TEST(RecurrentDrafter, GreedyEqualsTheTargetAloneInMemoryAndStreamed) {
+  const Request req = greedy(48);
+  const auto want = demo_target_ids(req, 5);
+  for (const std::string budget : {"", "25%"}) {
+    for (const std::string width : {"1", "4"}) {
+      ClientOptions o;
+      o.verifier = VerifierKind::kLocal;
+      o.target_dir = demo_target_dir();  // the head is found beside it
+      o.drafter = "recurrent";
+      o.memory_budget = budget;
+      o.drafter_options["width"] = width;
+      auto client = Client::connect(o);
+      int64_t rounds = 0;
+      for (int p = 0; p < 5; ++p) {
+        const Result r = client->generate(test_prompts()[p], req);
+        EXPECT_EQ(r.ids, want[p]) << "budget '" << budget << "' width " << width << " prompt " << p;
+        rounds += r.stats.rounds;
+        EXPECT_EQ(r.stats.draft_forwards > 0, true);
+      }
+      EXPECT_LT(rounds, 5 * 48 * 2 / 3) << "the head should be right often";
+    }
+  }
+}
+
+TEST(RecurrentDrafter, OverGrpcWithTheHiddenStateAndNoDraftModel) {
+  const Request req = greedy(48);
+  const auto want = demo_target_ids(req, 5);
+  LocalServer srv = start_server(demo_target_dir());
+  ClientOptions o;
+  o.verifier = VerifierKind::kServer;
+  o.server = srv.address;
+  o.drafter = "recurrent";
+  o.tokenizer = demo_target_dir();  // the tokenizer, and the head beside it
+  ASSERT_TRUE(o.draft_dir.empty());
+  auto client = Client::connect(o);
+  for (int p = 0; p < 5; ++p) {
+    const Result r = client->generate(test_prompts()[p], req);
+    EXPECT_EQ(r.ids, want[p]) << "prompt " << p;
+    EXPECT_LT(r.stats.rounds, 40);
+    // 256 half values a round: 512 bytes, a tag and a two-byte length.
+    EXPECT_EQ(r.stats.verdict_hidden_bytes, r.stats.rounds * (512 + 3)) << "prompt " << p;
+    EXPECT_EQ(r.stats.verdict_top_k_bytes, 0);
+  }
+  // The same drafts as a local run: the hidden state goes through half
+  // precision either way.
+  ClientOptions local;
+  local.verifier = VerifierKind::kLocal;
+  local.target_dir = demo_target_dir();
+  local.drafter = "recurrent";
+  auto here = Client::connect(local);
+  const Result a = here->generate(test_prompts()[0], req), b = client->generate(test_prompts()[0], req);
+  EXPECT_EQ(a.stats.rounds, b.stats.rounds);
+  EXPECT_EQ(a.stats.tree_nodes, b.stats.tree_nodes);
+}
+
+// Beams are chosen, so nodes are verified as one-hot q: siblings by the
+// multi-candidate residual, and the third token comes from beams that share
+// their first token.
+TEST(RecurrentDrafter, SampledOutputHasTheTargetsDistribution) {
+  TempDir dir;
+  constexpr int64_t kVocab = 10;
+  const ModelConfig tc = tiny_config(kVocab, 2);
+  Model::random(tc, 43)->save(dir.str("target"));
+  RecurrentHead::random(small_head(tc.hidden_size, kVocab), 9).save(dir.str("target"));
+  auto target = Model::load(dir.str("target"));
+  LocalServer srv = start_server(dir.str("target"));
+  const std::vector<int32_t> prompt = {1, 5, 7};
+  Request req;
+  req.max_new_tokens = 3;
+  req.ignore_eos = true;
+  req.temperature = 0.05f;  // random weights give flat logits: sharpen them
+  for (bool server : {false, true}) {
+    ClientOptions o;
+    o.drafter = "recurrent";
+    o.drafter_options = {{"width", "3"}, {"length", "2"}, {"head", dir.str("target")}};
+    if (server) {
+      o.verifier = VerifierKind::kServer;
+      o.server = srv.address;
+    } else {
+      o.verifier = VerifierKind::kLocal;
+      o.target_dir = dir.str("target");
+    }
+    auto client = Client::connect(o);
+    int64_t packed = 0, branched = 0, accepted = 0;
+    expect_targets_token_distributions(*client, *target, prompt, req, 3, 3000, server ? 23000 : 13000,
+                                       [&](const Result& r) {
+                                         branched += r.stats.branched_trees;
+                                         const auto& c = r.stats.drafter_counters;
+                                         if (c.count("recurrent_tree_nodes") &&
+                                             c.at("recurrent_tree_nodes") < c.at("recurrent_beam_tokens"))
+                                           packed += 1;
+                                         accepted += static_cast<int64_t>(
+                                             r.stats.accepted_per_round * static_cast<double>(r.stats.rounds) + 0.5);
+                                       });
+    EXPECT_GT(branched, 1000) << "trees with siblings must be part of what is tested";
+    EXPECT_GT(packed, 1000) << "beams sharing prefixes must be part of what is tested";
+    EXPECT_GT(accepted, 300);
+  }
+}
+
+TEST(RecurrentDrafter, ClearErrors) {
+  TempDir dir;
+  auto refused = [](ClientOptions o, const std::string& what) {
+    try {
+      Client::connect(o);
+      ADD_FAILURE() << "connected; expected an error mentioning " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  ClientOptions o;
+  o.verifier = VerifierKind::kLocal;
+  o.target_dir = demo_target_dir();
+  o.drafter = "recurrent";
+  o.drafter_options = {{"width", "0"}};
+  refused(o, "width must be in [1, 64]");
+  o.drafter_options = {{"length", "x"}};
+  refused(o, "not a whole number");
+  o.drafter_options = {{"head", dir.str()}};
+  refused(o, "no recurrent draft head");
+  RecurrentHeadConfig other = small_head(64, 8000);
+  RecurrentHead::random(other, 1).save(dir.str());
+  refused(o, "hidden size 64");
+  o.predraft = true;
+  o.drafter_options.clear();
+  o.verifier = VerifierKind::kServer;
+  LocalServer srv = start_server(demo_target_dir());
+  o.server = srv.address;
+  o.tokenizer = demo_target_dir();
+  refused(o, "needs a drafter that can fork");
+  o.predraft = false;
+  o.tokenizer = demo_target_dir() + "/tokenizer.model";  // a file: no directory to find a head in
+  refused(o, "no head");
+}
+
+// A tiny target with the demo tokenizer: distillation, training, resuming.
+TEST(TrainRecurrent, DistilsTheTargetsGreedyContinuationsAndResumes) {
+  TempDir dir;
+  const ModelConfig tc = tiny_config(8000, 1);
+  Model::random(tc, 5)->save(dir.str("target"));
+  std::filesystem::copy_file(demo_target_dir() + "/tokenizer.model", dir.path() / "target" / "tokenizer.model");
+  write_file(dir.path() / "corpus.txt", "The ship sailed into the harbor at dawn, and the crew went ashore.\n\n"
+                                        "Call me Ishmael. Some years ago, never mind how long precisely.\n");
+  RecurrentTrainJob job;
+  job.target_dir = dir.str("target");
+  job.corpus = dir.str("corpus.txt");
+  job.out_dir = dir.str("out");
+  job.head = small_head(0, 0);
+  job.continuations = 10;
+  job.opening_tokens = 4;
+  job.new_tokens = 8;
+  job.predict = 3;
+  job.steps = 6;
+  job.batch = 8;
+  job.checkpoint_every = 2;
+  job.progress = false;
+  job.stop_after = 4;  // killed after four steps
+  RecurrentTrainReport r = train_recurrent(job);
+  EXPECT_FALSE(r.finished);
+  EXPECT_LE(r.distilled_tokens, 10 * 8);
+  // At most five positions of each of nine training continuations have three labels after them.
+  EXPECT_GT(r.train_positions, 0);
+  EXPECT_LE(r.train_positions, 9 * 5);
+  EXPECT_NE(error_of([&] { train_recurrent(job); }).find("--resume"), std::string::npos);
+  job.resume = true;
+  job.stop_after = -1;
+  r = train_recurrent(job);
+  EXPECT_TRUE(r.finished);
+  EXPECT_EQ(r.steps, 6);
+  EXPECT_EQ(r.accuracy.size(), 3u);
+  const RecurrentHead head = RecurrentHead::load(dir.str("out"));
+  head.check_target(tc.hidden_size, 8000, Tokenizer(demo_target_dir()).fingerprint());
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "out" / "checkpoint-recurrent-data.pt"));
+
+  job.corpus = dir.str("missing.txt");
+  job.out_dir = dir.str("out2");
+  EXPECT_NE(error_of([&] { train_recurrent(job); }).find("missing.txt"), std::string::npos);
+  job.corpus = dir.str("corpus.txt");
+  job.new_tokens = 3;
+  EXPECT_NE(error_of([&] { train_recurrent(job); }).find("must exceed predict"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace splitspec::test
