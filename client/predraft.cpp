@@ -85,7 +85,7 @@ void PreDrafter::push(const PredictedVerdict& v) {
     std::lock_guard<std::mutex> lock(mu_);
     if (v.round != round_ || stopping_ || !accepting_) return;
     stats_.early_verdicts += 1;
-    queue_.push_back(Job{v.verdict, v.confidence, v.exit_layer, arrivals_++});
+    queue_.push_back(Job{v.verdict, v.confidence, v.exit_layer, arrivals_++, VerdictExtras{{}, v.hidden}});
   }
   cv_.notify_one();
 }
@@ -165,8 +165,8 @@ void PreDrafter::run(int) {
       }
       if (forked) {
         fork->reseed(draft_seed(seed_) ^ (static_cast<uint64_t>(round) * 0x100000001b3ull + job.arrival * 0x9e37ull + 1));
-        const VerdictExtras none;  // early verdicts carry none
-        fork->accept(RoundOutcome{*sent, job.verdict, none});
+        // Early verdicts carry no top K; an exit's hidden state stands in for the target's.
+        fork->accept(RoundOutcome{*sent, job.verdict, job.extras});
         tree = fork->propose(budget_(length + static_cast<int64_t>(job.verdict.tokens.size())), is_stale);
         complete = !is_stale();
       }

@@ -80,6 +80,7 @@ class PreDrafter {
     double confidence;
     int32_t exit_layer;
     uint64_t arrival;
+    VerdictExtras extras;  // the exit's hidden state, where sent
   };
   struct Entry {
     bool done = false;

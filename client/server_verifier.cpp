@@ -109,6 +109,25 @@ int32_t ServerVerifier::budget(int64_t length) const {
   return static_cast<int32_t>(std::min<int64_t>(room, link_.info().max_draft_tokens()));
 }
 
+namespace {
+
+// A verdict's hidden state (half precision, little-endian) into `out`; an
+// error message if it is not `hidden_size` values (0: not known).
+std::string decode_hidden(const std::string& bytes, int64_t hidden_size, std::vector<float>& out) {
+  out.clear();
+  if (bytes.empty()) return "";
+  if (bytes.size() % sizeof(uint16_t) != 0 ||
+      (hidden_size > 0 && bytes.size() != static_cast<size_t>(hidden_size) * sizeof(uint16_t)))
+    return std::to_string(bytes.size()) + " bytes for a hidden size of " + std::to_string(hidden_size);
+  std::vector<uint16_t> half(bytes.size() / sizeof(uint16_t));
+  std::memcpy(half.data(), bytes.data(), bytes.size());
+  out.resize(half.size());
+  kernels::half_to_float(half.data(), static_cast<int64_t>(half.size()), out.data());
+  return "";
+}
+
+}  // namespace
+
 bool ServerVerifier::check_early(const v1::RoundVerdict& v) {
   // At most one per exit the server runs: each may cost a pre-draft.
   const int exits = link_.info().early_exit_layers_size();
@@ -122,6 +141,7 @@ bool ServerVerifier::check_early(const v1::RoundVerdict& v) {
       bad = "it is not for the open round " + std::to_string(shape_round_);
     } else {
       bad = malformed_verdict(v, shape_, vocab_, p.verdict);
+      if (bad.empty()) bad = decode_hidden(v.hidden_state(), link_.info().hidden_size(), p.hidden);
       if (bad.empty() && early_in_round_ > exits)
         bad = "more than one per exit (the server runs " + std::to_string(exits) + ")";
     }
@@ -201,19 +221,12 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
           entry + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(entry)));
       r.extras.top_k.push_back(std::move(t));
     }
-    if (!v.hidden_state().empty()) {
-      const std::string& bytes = v.hidden_state();
-      const int64_t H = link_.info().hidden_size();
-      if (bytes.size() % sizeof(uint16_t) != 0 || (H > 0 && bytes.size() != static_cast<size_t>(H) * sizeof(uint16_t)))
-        throw link_.error("malformed hidden state in the verdict for round " + std::to_string(round) + ": " +
-                          std::to_string(bytes.size()) + " bytes for a hidden size of " + std::to_string(H));
-      std::vector<uint16_t> half(bytes.size() / sizeof(uint16_t));
-      std::memcpy(half.data(), bytes.data(), bytes.size());
-      r.extras.hidden.resize(half.size());
-      kernels::half_to_float(half.data(), static_cast<int64_t>(half.size()), r.extras.hidden.data());
+    const std::string bad = decode_hidden(v.hidden_state(), link_.info().hidden_size(), r.extras.hidden);
+    if (!bad.empty()) throw link_.error("malformed hidden state in the verdict for round " + std::to_string(round) + ": " + bad);
+    const size_t bytes = v.hidden_state().size();
+    if (bytes > 0)
       stats_.hidden_bytes += static_cast<int64_t>(
-          bytes.size() + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(bytes.size())));
-    }
+          bytes + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(bytes)));
   }
   stats_.forwards += 1;
   stats_.verdict_bytes += static_cast<int64_t>(v.ByteSizeLong());

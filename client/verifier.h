@@ -22,6 +22,7 @@ struct PredictedVerdict {
   Verdict verdict;
   double confidence = 0;   // how likely it is the final one
   int32_t exit_layer = 0;  // the layers behind it
+  std::vector<float> hidden;  // the exit's final hidden state, when the drafter wants the target's
 };
 
 struct VerifierStats {

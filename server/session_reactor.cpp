@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <optional>
 #include <unordered_set>
 
@@ -19,6 +18,14 @@
 namespace splitspec {
 
 namespace {
+
+// A hidden state as the wire carries it: IEEE half, little-endian.
+void set_hidden_state(v1::RoundVerdict& v, const std::vector<float>& hidden) {
+  if (hidden.empty()) return;
+  std::vector<uint16_t> half(hidden.size());
+  kernels::float_to_half(hidden.data(), static_cast<int64_t>(half.size()), half.data());
+  v.mutable_hidden_state()->assign(reinterpret_cast<const char*>(half.data()), half.size() * sizeof(uint16_t));
+}
 
 using Base = StreamWriter<grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>, v1::SessionResponse>;
 
@@ -206,13 +213,7 @@ class SessionReactor final : public Base {
           w->mutable_ids()->Add(k.ids.begin(), k.ids.end());
           w->mutable_probs()->Add(k.probs.begin(), k.probs.end());
         }
-        if (!r.extras.hidden.empty()) {
-          std::string& bytes = *v->mutable_hidden_state();
-          bytes.resize(r.extras.hidden.size() * sizeof(uint16_t));
-          std::vector<uint16_t> half(r.extras.hidden.size());
-          kernels::float_to_half(r.extras.hidden.data(), static_cast<int64_t>(half.size()), half.data());
-          std::memcpy(bytes.data(), half.data(), bytes.size());
-        }
+        set_hidden_state(*v, r.extras.hidden);
         v1::ServerTimings* t = v->mutable_timings();
         t->set_queue_ms(queue_ms);
         t->set_forward_ms(r.forward_ms);
@@ -259,7 +260,8 @@ class SessionReactor final : public Base {
         SteadyClock::time_point t0;
         ~Timer() { total += ms_since(t0); }
       } timer{exits_ms, t0};
-      const EarlyVerdict e = verify_at_exit(*ctx_.target, exits, exits.index_of(after), rows, tree, sampling_, rng);
+      const EarlyVerdict e =
+          verify_at_exit(*ctx_.target, exits, exits.index_of(after), rows, tree, sampling_, rng, extras_.hidden);
       for (const auto& tokens : sent)
         if (tokens == e.verdict.tokens) return;
       sent.push_back(e.verdict.tokens);
@@ -272,6 +274,7 @@ class SessionReactor final : public Base {
       v->set_final(false);
       v->set_exit_layer(static_cast<int32_t>(after));
       v->set_confidence(e.confidence);
+      set_hidden_state(*v, e.hidden);
       ctx_.counters.early_verdicts.fetch_add(1);
       // FIFO: later exits rank below earlier ones, as they were produced.
       send(std::move(out), ctx_.exit_priority ? e.confidence : -static_cast<double>(++order));

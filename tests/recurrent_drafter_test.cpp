@@ -8,6 +8,7 @@
 #include "client/client.h"
 #include "common/drafting/beam_search.h"
 #include "common/drafting/recurrent_head.h"
+#include "common/early_exit/early_exit.h"
 #include "common/engine/model.h"
 #include "common/engine/safetensors.h"
 #include "common/engine/tokenizer.h"
@@ -166,6 +167,18 @@ TEST(RecurrentDrafter, OverGrpcWithTheHiddenStateAndNoDraftModel) {
     EXPECT_EQ(r.stats.verdict_hidden_bytes, r.stats.rounds * (512 + 3)) << "prompt " << p;
     EXPECT_EQ(r.stats.verdict_top_k_bytes, 0);
   }
+  // Pre-drafting: early verdicts carry their exit's hidden state, and the
+  // head drafts the next round from it while the forward finishes.
+  ClientOptions pre = o;
+  pre.predraft = true;
+  auto fsd = Client::connect(pre);
+  int64_t hits = 0;
+  for (int p = 0; p < 5; ++p) {
+    const Result r = fsd->generate(test_prompts()[p], req);
+    EXPECT_EQ(r.ids, want[p]) << "pre-drafting, prompt " << p;
+    hits += r.stats.predraft_hits;
+  }
+  EXPECT_GT(hits, 20) << "trees drafted from the exit's hidden state were sent";
   // The same drafts as a local run: the hidden state goes through half
   // precision either way.
   ClientOptions local;
@@ -187,6 +200,7 @@ TEST(RecurrentDrafter, SampledOutputHasTheTargetsDistribution) {
   const ModelConfig tc = tiny_config(kVocab, 2);
   Model::random(tc, 43)->save(dir.str("target"));
   RecurrentHead::random(small_head(tc.hidden_size, kVocab), 9).save(dir.str("target"));
+  EarlyExits::init(tc, {1}, 8, 4).save(dir.str("target"));
   auto target = Model::load(dir.str("target"));
   LocalServer srv = start_server(dir.str("target"));
   const std::vector<int32_t> prompt = {1, 5, 7};
@@ -194,10 +208,12 @@ TEST(RecurrentDrafter, SampledOutputHasTheTargetsDistribution) {
   req.max_new_tokens = 3;
   req.ignore_eos = true;
   req.temperature = 0.05f;  // random weights give flat logits: sharpen them
-  for (bool server : {false, true}) {
+  for (int where : {0, 1, 2}) {  // local, server, server with pre-drafting
+    const bool server = where > 0;
     ClientOptions o;
     o.drafter = "recurrent";
     o.drafter_options = {{"width", "3"}, {"length", "2"}, {"head", dir.str("target")}};
+    o.predraft = where == 2;
     if (server) {
       o.verifier = VerifierKind::kServer;
       o.server = srv.address;
@@ -206,8 +222,8 @@ TEST(RecurrentDrafter, SampledOutputHasTheTargetsDistribution) {
       o.target_dir = dir.str("target");
     }
     auto client = Client::connect(o);
-    int64_t packed = 0, branched = 0, accepted = 0;
-    expect_targets_token_distributions(*client, *target, prompt, req, 3, 3000, server ? 23000 : 13000,
+    int64_t packed = 0, branched = 0, accepted = 0, hits = 0;
+    expect_targets_token_distributions(*client, *target, prompt, req, 3, 3000, 13000 + 10000 * static_cast<uint64_t>(where),
                                        [&](const Result& r) {
                                          branched += r.stats.branched_trees;
                                          const auto& c = r.stats.drafter_counters;
@@ -216,10 +232,13 @@ TEST(RecurrentDrafter, SampledOutputHasTheTargetsDistribution) {
                                            packed += 1;
                                          accepted += static_cast<int64_t>(
                                              r.stats.accepted_per_round * static_cast<double>(r.stats.rounds) + 0.5);
+                                         hits += r.stats.predraft_hits;
                                        });
     EXPECT_GT(branched, 1000) << "trees with siblings must be part of what is tested";
-    EXPECT_GT(packed, 1000) << "beams sharing prefixes must be part of what is tested";
+    // (A pre-drafted tree is counted by the fork that drafted it.)
+    EXPECT_GT(packed, where == 2 ? 300 : 1000) << "beams sharing prefixes must be part of what is tested";
     EXPECT_GT(accepted, 300);
+    if (where == 2) EXPECT_GT(hits, 300) << "pre-drafted trees must be part of what is tested";
   }
 }
 
@@ -247,13 +266,12 @@ TEST(RecurrentDrafter, ClearErrors) {
   RecurrentHead::random(other, 1).save(dir.str());
   refused(o, "hidden size 64");
   o.predraft = true;
+  refused(o, "pre-drafting needs the server verifier");
+  o.predraft = false;
   o.drafter_options.clear();
   o.verifier = VerifierKind::kServer;
   LocalServer srv = start_server(demo_target_dir());
   o.server = srv.address;
-  o.tokenizer = demo_target_dir();
-  refused(o, "needs a drafter that can fork");
-  o.predraft = false;
   o.tokenizer = demo_target_dir() + "/tokenizer.model";  // a file: no directory to find a head in
   refused(o, "no head");
 }

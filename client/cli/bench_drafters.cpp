@@ -58,8 +58,12 @@ ClientOptions options_for(const DrafterBenchArgs& a, const std::string& spec) {
     o.drafter_options["tree"] = "static";
   }
   for (const RowSetting& setting : row.settings) {
+    if (setting.text == "predraft") {
+      o.predraft = true;  // server rows: pre-draft on the early exits' verdicts
+      continue;
+    }
     if (!setting.has_value || setting.key.empty())
-      throw Error("bench drafters: '" + setting.text + "' in '" + spec + "' is not a drafter option KEY=VALUE");
+      throw Error("bench drafters: '" + setting.text + "' in '" + spec + "' is neither predraft nor a drafter option KEY=VALUE");
     o.drafter_options[setting.key] = setting.value;
   }
   if (o.drafter == "lut" && !a.lut.empty() && !o.drafter_options.count("tables")) o.drafter_options["tables"] = a.lut;
@@ -255,7 +259,8 @@ std::function<int()> add_bench_drafters(CLI::App& bench) {
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens per prompt (EOS ignored)")->capture_default_str();
   cmd->add_option("--drafters", a->drafters,
                   "Rows, the first the baseline: drafter names, lut-static (lut with a static top-K tree), each "
-                  "optionally with /KEY=VALUE drafter options, e.g. lut/budget=24")
+                  "optionally with /KEY=VALUE drafter options and, on a server, /predraft, e.g. lut/budget=24 or "
+                  "recurrent/width=4/length=4/predraft")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--budget", a->budget, "Stream the target under this memory budget (25%, 8MiB); default in memory");

@@ -42,7 +42,7 @@ inline uint64_t draft_seed(uint64_t seed) { return seed ^ 0x9e3779b97f4a7c15ull;
 struct RoundOutcome {
   const DraftTree& tree;        // what was verified (maybe less than proposed)
   const Verdict& verdict;       // accepted path, then the tokens to append
-  const VerdictExtras& extras;  // what wants() asked for; none for predicted verdicts
+  const VerdictExtras& extras;  // what wants() asked for; predicted verdicts: an exit's hidden state at most
 };
 
 struct DrafterStats {

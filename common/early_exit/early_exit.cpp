@@ -206,11 +206,11 @@ void EarlyExits::set_shortlist(const Model& model, int64_t k) {
   shortlist_head_ = model.weights().lm_head.index_select(0, shortlist_ids_).to(at::kHalf).contiguous();
 }
 
-at::Tensor EarlyExits::scores(const Model& model, size_t i, const at::Tensor& hidden) const {
-  const ExitAdapter& a = adapters_.at(i);
-  const ModelConfig& c = model.config();
-  const at::Tensor x = hidden.contiguous();
-  const int64_t m = x.size(0), H = c.hidden_size, B = bottleneck_;
+namespace {
+
+// Exit `a`'s adapter on hidden rows x: x + up(silu(down(norm(x)))).
+at::Tensor adapt(const ExitAdapter& a, int64_t bottleneck, const ModelConfig& c, const at::Tensor& x) {
+  const int64_t m = x.size(0), H = c.hidden_size, B = bottleneck;
   auto f32 = at::TensorOptions().dtype(at::kFloat);
   at::Tensor normed = at::empty({m, H}, f32), mid = at::empty({m, B}, f32), delta = at::empty({m, H}, f32);
   kernels::rms_norm(x.data_ptr<float>(), m, H, a.norm.data_ptr<float>(), static_cast<float>(c.rms_norm_eps),
@@ -218,13 +218,27 @@ at::Tensor EarlyExits::scores(const Model& model, size_t i, const at::Tensor& hi
   kernels::linear(normed.data_ptr<float>(), m, H, a.down.data_ptr<float>(), B, mid.data_ptr<float>());
   at::silu_(mid);
   kernels::linear(mid.data_ptr<float>(), m, B, a.up.data_ptr<float>(), H, delta.data_ptr<float>());
-  const at::Tensor h = x + delta;
-  if (!shortlist_ids_.defined()) return model.head_logits(h);
-  const int64_t k = shortlist_ids_.numel();
-  at::Tensor normed2 = at::empty({m, H}, f32), scored = at::empty({m, k}, f32);
-  kernels::rms_norm(h.data_ptr<float>(), m, H, model.weights().final_norm.data_ptr<float>(),
-                    static_cast<float>(c.rms_norm_eps), normed2.data_ptr<float>());
-  kernels::linear_half_weights(normed2.data_ptr<float>(), m, H,
+  return x + delta;
+}
+
+}  // namespace
+
+at::Tensor EarlyExits::final_hidden(const Model& model, size_t i, const at::Tensor& hidden) const {
+  const ModelConfig& c = model.config();
+  const at::Tensor h = adapt(adapters_.at(i), bottleneck_, c, hidden.contiguous());
+  at::Tensor normed = at::empty({h.size(0), c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
+  kernels::rms_norm(h.data_ptr<float>(), h.size(0), c.hidden_size, model.weights().final_norm.data_ptr<float>(),
+                    static_cast<float>(c.rms_norm_eps), normed.data_ptr<float>());
+  return normed;
+}
+
+at::Tensor EarlyExits::scores(const Model& model, size_t i, const at::Tensor& hidden) const {
+  const ModelConfig& c = model.config();
+  if (!shortlist_ids_.defined()) return model.head_logits(adapt(adapters_.at(i), bottleneck_, c, hidden.contiguous()));
+  const at::Tensor normed = final_hidden(model, i, hidden);
+  const int64_t m = normed.size(0), k = shortlist_ids_.numel();
+  at::Tensor scored = at::empty({m, k}, at::TensorOptions().dtype(at::kFloat));
+  kernels::linear_half_weights(normed.data_ptr<float>(), m, c.hidden_size,
                                reinterpret_cast<const uint16_t*>(shortlist_head_.data_ptr<at::Half>()), k,
                                scored.data_ptr<float>());
   return scored;

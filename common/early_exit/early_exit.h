@@ -62,6 +62,10 @@ class EarlyExits {
   // [m, vocab] without a shortlist; column j is token scored_token(j). What
   // a greedy exit needs, without spreading them over the vocabulary.
   at::Tensor scores(const Model& model, size_t i, const at::Tensor& hidden) const;
+  // What exit `i`'s LM head reads for those rows: the adapted rows after the
+  // final norm ([m, hidden]), the exit's stand-in for the target's final
+  // hidden state (ReDrafter's head pre-drafts from it).
+  at::Tensor final_hidden(const Model& model, size_t i, const at::Tensor& hidden) const;
   int32_t scored_token(int64_t column) const {
     return shortlist_ids_.defined() ? frequent_tokens_[static_cast<size_t>(column)] : static_cast<int32_t>(column);
   }

@@ -40,7 +40,7 @@ EarlyVerdict greedy_at_exit(const Model& model, const EarlyExits& exits, size_t 
 }  // namespace
 
 EarlyVerdict verify_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, const at::Tensor& rows,
-                            const DraftTree& tree, const SamplingParams& params, Rng rng) {
+                            const DraftTree& tree, const SamplingParams& params, Rng rng, bool want_hidden) {
   EarlyVerdict e;
   if (params.greedy()) {
     e = greedy_at_exit(model, exits, exit_index, rows, tree);
@@ -52,6 +52,11 @@ EarlyVerdict verify_at_exit(const Model& model, const EarlyExits& exits, size_t 
     e.confidence = std::get<0>(at::softmax(sel, -1).max(-1)).prod().item<double>();
   }
   e.after_layer = exits.adapters().at(exit_index).after_layer;
+  if (want_hidden && !e.verdict.tokens.empty()) {
+    const int64_t row = verdict_row(e.verdict, e.verdict.tokens.size() - 1);
+    const at::Tensor h = exits.final_hidden(model, exit_index, rows.narrow(0, row, 1));
+    e.hidden.assign(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
+  }
   return e;
 }
 

@@ -6,6 +6,8 @@
 // layer alone decides what is committed.
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 #include "common/early_exit/early_exit.h"
 #include "common/decoding/verify.h"
 
@@ -21,11 +23,15 @@ struct EarlyVerdict {
   // of those decisions is; the paper's max over positions would rate a
   // verdict by its easiest position.
   double confidence = 0;
+  // When asked for: the exit's final hidden state (EarlyExits::final_hidden)
+  // at the row that produced the verdict's last token, as a final verdict
+  // carries the target's.
+  std::vector<float> hidden;
 };
 
 // `rows` are the hidden states after the exit's layer at the rows the final
 // verification reads ([tree.size()+1, hidden]).
 EarlyVerdict verify_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, const at::Tensor& rows,
-                            const DraftTree& tree, const SamplingParams& params, Rng rng);
+                            const DraftTree& tree, const SamplingParams& params, Rng rng, bool want_hidden = false);
 
 }  // namespace splitspec
