@@ -62,7 +62,9 @@ TEST(BeamSearch, WidthOneIsTheHeadsGreedyChainAndBeamsAreRanked) {
   ASSERT_EQ(four.tokens.size(), 4u);
   for (size_t j = 0; j < 4; ++j) {
     EXPECT_EQ(four.tokens[j].size(), 3u);
-    if (j > 0) EXPECT_GE(four.log_probs[j - 1], four.log_probs[j]);
+    if (j > 0) {
+      EXPECT_GE(four.log_probs[j - 1], four.log_probs[j]);
+    }
     for (size_t k = 0; k < j; ++k) EXPECT_NE(four.tokens[j], four.tokens[k]);
   }
   EXPECT_LE(beams_to_tree(four.tokens).size(), 12);
@@ -185,6 +187,7 @@ TEST(RecurrentDrafter, OverGrpcWithTheHiddenStateAndNoDraftModel) {
   local.verifier = VerifierKind::kLocal;
   local.target_dir = demo_target_dir();
   local.drafter = "recurrent";
+  local.drafter_options = {{"width", "2"}, {"length", "4"}};  // the server verifier's default
   auto here = Client::connect(local);
   const Result a = here->generate(test_prompts()[0], req), b = client->generate(test_prompts()[0], req);
   EXPECT_EQ(a.stats.rounds, b.stats.rounds);
@@ -238,7 +241,9 @@ TEST(RecurrentDrafter, SampledOutputHasTheTargetsDistribution) {
     // (A pre-drafted tree is counted by the fork that drafted it.)
     EXPECT_GT(packed, where == 2 ? 300 : 1000) << "beams sharing prefixes must be part of what is tested";
     EXPECT_GT(accepted, 300);
-    if (where == 2) EXPECT_GT(hits, 300) << "pre-drafted trees must be part of what is tested";
+    if (where == 2) {
+      EXPECT_GT(hits, 300) << "pre-drafted trees must be part of what is tested";
+    }
   }
 }
 

@@ -111,8 +111,18 @@ class RecurrentDrafter final : public Drafter {
 std::unique_ptr<Drafter> make_recurrent_drafter(const DrafterSpec& spec) {
   DrafterOptions opt("recurrent", spec.options);
   const std::string path = opt.text("head", spec.target_dir);
-  const int width = opt.integer("width", 4);
-  const int length = opt.integer("length", 4);
+  // Defaults from bench drafters on the demo target (docs/recurrent-drafter.md):
+  // in memory every node and every beam costs compute, so one short beam;
+  // streamed weights make nodes nearly free; a round trip is worth a middling
+  // tree, two beams doing as well as four at 10 ms and better at 0 ms.
+  int width = 2, length = 4;
+  switch (spec.verify_cost) {
+    case VerifyCost::kCompute: width = 1, length = 3; break;
+    case VerifyCost::kWeightReads: width = 4, length = 4; break;
+    case VerifyCost::kRoundTrip: break;
+  }
+  width = opt.integer("width", width);
+  length = opt.integer("length", length);
   opt.finish();
   if (width < 1 || width > 64) throw Error("drafter recurrent: width must be in [1, 64], got " + std::to_string(width));
   if (length < 1 || length > 64) throw Error("drafter recurrent: length must be in [1, 64], got " + std::to_string(length));
