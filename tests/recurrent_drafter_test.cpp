@@ -51,10 +51,11 @@ TEST(BeamSearch, WidthOneIsTheHeadsGreedyChainAndBeamsAreRanked) {
   ASSERT_EQ(one.tokens.size(), 1u);
   // The greedy chain, step by step.
   std::vector<float> state(16), logits(30);
+  RecurrentHead::Scratch scratch;
   int32_t token = 4;
   for (int d = 0; d < 5; ++d) {
-    head.advance(state.data(), &token, 1, d == 0);
-    head.logits(h.data(), state.data(), 1, logits.data());
+    head.advance(state.data(), &token, 1, d == 0, scratch);
+    head.logits(h.data(), state.data(), 1, logits.data(), scratch);
     token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     EXPECT_EQ(one.tokens[0][d], token) << "depth " << d;
   }
@@ -81,10 +82,11 @@ TEST(RecurrentHead, SavesLoadsAndRefusesAnotherTargetsHead) {
   EXPECT_EQ(back.weight_bytes(), head.weight_bytes());
   std::vector<float> h(12, 0.5f), s1(16), s2(16), l1(30), l2(30);
   const int32_t t = 7;
-  head.advance(s1.data(), &t, 1, true);
-  back.advance(s2.data(), &t, 1, true);
-  head.logits(h.data(), s1.data(), 1, l1.data());
-  back.logits(h.data(), s2.data(), 1, l2.data());
+  RecurrentHead::Scratch scratch;
+  head.advance(s1.data(), &t, 1, true, scratch);
+  back.advance(s2.data(), &t, 1, true, scratch);
+  head.logits(h.data(), s1.data(), 1, l1.data(), scratch);
+  back.logits(h.data(), s2.data(), 1, l2.data(), scratch);
   EXPECT_EQ(l1, l2) << "weights are stored as they are held: half";
   back.check_target(12, 30, "00000000000000aa");
   back.check_target(12, 30, "");
@@ -92,7 +94,7 @@ TEST(RecurrentHead, SavesLoadsAndRefusesAnotherTargetsHead) {
   EXPECT_NE(error_of([&] { back.check_target(12, 31, ""); }).find("vocabulary of 30"), std::string::npos);
   EXPECT_NE(error_of([&] { back.check_target(12, 30, "00000000000000bb"); }).find("tokenizer 00000000000000aa"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { back.advance(s1.data(), std::vector<int32_t>{30}.data(), 1, false); }).find("outside"),
+  EXPECT_NE(error_of([&] { back.advance(s1.data(), std::vector<int32_t>{30}.data(), 1, false, scratch); }).find("outside"),
             std::string::npos);
 
   // Malformed files: clear errors, never a crash.
@@ -173,6 +175,7 @@ TEST(RecurrentDrafter, OverGrpcWithTheHiddenStateAndNoDraftModel) {
   // head drafts the next round from it while the forward finishes.
   ClientOptions pre = o;
   pre.predraft = true;
+  pre.predraft_threads = 2;  // forks share the head across threads
   auto fsd = Client::connect(pre);
   int64_t hits = 0;
   for (int p = 0; p < 5; ++p) {

@@ -47,13 +47,14 @@ Beams beam_search(const RecurrentHead& head, const float* h, int32_t token, int3
   const int64_t E = head.config().embed_dim, V = head.config().vocab_size;
   std::vector<float> states(static_cast<size_t>(width * E)), next(states.size()), logits(static_cast<size_t>(width * V));
   std::vector<float> scores(1, 0.0f);
-  head.advance(states.data(), &token, 1, true);
+  RecurrentHead::Scratch scratch;
+  head.advance(states.data(), &token, 1, true, scratch);
   // parent[d][j]: the beam at depth d-1 that beam j extends at depth d.
   std::vector<std::vector<int32_t>> parent(length), tok(length);
   std::vector<Candidate> cand;
   int32_t live = 1;
   for (int32_t d = 0; d < length; ++d) {
-    head.logits(h, states.data(), live, logits.data());
+    head.logits(h, states.data(), live, logits.data(), scratch);
     cand.clear();
     for (int32_t b = 0; b < live; ++b) best_of_row(logits.data() + b * V, V, width, b, scores[b], cand);
     std::sort(cand.begin(), cand.end(), better);
@@ -68,7 +69,7 @@ Beams beam_search(const RecurrentHead& head, const float* h, int32_t token, int3
     if (d + 1 == length) break;
     for (int32_t j = 0; j < n; ++j)
       std::copy_n(states.data() + parent[d][j] * E, E, next.data() + j * E);
-    head.advance(next.data(), tok[d].data(), n, false);
+    head.advance(next.data(), tok[d].data(), n, false, scratch);
     std::swap(states, next);
   }
   Beams out;

@@ -199,49 +199,53 @@ size_t RecurrentHead::weight_bytes() const {
   return n;
 }
 
-void RecurrentHead::advance(float* states, const int32_t* tokens, int64_t n, bool first) const {
+void RecurrentHead::advance(float* states, const int32_t* tokens, int64_t n, bool first, Scratch& scratch) const {
   const int64_t E = c_.embed_dim;
-  a_.resize(static_cast<size_t>(n * E));
-  b_.resize(static_cast<size_t>(n * E));
+  std::vector<float>& a = scratch.a;
+  std::vector<float>& b = scratch.b;
+  a.resize(static_cast<size_t>(n * E));
+  b.resize(static_cast<size_t>(n * E));
   for (int64_t r = 0; r < n; ++r) {
     if (tokens[r] < 0 || tokens[r] >= c_.vocab_size)
       throw Error("recurrent head: token " + std::to_string(tokens[r]) + " outside the vocabulary");
-    kernels::half_to_float(w_[kEmbed].data() + tokens[r] * E, E, a_.data() + r * E);
+    kernels::half_to_float(w_[kEmbed].data() + tokens[r] * E, E, a.data() + r * E);
   }
-  kernels::linear_half_weights(a_.data(), n, E, w_[kRnnW].data(), E, b_.data());
-  if (!first) kernels::linear_half_weights(states, n, E, w_[kRnnU].data(), E, a_.data());
+  kernels::linear_half_weights(a.data(), n, E, w_[kRnnW].data(), E, b.data());
+  if (!first) kernels::linear_half_weights(states, n, E, w_[kRnnU].data(), E, a.data());
   const float* bias = bias_[kRnnB].data();
   for (int64_t r = 0; r < n; ++r)
-    for (int64_t i = 0; i < E; ++i) states[r * E + i] = b_[r * E + i] + (first ? 0.0f : a_[r * E + i]) + bias[i];
+    for (int64_t i = 0; i < E; ++i) states[r * E + i] = b[r * E + i] + (first ? 0.0f : a[r * E + i]) + bias[i];
   silu_inplace(states, n * E);
 }
 
-void RecurrentHead::logits(const float* h, const float* states, int64_t n, float* out) const {
+void RecurrentHead::logits(const float* h, const float* states, int64_t n, float* out, Scratch& scratch) const {
   const int64_t H = c_.hidden_size, E = c_.embed_dim, D = c_.exit_dim, in = H + E;
-  a_.resize(static_cast<size_t>(n * std::max({in, D, c_.rank})));
-  b_.resize(static_cast<size_t>(n * D));
+  std::vector<float>& a = scratch.a;
+  std::vector<float>& b = scratch.b;
+  a.resize(static_cast<size_t>(n * std::max({in, D, c_.rank})));
+  b.resize(static_cast<size_t>(n * D));
   for (int64_t r = 0; r < n; ++r) {
-    std::memcpy(a_.data() + r * in, h, H * sizeof(float));
-    std::memcpy(a_.data() + r * in + H, states + r * E, E * sizeof(float));
+    std::memcpy(a.data() + r * in, h, H * sizeof(float));
+    std::memcpy(a.data() + r * in + H, states + r * E, E * sizeof(float));
   }
-  std::vector<float>& z = b_;
-  kernels::linear_half_weights(a_.data(), n, in, w_[kInW].data(), D, z.data());
+  std::vector<float>& z = b;
+  kernels::linear_half_weights(a.data(), n, in, w_[kInW].data(), D, z.data());
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i < D; ++i) z[r * D + i] += bias_[kInB][i];
   for (int64_t blk = 0; blk < c_.num_blocks; ++blk) {
     const size_t w = kBlocks + 2 * blk;
-    kernels::linear_half_weights(z.data(), n, D, w_[w].data(), D, a_.data());
+    kernels::linear_half_weights(z.data(), n, D, w_[w].data(), D, a.data());
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < D; ++i) {
-        float& t = a_[r * D + i];
+        float& t = a[r * D + i];
         t += bias_[w + 1][i];
         z[r * D + i] += t / (1.0f + std::exp(-t));
       }
   }
   const size_t v = kBlocks + 2 * c_.num_blocks;
   if (c_.rank > 0) {
-    kernels::linear_half_weights(z.data(), n, D, w_[v].data(), c_.rank, a_.data());
-    kernels::linear_half_weights(a_.data(), n, c_.rank, w_[v + 1].data(), c_.vocab_size, out);
+    kernels::linear_half_weights(z.data(), n, D, w_[v].data(), c_.rank, a.data());
+    kernels::linear_half_weights(a.data(), n, c_.rank, w_[v + 1].data(), c_.vocab_size, out);
   } else {
     kernels::linear_half_weights(z.data(), n, D, w_[v].data(), c_.vocab_size, out);
   }

@@ -69,19 +69,23 @@ class RecurrentHead {
   const std::string& source() const { return source_; }
   size_t weight_bytes() const;
 
+  // Working memory of one caller: a head is shared by a drafter and its
+  // forks on other threads, so it keeps none of its own.
+  struct Scratch {
+    std::vector<float> a, b;
+  };
   // states[n, embed_dim] <- the recurrent update with each row's next input
   // token; `first`: the states are fresh (no U s term).
-  void advance(float* states, const int32_t* tokens, int64_t n, bool first) const;
+  void advance(float* states, const int32_t* tokens, int64_t n, bool first, Scratch& scratch) const;
   // logits[n, vocab] of the token after each of n states, all under one
   // hidden state h[hidden_size].
-  void logits(const float* h, const float* states, int64_t n, float* out) const;
+  void logits(const float* h, const float* states, int64_t n, float* out, Scratch& scratch) const;
 
  private:
   RecurrentHeadConfig c_;
   std::string source_;
   std::vector<std::vector<uint16_t>> w_;  // recurrent_head_params() order, half
   std::vector<std::vector<float>> bias_;  // the same order; vectors only, widened
-  mutable std::vector<float> a_, b_;      // scratch
 };
 
 }  // namespace splitspec
