@@ -246,6 +246,9 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   const std::unique_ptr<Drafter> probe = impl->drafter.make(spec);
   if (o.predraft && !probe->can_fork())
     throw Error(impl->label + ": pre-drafting needs a drafter that can fork; " + o.drafter + " cannot");
+  if (impl->link && probe->wants().hidden && impl->link->info().hidden_size() == 0)
+    throw Error(impl->label + ": drafter " + o.drafter + " drafts from the target's hidden state, which server " +
+                o.server + " does not send (it reports no hidden_size: an older release)");
   if (impl->link && probe->wants().top_k > impl->link->info().max_verdict_top_k())
     throw Error(impl->label + ": drafter " + o.drafter + " asks for the target's top " +
                 std::to_string(probe->wants().top_k) + " with each verdict, but server " + o.server +

@@ -77,6 +77,7 @@ void ServerVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOpt
   round_ = 0;
   greedy_ = options.sampling.greedy();
   want_extras_ = extras.any();
+  want_hidden_ = extras.hidden;
   handler_ = std::move(on_early);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -221,7 +222,8 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
           entry + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(entry)));
       r.extras.top_k.push_back(std::move(t));
     }
-    const std::string bad = decode_hidden(v.hidden_state(), link_.info().hidden_size(), r.extras.hidden);
+    std::string bad = decode_hidden(v.hidden_state(), link_.info().hidden_size(), r.extras.hidden);
+    if (bad.empty() && want_hidden_ && !v.tokens().empty() && r.extras.hidden.empty()) bad = "none was sent";
     if (!bad.empty()) throw link_.error("malformed hidden state in the verdict for round " + std::to_string(round) + ": " + bad);
     const size_t bytes = v.hidden_state().size();
     if (bytes > 0)

@@ -48,6 +48,7 @@ class ServerVerifier final : public Verifier {
   bool greedy_ = true;
   bool finished_ = false;
   bool want_extras_ = false;
+  bool want_hidden_ = false;
   uint32_t round_ = 0;
   VerifierStats stats_;
   // Shared with gRPC's thread.

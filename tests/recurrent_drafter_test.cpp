@@ -315,6 +315,9 @@ TEST(TrainRecurrent, DistilsTheTargetsGreedyContinuationsAndResumes) {
   EXPECT_NE(error_of([&] { train_recurrent(job); }).find("--resume"), std::string::npos);
   job.resume = true;
   job.stop_after = -1;
+  RecurrentTrainJob other = job;
+  other.predict = 2;
+  EXPECT_NE(error_of([&] { train_recurrent(other); }).find("another train recurrent job"), std::string::npos);
   r = train_recurrent(job);
   EXPECT_TRUE(r.finished);
   EXPECT_EQ(r.steps, 6);

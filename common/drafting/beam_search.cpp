@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/drafting/recurrent_head.h"
 #include "common/engine/kernels.h"
@@ -30,7 +31,10 @@ void best_of_row(const float* row, int64_t vocab, int32_t k, int32_t beam, float
   const float lse = max + std::log(kernels::sum_exp(row, vocab, max));
   const size_t from = out.size();
   for (int64_t t = 0; t < vocab; ++t) {
-    const Candidate c{base + row[t] - lse, beam, static_cast<int32_t>(t)};
+    float score = base + row[t] - lse;
+    // A NaN would break the ordering the sort relies on.
+    if (!std::isfinite(score)) score = -std::numeric_limits<float>::infinity();
+    const Candidate c{score, beam, static_cast<int32_t>(t)};
     if (out.size() - from == static_cast<size_t>(k)) {
       if (!better(c, out.back())) continue;
       out.pop_back();

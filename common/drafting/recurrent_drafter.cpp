@@ -69,8 +69,8 @@ class RecurrentDrafter final : public Drafter {
     if (outcome.verdict.tokens.empty()) return;
     last_ = outcome.verdict.tokens.back();
     const std::vector<float>& h = outcome.extras.hidden;
-    have_h_ = !h.empty();
-    if (!have_h_) return;
+    have_h_ = false;
+    if (h.empty()) return;
     const int64_t H = head_->config().hidden_size;
     if (static_cast<int64_t>(h.size()) != H)
       throw Error("drafter recurrent: the verifier sent a hidden state of " + std::to_string(h.size()) +
@@ -83,6 +83,7 @@ class RecurrentDrafter final : public Drafter {
     kernels::half_to_float(half_.data(), H, h_.data());
     for (float x : h_)
       if (!std::isfinite(x)) throw Error("drafter recurrent: the verifier sent a hidden state that is not finite");
+    have_h_ = true;
   }
 
   void on_assign(const Drafter& other) override {

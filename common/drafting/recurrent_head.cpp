@@ -136,7 +136,7 @@ RecurrentHead RecurrentHead::load(const std::string& path) {
     const TensorInfo& t = it->second;
     if (t.shape != p.shape || (t.dtype != DType::F16 && t.dtype != DType::F32))
       throw Error(file + ": tensor '" + p.name + "' is " + dtype_name(t.dtype) + " " + shape_str(t.shape) +
-                  ", expected F16 " + shape_str(p.shape));
+                  ", expected F16 or F32 " + shape_str(p.shape));
     std::vector<float> v(static_cast<size_t>(t.numel()));
     if (t.dtype == DType::F16) {
       std::vector<uint16_t> half(v.size());

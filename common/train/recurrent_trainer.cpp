@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -194,6 +195,7 @@ RecurrentTrainReport train_recurrent(const RecurrentTrainJob& job_in) {
   const Checkpoint ckpt{fs::path(out_dir) / "checkpoint-recurrent"};
   const fs::path data_file = fs::path(out_dir) / "checkpoint-recurrent-data.pt";
   const std::string print = fingerprint(job);
+  const int64_t data_print = static_cast<int64_t>(std::hash<std::string>{}(print));
   if (ckpt.exists() && !job.resume)
     throw Error(out_dir + " holds a recurrent head checkpoint of an earlier run; pass --resume to continue it or "
                           "choose another --out");
@@ -203,7 +205,12 @@ RecurrentTrainReport train_recurrent(const RecurrentTrainJob& job_in) {
   if (job.resume && fs::exists(data_file)) {
     std::vector<at::Tensor> t;
     torch::load(t, data_file.string());
-    if (t.size() != 7) throw Error(data_file.string() + ": not distillation data of train recurrent");
+    // Data of another job (other openings, predict or target) would train
+    // silently on the wrong examples.
+    if (t.size() != 8 || t[7].item<int64_t>() != data_print || t[0].size(1) != job.head.hidden_size ||
+        t[1].size(1) != job.predict)
+      throw Error(data_file.string() + ": distillation data of another train recurrent job; delete it (and " +
+                  ckpt.dir.string() + ") or choose another --out");
     data.train = {t[0], t[1], t[2]};
     data.held_out = {t[3], t[4], t[5]};
     data.tokens = t[6].item<int64_t>();
@@ -219,7 +226,8 @@ RecurrentTrainReport train_recurrent(const RecurrentTrainJob& job_in) {
     data = distill(*target, corpus, job);
     report.data_seconds = seconds_since(d0);
     torch::save(std::vector<at::Tensor>{data.train.hidden, data.train.inputs, data.train.labels, data.held_out.hidden,
-                                        data.held_out.inputs, data.held_out.labels, at::scalar_tensor(data.tokens, at::kLong)},
+                                        data.held_out.inputs, data.held_out.labels, at::scalar_tensor(data.tokens, at::kLong),
+                                        at::scalar_tensor(data_print, at::kLong)},
                 data_file.string());
   }
   target.reset();
