@@ -138,6 +138,17 @@ const std::vector<std::string>& test_prompts() {
 
 namespace splitspec::test {
 
+ClientOptions with_verifier(ClientOptions o, const std::string& address, const std::string& target_dir) {
+  if (address.empty()) {
+    o.verifier = VerifierKind::kLocal;
+    o.target_dir = target_dir;
+  } else {
+    o.verifier = VerifierKind::kServer;
+    o.server = address;
+  }
+  return o;
+}
+
 std::vector<std::vector<int32_t>> demo_target_ids(const Request& req, int prompts) {
   ClientOptions o;
   o.verifier = VerifierKind::kLocal;

@@ -65,6 +65,10 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text
 // English prompts of a few words each, for exactness over many prompts.
 const std::vector<std::string>& test_prompts();
 
+// `o` verifying on the server at `address`, or locally on `target_dir` when
+// `address` is empty.
+ClientOptions with_verifier(ClientOptions o, const std::string& address, const std::string& target_dir);
+
 // What the demo target alone generates for the first `prompts` test prompts.
 std::vector<std::vector<int32_t>> demo_target_ids(const Request& req, int prompts);
 

@@ -253,9 +253,9 @@ TEST(PreDrafter, HitGivesTheDraftThatDraftingAfterTheVerdictGives) {
   const Verdict final_verdict = verdict({round1.tokens[0], 5}, 1);
   PreDrafter pre(2, QueuePolicy::kPriority, [](int64_t) { return 8; }, 1);
   pre.begin_round(1, main, round1, static_cast<int64_t>(prompt.size()));
-  pre.push({1, verdict({round1.tokens[0], 6}, 1), 0.2, 3});  // a wrong prediction
-  pre.push({1, final_verdict, 0.9, 5});
-  pre.push({1, final_verdict, 0.8, 6});                      // duplicate: drafted once
+  pre.push({1, verdict({round1.tokens[0], 6}, 1), 0.2, 3, {}});  // a wrong prediction
+  pre.push({1, final_verdict, 0.9, 5, {}});
+  pre.push({1, final_verdict, 0.8, 6, {}});                      // duplicate: drafted once
   // The workers are asynchronous: the final verdict waits for a running match.
   ASSERT_TRUE(test::wait_until([&] { return pre.stats().predrafts >= 2; }, std::chrono::seconds(10)));
   const VerdictExtras none;

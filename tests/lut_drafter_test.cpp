@@ -97,14 +97,7 @@ TEST(LutDrafter, SampledOutputHasTheTargetsDistribution) {
   for (bool server : {false, true}) {
     ClientOptions o;
     o.drafter = "lut";
-    if (server) {
-      o.verifier = VerifierKind::kServer;
-      o.server = srv.address;
-    } else {
-      o.verifier = VerifierKind::kLocal;
-      o.target_dir = dir.str("target");
-    }
-    auto client = Client::connect(o);
+    auto client = Client::connect(with_verifier(o, server ? srv.address : "", dir.str("target")));
     int64_t branched = 0, accepted = 0, rounds = 0;
     expect_targets_two_token_distribution(*client, *target, prompt, req, 3000, server ? 21000 : 11000,
                                           [&](const Result& r) {

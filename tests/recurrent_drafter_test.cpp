@@ -113,9 +113,7 @@ TEST(RecurrentHead, SavesLoadsAndRefusesAnotherTargetsHead) {
   const float nan = std::nanf("");
   std::vector<std::vector<float>> params;
   for (const HeadParam& p : recurrent_head_params(c)) {
-    int64_t n = 1;
-    for (int64_t d : p.shape) n *= d;
-    params.emplace_back(static_cast<size_t>(n), p.name == "in.b" ? nan : 0.1f);
+    params.emplace_back(static_cast<size_t>(p.numel()), p.name == "in.b" ? nan : 0.1f);
   }
   RecurrentHead::from_floats(c, params).save(dir.str());
   EXPECT_NE(error_of([&] { RecurrentHead::load(dir.str()); }).find("not finite"), std::string::npos);
@@ -220,14 +218,7 @@ TEST(RecurrentDrafter, SampledOutputHasTheTargetsDistribution) {
     o.drafter = "recurrent";
     o.drafter_options = {{"width", "3"}, {"length", "2"}, {"head", dir.str("target")}};
     o.predraft = where == 2;
-    if (server) {
-      o.verifier = VerifierKind::kServer;
-      o.server = srv.address;
-    } else {
-      o.verifier = VerifierKind::kLocal;
-      o.target_dir = dir.str("target");
-    }
-    auto client = Client::connect(o);
+    auto client = Client::connect(with_verifier(o, server ? srv.address : "", dir.str("target")));
     int64_t packed = 0, branched = 0, accepted = 0, hits = 0;
     expect_targets_token_distributions(*client, *target, prompt, req, 3, 3000, 13000 + 10000 * static_cast<uint64_t>(where),
                                        [&](const Result& r) {

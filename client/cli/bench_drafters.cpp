@@ -81,6 +81,7 @@ struct Row {
 nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, const std::string& address,
                            const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::string>& tasks) {
   std::vector<std::unique_ptr<Client>> clients;
+  std::vector<double> model_bytes;
   for (const std::string& d : a.drafters) {
     ClientOptions o = options_for(a, d);
     if (address.empty()) {
@@ -96,6 +97,9 @@ nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, 
       if (o.drafter != "model" && o.drafter != "model-tree") o.tokenizer = a.target_dir;
     }
     clients.push_back(Client::connect(o));
+    // The weights drafting reads on this device: a draft model's (fp32 in
+    // memory) here, the recurrent head's (half) from its counters.
+    model_bytes.push_back(o.draft_dir.empty() ? 0.0 : static_cast<double>(fp32_weight_bytes(load_model_config(o.draft_dir))));
   }
   Request req;
   req.max_new_tokens = a.max_new_tokens;
@@ -122,13 +126,8 @@ nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, 
         r->sum["top_k_bytes"] += static_cast<double>(s.verdict_top_k_bytes);
         r->sum["hidden_bytes"] += static_cast<double>(s.verdict_hidden_bytes);
         r->sum["verdict_bytes"] += static_cast<double>(s.verdict_bytes);
-        // The weights drafting reads on this device: a draft model's (fp32
-        // in memory) or the recurrent head's (half).
         auto head = s.drafter_counters.find("recurrent_head_bytes");
-        r->sum["weights"] = head != s.drafter_counters.end()                    ? head->second
-                            : find_drafter(options_for(a, a.drafters[c]).drafter).needs_draft_model
-                                ? static_cast<double>(fp32_weight_bytes(load_model_config(a.draft_dir)))
-                                : 0.0;
+        r->sum["weights"] = head != s.drafter_counters.end() ? head->second : model_bytes[c];
         for (const char* k : {"lut_update_ms", "lut_update_wait_ms", "recurrent_beam_tokens", "recurrent_tree_nodes"}) {
           auto it = s.drafter_counters.find(k);
           if (it != s.drafter_counters.end()) r->sum[k] += it->second;

@@ -45,6 +45,12 @@ void RecurrentHeadConfig::validate() const {
   in(rank, 0, 1 << 14, "rank");
 }
 
+int64_t HeadParam::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 std::vector<HeadParam> recurrent_head_params(const RecurrentHeadConfig& c) {
   const int64_t E = c.embed_dim, D = c.exit_dim;
   std::vector<HeadParam> p = {{"embed", {c.vocab_size, E}}, {"rnn.w", {E, E}}, {"rnn.u", {E, E}}, {"rnn.b", {E}},
@@ -72,8 +78,7 @@ RecurrentHead RecurrentHead::from_floats(const RecurrentHeadConfig& c, const std
   h.c_ = c;
   h.source_ = "memory";
   for (size_t i = 0; i < shapes.size(); ++i) {
-    int64_t n = 1;
-    for (int64_t d : shapes[i].shape) n *= d;
+    const int64_t n = shapes[i].numel();
     if (static_cast<int64_t>(params[i].size()) != n)
       throw Error("recurrent head: parameter " + shapes[i].name + " has " + std::to_string(params[i].size()) +
                   " values, " + std::to_string(n) + " expected");
@@ -94,8 +99,7 @@ RecurrentHead RecurrentHead::random(const RecurrentHeadConfig& c, uint64_t seed)
   std::mt19937_64 gen(seed);
   std::vector<std::vector<float>> params;
   for (const HeadParam& p : recurrent_head_params(c)) {
-    int64_t n = 1;
-    for (int64_t d : p.shape) n *= d;
+    const int64_t n = p.numel();
     const float scale = p.shape.size() == 1 ? 0.1f : 1.0f / std::sqrt(static_cast<float>(p.shape.back()));
     std::normal_distribution<float> normal(0.0f, scale * (p.name == "embed" ? 4.0f : 1.0f));
     std::vector<float> v(static_cast<size_t>(n));

@@ -39,6 +39,7 @@ struct RecurrentHeadConfig {
 struct HeadParam {
   std::string name;
   std::vector<int64_t> shape;
+  int64_t numel() const;
 };
 // Every parameter of a head of this config, in file order.
 std::vector<HeadParam> recurrent_head_params(const RecurrentHeadConfig& c);
