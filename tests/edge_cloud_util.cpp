@@ -1,6 +1,9 @@
 #include "tests/edge_cloud_util.h"
 
 #include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include "common/util/error.h"
 
 namespace splitspec::test {
 
@@ -147,6 +150,15 @@ ClientOptions with_verifier(ClientOptions o, const std::string& address, const s
     o.server = address;
   }
   return o;
+}
+
+void expect_connect_refused(const ClientOptions& o, const std::string& what) {
+  try {
+    Client::connect(o);
+    ADD_FAILURE() << "connected; expected an error mentioning " << what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
 }
 
 std::vector<std::vector<int32_t>> demo_target_ids(const Request& req, int prompts) {

@@ -69,6 +69,9 @@ const std::vector<std::string>& test_prompts();
 // `address` is empty.
 ClientOptions with_verifier(ClientOptions o, const std::string& address, const std::string& target_dir);
 
+// Client::connect(o) throws splitspec::Error mentioning `what`.
+void expect_connect_refused(const ClientOptions& o, const std::string& what);
+
 // What the demo target alone generates for the first `prompts` test prompts.
 std::vector<std::vector<int32_t>> demo_target_ids(const Request& req, int prompts);
 

@@ -128,35 +128,27 @@ TEST(LutDrafter, TablesLearnAcrossGenerationsWithUpdatesOffTheCriticalPath) {
 
 TEST(LutDrafter, ClearErrors) {
   TempDir dir;
-  auto refused = [](ClientOptions o, const std::string& what) {
-    try {
-      Client::connect(o);
-      ADD_FAILURE() << "connected; expected an error mentioning " << what;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   LutTables(50, LutOptions{}).save(dir.str("small.safetensors"), "");
   ClientOptions o = local_lut("", false);
   o.drafter_options["tables"] = dir.str("small.safetensors");
-  refused(o, "vocabulary of 50");
+  expect_connect_refused(o, "vocabulary of 50");
   LutTables(8000, LutOptions{}).save(dir.str("other.safetensors"), "0123456789abcdef");
   o.drafter_options["tables"] = dir.str("other.safetensors");
-  refused(o, "tokenizer 0123456789abcdef");
+  expect_connect_refused(o, "tokenizer 0123456789abcdef");
   o = local_lut("", true);
   o.drafter_options["k"] = "4";
-  refused(o, "start cold");
+  expect_connect_refused(o, "start cold");
   o = local_lut("", false);
   o.drafter_options["bogus"] = "1";
-  refused(o, "no option 'bogus'");
+  expect_connect_refused(o, "no option 'bogus'");
   o.drafter_options = {{"budget", "x"}};
-  refused(o, "not a whole number");
+  expect_connect_refused(o, "not a whole number");
   o.drafter_options = {{"tree", "round"}};
-  refused(o, "neither dynamic nor static");
+  expect_connect_refused(o, "neither dynamic nor static");
   o.drafter = "model";
   o.draft_dir = demo_draft_dir();
   o.drafter_options = {{"budget", "4"}};
-  refused(o, "drafter model has no option 'budget'");
+  expect_connect_refused(o, "drafter model has no option 'budget'");
 
   // A server that sends fewer top-K entries than the tables keep.
   std::unique_ptr<Child> child;
@@ -167,7 +159,7 @@ TEST(LutDrafter, ClearErrors) {
   edge.drafter = "lut";
   edge.tokenizer = demo_target_dir();
   edge.drafter_options["tables"] = demo_lut();
-  refused(edge, "max_verdict_top_k");
+  expect_connect_refused(edge, "max_verdict_top_k");
   edge.drafter_options = {{"k", "4"}};
   Request req;
   req.max_new_tokens = 8;

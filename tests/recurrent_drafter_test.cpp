@@ -243,36 +243,28 @@ TEST(RecurrentDrafter, SampledOutputHasTheTargetsDistribution) {
 
 TEST(RecurrentDrafter, ClearErrors) {
   TempDir dir;
-  auto refused = [](ClientOptions o, const std::string& what) {
-    try {
-      Client::connect(o);
-      ADD_FAILURE() << "connected; expected an error mentioning " << what;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   ClientOptions o;
   o.verifier = VerifierKind::kLocal;
   o.target_dir = demo_target_dir();
   o.drafter = "recurrent";
   o.drafter_options = {{"width", "0"}};
-  refused(o, "width must be in [1, 64]");
+  expect_connect_refused(o, "width must be in [1, 64]");
   o.drafter_options = {{"length", "x"}};
-  refused(o, "not a whole number");
+  expect_connect_refused(o, "not a whole number");
   o.drafter_options = {{"head", dir.str()}};
-  refused(o, "no recurrent draft head");
+  expect_connect_refused(o, "no recurrent draft head");
   RecurrentHeadConfig other = small_head(64, 8000);
   RecurrentHead::random(other, 1).save(dir.str());
-  refused(o, "hidden size 64");
+  expect_connect_refused(o, "hidden size 64");
   o.predraft = true;
-  refused(o, "pre-drafting needs the server verifier");
+  expect_connect_refused(o, "pre-drafting needs the server verifier");
   o.predraft = false;
   o.drafter_options.clear();
   o.verifier = VerifierKind::kServer;
   LocalServer srv = start_server(demo_target_dir());
   o.server = srv.address;
   o.tokenizer = demo_target_dir() + "/tokenizer.model";  // a file: no directory to find a head in
-  refused(o, "no head");
+  expect_connect_refused(o, "no head");
 }
 
 // A tiny target with the demo tokenizer: distillation, training, resuming.
