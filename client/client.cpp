@@ -64,7 +64,7 @@ std::shared_ptr<Model> load_local_target(const ClientOptions& o) {
   if (o.memory_budget.empty()) return Model::load(o.target_dir);
   if (!std::filesystem::is_directory(o.target_dir)) throw Error(o.target_dir + ": model directory does not exist");
   StreamOptions s;
-  const uint64_t whole = fp32_weight_bytes(load_model_config(o.target_dir));
+  const uint64_t whole = stored_weight_bytes(o.target_dir);
   s.budget_bytes = parse_bytes(o.memory_budget, whole);
   s.pipeline = o.stream_pipeline;
   if (!o.stream_read_ahead.empty()) s.read_ahead_bytes = parse_bytes(o.stream_read_ahead, whole);

@@ -11,6 +11,8 @@
 #include <random>
 
 #include "common/engine/model.h"
+#include "common/engine/quant.h"
+#include "common/engine/threads.h"
 #include "common/decoding/token_tree.h"
 #include "tests/test_util.h"
 
@@ -24,7 +26,8 @@ at::Tensor randn(std::vector<int64_t> shape, uint64_t seed) {
 
 at::Tensor kernel_linear(const at::Tensor& x, const at::Tensor& w) {
   at::Tensor y = at::empty({x.size(0), w.size(0)});
-  kernels::linear(x.data_ptr<float>(), x.size(0), x.size(1), w.data_ptr<float>(), w.size(0), y.data_ptr<float>());
+  kernels::linear(x.data_ptr<float>(), x.size(0), MatrixRef{WType::F32, w.data_ptr<float>(), w.size(0), w.size(1)},
+                  y.data_ptr<float>());
   return y;
 }
 
@@ -50,12 +53,12 @@ TEST(Kernels, LinearMatchesATenAndIsBatchInvariant) {
 
 TEST(Kernels, LinearIndependentOfThreadCount) {
   const at::Tensor w = randn({301, 1000}, 1), x = randn({6, 1000}, 2);
-  const int before = at::get_num_threads();
-  at::set_num_threads(1);
+  const int before = compute_threads();
+  set_compute_threads(1);
   const at::Tensor one = kernel_linear(x, w);
-  at::set_num_threads(2);
+  set_compute_threads(2);
   const at::Tensor two = kernel_linear(x, w);
-  at::set_num_threads(before);
+  set_compute_threads(before);
   EXPECT_TRUE(at::equal(one, two));
 }
 
@@ -94,16 +97,29 @@ TEST(Kernels, SiluMulIsElementwise) {
   }
 }
 
-// Early exits' scores: the half-precision weights' values, to float rounding,
-// for any number of rows (the vector path takes them four at a time).
-TEST(Kernels, LinearWithHalfWeightsComputesWithTheHalfValues) {
-  for (int64_t in : {1, 7, 8, 64, 257}) {
-    for (int64_t n : {1, 3, 4, 5, 9}) {
-      const at::Tensor w = randn({37, in}, in * 10 + n).to(at::kHalf), x = randn({n, in}, in + n);
-      at::Tensor y = at::empty({n, 37});
-      kernels::linear_half_weights(x.data_ptr<float>(), n, in, reinterpret_cast<const uint16_t*>(w.data_ptr<at::Half>()),
-                                   37, y.data_ptr<float>());
-      EXPECT_TRUE(at::allclose(y, at::linear(x, w.to(at::kFloat)), 1e-4, 1e-4)) << in << "x" << n;
+// Every weight type computes with its stored values: against ATen's product
+// of the dequantized weights (and, for Q8_0/Q4_0, of the activations as the
+// kernels quantize them, which is the only other rounding).
+TEST(Kernels, LinearOfEveryTypeComputesWithItsStoredValues) {
+  for (WType t : {WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0}) {
+    for (int64_t in : {32, 96, 704}) {
+      for (int64_t n : {1, 3, 4, 5, 9}) {
+        const at::Tensor wf = randn({37, in}, in * 10 + n), x = randn({n, in}, in + n);
+        std::vector<uint8_t> bytes(37 * row_bytes(t, in));
+        quantize_rows(t, wf.data_ptr<float>(), 37, in, bytes.data());
+        const MatrixRef m{t, bytes.data(), 37, in};
+        at::Tensor stored = at::empty({37, in});
+        dequantize_rows(m, 0, 37, stored.data_ptr<float>());
+        at::Tensor xs = x.clone();
+        if (is_quantized(t)) {
+          QuantizedRows q;
+          quantize_activations(x.data_ptr<float>(), n, in, 0, q);
+          for (int64_t i = 0; i < n * in; ++i) xs.data_ptr<float>()[i] = q.q[i] * q.d[i / kQBlock];
+        }
+        at::Tensor y = at::empty({n, 37});
+        kernels::linear(x.data_ptr<float>(), n, m, y.data_ptr<float>());
+        EXPECT_TRUE(at::allclose(y, at::linear(xs, stored), 1e-4, 1e-3)) << wtype_name(t) << " " << in << "x" << n;
+      }
     }
   }
 }

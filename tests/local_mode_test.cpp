@@ -37,7 +37,7 @@ TEST(LocalModes, ClientApiMatchesTheTargetAloneAndReportsStreaming) {
   const std::string prompt = test_prompts()[0];
   const Result reference = Client::connect(local_options(Mode::kLocalAr, ""))->generate(prompt, req);
   ASSERT_EQ(reference.ids.size(), 32u);
-  const uint64_t budget = fp32_weight_bytes(load_model_config(demo_target_dir())) / 4;
+  const uint64_t budget = stored_weight_bytes(demo_target_dir()) / 4;
   for (Mode mode : {Mode::kLocalAr, Mode::kLocalSd, Mode::kLocalTree}) {
     auto client = Client::connect(local_options(mode, "25%"));
     std::string streamed;

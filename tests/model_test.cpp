@@ -58,15 +58,23 @@ TEST(Model, SaveThenLoadGivesIdenticalLogits) {
   }
 }
 
-TEST(Model, HalfPrecisionFilesLoadCloseToFp32) {
+TEST(Model, EveryWeightTypeLoadsCloseToFp32) {
   auto m = Model::random(tiny_config(), 2);
   const std::vector<int32_t> toks = {1, 7, 8, 9};
   const at::Tensor ref = logits_for(*m, toks);
-  for (DType d : {DType::F16, DType::BF16}) {
+  TempDir f32;
+  m->save(f32.str());
+  for (WType t : {WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0}) {
     TempDir dir;
-    m->save(dir.str(), d);
+    m->save(dir.str(), t);
     auto loaded = Model::load(dir.str());
-    EXPECT_TRUE(at::allclose(logits_for(*loaded, toks), ref, 0.0, d == DType::F16 ? 5e-3 : 5e-2)) << dtype_name(d);
+    EXPECT_EQ(loaded->weight_type(), t);
+    // Relative to the logits' spread: quantization errors add up over layers.
+    const double tol = t == WType::F16 ? 5e-3 : t == WType::BF16 ? 5e-2 : t == WType::Q8_0 ? 3e-2 : 2e-1;
+    EXPECT_TRUE(at::allclose(logits_for(*loaded, toks), ref, 0.0, tol * ref.abs().max().item<double>()))
+        << wtype_name(t) << ": " << (logits_for(*loaded, toks) - ref).abs().max().item<double>();
+    // Converting at load gives the same model as converting the file.
+    EXPECT_TRUE(at::equal(logits_for(*loaded, toks), logits_for(*Model::load(f32.str(), t), toks))) << wtype_name(t);
   }
 }
 

@@ -50,15 +50,19 @@ void expect_same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>
 
 TEST(StreamedWeights, BitwiseEqualToTheInMemoryModelAtEveryBudget) {
   TempDir dir;
-  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+  for (WType dtype : {WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0}) {
     for (bool tied : {true, false}) {
-      auto source = Model::random(tiny_config(300, 3, tied), 5);
-      const std::string path = dir.str(std::string(dtype_name(dtype)) + (tied ? "-tied" : "-untied"));
+      // Wide enough that 30% of a Q4_0 model holds the 4 KiB-aligned buffers.
+      ModelConfig c = tiny_config(1000, 3, tied);
+      c.hidden_size = 128;
+      c.intermediate_size = 256;
+      c.head_dim = 32;
+      auto source = Model::random(c, 5);
+      const std::string path = dir.str(std::string(wtype_name(dtype)) + (tied ? "-tied" : "-untied"));
       source->save(path, dtype);
       auto memory = Model::load(path);
       const auto reference = three_forwards(*memory);
-      // Shares above what the 4 KiB-aligned read buffers of so small a model
-      // need; the demo target's test below goes down to 10%.
+      // The demo target's test below goes down to 10%.
       for (double share : {0.3, 0.6, 2.0}) {
         for (bool pipeline : {false, true}) {
           StreamOptions o;
@@ -89,7 +93,7 @@ TEST(StreamedWeights, ReadAheadRingOfAnySizeKeepsTheLogits) {
   // wraps to its start; larger ones wrap at varying places.
   TempDir dir;
   auto source = Model::random(tiny_config(300, 3), 9);
-  source->save(dir.str("m"), DType::F16);
+  source->save(dir.str("m"), WType::F16);
   auto memory = Model::load(dir.str("m"));
   const auto reference = three_forwards(*memory);
   StreamOptions o;
@@ -142,7 +146,7 @@ TEST(StreamedWeights, DemoTargetPeakWeightMemoryStaysWithinBudget) {
 TEST(StreamedWeights, ClearErrors) {
   TempDir dir;
   auto source = Model::random(tiny_config(300, 2), 6);
-  source->save(dir.str("m"), DType::F16);
+  source->save(dir.str("m"), WType::F16);
   StreamOptions o;
   o.budget_bytes = 1000;
   EXPECT_NE(error_of([&] { Model::load_streamed(dir.str("m"), o); }).find("is too small to stream this target: it needs at least"),
@@ -163,7 +167,7 @@ TEST(StreamedWeights, ClearErrors) {
 TEST(StreamedWeights, AFileThatShrinksWhileStreamingFailsEachForwardCleanly) {
   TempDir dir;
   auto source = Model::random(tiny_config(300, 2), 8);
-  source->save(dir.str("m"), DType::F16);
+  source->save(dir.str("m"), WType::F16);
   const auto file = dir.path() / "m" / "model.safetensors";
   for (bool pipeline : {false, true}) {
     std::filesystem::copy_file(file, dir.path() / "copy.safetensors", std::filesystem::copy_options::overwrite_existing);
@@ -186,7 +190,7 @@ TEST(StreamedWeights, AFileThatShrinksWhileStreamingFailsEachForwardCleanly) {
 TEST(StreamedWeights, NanWeightsAreRefused) {
   TempDir dir;
   auto source = Model::random(tiny_config(300, 2), 7);
-  source->save(dir.str("m"), DType::F32);
+  source->save(dir.str("m"), WType::F32);
   {
     // Overwrite a float in the middle of the data with a NaN.
     const auto file = dir.path() / "m" / "model.safetensors";

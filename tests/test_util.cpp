@@ -238,7 +238,7 @@ namespace splitspec::test {
 std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t seed) {
   c10::InferenceMode guard;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  ModelWeights w = target.weights();
+  ModelWeights w = target.float_weights();
   auto jitter = [&](at::Tensor& t) { t = t + at::randn(t.sizes(), gen) * noise; };
   jitter(w.embed);
   for (auto& l : w.layers) {

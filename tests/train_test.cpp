@@ -67,7 +67,7 @@ struct Fixture {
     j.config.train.min_lr = 1e-3;
     j.config.train.eval_every = 0;
     j.config.train.checkpoint_every = 2;
-    j.config.train.dtype = DType::F32;
+    j.config.train.dtype = WType::F32;
     j.corpus = corpus;
     j.valid = valid;
     j.tokenizer = tokenizer;
@@ -114,7 +114,7 @@ TEST(TrainLm, LossFallsDeterministically) {
 TEST(TrainLm, SavedModelLoadsWithIdenticalLogits) {
   TempDir dir;
   const TrainableLlama trainable(tiny_config(300, 2, true), 5);
-  save_model(trainable.config(), trainable.weights(), dir.str(), DType::F32);
+  save_model(trainable.config(), trainable.weights(), dir.str(), WType::F32);
   auto loaded = Model::load(dir.str());
   auto in_memory = Model::from_weights(trainable.config(), trainable.weights(), "in-memory");
   KVCache c1 = loaded->new_cache(), c2 = in_memory->new_cache();

@@ -23,7 +23,7 @@ namespace {
 
 std::shared_ptr<Model> streamed(const std::string& dir, double share, bool pipeline = true) {
   StreamOptions o;
-  o.budget_bytes = static_cast<uint64_t>(share * static_cast<double>(fp32_weight_bytes(load_model_config(dir))));
+  o.budget_bytes = static_cast<uint64_t>(share * static_cast<double>(stored_weight_bytes(dir)));
   o.pipeline = pipeline;
   return Model::load_streamed(dir, o);
 }
@@ -213,7 +213,7 @@ TEST(LocalTree, GreedyEqualsTargetAloneWithAnOftenWrongDraftAndAtTheContextEnd) 
   ModelConfig c = tiny_config(60, 2);
   c.max_position_embeddings = 48;
   auto target_mem = Model::random(c, 31);
-  target_mem->save(dir.str("target"), DType::F16);
+  target_mem->save(dir.str("target"), WType::F16);
   auto reference_model = Model::load(dir.str("target"));
   std::shared_ptr<const Model> draft = noisy_copy(*reference_model, 0.02, 4);
   std::shared_ptr<const Model> target = streamed(dir.str("target"), 0.7);

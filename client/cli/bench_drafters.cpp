@@ -99,7 +99,7 @@ nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, 
     clients.push_back(Client::connect(o));
     // The weights drafting reads on this device: a draft model's (fp32 in
     // memory) here, the recurrent head's (half) from its counters.
-    model_bytes.push_back(o.draft_dir.empty() ? 0.0 : static_cast<double>(fp32_weight_bytes(load_model_config(o.draft_dir))));
+    model_bytes.push_back(o.draft_dir.empty() ? 0.0 : static_cast<double>(stored_weight_bytes(o.draft_dir)));
   }
   Request req;
   req.max_new_tokens = a.max_new_tokens;

@@ -126,7 +126,7 @@ int run_bench_local(const LocalBenchArgs& a) {
   const int64_t keep = target_config.max_position_embeddings - a.max_new_tokens - largest_round - 1;
   if (keep < 2) throw Error("bench local: max-new-tokens leaves no room for a prompt in the target's context");
   const std::vector<std::vector<int32_t>> prompts = encode_prompts(texts, tok, keep);
-  const uint64_t weights = fp32_weight_bytes(target_config);
+  const uint64_t weights = stored_weight_bytes(a.target_dir);
   Request req;
   req.max_new_tokens = a.max_new_tokens;
   req.ignore_eos = true;

@@ -214,8 +214,8 @@ void RecurrentHead::advance(float* states, const int32_t* tokens, int64_t n, boo
       throw Error("recurrent head: token " + std::to_string(tokens[r]) + " outside the vocabulary");
     kernels::half_to_float(w_[kEmbed].data() + tokens[r] * E, E, a.data() + r * E);
   }
-  kernels::linear_half_weights(a.data(), n, E, w_[kRnnW].data(), E, b.data());
-  if (!first) kernels::linear_half_weights(states, n, E, w_[kRnnU].data(), E, a.data());
+  kernels::linear(a.data(), n, MatrixRef{WType::F16, w_[kRnnW].data(), E, E}, b.data());
+  if (!first) kernels::linear(states, n, MatrixRef{WType::F16, w_[kRnnU].data(), E, E}, a.data());
   const float* bias = bias_[kRnnB].data();
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i < E; ++i) states[r * E + i] = b[r * E + i] + (first ? 0.0f : a[r * E + i]) + bias[i];
@@ -233,12 +233,12 @@ void RecurrentHead::logits(const float* h, const float* states, int64_t n, float
     std::memcpy(a.data() + r * in + H, states + r * E, E * sizeof(float));
   }
   std::vector<float>& z = b;
-  kernels::linear_half_weights(a.data(), n, in, w_[kInW].data(), D, z.data());
+  kernels::linear(a.data(), n, MatrixRef{WType::F16, w_[kInW].data(), D, in}, z.data());
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i < D; ++i) z[r * D + i] += bias_[kInB][i];
   for (int64_t blk = 0; blk < c_.num_blocks; ++blk) {
     const size_t w = kBlocks + 2 * blk;
-    kernels::linear_half_weights(z.data(), n, D, w_[w].data(), D, a.data());
+    kernels::linear(z.data(), n, MatrixRef{WType::F16, w_[w].data(), D, D}, a.data());
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < D; ++i) {
         float& t = a[r * D + i];
@@ -248,10 +248,10 @@ void RecurrentHead::logits(const float* h, const float* states, int64_t n, float
   }
   const size_t v = kBlocks + 2 * c_.num_blocks;
   if (c_.rank > 0) {
-    kernels::linear_half_weights(z.data(), n, D, w_[v].data(), c_.rank, a.data());
-    kernels::linear_half_weights(a.data(), n, c_.rank, w_[v + 1].data(), c_.vocab_size, out);
+    kernels::linear(z.data(), n, MatrixRef{WType::F16, w_[v].data(), c_.rank, D}, a.data());
+    kernels::linear(a.data(), n, MatrixRef{WType::F16, w_[v + 1].data(), c_.vocab_size, c_.rank}, out);
   } else {
-    kernels::linear_half_weights(z.data(), n, D, w_[v].data(), c_.vocab_size, out);
+    kernels::linear(z.data(), n, MatrixRef{WType::F16, w_[v].data(), c_.vocab_size, D}, out);
   }
 }
 

@@ -203,7 +203,9 @@ void EarlyExits::set_shortlist(const Model& model, int64_t k) {
   if (k <= 0 || k >= static_cast<int64_t>(frequent_tokens_.size())) return;
   shortlist_ids_ = at::tensor(std::vector<int64_t>(frequent_tokens_.begin(), frequent_tokens_.begin() + k),
                               at::TensorOptions().dtype(at::kLong));
-  shortlist_head_ = model.weights().lm_head.index_select(0, shortlist_ids_).to(at::kHalf).contiguous();
+  shortlist_head_ = model.head_rows(std::vector<int64_t>(frequent_tokens_.begin(), frequent_tokens_.begin() + k))
+                        .to(at::kHalf)
+                        .contiguous();
 }
 
 namespace {
@@ -215,9 +217,9 @@ at::Tensor adapt(const ExitAdapter& a, int64_t bottleneck, const ModelConfig& c,
   at::Tensor normed = at::empty({m, H}, f32), mid = at::empty({m, B}, f32), delta = at::empty({m, H}, f32);
   kernels::rms_norm(x.data_ptr<float>(), m, H, a.norm.data_ptr<float>(), static_cast<float>(c.rms_norm_eps),
                     normed.data_ptr<float>());
-  kernels::linear(normed.data_ptr<float>(), m, H, a.down.data_ptr<float>(), B, mid.data_ptr<float>());
+  kernels::linear(normed.data_ptr<float>(), m, MatrixRef{WType::F32, a.down.data_ptr<float>(), B, H}, mid.data_ptr<float>());
   at::silu_(mid);
-  kernels::linear(mid.data_ptr<float>(), m, B, a.up.data_ptr<float>(), H, delta.data_ptr<float>());
+  kernels::linear(mid.data_ptr<float>(), m, MatrixRef{WType::F32, a.up.data_ptr<float>(), H, B}, delta.data_ptr<float>());
   return x + delta;
 }
 
@@ -227,7 +229,7 @@ at::Tensor EarlyExits::final_hidden(const Model& model, size_t i, const at::Tens
   const ModelConfig& c = model.config();
   const at::Tensor h = adapt(adapters_.at(i), bottleneck_, c, hidden.contiguous());
   at::Tensor normed = at::empty({h.size(0), c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
-  kernels::rms_norm(h.data_ptr<float>(), h.size(0), c.hidden_size, model.weights().final_norm.data_ptr<float>(),
+  kernels::rms_norm(h.data_ptr<float>(), h.size(0), c.hidden_size, model.final_norm(),
                     static_cast<float>(c.rms_norm_eps), normed.data_ptr<float>());
   return normed;
 }
@@ -238,9 +240,8 @@ at::Tensor EarlyExits::scores(const Model& model, size_t i, const at::Tensor& hi
   const at::Tensor normed = final_hidden(model, i, hidden);
   const int64_t m = normed.size(0), k = shortlist_ids_.numel();
   at::Tensor scored = at::empty({m, k}, at::TensorOptions().dtype(at::kFloat));
-  kernels::linear_half_weights(normed.data_ptr<float>(), m, c.hidden_size,
-                               reinterpret_cast<const uint16_t*>(shortlist_head_.data_ptr<at::Half>()), k,
-                               scored.data_ptr<float>());
+  kernels::linear(normed.data_ptr<float>(), m,
+                  MatrixRef{WType::F16, shortlist_head_.data_ptr<at::Half>(), k, c.hidden_size}, scored.data_ptr<float>());
   return scored;
 }
 

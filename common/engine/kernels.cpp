@@ -3,8 +3,6 @@
 // another would break batch invariance.
 #include "common/engine/kernels.h"
 
-#include <ATen/Parallel.h>
-#include <c10/util/Half.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -15,58 +13,15 @@
 #include <string>
 
 #include "common/engine/kernels_avx2.h"
+#include "common/engine/parallel.h"
 
 namespace splitspec::kernels {
 
 namespace {
 
-// SPLITSPEC_KERNELS=scalar forces the portable path, so tests cover it on
-// machines that have AVX2.
-bool use_avx2() {
-  static const bool v = [] {
-    const char* force = std::getenv("SPLITSPEC_KERNELS");
-    if (force && std::string(force) == "scalar") return false;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return v;
-}
-
-bool use_f16c() {
-  static const bool v = use_avx2() && __builtin_cpu_supports("f16c");
-  return v;
-}
-
-// Runs f(begin, end) over [0, count) in chunks of `grain`, handed out
-// dynamically so that a core slowed by other work takes fewer chunks instead
-// of holding the others at the barrier. Each output element is written by
-// exactly one chunk, so results do not depend on how the range was split.
-template <typename F>
-void parallel(int64_t count, int64_t grain, const F& f) {
-  grain = std::max<int64_t>(grain, 1);
-  const int64_t chunks = (count + grain - 1) / grain;
-  const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), chunks));
-  if (threads <= 1 || omp_in_parallel()) {
-    f(0, count);
-    return;
-  }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t c = 0; c < chunks; ++c) f(c * grain, std::min(count, (c + 1) * grain));
-}
-
-// Chunk size giving each thread about `per_thread` chunks of at least
-// `min_grain` items.
-int64_t grain_for(int64_t count, int64_t min_grain, int64_t per_thread = 8) {
-  return std::max<int64_t>(min_grain, count / (per_thread * std::max(1, at::get_num_threads())));
-}
-
-// parallel() over [0, count) in whole blocks of `block` items (the vector
-// width or a kernel's row blocking), at least `min_blocks` blocks per chunk.
-template <typename F>
-void parallel_blocks(int64_t count, int64_t block, int64_t min_blocks, const F& f) {
-  const int64_t blocks = (count + block - 1) / block;
-  parallel(blocks, grain_for(blocks, min_blocks),
-           [&](int64_t b0, int64_t b1) { f(b0 * block, std::min(count, b1 * block)); });
-}
+// The vector paths of these kernels need AVX2 and FMA (F16C for the
+// conversions): whenever linear() runs its avx2 or avx512 body.
+bool use_avx2() { return isa_in_use() == Isa::kAvx2 || isa_in_use() == Isa::kAvx512; }
 
 float dot_scalar(const float* a, const float* b, int64_t len) {
   float acc = 0.0f;
@@ -98,24 +53,7 @@ void attention_row_scalar(const float* q, const float* k, const float* v, const 
 
 }  // namespace
 
-const char* isa() { return use_avx2() ? "avx2+fma" : "scalar"; }
-
-void linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y) {
-  if (n == 0 || out == 0) return;
-  // Chunks are ranges of 12 weight rows (a multiple of both row blockings)
-  // with enough multiply-adds each to amortise handing them out.
-  constexpr int64_t kRowsPerChunk = 12;
-  const int64_t min_blocks = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, in * n * kRowsPerChunk));
-  const bool avx2 = use_avx2();
-  parallel_blocks(out, kRowsPerChunk, min_blocks, [&](int64_t r0, int64_t r1) {
-    if (avx2) {
-      avx2::linear_rows(x, n, in, w, out, y, r0, r1);
-      return;
-    }
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t j = 0; j < n; ++j) y[j * out + r] = dot_scalar(x + j * in, w + r * in, in);
-  });
-}
+const char* isa() { return isa_name(isa_in_use()); }
 
 void rms_norm(const float* x, int64_t n, int64_t dim, const float* weight, float eps, float* y) {
   for (int64_t j = 0; j < n; ++j) {
@@ -180,23 +118,6 @@ void attention(const float* q, const float* k, const float* v, const AttentionSh
   });
 }
 
-void linear_half_weights(const float* x, int64_t n, int64_t in, const uint16_t* w, int64_t out, float* y) {
-  if (n == 0 || out == 0) return;
-  const bool f16c = use_f16c();
-  constexpr int64_t kRowsPerChunk = 16;
-  parallel_blocks(out, kRowsPerChunk, 4, [&](int64_t r0, int64_t r1) {
-    if (f16c) {
-      avx2::linear_half_rows(x, n, in, w, out, y, r0, r1);
-      return;
-    }
-    std::vector<float> row(static_cast<size_t>(in));
-    for (int64_t r = r0; r < r1; ++r) {
-      half_to_float(w + r * in, in, row.data());
-      for (int64_t j = 0; j < n; ++j) y[j * out + r] = dot_scalar(x + j * in, row.data(), in);
-    }
-  });
-}
-
 float sum_exp(const float* x, int64_t n, float max) {
   if (use_avx2()) return avx2::sum_exp(x, n, max);
   float s = 0.0f;
@@ -205,23 +126,15 @@ float sum_exp(const float* x, int64_t n, float max) {
 }
 
 void half_to_float(const uint16_t* src, int64_t count, float* dst) {
-  if (use_f16c()) {
+  if (use_avx2()) {
     avx2::half_to_float(src, count, dst);
     return;
   }
-  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(c10::Half(src[i], c10::Half::from_bits()));
+  for (int64_t i = 0; i < count; ++i) dst[i] = splitspec::half_to_float(src[i]);
 }
 
 void float_to_half(const float* src, int64_t count, uint16_t* dst) {
-  for (int64_t i = 0; i < count; ++i) dst[i] = c10::Half(src[i]).x;
-}
-
-void bfloat16_to_float(const uint16_t* src, int64_t count, float* dst) {
-  // A bfloat16 is the top half of the float with the same value.
-  for (int64_t i = 0; i < count; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
-    std::memcpy(dst + i, &bits, sizeof bits);
-  }
+  for (int64_t i = 0; i < count; ++i) dst[i] = splitspec::float_to_half(src[i]);
 }
 
 }  // namespace splitspec::kernels

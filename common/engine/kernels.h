@@ -7,16 +7,13 @@
 // speculative decoding reproduces the target's own output exactly rather than
 // up to float noise that could flip a near-tied argmax.
 //
-// They also make a k-token forward cost about what a 1-token one does: the
-// linear kernel streams each weight row from memory once for all k rows,
-// where BLAS gemm on small k first packs the whole weight matrix.
+// The matrix products, for every weight type, are in linear.h.
 #include <cstdint>
 #include <vector>
 
-namespace splitspec::kernels {
+#include "common/engine/linear.h"
 
-// y[n, out] = x[n, in] . w[out, in]^T (all row-major, contiguous).
-void linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y);
+namespace splitspec::kernels {
 
 // y = x / sqrt(mean(x^2) + eps) * weight, per row of `dim`.
 void rms_norm(const float* x, int64_t n, int64_t dim, const float* weight, float eps, float* y);
@@ -43,25 +40,16 @@ constexpr int64_t kMaxHeadDim = 256;
 void attention(const float* q, const float* k, const float* v, const AttentionShape& shape,
                const std::vector<std::vector<int32_t>>& visible, float scale, float* out);
 
-// Stored 16-bit weights to fp32, exactly (every F16 and BF16 value is a
-// float). Elements are converted in increasing order, each block read before
-// it is written, so `dst` may overlap `src` when src >= dst + 2 * count bytes:
-// the streamed target converts in the buffer it read into.
+// IEEE half to fp32, exactly.
 void half_to_float(const uint16_t* src, int64_t count, float* dst);
-void bfloat16_to_float(const uint16_t* src, int64_t count, float* dst);
 // fp32 to IEEE half, rounding to nearest even (what a verdict's hidden state
 // travels in).
 void float_to_half(const float* src, int64_t count, uint16_t* dst);
 
-// linear() with IEEE half weights w[out, in], for scores that only predict
-// (early exits), where float weights would be exact for nothing: an exit is
-// bound by reading its LM-head rows, and half precision halves the bytes.
-void linear_half_weights(const float* x, int64_t n, int64_t in, const uint16_t* w, int64_t out, float* y);
-
 // sum_i exp(x[i] - max) over x[0, n): a softmax's denominator.
 float sum_exp(const float* x, int64_t n, float max);
 
-// Which implementation runs on this CPU ("avx2+fma" or "scalar").
+// Which implementation runs on this CPU (isa_name(isa_in_use())).
 const char* isa();
 
 }  // namespace splitspec::kernels

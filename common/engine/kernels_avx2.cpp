@@ -28,82 +28,6 @@ inline __m256i tail_mask(int64_t rem) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(m));
 }
 
-// Partial sums for y[j][r] over inputs [k0, k1) of R weight rows and N input
-// rows, continuing from `partial` unless `first`, ending in y if `last`.
-// Every (r, j) pair accumulates the same 8 lanes in increasing index order
-// whatever R, N and the k-blocking are, so results are bitwise independent of
-// them; partial sums round-trip through memory exactly.
-template <int R, int N>
-void linear_block(const float* x, int64_t in, const float* w, int64_t k0, int64_t k1, float* partial, bool first,
-                  bool last, float* y, int64_t out) {
-  __m256 acc[R][N];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < N; ++j) acc[r][j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(partial + (r * N + j) * 8);
-  const int64_t full = k0 + ((k1 - k0) & ~int64_t{7});
-  // The next R rows start right after these; requesting them a block ahead
-  // keeps memory busy while this block computes. Every input chunk repeats
-  // the requests, which spreads them over the block's whole compute time.
-  const char* next = reinterpret_cast<const char*>(w + 2 * R * in);
-  for (int64_t i = k0; i < full; i += 8) {
-    _mm_prefetch(next + 4 * R * i, _MM_HINT_T1);
-    if (R > 2) _mm_prefetch(next + 4 * R * i + 64, _MM_HINT_T1);
-    __m256 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w + r * in + i);
-    for (int j = 0; j < N; ++j) {
-      const __m256 xv = _mm256_loadu_ps(x + j * in + i);
-      for (int r = 0; r < R; ++r) acc[r][j] = _mm256_fmadd_ps(wv[r], xv, acc[r][j]);
-    }
-  }
-  if (full < k1) {
-    const __m256i m = tail_mask(k1 - full);
-    __m256 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = _mm256_maskload_ps(w + r * in + full, m);
-    for (int j = 0; j < N; ++j) {
-      const __m256 xv = _mm256_maskload_ps(x + j * in + full, m);
-      for (int r = 0; r < R; ++r) acc[r][j] = _mm256_fmadd_ps(wv[r], xv, acc[r][j]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < N; ++j) {
-      if (last)
-        y[j * out + r] = hsum(acc[r][j]);
-      else
-        _mm256_storeu_ps(partial + (r * N + j) * 8, acc[r][j]);
-    }
-}
-
-// Register blocking: R weight rows x N input rows of 8-lane accumulators.
-// Loads, not multiply-adds, bound this loop, so each loaded vector is reused
-// as often as 16 registers allow: 3 x 4 accumulators + 3 weights + 1 input.
-// A single input row (a decode step) is bandwidth-bound instead and streams 4
-// weight rows at once.
-constexpr int kInputsPerBlock = 4;
-// Inputs per k-block: R weight rows and N input rows of this many floats
-// (7 x 768 x 4 bytes = 21 KiB) stay in a 32 KiB L1 while all input chunks
-// pass over them.
-constexpr int64_t kBlockIn = 768;
-
-template <int R>
-void block_rows(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y,
-                std::vector<float>& partial) {
-  partial.resize(static_cast<size_t>(R * kInputsPerBlock * 8 * ((n + kInputsPerBlock - 1) / kInputsPerBlock)));
-  for (int64_t k0 = 0; k0 < in; k0 += kBlockIn) {
-    const int64_t k1 = std::min(in, k0 + kBlockIn);
-    const bool first = k0 == 0, last = k1 == in;
-    for (int64_t j = 0; j < n; j += kInputsPerBlock) {
-      const float* xj = x + j * in;
-      float* yj = y + j * out;
-      float* pj = partial.data() + R * 8 * j;
-      switch (std::min<int64_t>(kInputsPerBlock, n - j)) {
-        case 1: linear_block<R, 1>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-        case 2: linear_block<R, 2>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-        case 3: linear_block<R, 3>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-        default: linear_block<R, 4>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-      }
-    }
-  }
-}
-
 // Four independent dot products at once: one alone is a chain of dependent
 // multiply-adds, latency-bound. Each result still has its own fixed sequence.
 inline void dot4(const float* q, const float* k0, const float* k1, const float* k2, const float* k3, int64_t len,
@@ -155,19 +79,6 @@ void weighted_sum(const float* p, const float* v, const std::vector<int32_t>& sl
 
 }  // namespace
 
-void linear_rows(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y, int64_t r0, int64_t r1) {
-  thread_local std::vector<float> partial;
-  const int64_t step = n == 1 ? 4 : 3;
-  int64_t r = r0;
-  for (; r + step <= r1; r += step) {
-    if (step == 4)
-      block_rows<4>(x, n, in, w + r * in, out, y + r, partial);
-    else
-      block_rows<3>(x, n, in, w + r * in, out, y + r, partial);
-  }
-  for (; r < r1; ++r) block_rows<1>(x, n, in, w + r * in, out, y + r, partial);
-}
-
 void attention_row(const float* q, const float* k, const float* v, const std::vector<int32_t>& slots, int64_t D,
                    float scale, std::vector<float>& p, float* out) {
   const int64_t m = static_cast<int64_t>(slots.size());
@@ -213,30 +124,6 @@ void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
     const __m256 u = _mm256_maskload_ps(up + i, m);
     const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, Sleef_expf8_u10avx2(_mm256_sub_ps(zero, g))));
     _mm256_maskstore_ps(y + i, m, _mm256_mul_ps(s, u));
-  }
-}
-
-void linear_half_rows(const float* x, int64_t n, int64_t in, const uint16_t* w, int64_t out, float* y, int64_t r0,
-                      int64_t r1) {
-  // One weight row against up to 4 input rows at a time: each row is read and
-  // converted once per group, and for an exit's few rows that is once.
-  constexpr int kInputs = 4;
-  const int64_t full = in & ~int64_t{7};
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint16_t* wr = w + r * in;
-    for (int64_t j0 = 0; j0 < n; j0 += kInputs) {
-      const int rows = static_cast<int>(std::min<int64_t>(kInputs, n - j0));
-      __m256 acc[kInputs] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-      for (int64_t i = 0; i < full; i += 8) {
-        const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + i)));
-        for (int j = 0; j < rows; ++j) acc[j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (j0 + j) * in + i), acc[j]);
-      }
-      for (int j = 0; j < rows; ++j) {
-        float s = hsum(acc[j]);
-        for (int64_t i = full; i < in; ++i) s += _cvtsh_ss(wr[i]) * x[(j0 + j) * in + i];
-        y[(j0 + j) * out + r] = s;
-      }
-    }
   }
 }
 

@@ -14,9 +14,6 @@ void attention_row(const float* q, const float* k, const float* v, const std::ve
 void silu_mul(const float* gate, const float* up, int64_t count, float* y);
 // Needs F16C as well (kernels.cpp checks).
 void half_to_float(const uint16_t* src, int64_t count, float* dst);
-// Weight rows [r0, r1) of linear_half_weights(); needs F16C too.
-void linear_half_rows(const float* x, int64_t n, int64_t in, const uint16_t* w, int64_t out, float* y, int64_t r0,
-                      int64_t r1);
 float sum_exp(const float* x, int64_t n, float max);
 
 }  // namespace splitspec::kernels::avx2

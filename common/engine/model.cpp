@@ -10,6 +10,8 @@
 
 #include "common/util/error.h"
 #include "common/engine/kernels.h"
+#include "common/engine/linear.h"
+#include "common/engine/quant.h"
 #include "common/engine/safetensors.h"
 
 namespace splitspec {
@@ -25,8 +27,20 @@ at::ScalarType to_scalar_type(DType d) {
   }
 }
 
-at::Tensor load_tensor(const SafetensorsModel& st, const std::string& name, const std::vector<int64_t>& shape) {
-  return load_float_tensor(st.get(name, shape));
+// Float tensors as the weight set's sources: rows x cols fp32 (contiguous
+// copies kept alive in `keep` until the set has copied them).
+WeightSource tensor_source(const ModelConfig& config, const ModelWeights& weights, std::vector<at::Tensor>& keep) {
+  std::map<std::string, at::Tensor> by_name;
+  for (auto& [name, t] : named_weights(config, weights)) by_name[name] = t;
+  return [by_name = std::move(by_name), &keep](const std::string& name, const std::vector<int64_t>& shape) {
+    auto it = by_name.find(name);
+    if (it == by_name.end() || !it->second.defined()) throw Error("weights: missing tensor '" + name + "'");
+    if (it->second.sizes().vec() != shape)
+      throw Error("weights: tensor '" + name + "' has shape " + shape_str(it->second.sizes().vec()) + ", expected " +
+                  shape_str(shape));
+    keep.push_back(it->second.detach().to(at::kFloat).contiguous());
+    return MatrixRef{WType::F32, keep.back().data_ptr<float>(), shape.size() == 2 ? shape[0] : 1, shape.back()};
+  };
 }
 
 }  // namespace
@@ -41,7 +55,7 @@ at::Tensor load_float_tensor(const TensorInfo& t) {
   return out;
 }
 
-Model::Model(ModelConfig config, ModelWeights weights, std::string name)
+Model::Model(ModelConfig config, WeightSet weights, std::string name)
     : config_(std::move(config)), weights_(std::move(weights)), name_(std::move(name)) {
   c10::InferenceMode guard;
   rope_tables(config_, rope_cos_, rope_sin_);
@@ -55,17 +69,11 @@ void rope_tables(const ModelConfig& c, at::Tensor& cos, at::Tensor& sin) {
   sin = angles.sin().to(at::kFloat);
 }
 
-std::shared_ptr<Model> Model::load(const std::string& dir) {
+std::shared_ptr<Model> Model::load(const std::string& dir, std::optional<WType> type) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
   ModelConfig c = load_model_config(dir);
-  SafetensorsModel st(dir);
-  c10::InferenceMode guard;
-  ModelWeights w;
-  for_each_weight(c, w, [&](const std::string& name, const std::vector<int64_t>& shape, at::Tensor& t) {
-    t = load_tensor(st, name, shape);
-  });
-  return std::shared_ptr<Model>(new Model(c, std::move(w), fs::path(dir).filename().string()));
+  return std::shared_ptr<Model>(new Model(c, load_weight_set(dir, c, type), fs::path(dir).filename().string()));
 }
 
 std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const StreamOptions& options) {
@@ -73,17 +81,17 @@ std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const Stream
   if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
   ModelConfig c = load_model_config(dir);
   auto stream = std::make_unique<StreamedWeights>(dir, c, options);
-  std::shared_ptr<Model> m(new Model(c, ModelWeights{}, fs::path(dir).filename().string()));
+  std::shared_ptr<Model> m(new Model(c, WeightSet{}, fs::path(dir).filename().string()));
   m->stream_ = std::move(stream);
   return m;
 }
 
-std::shared_ptr<Model> Model::from_weights(const ModelConfig& c, const ModelWeights& src, std::string name) {
+std::shared_ptr<Model> Model::from_weights(const ModelConfig& c, const ModelWeights& src, std::string name, WType type) {
   c.validate(name);
   c10::InferenceMode guard;
-  ModelWeights w =
-      copy_weights(c, src, [](const at::Tensor& t) { return t.detach().to(at::kFloat).contiguous().clone(); });
-  return std::shared_ptr<Model>(new Model(c, std::move(w), std::move(name)));
+  std::vector<at::Tensor> keep;
+  return std::shared_ptr<Model>(
+      new Model(c, build_weight_set(c, tensor_source(c, src, keep), type, false, name), std::move(name)));
 }
 
 std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
@@ -98,7 +106,7 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
     // Norm gains near 1 but not exactly, so tests notice a norm applied wrongly.
     t = shape.size() == 1 ? 1.0 + normal(shape) * 5.0 : normal(shape);
   });
-  return std::shared_ptr<Model>(new Model(c, std::move(w), "random-" + std::to_string(seed)));
+  return from_weights(c, w, "random-" + std::to_string(seed));
 }
 
 void for_each_weight(const ModelConfig& c, ModelWeights& w, const WeightVisitor& f) {
@@ -142,44 +150,68 @@ ModelWeights copy_weights(const ModelConfig& config, const ModelWeights& src,
   return out;
 }
 
-void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir, DType dtype) {
-  namespace fs = std::filesystem;
-  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
-    throw Error("save: weights can be stored as F32, F16 or BF16 only");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(dir + ": cannot create directory: " + ec.message());
+void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir, WType type) {
   c10::InferenceMode guard;
-  std::vector<at::Tensor> stored;  // keeps converted buffers alive until written
-  std::vector<TensorToWrite> out;
-  for (auto& [name, t] : named_weights(config, weights)) {
-    stored.push_back(t.detach().to(to_scalar_type(dtype)).contiguous());
-    const at::Tensor& s = stored.back();
-    out.push_back({name, dtype, s.sizes().vec(), s.data_ptr(), s.nbytes()});
-  }
-  write_safetensors((fs::path(dir) / "model.safetensors").string(), out, {{"format", "pt"}});
-  const fs::path cfg = fs::path(dir) / "config.json";
-  std::ofstream f(cfg);
-  f << model_config_to_json(config);
-  if (!f) throw Error(cfg.string() + ": write failed");
+  std::vector<at::Tensor> keep;
+  save_weight_set(build_weight_set(config, tensor_source(config, weights, keep), std::nullopt, true, dir), config, dir,
+                  type);
 }
 
-uint64_t fp32_weight_bytes(const ModelConfig& config) {
-  ModelWeights shapes;
-  uint64_t n = 0;
-  for_each_weight(config, shapes, [&](const std::string&, const std::vector<int64_t>& shape, at::Tensor&) {
-    uint64_t count = 1;
-    for (int64_t d : shape) count *= static_cast<uint64_t>(d);
-    n += count * sizeof(float);
-  });
-  return n;
+void Model::save(const std::string& dir, std::optional<WType> type) const {
+  if (stream_) throw Error("save: " + name_ + " is streamed from disk; convert its directory instead");
+  save_weight_set(weights_, config_, dir, type);
+}
+
+WType Model::weight_type() const {
+  if (stream_) return stream_->weight_type();
+  return weights_.type();
+}
+
+ModelWeights Model::float_weights() const {
+  if (stream_) throw Error("float_weights: " + name_ + " is streamed from disk");
+  c10::InferenceMode guard;
+  auto matrix = [](const MatrixRef& m) {
+    at::Tensor t = at::empty({m.rows, m.cols}, at::TensorOptions().dtype(at::kFloat));
+    dequantize_rows(m, 0, m.rows, t.data_ptr<float>());
+    return t;
+  };
+  auto norm = [&](const float* v) {
+    return at::from_blob(const_cast<float*>(v), {config_.hidden_size}, at::TensorOptions().dtype(at::kFloat)).clone();
+  };
+  ModelWeights w;
+  w.embed = matrix(weights_.embed);
+  w.layers.resize(config_.num_hidden_layers);
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    LayerWeights& lw = w.layers[l];
+    const auto& m = weights_.layers[l];
+    lw.input_norm = norm(weights_.input_norm(l));
+    lw.q_proj = matrix(m[0]);
+    lw.k_proj = matrix(m[1]);
+    lw.v_proj = matrix(m[2]);
+    lw.o_proj = matrix(m[3]);
+    lw.post_norm = norm(weights_.post_norm(l));
+    lw.gate_proj = matrix(m[4]);
+    lw.up_proj = matrix(m[5]);
+    lw.down_proj = matrix(m[6]);
+  }
+  w.final_norm = norm(weights_.final_norm());
+  w.lm_head = config_.tie_word_embeddings ? w.embed : matrix(weights_.lm_head);
+  return w;
+}
+
+const float* Model::final_norm() const { return stream_ ? stream_->final_norm() : weights_.final_norm(); }
+
+at::Tensor Model::head_rows(const std::vector<int64_t>& ids) const {
+  if (stream_) throw Error("head_rows: " + name_ + " is streamed from disk");
+  at::Tensor out = at::empty({static_cast<int64_t>(ids.size()), config_.hidden_size}, at::TensorOptions().dtype(at::kFloat));
+  for (size_t i = 0; i < ids.size(); ++i)
+    dequantize_rows(weights_.lm_head, ids[i], ids[i] + 1, out.data_ptr<float>() + i * config_.hidden_size);
+  return out;
 }
 
 size_t Model::weight_bytes() const {
   if (stream_) return stream_->stats().weight_bytes;
-  size_t n = 0;
-  for (const auto& [name, t] : named_weights(config_, weights_)) n += t.nbytes();
-  return n;
+  return weights_.bytes();
 }
 
 KVCache Model::new_cache(int64_t capacity) const {
@@ -250,7 +282,8 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     x = at::empty({n, c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
     stream_->embed(ids.data(), n, x.data_ptr<float>());
   } else {
-    x = weights_.embed.index_select(0, at::from_blob(ids.data(), {n}, i64));
+    x = at::empty({n, c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
+    for (int64_t i = 0; i < n; ++i) dequantize_rows(weights_.embed, ids[i], ids[i] + 1, x.data_ptr<float>() + i * c.hidden_size);
   }
 
   const int64_t H = c.hidden_size, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
@@ -265,32 +298,22 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
   ForwardResult out;
   // Each matrix is taken just before its use and given back right after,
   // so a streamed model can reuse its read buffer at once.
-  auto matrix = [&](int64_t l, LayerMatrix m) -> const float* {
+  auto matrix = [&](int64_t l, LayerMatrix m) -> MatrixRef {
     if (stream_) return stream_->acquire(l, m);
-    const LayerWeights& w = weights_.layers[l];
-    switch (m) {
-      case LayerMatrix::kQ: return f(w.q_proj);
-      case LayerMatrix::kK: return f(w.k_proj);
-      case LayerMatrix::kV: return f(w.v_proj);
-      case LayerMatrix::kO: return f(w.o_proj);
-      case LayerMatrix::kGate: return f(w.gate_proj);
-      case LayerMatrix::kUp: return f(w.up_proj);
-      case LayerMatrix::kDown: return f(w.down_proj);
-    }
-    return nullptr;
+    return weights_.layers[l][static_cast<int>(m)];
   };
   auto done = [&] {
     if (stream_) stream_->release();
   };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const float* input_norm = stream_ ? stream_->input_norm(l) : f(weights_.layers[l].input_norm);
-    const float* post_norm = stream_ ? stream_->post_norm(l) : f(weights_.layers[l].post_norm);
+    const float* input_norm = stream_ ? stream_->input_norm(l) : weights_.input_norm(l);
+    const float* post_norm = stream_ ? stream_->post_norm(l) : weights_.post_norm(l);
     kernels::rms_norm(f(x), n, H, input_norm, eps, f(h));
-    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kQ), Hq * D, f(q));
+    kernels::linear(f(h), n, matrix(l, LayerMatrix::kQ), f(q));
     done();
-    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kK), Hkv * D, f(k));
+    kernels::linear(f(h), n, matrix(l, LayerMatrix::kK), f(k));
     done();
-    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kV), Hkv * D, f(v));
+    kernels::linear(f(h), n, matrix(l, LayerMatrix::kV), f(v));
     done();
     kernels::rope(f(q), n, Hq, D, f(cos), f(sin));
     kernels::rope(f(k), n, Hkv, D, f(cos), f(sin));
@@ -298,16 +321,16 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     const at::Tensor keys = cache.keys(l, n);  // [Hkv, total, D], head stride = capacity * D
     const at::Tensor vals = cache.values(l, n);
     kernels::attention(f(q), f(keys), f(vals), {n, Hq, Hkv, D, keys.stride(0)}, visible, scale, f(attn));
-    kernels::linear(f(attn), n, Hq * D, matrix(l, LayerMatrix::kO), H, f(delta));
+    kernels::linear(f(attn), n, matrix(l, LayerMatrix::kO), f(delta));
     done();
     x.add_(delta);
     kernels::rms_norm(f(x), n, H, post_norm, eps, f(h));
-    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kGate), I, f(gate));
+    kernels::linear(f(h), n, matrix(l, LayerMatrix::kGate), f(gate));
     done();
-    kernels::linear(f(h), n, H, matrix(l, LayerMatrix::kUp), I, f(up));
+    kernels::linear(f(h), n, matrix(l, LayerMatrix::kUp), f(up));
     done();
     kernels::silu_mul(f(gate), f(up), n * I, f(gate));
-    kernels::linear(f(gate), n, I, matrix(l, LayerMatrix::kDown), H, f(delta));
+    kernels::linear(f(gate), n, matrix(l, LayerMatrix::kDown), f(delta));
     done();
     x.add_(delta);
     for (int64_t hl : req.hidden_layers)
@@ -332,14 +355,14 @@ at::Tensor Model::final_norm_rows(const at::Tensor& hidden) const {
   const at::Tensor rows = hidden.contiguous();
   const int64_t m = rows.size(0), H = c.hidden_size;
   at::Tensor normed = at::empty({m, H}, at::TensorOptions().dtype(at::kFloat));
-  kernels::rms_norm(rows.data_ptr<float>(), m, H, stream_ ? stream_->final_norm() : weights_.final_norm.data_ptr<float>(),
+  kernels::rms_norm(rows.data_ptr<float>(), m, H, final_norm(),
                     static_cast<float>(c.rms_norm_eps), normed.data_ptr<float>());
   return normed;
 }
 
 at::Tensor Model::streamed_head_logits(const at::Tensor& normed) const {
   const ModelConfig& c = config_;
-  const int64_t m = normed.size(0), H = c.hidden_size;
+  const int64_t m = normed.size(0);
   auto opts = at::TensorOptions().dtype(at::kFloat);
   at::Tensor logits = at::empty({m, c.vocab_size}, opts);
   // Slice by slice of vocabulary rows; every logit is the same dot product
@@ -347,10 +370,10 @@ at::Tensor Model::streamed_head_logits(const at::Tensor& normed) const {
   at::Tensor part;
   for (int64_t chunk = 0; chunk < stream_->head_chunks(); ++chunk) {
     int64_t row0 = 0, count = 0;
-    const float* w = stream_->acquire_head(chunk, &row0, &count);
+    const MatrixRef w = stream_->acquire_head(chunk, &row0, &count);
     if (m > 0) {
       if (!part.defined() || part.size(1) != count) part = at::empty({m, count}, opts);
-      kernels::linear(normed.data_ptr<float>(), m, H, w, count, part.data_ptr<float>());
+      kernels::linear(normed.data_ptr<float>(), m, w, part.data_ptr<float>());
       logits.narrow(1, row0, count).copy_(part);
     }
     stream_->release();
@@ -366,8 +389,7 @@ at::Tensor Model::head_logits(const at::Tensor& hidden) const {
 at::Tensor Model::head_logits_normed(const at::Tensor& normed) const {
   const ModelConfig& c = config_;
   at::Tensor logits = at::empty({normed.size(0), c.vocab_size}, at::TensorOptions().dtype(at::kFloat));
-  kernels::linear(normed.data_ptr<float>(), normed.size(0), c.hidden_size, weights_.lm_head.data_ptr<float>(), c.vocab_size,
-                  logits.data_ptr<float>());
+  kernels::linear(normed.data_ptr<float>(), normed.size(0), weights_.lm_head, logits.data_ptr<float>());
   return logits;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // LLaMA-family decoder (RMSNorm, rotate-half RoPE, grouped-query attention,
-// SwiGLU, tied or separate LM head) on LibTorch, computing in fp32.
+// SwiGLU, tied or separate LM head): weights in any WType (weight_type.h),
+// activations in fp32, tensors on LibTorch.
 //
 // One forward call takes any set of new tokens with explicit positions and an
 // explicit attention mask over cached plus new tokens, so the same call runs a
@@ -19,6 +20,7 @@
 #include "common/engine/model_config.h"
 #include "common/engine/safetensors.h"
 #include "common/engine/streamed_weights.h"
+#include "common/engine/weight_set.h"
 
 namespace splitspec {
 
@@ -78,12 +80,9 @@ std::vector<std::pair<std::string, at::Tensor>> named_weights(const ModelConfig&
 ModelWeights copy_weights(const ModelConfig& config, const ModelWeights& src,
                           const std::function<at::Tensor(const at::Tensor&)>& copy);
 // Writes config.json and model.safetensors into `dir` (created if needed),
-// weights stored as `dtype` (F32, F16 or BF16).
+// the matrices stored as `type` (weight_set.h says which tensors differ).
 void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir,
-                DType dtype = DType::F32);
-
-// Bytes of all of a model's weights as fp32: what it takes in memory.
-uint64_t fp32_weight_bytes(const ModelConfig& config);
+                WType type = WType::F32);
 
 // A stored F32/F16/BF16 tensor as an owned fp32 tensor; throws
 // splitspec::Error on other dtypes and on NaN or infinite values.
@@ -95,10 +94,14 @@ void rope_tables(const ModelConfig& config, at::Tensor& cos, at::Tensor& sin);
 
 class Model {
  public:
-  // Loads config.json and model.safetensors (or shards) from `dir`.
-  static std::shared_ptr<Model> load(const std::string& dir);
-  // An inference copy of weights held elsewhere (e.g. by the trainer).
-  static std::shared_ptr<Model> from_weights(const ModelConfig& config, const ModelWeights& weights, std::string name);
+  // Loads config.json and model.safetensors (or shards) from `dir`. Weights
+  // stay in their stored types, mapped from the file; with `type`, the
+  // matrices are converted to it in memory instead.
+  static std::shared_ptr<Model> load(const std::string& dir, std::optional<WType> type = std::nullopt);
+  // An inference copy of float weights held elsewhere (e.g. by the trainer),
+  // its matrices stored as `type`.
+  static std::shared_ptr<Model> from_weights(const ModelConfig& config, const ModelWeights& weights, std::string name,
+                                             WType type = WType::F32);
   // The model in `dir` with its weights streamed from disk under
   // options.budget_bytes (streamed_weights.h): same forward, bitwise the same
   // logits, one forward at a time. weights() then holds no tensors.
@@ -107,8 +110,18 @@ class Model {
   static std::shared_ptr<Model> random(const ModelConfig& config, uint64_t seed);
 
   const ModelConfig& config() const { return config_; }
-  const ModelWeights& weights() const { return weights_; }
-  // As fp32 in memory (for a streamed model: if it were all loaded).
+  // The weights as the forward reads them (empty for a streamed model).
+  const WeightSet& weight_set() const { return weights_; }
+  // The layer matrices' type.
+  WType weight_type() const;
+  // Float copies of every weight (dequantized): for training and tests.
+  ModelWeights float_weights() const;
+  // The final norm's gains [hidden].
+  const float* final_norm() const;
+  // LM-head rows `ids` as floats [ids.size(), hidden]. In-memory models only.
+  at::Tensor head_rows(const std::vector<int64_t>& ids) const;
+  // Bytes of the weights at their types (for a streamed model: if it were
+  // all loaded).
   size_t weight_bytes() const;
   // The streaming state of a streamed model, else null.
   const StreamedWeights* stream() const { return stream_.get(); }
@@ -124,17 +137,19 @@ class Model {
   // In-memory models only (a streamed one reads its head inside forward()).
   at::Tensor head_logits(const at::Tensor& hidden) const;
 
-  void save(const std::string& dir, DType dtype = DType::F32) const { save_model(config_, weights_, dir, dtype); }
+  // Writes the model to `dir`, converted to `type` if given. In-memory
+  // models only.
+  void save(const std::string& dir, std::optional<WType> type = std::nullopt) const;
 
  private:
-  Model(ModelConfig config, ModelWeights weights, std::string name);
+  Model(ModelConfig config, WeightSet weights, std::string name);
   // The final norm on hidden rows [m, hidden].
   at::Tensor final_norm_rows(const at::Tensor& hidden) const;
   // The LM head on rows already through the final norm.
   at::Tensor streamed_head_logits(const at::Tensor& normed) const;
   at::Tensor head_logits_normed(const at::Tensor& normed) const;
   ModelConfig config_;
-  ModelWeights weights_;
+  WeightSet weights_;
   std::string name_;
   at::Tensor rope_cos_;  // [max_positions, head_dim/2]
   at::Tensor rope_sin_;

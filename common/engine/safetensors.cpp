@@ -69,6 +69,8 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return os.str();
 }
 
+std::string wtype_metadata_key(const std::string& name) { return "splitspec.wtype." + name; }
+
 int64_t TensorInfo::numel() const {
   int64_t n = 1;
   for (auto d : shape) n *= d;
@@ -166,6 +168,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       ranges.emplace_back(begin, end);
       range_names.push_back(name);
       tensors_.emplace(name, std::move(t));
+    }
+    for (auto& [name, t] : tensors_) {
+      auto q = metadata_.find(wtype_metadata_key(name));
+      if (q != metadata_.end()) t.wtype = q->second;
     }
     std::vector<size_t> order(ranges.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;

@@ -23,8 +23,14 @@ struct TensorInfo {
   const uint8_t* data;  // points into the mapping
   size_t nbytes;
   uint64_t file_offset;  // absolute byte offset in `file`
+  // A quantized weight type stored as U8 rows ("q8_0", "q4_0"): the file's
+  // __metadata__ entry "splitspec.wtype.<name>". Empty otherwise.
+  std::string wtype;
   int64_t numel() const;
 };
+
+// The metadata key that marks tensor `name` as stored in a quantized type.
+std::string wtype_metadata_key(const std::string& name);
 
 // One mapped .safetensors file. The header is validated completely on open.
 class SafetensorsFile {

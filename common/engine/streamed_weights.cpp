@@ -13,7 +13,8 @@
 #include <sstream>
 
 #include "common/util/error.h"
-#include "common/engine/kernels.h"
+#include "common/engine/quant.h"
+#include "common/engine/weight_set.h"
 #include "common/util/stopwatch.h"
 
 namespace splitspec {
@@ -31,48 +32,6 @@ uint64_t span_of(uint64_t offset, uint64_t bytes) {
   return round_up(offset + bytes, kAlign) - round_down(offset, kAlign);
 }
 
-const char* matrix_name(LayerMatrix m) {
-  switch (m) {
-    case LayerMatrix::kQ: return "self_attn.q_proj.weight";
-    case LayerMatrix::kK: return "self_attn.k_proj.weight";
-    case LayerMatrix::kV: return "self_attn.v_proj.weight";
-    case LayerMatrix::kO: return "self_attn.o_proj.weight";
-    case LayerMatrix::kGate: return "mlp.gate_proj.weight";
-    case LayerMatrix::kUp: return "mlp.up_proj.weight";
-    case LayerMatrix::kDown: return "mlp.down_proj.weight";
-  }
-  return "";
-}
-
-std::vector<int64_t> matrix_shape(LayerMatrix m, const ModelConfig& c) {
-  const int64_t H = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  switch (m) {
-    case LayerMatrix::kQ: return {q, H};
-    case LayerMatrix::kK:
-    case LayerMatrix::kV: return {kv, H};
-    case LayerMatrix::kO: return {H, q};
-    case LayerMatrix::kGate:
-    case LayerMatrix::kUp: return {c.intermediate_size, H};
-    case LayerMatrix::kDown: return {H, c.intermediate_size};
-  }
-  return {};
-}
-
-void check_float_dtype(const TensorInfo& t) {
-  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
-    throw Error(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
-                "; weights must be F32, F16 or BF16");
-}
-
-void to_float(DType dtype, const uint8_t* src, int64_t count, float* dst) {
-  if (dtype == DType::F16)
-    kernels::half_to_float(reinterpret_cast<const uint16_t*>(src), count, dst);
-  else if (dtype == DType::BF16)
-    kernels::bfloat16_to_float(reinterpret_cast<const uint16_t*>(src), count, dst);
-  else
-    std::memmove(dst, src, static_cast<size_t>(count) * sizeof(float));
-}
-
 }  // namespace
 
 StreamedWeights::StreamedWeights(const std::string& dir, const ModelConfig& config, const StreamOptions& options)
@@ -83,8 +42,8 @@ StreamedWeights::StreamedWeights(const std::string& dir, const ModelConfig& conf
     // One pass over every unit: proves the file readable and its values
     // finite, and fills the resident units.
     for (Unit& u : units_) {
-      const float* v = read_checked(u);
-      if (u.resident) std::memcpy(u.resident, v, static_cast<size_t>(u.elems) * sizeof(float));
+      const uint8_t* v = read_checked(u);
+      if (u.resident) std::memcpy(u.resident, v, u.raw_bytes);
     }
     for (int64_t i = 0; i < static_cast<int64_t>(units_.size()); ++i)
       if (!units_[i].resident) streamed_.push_back(i);
@@ -126,54 +85,51 @@ void StreamedWeights::plan_units(const SafetensorsModel& st, const ModelConfig& 
     paths_.push_back(t.file);
     return file_index[t.file] = static_cast<int>(fds_.size()) - 1;
   };
-  auto unit_of = [&](const TensorInfo& t) {
-    check_float_dtype(t);
+  auto unit_of = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    const TensorInfo& t = st.get(name);
     Unit u;
+    u.type = stored_wtype(t, shape);
+    if (shape.size() == 1 && is_quantized(u.type)) throw Error(t.file + ": norm '" + name + "' must be F32, F16 or BF16");
     u.file = file_of(t);
-    u.dtype = t.dtype;
     u.offset = t.file_offset;
     u.raw_bytes = t.nbytes;
-    u.elems = t.numel();
+    u.rows = shape.size() == 2 ? shape[0] : 1;
+    u.cols = shape.back();
     return u;
   };
   const int64_t H = c.hidden_size;
-  int64_t largest = 0;
+  uint64_t largest = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (int m = 0; m < kLayerMatrices; ++m) {
       const auto lm = static_cast<LayerMatrix>(m);
-      const std::string name = "model.layers." + std::to_string(l) + "." + matrix_name(lm);
-      units_.push_back(unit_of(st.get(name, matrix_shape(lm, c))));
-      largest = std::max(largest, units_.back().elems);
+      units_.push_back(unit_of(layer_matrix_name(l, lm), layer_matrix_shape(lm, c)));
+      largest = std::max(largest, units_.back().raw_bytes);
     }
   // LM-head slices no larger than the largest layer matrix, so the head needs
   // no bigger read buffer than the layers do.
   head_is_embed_ = c.tie_word_embeddings;
-  const TensorInfo& head = st.get(head_is_embed_ ? "model.embed_tokens.weight" : "lm_head.weight", {c.vocab_size, H});
-  const Unit whole = unit_of(head);
-  const int64_t rows_per_chunk = std::max<int64_t>(1, largest / H);
+  const Unit whole = unit_of(head_is_embed_ ? kEmbedName : kHeadName, {c.vocab_size, H});
   const uint64_t row_bytes = whole.raw_bytes / static_cast<uint64_t>(c.vocab_size);
+  const int64_t rows_per_chunk = std::max<int64_t>(1, static_cast<int64_t>(largest / row_bytes));
   for (int64_t r0 = 0; r0 < c.vocab_size; r0 += rows_per_chunk) {
     Unit u = whole;
     u.row0 = r0;
     u.rows = std::min(rows_per_chunk, c.vocab_size - r0);
     u.offset = whole.offset + static_cast<uint64_t>(r0) * row_bytes;
     u.raw_bytes = static_cast<uint64_t>(u.rows) * row_bytes;
-    u.elems = u.rows * H;
     units_.push_back(u);
     ++head_chunks_;
   }
-  const TensorInfo& embed = st.get("model.embed_tokens.weight", {c.vocab_size, H});
-  check_float_dtype(embed);
-  embed_file_ = file_of(embed);
-  embed_dtype_ = embed.dtype;
-  embed_offset_ = embed.file_offset;
-  embed_row_bytes_ = embed.nbytes / static_cast<uint64_t>(c.vocab_size);
+  const Unit embed = unit_of(kEmbedName, {c.vocab_size, H});
+  embed_file_ = embed.file;
+  embed_type_ = embed.type;
+  embed_offset_ = embed.offset;
+  embed_row_bytes_ = embed.raw_bytes / static_cast<uint64_t>(c.vocab_size);
 
   // The norms are read once, below, into norms_.
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight"})
-      norm_units_.push_back(unit_of(st.get("model.layers." + std::to_string(l) + "." + n, {H})));
-  norm_units_.push_back(unit_of(st.get("model.norm.weight", {H})));
+    for (bool post : {false, true}) norm_units_.push_back(unit_of(layer_norm_name(l, post), {H}));
+  norm_units_.push_back(unit_of(kFinalNormName, {H}));
 }
 
 uint8_t* StreamedWeights::alloc(uint64_t bytes, uint64_t align) {
@@ -192,13 +148,14 @@ void StreamedWeights::allocate(const ModelConfig& c) {
   for (const Unit& u : units_) {
     const uint64_t span = span_of(u.offset, u.raw_bytes);
     largest_span = std::max(largest_span, span);
-    // 16-bit weights convert in place: the fp32 result grows from the buffer's
-    // start toward the raw bytes read into its end (kernels::half_to_float).
-    need = std::max(need, u.dtype == DType::F32 ? span : 2 * static_cast<uint64_t>(u.elems) + span);
-    weights += static_cast<uint64_t>(u.elems) * sizeof(float);
+    need = std::max(need, span);
+    weights += u.raw_bytes;
   }
-  for (const Unit& u : norm_units_) weights += static_cast<uint64_t>(u.elems) * sizeof(float);
-  if (!head_is_embed_) weights += static_cast<uint64_t>(c.vocab_size * c.hidden_size) * sizeof(float);
+  for (const Unit& u : norm_units_) {
+    weights += static_cast<uint64_t>(u.cols) * sizeof(float);  // held as fp32
+    need = std::max(need, span_of(u.offset, u.raw_bytes));
+  }
+  if (!head_is_embed_) weights += embed_row_bytes_ * static_cast<uint64_t>(c.vocab_size);
   weight_bytes_ = weights;
   buffer_bytes_ = round_up(need, kAlign);
   row_buffer_bytes_ = round_up(embed_row_bytes_, kAlign) + kAlign;
@@ -208,7 +165,7 @@ void StreamedWeights::allocate(const ModelConfig& c) {
   const uint64_t cache_bytes = cached_rows_ * row_fp32;
   fixed_bytes_ = norm_bytes + row_buffer_bytes_ + (cached_rows_ > 0 ? round_up(cache_bytes, 64) : 0);
   uint64_t all_resident = fixed_bytes_ + buffer_bytes_;
-  for (const Unit& u : units_) all_resident += round_up(static_cast<uint64_t>(u.elems) * sizeof(float), 64);
+  for (const Unit& u : units_) all_resident += round_up(u.raw_bytes, 64);
   // With everything resident there is nothing to read ahead.
   if (options_.pipeline && all_resident > budget) {
     uint64_t ring = options_.read_ahead_bytes;
@@ -233,7 +190,7 @@ void StreamedWeights::allocate(const ModelConfig& c) {
                 format_bytes(minimum) + " (a work buffer of " + format_bytes(buffer_bytes_) + " for its largest matrix, " +
                 (ring_bytes_ ? format_bytes(ring_bytes_) + " of read-ahead, " : std::string()) + "plus " +
                 format_bytes(fixed_bytes_) + " of norms and embedding rows); the whole model is " + format_bytes(weights) +
-                " as fp32");
+                " as stored");
   norms_ = reinterpret_cast<float*>(alloc(norm_bytes, 64));
   row_buffer_ = alloc(row_buffer_bytes_, kAlign);
   if (cached_rows_ > 0) row_cache_ = reinterpret_cast<float*>(alloc(cache_bytes, 64));
@@ -241,17 +198,15 @@ void StreamedWeights::allocate(const ModelConfig& c) {
   cache_used_.assign(cached_rows_, 0);
   work_ = alloc(buffer_bytes_, kAlign);
   if (ring_bytes_) ring_ = alloc(ring_bytes_, kAlign);
-  for (size_t i = 0; i < norm_units_.size(); ++i) {
-    const float* v = read_checked(norm_units_[i]);
-    std::memcpy(norms_ + i * c.hidden_size, v, c.hidden_size * sizeof(float));
-  }
+  for (size_t i = 0; i < norm_units_.size(); ++i)
+    dequantize_rows(ref(norm_units_[i], read_checked(norm_units_[i])), 0, 1, norms_ + i * c.hidden_size);
   // What fits stays resident, taken in forward order. Every unit is read
   // exactly once per forward, so which ones stay does not change the bytes
   // streamed; the earliest ones give the loader a head start each forward.
   for (Unit& u : units_) {
-    const uint64_t bytes = round_up(static_cast<uint64_t>(u.elems) * sizeof(float), 64);
+    const uint64_t bytes = round_up(u.raw_bytes, 64);
     if (allocated_ + bytes <= budget) {
-      u.resident = reinterpret_cast<float*>(alloc(bytes, 64));
+      u.resident = alloc(bytes, 64);
       resident_bytes_ += bytes;
     }
   }
@@ -285,18 +240,12 @@ const uint8_t* StreamedWeights::read_raw(const Unit& u, uint8_t* dst) {
   return dst + (u.offset - start);
 }
 
-const float* StreamedWeights::read_unit(const Unit& u) {
-  const uint8_t* data = read_raw(u, work_ + buffer_bytes_ - span_of(u.offset, u.raw_bytes));
-  auto* out = reinterpret_cast<float*>(work_);
-  to_float(u.dtype, data, u.elems, out);
-  return out;
-}
+const uint8_t* StreamedWeights::read_unit(const Unit& u) { return read_raw(u, work_); }
 
-const float* StreamedWeights::read_checked(const Unit& u) {
-  const float* v = read_unit(u);
-  for (int64_t i = 0; i < u.elems; ++i)
-    if (!std::isfinite(v[i]))
-      throw Error(paths_[u.file] + ": weights at byte " + std::to_string(u.offset) + " contain NaN or infinite values");
+const uint8_t* StreamedWeights::read_checked(const Unit& u) {
+  const uint8_t* v = read_unit(u);
+  if (first_non_finite_row(ref(u, v)) >= 0)
+    throw Error(paths_[u.file] + ": weights at byte " + std::to_string(u.offset) + " contain NaN or infinite values");
   return v;
 }
 
@@ -346,14 +295,14 @@ void StreamedWeights::begin_forward() {
   holding_ = false;
 }
 
-const float* StreamedWeights::acquire_unit(int64_t index) {
+MatrixRef StreamedWeights::acquire_unit(int64_t index) {
   if (!forward_lock_.owns_lock() || holding_ || index != next_unit_)
     throw Error("streamed weights: unit " + std::to_string(index) + " taken out of order (expected " +
                 std::to_string(next_unit_) + ")");
   const Unit& u = units_[index];
   ++next_unit_;
   holding_ = true;
-  if (u.resident) return u.resident;
+  if (u.resident) return ref(u, u.resident);
   const auto t0 = SteadyClock::now();
   waiting_.store(true, std::memory_order_relaxed);
   struct Idle {
@@ -361,46 +310,35 @@ const float* StreamedWeights::acquire_unit(int64_t index) {
     ~Idle() { w.store(false, std::memory_order_relaxed); }
   } idle{waiting_};
   if (!options_.pipeline) {
-    const float* p = read_unit(u);
+    const uint8_t* p = read_unit(u);
     const double ms = ms_since(t0);
     std::lock_guard<std::mutex> lk(mu_);
     read_ms_ += ms;
     stall_ms_ += ms;
     bytes_read_ += u.raw_bytes;
     reads_ += 1;
-    return p;
+    return ref(u, p);
   }
   std::unique_lock<std::mutex> lk(mu_);
   const bool loaded = wait_next(lk);
   stall_ms_ += ms_since(t0);
   if (!loaded) throw Error(read_error_);
-  const uint64_t start = in_ring_.front().first;
-  lk.unlock();
-  waiting_.store(false, std::memory_order_relaxed);
   // Only this thread takes units out, so the loader leaves this one alone
-  // until it is taken out of the ring below.
-  const auto t1 = SteadyClock::now();
-  auto* out = reinterpret_cast<float*>(work_);
-  to_float(u.dtype, ring_ + start % ring_bytes_ + u.offset % kAlign, u.elems, out);
-  const double convert_ms = ms_since(t1);
-  lk.lock();
-  read_ms_ += convert_ms;
-  in_ring_.pop_front();
-  lk.unlock();
-  cv_.notify_all();
-  return out;
+  // until release() gives its ring space back.
+  holding_ring_ = true;
+  return ref(u, ring_ + in_ring_.front().first % ring_bytes_ + u.offset % kAlign);
 }
 
-const float* StreamedWeights::acquire(int64_t layer, LayerMatrix m) {
+MatrixRef StreamedWeights::acquire(int64_t layer, LayerMatrix m) {
   return acquire_unit(layer * kLayerMatrices + static_cast<int64_t>(m));
 }
 
-const float* StreamedWeights::acquire_head(int64_t chunk, int64_t* row0, int64_t* rows) {
+MatrixRef StreamedWeights::acquire_head(int64_t chunk, int64_t* row0, int64_t* rows) {
   const int64_t index = layers_ * kLayerMatrices + chunk;
-  const float* p = acquire_unit(index);
+  const MatrixRef m = acquire_unit(index);
   *row0 = units_[index].row0;
   *rows = units_[index].rows;
-  return p;
+  return m;
 }
 
 bool StreamedWeights::wait_next(std::unique_lock<std::mutex>& lk) {
@@ -408,7 +346,16 @@ bool StreamedWeights::wait_next(std::unique_lock<std::mutex>& lk) {
   return !in_ring_.empty();
 }
 
-void StreamedWeights::release() { holding_ = false; }
+void StreamedWeights::release() {
+  holding_ = false;
+  if (!holding_ring_) return;
+  holding_ring_ = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    in_ring_.pop_front();
+  }
+  cv_.notify_all();
+}
 
 void StreamedWeights::end_forward() noexcept {
   if (!forward_lock_.owns_lock()) return;
@@ -437,7 +384,7 @@ void StreamedWeights::embed(const int64_t* ids, int64_t n, float* out) {
     if (head_is_embed_) {
       const Unit& chunk = units_[layers_ * kLayerMatrices + id / units_[layers_ * kLayerMatrices].rows];
       if (chunk.resident) {
-        std::memcpy(row, chunk.resident + (id - chunk.row0) * H, H * sizeof(float));
+        dequantize_rows(ref(chunk, chunk.resident), id - chunk.row0, id - chunk.row0 + 1, row);
         continue;
       }
     }
@@ -454,7 +401,7 @@ void StreamedWeights::embed(const int64_t* ids, int64_t n, float* out) {
     const uint64_t span = span_of(offset, embed_row_bytes_);
     const auto t0 = SteadyClock::now();
     read_span(embed_file_, start, span, offset + embed_row_bytes_ - start, row_buffer_);
-    to_float(embed_dtype_, row_buffer_ + (offset - start), H, row);
+    dequantize_rows(MatrixRef{embed_type_, row_buffer_ + (offset - start), 1, H}, 0, 1, row);
     std::unique_lock<std::mutex> lk(mu_);
     read_ms_ += ms_since(t0);
     bytes_read_ += embed_row_bytes_;

@@ -8,8 +8,9 @@
 // whole units (one layer matrix, or a slice of LM-head rows) as fit in what
 // is left; those stay resident. Every other unit is read again from the file
 // on every forward, with O_DIRECT so that the page cache cannot quietly keep
-// the model in memory, converted to fp32 in the work buffer, used, and
-// released.
+// the model in memory, used as stored (the kernels read every weight type),
+// and released. All of it counts bytes as stored: a Q4_0 target reads about
+// a seventh of its F32 bytes per forward and fits a budget a seventh the size.
 //
 // A forward takes the units in one fixed order (layer by layer, in the order
 // the layer uses its matrices, then the LM head). Without pipelining (the
@@ -17,10 +18,8 @@
 // it (StdPL), a loader thread reads ahead while earlier units compute, as far
 // as the ring allows, and keeps going into the next forward's units while
 // the forward ends, so the time between forwards (drafting) loads weights too.
-// The ring holds the file's bytes as they are (half the size of fp32 for a
-// 16-bit file) and the forward converts each unit as it takes it: a byte of
-// budget then buys twice the read-ahead, and the loader spends its time
-// reading, the one thing it must do serially.
+// The forward computes on each unit where it lies in the ring and gives the
+// space back when it releases it.
 //
 // Free of LibTorch; one forward at a time.
 #include <atomic>
@@ -35,15 +34,13 @@
 
 #include "common/engine/model_config.h"
 #include "common/engine/safetensors.h"
+#include "common/engine/weight_names.h"
+#include "common/engine/weight_type.h"
 
 namespace splitspec {
 
-// A decoder layer's matrices, in the order its forward uses them.
-enum class LayerMatrix { kQ, kK, kV, kO, kGate, kUp, kDown };
-constexpr int kLayerMatrices = 7;
-
 struct StreamOptions {
-  uint64_t budget_bytes = 0;  // target weights in memory, at most (fp32, as computed)
+  uint64_t budget_bytes = 0;  // target weights in memory, at most (bytes as stored)
   bool pipeline = true;       // StdPL: read ahead on a loader thread; false: Std
   uint64_t read_ahead_bytes = 0;  // with pipelining: file bytes the loader may hold ahead of the
                                   // forward; 0 picks two layers as stored, or what the budget has left
@@ -53,7 +50,7 @@ struct StreamOptions {
 
 struct StreamStats {
   uint64_t budget_bytes = 0;
-  uint64_t weight_bytes = 0;     // all weights as fp32: the in-memory model's size
+  uint64_t weight_bytes = 0;     // all weights as stored: the in-memory model's size
   uint64_t resident_bytes = 0;   // units kept in memory
   uint64_t pool_bytes = 0;       // the work buffer and the read-ahead ring
   uint64_t fixed_bytes = 0;      // norms and the embedding row buffer
@@ -91,10 +88,10 @@ class StreamedWeights {
   // next one starts in step. acquire* blocks until the unit is in memory and
   // throws splitspec::Error if reading it failed.
   void begin_forward();
-  const float* acquire(int64_t layer, LayerMatrix m);
+  MatrixRef acquire(int64_t layer, LayerMatrix m);
   int64_t head_chunks() const { return head_chunks_; }
   // LM-head rows [*row0, *row0 + *rows) as [rows, hidden].
-  const float* acquire_head(int64_t chunk, int64_t* row0, int64_t* rows);
+  MatrixRef acquire_head(int64_t chunk, int64_t* row0, int64_t* rows);
   void release();
   void end_forward() noexcept;
 
@@ -105,16 +102,18 @@ class StreamedWeights {
   // (provisional drafting) can run without slowing the forward down.
   bool forward_waiting() const { return waiting_.load(std::memory_order_relaxed); }
   StreamStats stats() const;
+  // The layer matrices' type.
+  WType weight_type() const { return units_.empty() ? WType::F32 : units_[0].type; }
 
  private:
   struct Unit {
     int file = 0;
-    DType dtype = DType::F32;
+    WType type = WType::F32;
     uint64_t offset = 0;     // first byte in the file
     uint64_t raw_bytes = 0;  // bytes in the file
-    int64_t elems = 0;
-    int64_t row0 = 0, rows = 0;  // head chunks: their LM-head rows
-    float* resident = nullptr;
+    int64_t rows = 0, cols = 0;
+    int64_t row0 = 0;        // head chunks: their first LM-head row
+    uint8_t* resident = nullptr;
   };
 
   void plan_units(const SafetensorsModel& st, const ModelConfig& c);
@@ -122,18 +121,18 @@ class StreamedWeights {
   uint8_t* alloc(uint64_t bytes, uint64_t align);
   // Reads `u`'s 4 KiB-aligned span into dst; returns where its bytes start.
   const uint8_t* read_raw(const Unit& u, uint8_t* dst);
-  // Reads `u` into the work buffer and returns its fp32 values, which lie
-  // there (converted in place).
-  const float* read_unit(const Unit& u);
+  // Reads `u` into the work buffer; its bytes lie where this points.
+  const uint8_t* read_unit(const Unit& u);
   // read_unit, refusing NaN and infinite values.
-  const float* read_checked(const Unit& u);
+  const uint8_t* read_checked(const Unit& u);
+  MatrixRef ref(const Unit& u, const uint8_t* data) const { return {u.type, data, u.rows, u.cols}; }
   // Under mu_: waits until the next streamed unit is in the ring; false if
   // the loader failed before reading it.
   bool wait_next(std::unique_lock<std::mutex>& lk);
   // `bytes` from `offset` into dst (all aligned for O_DIRECT); the file must
   // hold at least `needed` of them.
   void read_span(int file, uint64_t offset, uint64_t bytes, uint64_t needed, uint8_t* dst);
-  const float* acquire_unit(int64_t index);
+  MatrixRef acquire_unit(int64_t index);
   void loader_loop();
 
   StreamOptions options_;
@@ -147,7 +146,7 @@ class StreamedWeights {
   int64_t head_chunks_ = 0;
   bool head_is_embed_ = false;
   int embed_file_ = 0;
-  DType embed_dtype_ = DType::F32;
+  WType embed_type_ = WType::F32;
   uint64_t embed_offset_ = 0, embed_row_bytes_ = 0;
 
   // All weight memory, allocated in the constructor only.
@@ -169,7 +168,7 @@ class StreamedWeights {
   std::unordered_map<int64_t, int64_t> cache_slot_;
   int64_t clock_hand_ = 0;
   int64_t row_hits_ = 0;
-  uint64_t buffer_bytes_ = 0;  // the work buffer: the largest unit read and converted in place
+  uint64_t buffer_bytes_ = 0;  // the work buffer: the largest unit's span
   uint8_t* work_ = nullptr;
   uint64_t ring_bytes_ = 0;
   uint8_t* ring_ = nullptr;
@@ -179,6 +178,7 @@ class StreamedWeights {
   std::unique_lock<std::mutex> forward_lock_;
   int64_t next_unit_ = 0;
   bool holding_ = false;
+  bool holding_ring_ = false;  // the held unit lies in the ring
 
   // Streamed units are numbered by a sequence running across forwards:
   // number s is streamed_[s % streamed_.size()]. The loader reads them in

@@ -108,7 +108,8 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
     }
   torch::optim::AdamW opt(params, torch::optim::AdamWOptions(job.lr).weight_decay(0.0));
   // Outside inference mode, so autograd may save them for the backward pass.
-  const at::Tensor final_norm = model->weights().final_norm.clone(), lm_head = model->weights().lm_head.clone();
+  const ModelWeights frozen = model->float_weights();
+  const at::Tensor final_norm = frozen.final_norm.clone(), lm_head = frozen.lm_head.clone();
   const size_t n = exits.adapters().size();
   report.first_losses.assign(n, 0.0);
   report.last_losses.assign(n, 0.0);

@@ -48,7 +48,7 @@ TrainableLlama::TrainableLlama(const ModelConfig& c, uint64_t seed) : config_(c)
 TrainableLlama::TrainableLlama(const Model& m) : config_(m.config()) {
   // Outside inference mode a clone of an inference tensor is an ordinary,
   // differentiable tensor.
-  weights_ = copy_weights(config_, m.weights(), [](const at::Tensor& t) { return t.clone(); });
+  weights_ = copy_weights(config_, m.float_weights(), [](const at::Tensor& t) { return t.clone(); });
   rope_tables(config_, rope_cos_, rope_sin_);
   set_trainable(true);
 }

@@ -35,11 +35,9 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-DType parse_out_dtype(const std::string& s, const std::string& source) {
-  if (s == "F32") return DType::F32;
-  if (s == "F16") return DType::F16;
-  if (s == "BF16") return DType::BF16;
-  throw Error(source + ": train.dtype must be F32, F16 or BF16, got '" + s + "'");
+WType parse_out_dtype(const std::string& s, const std::string& source) {
+  if (const auto t = parse_wtype(s)) return *t;
+  throw Error(source + ": train.dtype must be F32, F16, BF16, Q8_0 or Q4_0, got '" + s + "'");
 }
 
 TrainSettings parse_settings(const json& j, const std::string& source) {

@@ -9,6 +9,7 @@
 
 #include "common/engine/model_config.h"
 #include "common/engine/safetensors.h"
+#include "common/engine/weight_type.h"
 
 namespace splitspec {
 
@@ -26,7 +27,7 @@ struct TrainSettings {
   int64_t eval_every = 250;       // 0: only at the end
   int64_t eval_windows = 32;      // validation windows per periodic evaluation
   int64_t checkpoint_every = 100;
-  DType dtype = DType::F16;       // of the saved weights
+  WType dtype = WType::F16;       // of the saved weights
 };
 
 struct TrainConfig {

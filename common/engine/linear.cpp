@@ -1,0 +1,202 @@
+// Built with -ffp-contract=off: every multiply-add is fused, or not, exactly
+// as written (linear.h).
+#include "common/engine/linear.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/engine/linear_isa.h"
+#include "common/engine/parallel.h"
+#include "common/util/error.h"
+
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
+namespace splitspec::kernels {
+
+namespace {
+
+std::atomic<int> g_threads{1};
+
+bool cpu_has(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return true;
+#if defined(__x86_64__)
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::kAvx512:
+      return cpu_has(Isa::kAvx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#endif
+#if defined(__aarch64__)
+    case Isa::kNeon: return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
+    default: return false;
+  }
+}
+
+Isa best_isa() {
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon})
+    if (cpu_has(isa)) return isa;
+  return Isa::kScalar;
+}
+
+// SPLITSPEC_KERNELS names a path to use instead of the best (one this CPU
+// has), so tests and comparisons can run the others.
+Isa initial_isa() {
+  const char* force = std::getenv("SPLITSPEC_KERNELS");
+  if (force)
+    for (int i = 0; i < kIsas; ++i)
+      if (std::string(force) == isa_name(static_cast<Isa>(i)) && cpu_has(static_cast<Isa>(i)))
+        return static_cast<Isa>(i);
+  return best_isa();
+}
+
+std::atomic<Isa>& current() {
+  static std::atomic<Isa> isa{initial_isa()};
+  return isa;
+}
+
+// The exact order linear.h defines, for the lanes' final sum.
+float hsum8(const float* a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
+
+float weight_at(const MatrixRef& w, const uint8_t* row, int64_t i) {
+  uint16_t h;
+  switch (w.type) {
+    case WType::F32: {
+      float f;
+      std::memcpy(&f, row + 4 * i, 4);
+      return f;
+    }
+    case WType::F16: std::memcpy(&h, row + 2 * i, 2); return half_to_float(h);
+    default: std::memcpy(&h, row + 2 * i, 2); return bf16_to_float(h);
+  }
+}
+
+float float_dot(const MatrixRef& w, const uint8_t* row, const float* x) {
+  float acc[8] = {};
+  for (int64_t i0 = 0; i0 < w.cols; i0 += 8)
+    for (int l = 0; l < 8; ++l) {
+      const int64_t i = i0 + l;
+      const float wv = i < w.cols ? weight_at(w, row, i) : 0.0f, xv = i < w.cols ? x[i] : 0.0f;
+      acc[l] = std::fma(wv, xv, acc[l]);
+    }
+  return hsum8(acc);
+}
+
+float quant_dot(const MatrixRef& w, const uint8_t* row, const QuantizedRows& qx, int64_t j) {
+  float acc[16] = {};
+  const int8_t* xq = qx.q.data() + j * qx.cols;
+  const float* xd = qx.d.data() + j * qx.blocks;
+  for (int64_t b = 0; b < qx.blocks; ++b) {
+    const uint8_t* blk = row + b * block_bytes(w.type);
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    const float d = half_to_float(h) * xd[b];
+    int8_t wq[kQBlock];
+    for (int i = 0; i < kQBlock; ++i)
+      wq[i] = w.type == WType::Q8_0 ? static_cast<int8_t>(blk[2 + i])
+                                    : static_cast<int8_t>((i < 16 ? blk[2 + i] & 0x0f : blk[2 + i - 16] >> 4) - 8);
+    const int8_t* xb = xq + b * kQBlock;
+    for (int l = 0; l < 8; ++l) {
+      int32_t s = 0;
+      for (int k = 0; k < 4; ++k) s += wq[4 * l + k] * xb[4 * l + k];
+      float& a = acc[(b & 1) * 8 + l];
+      a = std::fma(static_cast<float>(s), d, a);
+    }
+  }
+  float v[8];
+  for (int l = 0; l < 8; ++l) v[l] = acc[l] + acc[8 + l];
+  return hsum8(v);
+}
+
+void check(const MatrixRef& w) {
+  if (is_quantized(w.type) && w.cols % kQBlock != 0)
+    throw Error(std::string("linear: ") + wtype_name(w.type) + " weights need a multiple of 32 columns, not " +
+                std::to_string(w.cols));
+}
+
+}  // namespace
+
+void set_threads(int n) { g_threads.store(std::max(1, n)); }
+int threads() { return g_threads.load(std::memory_order_relaxed); }
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+    case Isa::kNeon: return "neon";
+  }
+  return "?";
+}
+
+bool isa_available(Isa isa) { return cpu_has(isa); }
+Isa isa_in_use() { return current().load(std::memory_order_relaxed); }
+
+void use_isa(Isa isa) {
+  if (!cpu_has(isa)) throw Error(std::string("kernels: this CPU cannot run the ") + isa_name(isa) + " path");
+  current().store(isa);
+}
+
+int32_t weight_offset(Isa isa, WType type) {
+  if (isa == Isa::kAvx512) return type == WType::Q8_0 ? 128 : 8;
+  if (isa == Isa::kAvx2) return type == WType::Q4_0 ? 8 : 0;
+  return 0;
+}
+
+void reference_rows(const LinearCall& c, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = c.w.row(r);
+    for (int64_t j = 0; j < c.n; ++j)
+      c.y[j * c.w.rows + r] =
+          is_quantized(c.w.type) ? quant_dot(c.w, row, *c.qx, j) : float_dot(c.w, row, c.x + j * c.w.cols);
+  }
+}
+
+void linear_reference(const float* x, int64_t n, const MatrixRef& w, float* y) {
+  check(w);
+  QuantizedRows qx;
+  if (is_quantized(w.type)) quantize_activations(x, n, w.cols, 0, qx);
+  reference_rows({x, n, w, y, &qx}, 0, w.rows);
+}
+
+void linear(const float* x, int64_t n, const MatrixRef& w, float* y) {
+  if (n == 0 || w.rows == 0) return;
+  check(w);
+  const Isa isa = isa_in_use();
+  thread_local QuantizedRows qx;
+  if (is_quantized(w.type)) quantize_activations(x, n, w.cols, weight_offset(isa, w.type), qx);
+  const LinearCall call{x, n, w, y, &qx};
+  // Chunks are ranges of 12 weight rows (a multiple of every body's row
+  // blocking) with enough work each to amortise handing them out.
+  constexpr int64_t kRowsPerChunk = 12;
+  const int64_t work = std::max<int64_t>(1, row_bytes(w.type, w.cols) * n * kRowsPerChunk);
+  const int64_t min_blocks = std::max<int64_t>(1, (int64_t{1} << 17) / work);
+  parallel_blocks(w.rows, kRowsPerChunk, min_blocks, [&](int64_t r0, int64_t r1) {
+    switch (isa) {
+#if defined(__x86_64__)
+      case Isa::kAvx512:
+        if (is_quantized(w.type)) {
+          avx512::linear_rows(call, r0, r1);
+          return;
+        }
+        avx2::linear_rows(call, r0, r1);
+        return;
+      case Isa::kAvx2: avx2::linear_rows(call, r0, r1); return;
+#endif
+#if defined(__aarch64__)
+      case Isa::kNeon: neon::linear_rows(call, r0, r1); return;
+#endif
+      default: reference_rows(call, r0, r1); return;
+    }
+  });
+}
+
+}  // namespace splitspec::kernels

@@ -1,0 +1,238 @@
+// linear() for AVX2 + FMA + F16C. Built with -mavx2 -mfma -mf16c
+// -ffp-contract=off; see linear.h for the one definition every output
+// follows, whatever the blocking below.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common/engine/linear_isa.h"
+
+namespace splitspec::kernels::avx2 {
+
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256i tail_mask(int64_t rem) {
+  alignas(32) int32_t m[8];
+  for (int i = 0; i < 8; ++i) m[i] = i < rem ? -1 : 0;
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(m));
+}
+
+// Eight weights as floats, exactly (half and bfloat16 widen without rounding).
+template <WType T>
+struct Weights;
+template <>
+struct Weights<WType::F32> {
+  using E = float;
+  static __m256 load(const E* p) { return _mm256_loadu_ps(p); }
+};
+template <>
+struct Weights<WType::F16> {
+  using E = uint16_t;
+  static __m256 load(const E* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+};
+template <>
+struct Weights<WType::BF16> {
+  using E = uint16_t;
+  static __m256 load(const E* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+};
+
+// The last 1-7 weights of a row, zero-padded to eight.
+template <WType T>
+__m256 load_tail(const typename Weights<T>::E* p, int64_t rem) {
+  typename Weights<T>::E padded[8] = {};
+  std::memcpy(padded, p, rem * sizeof(padded[0]));
+  return Weights<T>::load(padded);
+}
+
+// Partial sums for y[j][r] over inputs [k0, k1) of R weight rows and N input
+// rows, continuing from `partial` unless `first`, ending in y if `last`.
+// Partial sums round-trip through memory exactly, so the k-blocking does not
+// change a lane's sequence of multiply-adds.
+template <WType T, int R, int N>
+void float_block(const float* x, int64_t in, const typename Weights<T>::E* w, int64_t k0, int64_t k1, float* partial,
+                 bool first, bool last, float* y, int64_t out) {
+  using E = typename Weights<T>::E;
+  __m256 acc[R][N];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < N; ++j) acc[r][j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(partial + (r * N + j) * 8);
+  const int64_t full = k0 + ((k1 - k0) & ~int64_t{7});
+  // The next R rows start right after these; requesting them a block ahead
+  // keeps memory busy while this block computes.
+  const char* next = reinterpret_cast<const char*>(w + 2 * R * in);
+  for (int64_t i = k0; i < full; i += 8) {
+    _mm_prefetch(next + sizeof(E) * R * i, _MM_HINT_T1);
+    if (R * sizeof(E) > 8) _mm_prefetch(next + sizeof(E) * R * i + 64, _MM_HINT_T1);
+    __m256 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = Weights<T>::load(w + r * in + i);
+    for (int j = 0; j < N; ++j) {
+      const __m256 xv = _mm256_loadu_ps(x + j * in + i);
+      for (int r = 0; r < R; ++r) acc[r][j] = _mm256_fmadd_ps(wv[r], xv, acc[r][j]);
+    }
+  }
+  if (full < k1) {
+    const __m256i m = tail_mask(k1 - full);
+    __m256 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = load_tail<T>(w + r * in + full, k1 - full);
+    for (int j = 0; j < N; ++j) {
+      const __m256 xv = _mm256_maskload_ps(x + j * in + full, m);
+      for (int r = 0; r < R; ++r) acc[r][j] = _mm256_fmadd_ps(wv[r], xv, acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < N; ++j) {
+      if (last)
+        y[j * out + r] = hsum(acc[r][j]);
+      else
+        _mm256_storeu_ps(partial + (r * N + j) * 8, acc[r][j]);
+    }
+}
+
+// Register blocking: R weight rows x N input rows of 8-lane accumulators.
+// Loads, not multiply-adds, bound this loop, so each loaded vector is reused
+// as often as 16 registers allow: 3 x 4 accumulators + 3 weights + 1 input.
+// A single input row (a decode step) is bandwidth-bound instead and streams 4
+// weight rows at once.
+constexpr int kInputsPerBlock = 4;
+// Inputs per k-block: R weight rows and N input rows of this many floats
+// (7 x 768 x 4 bytes = 21 KiB) stay in a 32 KiB L1 while all input chunks
+// pass over them.
+constexpr int64_t kBlockIn = 768;
+
+template <WType T, int R>
+void float_rows(const float* x, int64_t n, int64_t in, const typename Weights<T>::E* w, int64_t out, float* y,
+                std::vector<float>& partial) {
+  partial.resize(static_cast<size_t>(R * kInputsPerBlock * 8 * ((n + kInputsPerBlock - 1) / kInputsPerBlock)));
+  for (int64_t k0 = 0; k0 < in; k0 += kBlockIn) {
+    const int64_t k1 = std::min(in, k0 + kBlockIn);
+    const bool first = k0 == 0, last = k1 == in;
+    for (int64_t j = 0; j < n; j += kInputsPerBlock) {
+      const float* xj = x + j * in;
+      float* yj = y + j * out;
+      float* pj = partial.data() + R * 8 * j;
+      switch (std::min<int64_t>(kInputsPerBlock, n - j)) {
+        case 1: float_block<T, R, 1>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+        case 2: float_block<T, R, 2>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+        case 3: float_block<T, R, 3>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+        default: float_block<T, R, 4>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+      }
+    }
+  }
+}
+
+template <WType T>
+void float_linear(const LinearCall& c, int64_t r0, int64_t r1) {
+  thread_local std::vector<float> partial;
+  using E = typename Weights<T>::E;
+  const auto* w = static_cast<const E*>(c.w.data);
+  const int64_t in = c.w.cols, out = c.w.rows;
+  const int64_t step = c.n == 1 ? 4 : 3;
+  int64_t r = r0;
+  for (; r + step <= r1; r += step) {
+    if (step == 4)
+      float_rows<T, 4>(c.x, c.n, in, w + r * in, out, c.y + r, partial);
+    else
+      float_rows<T, 3>(c.x, c.n, in, w + r * in, out, c.y + r, partial);
+  }
+  for (; r < r1; ++r) float_rows<T, 1>(c.x, c.n, in, w + r * in, out, c.y + r, partial);
+}
+
+inline float scale_of(const uint8_t* block) {
+  uint16_t h;
+  std::memcpy(&h, block, 2);
+  return _cvtsh_ss(h);
+}
+
+// R weight rows against N input rows over all blocks. Q8_0 multiplies
+// |w| by x with w's sign (maddubs takes one unsigned operand); Q4_0 takes its
+// nibbles (0..15) unsigned and starts from -8 * the inputs' sums. Both give
+// each lane's exact integer sum of 4 products.
+template <WType T, int R, int N>
+void quant_block(const LinearCall& c, int64_t r, int64_t j) {
+  const QuantizedRows& qx = *c.qx;
+  const int64_t nb = qx.blocks;
+  constexpr int64_t bb = block_bytes(T);
+  const uint8_t* wrow[R];
+  for (int rr = 0; rr < R; ++rr) wrow[rr] = c.w.row(r + rr);
+  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0f);
+  __m256 acc[R][N][2];
+  for (int rr = 0; rr < R; ++rr)
+    for (int jj = 0; jj < N; ++jj) acc[rr][jj][0] = acc[rr][jj][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i wv[R], wabs[R];
+    __m256 dw[R];
+    for (int rr = 0; rr < R; ++rr) {
+      const uint8_t* blk = wrow[rr] + b * bb;
+      dw[rr] = _mm256_set1_ps(scale_of(blk));
+      if (T == WType::Q8_0) {
+        wv[rr] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+        wabs[rr] = _mm256_sign_epi8(wv[rr], wv[rr]);
+      } else {
+        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+        const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+        wv[rr] = _mm256_and_si256(both, low4);
+      }
+    }
+    for (int jj = 0; jj < N; ++jj) {
+      const int64_t row = (j + jj) * nb + b;
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.q.data() + row * kQBlock));
+      const __m256 dx = _mm256_loadu_ps(qx.d8.data() + row * 8);
+      const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.start.data() + row * 8));
+      for (int rr = 0; rr < R; ++rr) {
+        __m256i sums;
+        if (T == WType::Q8_0) {
+          sums = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[rr], _mm256_sign_epi8(xq, wv[rr])), ones);
+        } else {
+          sums = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[rr], xq), ones), start);
+        }
+        __m256& a = acc[rr][jj][b & 1];
+        a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw[rr], dx), a);
+      }
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int jj = 0; jj < N; ++jj)
+      c.y[(j + jj) * c.w.rows + r + rr] = hsum(_mm256_add_ps(acc[rr][jj][0], acc[rr][jj][1]));
+}
+
+template <WType T, int R>
+void quant_rows(const LinearCall& c, int64_t r) {
+  for (int64_t j = 0; j < c.n; j += 2) {
+    if (c.n - j >= 2)
+      quant_block<T, R, 2>(c, r, j);
+    else
+      quant_block<T, R, 1>(c, r, j);
+  }
+}
+
+template <WType T>
+void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 2 <= r1; r += 2) quant_rows<T, 2>(c, r);
+  for (; r < r1; ++r) quant_rows<T, 1>(c, r);
+}
+
+}  // namespace
+
+void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
+  switch (c.w.type) {
+    case WType::F32: float_linear<WType::F32>(c, r0, r1); break;
+    case WType::F16: float_linear<WType::F16>(c, r0, r1); break;
+    case WType::BF16: float_linear<WType::BF16>(c, r0, r1); break;
+    case WType::Q8_0: quant_linear<WType::Q8_0>(c, r0, r1); break;
+    case WType::Q4_0: quant_linear<WType::Q4_0>(c, r0, r1); break;
+  }
+}
+
+}  // namespace splitspec::kernels::avx2

@@ -1,0 +1,46 @@
+#pragma once
+// How the kernels split work over the compute threads. Free of LibTorch.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace splitspec::kernels {
+
+// The compute thread count every kernel uses (set_compute_threads sets it).
+void set_threads(int n);
+int threads();
+
+// Runs f(begin, end) over [0, count) in chunks of `grain`, handed out
+// dynamically so that a core slowed by other work takes fewer chunks instead
+// of holding the others at the barrier. Each output element is written by
+// exactly one chunk, so results do not depend on how the range was split.
+template <typename F>
+void parallel(int64_t count, int64_t grain, const F& f) {
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t chunks = (count + grain - 1) / grain;
+  const int n = static_cast<int>(std::min<int64_t>(threads(), chunks));
+  if (n <= 1 || omp_in_parallel()) {
+    f(0, count);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n)
+  for (int64_t c = 0; c < chunks; ++c) f(c * grain, std::min(count, (c + 1) * grain));
+}
+
+// Chunk size giving each thread about `per_thread` chunks of at least
+// `min_grain` items.
+inline int64_t grain_for(int64_t count, int64_t min_grain, int64_t per_thread = 8) {
+  return std::max<int64_t>(min_grain, count / (per_thread * std::max(1, threads())));
+}
+
+// parallel() over [0, count) in whole blocks of `block` items (the vector
+// width or a kernel's row blocking), at least `min_blocks` blocks per chunk.
+template <typename F>
+void parallel_blocks(int64_t count, int64_t block, int64_t min_blocks, const F& f) {
+  const int64_t blocks = (count + block - 1) / block;
+  parallel(blocks, grain_for(blocks, min_blocks),
+           [&](int64_t b0, int64_t b1) { f(b0 * block, std::min(count, b1 * block)); });
+}
+
+}  // namespace splitspec::kernels

@@ -1,0 +1,43 @@
+#pragma once
+// Converting weights between float and their stored types, and quantizing
+// activations for the Q8_0/Q4_0 kernels. Free of LibTorch.
+#include <cstdint>
+#include <vector>
+
+#include "common/engine/weight_type.h"
+
+namespace splitspec {
+
+// rows x cols floats into `dst` (rows * row_bytes(type, cols) bytes), with
+// llama.cpp's reference quantizers for Q8_0 (d = max|x| / 127, q rounded
+// half away from zero) and Q4_0 (d = the block's largest-magnitude value /
+// -8, q = x/d + 8.5 truncated, at most 15), so a block quantizes to the same
+// bytes as llama.cpp's. Quantized types need cols % 32 == 0.
+void quantize_rows(WType type, const float* src, int64_t rows, int64_t cols, void* dst);
+
+// Rows [r0, r1) of `m` as floats into dst[(r1 - r0) * m.cols]: exact for
+// F32, F16 and BF16; d * q for the quantized types.
+void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst);
+
+// Whether every value (every scale, for quantized types) is finite; the
+// index of the first bad row otherwise.
+int64_t first_non_finite_row(const MatrixRef& m);
+
+// Activations quantized for the Q8_0/Q4_0 kernels, per row and per block of
+// 32: d = max|x| / 127 rounded to half precision (as llama.cpp does), q =
+// x * (1/d) rounded half to even. Each row is quantized on its own, the same
+// whatever else is in the batch.
+struct QuantizedRows {
+  int64_t rows = 0, cols = 0, blocks = 0;
+  std::vector<int8_t> q;      // [rows][cols]
+  std::vector<float> d;       // [rows][blocks]
+  // What vector bodies load as they are ([rows][blocks][8] each): d eight
+  // times, and -offset * the sum of q's 4l..4l+3 in lane l, where a body
+  // that multiplies weights stored `offset` above their value (unsigned
+  // bytes) starts each lane's integer sum.
+  std::vector<float> d8;
+  std::vector<int32_t> start;
+};
+void quantize_activations(const float* x, int64_t rows, int64_t cols, int32_t offset, QuantizedRows& out);
+
+}  // namespace splitspec

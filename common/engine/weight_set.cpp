@@ -1,0 +1,196 @@
+#include "common/engine/weight_set.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "common/engine/quant.h"
+#include "common/util/error.h"
+
+namespace splitspec {
+
+namespace {
+
+std::string dims(const std::vector<int64_t>& shape) { return shape_str(shape); }
+
+// `src` as `to`, into new owned bytes.
+std::vector<uint8_t> convert(const MatrixRef& src, WType to, const std::string& name) {
+  if (is_quantized(to) && src.cols % kQBlock != 0)
+    throw Error(std::string("cannot store ") + name + " as " + wtype_name(to) + ": its rows of " +
+                std::to_string(src.cols) + " weights are not a multiple of 32");
+  std::vector<uint8_t> out(static_cast<size_t>(src.rows * row_bytes(to, src.cols)));
+  if (src.type == to) {
+    std::memcpy(out.data(), src.data, out.size());
+    return out;
+  }
+  constexpr int64_t kRows = 64;
+  std::vector<float> rows(static_cast<size_t>(kRows * src.cols));
+  for (int64_t r = 0; r < src.rows; r += kRows) {
+    const int64_t r1 = std::min(src.rows, r + kRows);
+    dequantize_rows(src, r, r1, rows.data());
+    quantize_rows(to, rows.data(), r1 - r, src.cols, out.data() + r * row_bytes(to, src.cols));
+  }
+  return out;
+}
+
+DType file_dtype(WType t) {
+  switch (t) {
+    case WType::F32: return DType::F32;
+    case WType::F16: return DType::F16;
+    case WType::BF16: return DType::BF16;
+    default: return DType::U8;
+  }
+}
+
+}  // namespace
+
+WType head_type(WType model_type) { return model_type == WType::Q4_0 ? WType::Q8_0 : model_type; }
+
+uint64_t WeightSet::bytes() const {
+  uint64_t n = norms.size() * sizeof(float) + embed.bytes();
+  for (const auto& l : layers)
+    for (const MatrixRef& m : l) n += m.bytes();
+  if (lm_head.data != embed.data) n += lm_head.bytes();
+  return n;
+}
+
+uint64_t WeightSet::owned_bytes() const {
+  uint64_t n = 0;
+  for (const auto& o : owned) n += o.size();
+  return n;
+}
+
+WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape) {
+  auto mismatch = [&](const std::string& stored) {
+    return Error(t.file + ": tensor '" + t.name + "' has shape " + dims(t.shape) + stored + ", expected " + dims(shape));
+  };
+  if (!t.wtype.empty()) {
+    const auto q = parse_wtype(t.wtype);
+    if (!q || !is_quantized(*q) || t.dtype != DType::U8)
+      throw Error(t.file + ": tensor '" + t.name + "' is marked '" + t.wtype + "'; only U8 tensors marked q8_0 or q4_0 are read");
+    if (shape.size() != 2 || shape[1] % kQBlock != 0 || t.shape.size() != 2 || t.shape[0] != shape[0] ||
+        t.shape[1] != row_bytes(*q, shape[1]))
+      throw mismatch(std::string(" (bytes of ") + wtype_name(*q) + ")");
+    return *q;
+  }
+  if (t.shape != shape) throw mismatch("");
+  switch (t.dtype) {
+    case DType::F32: return WType::F32;
+    case DType::F16: return WType::F16;
+    case DType::BF16: return WType::BF16;
+    default:
+      throw Error(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
+                  "; weights must be F32, F16, BF16, or U8 marked q8_0 or q4_0");
+  }
+}
+
+WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std::optional<WType> type, bool borrow,
+                           const std::string& where) {
+  const int64_t H = c.hidden_size;
+  WeightSet w;
+  w.hidden = H;
+  auto take = [&](const std::string& name, const std::vector<int64_t>& shape, bool head) -> MatrixRef {
+    const MatrixRef src = source(name, shape);
+    const int64_t bad = first_non_finite_row(src);
+    if (bad >= 0)
+      throw Error(where + ": tensor '" + name + "' contains NaN or infinite values (row " + std::to_string(bad) + ")");
+    const WType to = type ? (head ? head_type(*type) : *type) : src.type;
+    if (borrow && to == src.type) return src;
+    w.owned.push_back(convert(src, to, where + ": " + name));
+    return {to, w.owned.back().data(), src.rows, src.cols};
+  };
+  auto norm = [&](const std::string& name) {
+    const MatrixRef src = source(name, {H});
+    if (is_quantized(src.type)) throw Error(where + ": norm '" + name + "' must be F32, F16 or BF16");
+    std::vector<float> v(static_cast<size_t>(H));
+    dequantize_rows(src, 0, 1, v.data());
+    for (float x : v)
+      if (!std::isfinite(x)) throw Error(where + ": tensor '" + name + "' contains NaN or infinite values");
+    w.norms.insert(w.norms.end(), v.begin(), v.end());
+  };
+  w.embed = take(kEmbedName, {c.vocab_size, H}, c.tie_word_embeddings);
+  w.layers.resize(c.num_hidden_layers);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    norm(layer_norm_name(l, false));
+    for (int m = 0; m < kLayerMatrices; ++m) {
+      const auto lm = static_cast<LayerMatrix>(m);
+      w.layers[l][m] = take(layer_matrix_name(l, lm), layer_matrix_shape(lm, c), false);
+    }
+    norm(layer_norm_name(l, true));
+  }
+  norm(kFinalNormName);
+  w.lm_head = c.tie_word_embeddings ? w.embed : take(kHeadName, {c.vocab_size, H}, true);
+  return w;
+}
+
+WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::optional<WType> type) {
+  auto st = std::make_shared<const SafetensorsModel>(dir);
+  WeightSet w = build_weight_set(
+      c,
+      [&](const std::string& name, const std::vector<int64_t>& shape) {
+        const TensorInfo& t = st->get(name);
+        const WType wt = stored_wtype(t, shape);
+        const int64_t rows = shape.size() == 2 ? shape[0] : 1;
+        return MatrixRef{wt, t.data, rows, shape.back()};
+      },
+      type, true, st->description());
+  w.mapping = std::move(st);
+  return w;
+}
+
+void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string& dir, std::optional<WType> type) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir + ": cannot create directory: " + ec.message());
+  std::vector<std::vector<uint8_t>> bytes;  // alive until written
+  std::vector<TensorToWrite> out;
+  std::map<std::string, std::string> metadata{{"format", "pt"}};
+  auto add = [&](const std::string& name, const MatrixRef& m, WType to, bool matrix) {
+    bytes.push_back(convert(m, to, name));
+    std::vector<int64_t> shape = matrix ? std::vector<int64_t>{m.rows, m.cols} : std::vector<int64_t>{m.cols};
+    if (is_quantized(to)) {
+      shape = {m.rows, row_bytes(to, m.cols)};
+      metadata[wtype_metadata_key(name)] = wtype_name(to);
+    }
+    out.push_back({name, file_dtype(to), shape, bytes.back().data(), bytes.back().size()});
+  };
+  auto norm = [&](const std::string& name, const float* v) {
+    add(name, MatrixRef{WType::F32, v, 1, w.hidden}, WType::F32, false);
+  };
+  auto matrix_type = [&](const MatrixRef& m, bool head) { return type ? (head ? head_type(*type) : *type) : m.type; };
+  add(kEmbedName, w.embed, matrix_type(w.embed, c.tie_word_embeddings), true);
+  for (int64_t l = 0; l < static_cast<int64_t>(w.layers.size()); ++l) {
+    norm(layer_norm_name(l, false), w.input_norm(l));
+    for (int m = 0; m < kLayerMatrices; ++m)
+      add(layer_matrix_name(l, static_cast<LayerMatrix>(m)), w.layers[l][m], matrix_type(w.layers[l][m], false), true);
+    norm(layer_norm_name(l, true), w.post_norm(l));
+  }
+  norm(kFinalNormName, w.final_norm());
+  if (!c.tie_word_embeddings) add(kHeadName, w.lm_head, matrix_type(w.lm_head, true), true);
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), out, metadata);
+  const fs::path cfg = fs::path(dir) / "config.json";
+  std::ofstream f(cfg);
+  f << model_config_to_json(c);
+  if (!f) throw Error(cfg.string() + ": write failed");
+}
+
+uint64_t stored_weight_bytes(const std::string& dir) {
+  const ModelConfig c = load_model_config(dir);
+  const SafetensorsModel st(dir);
+  uint64_t n = 0;
+  auto add = [&](const std::string& name) { n += st.get(name).nbytes; };
+  add(kEmbedName);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    add(layer_norm_name(l, false));
+    add(layer_norm_name(l, true));
+    for (int m = 0; m < kLayerMatrices; ++m) add(layer_matrix_name(l, static_cast<LayerMatrix>(m)));
+  }
+  add(kFinalNormName);
+  if (!c.tie_word_embeddings) add(kHeadName);
+  return n;
+}
+
+}  // namespace splitspec

@@ -1,0 +1,78 @@
+#pragma once
+// A model's weights as the forward reads them: every matrix at its own
+// WType, referenced in place in the mapped file where the stored bytes are
+// what the kernels read (no second copy), converted into owned memory where
+// they are not. Free of LibTorch.
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/engine/model_config.h"
+#include "common/engine/safetensors.h"
+#include "common/engine/weight_names.h"
+#include "common/engine/weight_type.h"
+
+namespace splitspec {
+
+struct WeightSet {
+  std::vector<std::array<MatrixRef, kLayerMatrices>> layers;
+  MatrixRef embed;
+  MatrixRef lm_head;          // the embedding itself when tied
+  std::vector<float> norms;   // [2 * layers + 1][hidden]: input and post norm per layer, then the final one
+  int64_t hidden = 0;
+  // What the references point into.
+  std::shared_ptr<const SafetensorsModel> mapping;
+  std::vector<std::vector<uint8_t>> owned;
+
+  const float* input_norm(int64_t l) const { return norms.data() + 2 * l * hidden; }
+  const float* post_norm(int64_t l) const { return norms.data() + (2 * l + 1) * hidden; }
+  const float* final_norm() const { return norms.data() + (norms.size() - hidden); }
+  // The layer matrices' type (every layer has the same).
+  WType type() const { return layers.empty() ? embed.type : layers[0][0].type; }
+  // Bytes in memory: the matrices at their types (a tied head once) and the
+  // norms as fp32.
+  uint64_t bytes() const;
+  // Bytes of `owned` alone: what was converted rather than mapped.
+  uint64_t owned_bytes() const;
+};
+
+// The type a tensor takes in a model of type `model_type`: the layer
+// matrices and the embedding take it; the LM head of a Q4_0 model is Q8_0
+// (it decides every token, and llama.cpp's Q4_0 files keep it above 4 bits
+// too); a tied embedding follows the head.
+WType head_type(WType model_type);
+
+// The stored type of a safetensors tensor: F32/F16/BF16 by dtype, Q8_0/Q4_0
+// from its metadata (U8 rows). Throws splitspec::Error for anything else,
+// and for a quantized tensor whose byte shape does not fit `shape`.
+WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape);
+
+// A tensor to take: rows x cols values of some type (norms are 1 x hidden).
+using WeightSource = std::function<MatrixRef(const std::string& name, const std::vector<int64_t>& shape)>;
+
+// Builds the set tensor by tensor from `source`. With `type`, every matrix
+// is converted to its type under it (head_type for the head); without, each
+// keeps its own. `borrow`: a matrix already of its type is referenced where
+// it lies (the source outlives the set, as a mapping does); otherwise copied.
+// Refuses NaN or infinite values, naming `where` (a file) and the tensor.
+WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std::optional<WType> type, bool borrow,
+                           const std::string& where);
+
+// The weights of the safetensors model in `dir`, mapped.
+WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::optional<WType> type);
+
+// Writes `w` as DIR/model.safetensors, at `type` if given (converting
+// matrices as build_weight_set does). Norms are stored as fp32, as they are
+// held: a model converted at load and one loaded from a converted file are
+// then the same model.
+void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string& dir, std::optional<WType> type);
+
+// Bytes of a model directory's weights as stored (what an in-memory load
+// holds, and what a memory budget's percentage is of).
+uint64_t stored_weight_bytes(const std::string& dir);
+
+}  // namespace splitspec

@@ -1,0 +1,50 @@
+#pragma once
+// The types a weight matrix is stored and computed in. Q8_0 and Q4_0 use
+// llama.cpp's block layouts (32 weights per block, an IEEE half scale first),
+// so our files, GGUF files and byte counts compare one to one:
+//   Q8_0: d (half), 32 x int8 q; weight = d * q.
+//   Q4_0: d (half), 16 bytes; byte i holds weight i in its low nibble and
+//         weight i + 16 in its high nibble; weight = d * (nibble - 8).
+// Free of LibTorch, so the kernels build and are tested on their own
+// (cross-compiled for ARM too).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace splitspec {
+
+enum class WType : uint8_t { F32, F16, BF16, Q8_0, Q4_0 };
+constexpr int kWTypes = 5;
+constexpr int64_t kQBlock = 32;  // weights per Q8_0 / Q4_0 block
+
+const char* wtype_name(WType t);  // "f32", "f16", "bf16", "q8_0", "q4_0"
+// Accepts those names in any case; nullopt otherwise.
+std::optional<WType> parse_wtype(const std::string& name);
+constexpr bool is_quantized(WType t) { return t == WType::Q8_0 || t == WType::Q4_0; }
+// Bytes per 32 weights (Q8_0 34, Q4_0 18, F16 64, F32 128).
+constexpr int64_t block_bytes(WType t) {
+  return t == WType::F32 ? 4 * kQBlock : t == WType::Q8_0 ? 2 + kQBlock : t == WType::Q4_0 ? 2 + kQBlock / 2 : 2 * kQBlock;
+}
+// Bytes of one row of `cols` weights; quantized types need cols % 32 == 0.
+constexpr int64_t row_bytes(WType t, int64_t cols) {
+  return is_quantized(t) ? cols / kQBlock * block_bytes(t) : cols * (block_bytes(t) / kQBlock);
+}
+
+// A row-major matrix of `rows` x `cols` weights of type `type`, rows packed
+// back to back (row_bytes(type, cols) apart). Does not own `data`.
+struct MatrixRef {
+  WType type = WType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes(type, cols); }
+  int64_t bytes() const { return rows * row_bytes(type, cols); }
+};
+
+// IEEE half and bfloat16 to and from float. Widening is exact; narrowing
+// rounds to nearest even (NaN stays NaN).
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+float bf16_to_float(uint16_t b);
+uint16_t float_to_bf16(float f);
+
+}  // namespace splitspec

@@ -1,0 +1,79 @@
+// Every linear() body this CPU can run against linear_reference(), bit for
+// bit, at every weight type, thread count and batch size, and each row of a
+// batch against the same row alone (batch invariance). Free of LibTorch and
+// GoogleTest, so the same program runs cross-compiled for AArch64 under QEMU
+// (scripts/test_arm_kernels.sh): the NEON body is held to the same bits.
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/engine/linear.h"
+#include "common/engine/parallel.h"
+#include "common/engine/quant.h"
+
+using namespace splitspec;
+
+namespace {
+
+int failures = 0, checks = 0;
+
+void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ++checks;
+  if (got.size() == want.size() && std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0) return;
+  ++failures;
+  size_t i = 0;
+  while (i < got.size() && std::memcmp(&got[i], &want[i], sizeof(float)) == 0) ++i;
+  if (failures <= 20)
+    std::printf("MISMATCH %s at %zu: %.9g vs %.9g\n", what.c_str(), i, i < got.size() ? got[i] : 0.0f,
+                i < want.size() ? want[i] : 0.0f);
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int isas = 0;
+  for (int i = 0; i < kernels::kIsas; ++i) {
+    const auto isa = static_cast<kernels::Isa>(i);
+    if (!kernels::isa_available(isa)) continue;
+    ++isas;
+    kernels::use_isa(isa);
+    for (int t = 0; t < kWTypes; ++t) {
+      const auto type = static_cast<WType>(t);
+      std::vector<int64_t> widths = {32, 64, 96, 256, 704, 1728};
+      if (!is_quantized(type)) widths.insert(widths.end(), {1, 7, 9, 100, 1000});
+      for (int64_t in : widths)
+        for (int64_t out : {1, 5, 13, 50}) {
+          std::vector<float> wf(out * in), x(9 * in);
+          for (auto& v : wf) v = normal(rng) * 0.1f;
+          for (auto& v : x) v = normal(rng);
+          std::vector<uint8_t> w(out * row_bytes(type, in));
+          quantize_rows(type, wf.data(), out, in, w.data());
+          const MatrixRef m{type, w.data(), out, in};
+          const std::string what = std::string(kernels::isa_name(isa)) + " " + wtype_name(type) + " " +
+                                   std::to_string(in) + "x" + std::to_string(out);
+          std::vector<float> want(9 * out);
+          kernels::linear_reference(x.data(), 9, m, want.data());
+          for (int threads : {1, 2}) {
+            kernels::set_threads(threads);
+            for (int64_t n : {1, 2, 3, 4, 5, 8, 9}) {
+              std::vector<float> got(n * out);
+              kernels::linear(x.data(), n, m, got.data());
+              expect_same(got, std::vector<float>(want.begin(), want.begin() + n * out),
+                          what + " rows " + std::to_string(n) + " threads " + std::to_string(threads));
+            }
+            // Row 6 alone, from its own buffer, is row 6 of the batch.
+            std::vector<float> one(out);
+            std::vector<float> x6(x.begin() + 6 * in, x.begin() + 7 * in);
+            kernels::linear(x6.data(), 1, m, one.data());
+            expect_same(one, std::vector<float>(want.begin() + 6 * out, want.begin() + 7 * out), what + " row 6 alone");
+          }
+        }
+    }
+  }
+  std::printf("linear_check: %d instruction sets, %d checks, %d mismatches\n", isas, checks, failures);
+  return failures == 0 ? 0 : 1;
+}
