@@ -46,17 +46,22 @@ int main() {
       std::vector<int64_t> widths = {32, 64, 96, 256, 704, 1728};
       if (!is_quantized(type)) widths.insert(widths.end(), {1, 7, 9, 100, 1000});
       for (int64_t in : widths)
-        for (int64_t out : {1, 5, 13, 50}) {
+        for (int64_t out : {1, 5, 13, 50, 64}) {
           std::vector<float> wf(out * in), x(9 * in);
           for (auto& v : wf) v = normal(rng) * 0.1f;
           for (auto& v : x) v = normal(rng);
           std::vector<uint8_t> w(out * row_bytes(type, in));
           quantize_rows(type, wf.data(), out, in, w.data());
-          const MatrixRef m{type, w.data(), out, in};
+          const MatrixRef plain{type, w.data(), out, in};
+          std::vector<float> want(9 * out);
+          kernels::linear_reference(x.data(), 9, plain, want.data());
+          // Quantized weights run packed, as models hold them; the reference
+          // reads the plain bytes.
+          std::vector<uint8_t> scratch;
+          if (is_quantized(type)) pack_rows(type, w.data(), out, in, scratch);
+          const MatrixRef m{type, w.data(), out, in, is_quantized(type)};
           const std::string what = std::string(kernels::isa_name(isa)) + " " + wtype_name(type) + " " +
                                    std::to_string(in) + "x" + std::to_string(out);
-          std::vector<float> want(9 * out);
-          kernels::linear_reference(x.data(), 9, m, want.data());
           for (int threads : {1, 2}) {
             kernels::set_threads(threads);
             for (int64_t n : {1, 2, 3, 4, 5, 8, 9}) {

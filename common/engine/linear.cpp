@@ -90,30 +90,26 @@ float float_dot(const MatrixRef& w, const uint8_t* row, const float* x) {
   return hsum8(acc);
 }
 
-float quant_dot(const MatrixRef& w, const uint8_t* row, const QuantizedRows& qx, int64_t j) {
-  float acc[16] = {};
+float quant_dot(const MatrixRef& w, int64_t r, const QuantizedRows& qx, int64_t j) {
+  float acc = 0.0f;
   const int8_t* xq = qx.q.data() + j * qx.cols;
   const float* xd = qx.d.data() + j * qx.blocks;
+  uint8_t blk[2 + kQBlock];
   for (int64_t b = 0; b < qx.blocks; ++b) {
-    const uint8_t* blk = row + b * block_bytes(w.type);
+    read_block(w, r, b, blk);
     uint16_t h;
     std::memcpy(&h, blk, 2);
     const float d = half_to_float(h) * xd[b];
-    int8_t wq[kQBlock];
-    for (int i = 0; i < kQBlock; ++i)
-      wq[i] = w.type == WType::Q8_0 ? static_cast<int8_t>(blk[2 + i])
-                                    : static_cast<int8_t>((i < 16 ? blk[2 + i] & 0x0f : blk[2 + i - 16] >> 4) - 8);
     const int8_t* xb = xq + b * kQBlock;
-    for (int l = 0; l < 8; ++l) {
-      int32_t s = 0;
-      for (int k = 0; k < 4; ++k) s += wq[4 * l + k] * xb[4 * l + k];
-      float& a = acc[(b & 1) * 8 + l];
-      a = std::fma(static_cast<float>(s), d, a);
+    int32_t s = 0;
+    for (int i = 0; i < kQBlock; ++i) {
+      const int wq = w.type == WType::Q8_0 ? static_cast<int8_t>(blk[2 + i])
+                                           : (i < 16 ? blk[2 + i] & 0x0f : blk[2 + i - 16] >> 4) - 8;
+      s += wq * xb[i];
     }
+    acc = std::fma(static_cast<float>(s), d, acc);
   }
-  float v[8];
-  for (int l = 0; l < 8; ++l) v[l] = acc[l] + acc[8 + l];
-  return hsum8(v);
+  return acc;
 }
 
 void check(const MatrixRef& w) {
@@ -145,25 +141,18 @@ void use_isa(Isa isa) {
   current().store(isa);
 }
 
-int32_t weight_offset(Isa isa, WType type) {
-  if (isa == Isa::kAvx512) return type == WType::Q8_0 ? 128 : 8;
-  if (isa == Isa::kAvx2) return type == WType::Q4_0 ? 8 : 0;
-  return 0;
-}
-
 void reference_rows(const LinearCall& c, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = c.w.row(r);
     for (int64_t j = 0; j < c.n; ++j)
       c.y[j * c.w.rows + r] =
-          is_quantized(c.w.type) ? quant_dot(c.w, row, *c.qx, j) : float_dot(c.w, row, c.x + j * c.w.cols);
+          is_quantized(c.w.type) ? quant_dot(c.w, r, *c.qx, j) : float_dot(c.w, c.w.row(r), c.x + j * c.w.cols);
   }
 }
 
 void linear_reference(const float* x, int64_t n, const MatrixRef& w, float* y) {
   check(w);
   QuantizedRows qx;
-  if (is_quantized(w.type)) quantize_activations(x, n, w.cols, 0, qx);
+  if (is_quantized(w.type)) quantize_activations(x, n, w.cols, qx);
   reference_rows({x, n, w, y, &qx}, 0, w.rows);
 }
 
@@ -172,18 +161,25 @@ void linear(const float* x, int64_t n, const MatrixRef& w, float* y) {
   check(w);
   const Isa isa = isa_in_use();
   thread_local QuantizedRows qx;
-  if (is_quantized(w.type)) quantize_activations(x, n, w.cols, weight_offset(isa, w.type), qx);
+  const bool quantized = is_quantized(w.type);
+  if (quantized) quantize_activations(x, n, w.cols, qx);
   const LinearCall call{x, n, w, y, &qx};
-  // Chunks are ranges of 12 weight rows (a multiple of every body's row
-  // blocking) with enough work each to amortise handing them out.
-  constexpr int64_t kRowsPerChunk = 12;
-  const int64_t work = std::max<int64_t>(1, row_bytes(w.type, w.cols) * n * kRowsPerChunk);
+  if (quantized && (!w.packed || isa == Isa::kScalar)) {
+    parallel_blocks(w.rows, kPackRows, 1, [&](int64_t r0, int64_t r1) { reference_rows(call, r0, r1); });
+    return;
+  }
+  // Chunks are whole groups of 16 rows for packed matrices, and ranges of 12
+  // weight rows otherwise (a multiple of every float body's row blocking),
+  // with enough work each to amortise handing them out.
+  const int64_t rows_per_chunk = quantized ? kPackRows : 12;
+  const int64_t work = std::max<int64_t>(1, row_bytes(w.type, w.cols) * n * rows_per_chunk);
   const int64_t min_blocks = std::max<int64_t>(1, (int64_t{1} << 17) / work);
-  parallel_blocks(w.rows, kRowsPerChunk, min_blocks, [&](int64_t r0, int64_t r1) {
+  const int64_t grouped = quantized ? w.rows / kPackRows * kPackRows : w.rows;
+  parallel_blocks(grouped, rows_per_chunk, min_blocks, [&](int64_t r0, int64_t r1) {
     switch (isa) {
 #if defined(__x86_64__)
       case Isa::kAvx512:
-        if (is_quantized(w.type)) {
+        if (quantized) {
           avx512::linear_rows(call, r0, r1);
           return;
         }
@@ -197,6 +193,7 @@ void linear(const float* x, int64_t n, const MatrixRef& w, float* y) {
       default: reference_rows(call, r0, r1); return;
     }
   });
+  if (grouped < w.rows) reference_rows(call, grouped, w.rows);
 }
 
 }  // namespace splitspec::kernels

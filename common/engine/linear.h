@@ -12,12 +12,14 @@
 //     in increasing i with fused multiply-adds (a short last group padded
 //     with zeros), then the lanes are summed as ((l0+l4)+(l2+l6)) +
 //     ((l1+l5)+(l3+l7)).
-//   Q8_0/Q4_0: x is quantized per row and block (quant.h); for block b,
-//     lane l takes the exact integer sum of weights 4l..4l+3 times their
-//     inputs, and accumulates it times d_w * d_x with a fused multiply-add
-//     into lane l of the even or the odd accumulator (by b's parity); the
-//     two are added lane by lane and summed as above.
+//   Q8_0/Q4_0: x is quantized per row and block (quant.h); the output
+//     starts at 0 and, block by block in order, adds the block's exact
+//     integer sum of weight times input, times d_w * d_x, with one fused
+//     multiply-add. (Integer sums are exact in any order, so the bodies
+//     vectorise across 16 output rows of a packed matrix instead.)
 // So a server on x86 and a robot on ARM compute the same logits.
+// Quantized matrices run fast when packed (weight_type.h); plain ones run
+// the reference.
 #include <cstdint>
 
 #include "common/engine/weight_type.h"

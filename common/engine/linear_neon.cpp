@@ -57,50 +57,46 @@ float float_dot(const uint8_t* w, const float* x, int64_t in) {
   return hsum(lo, hi);
 }
 
-inline float scale_of(const uint8_t* block) {
-  uint16_t h;
-  std::memcpy(&h, block, 2);
-  return half_to_float(h);
-}
-
-// R weight rows against one input row, every block: sdot gives lane l the
-// exact sum of products 4l..4l+3 of its 16 bytes.
-template <WType T, int R>
-void quant_rows(const LinearCall& c, int64_t r, int64_t j) {
+// Packed Q8_0/Q4_0 (weight_type.h), four rows a register: quarter `qr`
+// of the group at `r`. sdot by lane adds a row's 4-byte piece times the
+// input's matching 4 bytes into the row's lane: after eight pieces, each
+// lane holds its row's exact block sum.
+template <WType T>
+void quant_quarter(const LinearCall& c, int64_t r, int qr, int64_t j) {
   const QuantizedRows& qx = *c.qx;
   const int64_t nb = qx.blocks;
   constexpr int64_t bb = block_bytes(T);
-  const uint8_t* wrow[R];
-  for (int rr = 0; rr < R; ++rr) wrow[rr] = c.w.row(r + rr);
-  float32x4_t acc[R][4];  // even lo, even hi, odd lo, odd hi
-  for (int rr = 0; rr < R; ++rr)
-    for (int k = 0; k < 4; ++k) acc[rr][k] = vdupq_n_f32(0.0f);
+  const uint8_t* g = static_cast<const uint8_t*>(c.w.data) + r * row_bytes(T, c.w.cols);
+  float32x4_t acc = vdupq_n_f32(0.0f);
   const int8_t* xrow = qx.q.data() + j * qx.cols;
   for (int64_t b = 0; b < nb; ++b) {
-    const int8x16_t x0 = vld1q_s8(xrow + b * kQBlock), x1 = vld1q_s8(xrow + b * kQBlock + 16);
-    const float dx = qx.d[j * nb + b];
-    const int half = static_cast<int>(b & 1) * 2;
-    for (int rr = 0; rr < R; ++rr) {
-      const uint8_t* blk = wrow[rr] + b * bb;
-      int8x16_t w0, w1;
-      if (T == WType::Q8_0) {
-        w0 = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 2));
-        w1 = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 18));
-      } else {
-        const uint8x16_t packed = vld1q_u8(blk + 2);
-        const int8x16_t eight = vdupq_n_s8(8);
-        w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(0x0f))), eight);
-        w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), eight);
+    const uint8_t* blk = g + b * kPackRows * bb;
+    const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(blk) + 4 * qr)));
+    const uint8_t* quants = blk + 2 * kPackRows + 16 * qr;
+    int8x16_t w[8];
+    if (T == WType::Q8_0) {
+      for (int k = 0; k < 8; ++k) w[k] = vld1q_s8(reinterpret_cast<const int8_t*>(quants + 64 * k));
+    } else {
+      const int8x16_t eight = vdupq_n_s8(8);
+      for (int k = 0; k < 4; ++k) {
+        const uint8x16_t p = vld1q_u8(quants + 64 * k);
+        w[k] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(p, vdupq_n_u8(0x0f))), eight);
+        w[k + 4] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(p, 4)), eight);
       }
-      const float32x4_t d = vdupq_n_f32(scale_of(blk) * dx);
-      const float32x4_t s0 = vcvtq_f32_s32(vdotq_s32(vdupq_n_s32(0), w0, x0));
-      const float32x4_t s1 = vcvtq_f32_s32(vdotq_s32(vdupq_n_s32(0), w1, x1));
-      acc[rr][half] = vfmaq_f32(acc[rr][half], s0, d);
-      acc[rr][half + 1] = vfmaq_f32(acc[rr][half + 1], s1, d);
     }
+    const int8x16_t x0 = vld1q_s8(xrow + b * kQBlock), x1 = vld1q_s8(xrow + b * kQBlock + 16);
+    int32x4_t s = vdupq_n_s32(0);
+    s = vdotq_laneq_s32(s, w[0], x0, 0);
+    s = vdotq_laneq_s32(s, w[1], x0, 1);
+    s = vdotq_laneq_s32(s, w[2], x0, 2);
+    s = vdotq_laneq_s32(s, w[3], x0, 3);
+    s = vdotq_laneq_s32(s, w[4], x1, 0);
+    s = vdotq_laneq_s32(s, w[5], x1, 1);
+    s = vdotq_laneq_s32(s, w[6], x1, 2);
+    s = vdotq_laneq_s32(s, w[7], x1, 3);
+    acc = vfmaq_f32(acc, vcvtq_f32_s32(s), vmulq_n_f32(dw, qx.d[j * nb + b]));
   }
-  for (int rr = 0; rr < R; ++rr)
-    c.y[j * c.w.rows + r + rr] = hsum(vaddq_f32(acc[rr][0], acc[rr][2]), vaddq_f32(acc[rr][1], acc[rr][3]));
+  vst1q_f32(c.y + j * c.w.rows + r + 4 * qr, acc);
 }
 
 }  // namespace
@@ -125,21 +121,14 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
       break;
     case WType::Q8_0:
     case WType::Q4_0:
-      for (int64_t j = 0; j < c.n; ++j) {
-        int64_t r = r0;
-        for (; r + 4 <= r1; r += 4) {
-          if (c.w.type == WType::Q8_0)
-            quant_rows<WType::Q8_0, 4>(c, r, j);
-          else
-            quant_rows<WType::Q4_0, 4>(c, r, j);
-        }
-        for (; r < r1; ++r) {
-          if (c.w.type == WType::Q8_0)
-            quant_rows<WType::Q8_0, 1>(c, r, j);
-          else
-            quant_rows<WType::Q4_0, 1>(c, r, j);
-        }
-      }
+      for (int64_t r = r0; r < r1; r += kPackRows)
+        for (int qr = 0; qr < 4; ++qr)
+          for (int64_t j = 0; j < c.n; ++j) {
+            if (c.w.type == WType::Q8_0)
+              quant_quarter<WType::Q8_0>(c, r, qr, j);
+            else
+              quant_quarter<WType::Q4_0>(c, r, qr, j);
+          }
       break;
   }
 }

@@ -74,10 +74,77 @@ void quantize_rows(WType type, const float* src, int64_t rows, int64_t cols, voi
   }
 }
 
+namespace {
+
+constexpr int64_t quant_bytes(WType t) { return block_bytes(t) - 2; }
+
+// Where block b of row r's scale and quant piece k (4 bytes) lie in a packed
+// group, from the group's start.
+int64_t packed_scale_at(WType t, int64_t b, int64_t r) { return b * kPackRows * block_bytes(t) + 2 * r; }
+int64_t packed_piece_at(WType t, int64_t b, int64_t r, int64_t k) {
+  return b * kPackRows * block_bytes(t) + 2 * kPackRows + k * 4 * kPackRows + 4 * r;
+}
+
+// Moves one group of 16 rows between the layouts (into `out`).
+void regroup(WType t, const uint8_t* in, uint8_t* out, int64_t cols, bool pack) {
+  const int64_t rb = row_bytes(t, cols), bb = block_bytes(t), nb = cols / kQBlock;
+  for (int64_t r = 0; r < kPackRows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t plain = r * rb + b * bb;
+      const int64_t scale = packed_scale_at(t, b, r);
+      if (pack)
+        std::memcpy(out + scale, in + plain, 2);
+      else
+        std::memcpy(out + plain, in + scale, 2);
+      for (int64_t k = 0; k < quant_bytes(t) / 4; ++k) {
+        const int64_t piece = packed_piece_at(t, b, r, k);
+        if (pack)
+          std::memcpy(out + piece, in + plain + 2 + 4 * k, 4);
+        else
+          std::memcpy(out + plain + 2 + 4 * k, in + piece, 4);
+      }
+    }
+}
+
+void regroup_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch, bool pack) {
+  const int64_t group = kPackRows * row_bytes(type, cols);
+  scratch.resize(static_cast<size_t>(group));
+  for (int64_t g = 0; g + kPackRows <= rows; g += kPackRows) {
+    uint8_t* p = data + g / kPackRows * group;
+    regroup(type, p, scratch.data(), cols, pack);
+    std::memcpy(p, scratch.data(), static_cast<size_t>(group));
+  }
+}
+
+}  // namespace
+
+void pack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch) {
+  regroup_rows(type, data, rows, cols, scratch, true);
+}
+
+void unpack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch) {
+  regroup_rows(type, data, rows, cols, scratch, false);
+}
+
+void read_block(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out) {
+  const auto* base = static_cast<const uint8_t*>(m.data);
+  const int64_t full = m.rows / kPackRows * kPackRows;
+  if (!m.packed || r >= full) {
+    std::memcpy(out, m.row(r) + b * block_bytes(m.type), static_cast<size_t>(block_bytes(m.type)));
+    return;
+  }
+  const uint8_t* group = base + r / kPackRows * kPackRows * row_bytes(m.type, m.cols);
+  const int64_t rr = r % kPackRows;
+  std::memcpy(out, group + packed_scale_at(m.type, b, rr), 2);
+  for (int64_t k = 0; k < quant_bytes(m.type) / 4; ++k)
+    std::memcpy(out + 2 + 4 * k, group + packed_piece_at(m.type, b, rr, k), 4);
+}
+
 void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst) {
   const int64_t cols = m.cols;
+  uint8_t block[2 + kQBlock];
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = m.row(r);
+    const uint8_t* row = m.row(r);  // unused for quantized types (read_block)
     float* y = dst + (r - r0) * cols;
     switch (m.type) {
       case WType::F32: std::memcpy(y, row, cols * sizeof(float)); break;
@@ -91,14 +158,16 @@ void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst) {
         break;
       case WType::Q8_0:
         for (int64_t b = 0; b < cols / kQBlock; ++b) {
-          const uint8_t* blk = row + b * block_bytes(m.type);
+          read_block(m, r, b, block);
+          const uint8_t* blk = block;
           const float d = block_scale(blk);
           for (int i = 0; i < kQBlock; ++i) y[b * kQBlock + i] = d * static_cast<float>(static_cast<int8_t>(blk[2 + i]));
         }
         break;
       case WType::Q4_0:
         for (int64_t b = 0; b < cols / kQBlock; ++b) {
-          const uint8_t* blk = row + b * block_bytes(m.type);
+          read_block(m, r, b, block);
+          const uint8_t* blk = block;
           const float d = block_scale(blk);
           for (int i = 0; i < kQBlock / 2; ++i) {
             y[b * kQBlock + i] = d * static_cast<float>((blk[2 + i] & 0x0f) - 8);
@@ -112,10 +181,13 @@ void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst) {
 
 int64_t first_non_finite_row(const MatrixRef& m) {
   std::vector<float> row(static_cast<size_t>(m.cols));
+  uint8_t block[2 + kQBlock];
   for (int64_t r = 0; r < m.rows; ++r) {
     if (is_quantized(m.type)) {
-      for (int64_t b = 0; b < m.cols / kQBlock; ++b)
-        if (!std::isfinite(block_scale(m.row(r) + b * block_bytes(m.type)))) return r;
+      for (int64_t b = 0; b < m.cols / kQBlock; ++b) {
+        read_block(m, r, b, block);
+        if (!std::isfinite(block_scale(block))) return r;
+      }
       continue;
     }
     dequantize_rows(m, r, r + 1, row.data());
@@ -125,15 +197,14 @@ int64_t first_non_finite_row(const MatrixRef& m) {
   return -1;
 }
 
-void quantize_activations(const float* x, int64_t rows, int64_t cols, int32_t offset, QuantizedRows& out) {
+void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out) {
   const int64_t nb = cols / kQBlock;
   out.rows = rows;
   out.cols = cols;
   out.blocks = nb;
   out.q.resize(static_cast<size_t>(rows * cols));
   out.d.resize(static_cast<size_t>(rows * nb));
-  out.d8.resize(static_cast<size_t>(rows * nb * 8));
-  out.start.resize(static_cast<size_t>(rows * nb * 8));
+  out.sum.resize(static_cast<size_t>(rows * nb));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < nb; ++b) {
       const float* v = x + r * cols + b * kQBlock;
@@ -144,10 +215,9 @@ void quantize_activations(const float* x, int64_t rows, int64_t cols, int32_t of
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       out.d[r * nb + b] = half_to_float(float_to_half(d));
       for (int i = 0; i < kQBlock; ++i) q[i] = static_cast<int8_t>(std::nearbyint(v[i] * id));
-      for (int l = 0; l < 8; ++l) {
-        out.d8[(r * nb + b) * 8 + l] = out.d[r * nb + b];
-        out.start[(r * nb + b) * 8 + l] = -offset * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
-      }
+      int32_t sum = 0;
+      for (int i = 0; i < kQBlock; ++i) sum += q[i];
+      out.sum[r * nb + b] = sum;
     }
 }
 

@@ -16,8 +16,17 @@ namespace splitspec {
 void quantize_rows(WType type, const float* src, int64_t rows, int64_t cols, void* dst);
 
 // Rows [r0, r1) of `m` as floats into dst[(r1 - r0) * m.cols]: exact for
-// F32, F16 and BF16; d * q for the quantized types.
+// F32, F16 and BF16; d * q for the quantized types. Plain or packed.
 void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst);
+
+// Block b of row r of a quantized matrix, plain or packed, in the file's
+// block layout (block_bytes(m.type) bytes: scale, then quants).
+void read_block(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out);
+
+// Packs (or unpacks) a quantized matrix's rows bytes in place: plain <->
+// packed (weight_type.h). `scratch` grows to one group's bytes.
+void pack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch);
+void unpack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch);
 
 // Whether every value (every scale, for quantized types) is finite; the
 // index of the first bad row otherwise.
@@ -31,13 +40,10 @@ struct QuantizedRows {
   int64_t rows = 0, cols = 0, blocks = 0;
   std::vector<int8_t> q;      // [rows][cols]
   std::vector<float> d;       // [rows][blocks]
-  // What vector bodies load as they are ([rows][blocks][8] each): d eight
-  // times, and -offset * the sum of q's 4l..4l+3 in lane l, where a body
-  // that multiplies weights stored `offset` above their value (unsigned
-  // bytes) starts each lane's integer sum.
-  std::vector<float> d8;
-  std::vector<int32_t> start;
+  std::vector<int32_t> sum;   // [rows][blocks]: sum of the block's q's, for
+                              // bodies that multiply weights stored above
+                              // their value (unsigned bytes)
 };
-void quantize_activations(const float* x, int64_t rows, int64_t cols, int32_t offset, QuantizedRows& out);
+void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
 
 }  // namespace splitspec

@@ -43,7 +43,9 @@ StreamedWeights::StreamedWeights(const std::string& dir, const ModelConfig& conf
     // finite, and fills the resident units.
     for (Unit& u : units_) {
       const uint8_t* v = read_checked(u);
-      if (u.resident) std::memcpy(u.resident, v, u.raw_bytes);
+      if (!u.resident) continue;
+      std::memcpy(u.resident, v, u.raw_bytes);
+      pack(u, u.resident, forward_scratch_);
     }
     for (int64_t i = 0; i < static_cast<int64_t>(units_.size()); ++i)
       if (!units_[i].resident) streamed_.push_back(i);
@@ -110,7 +112,9 @@ void StreamedWeights::plan_units(const SafetensorsModel& st, const ModelConfig& 
   head_is_embed_ = c.tie_word_embeddings;
   const Unit whole = unit_of(head_is_embed_ ? kEmbedName : kHeadName, {c.vocab_size, H});
   const uint64_t row_bytes = whole.raw_bytes / static_cast<uint64_t>(c.vocab_size);
-  const int64_t rows_per_chunk = std::max<int64_t>(1, static_cast<int64_t>(largest / row_bytes));
+  // Whole groups of 16 rows, so quantized slices pack completely.
+  const int64_t rows_per_chunk =
+      std::max<int64_t>(kPackRows, static_cast<int64_t>(largest / row_bytes) / kPackRows * kPackRows);
   for (int64_t r0 = 0; r0 < c.vocab_size; r0 += rows_per_chunk) {
     Unit u = whole;
     u.row0 = r0;
@@ -234,16 +238,20 @@ void StreamedWeights::read_span(int file, uint64_t offset, uint64_t bytes, uint6
   if (!direct_) ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes), POSIX_FADV_DONTNEED);
 }
 
-const uint8_t* StreamedWeights::read_raw(const Unit& u, uint8_t* dst) {
+void StreamedWeights::pack(const Unit& u, uint8_t* data, std::vector<uint8_t>& scratch) const {
+  if (is_quantized(u.type)) pack_rows(u.type, data, u.rows, u.cols, scratch);
+}
+
+uint8_t* StreamedWeights::read_raw(const Unit& u, uint8_t* dst) {
   const uint64_t start = round_down(u.offset, kAlign);
   read_span(u.file, start, span_of(u.offset, u.raw_bytes), u.offset + u.raw_bytes - start, dst);
   return dst + (u.offset - start);
 }
 
-const uint8_t* StreamedWeights::read_unit(const Unit& u) { return read_raw(u, work_); }
+uint8_t* StreamedWeights::read_unit(const Unit& u) { return read_raw(u, work_); }
 
-const uint8_t* StreamedWeights::read_checked(const Unit& u) {
-  const uint8_t* v = read_unit(u);
+uint8_t* StreamedWeights::read_checked(const Unit& u) {
+  uint8_t* v = read_unit(u);
   if (first_non_finite_row(ref(u, v)) >= 0)
     throw Error(paths_[u.file] + ": weights at byte " + std::to_string(u.offset) + " contain NaN or infinite values");
   return v;
@@ -263,7 +271,7 @@ void StreamedWeights::loader_loop() {
     const auto t0 = SteadyClock::now();
     std::string error;
     try {
-      read_raw(u, ring_ + start % ring_bytes_);
+      pack(u, read_raw(u, ring_ + start % ring_bytes_), loader_scratch_);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -302,7 +310,7 @@ MatrixRef StreamedWeights::acquire_unit(int64_t index) {
   const Unit& u = units_[index];
   ++next_unit_;
   holding_ = true;
-  if (u.resident) return ref(u, u.resident);
+  if (u.resident) return ref(u, u.resident, true);
   const auto t0 = SteadyClock::now();
   waiting_.store(true, std::memory_order_relaxed);
   struct Idle {
@@ -310,14 +318,15 @@ MatrixRef StreamedWeights::acquire_unit(int64_t index) {
     ~Idle() { w.store(false, std::memory_order_relaxed); }
   } idle{waiting_};
   if (!options_.pipeline) {
-    const uint8_t* p = read_unit(u);
+    uint8_t* p = read_unit(u);
+    pack(u, p, forward_scratch_);
     const double ms = ms_since(t0);
     std::lock_guard<std::mutex> lk(mu_);
     read_ms_ += ms;
     stall_ms_ += ms;
     bytes_read_ += u.raw_bytes;
     reads_ += 1;
-    return ref(u, p);
+    return ref(u, p, true);
   }
   std::unique_lock<std::mutex> lk(mu_);
   const bool loaded = wait_next(lk);
@@ -326,7 +335,7 @@ MatrixRef StreamedWeights::acquire_unit(int64_t index) {
   // Only this thread takes units out, so the loader leaves this one alone
   // until release() gives its ring space back.
   holding_ring_ = true;
-  return ref(u, ring_ + in_ring_.front().first % ring_bytes_ + u.offset % kAlign);
+  return ref(u, ring_ + in_ring_.front().first % ring_bytes_ + u.offset % kAlign, true);
 }
 
 MatrixRef StreamedWeights::acquire(int64_t layer, LayerMatrix m) {
@@ -384,7 +393,7 @@ void StreamedWeights::embed(const int64_t* ids, int64_t n, float* out) {
     if (head_is_embed_) {
       const Unit& chunk = units_[layers_ * kLayerMatrices + id / units_[layers_ * kLayerMatrices].rows];
       if (chunk.resident) {
-        dequantize_rows(ref(chunk, chunk.resident), id - chunk.row0, id - chunk.row0 + 1, row);
+        dequantize_rows(ref(chunk, chunk.resident, true), id - chunk.row0, id - chunk.row0 + 1, row);
         continue;
       }
     }

@@ -120,12 +120,18 @@ class StreamedWeights {
   void allocate(const ModelConfig& c);
   uint8_t* alloc(uint64_t bytes, uint64_t align);
   // Reads `u`'s 4 KiB-aligned span into dst; returns where its bytes start.
-  const uint8_t* read_raw(const Unit& u, uint8_t* dst);
-  // Reads `u` into the work buffer; its bytes lie where this points.
-  const uint8_t* read_unit(const Unit& u);
+  uint8_t* read_raw(const Unit& u, uint8_t* dst);
+  // Reads `u` into the work buffer; its (plain) bytes lie where this points.
+  uint8_t* read_unit(const Unit& u);
   // read_unit, refusing NaN and infinite values.
-  const uint8_t* read_checked(const Unit& u);
-  MatrixRef ref(const Unit& u, const uint8_t* data) const { return {u.type, data, u.rows, u.cols}; }
+  uint8_t* read_checked(const Unit& u);
+  std::vector<uint8_t> forward_scratch_, loader_scratch_;
+  // `u`'s bytes at `data`, as read (plain) or packed for the kernels.
+  MatrixRef ref(const Unit& u, const uint8_t* data, bool packed = false) const {
+    return {u.type, data, u.rows, u.cols, packed && is_quantized(u.type)};
+  }
+  // Packs a quantized unit's bytes in place (weight_type.h); others as they are.
+  void pack(const Unit& u, uint8_t* data, std::vector<uint8_t>& scratch) const;
   // Under mu_: waits until the next streamed unit is in the ring; false if
   // the loader failed before reading it.
   bool wait_next(std::unique_lock<std::mutex>& lk);

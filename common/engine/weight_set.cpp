@@ -15,7 +15,7 @@ namespace {
 
 std::string dims(const std::vector<int64_t>& shape) { return shape_str(shape); }
 
-// `src` as `to`, into new owned bytes.
+// `src` as `to`, into new owned bytes, plain.
 std::vector<uint8_t> convert(const MatrixRef& src, WType to, const std::string& name) {
   if (is_quantized(to) && src.cols % kQBlock != 0)
     throw Error(std::string("cannot store ") + name + " as " + wtype_name(to) + ": its rows of " +
@@ -23,6 +23,8 @@ std::vector<uint8_t> convert(const MatrixRef& src, WType to, const std::string& 
   std::vector<uint8_t> out(static_cast<size_t>(src.rows * row_bytes(to, src.cols)));
   if (src.type == to) {
     std::memcpy(out.data(), src.data, out.size());
+    std::vector<uint8_t> scratch;
+    if (src.packed) unpack_rows(to, out.data(), src.rows, src.cols, scratch);
     return out;
   }
   constexpr int64_t kRows = 64;
@@ -91,15 +93,21 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
   const int64_t H = c.hidden_size;
   WeightSet w;
   w.hidden = H;
+  std::vector<uint8_t> scratch;
   auto take = [&](const std::string& name, const std::vector<int64_t>& shape, bool head) -> MatrixRef {
     const MatrixRef src = source(name, shape);
     const int64_t bad = first_non_finite_row(src);
     if (bad >= 0)
       throw Error(where + ": tensor '" + name + "' contains NaN or infinite values (row " + std::to_string(bad) + ")");
     const WType to = type ? (head ? head_type(*type) : *type) : src.type;
-    if (borrow && to == src.type) return src;
+    // Quantized matrices are packed for the kernels, so never borrowed.
+    if (borrow && to == src.type && !is_quantized(to)) {
+      w.borrowed = true;
+      return src;
+    }
     w.owned.push_back(convert(src, to, where + ": " + name));
-    return {to, w.owned.back().data(), src.rows, src.cols};
+    if (is_quantized(to)) pack_rows(to, w.owned.back().data(), src.rows, src.cols, scratch);
+    return {to, w.owned.back().data(), src.rows, src.cols, is_quantized(to)};
   };
   auto norm = [&](const std::string& name) {
     const MatrixRef src = source(name, {H});
@@ -136,7 +144,9 @@ WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::opt
         return MatrixRef{wt, t.data, rows, shape.back()};
       },
       type, true, st->description());
-  w.mapping = std::move(st);
+  // Unmapped when nothing was borrowed: the pages read while converting would
+  // otherwise stay in this process's resident set beside the copies.
+  if (w.borrowed) w.mapping = std::move(st);
   return w;
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 // A model's weights as the forward reads them: every matrix at its own
 // WType, referenced in place in the mapped file where the stored bytes are
-// what the kernels read (no second copy), converted into owned memory where
-// they are not. Free of LibTorch.
+// what the kernels read (F32, F16, BF16: no second copy), and converted or
+// packed (Q8_0, Q4_0: weight_type.h) into owned memory otherwise. Free of
+// LibTorch.
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -27,6 +28,7 @@ struct WeightSet {
   // What the references point into.
   std::shared_ptr<const SafetensorsModel> mapping;
   std::vector<std::vector<uint8_t>> owned;
+  bool borrowed = false;  // some matrix points into `mapping`
 
   const float* input_norm(int64_t l) const { return norms.data() + 2 * l * hidden; }
   const float* post_norm(int64_t l) const { return norms.data() + (2 * l + 1) * hidden; }
@@ -56,8 +58,9 @@ using WeightSource = std::function<MatrixRef(const std::string& name, const std:
 
 // Builds the set tensor by tensor from `source`. With `type`, every matrix
 // is converted to its type under it (head_type for the head); without, each
-// keeps its own. `borrow`: a matrix already of its type is referenced where
-// it lies (the source outlives the set, as a mapping does); otherwise copied.
+// keeps its own. `borrow`: a float matrix already of its type is referenced
+// where it lies (the source outlives the set, as a mapping does); otherwise
+// copied. Quantized matrices come out packed.
 // Refuses NaN or infinite values, naming `where` (a file) and the tensor.
 WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std::optional<WType> type, bool borrow,
                            const std::string& where);

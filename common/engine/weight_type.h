@@ -30,12 +30,22 @@ constexpr int64_t row_bytes(WType t, int64_t cols) {
   return is_quantized(t) ? cols / kQBlock * block_bytes(t) : cols * (block_bytes(t) / kQBlock);
 }
 
-// A row-major matrix of `rows` x `cols` weights of type `type`, rows packed
-// back to back (row_bytes(type, cols) apart). Does not own `data`.
+// Rows per group of a packed quantized matrix (below).
+constexpr int64_t kPackRows = 16;
+
+// A matrix of `rows` x `cols` weights of type `type`. Does not own `data`.
+// Plain: rows back to back, row_bytes(type, cols) apart (the file layout).
+// Packed (quantized types only): the same bytes regrouped for the kernels.
+// Each group of 16 rows holds, block by block, the 16 rows' scales, then
+// their quants in 4-byte pieces: piece k of every row in turn (row 0's bytes
+// 4k..4k+3, row 1's, ...), so one 64-byte load gives 16 rows' next four
+// bytes. Rows past the last whole group follow, plain. quant.h converts.
 struct MatrixRef {
   WType type = WType::F32;
   const void* data = nullptr;
   int64_t rows = 0, cols = 0;
+  bool packed = false;
+  // Row r of a plain matrix (or of a packed one's plain tail).
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes(type, cols); }
   int64_t bytes() const { return rows * row_bytes(type, cols); }
 };
