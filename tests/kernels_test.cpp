@@ -113,7 +113,7 @@ TEST(Kernels, LinearOfEveryTypeComputesWithItsStoredValues) {
         at::Tensor xs = x.clone();
         if (is_quantized(t)) {
           QuantizedRows q;
-          quantize_activations(x.data_ptr<float>(), n, in, 0, q);
+          quantize_activations(x.data_ptr<float>(), n, in, q);
           for (int64_t i = 0; i < n * in; ++i) xs.data_ptr<float>()[i] = q.q[i] * q.d[i / kQBlock];
         }
         at::Tensor y = at::empty({n, 37});

@@ -12,6 +12,7 @@
 #include "client/cli/commands.h"
 #include "common/util/error.h"
 #include "common/engine/model.h"
+#include "common/engine/kernels.h"
 #include "common/engine/threads.h"
 
 namespace splitspec::cli {
@@ -27,6 +28,7 @@ struct BenchArgs {
   std::vector<int64_t> new_tokens = {1, 2, 4, 8, 16};
   double min_seconds = 0.5;
   int threads = 0;
+  std::string dtype;  // convert the weights at load
   bool json = false;
 };
 
@@ -51,11 +53,14 @@ double measure_read_bandwidth_gbs() {
 
 int run_bench_forward(const BenchArgs& a) {
   set_compute_threads(a.threads);
+  std::optional<WType> type;
+  if (!a.dtype.empty()) type = parse_weight_type(a.dtype);
   std::shared_ptr<Model> model;
   if (!a.model_dir.empty()) {
-    model = Model::load(a.model_dir);
+    model = Model::load(a.model_dir, type);
   } else {
     model = Model::random(load_model_config(a.random_config), 1234);
+    if (type) model = Model::from_weights(model->config(), model->float_weights(), model->name(), *type);
   }
   const ModelConfig& c = model->config();
   const int64_t max_new = *std::max_element(a.new_tokens.begin(), a.new_tokens.end());
@@ -114,14 +119,17 @@ int run_bench_forward(const BenchArgs& a) {
                                 {"weight_bytes", model->weight_bytes()},
                                 {"parameters", c.num_parameters()},
                                 {"threads", compute_threads()},
+                                {"dtype", wtype_name(model->weight_type())},
+                                {"kernels", kernels::isa()},
                                 {"read_bandwidth_gbs", bw},
                                 {"bandwidth_bound_ms", bound_ms}}
                      .dump()
               << std::endl;
     return 0;
   }
-  std::printf("model: %lld parameters, %.1f MB of fp32 weights, %d threads\n",
-              static_cast<long long>(c.num_parameters()), model->weight_bytes() / 1e6, compute_threads());
+  std::printf("model: %lld parameters, %.1f MB of %s weights, %d threads, %s kernels\n",
+              static_cast<long long>(c.num_parameters()), model->weight_bytes() / 1e6, wtype_name(model->weight_type()),
+              compute_threads(), kernels::isa());
   std::printf("memory read bandwidth: %.2f GB/s (sum over a 1 GiB buffer, best of 5)\n", bw);
   std::printf("bandwidth bound for one decode step: %.2f ms (weight bytes / bandwidth)\n\n", bound_ms);
   std::printf("%8s %10s %10s %12s %10s\n", "context", "new_tok", "ms", "ms/token", "vs_1tok");
@@ -156,6 +164,7 @@ Command add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   fwd->add_option("--min-seconds", a->min_seconds, "Measure each row for at least this long (rows are interleaved)")->capture_default_str();
   fwd->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
+  fwd->add_option("--dtype", a->dtype, "Convert the weights to f32|f16|bf16|q8_0|q4_0 at load");
   fwd->add_flag("--json", a->json, R"(Print {"rows": [{"context","new_tokens","ms"}], "weight_bytes", ...})");
   const std::function<int()> edge_cloud = add_bench_edge_cloud(*bench);
   const std::function<int()> exits = add_bench_exits(*bench);

@@ -112,6 +112,19 @@ float quant_dot(const MatrixRef& w, int64_t r, const QuantizedRows& qx, int64_t 
   return acc;
 }
 
+void quantize_for(Isa isa, const float* x, int64_t n, int64_t cols, QuantizedRows& qx) {
+  switch (isa) {
+#if defined(__x86_64__)
+    case Isa::kAvx2:
+    case Isa::kAvx512: avx2::quantize_activations(x, n, cols, qx); return;
+#endif
+#if defined(__aarch64__)
+    case Isa::kNeon: neon::quantize_activations(x, n, cols, qx); return;
+#endif
+    default: quantize_activations(x, n, cols, qx); return;
+  }
+}
+
 void check(const MatrixRef& w) {
   if (is_quantized(w.type) && w.cols % kQBlock != 0)
     throw Error(std::string("linear: ") + wtype_name(w.type) + " weights need a multiple of 32 columns, not " +
@@ -162,7 +175,7 @@ void linear(const float* x, int64_t n, const MatrixRef& w, float* y) {
   const Isa isa = isa_in_use();
   thread_local QuantizedRows qx;
   const bool quantized = is_quantized(w.type);
-  if (quantized) quantize_activations(x, n, w.cols, qx);
+  if (quantized) quantize_for(isa, x, n, w.cols, qx);
   const LinearCall call{x, n, w, y, &qx};
   if (quantized && (!w.packed || isa == Isa::kScalar)) {
     parallel_blocks(w.rows, kPackRows, 1, [&](int64_t r0, int64_t r1) { reference_rows(call, r0, r1); });

@@ -218,6 +218,40 @@ void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
 
 }  // namespace
 
+void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out) {
+  size_quantized(rows, cols, out);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < out.blocks; ++b) {
+      const float* v = x + r * cols + b * kQBlock;
+      __m256 in[4], amax = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        in[i] = _mm256_loadu_ps(v + 8 * i);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, in[i]));
+      }
+      __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+      m = _mm_max_ss(m, _mm_movehdup_ps(m));
+      // As quantize_block: the same division, reciprocal and rounding.
+      const float scale = _mm_cvtss_f32(m) / 127.0f;
+      const float id = scale != 0.0f ? 1.0f / scale : 0.0f;
+      const int64_t i = r * out.blocks + b;
+      out.d[i] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
+      const __m256 vid = _mm256_set1_ps(id);
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(in[k], vid));  // nearest, ties to even
+      __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+      out.sum[i] = _mm_cvtsi128_si32(s4);
+      // Packing narrows within 128-bit lanes; the permute restores the order.
+      const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + r * cols + b * kQBlock),
+                          _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+}
+
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
   switch (c.w.type) {
     case WType::F32: float_linear<WType::F32>(c, r0, r1); break;

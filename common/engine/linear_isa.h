@@ -23,6 +23,8 @@ struct LinearCall {
 void reference_rows(const LinearCall& c, int64_t r0, int64_t r1);
 namespace avx2 {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
+// quantize_activations, vectorised (also for the avx512 body).
+void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
 }
 namespace avx512 {
 // Packed Q8_0/Q4_0 weights only, whole groups of 16 rows (the rest runs the
@@ -31,6 +33,7 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 }
 namespace neon {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
+void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
 }
 
 }  // namespace splitspec::kernels

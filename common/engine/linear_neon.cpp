@@ -101,6 +101,36 @@ void quant_quarter(const LinearCall& c, int64_t r, int qr, int64_t j) {
 
 }  // namespace
 
+void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out) {
+  size_quantized(rows, cols, out);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < out.blocks; ++b) {
+      const float* v = x + r * cols + b * kQBlock;
+      float32x4_t in[8], amax = vdupq_n_f32(0.0f);
+      for (int k = 0; k < 8; ++k) {
+        in[k] = vld1q_f32(v + 4 * k);
+        amax = vmaxq_f32(amax, vabsq_f32(in[k]));
+      }
+      // As quantize_block: the same division, reciprocal and rounding.
+      const float scale = vmaxvq_f32(amax) / 127.0f;
+      const float id = scale != 0.0f ? 1.0f / scale : 0.0f;
+      const int64_t i = r * out.blocks + b;
+      out.d[i] = half_to_float(float_to_half(scale));
+      int32x4_t q[8], s = vdupq_n_s32(0);
+      for (int k = 0; k < 8; ++k) {
+        q[k] = vcvtnq_s32_f32(vmulq_n_f32(in[k], id));  // nearest, ties to even
+        s = vaddq_s32(s, q[k]);
+      }
+      out.sum[i] = vaddvq_s32(s);
+      int8_t* dst = out.q.data() + r * cols + b * kQBlock;
+      for (int k = 0; k < 8; k += 4) {
+        const int16x8_t lo = vcombine_s16(vqmovn_s32(q[k]), vqmovn_s32(q[k + 1]));
+        const int16x8_t hi = vcombine_s16(vqmovn_s32(q[k + 2]), vqmovn_s32(q[k + 3]));
+        vst1q_s8(dst + 4 * k, vcombine_s8(vqmovn_s16(lo), vqmovn_s16(hi)));
+      }
+    }
+}
+
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
   const int64_t in = c.w.cols;
   switch (c.w.type) {

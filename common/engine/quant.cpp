@@ -197,7 +197,7 @@ int64_t first_non_finite_row(const MatrixRef& m) {
   return -1;
 }
 
-void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out) {
+void size_quantized(int64_t rows, int64_t cols, QuantizedRows& out) {
   const int64_t nb = cols / kQBlock;
   out.rows = rows;
   out.cols = cols;
@@ -205,19 +205,28 @@ void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedR
   out.q.resize(static_cast<size_t>(rows * cols));
   out.d.resize(static_cast<size_t>(rows * nb));
   out.sum.resize(static_cast<size_t>(rows * nb));
+}
+
+void quantize_block(const float* v, int8_t* q, float* d, int32_t* sum) {
+  float amax = 0.0f;
+  for (int i = 0; i < kQBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
+  const float scale = amax / 127.0f;
+  const float id = scale != 0.0f ? 1.0f / scale : 0.0f;
+  *d = half_to_float(float_to_half(scale));
+  int32_t s = 0;
+  for (int i = 0; i < kQBlock; ++i) {
+    q[i] = static_cast<int8_t>(std::nearbyint(v[i] * id));
+    s += q[i];
+  }
+  *sum = s;
+}
+
+void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out) {
+  size_quantized(rows, cols, out);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* v = x + r * cols + b * kQBlock;
-      int8_t* q = out.q.data() + r * cols + b * kQBlock;
-      float amax = 0.0f;
-      for (int i = 0; i < kQBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      out.d[r * nb + b] = half_to_float(float_to_half(d));
-      for (int i = 0; i < kQBlock; ++i) q[i] = static_cast<int8_t>(std::nearbyint(v[i] * id));
-      int32_t sum = 0;
-      for (int i = 0; i < kQBlock; ++i) sum += q[i];
-      out.sum[r * nb + b] = sum;
+    for (int64_t b = 0; b < out.blocks; ++b) {
+      const int64_t i = r * out.blocks + b;
+      quantize_block(x + r * cols + b * kQBlock, out.q.data() + r * cols + b * kQBlock, &out.d[i], &out.sum[i]);
     }
 }
 

@@ -45,5 +45,9 @@ struct QuantizedRows {
                               // their value (unsigned bytes)
 };
 void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
+// Sizes `out` for rows x cols; the bodies then fill block `b` of row `r`
+// with quantize_block (or their vector copies of it, bit for bit the same).
+void size_quantized(int64_t rows, int64_t cols, QuantizedRows& out);
+void quantize_block(const float* x, int8_t* q, float* d, int32_t* sum);
 
 }  // namespace splitspec

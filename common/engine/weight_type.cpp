@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstring>
 
+#include "common/util/error.h"
+
 namespace splitspec {
 
 const char* wtype_name(WType t) {
@@ -23,6 +25,11 @@ std::optional<WType> parse_wtype(const std::string& name) {
   for (int i = 0; i < kWTypes; ++i)
     if (s == wtype_name(static_cast<WType>(i))) return static_cast<WType>(i);
   return std::nullopt;
+}
+
+WType parse_weight_type(const std::string& name) {
+  if (const auto t = parse_wtype(name)) return *t;
+  throw Error("unknown weight type '" + name + "': use f32, f16, bf16, q8_0 or q4_0");
 }
 
 // The compiler's half type converts with correct rounding, in hardware

@@ -20,6 +20,8 @@ constexpr int64_t kQBlock = 32;  // weights per Q8_0 / Q4_0 block
 const char* wtype_name(WType t);  // "f32", "f16", "bf16", "q8_0", "q4_0"
 // Accepts those names in any case; nullopt otherwise.
 std::optional<WType> parse_wtype(const std::string& name);
+// parse_wtype, or a splitspec::Error listing the names.
+WType parse_weight_type(const std::string& name);
 constexpr bool is_quantized(WType t) { return t == WType::Q8_0 || t == WType::Q4_0; }
 // Bytes per 32 weights (Q8_0 34, Q4_0 18, F16 64, F32 128).
 constexpr int64_t block_bytes(WType t) {
