@@ -17,6 +17,8 @@ Command add_bench_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 Command add_netem_command(CLI::App& app);
+Command add_convert_command(CLI::App& app);
+Command add_tokenize_command(CLI::App& app);
 // `info` and `health`, against a running server.
 std::vector<Command> add_server_commands(CLI::App& app);
 // `bench edge-cloud`, registered under `bench`.

@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
       splitspec::cli::add_train_command(app),
       splitspec::cli::add_eval_command(app),
       splitspec::cli::add_netem_command(app),
+      splitspec::cli::add_convert_command(app),
+      splitspec::cli::add_tokenize_command(app),
   };
   for (auto& c : splitspec::cli::add_server_commands(app)) commands.push_back(std::move(c));
 

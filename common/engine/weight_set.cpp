@@ -15,8 +15,9 @@ namespace {
 
 std::string dims(const std::vector<int64_t>& shape) { return shape_str(shape); }
 
-// `src` as `to`, into new owned bytes, plain.
-std::vector<uint8_t> convert(const MatrixRef& src, WType to, const std::string& name) {
+}  // namespace
+
+std::vector<uint8_t> plain_bytes(const MatrixRef& src, WType to, const std::string& name) {
   if (is_quantized(to) && src.cols % kQBlock != 0)
     throw Error(std::string("cannot store ") + name + " as " + wtype_name(to) + ": its rows of " +
                 std::to_string(src.cols) + " weights are not a multiple of 32");
@@ -36,6 +37,8 @@ std::vector<uint8_t> convert(const MatrixRef& src, WType to, const std::string& 
   }
   return out;
 }
+
+namespace {
 
 DType file_dtype(WType t) {
   switch (t) {
@@ -105,7 +108,7 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
       w.borrowed = true;
       return src;
     }
-    w.owned.push_back(convert(src, to, where + ": " + name));
+    w.owned.push_back(plain_bytes(src, to, where + ": " + name));
     if (is_quantized(to)) pack_rows(to, w.owned.back().data(), src.rows, src.cols, scratch);
     return {to, w.owned.back().data(), src.rows, src.cols, is_quantized(to)};
   };
@@ -159,7 +162,7 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
   std::vector<TensorToWrite> out;
   std::map<std::string, std::string> metadata{{"format", "pt"}};
   auto add = [&](const std::string& name, const MatrixRef& m, WType to, bool matrix) {
-    bytes.push_back(convert(m, to, name));
+    bytes.push_back(plain_bytes(m, to, name));
     std::vector<int64_t> shape = matrix ? std::vector<int64_t>{m.rows, m.cols} : std::vector<int64_t>{m.cols};
     if (is_quantized(to)) {
       shape = {m.rows, row_bytes(to, m.cols)};

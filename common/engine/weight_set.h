@@ -74,6 +74,10 @@ WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::opt
 // then the same model.
 void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string& dir, std::optional<WType> type);
 
+// The matrix as plain rows of type `to` (converting and unpacking as
+// needed). `what` names it in errors.
+std::vector<uint8_t> plain_bytes(const MatrixRef& m, WType to, const std::string& what);
+
 // Bytes of a model directory's weights as stored (what an in-memory load
 // holds, and what a memory budget's percentage is of).
 uint64_t stored_weight_bytes(const std::string& dir);

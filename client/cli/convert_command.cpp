@@ -1,0 +1,131 @@
+// `splitspec convert`: a model at another weight type, to GGUF for llama.cpp,
+// or from GGUF. `splitspec tokenize`: text to ids and back, as generate does.
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "client/cli/commands.h"
+#include "common/engine/gguf_convert.h"
+#include "common/engine/model.h"
+#include "common/engine/tokenizer.h"
+#include "common/util/error.h"
+
+namespace fs = std::filesystem;
+
+namespace splitspec::cli {
+
+namespace {
+
+struct ConvertArgs {
+  std::string model_dir;
+  std::string from_gguf;
+  std::string out_dir;
+  std::string to_gguf;
+  std::string dtype;
+};
+
+int run_convert(const ConvertArgs& a) {
+  const std::optional<WType> type = a.dtype.empty() ? std::nullopt : std::optional<WType>(parse_weight_type(a.dtype));
+  if (!a.from_gguf.empty()) {
+    import_gguf(a.from_gguf, a.out_dir, type);
+    std::cerr << "wrote " << a.out_dir << " (config.json, model.safetensors, tokenizer.model) from " << a.from_gguf << "\n";
+    return 0;
+  }
+  if (!a.to_gguf.empty()) {
+    export_gguf(a.model_dir, a.to_gguf, type);
+    std::cerr << "wrote " << a.to_gguf << "\n";
+    return 0;
+  }
+  if (fs::exists(a.out_dir) && fs::equivalent(a.out_dir, a.model_dir))
+    throw Error("convert: --out must not be the model's own directory");
+  Model::load(a.model_dir, type)->save(a.out_dir);
+  const fs::path tok = fs::path(a.model_dir) / "tokenizer.model";
+  if (fs::exists(tok)) fs::copy_file(tok, fs::path(a.out_dir) / "tokenizer.model", fs::copy_options::overwrite_existing);
+  std::cerr << "wrote " << a.out_dir << " (config.json, model.safetensors" << (fs::exists(tok) ? ", tokenizer.model" : "")
+            << "); drafters trained for the source (early exits, lut tables, recurrent head) are not copied\n";
+  return 0;
+}
+
+struct TokenizeArgs {
+  std::string tokenizer;
+  std::string text;
+  std::vector<int32_t> ids;
+  bool no_bos = false;
+  bool json = false;
+};
+
+int run_tokenize(const TokenizeArgs& a, bool decode) {
+  const Tokenizer tok(a.tokenizer);
+  if (decode) {
+    for (int32_t id : a.ids)
+      if (id < 0 || id >= tok.vocab_size())
+        throw Error("tokenize: id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(tok.vocab_size()));
+    const std::string text = tok.decode(a.ids);
+    if (a.json)
+      std::cout << nlohmann::json{{"ids", a.ids}, {"text", text}}.dump() << std::endl;
+    else
+      std::cout << text << std::endl;
+    return 0;
+  }
+  std::vector<int32_t> ids;
+  if (!a.no_bos) ids.push_back(tok.bos_id());
+  for (int32_t id : tok.encode(a.text)) ids.push_back(id);
+  if (a.json) {
+    std::cout << nlohmann::json{{"ids", ids}, {"count", ids.size()}}.dump() << std::endl;
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? "," : "") << ids[i];
+    std::cout << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_convert_command(CLI::App& app) {
+  auto a = std::make_shared<ConvertArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "convert",
+      "Write a model at another weight type, as GGUF for llama.cpp, or from GGUF. Q4_0 models keep their LM head "
+      "at Q8_0; norms stay fp32");
+  auto* model = cmd->add_option("--model,--target", a->model_dir, "Model directory to convert");
+  auto* from = cmd->add_option("--from", a->from_gguf, "A LLaMA GGUF file (F32, F16, BF16, Q8_0 or Q4_0 tensors) to read");
+  auto* out = cmd->add_option("--out", a->out_dir, "Directory to write the model to");
+  auto* gguf = cmd->add_option("--to-gguf", a->to_gguf, "GGUF file to write the model to");
+  cmd->add_option("--dtype", a->dtype, "Weight type to write: f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
+  model->excludes(from);
+  from->excludes(model);
+  out->excludes(gguf);
+  gguf->excludes(out);
+  cmd->footer(
+      "Examples:\n"
+      "  splitspec convert --model models/demo-target --dtype q4_0 --out /tmp/target-q4_0\n"
+      "  splitspec convert --model models/demo-target --to-gguf /tmp/target.gguf\n"
+      "  splitspec convert --from model.gguf --out /tmp/model");
+  return {cmd, [a, model, from, out, gguf]() {
+            if (model->count() + from->count() != 1) throw Error("convert: give --model DIR or --from FILE.gguf");
+            if (out->count() + gguf->count() != 1) throw Error("convert: give --out DIR or --to-gguf FILE");
+            if (from->count() && gguf->count()) throw Error("convert: --from reads GGUF; write it with --out DIR");
+            return run_convert(*a);
+          }};
+}
+
+Command add_tokenize_command(CLI::App& app) {
+  auto a = std::make_shared<TokenizeArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "tokenize", "Text to token ids as generate --prompt tokenizes it (BOS first), or ids back to text");
+  cmd->add_option("--model,--target,--tokenizer", a->tokenizer, "Model directory or tokenizer.model")->required();
+  auto* text = cmd->add_option("--text", a->text, "Text to tokenize");
+  auto* ids = cmd->add_option("--ids", a->ids, "Comma-separated ids to decode")->delimiter(',');
+  text->excludes(ids);
+  ids->excludes(text);
+  cmd->add_flag("--no-bos", a->no_bos, "Leave out the BOS id");
+  cmd->add_flag("--json", a->json, "Print JSON");
+  return {cmd, [a, text, ids]() {
+            if (text->count() + ids->count() != 1) throw Error("tokenize: give --text or --ids");
+            return run_tokenize(*a, ids->count() > 0);
+          }};
+}
+
+}  // namespace splitspec::cli

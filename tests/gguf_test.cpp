@@ -1,0 +1,204 @@
+// GGUF in and out: our models to GGUF and back are the same model at every
+// weight type (tensors, greedy tokens, tokenizer bytes); a GGUF vocabulary
+// without our tokenizer file rebuilds one that tokenizes identically; bad
+// files are clear errors. (llama.cpp running the files: bench/vs_llamacpp.sh.)
+#include "common/engine/gguf.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/engine/gguf_convert.h"
+#include "common/engine/model.h"
+#include "common/engine/tokenizer.h"
+#include "common/util/error.h"
+#include "tests/edge_cloud_util.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+
+namespace {
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+at::Tensor prompt_logits(const Model& m) {
+  c10::InferenceMode guard;
+  KVCache cache = m.new_cache(64);
+  ForwardRequest r;
+  r.tokens = {1, 4274, 824, 261, 615, 7950, 263};
+  return m.forward(r, cache).logits;
+}
+
+// A copy of the GGUF file at `in` without metadata `drop`, and with
+// general.architecture set to `arch`.
+void rewrite(const std::string& in, const std::string& out, const std::string& drop, const std::string& arch = "llama") {
+  const GgufFile f(in);
+  GgufWriter w;
+  for (const auto& [key, v] : f.metadata()) {
+    if (key == drop) continue;
+    if (key == "general.architecture") {
+      w.add_string(key, arch);
+    } else if (v.type == GgufType::kString) {
+      w.add_string(key, v.str);
+    } else if (v.type == GgufType::kU32) {
+      w.add_u32(key, static_cast<uint32_t>(v.i64));
+    } else if (v.type == GgufType::kF32) {
+      w.add_f32(key, static_cast<float>(v.num));
+    } else if (v.type == GgufType::kBool) {
+      w.add_bool(key, v.i64 != 0);
+    } else if (v.elem == GgufType::kString) {
+      w.add_strings(key, v.strs);
+    } else if (v.elem == GgufType::kF32) {
+      w.add_f32s(key, std::vector<float>(v.nums.begin(), v.nums.end()));
+    } else if (v.elem == GgufType::kI32) {
+      w.add_i32s(key, std::vector<int32_t>(v.nums.begin(), v.nums.end()));
+    } else {
+      w.add_bytes(key, v.bytes);
+    }
+  }
+  for (const GgufTensor& t : f.tensors()) w.add_tensor(t.name, t.ne, static_cast<GgmlType>(t.type), t.data, t.nbytes);
+  w.write(out);
+}
+
+}  // namespace
+
+TEST(Gguf, RoundTripIsTheSameModelAtEveryType) {
+  TempDir dir;
+  const auto source = Model::load(demo_target_dir());
+  for (WType t : {WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0}) {
+    const std::string gguf = dir.str(std::string(wtype_name(t)) + ".gguf");
+    const std::string back = dir.str(std::string(wtype_name(t)) + "-back");
+    export_gguf(demo_target_dir(), gguf, t);
+    import_gguf(gguf, back, std::nullopt);
+    const auto m = Model::load(back);
+    EXPECT_EQ(m->weight_type(), t);
+    // The model converted in memory, and the one that went through GGUF.
+    EXPECT_TRUE(at::equal(prompt_logits(*m), prompt_logits(*Model::load(demo_target_dir(), t)))) << wtype_name(t);
+    EXPECT_EQ(bytes_of(back + "/tokenizer.model"), bytes_of(demo_target_dir() + "/tokenizer.model"));
+    EXPECT_EQ(load_model_config(back).vocab_size, source->config().vocab_size);
+    EXPECT_TRUE(load_model_config(back).tie_word_embeddings);
+  }
+  // As stored (F16): the weights come back bit for bit.
+  export_gguf(demo_target_dir(), dir.str("as-stored.gguf"), std::nullopt);
+  import_gguf(dir.str("as-stored.gguf"), dir.str("as-stored"), std::nullopt);
+  EXPECT_TRUE(at::equal(prompt_logits(*Model::load(dir.str("as-stored"))), prompt_logits(*source)));
+  const GgufFile f(dir.str("as-stored.gguf"));
+  EXPECT_EQ(f.get("general.architecture").str, "llama");
+  EXPECT_EQ(f.get("llama.block_count").i64, source->config().num_hidden_layers);
+  EXPECT_EQ(f.tensor("output.weight"), nullptr);  // tied: llama.cpp uses token_embd
+  ASSERT_NE(f.tensor("blk.0.attn_q.weight"), nullptr);
+  EXPECT_EQ(f.tensor("blk.0.attn_q.weight")->ne, (std::vector<int64_t>{256, 256}));
+}
+
+TEST(Gguf, UntiedModelKeepsItsHead) {
+  TempDir dir;
+  auto m = Model::random(tiny_config(8000, 2, false), 3);
+  m->save(dir.str("m"));
+  std::filesystem::copy_file(demo_target_dir() + "/tokenizer.model", dir.str("m/tokenizer.model"));
+  export_gguf(dir.str("m"), dir.str("m.gguf"), WType::Q4_0);
+  EXPECT_NE(GgufFile(dir.str("m.gguf")).tensor("output.weight"), nullptr);
+  import_gguf(dir.str("m.gguf"), dir.str("back"), std::nullopt);
+  EXPECT_FALSE(load_model_config(dir.str("back")).tie_word_embeddings);
+  const auto back = Model::load(dir.str("back"));
+  EXPECT_EQ(back->weight_set().lm_head.type, WType::Q8_0);  // a Q4_0 model's head stays at Q8_0
+  EXPECT_TRUE(at::equal(prompt_logits(*back), prompt_logits(*Model::load(dir.str("m"), WType::Q4_0))));
+  // A vocabulary the tokenizer does not have is refused.
+  auto small = Model::random(tiny_config(64, 2, false), 3);
+  small->save(dir.str("small"));
+  std::filesystem::copy_file(demo_target_dir() + "/tokenizer.model", dir.str("small/tokenizer.model"));
+  EXPECT_NE(error_of([&] { export_gguf(dir.str("small"), dir.str("s.gguf"), std::nullopt); })
+                .find("8000 pieces for a vocabulary of 64"),
+            std::string::npos);
+}
+
+TEST(Gguf, VocabularyWithoutOurTokenizerFileTokenizesTheSame) {
+  TempDir dir;
+  export_gguf(demo_target_dir(), dir.str("a.gguf"), std::nullopt);
+  rewrite(dir.str("a.gguf"), dir.str("b.gguf"), "splitspec.tokenizer.sentencepiece_model");
+  import_gguf(dir.str("b.gguf"), dir.str("b"), std::nullopt);
+  EXPECT_NE(bytes_of(dir.str("b/tokenizer.model")), bytes_of(demo_target_dir() + "/tokenizer.model"));
+  const Tokenizer original(demo_target_dir()), rebuilt(dir.str("b"));
+  for (const std::string& text : {std::string("Once upon a time, there was a dog."), std::string("  two  spaces\tand a tab\n"),
+                                  std::string("ünïcödé ✓ 日本語 🙂"), std::string("1234567890"), std::string(""),
+                                  std::string("<s> not special </s>")}) {
+    EXPECT_EQ(rebuilt.encode(text), original.encode(text)) << text;
+    EXPECT_EQ(rebuilt.decode(original.encode(text)), original.decode(original.encode(text))) << text;
+  }
+  for (const std::string& p : test_prompts()) EXPECT_EQ(rebuilt.encode(p), original.encode(p));
+  EXPECT_EQ(rebuilt.bos_id(), original.bos_id());
+  EXPECT_EQ(rebuilt.eos_id(), original.eos_id());
+}
+
+TEST(Gguf, BadFilesAreClearErrors) {
+  TempDir dir;
+  export_gguf(demo_target_dir(), dir.str("good.gguf"), WType::Q4_0);
+  const std::string good = bytes_of(dir.str("good.gguf"));
+  auto import_error = [&](const std::string& bytes) {
+    write_bytes(dir.str("bad.gguf"), bytes);
+    return error_of([&] { import_gguf(dir.str("bad.gguf"), dir.str("out"), std::nullopt); });
+  };
+  std::string bad = good;
+  bad[0] = 'X';
+  EXPECT_NE(import_error(bad).find("not a GGUF file"), std::string::npos);
+  EXPECT_NE(import_error(good.substr(0, good.size() / 2)).find("truncated?"), std::string::npos);
+  EXPECT_NE(import_error(good.substr(0, 1000)).find("truncated GGUF file"), std::string::npos);
+  EXPECT_NE(import_error(good.substr(0, 10)).find("shorter than a GGUF header"), std::string::npos);
+  bad = good;
+  bad[4] = 7;  // version
+  EXPECT_NE(import_error(bad).find("GGUF version 7 is not supported"), std::string::npos);
+  // A tensor of a type we do not read (Q4_K is 12): its type field follows
+  // the name, the dimension count and two dimensions.
+  bad = good;
+  const std::string name = "blk.0.attn_v.weight";
+  const size_t at = bad.find(name) + name.size() + 4 + 2 * 8;
+  const uint32_t q4_k = 12;
+  std::memcpy(&bad[at], &q4_k, 4);
+  EXPECT_NE(import_error(bad).find("is Q4_K, which SplitSpec does not read"), std::string::npos);
+  rewrite(dir.str("good.gguf"), dir.str("gpt2.gguf"), "", "gpt2");
+  EXPECT_NE(error_of([&] { import_gguf(dir.str("gpt2.gguf"), dir.str("out"), std::nullopt); })
+                .find("architecture 'gpt2' is not supported"),
+            std::string::npos);
+  rewrite(dir.str("good.gguf"), dir.str("nolen.gguf"), "llama.block_count");
+  EXPECT_NE(error_of([&] { import_gguf(dir.str("nolen.gguf"), dir.str("out"), std::nullopt); })
+                .find("'llama.block_count' is missing"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { import_gguf(dir.str("missing.gguf"), dir.str("out"), std::nullopt); }).find("cannot open"),
+            std::string::npos);
+}
+
+TEST(Gguf, StoriesConvertsAndRefusesQuantizingItsOddWidths) {
+  const auto shared = shared_dir();
+  if (!shared) GTEST_SKIP() << "../shared is absent: stories260K conversion not checked";
+  TempDir dir;
+  const std::string src = (*shared / "models" / "stories260K").string();
+  export_gguf(src, dir.str("s.gguf"), std::nullopt);
+  import_gguf(dir.str("s.gguf"), dir.str("s"), std::nullopt);
+  c10::InferenceMode guard;
+  auto logits = [](const Model& m) {
+    KVCache cache = m.new_cache(16);
+    ForwardRequest r;
+    r.tokens = {1, 40, 50, 60};
+    return m.forward(r, cache).logits;
+  };
+  EXPECT_TRUE(at::equal(logits(*Model::load(dir.str("s"))), logits(*Model::load(src))));
+  // Its feed-forward width (172) is not a multiple of 32.
+  EXPECT_NE(error_of([&] { export_gguf(src, dir.str("q.gguf"), WType::Q4_0); }).find("not a multiple of 32"),
+            std::string::npos);
+}
+
+}  // namespace splitspec::test
