@@ -1,0 +1,89 @@
+// Exactness at every weight type: the demo pair converted to F32, BF16, Q8_0
+// and Q4_0 (F16 is how it ships, covered by every other test), and each mode
+// on it, locally (in memory and streamed) and over real gRPC, gives exactly
+// the greedy tokens of the converted target alone.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "client/client.h"
+#include "tests/edge_cloud_util.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The demo target (with its drafters' files) and draft at `type`.
+void convert_pair(WType type, const TempDir& dir) {
+  for (const auto& [src, name] : {std::pair{demo_target_dir(), "target"}, std::pair{demo_draft_dir(), "draft"}}) {
+    Model::load(src, type)->save(dir.str(name));
+    for (const auto& f : fs::directory_iterator(src)) {
+      const std::string file = f.path().filename().string();
+      if (file != "model.safetensors" && file != "config.json")
+        fs::copy_file(f.path(), fs::path(dir.str(name)) / file, fs::copy_options::overwrite_existing);
+    }
+  }
+}
+
+std::vector<int32_t> run(const ClientOptions& o, const std::vector<int32_t>& prompt, const Request& req) {
+  return Client::connect(o)->generate_ids(prompt, req).ids;
+}
+
+}  // namespace
+
+class WeightTypes : public ::testing::TestWithParam<WType> {};
+
+TEST_P(WeightTypes, EveryModeGivesTheTargetsGreedyTokens) {
+  const WType type = GetParam();
+  TempDir dir;
+  convert_pair(type, dir);
+  const std::string target = dir.str("target"), draft = dir.str("draft");
+  ASSERT_EQ(Model::load(target)->weight_type(), type);
+  const Tokenizer tok(target);
+  Request req;
+  req.max_new_tokens = 24;
+  req.ignore_eos = true;
+  req.gamma = 3;
+  std::vector<std::vector<int32_t>> prompts, want;
+  ClientOptions alone;
+  alone.verifier = VerifierKind::kLocal;
+  alone.target_dir = target;
+  alone.drafter = "none";
+  for (int p = 0; p < 2; ++p) {
+    prompts.push_back(encode_prompt(tok, test_prompts()[p]));
+    want.push_back(run(alone, prompts.back(), req));
+  }
+  LocalServer srv = start_server(target);
+  struct Case {
+    std::string name;
+    std::string drafter;
+    bool server = false, predraft = false;
+    std::string budget;
+  };
+  const std::vector<Case> cases = {
+      {"local-sd", "model"},          {"local-tree", "model-tree"},       {"local-tree 25%", "model-tree", false, false, "25%"},
+      {"local pld", "pld"},           {"local lut", "lut"},               {"local recurrent", "recurrent"},
+      {"local recurrent 25%", "recurrent", false, false, "25%"},
+      {"cloud-ar", "none", true},     {"edge-sd", "model", true},         {"edge-fsd", "model", true, true},
+      {"server model-tree", "model-tree", true}, {"server recurrent", "recurrent", true},
+  };
+  for (const Case& c : cases) {
+    ClientOptions o = with_verifier(ClientOptions{}, c.server ? srv.address : "", target);
+    o.drafter = c.drafter;
+    o.predraft = c.predraft;
+    o.memory_budget = c.budget;
+    if (c.drafter == "model" || c.drafter == "model-tree") o.draft_dir = draft;
+    if (c.drafter == "lut") o.drafter_options["tables"] = target + "/lut.safetensors";
+    if (c.server) o.tokenizer = target;
+    for (size_t p = 0; p < prompts.size(); ++p)
+      EXPECT_EQ(run(o, prompts[p], req), want[p]) << wtype_name(type) << " " << c.name << ", prompt " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DemoPair, WeightTypes, ::testing::Values(WType::F32, WType::BF16, WType::Q8_0, WType::Q4_0),
+                         [](const auto& info) { return std::string(wtype_name(info.param)); });
+
+}  // namespace splitspec::test
