@@ -33,6 +33,7 @@ std::vector<int32_t> tokenize_corpus(const std::string& path, const Tokenizer& t
     out.push_back(bos_id);
     const auto ids = tok.encode(doc);
     out.insert(out.end(), ids.begin(), ids.end());
+    out.push_back(tok.eos_id());
     doc.clear();
   };
   const auto enough = [&] { return max_tokens > 0 && static_cast<int64_t>(out.size()) >= max_tokens; };

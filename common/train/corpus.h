@@ -9,8 +9,11 @@
 namespace splitspec {
 
 // Documents are separated by blank lines; line breaks inside a document are
-// reflowed to spaces. Each document becomes BOS + its tokens, so a window
-// starting at a document matches how prompts are fed at inference.
+// reflowed to spaces. Each document becomes BOS + its tokens + EOS: a window
+// starting at a document matches how prompts are fed at inference, and a
+// model learns to end a text with EOS (without it, a model trained here
+// learned to follow a finished document with the next one's BOS, and so
+// generated <s>).
 // Throws splitspec::Error for a missing or empty file. `max_tokens` > 0 stops
 // reading once that many tokens are in hand (the result is cut to it).
 std::vector<int32_t> tokenize_corpus(const std::string& path, const Tokenizer& tok, int32_t bos_id,
