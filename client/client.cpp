@@ -234,7 +234,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   spec.tree.max_children = o.tree_max_children;
   spec.tree.draft_width = o.tree_draft_width;
   spec.options = o.drafter_options;
-  spec.threads = o.threads;
+  spec.threads = compute_threads();
   spec.verify_cost = !local                     ? VerifyCost::kRoundTrip
                      : o.memory_budget.empty()  ? VerifyCost::kCompute
                                                 : VerifyCost::kWeightReads;
@@ -344,9 +344,14 @@ Result Client::Impl::run_streamed(const std::vector<int32_t>& prompt, const Requ
   r.ids = g.ids;
   r.finish_reason = finish_reason_name(g.finish);
   r.stats.first_token_ms = g.first_token_ms;
+  r.stats.prefill_ms = g.first_token_ms;
   r.stats.target_forwards = g.forwards;
   r.stats.server_forward_ms = g.forward_ms;
+  r.stats.target_forward_ms = g.forward_ms;
   r.stats.wall_ms = g.wall_ms;
+  r.stats.decode_ms = g.wall_ms - g.first_token_ms;
+  if (r.stats.decode_ms > 0 && g.ids.size() > 1)
+    r.stats.decode_tokens_per_s = static_cast<double>(g.ids.size() - 1) * 1000.0 / r.stats.decode_ms;
   return r;
 }
 
@@ -379,6 +384,13 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   const VerifierStats vs = verifier->stats();
   s.wall_ms = ls.wall_ms;
   s.first_token_ms = ls.first_token_ms;
+  s.prefill_ms = ls.prefill_ms;
+  s.decode_ms = ls.wall_ms - ls.first_token_ms;
+  const int64_t later = static_cast<int64_t>(g.ids.size()) - ls.first_round_tokens;
+  if (s.decode_ms > 0 && later > 0) s.decode_tokens_per_s = static_cast<double>(later) * 1000.0 / s.decode_ms;
+  s.drafted_tokens = ls.nodes;
+  s.accepted_tokens = ls.accepted;
+  s.target_forward_ms = vs.forward_ms;
   s.rounds = ls.rounds;
   s.target_forwards = vs.forwards;
   s.acceptance_rate = ls.nodes ? static_cast<double>(ls.accepted) / static_cast<double>(ls.nodes) : 0.0;

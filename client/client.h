@@ -94,7 +94,7 @@ struct ClientOptions {
   // Tokenizer (model directory or tokenizer.model) for text prompts; default:
   // the target's with the local verifier, else the draft's.
   std::string tokenizer;
-  int threads = 1;  // compute threads on this device
+  int threads = 0;  // compute threads on this device; 0: OMP_NUM_THREADS if set, else the physical cores
   // Pre-drafting: worker threads (one compute thread each) and the order
   // they take early verdicts in: "priority" (most confident first), "fifo"
   // or "random".
@@ -135,6 +135,14 @@ struct Stats {
   double wall_ms = 0;          // the whole call
   double ms_per_token = 0;
   double first_token_ms = 0;   // until the first generated token arrived
+  // The prompt's target forward (with the first round's draft; server modes:
+  // as the server reports it; cloud-ar: the time to the first token).
+  double prefill_ms = 0;
+  double decode_ms = 0;              // after the first round: wall_ms - first_token_ms
+  double decode_tokens_per_s = 0;    // tokens after the first round's, per second of decode_ms
+  int64_t drafted_tokens = 0;        // draft tokens (tree nodes) sent to the target
+  int64_t accepted_tokens = 0;       // of those, accepted
+  double target_forward_ms = 0;      // every target forward, here or on the server
   int64_t target_forwards = 0; // on the server, or here with the local verifier
   // Rounds of drafting and verification.
   int64_t rounds = 0;

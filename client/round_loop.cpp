@@ -105,7 +105,11 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     s.nodes += tree.size();
     s.accepted += r.verdict.accepted;
     if (!tree.is_chain()) s.branched += 1;
-    if (out.ids.empty()) s.first_token_ms = ms_between(t0, *final_at);
+    if (s.rounds == 1) {
+      s.first_token_ms = ms_between(t0, *final_at);
+      s.prefill_ms = r.forward_ms;
+      s.first_round_tokens = static_cast<int64_t>(r.verdict.tokens.size());
+    }
     const bool finished = r.finish != FinishReason::kNone;
     last_tokens = static_cast<int64_t>(r.verdict.tokens.size());
     const RoundOutcome outcome{tree, r.verdict, r.extras};

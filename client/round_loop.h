@@ -36,7 +36,9 @@ struct RoundLoopStats {
   int64_t nodes = 0;     // draft nodes verified
   int64_t accepted = 0;  // of those, accepted
   int64_t branched = 0;  // rounds whose tree was not a chain
-  double first_token_ms = 0;
+  double first_token_ms = 0;    // until the first round's verdict
+  double prefill_ms = 0;        // the first round's target forward: the prompt (and the first draft)
+  int64_t first_round_tokens = 0;
   double wall_ms = 0;
   // Pre-drafting.
   int64_t predraft_rounds = 0;  // rounds that asked for early verdicts

@@ -37,7 +37,7 @@ mkdir -p "$parts"
 continue_opening() {  # LINE: the target's continuation of the LINE-th opening
   local opening
   opening=$(sed -n "$1p" "$out/openings.txt")
-  build/bin/splitspec generate --mode local-ar --model "$target" --prompt "$opening" --max-new-tokens 128 --json |
+  build/bin/splitspec generate --mode local-ar --target "$target" --prompt "$opening" --max-new-tokens 128 --json |
     python3 -c 'import json, sys; print(sys.argv[1] + json.load(sys.stdin)["text"].replace("\n", " "))' "$opening" \
     > "$parts/$(printf %06d "$1")"
 }

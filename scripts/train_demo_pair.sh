@@ -38,9 +38,9 @@ p = "models/demo-target/early_exits.json"
 j = json.load(open(p)); j["serve_layers"] = [5]
 open(p, "w").write(json.dumps(j, indent=2) + "\n")
 PY
-$S eval exits --model models/demo-target --text "$CORPUS/valid.txt" --seq-len 128 --windows 48
-$S eval ppl --model models/demo-target --text "$CORPUS/valid.txt" --seq-len 128
-$S eval ppl --model models/demo-draft --text "$CORPUS/valid.txt" --seq-len 128
+$S eval exits --target models/demo-target --text "$CORPUS/valid.txt" --seq-len 128 --windows 48
+$S eval ppl --target models/demo-target --text "$CORPUS/valid.txt" --seq-len 128
+$S eval ppl --target models/demo-draft --text "$CORPUS/valid.txt" --seq-len 128
 # DIAA's look-up tables, warm-started on the first million tokens of the corpus
 # (about 4 minutes on one core); the lut drafter loads them with --lut.
 $S train lut --target models/demo-target --corpus "$CORPUS/train.txt" --tokens 1000000 \

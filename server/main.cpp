@@ -26,14 +26,14 @@ int main(int argc, char** argv) {
   std::string config_file;
   splitspec::ServerConfig flags;
   app.add_option("--config", config_file, "JSON config file (see configs/server.json); flags override it");
-  auto* target = app.add_option("--target", flags.target_dir, "Target model directory");
+  auto* target = app.add_option("--target,--model", flags.target_dir, "Target model directory");
   auto* listen = app.add_option("--listen", flags.listen, "HOST:PORT to listen on (port 0: any free port)");
   auto* max_sessions = app.add_option("--max-sessions", flags.max_sessions, "Concurrent streams before RESOURCE_EXHAUSTED");
   auto* max_draft = app.add_option("--max-draft-tokens", flags.max_draft_tokens, "Largest Draft accepted");
   auto* max_top_k = app.add_option("--max-verdict-top-k", flags.max_verdict_top_k,
                                    "Largest top K a session may ask with each verdict (0: none)");
   auto* max_new = app.add_option("--max-new-tokens", flags.max_new_tokens, "Largest max_new_tokens accepted");
-  auto* threads = app.add_option("--threads", flags.compute_threads, "Compute threads of the target forward (0: all cores)");
+  auto* threads = app.add_option("--threads", flags.compute_threads, "Compute threads of the target forward; default (0): OMP_NUM_THREADS if set, else the physical cores");
   auto* grace = app.add_option("--shutdown-grace-s", flags.shutdown_grace_s, "Seconds streams get to finish on SIGTERM");
   auto* log_level = app.add_option("--log-level", flags.log_level, "trace|debug|info|warn|error|off");
   auto* port_file = app.add_option("--port-file", flags.port_file, "Write the bound port to this file once serving");

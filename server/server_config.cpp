@@ -61,7 +61,7 @@ void ServerConfig::validate() const {
   if (max_draft_tokens < 1) throw Error("max_draft_tokens must be at least 1");
   if (max_new_tokens < 1) throw Error("max_new_tokens must be at least 1");
   if (max_verdict_top_k < 0 || max_verdict_top_k > 256) throw Error("max_verdict_top_k must be in [0, 256]");
-  if (compute_threads < 0) throw Error("compute_threads must be >= 0 (0: every core)");
+  if (compute_threads < 0) throw Error("compute_threads must be >= 0 (0: OMP_NUM_THREADS if set, else the physical cores)");
   if (!(shutdown_grace_s >= 0)) throw Error("shutdown_grace_s must be >= 0");
   if (max_message_bytes < 1024) throw Error("max_message_bytes must be at least 1024");
   if (early_exits != "auto" && early_exits != "off") throw Error("early_exits must be auto or off");

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "common/engine/model.h"
@@ -277,6 +278,90 @@ TEST(CliTrain, ResumeAfterSigkillMatchesUninterruptedRun) {
   ASSERT_EQ(run_cli(args + dir.str("whole")).status, 0);
   EXPECT_TRUE(read_file(dir.path() / "killed" / "model.safetensors") == read_file(dir.path() / "whole" / "model.safetensors"))
       << "resumed model differs from the uninterrupted one";
+}
+
+}  // namespace splitspec::test
+
+namespace splitspec::test {
+
+// What a benchmarker reaches for: a prompts file, per-phase timings and
+// counts in the JSON, the thread count used, tokenize, convert, and one
+// --target flag (with --model as its alias) in every command.
+TEST(CliBenchmarker, PromptsFileTimingsTokenizeAndConvert) {
+  TempDir dir;
+  const std::string target = demo_target_dir();
+  {
+    std::ofstream f(dir.str("p.jsonl"));
+    f << "{\"prompt\": \"Once upon a time\"}\n{\"prompt_ids\": [1, 4274, 824]}\n"
+         "{\"turns\": [\"What is two plus two?\", \"more\"], \"category\": \"math\"}\n";
+  }
+  CliRun r = run_cli("generate --target " + target + " --draft " + demo_draft_dir() + " --prompts-file " +
+                     dir.str("p.jsonl") + " --max-new-tokens 6 --ignore-eos --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["index"], n++);
+    const auto& s = j["stats"];
+    for (const char* key : {"prefill_ms", "decode_ms", "decode_tokens_per_s", "drafted_tokens", "accepted_tokens",
+                            "target_forward_ms", "threads"})
+      EXPECT_TRUE(s.contains(key)) << key;
+    EXPECT_GT(s["target_forward_ms"].get<double>(), 0.0);
+    EXPECT_GT(s["prefill_ms"].get<double>(), 0.0);
+    EXPECT_EQ(s["threads"], 1) << "OMP_NUM_THREADS (ctest sets 1) is the default";
+    EXPECT_EQ(j["output_ids"].size(), 6u);
+  }
+  EXPECT_EQ(n, 3);
+  // One bad line: reported, the others still run, exit status 1.
+  {
+    std::ofstream f(dir.str("bad.jsonl"));
+    f << "{\"prompt_ids\": [1, 99999]}\n{\"prompt\": \"fine\"}\n";
+  }
+  r = run_cli("generate --target " + target + " --prompts-file " + dir.str("bad.jsonl") + " --max-new-tokens 2 --json");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("outside the vocabulary"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("1 of 2 prompts"), std::string::npos) << r.err;
+  {
+    std::ofstream f(dir.str("broken.jsonl"));
+    f << "{\"prompt\": 3}\n";
+  }
+  r = run_cli("generate --target " + target + " --prompts-file " + dir.str("broken.jsonl"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("broken.jsonl:1: needs"), std::string::npos) << r.err;
+
+  // tokenize: what generate --prompt feeds the model, and back.
+  r = run_cli("tokenize --target " + target + " --text 'Once upon a time'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "1,4274,824,261,615\n");
+  r = run_cli("tokenize --model " + target + " --ids 4274,824,261,615");
+  EXPECT_EQ(r.out, "Once upon a time\n");
+  EXPECT_NE(run_cli("tokenize --target " + target + " --ids 9000").err.find("outside the vocabulary"), std::string::npos);
+
+  // convert: a type, GGUF out and back, and its refusals.
+  r = run_cli("convert --target " + target + " --dtype q8_0 --out " + dir.str("q8"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(Model::load(dir.str("q8"))->weight_type(), WType::Q8_0);
+  EXPECT_TRUE(std::filesystem::exists(dir.str("q8/tokenizer.model")));
+  ASSERT_EQ(run_cli("convert --target " + dir.str("q8") + " --to-gguf " + dir.str("q8.gguf")).status, 0);
+  ASSERT_EQ(run_cli("convert --from " + dir.str("q8.gguf") + " --out " + dir.str("back")).status, 0);
+  const std::string ids = " --prompt-ids 1,4274,824 --max-new-tokens 12 --json";
+  EXPECT_EQ(nlohmann::json::parse(run_cli("generate --target " + dir.str("back") + ids).out)["output_ids"],
+            nlohmann::json::parse(run_cli("generate --target " + dir.str("q8") + ids).out)["output_ids"]);
+  EXPECT_NE(run_cli("convert --target " + target + " --dtype q3 --out x").err.find("unknown weight type 'q3'"),
+            std::string::npos);
+  EXPECT_NE(run_cli("convert --target " + target).err.find("give --out DIR or --to-gguf FILE"), std::string::npos);
+  EXPECT_NE(run_cli("convert --target " + target + " --out " + target).err.find("must not be the model's own directory"),
+            std::string::npos);
+  EXPECT_NE(run_cli("convert --from " + dir.str("none.gguf") + " --out " + dir.str("x")).err.find("cannot open"),
+            std::string::npos);
+  // bench forward at a type, with the type, kernels and threads in its JSON.
+  r = run_cli("bench forward --target " + target + " --dtype q4_0 --contexts 16 --new-tokens 1,2 --min-seconds 0.01 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto b = nlohmann::json::parse(r.out);
+  EXPECT_EQ(b["dtype"], "q4_0");
+  EXPECT_EQ(b["threads"], 1);
 }
 
 }  // namespace splitspec::test

@@ -151,7 +151,7 @@ Command add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (timings; not tests)");
   bench->require_subcommand(1);
   CLI::App* fwd = bench->add_subcommand("forward", "Milliseconds per forward for k new tokens at given contexts");
-  auto* model = fwd->add_option("--model", a->model_dir, "Model directory");
+  auto* model = fwd->add_option("--target,--model", a->model_dir, "Model directory");
   auto* random = fwd->add_option("--random-init", a->random_config,
                                  "config.json of a model to build with random weights instead")
                      ->check(CLI::ExistingFile);
@@ -163,7 +163,7 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   fwd->add_option("--min-seconds", a->min_seconds, "Measure each row for at least this long (rows are interleaved)")->capture_default_str();
-  fwd->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
+  fwd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   fwd->add_option("--dtype", a->dtype, "Convert the weights to f32|f16|bf16|q8_0|q4_0 at load");
   fwd->add_flag("--json", a->json, R"(Print {"rows": [{"context","new_tokens","ms"}], "weight_bytes", ...})");
   const std::function<int()> edge_cloud = add_bench_edge_cloud(*bench);
@@ -178,7 +178,7 @@ Command add_bench_command(CLI::App& app) {
             if (local_cmd->parsed()) return local();
             if (drafters_cmd->parsed()) return drafters();
             if (!fwd->parsed()) return edge_cloud();
-            if (model->count() + random->count() != 1) throw Error("bench forward: give --model or --random-init");
+            if (model->count() + random->count() != 1) throw Error("bench forward: give --target or --random-init");
             return run_bench_forward(*a);
           }};
 }

@@ -34,7 +34,7 @@ struct DrafterBenchArgs {
   int32_t max_new_tokens = 128;
   int32_t gamma = 4;
   std::vector<std::string> drafters = {"none", "model", "model-tree", "lut", "lut-static", "pld"};
-  int threads = 1;
+  int threads = 0;  // default_threads()
   bool json = false;
 };
 
@@ -248,7 +248,7 @@ std::function<int()> add_bench_drafters(CLI::App& bench) {
   auto a = std::make_shared<DrafterBenchArgs>();
   CLI::App* cmd = bench.add_subcommand(
       "drafters", "Every drafter against plain decoding by Spec-Bench task: MAT, ms/token, speedup, drafting ms/round");
-  cmd->add_option("--target", a->target_dir, "Target model directory (verified locally; its tokenizer encodes prompts)")
+  cmd->add_option("--target,--model", a->target_dir, "Target model directory (verified locally; its tokenizer encodes prompts)")
       ->required();
   cmd->add_option("--draft", a->draft_dir, "Draft model directory (model, model-tree)");
   cmd->add_option("--lut", a->lut, "Look-up tables for lut rows (default: they start empty)");
@@ -266,7 +266,7 @@ std::function<int()> add_bench_drafters(CLI::App& bench) {
   cmd->add_option("--server", a->server, "Verify on this splitspec-server instead, through a netem proxy per delay");
   cmd->add_option("--delays-ms", a->delays_ms, "With --server: one-way delays")->delimiter(',')->capture_default_str();
   cmd->add_option("--gamma", a->gamma, "model and pld: tokens per round")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "Compute threads")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON array of rows instead of tables");
   return [a]() { return run_bench_drafters(*a); };
 }

@@ -40,7 +40,7 @@ struct EdgeBenchArgs {
   double jitter_ms = 0;
   double rate_kbps = 0;
   int32_t pings = 21;
-  int threads = 1;
+  int threads = 0;  // default_threads()
   std::vector<std::string> modes = {"cloud-ar", "edge-sd", "edge-fsd"};
   int predraft_threads = 1;
   std::string predraft_queue = "priority";
@@ -283,7 +283,7 @@ std::function<int()> add_bench_edge_cloud(CLI::App& bench) {
   cmd->add_option("--delays-ms", a->delays_ms, "One-way delays to emulate")->delimiter(',')->capture_default_str();
   cmd->add_option("--jitter-ms", a->jitter_ms, "Jitter of the emulated link")->capture_default_str();
   cmd->add_option("--rate-kbps", a->rate_kbps, "Bandwidth of the emulated link; 0 is unlimited")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "Compute threads of the draft")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Compute threads of the draft; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   cmd->add_option("--modes", a->modes,
                   "Modes to compare, interleaved per prompt: aliases (cloud-ar, edge-sd, edge-fsd) or "
                   "server+DRAFTER[+predraft], e.g. server+model-tree")

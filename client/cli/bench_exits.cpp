@@ -25,7 +25,7 @@ struct ExitBenchArgs {
   int32_t gamma = 4;
   int64_t context = 256;
   int32_t repeats = 200;
-  int threads = 1;
+  int threads = 0;  // default_threads()
   int64_t shortlist = 1024;
 };
 
@@ -94,12 +94,12 @@ int run_bench_exits(const ExitBenchArgs& a) {
 std::function<int()> add_bench_exits(CLI::App& bench) {
   auto a = std::make_shared<ExitBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("exits", "Cost of early exits on a verification forward");
-  cmd->add_option("--model", a->model_dir, "Target directory with early_exits.json")->required();
+  cmd->add_option("--target,--model", a->model_dir, "Target directory with early_exits.json")->required();
   cmd->add_option("--layer-sets", a->layer_sets, "Exit layer sets to time, e.g. 4 3,5 all")->capture_default_str();
   cmd->add_option("--gamma", a->gamma, "Draft tokens verified")->capture_default_str();
   cmd->add_option("--context", a->context, "Cached tokens")->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Interleaved runs per row")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "Compute threads")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   cmd->add_option("--shortlist", a->shortlist, "Exits score the K most frequent tokens (0: all)")->capture_default_str();
   return [a]() { return run_bench_exits(*a); };
 }

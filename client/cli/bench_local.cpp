@@ -35,7 +35,7 @@ struct LocalBenchArgs {
   double alpha = ClientOptions{}.tree_alpha;
   int max_provisional = ClientOptions{}.max_provisional;
   std::string read_ahead;
-  int threads = 1;
+  int threads = 0;  // default_threads()
   bool json = false;
 };
 
@@ -194,7 +194,7 @@ std::function<int()> add_bench_local(CLI::App& bench) {
   auto a = std::make_shared<LocalBenchArgs>();
   CLI::App* cmd = bench.add_subcommand(
       "local", "Local mode under a memory budget: Std, StdPL, local-sd and local-tree (tree, +fallback, +provisional)");
-  cmd->add_option("--target", a->target_dir, "Target model directory (streamed from disk)")->required();
+  cmd->add_option("--target,--model", a->target_dir, "Target model directory (streamed from disk)")->required();
   cmd->add_option("--draft", a->draft_dir, "Draft model directory")->required();
   cmd->add_option("--prompts", a->prompts, "JSONL prompts (turns[0] or prompt), e.g. ../shared/prompts/spec_bench.jsonl")
       ->required();
@@ -221,7 +221,7 @@ std::function<int()> add_bench_local(CLI::App& bench) {
   cmd->add_option("--read-ahead", a->read_ahead,
                   "pipelined configurations: file bytes the loader may read ahead (2MiB, 8%); default two layers as "
                   "stored, or what the budget has left");
-  cmd->add_option("--threads", a->threads, "Compute threads")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON array of rows instead of tables");
   return [a]() { return run_bench_local(*a); };
 }

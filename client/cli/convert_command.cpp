@@ -89,7 +89,7 @@ Command add_convert_command(CLI::App& app) {
       "convert",
       "Write a model at another weight type, as GGUF for llama.cpp, or from GGUF. Q4_0 models keep their LM head "
       "at Q8_0; norms stay fp32");
-  auto* model = cmd->add_option("--model,--target", a->model_dir, "Model directory to convert");
+  auto* model = cmd->add_option("--target,--model", a->model_dir, "Model directory to convert");
   auto* from = cmd->add_option("--from", a->from_gguf, "A LLaMA GGUF file (F32, F16, BF16, Q8_0 or Q4_0 tensors) to read");
   auto* out = cmd->add_option("--out", a->out_dir, "Directory to write the model to");
   auto* gguf = cmd->add_option("--to-gguf", a->to_gguf, "GGUF file to write the model to");
@@ -100,11 +100,11 @@ Command add_convert_command(CLI::App& app) {
   gguf->excludes(out);
   cmd->footer(
       "Examples:\n"
-      "  splitspec convert --model models/demo-target --dtype q4_0 --out /tmp/target-q4_0\n"
-      "  splitspec convert --model models/demo-target --to-gguf /tmp/target.gguf\n"
+      "  splitspec convert --target models/demo-target --dtype q4_0 --out /tmp/target-q4_0\n"
+      "  splitspec convert --target models/demo-target --to-gguf /tmp/target.gguf\n"
       "  splitspec convert --from model.gguf --out /tmp/model");
   return {cmd, [a, model, from, out, gguf]() {
-            if (model->count() + from->count() != 1) throw Error("convert: give --model DIR or --from FILE.gguf");
+            if (model->count() + from->count() != 1) throw Error("convert: give --target DIR or --from FILE.gguf");
             if (out->count() + gguf->count() != 1) throw Error("convert: give --out DIR or --to-gguf FILE");
             if (from->count() && gguf->count()) throw Error("convert: --from reads GGUF; write it with --out DIR");
             return run_convert(*a);
@@ -115,7 +115,7 @@ Command add_tokenize_command(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand(
       "tokenize", "Text to token ids as generate --prompt tokenizes it (BOS first), or ids back to text");
-  cmd->add_option("--model,--target,--tokenizer", a->tokenizer, "Model directory or tokenizer.model")->required();
+  cmd->add_option("--target,--model,--tokenizer", a->tokenizer, "Model directory or tokenizer.model")->required();
   auto* text = cmd->add_option("--text", a->text, "Text to tokenize");
   auto* ids = cmd->add_option("--ids", a->ids, "Comma-separated ids to decode")->delimiter(',');
   text->excludes(ids);
@@ -123,7 +123,7 @@ Command add_tokenize_command(CLI::App& app) {
   cmd->add_flag("--no-bos", a->no_bos, "Leave out the BOS id");
   cmd->add_flag("--json", a->json, "Print JSON");
   return {cmd, [a, text, ids]() {
-            if (text->count() + ids->count() != 1) throw Error("tokenize: give --text or --ids");
+            if ((text->count() > 0) == (ids->count() > 0)) throw Error("tokenize: give --text or --ids");
             return run_tokenize(*a, ids->count() > 0);
           }};
 }

@@ -186,14 +186,14 @@ Command add_eval_command(CLI::App& app) {
   CLI::App* eval = app.add_subcommand("eval", "Evaluate models: perplexity, speculative acceptance");
   eval->require_subcommand(1);
   CLI::App* ppl = eval->add_subcommand("ppl", "Perplexity of a model on a text file");
-  ppl->add_option("--model", a->model_dir, "Model directory")->required();
+  ppl->add_option("--target,--model", a->model_dir, "Model directory")->required();
   ppl->add_option("--text", a->text, "Text file (documents separated by blank lines)")->required();
   ppl->add_option("--seq-len", a->seq_len, "Window length")->capture_default_str();
   ppl->add_flag("--json", a->json, "Print {\"perplexity\", \"tokens\"}");
-  ppl->add_option("--threads", a->threads, "Compute threads; 0 uses every core");
+  ppl->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
   CLI::App* acc = eval->add_subcommand("acceptance", "Greedy and sampled chain speculation over prompts");
   acc->add_option("--draft", a->draft_dir, "Draft model directory")->required();
-  acc->add_option("--target", a->target_dir, "Target model directory")->required();
+  acc->add_option("--target,--model", a->target_dir, "Target model directory")->required();
   acc->add_option("--prompts", a->prompts, "JSONL prompts (turns[0] is used, as in spec_bench.jsonl)")->required();
   acc->add_option("--gamma", a->gamma, "Draft tokens per round")->capture_default_str()->check(CLI::Range(1, 64));
   acc->add_option("--max-prompts", a->max_prompts, "Use only the first N prompts; 0 uses all")->capture_default_str();
@@ -202,15 +202,15 @@ Command add_eval_command(CLI::App& app) {
   acc->add_option("--seed", a->seed, "Seed of the sampled run")->capture_default_str();
   acc->add_flag("--json", a->json,
                 R"(Print {"tau", "acceptance_per_position", "c", "prompts", ...} (greedy; "sampled" nested))");
-  acc->add_option("--threads", a->threads, "Compute threads; 0 uses every core");
+  acc->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
   CLI::App* ex = eval->add_subcommand("exits", "Early exits: match rate with the final layer and mean confidence per exit");
-  ex->add_option("--model", a->model_dir, "Target directory with early_exits.json")->required();
+  ex->add_option("--target,--model", a->model_dir, "Target directory with early_exits.json")->required();
   ex->add_option("--text", a->text, "Held-out text")->required();
   ex->add_option("--seq-len", a->seq_len, "Window length")->capture_default_str();
   ex->add_option("--windows", a->windows, "Windows evaluated")->capture_default_str();
   ex->add_option("--plot", a->plot, "Also draw the table as an SVG line chart here");
   ex->add_flag("--json", a->json, R"(Print {"exits": [{"after_layer", "match_rate", "mean_confidence"}], "layers"})");
-  ex->add_option("--threads", a->threads, "Compute threads; 0 uses every core");
+  ex->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
   return {eval, [a, ppl, ex]() {
             if (ex->parsed()) return run_exits(*a);
             return ppl->parsed() ? run_ppl(*a) : run_acceptance(*a);

@@ -5,8 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
+#include "client/cli/prompts.h"
 #include "client/client.h"
 #include "common/drafting/registry.h"
+#include "common/engine/threads.h"
 #include "common/util/error.h"
 
 namespace splitspec::cli {
@@ -26,9 +28,10 @@ struct GenerateArgs {
   std::string tokenizer;
   std::string prompt;
   bool text_prompt = false;  // --prompt given (possibly empty: BOS alone)
+  std::string prompts_file;  // JSONL, one generation per line
   std::vector<int32_t> prompt_ids;
   Request request;
-  int threads = 1;
+  int threads = 0;  // default_threads()
   int predraft_threads = 1;
   std::string predraft_queue = "priority";
   bool predraft_adaptive = false;
@@ -49,9 +52,18 @@ struct GenerateArgs {
 };
 
 nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
-  nlohmann::json j = {{"new_tokens", s.new_tokens},         {"wall_ms", s.wall_ms},
-                      {"ms_per_token", s.ms_per_token},     {"first_token_ms", s.first_token_ms},
-                      {"target_forwards", s.target_forwards}};
+  nlohmann::json j = {{"new_tokens", s.new_tokens},
+                      {"wall_ms", s.wall_ms},
+                      {"ms_per_token", s.ms_per_token},
+                      {"first_token_ms", s.first_token_ms},
+                      {"prefill_ms", s.prefill_ms},
+                      {"decode_ms", s.decode_ms},
+                      {"decode_tokens_per_s", s.decode_tokens_per_s},
+                      {"drafted_tokens", s.drafted_tokens},
+                      {"accepted_tokens", s.accepted_tokens},
+                      {"target_forward_ms", s.target_forward_ms},
+                      {"target_forwards", s.target_forwards},
+                      {"threads", compute_threads()}};
   const bool server = o.verifier == VerifierKind::kServer;
   const bool streamed = server && o.drafter == "none";  // cloud-ar
   if (!streamed) {
@@ -135,6 +147,70 @@ ClientOptions choose_mode(const GenerateArgs& a) {
   return o;
 }
 
+nlohmann::json result_json(const Result& r, const ClientOptions& o, const std::string& mode, bool has_text) {
+  return {
+      {"mode", mode},
+      {"verifier", verifier_name(o.verifier)},
+      {"drafter", o.drafter},
+      {"predraft", o.predraft},
+      {"prompt_ids", r.prompt_ids},
+      {"output_ids", r.ids},
+      {"text", has_text ? nlohmann::json(r.text) : nlohmann::json(nullptr)},
+      {"finish_reason", r.finish_reason},
+      {"stats", stats_json(r.stats, o)},
+  };
+}
+
+void print_summary(const Result& r, const ClientOptions& o, const std::string& mode) {
+  const Stats& s = r.stats;
+  std::cerr << "[" << mode << "] " << s.new_tokens << " tokens, " << s.wall_ms << " ms, " << s.ms_per_token
+            << " ms/token, " << s.target_forwards << " target forwards";
+  if (o.drafter != "none")
+    std::cerr << ", " << s.rounds << " rounds, tau " << s.tau << ", acceptance " << s.acceptance_rate << ", "
+              << s.tree_nodes << " nodes/round";
+  if (o.drafter == "model-tree" && s.provisional_tokens)
+    std::cerr << ", " << s.provisional_kept << "/" << s.provisional_tokens << " provisional tokens kept";
+  if (s.weight_memory_peak)
+    std::cerr << ", " << s.weight_bytes_read / 1e6 << " MB of weights read, peak weight memory "
+              << s.weight_memory_peak / 1e6 << " MB";
+  if (o.predraft) std::cerr << ", cache miss rate " << s.cache_miss_rate << ", avg exit " << s.avg_exit_layer;
+  std::cerr << ", finish: " << r.finish_reason << "\n";
+}
+
+// One generation per line of a prompts file, with one client (models loaded
+// once): a JSON line each with --json, else each output on its own line. A
+// prompt the client refuses is reported and the others still run.
+int run_prompts_file(const GenerateArgs& a, const ClientOptions& o, Client& client, const Request& req,
+                     const std::string& mode) {
+  const std::vector<PromptRecord> prompts = read_prompt_records(a.prompts_file, 0);
+  int failed = 0;
+  int64_t tokens = 0;
+  double ms = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const PromptRecord& p = prompts[i];
+    try {
+      const Result r = p.ids.empty() ? client.generate(p.text, req) : client.generate_ids(p.ids, req);
+      tokens += r.stats.new_tokens;
+      ms += r.stats.wall_ms;
+      if (a.json) {
+        nlohmann::json j = result_json(r, o, mode, p.ids.empty() || !r.text.empty());
+        j["index"] = i;
+        if (!p.category.empty()) j["category"] = p.category;
+        std::cout << j.dump() << std::endl;
+      } else {
+        std::cout << r.text << std::endl;
+      }
+    } catch (const Error& e) {
+      ++failed;
+      if (a.json) std::cout << nlohmann::json{{"index", i}, {"error", e.what()}}.dump() << std::endl;
+      std::cerr << a.prompts_file << ": prompt " << i << ": " << e.what() << "\n";
+    }
+  }
+  std::cerr << "[" << mode << "] " << prompts.size() - failed << " of " << prompts.size() << " prompts, " << tokens
+            << " tokens, " << (tokens ? ms / static_cast<double>(tokens) : 0.0) << " ms/token\n";
+  return failed ? 1 : 0;
+}
+
 int run_generate(const GenerateArgs& a) {
   ClientOptions o = choose_mode(a);
   o.server = a.server;
@@ -159,6 +235,8 @@ int run_generate(const GenerateArgs& a) {
   std::unique_ptr<Client> client = Client::connect(o);
   Request req = a.request;
   req.deadline = std::chrono::milliseconds(static_cast<int64_t>(a.deadline_s * 1000));
+  const std::string mode = mode_name(o);
+  if (!a.prompts_file.empty()) return run_prompts_file(a, o, *client, req, mode);
 
   Result r;
   if (a.text_prompt) {
@@ -169,20 +247,8 @@ int run_generate(const GenerateArgs& a) {
     r = client->generate_ids(a.prompt_ids, req);
   }
   const bool has_text = a.text_prompt || !r.text.empty();
-  const std::string mode = mode_name(o);
   if (a.json) {
-    nlohmann::json out = {
-        {"mode", mode},
-        {"verifier", verifier_name(o.verifier)},
-        {"drafter", o.drafter},
-        {"predraft", o.predraft},
-        {"prompt_ids", r.prompt_ids},
-        {"output_ids", r.ids},
-        {"text", has_text ? nlohmann::json(r.text) : nlohmann::json(nullptr)},
-        {"finish_reason", r.finish_reason},
-        {"stats", stats_json(r.stats, o)},
-    };
-    std::cout << out.dump() << std::endl;
+    std::cout << result_json(r, o, mode, has_text).dump() << std::endl;
   } else {
     if (!a.text_prompt) {
       if (has_text)
@@ -191,19 +257,7 @@ int run_generate(const GenerateArgs& a) {
         for (size_t i = 0; i < r.ids.size(); ++i) std::cout << (i ? "," : "") << r.ids[i];
     }
     std::cout << std::endl;
-    const Stats& s = r.stats;
-    std::cerr << "[" << mode << "] " << s.new_tokens << " tokens, " << s.wall_ms << " ms, " << s.ms_per_token
-              << " ms/token, " << s.target_forwards << " target forwards";
-    if (o.drafter != "none")
-      std::cerr << ", " << s.rounds << " rounds, tau " << s.tau << ", acceptance " << s.acceptance_rate << ", "
-                << s.tree_nodes << " nodes/round";
-    if (o.drafter == "model-tree" && s.provisional_tokens)
-      std::cerr << ", " << s.provisional_kept << "/" << s.provisional_tokens << " provisional tokens kept";
-    if (s.weight_memory_peak)
-      std::cerr << ", " << s.weight_bytes_read / 1e6 << " MB of weights read, peak weight memory "
-                << s.weight_memory_peak / 1e6 << " MB";
-    if (o.predraft) std::cerr << ", cache miss rate " << s.cache_miss_rate << ", avg exit " << s.avg_exit_layer;
-    std::cerr << ", finish: " << r.finish_reason << "\n";
+    print_summary(r, o, mode);
   }
   return 0;
 }
@@ -234,7 +288,7 @@ Command add_generate_command(CLI::App& app) {
                   "An alias instead: local-ar (local+none), local-sd (local+model), local-tree (local+model-tree), "
                   "cloud-ar (server+none), edge-sd (server+model), edge-fsd (server+model --predraft)")
       ->check(CLI::IsMember({"local-ar", "local-sd", "local-tree", "cloud-ar", "edge-sd", "edge-fsd"}));
-  auto* model = cmd->add_option("--model,--target", a->target_dir,
+  auto* model = cmd->add_option("--target,--model", a->target_dir,
                                 "Local verifier: target model directory (config.json, model.safetensors, tokenizer.model)");
   cmd->add_option("--draft", a->draft_dir, "Drafters with a draft model (model, model-tree): its directory");
   cmd->add_option("--memory-budget", a->memory_budget,
@@ -270,8 +324,12 @@ Command add_generate_command(CLI::App& app) {
   auto* prompt = cmd->add_option("--prompt", a->prompt, "Prompt text; tokenized, with BOS prepended");
   auto* ids = cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids, used verbatim")
                   ->delimiter(',');
-  prompt->excludes(ids);
-  ids->excludes(prompt);
+  auto* file = cmd->add_option("--prompts-file", a->prompts_file,
+                               "JSONL, one generation per line: {\"prompt\": text}, {\"prompt_ids\": [ids]} or "
+                               "Spec-Bench's {\"turns\": [text, ...]} (the first turn); one JSON line per prompt with --json");
+  prompt->excludes(ids)->excludes(file);
+  ids->excludes(prompt)->excludes(file);
+  file->excludes(prompt)->excludes(ids);
   cmd->add_option("--max-new-tokens", a->request.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -293,10 +351,11 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_flag("--json", a->json,
                 "Print one JSON object with ids, text and stats (rounds, tau, draft_ms, verify_wait_ms, "
                 "network_rtt_ms, ...) instead of streaming text");
-  cmd->add_option("--threads", a->threads, "Compute threads (LibTorch and OpenBLAS); 0 uses every core")
+  cmd->add_option("--threads", a->threads, "Compute threads (LibTorch and OpenBLAS); default (0): OMP_NUM_THREADS if set, else the physical cores")
       ->capture_default_str();
-  return {cmd, [a, prompt, ids, model]() {
-            if (prompt->count() == 0 && ids->count() == 0) throw Error("generate: give --prompt or --prompt-ids");
+  return {cmd, [a, prompt, ids, file, model]() {
+            if (prompt->count() + ids->count() + file->count() == 0)
+              throw Error("generate: give --prompt, --prompt-ids or --prompts-file");
             const ClientOptions o = choose_mode(*a);
             if (o.verifier == VerifierKind::kLocal && model->count() == 0)
               throw Error("generate: " + mode_name(o) + " needs --target DIR");

@@ -1,5 +1,6 @@
 #include "client/cli/prompts.h"
 
+#include <climits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -25,12 +26,24 @@ std::vector<PromptRecord> read_prompt_records(const std::string& path, int32_t m
     }
     if (!j.is_object()) throw Error(path + ":" + std::to_string(lineno) + ": each line must be a JSON object");
     const std::string category = j.contains("category") && j["category"].is_string() ? j["category"].get<std::string>() : "";
-    if (j.contains("turns") && j["turns"].is_array() && !j["turns"].empty() && j["turns"][0].is_string())
-      out.push_back({j["turns"][0].get<std::string>(), category});
-    else if (j.contains("prompt") && j["prompt"].is_string())
-      out.push_back({j["prompt"].get<std::string>(), category});
-    else
-      throw Error(path + ":" + std::to_string(lineno) + ": needs \"turns\": [text, ...] or \"prompt\": text");
+    const std::string where = path + ":" + std::to_string(lineno);
+    if (j.contains("turns") && j["turns"].is_array() && !j["turns"].empty() && j["turns"][0].is_string()) {
+      out.push_back({j["turns"][0].get<std::string>(), {}, category});
+    } else if (j.contains("prompt") && j["prompt"].is_string()) {
+      out.push_back({j["prompt"].get<std::string>(), {}, category});
+    } else if (j.contains("text") && j["text"].is_string()) {
+      out.push_back({j["text"].get<std::string>(), {}, category});
+    } else if (j.contains("prompt_ids") && j["prompt_ids"].is_array() && !j["prompt_ids"].empty()) {
+      PromptRecord r{{}, {}, category};
+      for (const auto& id : j["prompt_ids"]) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+          throw Error(where + ": prompt_ids must be non-negative integers");
+        r.ids.push_back(id.get<int32_t>());
+      }
+      out.push_back(std::move(r));
+    } else {
+      throw Error(where + ": needs \"turns\": [text, ...], \"prompt\": text or \"prompt_ids\": [ids]");
+    }
   }
   if (out.empty()) throw Error(path + ": no prompts");
   return out;

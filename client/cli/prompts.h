@@ -12,11 +12,13 @@ namespace splitspec::cli {
 
 struct PromptRecord {
   std::string text;
-  std::string category;  // Spec-Bench's "category"; empty when the line has none
+  std::vector<int32_t> ids;  // "prompt_ids": used verbatim instead of text
+  std::string category;      // Spec-Bench's "category"; empty when the line has none
 };
 
-// turns[0] of each line (the Spec-Bench format), or "prompt"; at most `max`
-// (<= 0: all). Throws splitspec::Error naming the line at fault.
+// turns[0] of each line (the Spec-Bench format), "prompt" or "text", or
+// "prompt_ids" (token ids, verbatim); at most `max` (<= 0: all). Throws
+// splitspec::Error naming the line at fault.
 std::vector<PromptRecord> read_prompt_records(const std::string& path, int32_t max);
 std::vector<std::string> read_prompts(const std::string& path, int32_t max);
 

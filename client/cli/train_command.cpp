@@ -50,7 +50,7 @@ Command add_train_command(CLI::App& app) {
     cmd->add_flag("--resume", a->job.resume, "Continue from the checkpoint in --out");
     cmd->add_option("--init", a->job.init,
                     "Start from this model directory's weights instead of a random init (its config must match)");
-    cmd->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
+    cmd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   };
   CLI::App* lm = train->add_subcommand("lm", "Train a LLaMA language model on a corpus");
   add_common(lm);
@@ -61,7 +61,7 @@ Command add_train_command(CLI::App& app) {
 
   CLI::App* ex = train->add_subcommand(
       "exits", "Train early-exit adapters of a target by distillation from its final layer (the target stays frozen)");
-  ex->add_option("--target", a->exits.target_dir, "Target model directory (its tokenizer encodes the corpus)")->required();
+  ex->add_option("--target,--model", a->exits.target_dir, "Target model directory (its tokenizer encodes the corpus)")->required();
   ex->add_option("--layers", a->exits.layers, "all, or layer counts to exit after, e.g. 2,4,6")->capture_default_str();
   ex->add_option("--corpus", a->exits.corpus, "Training text")->required();
   ex->add_option("--valid", a->exits.valid, "Held-out text: match rates before and after are reported");
@@ -72,29 +72,29 @@ Command add_train_command(CLI::App& app) {
   ex->add_option("--seq-len", a->exits.seq_len, "Tokens per window")->capture_default_str()->check(CLI::Range(2, 1 << 20));
   ex->add_option("--lr", a->exits.lr, "AdamW learning rate")->capture_default_str();
   ex->add_option("--seed", a->exits.seed, "Seed of initialisation and batches")->capture_default_str();
-  ex->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
+  ex->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
 
   CLI::App* rank = train->add_subcommand(
       "shortlist", "Rank the vocabulary by corpus frequency for the early exits' shortlist (train exits does this too)");
-  rank->add_option("--target", a->rank_target, "Target model directory with early_exits.json")->required();
+  rank->add_option("--target,--model", a->rank_target, "Target model directory with early_exits.json")->required();
   rank->add_option("--corpus", a->rank_corpus, "Text like what the target will generate")->required();
 
   CLI::App* lut = train->add_subcommand(
       "lut", "Warm-start DIAA's look-up tables: run the target over a text and record its top K after every token");
-  lut->add_option("--target", a->lut.target_dir, "Target model directory (its tokenizer encodes the text)")->required();
+  lut->add_option("--target,--model", a->lut.target_dir, "Target model directory (its tokenizer encodes the text)")->required();
   lut->add_option("--corpus", a->lut.corpus, "Warm-up text (documents separated by blank lines)")->required();
   lut->add_option("--tokens", a->lut.tokens, "Tokens of the text to run")->capture_default_str()->check(CLI::Range(int64_t{2}, int64_t{1} << 40));
   lut->add_option("--out", a->lut.out, "Tables file (.safetensors; its .json sidecar goes beside it)")->required();
   lut->add_option("--k", a->lut.tables.k, "Candidates per row")->capture_default_str();
   lut->add_option("--order", a->lut.tables.order, "Longest key, in tokens (back-off to shorter ones)")->capture_default_str();
   lut->add_option("--slots", a->lut.tables.slots, "Hashed rows for keys of two tokens or more")->capture_default_str();
-  lut->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
+  lut->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
 
   RecurrentTrainJob& rj = a->recurrent;
   CLI::App* rec = train->add_subcommand(
       "recurrent",
       "Train ReDrafter's recurrent draft head on a frozen target, distilled from the target's own greedy continuations");
-  rec->add_option("--target", rj.target_dir, "Target model directory (frozen; its tokenizer encodes the corpus)")->required();
+  rec->add_option("--target,--model", rj.target_dir, "Target model directory (frozen; its tokenizer encodes the corpus)")->required();
   rec->add_option("--corpus", rj.corpus, "Text whose openings the target continues (documents separated by blank lines)")
       ->required();
   rec->add_option("--out", rj.out_dir, "Directory for recurrent_drafter.safetensors/.json (default: the target's)");
@@ -114,7 +114,7 @@ Command add_train_command(CLI::App& app) {
   rec->add_option("--batch", rj.batch, "Positions per step")->capture_default_str()->check(CLI::PositiveNumber);
   rec->add_option("--lr", rj.lr, "AdamW peak learning rate (cosine to a tenth)")->capture_default_str()->check(CLI::PositiveNumber);
   rec->add_option("--seed", rj.seed, "Seed of openings, initialisation and batches")->capture_default_str();
-  rec->add_option("--threads", a->threads, "Compute threads; 0 uses every core")->capture_default_str();
+  rec->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
 
   return {train, [a, tok, lm, draft, ex, rank, lut, rec]() {
             set_compute_threads(a->threads);

@@ -4,8 +4,12 @@
 // than letting both libraries grab every core.
 namespace splitspec {
 
-// n <= 0 means the number of online CPUs.
+// n <= 0 means default_threads().
 void set_compute_threads(int n);
 int compute_threads();
+// OMP_NUM_THREADS when set, else this machine's physical cores (hyper-
+// threads share a core's vector units, which the kernels saturate).
+int default_threads();
+int physical_cores();
 
 }  // namespace splitspec
