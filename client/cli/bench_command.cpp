@@ -11,6 +11,7 @@
 
 #include "client/cli/commands.h"
 #include "common/util/error.h"
+#include "common/util/memory_usage.h"
 #include "common/engine/model.h"
 #include "common/engine/kernels.h"
 #include "common/engine/threads.h"
@@ -112,6 +113,8 @@ int run_bench_forward(const BenchArgs& a) {
       rows.push_back({{"context", ctx}, {"new_tokens", a.new_tokens[r]}, {"ms", v[v.size() / 2]}});
     }
   }
+  // Before the bandwidth probe, whose gigabyte would be the peak.
+  const MemoryUsage mem = memory_usage();
   const double bw = measure_read_bandwidth_gbs();
   const double bound_ms = model->weight_bytes() / (bw * 1e6);
   if (a.json) {
@@ -122,6 +125,9 @@ int run_bench_forward(const BenchArgs& a) {
                                 {"dtype", wtype_name(model->weight_type())},
                                 {"kernels", kernels::isa()},
                                 {"read_bandwidth_gbs", bw},
+                                {"kv_cache_bytes", cache.bytes()},
+                                {"rss_bytes", mem.rss_bytes},
+                                {"peak_rss_bytes", mem.peak_rss_bytes},
                                 {"bandwidth_bound_ms", bound_ms}}
                      .dump()
               << std::endl;
@@ -131,6 +137,8 @@ int run_bench_forward(const BenchArgs& a) {
               static_cast<long long>(c.num_parameters()), model->weight_bytes() / 1e6, wtype_name(model->weight_type()),
               compute_threads(), kernels::isa());
   std::printf("memory read bandwidth: %.2f GB/s (sum over a 1 GiB buffer, best of 5)\n", bw);
+  std::printf("memory: peak RSS %.1f MB (weights %.1f MB, KV cache %.1f MB)\n", mem.peak_rss_bytes / 1e6,
+              model->weight_bytes() / 1e6, cache.bytes() / 1e6);
   std::printf("bandwidth bound for one decode step: %.2f ms (weight bytes / bandwidth)\n\n", bound_ms);
   std::printf("%8s %10s %10s %12s %10s\n", "context", "new_tok", "ms", "ms/token", "vs_1tok");
   double one = 0;

@@ -20,6 +20,9 @@ namespace {
 
 struct ConvertArgs {
   std::string model_dir;
+  std::string random_config;
+  std::string tokenizer;
+  uint64_t seed = 1234;
   std::string from_gguf;
   std::string out_dir;
   std::string to_gguf;
@@ -36,6 +39,21 @@ int run_convert(const ConvertArgs& a) {
   if (!a.to_gguf.empty()) {
     export_gguf(a.model_dir, a.to_gguf, type);
     std::cerr << "wrote " << a.to_gguf << "\n";
+    return 0;
+  }
+  if (!a.random_config.empty()) {
+    // A model of any size for benchmarks: random weights, a real tokenizer.
+    const ModelConfig c = load_model_config(a.random_config);
+    const Tokenizer tok(a.tokenizer);
+    if (tok.vocab_size() != c.vocab_size)
+      throw Error("convert: the tokenizer has " + std::to_string(tok.vocab_size()) + " pieces, the config a vocabulary of " +
+                  std::to_string(c.vocab_size));
+    const auto m = Model::random(c, a.seed);
+    if (!a.to_gguf.empty()) throw Error("convert: write the random model with --out first, then convert it to GGUF");
+    m->save(a.out_dir, type);
+    const fs::path src = fs::is_directory(a.tokenizer) ? fs::path(a.tokenizer) / "tokenizer.model" : fs::path(a.tokenizer);
+    fs::copy_file(src, fs::path(a.out_dir) / "tokenizer.model", fs::copy_options::overwrite_existing);
+    std::cerr << "wrote " << a.out_dir << ": random weights (seed " << a.seed << ") for " << a.random_config << "\n";
     return 0;
   }
   if (fs::exists(a.out_dir) && fs::equivalent(a.out_dir, a.model_dir))
@@ -91,11 +109,17 @@ Command add_convert_command(CLI::App& app) {
       "at Q8_0; norms stay fp32");
   auto* model = cmd->add_option("--target,--model", a->model_dir, "Model directory to convert");
   auto* from = cmd->add_option("--from", a->from_gguf, "A LLaMA GGUF file (F32, F16, BF16, Q8_0 or Q4_0 tensors) to read");
+  auto* random = cmd->add_option("--random-init", a->random_config,
+                                 "Instead: a model of this config.json with random weights, for benchmarks (with --tokenizer)")
+                     ->check(CLI::ExistingFile);
+  auto* tok = cmd->add_option("--tokenizer", a->tokenizer, "--random-init: the tokenizer (a model directory or tokenizer.model)");
+  cmd->add_option("--seed", a->seed, "--random-init: the weights' seed")->capture_default_str();
   auto* out = cmd->add_option("--out", a->out_dir, "Directory to write the model to");
   auto* gguf = cmd->add_option("--to-gguf", a->to_gguf, "GGUF file to write the model to");
   cmd->add_option("--dtype", a->dtype, "Weight type to write: f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
-  model->excludes(from);
-  from->excludes(model);
+  model->excludes(from)->excludes(random);
+  from->excludes(model)->excludes(random);
+  random->excludes(model)->excludes(from);
   out->excludes(gguf);
   gguf->excludes(out);
   cmd->footer(
@@ -104,7 +128,7 @@ Command add_convert_command(CLI::App& app) {
       "  splitspec convert --target models/demo-target --to-gguf /tmp/target.gguf\n"
       "  splitspec convert --from model.gguf --out /tmp/model");
   return {cmd, [a, model, from, out, gguf]() {
-            if (model->count() + from->count() != 1) throw Error("convert: give --target DIR or --from FILE.gguf");
+
             if (out->count() + gguf->count() != 1) throw Error("convert: give --out DIR or --to-gguf FILE");
             if (from->count() && gguf->count()) throw Error("convert: --from reads GGUF; write it with --out DIR");
             return run_convert(*a);
