@@ -45,13 +45,16 @@ static void quiet(enum ggml_log_level level, const char *text, void *ud) {
   if (level >= GGML_LOG_LEVEL_ERROR || getenv("VERBOSE")) fputs(text, stderr);
 }
 
+/* "1,2,3" (a trailing newline allowed) into out; -1 if malformed. */
 static int parse_ids(const char *s, llama_token *out, int max) {
   int n = 0;
-  while (*s && n < max) {
+  while (*s && *s != '\n' && n < max) {
     char *end;
-    out[n++] = (llama_token)strtol(s, &end, 10);
-    s = *end == ',' ? end + 1 : end;
-    if (end == s && *s) return -1;
+    const long v = strtol(s, &end, 10);
+    if (end == s || v < 0) return -1;
+    out[n++] = (llama_token)v;
+    if (*end == ',') ++end;
+    s = end;
   }
   return n;
 }
