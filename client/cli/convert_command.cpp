@@ -126,9 +126,12 @@ Command add_convert_command(CLI::App& app) {
       "Examples:\n"
       "  splitspec convert --target models/demo-target --dtype q4_0 --out /tmp/target-q4_0\n"
       "  splitspec convert --target models/demo-target --to-gguf /tmp/target.gguf\n"
-      "  splitspec convert --from model.gguf --out /tmp/model");
-  return {cmd, [a, model, from, out, gguf]() {
-
+      "  splitspec convert --from model.gguf --out /tmp/model\n"
+      "  splitspec convert --random-init configs/bench-50m.json --tokenizer models/demo-target --out /tmp/b50");
+  return {cmd, [a, model, from, random, tok, out, gguf]() {
+            if (model->count() + from->count() + random->count() != 1)
+              throw Error("convert: give --target DIR, --from FILE.gguf or --random-init CONFIG");
+            if (random->count() && !tok->count()) throw Error("convert: --random-init needs --tokenizer");
             if (out->count() + gguf->count() != 1) throw Error("convert: give --out DIR or --to-gguf FILE");
             if (from->count() && gguf->count()) throw Error("convert: --from reads GGUF; write it with --out DIR");
             return run_convert(*a);

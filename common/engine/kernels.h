@@ -18,6 +18,9 @@ namespace splitspec::kernels {
 // y = x / sqrt(mean(x^2) + eps) * weight, per row of `dim`.
 void rms_norm(const float* x, int64_t n, int64_t dim, const float* weight, float eps, float* y);
 
+// x += d, elementwise (the residual connections).
+void add_inplace(float* x, const float* d, int64_t count);
+
 // y = silu(gate) * up, elementwise.
 void silu_mul(const float* gate, const float* up, int64_t count, float* y);
 

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <cstring>
+
 #include "common/util/error.h"
 
 namespace splitspec {
@@ -27,6 +29,21 @@ void KVCache::write(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
   c10::InferenceMode guard;
   keys_.select(0, layer).narrow(1, size_, n).copy_(k);
   values_.select(0, layer).narrow(1, size_, n).copy_(v);
+}
+
+void KVCache::write_rows(int64_t layer, const float* k, const float* v, int64_t n) {
+  if (size_ + n > capacity_)
+    throw Error("KV cache full: " + std::to_string(size_) + " + " + std::to_string(n) + " > capacity " +
+                std::to_string(capacity_));
+  const int64_t heads = keys_.size(1), D = keys_.size(3);
+  float* kb = keys_.data_ptr<float>() + layer * heads * capacity_ * D;
+  float* vb = values_.data_ptr<float>() + layer * heads * capacity_ * D;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t dst = (h * capacity_ + size_ + i) * D, src = (i * heads + h) * D;
+      std::memcpy(kb + dst, k + src, D * sizeof(float));
+      std::memcpy(vb + dst, v + src, D * sizeof(float));
+    }
 }
 
 void KVCache::commit(int64_t n) { size_ += n; }

@@ -25,6 +25,8 @@ class KVCache {
   // `layer` at positions [size(), size()+n); they become visible to size()
   // only with commit(n), once every layer has been written.
   void write(int64_t layer, const at::Tensor& k, const at::Tensor& v);
+  // write() from rows as the forward has them: k, v [n, kv_heads, head_dim].
+  void write_rows(int64_t layer, const float* k, const float* v, int64_t n);
   void commit(int64_t n);
   // Live keys/values of `layer` including `extra` uncommitted entries.
   at::Tensor keys(int64_t layer, int64_t extra = 0) const;

@@ -4,6 +4,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <fstream>
@@ -264,11 +265,15 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     }
   }
 
-  at::Tensor pos = req.positions.empty()
-                       ? at::arange(past, total, i64)
-                       : at::from_blob(const_cast<int64_t*>(req.positions.data()), {n}, i64).clone();
-  const at::Tensor cos = rope_cos_.index_select(0, pos);  // [n, D/2]
-  const at::Tensor sin = rope_sin_.index_select(0, pos);
+  // Each row's RoPE angles, copied from the tables (contiguous [n, D/2]).
+  const int64_t half = c.head_dim / 2;
+  at::Tensor cos = at::empty({n, half}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor sin = at::empty({n, half}, at::TensorOptions().dtype(at::kFloat));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = req.positions.empty() ? past + i : req.positions[i];
+    std::memcpy(cos.data_ptr<float>() + i * half, rope_cos_.data_ptr<float>() + p * half, half * sizeof(float));
+    std::memcpy(sin.data_ptr<float>() + i * half, rope_sin_.data_ptr<float>() + p * half, half * sizeof(float));
+  }
   // A streamed forward passes over every weight unit once, even when cut
   // short by an exception, so the next one starts in step.
   struct Pass {
@@ -317,13 +322,13 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     done();
     kernels::rope(f(q), n, Hq, D, f(cos), f(sin));
     kernels::rope(f(k), n, Hkv, D, f(cos), f(sin));
-    cache.write(l, k.view({n, Hkv, D}).transpose(0, 1), v.view({n, Hkv, D}).transpose(0, 1));
+    cache.write_rows(l, f(k), f(v), n);
     const at::Tensor keys = cache.keys(l, n);  // [Hkv, total, D], head stride = capacity * D
     const at::Tensor vals = cache.values(l, n);
     kernels::attention(f(q), f(keys), f(vals), {n, Hq, Hkv, D, keys.stride(0)}, visible, scale, f(attn));
     kernels::linear(f(attn), n, matrix(l, LayerMatrix::kO), f(delta));
     done();
-    x.add_(delta);
+    kernels::add_inplace(f(x), f(delta), n * H);
     kernels::rms_norm(f(x), n, H, post_norm, eps, f(h));
     kernels::linear(f(h), n, matrix(l, LayerMatrix::kGate), f(gate));
     done();
@@ -332,7 +337,7 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     kernels::silu_mul(f(gate), f(up), n * I, f(gate));
     kernels::linear(f(gate), n, matrix(l, LayerMatrix::kDown), f(delta));
     done();
-    x.add_(delta);
+    kernels::add_inplace(f(x), f(delta), n * H);
     for (int64_t hl : req.hidden_layers)
       if (hl == l) out.hidden[l] = x.clone();
     if (req.on_layer) req.on_layer(l, x);
