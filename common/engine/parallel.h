@@ -41,6 +41,7 @@ inline int64_t grain_for(int64_t count, int64_t min_grain, int64_t per_thread = 
 // a fifth of it.
 template <typename F>
 void parallel_blocks(int64_t count, int64_t block, int64_t min_blocks, const F& f) {
+  if (count <= 0) return;
   const int64_t blocks = (count + block - 1) / block;
   const int64_t n = std::max(1, threads());
   const int64_t rounds = std::clamp<int64_t>(blocks / (n * std::max<int64_t>(1, min_blocks)), 1, 8);
