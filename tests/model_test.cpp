@@ -257,3 +257,25 @@ TEST(LocalNone, SeededSamplingIsReproducibleAndIsTheTargetsOwnSampling) {
 }
 
 }  // namespace splitspec::test
+
+namespace splitspec::test {
+
+// Half and bfloat16 weights widen to float exactly and go through the float
+// kernels' one sequence: an F16 model computes bit for bit what its F32
+// widening computes (so keeping the shipped F16 weights as they are changed
+// no token).
+TEST(Model, HalfWeightsComputeExactlyAsTheirFloatWidening) {
+  TempDir dir;
+  auto m = Model::random(tiny_config(50, 2), 4);
+  for (WType t : {WType::F16, WType::BF16}) {
+    m->save(dir.str(wtype_name(t)), t);
+    const auto stored = Model::load(dir.str(wtype_name(t)));
+    const auto widened = Model::load(dir.str(wtype_name(t)), WType::F32);
+    ASSERT_EQ(stored->weight_type(), t);
+    ASSERT_EQ(widened->weight_type(), WType::F32);
+    const std::vector<int32_t> toks = {1, 5, 9, 33, 2, 49, 7, 8};
+    EXPECT_TRUE(at::equal(logits_for(*stored, toks), logits_for(*widened, toks))) << wtype_name(t);
+  }
+}
+
+}  // namespace splitspec::test
