@@ -60,6 +60,9 @@ class Bench:
         os.makedirs(self.work, exist_ok=True)
         self.env = dict(os.environ)
         self.env.pop("OMP_NUM_THREADS", None)
+        # Our compute threads spin between parallel regions, as llama.cpp's
+        # thread pool does (splitspec bench sets this itself; generate does not).
+        self.env.setdefault("OMP_WAIT_POLICY", "ACTIVE")
         self.report = {"args": vars(a)}
 
     # ---- models ---------------------------------------------------------
