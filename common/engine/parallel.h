@@ -37,15 +37,16 @@ inline int64_t grain_for(int64_t count, int64_t min_grain, int64_t per_thread = 
 // parallel() over [0, count) in whole blocks of `block` items (the vector
 // width or a kernel's row blocking), at least `min_blocks` blocks per chunk.
 // The chunks come in a multiple of the thread count, as equal as whole
-// blocks allow: a kernel of a few chunks split 3 to 2 leaves a core idle for
-// a fifth of it.
+// blocks allow (a kernel of a few chunks split 3 to 2 leaves a core idle for
+// a fifth of it), unless there is too little work to go round.
 template <typename F>
 void parallel_blocks(int64_t count, int64_t block, int64_t min_blocks, const F& f) {
   if (count <= 0) return;
   const int64_t blocks = (count + block - 1) / block;
-  const int64_t n = std::max(1, threads());
-  const int64_t rounds = std::clamp<int64_t>(blocks / (n * std::max<int64_t>(1, min_blocks)), 1, 8);
-  const int64_t chunks = std::min(blocks, n * rounds);
+  const int64_t n = std::max(1, threads()), per = std::max<int64_t>(1, min_blocks);
+  // Too little work for every thread: fewer chunks, down to running serially.
+  const int64_t rounds = blocks / (n * per);
+  const int64_t chunks = rounds == 0 ? std::max<int64_t>(1, blocks / per) : n * std::min<int64_t>(rounds, 8);
   parallel(chunks, 1, [&](int64_t c0, int64_t c1) {
     f(c0 * blocks / chunks * block, std::min(count, c1 * blocks / chunks * block));
   });
