@@ -135,9 +135,20 @@ TEST(Kernels, SumExpIsTheSoftmaxDenominator) {
 
 // The property exact greedy speculation rests on: verifying k tokens in one
 // forward, as a chain or inside a tree, gives bitwise the logits of k
-// one-token decoding steps.
-TEST(Kernels, ModelForwardIsBatchInvariant) {
-  auto m = Model::random(tiny_config(50, 2), 31);
+// one-token decoding steps, at every weight type and thread count.
+class ModelBatchInvariance : public ::testing::TestWithParam<std::tuple<WType, int>> {};
+
+TEST_P(ModelBatchInvariance, ChainAndTreeEqualSingleSteps) {
+  const auto [type, threads] = GetParam();
+  const int before = compute_threads();
+  set_compute_threads(threads);
+  // Wide enough that two threads split every matrix.
+  ModelConfig c = tiny_config(512, 2);
+  c.hidden_size = 256;
+  c.intermediate_size = 768;
+  c.head_dim = 64;
+  auto f32 = Model::random(c, 31);
+  auto m = Model::from_weights(c, f32->float_weights(), "typed", type);
   const std::vector<int32_t> seq = {1, 9, 4, 33, 21, 7, 40, 2, 15, 16};
   KVCache step = m->new_cache();
   std::vector<at::Tensor> rows;
@@ -173,6 +184,15 @@ TEST(Kernels, ModelForwardIsBatchInvariant) {
   tr.mask = tree_attention_mask(t.parents, 3);
   const at::Tensor tree_logits = m->forward(tr, tree).logits;
   EXPECT_TRUE(at::equal(tree_logits.slice(0, 3), stepwise.slice(0, 3))) << "tree branch vs single steps";
+  set_compute_threads(before);
 }
+
+INSTANTIATE_TEST_SUITE_P(EveryType, ModelBatchInvariance,
+                         ::testing::Combine(::testing::Values(WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0),
+                                            ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return std::string(wtype_name(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "threads";
+                         });
 
 }  // namespace splitspec::test
