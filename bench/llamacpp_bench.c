@@ -15,6 +15,7 @@
  * verification needs), rolled back after each; the rows are timed in turn,
  * the median reported. Context defaults are llama.cpp's own (its users'
  * experience): flash attention "auto" and an F16 KV cache. */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,8 @@ static void quiet(enum ggml_log_level level, const char *text, void *ud) {
   if (level >= GGML_LOG_LEVEL_ERROR || getenv("VERBOSE")) fputs(text, stderr);
 }
 
-/* "1,2,3" (a trailing newline allowed) into out; -1 if malformed. */
+/* "1,2,3" (a trailing newline allowed) into out; -1 if malformed or longer
+ * than max. */
 static int parse_ids(const char *s, llama_token *out, int max) {
   int n = 0;
   while (*s && *s != '\n' && n < max) {
@@ -56,7 +58,7 @@ static int parse_ids(const char *s, llama_token *out, int max) {
     if (*end == ',') ++end;
     s = end;
   }
-  return n;
+  return *s && *s != '\n' ? -1 : n;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -115,8 +117,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "tokenize") == 0 && argc >= 5) {
-    llama_token ids[8192];
-    const int n = llama_tokenize(vocab, argv[4], (int32_t)strlen(argv[4]), ids, 8192, 1, 0);
+    const int cap = (int)strlen(argv[4]) + 2;  /* at most a token a byte, and BOS */
+    llama_token *ids = malloc(sizeof(llama_token) * (size_t)cap);
+    if (!ids) die("out of memory");
+    const int n = llama_tokenize(vocab, argv[4], (int32_t)strlen(argv[4]), ids, cap, 1, 0);
     if (n < 0) die("tokenize failed");
     printf("{\"ids\": [");
     for (int i = 0; i < n; ++i) printf("%s%d", i ? ", " : "", ids[i]);
@@ -130,24 +134,26 @@ int main(int argc, char **argv) {
     struct llama_batch b = llama_batch_init(n_ctx, 0, 1);
     FILE *prompts = strcmp(cmd, "greedy-file") == 0 ? fopen(argv[6], "r") : NULL;
     if (strcmp(cmd, "greedy-file") == 0 && !prompts) die("cannot open the prompts file");
-    static char line[1 << 16];
+    char *line = NULL;
+    size_t line_cap = 0;
+    llama_token *prompt = malloc(sizeof(llama_token) * (size_t)n_ctx);
+    llama_token *out = malloc(sizeof(llama_token) * (size_t)(n_new > 0 ? n_new : 1));
+    if (!prompt || !out) die("out of memory");
     for (int index = 0;; ++index) {
       const char *spec = argv[6];
       if (prompts) {
-        if (!fgets(line, sizeof line, prompts)) break;
+        if (getline(&line, &line_cap, prompts) < 0) break;
         spec = line;
       } else if (index > 0) {
         break;
       }
-      llama_token prompt[8192];
-      const int n_prompt = parse_ids(spec, prompt, 8192);
-      if (n_prompt <= 0) die("bad prompt ids");
+      const int n_prompt = parse_ids(spec, prompt, n_ctx);
+      if (n_prompt <= 0) die("bad prompt ids (or more than the context holds)");
       if (n_prompt + n_new > n_ctx) die("prompt and new tokens exceed the context");
       llama_memory_clear(llama_get_memory(ctx), 1);
       const double t0 = now_ms();
       decode(ctx, &b, prompt, n_prompt, 0, 0);
       const double t1 = now_ms();
-      llama_token out[8192];
       int pos = n_prompt;
       for (int i = 0; i < n_new; ++i) {
         const float *logits = llama_get_logits_ith(ctx, -1);
@@ -165,6 +171,9 @@ int main(int argc, char **argv) {
              t1 - t0, t2 - t1, t2 - t0, (t2 - t0) / n_new, status_kb("VmRSS:"), status_kb("VmHWM:"), rss_before, threads);
       fflush(stdout);
     }
+    free(prompt);
+    free(out);
+    free(line);
     llama_batch_free(b);
     llama_free(ctx);
     llama_model_free(model);
@@ -182,7 +191,8 @@ int main(int argc, char **argv) {
     if (ctx_len + max_k > n_ctx) die("context and k exceed the model's context");
     struct llama_context *ctx = context(model, threads, n_ctx);
     struct llama_batch b = llama_batch_init(n_ctx, 0, 1);
-    llama_token ids[8192];
+    llama_token *ids = malloc(sizeof(llama_token) * (size_t)n_ctx);
+    if (!ids) die("out of memory");
     unsigned seed = 7;
     for (int i = 0; i < ctx_len + max_k; ++i) {
       seed = seed * 1664525u + 1013904223u;

@@ -128,9 +128,14 @@ class Bench:
         return {r["new_tokens"]: r["ms"] for r in j["rows"]}, j
 
     def ours_generate(self, target, jsonl, threads, n_new, extra):
+        # Every prompt must come back: a refused one fails the run (exit 1)
+        # rather than shifting the pairing of results.
         out = run([self.ss, "generate", "--target", target, "--prompts-file", jsonl, "--max-new-tokens", str(n_new),
                    "--ignore-eos", "--json", "--threads", str(threads), *extra], env=self.env)
-        return json_lines(out)
+        res = sorted(json_lines(out), key=lambda r: r["index"])
+        if [r["index"] for r in res] != list(range(len(res))):
+            raise RuntimeError(f"generate returned indices {[r['index'] for r in res]}")
+        return res
 
     def llama_greedy(self, g, threads, n_new, ids_file):
         return json_lines(self.llama(g, "greedy-file", threads, n_new, ids_file))

@@ -234,7 +234,9 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   spec.tree.max_children = o.tree_max_children;
   spec.tree.draft_width = o.tree_draft_width;
   spec.options = o.drafter_options;
-  spec.threads = compute_threads();
+  // A drafter's own worker threads (model-tree's provisional drafting) run
+  // beside the target's forward: one each unless asked for more.
+  spec.threads = o.threads > 0 ? o.threads : 1;
   spec.verify_cost = !local                     ? VerifyCost::kRoundTrip
                      : o.memory_budget.empty()  ? VerifyCost::kCompute
                                                 : VerifyCost::kWeightReads;

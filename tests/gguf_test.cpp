@@ -156,7 +156,8 @@ TEST(Gguf, BadFilesAreClearErrors) {
   bad[0] = 'X';
   EXPECT_NE(import_error(bad).find("not a GGUF file"), std::string::npos);
   EXPECT_NE(import_error(good.substr(0, good.size() / 2)).find("truncated?"), std::string::npos);
-  EXPECT_NE(import_error(good.substr(0, 1000)).find("truncated GGUF file"), std::string::npos);
+  EXPECT_NE(import_error(good.substr(0, 1000)).find("truncated"), std::string::npos);
+  EXPECT_NE(import_error(good.substr(0, 60)).find("truncated GGUF file"), std::string::npos);
   EXPECT_NE(import_error(good.substr(0, 10)).find("shorter than a GGUF header"), std::string::npos);
   bad = good;
   bad[4] = 7;  // version
@@ -179,6 +180,19 @@ TEST(Gguf, BadFilesAreClearErrors) {
             std::string::npos);
   EXPECT_NE(error_of([&] { import_gguf(dir.str("missing.gguf"), dir.str("out"), std::nullopt); }).find("cannot open"),
             std::string::npos);
+  // A string array claiming 2^40 entries, and a tensor offset near 2^64:
+  // clear errors, never an allocation of that size or a wrapped pointer.
+  bad = good;
+  const std::string tokens_key = "tokenizer.ggml.tokens";
+  const size_t count_at = bad.find(tokens_key) + tokens_key.size() + 4 + 4;  // value type, element type
+  const uint64_t huge = uint64_t{1} << 40;
+  std::memcpy(&bad[count_at], &huge, 8);
+  EXPECT_NE(import_error(bad).find("claims 1099511627776 strings"), std::string::npos);
+  bad = good;
+  const size_t offset_at = bad.find(name) + name.size() + 4 + 2 * 8 + 4;  // the tensor type, then its offset
+  const uint64_t wrap = ~uint64_t{0} - 31;
+  std::memcpy(&bad[offset_at], &wrap, 8);
+  EXPECT_NE(import_error(bad).find("lies outside the file"), std::string::npos);
 }
 
 TEST(Gguf, StoriesConvertsAndRefusesQuantizingItsOddWidths) {

@@ -51,7 +51,11 @@ std::vector<PromptRecord> read_prompt_records(const std::string& path, int32_t m
 
 std::vector<std::string> read_prompts(const std::string& path, int32_t max) {
   std::vector<std::string> out;
-  for (PromptRecord& r : read_prompt_records(path, max)) out.push_back(std::move(r.text));
+  for (PromptRecord& r : read_prompt_records(path, max)) {
+    if (!r.ids.empty())
+      throw Error(path + ": this command takes text prompts (\"prompt\" or \"turns\"), not \"prompt_ids\"");
+    out.push_back(std::move(r.text));
+  }
   return out;
 }
 

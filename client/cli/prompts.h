@@ -20,6 +20,7 @@ struct PromptRecord {
 // "prompt_ids" (token ids, verbatim); at most `max` (<= 0: all). Throws
 // splitspec::Error naming the line at fault.
 std::vector<PromptRecord> read_prompt_records(const std::string& path, int32_t max);
+// The texts alone; a line of prompt_ids is an error here.
 std::vector<std::string> read_prompts(const std::string& path, int32_t max);
 
 // Each text tokenized with BOS first; a prompt longer than `keep` tokens

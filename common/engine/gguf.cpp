@@ -1,17 +1,14 @@
 #include "common/engine/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 
 #include "common/util/error.h"
+#include "common/util/mapped_file.h"
 
 namespace splitspec {
 
@@ -74,6 +71,9 @@ uint64_t scalar_size(GgufType t) {
   }
 }
 
+// A float's integer part, or 0 when it has none that fits.
+int64_t integral(double v) { return std::isfinite(v) && std::fabs(v) < 9.2e18 ? static_cast<int64_t>(v) : 0; }
+
 // A numeric scalar of type t as (double, int64).
 void read_number(Cursor& c, GgufType t, double* num, int64_t* i) {
   switch (t) {
@@ -86,8 +86,8 @@ void read_number(Cursor& c, GgufType t, double* num, int64_t* i) {
     case GgufType::kU64: *i = static_cast<int64_t>(c.read<uint64_t>("value")); break;
     case GgufType::kI64: *i = c.read<int64_t>("value"); break;
     case GgufType::kBool: *i = c.read<uint8_t>("value") != 0; break;
-    case GgufType::kF32: *num = c.read<float>("value"); *i = static_cast<int64_t>(*num); return;
-    case GgufType::kF64: *num = c.read<double>("value"); *i = static_cast<int64_t>(*num); return;
+    case GgufType::kF32: *num = c.read<float>("value"); *i = integral(*num); return;
+    case GgufType::kF64: *num = c.read<double>("value"); *i = integral(*num); return;
     default: break;
   }
   *num = static_cast<double>(*i);
@@ -136,27 +136,12 @@ const char* ggml_type_name(uint32_t type) {
   }
 }
 
-GgufFile::GgufFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(path + ": not a regular file");
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ < 24) {
-    ::close(fd);
+GgufFile::GgufFile(const std::string& path) : path_(path), file_(std::make_unique<MappedFile>(path)) {
+  size_ = file_->size();
+  if (size_ < 24)
     throw Error(path + ": not a GGUF file (" + std::to_string(size_) + " bytes, shorter than a GGUF header)");
-  }
-  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw Error(path + ": mmap failed: " + std::strerror(errno));
-  }
-  try {
-    const auto* base = static_cast<const uint8_t*>(map_);
+  {
+    const uint8_t* base = file_->data();
     Cursor c(base, size_, path_);
     if (std::memcmp(base, "GGUF", 4) != 0) throw Error(path + ": not a GGUF file (its first bytes are not 'GGUF')");
     c.read<uint32_t>("magic");
@@ -179,13 +164,18 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
         v.elem = static_cast<GgufType>(c.read<uint32_t>("array type"));
         const uint64_t n = c.read<uint64_t>("array length");
         if (v.elem == GgufType::kString) {
-          if (n > size_ / 8)  // each string takes at least its 8-byte length throw Error(path + ": metadata '" + key + "' claims " + std::to_string(n) + " strings");
+          // Each string takes at least its 8-byte length.
+          if (n > size_ / 8)
+            throw Error(path + ": metadata '" + key + "' claims " + std::to_string(n) +
+                        " strings, more than the file holds: truncated or corrupt");
           v.strs.reserve(n);
           for (uint64_t k = 0; k < n; ++k) v.strs.push_back(c.string("array string"));
         } else {
           const uint64_t es = scalar_size(v.elem);
           if (es == 0) throw Error(path + ": metadata '" + key + "' is an array of an unsupported type");
-          if (n > size_ / es) throw Error(path + ": metadata '" + key + "' claims " + std::to_string(n) + " values");
+          if (n > size_ / es)
+            throw Error(path + ": metadata '" + key + "' claims " + std::to_string(n) +
+                        " values, more than the file holds: truncated or corrupt");
           c.need(n * es, "array");
           if (v.elem == GgufType::kU8 || v.elem == GgufType::kI8) {
             v.bytes.assign(reinterpret_cast<const char*>(base + c.pos()), n);
@@ -208,8 +198,8 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     uint64_t alignment = kAlignment;
     if (auto a = kv_.find("general.alignment"); a != kv_.end()) {
       alignment = static_cast<uint64_t>(a->second.i64);
-      if (alignment == 0 || (alignment & (alignment - 1)) != 0)
-        throw Error(path + ": general.alignment " + std::to_string(alignment) + " is not a power of two");
+      if (alignment == 0 || alignment > (1u << 20) || (alignment & (alignment - 1)) != 0)
+        throw Error(path + ": general.alignment " + std::to_string(alignment) + " is not a power of two up to 1 MiB");
     }
     std::set<std::string> names;
     for (uint64_t i = 0; i < n_tensors; ++i) {
@@ -239,21 +229,16 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     const uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
     for (GgufTensor& t : tensors_) {
       if (t.nbytes == 0) continue;  // an unknown type: named when a converter asks for it
-      if (t.offset % alignment != 0 || data_start + t.offset > size_ || t.nbytes > size_ - data_start - t.offset)
+      if (t.offset % alignment != 0 || data_start > size_ || t.offset > size_ - data_start ||
+          t.nbytes > size_ - data_start - t.offset)
         throw Error(path + ": tensor '" + t.name + "' (" + std::to_string(t.nbytes) + " bytes at offset " +
                     std::to_string(t.offset) + ") lies outside the file: truncated?");
       t.data = base + data_start + t.offset;
     }
-  } catch (...) {
-    ::munmap(map_, size_);
-    map_ = nullptr;
-    throw;
   }
 }
 
-GgufFile::~GgufFile() {
-  if (map_) ::munmap(map_, size_);
-}
+GgufFile::~GgufFile() = default;
 
 const GgufValue& GgufFile::get(const std::string& key) const {
   auto it = kv_.find(key);

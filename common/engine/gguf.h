@@ -11,6 +11,8 @@
 
 namespace splitspec {
 
+class MappedFile;
+
 // GGUF's metadata value types.
 enum class GgufType : uint32_t {
   kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
@@ -63,7 +65,7 @@ class GgufFile {
 
  private:
   std::string path_;
-  void* map_ = nullptr;
+  std::unique_ptr<MappedFile> file_;
   size_t size_ = 0;
   uint32_t version_ = 0;
   std::map<std::string, GgufValue> kv_;

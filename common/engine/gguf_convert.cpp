@@ -115,6 +115,13 @@ void export_gguf(const std::string& dir, const std::string& out, std::optional<W
   if (!spm.ParseFromString(spm_bytes)) throw Error(tok_path.string() + ": not a SentencePiece model");
   if (spm.trainer_spec().model_type() != spm::TrainerSpec::BPE)
     throw Error(tok_path.string() + ": llama.cpp's llama tokenizer reproduces SentencePiece BPE models only");
+  // llama.cpp applies no normalisation but the whitespace escape: a model
+  // that normalises (NFKC, collapsing spaces) would tokenize differently there.
+  const auto& ns = spm.normalizer_spec();
+  if ((ns.has_name() && ns.name() != "identity") || !ns.precompiled_charsmap().empty() || ns.remove_extra_whitespaces() ||
+      !ns.escape_whitespaces())
+    throw Error(tok_path.string() + ": its normalizer ('" + ns.name() +
+                "', or removing extra whitespace) is one llama.cpp does not apply; only identity normalisation exports");
   if (spm.pieces_size() != c.vocab_size)
     throw Error(tok_path.string() + ": " + std::to_string(spm.pieces_size()) + " pieces for a vocabulary of " +
                 std::to_string(c.vocab_size));
@@ -194,7 +201,8 @@ uint32_t meta_u32(const GgufFile& f, const std::string& key, std::optional<uint3
     f.get(key);  // throws, naming the key
   }
   const GgufValue& v = f.get(key);
-  if (v.type == GgufType::kString || v.type == GgufType::kArray || v.i64 < 0 || v.i64 > UINT32_MAX)
+  if (v.type == GgufType::kString || v.type == GgufType::kArray || v.i64 < 0 || v.i64 > UINT32_MAX ||
+      v.num != static_cast<double>(v.i64))
     throw Error(f.path() + ": GGUF metadata '" + key + "' is not a count");
   return static_cast<uint32_t>(v.i64);
 }
@@ -230,12 +238,9 @@ std::string spm_model(const GgufFile& f, int64_t vocab) {
     auto* piece = p.add_pieces();
     piece->set_piece(tokens.strs[i]);
     piece->set_score(scores ? static_cast<float>(scores->nums[i]) : 0.0f);
-    const int t = types ? static_cast<int>(types->nums[i]) : 1;
-    if (t < 1 || t > 6) {
-      piece->set_type(spm::ModelProto::SentencePiece::NORMAL);
-    } else {
-      piece->set_type(static_cast<spm::ModelProto::SentencePiece::Type>(t));
-    }
+    const double tv = types ? types->nums[i] : 1.0;
+    const int t = tv >= 1 && tv <= 6 ? static_cast<int>(tv) : 1;
+    piece->set_type(static_cast<spm::ModelProto::SentencePiece::Type>(t));
     bytes |= t == 6;
   }
   auto* ts = p.mutable_trainer_spec();
@@ -304,7 +309,8 @@ void import_gguf(const std::string& path, const std::string& out_dir, std::optio
     const auto wt = wtype_of(t->type);
     if (!wt)
       throw Error(path + ": tensor '" + name + "' is " + ggml_type_name(t->type) +
-                  ", which SplitSpec does not read; requantize the model to q8_0 or q4_0 with llama.cpp first");
+                  ", which SplitSpec does not read; requantize it to q8_0 or q4_0 with llama.cpp first (llama-quantize "
+                  "--pure keeps the output tensor at the same type)");
     const int64_t rows = shape.size() == 2 ? shape[0] : 1;
     MatrixRef m{*wt, t->data, rows, shape.back()};
     if (const int64_t heads = permute_heads(hf, c)) {

@@ -19,6 +19,10 @@ KVCache::KVCache(const ModelConfig& c, int64_t capacity) : capacity_(capacity) {
   values_ = at::empty({c.num_hidden_layers, c.num_key_value_heads, capacity, c.head_dim}, opts);
 }
 
+bool KVCache::fits(const ModelConfig& c) const {
+  return keys_.size(0) == c.num_hidden_layers && keys_.size(1) == c.num_key_value_heads && keys_.size(3) == c.head_dim;
+}
+
 size_t KVCache::bytes() const { return 2 * keys_.numel() * keys_.element_size(); }
 
 void KVCache::write(int64_t layer, const at::Tensor& k, const at::Tensor& v) {

@@ -18,6 +18,8 @@ class KVCache {
   int64_t size() const { return size_; }
   int64_t capacity() const { return capacity_; }
   int64_t num_layers() const { return keys_.size(0); }
+  // Whether this cache has `config`'s layers, key-value heads and head size.
+  bool fits(const ModelConfig& config) const;
   // Bytes held by the preallocated storage (keys and values).
   size_t bytes() const;
 

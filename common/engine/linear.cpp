@@ -22,7 +22,11 @@ namespace splitspec::kernels {
 
 namespace {
 
-std::atomic<int> g_threads{1};
+// Each thread's own count, as OpenMP's is: a pre-drafting worker that runs
+// on one thread must not change the main thread's. Threads that never set
+// one use the first count set in the process.
+std::atomic<int> g_default_threads{0};
+thread_local int t_threads = 0;
 
 bool cpu_has(Isa isa) {
   switch (isa) {
@@ -133,8 +137,17 @@ void check(const MatrixRef& w) {
 
 }  // namespace
 
-void set_threads(int n) { g_threads.store(std::max(1, n)); }
-int threads() { return g_threads.load(std::memory_order_relaxed); }
+void set_threads(int n) {
+  t_threads = std::max(1, n);
+  int unset = 0;
+  g_default_threads.compare_exchange_strong(unset, t_threads);
+}
+
+int threads() {
+  if (t_threads > 0) return t_threads;
+  const int d = g_default_threads.load(std::memory_order_relaxed);
+  return d > 0 ? d : 1;
+}
 
 const char* isa_name(Isa isa) {
   switch (isa) {

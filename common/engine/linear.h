@@ -17,7 +17,9 @@
 //     integer sum of weight times input, times d_w * d_x, with one fused
 //     multiply-add. (Integer sums are exact in any order, so the bodies
 //     vectorise across 16 output rows of a packed matrix instead.)
-// So a server on x86 and a robot on ARM compute the same logits.
+// So a server on x86 and a robot on ARM compute the same matrix products
+// (the forward's other kernels, attention among them, still differ between
+// their vector and scalar paths; within one machine every result is fixed).
 // Quantized matrices run fast when packed (weight_type.h); plain ones run
 // the reference.
 #include <cstdint>

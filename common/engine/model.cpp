@@ -91,8 +91,8 @@ std::shared_ptr<Model> Model::from_weights(const ModelConfig& c, const ModelWeig
   c.validate(name);
   c10::InferenceMode guard;
   std::vector<at::Tensor> keep;
-  return std::shared_ptr<Model>(
-      new Model(c, build_weight_set(c, tensor_source(c, src, keep), type, false, name), std::move(name)));
+  WeightSet w = build_weight_set(c, tensor_source(c, src, keep), type, false, name);
+  return std::shared_ptr<Model>(new Model(c, std::move(w), std::move(name)));
 }
 
 std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
@@ -225,6 +225,8 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
   const int64_t past = cache.size();
   const int64_t total = past + n;
   if (n == 0) throw Error("forward: no tokens given");
+  if (!cache.fits(c))
+    throw Error("forward: the KV cache was made for a model of another shape than " + name_);
   if (total > cache.capacity())
     throw Error("forward: context of " + std::to_string(total) + " tokens exceeds the KV cache capacity of " +
                 std::to_string(cache.capacity()));

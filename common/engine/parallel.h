@@ -7,7 +7,9 @@
 
 namespace splitspec::kernels {
 
-// The compute thread count every kernel uses (set_compute_threads sets it).
+// The compute thread count the kernels use on the calling thread
+// (set_compute_threads sets it); a thread that never set one gets the first
+// count set in the process.
 void set_threads(int n);
 int threads();
 

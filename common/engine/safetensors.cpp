@@ -1,9 +1,5 @@
 #include "common/engine/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -13,6 +9,7 @@
 #include <sstream>
 
 #include "common/util/error.h"
+#include "common/util/mapped_file.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -77,28 +74,13 @@ int64_t TensorInfo::numel() const {
   return n;
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(path + ": not a regular file");
-  }
-  map_size_ = static_cast<size_t>(st.st_size);
-  if (map_size_ < 8) {
-    ::close(fd);
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(std::make_unique<MappedFile>(path)) {
+  const size_t map_size_ = file_->size();
+  if (map_size_ < 8)
     throw Error(path + ": truncated safetensors file (" + std::to_string(map_size_) +
                 " bytes, need at least the 8-byte header length)");
-  }
-  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw Error(path + ": mmap failed: " + std::strerror(errno));
-  }
-  try {
-    const auto* base = static_cast<const uint8_t*>(map_);
+  {
+    const uint8_t* base = file_->data();
     uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];  // little-endian
     if (header_len > kMaxHeaderBytes || header_len > map_size_ - 8) {
@@ -189,16 +171,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       max_end = cur.second;
       max_end_owner = i;
     }
-  } catch (...) {
-    ::munmap(map_, map_size_);
-    map_ = nullptr;
-    throw;
   }
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, map_size_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 SafetensorsModel::SafetensorsModel(const std::string& dir) {
   const fs::path single = fs::path(dir) / "model.safetensors";

@@ -10,6 +10,8 @@
 
 namespace splitspec {
 
+class MappedFile;
+
 enum class DType { F32, F16, BF16, I64, I32, U8 };
 
 size_t dtype_size(DType d);
@@ -46,8 +48,7 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  std::unique_ptr<MappedFile> file_;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
 };

@@ -52,7 +52,10 @@ StreamedWeights::StreamedWeights(const std::string& dir, const ModelConfig& conf
     bytes_read_ = 0;
     reads_ = 0;
     read_ms_ = 0;
-    if (options_.pipeline && !streamed_.empty()) loader_ = std::thread([this] { loader_loop(); });
+    if (!streamed_.empty() && options_.pipeline) {
+      if (ring_bytes_ == 0) throw Error("streamed weights: nothing to read ahead into (internal sizing error)");
+      loader_ = std::thread([this] { loader_loop(); });
+    }
   } catch (...) {
     for (uint8_t* p : allocations_) std::free(p);
     for (int fd : fds_) ::close(fd);
@@ -167,7 +170,7 @@ void StreamedWeights::allocate(const ModelConfig& c) {
   const uint64_t row_fp32 = static_cast<uint64_t>(c.hidden_size) * sizeof(float);
   cached_rows_ = static_cast<int64_t>(std::min<uint64_t>({256, static_cast<uint64_t>(c.vocab_size), budget / 16 / row_fp32}));
   const uint64_t cache_bytes = cached_rows_ * row_fp32;
-  fixed_bytes_ = norm_bytes + row_buffer_bytes_ + (cached_rows_ > 0 ? round_up(cache_bytes, 64) : 0);
+  fixed_bytes_ = round_up(norm_bytes, 64) + row_buffer_bytes_ + (cached_rows_ > 0 ? round_up(cache_bytes, 64) : 0);
   uint64_t all_resident = fixed_bytes_ + buffer_bytes_;
   for (const Unit& u : units_) all_resident += round_up(u.raw_bytes, 64);
   // With everything resident there is nothing to read ahead.

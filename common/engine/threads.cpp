@@ -54,6 +54,6 @@ void set_compute_threads(int n) {
   if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(n);
 }
 
-int compute_threads() { return at::get_num_threads(); }
+int compute_threads() { return kernels::threads(); }
 
 }  // namespace splitspec

@@ -109,6 +109,9 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
       return src;
     }
     w.owned.push_back(plain_bytes(src, to, where + ": " + name));
+    const MatrixRef converted{to, w.owned.back().data(), src.rows, src.cols};
+    if (to != src.type && first_non_finite_row(converted) >= 0)
+      throw Error(where + ": tensor '" + name + "' has values beyond what " + wtype_name(to) + " can hold");
     if (is_quantized(to)) pack_rows(to, w.owned.back().data(), src.rows, src.cols, scratch);
     return {to, w.owned.back().data(), src.rows, src.cols, is_quantized(to)};
   };
