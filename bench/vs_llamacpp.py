@@ -174,7 +174,7 @@ class Bench:
 
     def exactness(self):
         rows = []
-        for name in ["demo-target", "bench-50m"]:
+        for name in self.a.models:
             prompts = self.prompts(1 if self.a.quick else 3, "models/demo-target", 96)
             ids_file, jsonl = self.write_prompts(prompts, f"exact-{name}")
             for t in TYPES:
@@ -196,7 +196,7 @@ class Bench:
     def forwards(self):
         rows = []
         ks = [1, 5, 8]
-        for name in ["bench-50m", "demo-target"]:
+        for name in self.a.models:
             for t in TYPES:
                 d, g = self.model(name, t)
                 for threads in self.a.threads:
@@ -371,12 +371,15 @@ def main():
     p.add_argument("--prompts", default="../shared/prompts/spec_bench.jsonl")
     p.add_argument("--threads", default="1,2", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--e2e-types", default="q8_0,q4_0", type=lambda s: s.split(","))
+    p.add_argument("--models", default="bench-50m,demo-target", type=lambda s: s.split(","),
+                   help="models of the exactness and forward sections")
     p.add_argument("--blocks", type=int, default=2, help="ABBA blocks per comparison")
     p.add_argument("--seconds", type=float, default=0.5, help="per forward row and run")
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--exact-tokens", type=int, default=64)
     p.add_argument("--sections", default="info,tokenization,exactness,forwards,end_to_end,streamed")
     p.add_argument("--quick", action="store_true", help="fewer prompts and blocks: a smoke run")
+    p.add_argument("--merge", action="store_true", help="add to the report at --out instead of replacing it")
     p.add_argument("--machine", default=os.environ.get("MACHINE", "this machine"))
     p.add_argument("--out", default="bench/results/vs_llamacpp.md")
     a = p.parse_args()
@@ -385,8 +388,20 @@ def main():
     if not os.path.exists(a.prompts):
         sys.exit(f"vs_llamacpp: {a.prompts} not found (give --prompts FILE.jsonl in Spec-Bench's format)")
     b = Bench(a)
+    if a.merge and os.path.exists(os.path.splitext(a.out)[0] + ".json"):
+        # Sections run in separate sittings land in one report; rows of the
+        # same section are kept from earlier runs for other models.
+        with open(os.path.splitext(a.out)[0] + ".json") as f:
+            old = json.load(f)
+        for key, value in old.items():
+            if key != "args":
+                b.report[key] = value
     for s in a.sections.split(","):
+        before = b.report.get(s.replace("info", "llama_cpp"))
         getattr(b, s)()
+        if a.merge and isinstance(before, list) and s in ("exactness", "forwards"):
+            kept = [r for r in before if r["model"] not in a.models]
+            b.report[s] = kept + b.report[s]
     md = b.markdown()
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:

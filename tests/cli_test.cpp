@@ -73,7 +73,7 @@ TEST(CliBadInput, ClearErrorsNeverCrashes) {
       {m + "--prompt-ids 1,77", "prompt token id 77 outside the vocabulary [0, 50)"},
       {m + "--prompt-ids 1,-4", "prompt token id -4 outside the vocabulary"},
       {m + "--prompt hello", "tokenizer not found"},
-      {m, "give --prompt or --prompt-ids"},
+      {m, "give --prompt, --prompt-ids or --prompts-file"},
       {m + "--prompt-ids " + long_prompt,
        "does not fit the model's context of 64"},
       {m + "--prompt-ids 1 --temperature 1 --top-p 2", "top-p must be in (0, 1]"},
