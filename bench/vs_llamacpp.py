@@ -48,6 +48,12 @@ def bootstrap_ratio(num, den, reps=2000, seed=1):
     return est, boots[int(0.025 * reps)], boots[int(0.975 * reps) - 1]
 
 
+def md_table(header, rows):
+    """A markdown table and the blank line after it."""
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] +
+            ["| " + " | ".join(row) + " |" for row in rows] + [""])
+
+
 def fmt_ratio(r):
     return f"{r[0]:.2f}x ({r[1]:.2f}-{r[2]:.2f})"
 
@@ -321,42 +327,35 @@ class Bench:
             t = r["tokenization"]
             lines += [f"**Tokenization:** identical ids in {t['identical']} of {t['prompts']} Spec-Bench prompts.", ""]
         if "exactness" in r:
-            lines += ["## Exactness (greedy, same prompt ids, 1 thread)", "",
-                      "| model | type | identical outputs | mean agreeing prefix (tokens) |", "|---|---|---|---|"]
-            for e in r["exactness"]:
-                lines.append(f"| {e['model']} | {e['type']} | {e['identical']}/{e['prompts']} | "
-                             f"{e['mean_agreeing_prefix']:.1f} of {e['tokens']} |")
-            lines.append("")
+            lines += ["## Exactness (greedy, same prompt ids, 1 thread)", ""]
+            lines += md_table(["model", "type", "identical outputs", "mean agreeing prefix (tokens)"],
+                              [[e["model"], e["type"], f"{e['identical']}/{e['prompts']}",
+                                f"{e['mean_agreeing_prefix']:.1f} of {e['tokens']}"] for e in r["exactness"]])
         if "forwards" in r:
-            lines += ["## Forward passes (context 128)", "",
-                      "| model | type | threads | ours 1-token ms | llama.cpp 1-token ms | speedup | ours / bandwidth bound | "
-                      "ours k=5, k=8 over k=1 | llama.cpp k=5, k=8 over k=1 | peak RSS ours / llama.cpp (weights) |",
-                      "|---|---|---|---|---|---|---|---|---|---|"]
-            for f in r["forwards"]:
-                lines.append(
-                    f"| {f['model']} | {f['type']} | {f['threads']} | {f['ours_ms'][1]:.3f} | {f['llama_ms'][1]:.3f} | "
-                    f"{fmt_ratio(f['speedup_1'])} | {f['ours_over_bound']:.2f}x | "
-                    f"{f['ours_k_over_1'][5]:.2f}, {f['ours_k_over_1'][8]:.2f} | "
-                    f"{f['llama_k_over_1'][5]:.2f}, {f['llama_k_over_1'][8]:.2f} | "
-                    f"{f['ours_peak_rss'] / 1e6:.0f} / {f['llama_peak_rss'] / 1e6:.0f} MB ({f['weight_bytes'] / 1e6:.0f} MB) |")
-            lines.append("")
+            lines += ["## Forward passes (context 128)", ""]
+            lines += md_table(
+                ["model", "type", "threads", "ours 1-token ms", "llama.cpp 1-token ms", "speedup", "ours / bandwidth bound",
+                 "ours k=5, k=8 over k=1", "llama.cpp k=5, k=8 over k=1", "peak RSS ours / llama.cpp (weights)"],
+                [[f["model"], f["type"], str(f["threads"]), f"{f['ours_ms'][1]:.3f}", f"{f['llama_ms'][1]:.3f}",
+                  fmt_ratio(f["speedup_1"]), f"{f['ours_over_bound']:.2f}x",
+                  f"{f['ours_k_over_1'][5]:.2f}, {f['ours_k_over_1'][8]:.2f}",
+                  f"{f['llama_k_over_1'][5]:.2f}, {f['llama_k_over_1'][8]:.2f}",
+                  f"{f['ours_peak_rss'] / 1e6:.0f} / {f['llama_peak_rss'] / 1e6:.0f} MB ({f['weight_bytes'] / 1e6:.0f} MB)"]
+                 for f in r["forwards"]])
         for e in r.get("end_to_end", []):
             lines += [f"## End to end: demo pair at {e['type']}, {e['threads']} thread(s), {e['prompts']} Spec-Bench "
-                      f"prompts x {e['new_tokens']} tokens, greedy", "",
-                      "| system | mode | ms/token | speedup over llama.cpp plain (C) | over our local-ar | "
-                      "outputs identical to llama.cpp plain | to our local-ar |", "|---|---|---|---|---|---|---|"]
-            for row in e["rows"]:
-                lines.append(f"| {row['system']} | {row['mode']} | {row['ms_per_token']:.3f} | "
-                             f"{fmt_ratio(row['vs_llama_plain'])} | {fmt_ratio(row['vs_ours_ar'])} | "
-                             f"{row['same_as_llama_plain']}/{e['prompts']} | {row['same_as_ours_ar']}/{e['prompts']} |")
-            lines.append("")
+                      f"prompts x {e['new_tokens']} tokens, greedy", ""]
+            lines += md_table(
+                ["system", "mode", "ms/token", "speedup over llama.cpp plain (C)", "over our local-ar",
+                 "outputs identical to llama.cpp plain", "to our local-ar"],
+                [[row["system"], row["mode"], f"{row['ms_per_token']:.3f}", fmt_ratio(row["vs_llama_plain"]),
+                  fmt_ratio(row["vs_ours_ar"]), f"{row['same_as_llama_plain']}/{e['prompts']}",
+                  f"{row['same_as_ours_ar']}/{e['prompts']}"] for row in e["rows"]])
         if "streamed" in r:
-            lines += ["## Streamed target at a 25% budget: Q4_0 against F32 (demo target, 1 thread)", "",
-                      "| mode | F32 ms/token | Q4_0 ms/token | Q4_0 speedup |", "|---|---|---|---|"]
-            for s in r["streamed"]:
-                lines.append(f"| {s['mode']} | {s['f32_ms_per_token']:.2f} | {s['q4_0_ms_per_token']:.2f} | "
-                             f"{fmt_ratio(s['speedup'])} |")
-            lines.append("")
+            lines += ["## Streamed target at a 25% budget: Q4_0 against F32 (demo target, 1 thread)", ""]
+            lines += md_table(["mode", "F32 ms/token", "Q4_0 ms/token", "Q4_0 speedup"],
+                              [[x["mode"], f"{x['f32_ms_per_token']:.2f}", f"{x['q4_0_ms_per_token']:.2f}",
+                                fmt_ratio(x["speedup"])] for x in r["streamed"]])
         return "\n".join(lines)
 
 
@@ -396,6 +395,9 @@ def main():
         for key, value in old.items():
             if key != "args":
                 b.report[key] = value
+        for row in b.report.get("forwards", []):  # JSON made the k keys strings
+            for field in ["ours_ms", "llama_ms", "ours_k_over_1", "llama_k_over_1"]:
+                row[field] = {int(k): v for k, v in row[field].items()}
     for s in a.sections.split(","):
         before = b.report.get(s.replace("info", "llama_cpp"))
         getattr(b, s)()

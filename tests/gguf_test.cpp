@@ -10,8 +10,6 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/engine/gguf_convert.h"
 #include "common/engine/model.h"
@@ -23,18 +21,6 @@
 namespace splitspec::test {
 
 namespace {
-
-std::string bytes_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 at::Tensor prompt_logits(const Model& m) {
   c10::InferenceMode guard;
@@ -89,7 +75,7 @@ TEST(Gguf, RoundTripIsTheSameModelAtEveryType) {
     EXPECT_EQ(m->weight_type(), t);
     // The model converted in memory, and the one that went through GGUF.
     EXPECT_TRUE(at::equal(prompt_logits(*m), prompt_logits(*Model::load(demo_target_dir(), t)))) << wtype_name(t);
-    EXPECT_EQ(bytes_of(back + "/tokenizer.model"), bytes_of(demo_target_dir() + "/tokenizer.model"));
+    EXPECT_EQ(read_file(back + "/tokenizer.model"), read_file(demo_target_dir() + "/tokenizer.model"));
     EXPECT_EQ(load_model_config(back).vocab_size, source->config().vocab_size);
     EXPECT_TRUE(load_model_config(back).tie_word_embeddings);
   }
@@ -131,7 +117,7 @@ TEST(Gguf, VocabularyWithoutOurTokenizerFileTokenizesTheSame) {
   export_gguf(demo_target_dir(), dir.str("a.gguf"), std::nullopt);
   rewrite(dir.str("a.gguf"), dir.str("b.gguf"), "splitspec.tokenizer.sentencepiece_model");
   import_gguf(dir.str("b.gguf"), dir.str("b"), std::nullopt);
-  EXPECT_NE(bytes_of(dir.str("b/tokenizer.model")), bytes_of(demo_target_dir() + "/tokenizer.model"));
+  EXPECT_NE(read_file(dir.str("b/tokenizer.model")), read_file(demo_target_dir() + "/tokenizer.model"));
   const Tokenizer original(demo_target_dir()), rebuilt(dir.str("b"));
   for (const std::string& text : {std::string("Once upon a time, there was a dog."), std::string("  two  spaces\tand a tab\n"),
                                   std::string("ünïcödé ✓ 日本語 🙂"), std::string("1234567890"), std::string(""),
@@ -147,9 +133,9 @@ TEST(Gguf, VocabularyWithoutOurTokenizerFileTokenizesTheSame) {
 TEST(Gguf, BadFilesAreClearErrors) {
   TempDir dir;
   export_gguf(demo_target_dir(), dir.str("good.gguf"), WType::Q4_0);
-  const std::string good = bytes_of(dir.str("good.gguf"));
+  const std::string good = read_file(dir.str("good.gguf"));
   auto import_error = [&](const std::string& bytes) {
-    write_bytes(dir.str("bad.gguf"), bytes);
+    write_file(dir.str("bad.gguf"), bytes);
     return error_of([&] { import_gguf(dir.str("bad.gguf"), dir.str("out"), std::nullopt); });
   };
   std::string bad = good;

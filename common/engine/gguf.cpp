@@ -137,12 +137,12 @@ const char* ggml_type_name(uint32_t type) {
 }
 
 GgufFile::GgufFile(const std::string& path) : path_(path), file_(std::make_unique<MappedFile>(path)) {
-  size_ = file_->size();
-  if (size_ < 24)
-    throw Error(path + ": not a GGUF file (" + std::to_string(size_) + " bytes, shorter than a GGUF header)");
+  const size_t size = file_->size();
+  if (size < 24)
+    throw Error(path + ": not a GGUF file (" + std::to_string(size) + " bytes, shorter than a GGUF header)");
   {
     const uint8_t* base = file_->data();
-    Cursor c(base, size_, path_);
+    Cursor c(base, size, path_);
     if (std::memcmp(base, "GGUF", 4) != 0) throw Error(path + ": not a GGUF file (its first bytes are not 'GGUF')");
     c.read<uint32_t>("magic");
     version_ = c.read<uint32_t>("version");
@@ -165,7 +165,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(std::make_uniqu
         const uint64_t n = c.read<uint64_t>("array length");
         if (v.elem == GgufType::kString) {
           // Each string takes at least its 8-byte length.
-          if (n > size_ / 8)
+          if (n > size / 8)
             throw Error(path + ": metadata '" + key + "' claims " + std::to_string(n) +
                         " strings, more than the file holds: truncated or corrupt");
           v.strs.reserve(n);
@@ -173,7 +173,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(std::make_uniqu
         } else {
           const uint64_t es = scalar_size(v.elem);
           if (es == 0) throw Error(path + ": metadata '" + key + "' is an array of an unsupported type");
-          if (n > size_ / es)
+          if (n > size / es)
             throw Error(path + ": metadata '" + key + "' claims " + std::to_string(n) +
                         " values, more than the file holds: truncated or corrupt");
           c.need(n * es, "array");
@@ -229,8 +229,8 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(std::make_uniqu
     const uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
     for (GgufTensor& t : tensors_) {
       if (t.nbytes == 0) continue;  // an unknown type: named when a converter asks for it
-      if (t.offset % alignment != 0 || data_start > size_ || t.offset > size_ - data_start ||
-          t.nbytes > size_ - data_start - t.offset)
+      if (t.offset % alignment != 0 || data_start > size || t.offset > size - data_start ||
+          t.nbytes > size - data_start - t.offset)
         throw Error(path + ": tensor '" + t.name + "' (" + std::to_string(t.nbytes) + " bytes at offset " +
                     std::to_string(t.offset) + ") lies outside the file: truncated?");
       t.data = base + data_start + t.offset;
@@ -252,68 +252,56 @@ const GgufTensor* GgufFile::tensor(const std::string& name) const {
   return nullptr;
 }
 
-void GgufWriter::add_string(const std::string& key, const std::string& v) {
+void GgufWriter::key(const std::string& key, GgufType type) {
   put_string(kv_, key);
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kString));
-  put_string(kv_, v);
+  put<uint32_t>(kv_, static_cast<uint32_t>(type));
   ++kv_count_;
+}
+
+void GgufWriter::array(const std::string& key, GgufType elem, uint64_t count) {
+  this->key(key, GgufType::kArray);
+  put<uint32_t>(kv_, static_cast<uint32_t>(elem));
+  put<uint64_t>(kv_, count);
+}
+
+void GgufWriter::add_string(const std::string& key, const std::string& v) {
+  this->key(key, GgufType::kString);
+  put_string(kv_, v);
 }
 
 void GgufWriter::add_u32(const std::string& key, uint32_t v) {
-  put_string(kv_, key);
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kU32));
+  this->key(key, GgufType::kU32);
   put(kv_, v);
-  ++kv_count_;
 }
 
 void GgufWriter::add_f32(const std::string& key, float v) {
-  put_string(kv_, key);
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kF32));
+  this->key(key, GgufType::kF32);
   put(kv_, v);
-  ++kv_count_;
 }
 
 void GgufWriter::add_bool(const std::string& key, bool v) {
-  put_string(kv_, key);
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kBool));
+  this->key(key, GgufType::kBool);
   put<uint8_t>(kv_, v ? 1 : 0);
-  ++kv_count_;
 }
 
 void GgufWriter::add_strings(const std::string& key, const std::vector<std::string>& v) {
-  put_string(kv_, key);
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kArray));
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kString));
-  put<uint64_t>(kv_, v.size());
+  array(key, GgufType::kString, v.size());
   for (const auto& s : v) put_string(kv_, s);
-  ++kv_count_;
 }
 
 void GgufWriter::add_f32s(const std::string& key, const std::vector<float>& v) {
-  put_string(kv_, key);
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kArray));
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kF32));
-  put<uint64_t>(kv_, v.size());
+  array(key, GgufType::kF32, v.size());
   put(kv_, v.data(), v.size() * sizeof(float));
-  ++kv_count_;
 }
 
 void GgufWriter::add_i32s(const std::string& key, const std::vector<int32_t>& v) {
-  put_string(kv_, key);
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kArray));
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kI32));
-  put<uint64_t>(kv_, v.size());
+  array(key, GgufType::kI32, v.size());
   put(kv_, v.data(), v.size() * sizeof(int32_t));
-  ++kv_count_;
 }
 
 void GgufWriter::add_bytes(const std::string& key, const std::string& v) {
-  put_string(kv_, key);
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kArray));
-  put<uint32_t>(kv_, static_cast<uint32_t>(GgufType::kU8));
-  put<uint64_t>(kv_, v.size());
+  array(key, GgufType::kU8, v.size());
   put(kv_, v.data(), v.size());
-  ++kv_count_;
 }
 
 void GgufWriter::add_tensor(const std::string& name, const std::vector<int64_t>& ne, GgmlType type, const void* data,

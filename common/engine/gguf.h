@@ -66,7 +66,6 @@ class GgufFile {
  private:
   std::string path_;
   std::unique_ptr<MappedFile> file_;
-  size_t size_ = 0;
   uint32_t version_ = 0;
   std::map<std::string, GgufValue> kv_;
   std::vector<GgufTensor> tensors_;
@@ -90,6 +89,11 @@ class GgufWriter {
   void write(const std::string& path) const;
 
  private:
+  // Starts a pair: the key and its value's type.
+  void key(const std::string& key, GgufType type);
+  // Starts an array pair of `count` elements of type `elem`.
+  void array(const std::string& key, GgufType elem, uint64_t count);
+
   std::string kv_;  // encoded pairs
   uint64_t kv_count_ = 0;
   struct Tensor {

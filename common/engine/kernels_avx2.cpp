@@ -9,24 +9,12 @@
 #include <cmath>
 #include <limits>
 
+#include "common/engine/avx2_reduce.h"
 #include "common/engine/kernels.h"
 
 namespace splitspec::kernels::avx2 {
 
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i tail_mask(int64_t rem) {
-  alignas(32) int32_t m[8];
-  for (int i = 0; i < 8; ++i) m[i] = i < rem ? -1 : 0;
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(m));
-}
 
 // Four independent dot products at once: one alone is a chain of dependent
 // multiply-adds, latency-bound. Each result still has its own fixed sequence.

@@ -144,34 +144,31 @@ void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst) {
   const int64_t cols = m.cols;
   uint8_t block[2 + kQBlock];
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = m.row(r);  // unused for quantized types (read_block)
     float* y = dst + (r - r0) * cols;
     switch (m.type) {
-      case WType::F32: std::memcpy(y, row, cols * sizeof(float)); break;
+      case WType::F32: std::memcpy(y, m.row(r), cols * sizeof(float)); break;
       case WType::F16:
       case WType::BF16:
         for (int64_t i = 0; i < cols; ++i) {
           uint16_t h;
-          std::memcpy(&h, row + 2 * i, 2);
+          std::memcpy(&h, m.row(r) + 2 * i, 2);
           y[i] = m.type == WType::F16 ? half_to_float(h) : bf16_to_float(h);
         }
         break;
       case WType::Q8_0:
         for (int64_t b = 0; b < cols / kQBlock; ++b) {
           read_block(m, r, b, block);
-          const uint8_t* blk = block;
-          const float d = block_scale(blk);
-          for (int i = 0; i < kQBlock; ++i) y[b * kQBlock + i] = d * static_cast<float>(static_cast<int8_t>(blk[2 + i]));
+          const float d = block_scale(block);
+          for (int i = 0; i < kQBlock; ++i) y[b * kQBlock + i] = d * static_cast<float>(static_cast<int8_t>(block[2 + i]));
         }
         break;
       case WType::Q4_0:
         for (int64_t b = 0; b < cols / kQBlock; ++b) {
           read_block(m, r, b, block);
-          const uint8_t* blk = block;
-          const float d = block_scale(blk);
+          const float d = block_scale(block);
           for (int i = 0; i < kQBlock / 2; ++i) {
-            y[b * kQBlock + i] = d * static_cast<float>((blk[2 + i] & 0x0f) - 8);
-            y[b * kQBlock + i + 16] = d * static_cast<float>((blk[2 + i] >> 4) - 8);
+            y[b * kQBlock + i] = d * static_cast<float>((block[2 + i] & 0x0f) - 8);
+            y[b * kQBlock + i + 16] = d * static_cast<float>((block[2 + i] >> 4) - 8);
           }
         }
         break;
