@@ -18,7 +18,7 @@ QueuePolicy parse_queue_policy(const std::string& name) {
 }
 
 PreDrafter::PreDrafter(int workers, QueuePolicy policy, std::function<int32_t(int64_t)> budget, uint64_t seed)
-    : policy_(policy), budget_(std::move(budget)), seed_(seed), pick_(seed) {
+    : policy_(policy), budget_(std::move(budget)), pick_(seed) {
   if (workers < 1) throw Error("pre-draft threads must be at least 1");
   for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w] { run(w); });
 }
@@ -164,7 +164,6 @@ void PreDrafter::run(int) {
         slots_[slot] = std::move(made);
       }
       if (forked) {
-        fork->reseed(draft_seed(seed_) ^ (static_cast<uint64_t>(round) * 0x100000001b3ull + job.arrival * 0x9e37ull + 1));
         // Early verdicts carry no top K; an exit's hidden state stands in for the target's.
         fork->accept(RoundOutcome{*sent, job.verdict, job.extras});
         tree = fork->propose(budget_(length + static_cast<int64_t>(job.verdict.tokens.size())), is_stale);

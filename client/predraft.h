@@ -96,7 +96,6 @@ class PreDrafter {
 
   const QueuePolicy policy_;
   const std::function<int32_t(int64_t)> budget_;
-  const uint64_t seed_;
   // Forks: a running pre-draft owns one, a finished one keeps it until the
   // round ends, so a worker can move on without losing it. Null until first
   // used; a fork never moves once made.

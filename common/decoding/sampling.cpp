@@ -29,6 +29,14 @@ uint64_t mix(uint64_t x) {
 
 }  // namespace
 
+Rng Rng::keyed(uint64_t seed, int64_t position) {
+  // SplitMix64's finaliser: neighbouring positions get unrelated engine seeds.
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(position) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return Rng(z ^ (z >> 31));
+}
+
 int32_t Rng::categorical(const Distribution& dist) {
   // An exponential race: every index i draws E_i ~ Exp(1), and the smallest
   // E_i / dist[i] wins, which happens with probability dist[i]. E_i comes from

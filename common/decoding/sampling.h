@@ -22,11 +22,15 @@ struct SamplingParams {
   void validate() const;
 };
 
-// Seeded source of uniforms; every stochastic decision of one generation
-// draws from one Rng so that a seed reproduces a run.
+// Seeded source of uniforms. Each round draws from a stream keyed by the seed
+// and the committed length (keyed()), not from one stream that runs on with
+// the process: a generation resumed on another server, or continued on
+// another verifier, then draws exactly what an uninterrupted one would.
 class Rng {
  public:
   explicit Rng(uint64_t seed) : engine_(seed) {}
+  // The stream for the round that starts once `position` tokens are committed.
+  static Rng keyed(uint64_t seed, int64_t position);
   double uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(engine_); }
   // Draws an index from `dist` (which must sum to ~1), with one draw of the
   // engine. Copies of one Rng drawing from close distributions mostly pick

@@ -14,6 +14,7 @@ std::string finish_reason_name(FinishReason reason) {
     case FinishReason::kLength: return "length";
     case FinishReason::kEos: return "eos";
     case FinishReason::kContext: return "context";
+    case FinishReason::kCancelled: return "cancelled";
     case FinishReason::kNone: break;
   }
   return "";
@@ -25,8 +26,7 @@ TargetDecoder::TargetDecoder(const Model& target, std::vector<int32_t> prompt, c
       prompt_len_(static_cast<int64_t>(prompt.size())),
       context_(target.config().max_position_embeddings),
       cache_(target.new_cache(context_)),
-      seq_(std::move(prompt)),
-      rng_(options.sampling.seed) {
+      seq_(std::move(prompt)) {
   const ModelConfig& c = target.config();
   options.sampling.validate();
   if (options.max_new_tokens < 0) throw Error("max-new-tokens must be >= 0");
@@ -69,11 +69,12 @@ ForwardResult TargetDecoder::forward_pending(const DraftTree& tree, const RoundR
     r.mask = tree_attention_mask(parents, past);
   }
   if (request.tap && !request.tap_layers.empty()) {
+    const Rng rng = round_rng();
     const at::Tensor index = at::tensor(*r.logits_rows, at::TensorOptions().dtype(at::kLong));
-    r.on_layer = [this, index, &request](int64_t layer, const at::Tensor& hidden) {
+    r.on_layer = [index, rng, &request](int64_t layer, const at::Tensor& hidden) {
       const int64_t after = layer + 1;
       if (std::find(request.tap_layers.begin(), request.tap_layers.end(), after) != request.tap_layers.end())
-        request.tap(after, hidden.index_select(0, index), rng_);
+        request.tap(after, hidden.index_select(0, index), rng);
     };
   }
   forwards_ += 1;
@@ -93,7 +94,8 @@ RoundResult TargetDecoder::verify(const DraftTree& tree, const RoundRequest& req
   const ForwardResult out = forward_pending(tree, request);
   r.forward_ms = ms_since(tf);
   const auto tv = SteadyClock::now();
-  r.verdict = verify_tree(tree, out.logits, options_.sampling, rng_);
+  Rng rng = round_rng();
+  r.verdict = verify_tree(tree, out.logits, options_.sampling, rng);
   // Keep the pending tokens and the accepted path: the cache again holds
   // every committed token but the new last one.
   std::vector<int64_t> rows;

@@ -64,6 +64,9 @@ class TargetDecoder {
   ForwardResult forward_pending(const DraftTree& tree, const RoundRequest& request);
   void commit(RoundResult& r);
   void add_extras(RoundResult& r, const ForwardResult& out, const ExtrasRequest& want) const;
+  // This round's draws: keyed by the committed length, so that a generation
+  // resumed from its committed tokens draws what it would have drawn.
+  Rng round_rng() const { return Rng::keyed(options_.sampling.seed, static_cast<int64_t>(seq_.size())); }
 
   const Model& target_;
   GenerateOptions options_;
@@ -72,7 +75,6 @@ class TargetDecoder {
   int64_t budget_;  // new tokens this generation may produce
   KVCache cache_;   // every committed token but the last (none before the first round)
   std::vector<int32_t> seq_;
-  Rng rng_;
   FinishReason finish_ = FinishReason::kNone;
   int64_t forwards_ = 0;
 };

@@ -19,13 +19,14 @@ void Drafter::begin(const std::vector<int32_t>& prompt, const DraftParams& param
   params.sampling.validate();
   const auto t0 = SteadyClock::now();
   params_ = params;
-  rng_ = Rng(draft_seed(params.sampling.seed));
+  position_ = static_cast<int64_t>(prompt.size());
   on_begin(prompt);
   stats_.prefill_ms += ms_since(t0);
 }
 
 DraftTree Drafter::propose(int32_t budget, const std::function<bool()>& stop) {
   const auto t0 = SteadyClock::now();
+  rng_ = Rng::keyed(draft_seed(params_.sampling.seed), position_);
   DraftTree tree = on_propose(std::max(budget, 0), stop);
   stats_.draft_ms += ms_since(t0);
   if (tree.size() > std::max(budget, 0))
@@ -53,12 +54,14 @@ void Drafter::record(const RoundOutcome& o) {
 
 void Drafter::accept(const RoundOutcome& outcome) {
   record(outcome);
+  position_ += static_cast<int64_t>(outcome.verdict.tokens.size());
   on_accept(outcome);
 }
 
 void Drafter::assign_state(const Drafter& other) {
   if (other.name() != name()) throw Error("drafter " + name() + " cannot take the state of a " + other.name() + " drafter");
   params_ = other.params_;
+  position_ = other.position_;
   rng_ = other.rng_;
   on_assign(other);
 }
@@ -66,6 +69,7 @@ void Drafter::assign_state(const Drafter& other) {
 void Drafter::swap_state(Drafter& other) {
   if (other.name() != name()) throw Error("drafter " + name() + " cannot swap state with a " + other.name() + " drafter");
   std::swap(params_, other.params_);
+  std::swap(position_, other.position_);
   std::swap(rng_, other.rng_);
   on_swap(other);
 }

@@ -94,8 +94,6 @@ class Drafter {
   void assign_state(const Drafter& other);
   // Exchanges state, not counters, with a fork.
   void swap_state(Drafter& other);
-  // Fresh randomness for a fork, so its draws are its own.
-  void reseed(uint64_t seed) { rng_ = Rng(seed); }
 
   // Memory the drafter holds for its state (KV caches, tables, trees); the
   // weights of a shared draft model are not counted.
@@ -117,6 +115,10 @@ class Drafter {
 
  private:
   DraftParams params_;
+  // Committed tokens: each proposal draws from Rng::keyed(its seed, this), so
+  // a pre-draft and the round it stands for draw alike, and a generation
+  // resumed elsewhere drafts what it would have.
+  int64_t position_ = 0;
   Rng rng_{0};
 };
 
