@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "client/local_verifier.h"
+#include "client/resilient_verifier.h"
 #include "client/request_options.h"
 #include "client/round_loop.h"
 #include "client/server_generate.h"
@@ -60,15 +61,15 @@ constexpr Alias kAliases[] = {
 // The options with an alias resolved into its choices.
 ClientOptions resolved(const ClientOptions& o) { return o.mode ? with_mode(o, *o.mode) : o; }
 
-std::shared_ptr<Model> load_local_target(const ClientOptions& o) {
-  if (o.memory_budget.empty()) return Model::load(o.target_dir);
-  if (!std::filesystem::is_directory(o.target_dir)) throw Error(o.target_dir + ": model directory does not exist");
+std::shared_ptr<Model> load_local_target(const ClientOptions& o, const std::string& dir) {
+  if (o.memory_budget.empty()) return Model::load(dir);
+  if (!std::filesystem::is_directory(dir)) throw Error(dir + ": model directory does not exist");
   StreamOptions s;
-  const uint64_t whole = stored_weight_bytes(o.target_dir);
+  const uint64_t whole = stored_weight_bytes(dir);
   s.budget_bytes = parse_bytes(o.memory_budget, whole);
   s.pipeline = o.stream_pipeline;
   if (!o.stream_read_ahead.empty()) s.read_ahead_bytes = parse_bytes(o.stream_read_ahead, whole);
-  return Model::load_streamed(o.target_dir, s);
+  return Model::load_streamed(dir, s);
 }
 
 }  // namespace
@@ -127,7 +128,10 @@ struct Client::Impl {
   DrafterSpec spec;
   std::shared_ptr<Model> target;  // local verifier
   std::unique_ptr<ServerLink> link;
+  std::shared_ptr<Model> fallback;  // the server's target here, for when it is unreachable
   std::unique_ptr<Verifier> verifier;  // null for the server's own streaming loop
+  ResilientVerifier* resilient = nullptr;  // the server verifier, when it is one
+  Cancellation cancel;
   std::unique_ptr<Tokenizer> tokenizer;
   std::string tokenizer_path;  // where it was looked for
   int64_t vocab = 0;
@@ -135,15 +139,21 @@ struct Client::Impl {
   // the machines, not on the prompt, so it is learned once per client.
   PredraftSwitch predraft_switch;
 
-  bool server_streams() const { return options.verifier == VerifierKind::kServer && drafter.name == "none"; }
+  // Plain decoding on the server runs its own loop, unless a fallback target
+  // must be able to take over a round.
+  bool server_streams() const {
+    return options.verifier == VerifierKind::kServer && drafter.name == "none" && options.fallback_target_dir.empty();
+  }
   std::string fingerprint() const { return tokenizer ? tokenizer->fingerprint() : ""; }
 
-  Result generate(const std::vector<int32_t>& prompt_ids, const Request& request,
-                  const std::function<void(int32_t)>& on_token, const std::function<void(const std::string&)>& on_text);
+  // Both leave the cancel flag as the caller set it.
+  Result generate(const std::vector<int32_t>& prompt_ids, const Request& request, const OnToken& on_token,
+                  const OnText& on_text);
+  Result generate_text(const std::string& prompt, const Request& request, const OnText& on_text);
   Result run_rounds(const std::vector<int32_t>& prompt, const Request& request, const GenerateOptions& o,
-                    const std::function<void(int32_t)>& on_token);
+                    const std::function<bool(int32_t)>& on_token);
   Result run_streamed(const std::vector<int32_t>& prompt, const Request& request, const GenerateOptions& o,
-                      const std::function<void(int32_t)>& on_token);
+                      const std::function<bool(int32_t)>& on_token);
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -157,12 +167,38 @@ void check_combination(const ClientOptions& o, const DrafterInfo& d, const std::
   if (o.predraft && local)
     throw Error(label + ": pre-drafting needs the server verifier: early verdicts come from the server's early exits");
   if (o.predraft && d.name == "none") throw Error(label + ": pre-drafting needs a drafter; none drafts nothing");
-  if (!local && !o.memory_budget.empty())
-    throw Error(label + ": a memory budget streams the local target; the server verifier has none here");
+  if (!local && !o.memory_budget.empty() && o.fallback_target_dir.empty())
+    throw Error(label + ": a memory budget streams the local target; the server verifier has none here "
+                "(unless a fallback target is given)");
+  if (local && !o.fallback_target_dir.empty())
+    throw Error(label + ": a fallback target stands in for the server; the local verifier has its target already");
+  if (o.reconnect_budget.count() < 0) throw Error(label + ": reconnect_budget must be >= 0");
+  if (o.failback_interval.count() <= 0) throw Error(label + ": failback_interval must be > 0");
   if (local && o.target_dir.empty()) throw Error(label + " needs a target model (--target DIR)");
   if (!local && o.server.empty()) throw Error(label + " needs a server (--server HOST:PORT)");
   if (d.needs_draft_model && o.draft_dir.empty()) throw Error(label + " needs a draft model (--draft DIR)");
   if (o.predraft) parse_queue_policy(o.predraft_queue);
+}
+
+}  // namespace
+
+namespace {
+
+// The server's target, here: a fallback that verified with another model
+// would change the output, so it must be the same one.
+std::shared_ptr<Model> load_fallback(const ClientOptions& o, const v1::ServerInfo& info) {
+  std::shared_ptr<Model> m = load_local_target(o, o.fallback_target_dir);
+  const ModelConfig& c = m->config();
+  if (c.vocab_size != info.vocab_size() || (info.hidden_size() > 0 && c.hidden_size != info.hidden_size()))
+    throw Error("fallback target " + o.fallback_target_dir + " (vocab_size " + std::to_string(c.vocab_size) +
+                ", hidden_size " + std::to_string(c.hidden_size) + ") is not server " + o.server + "'s target (" +
+                std::to_string(info.vocab_size()) + ", " + std::to_string(info.hidden_size()) + ")");
+  const std::filesystem::path tok = std::filesystem::path(o.fallback_target_dir) / "tokenizer.model";
+  if (!info.tokenizer_fingerprint().empty() && std::filesystem::exists(tok) &&
+      Tokenizer(tok.string()).fingerprint() != info.tokenizer_fingerprint())
+    throw Error("fallback target " + o.fallback_target_dir + " has another tokenizer than server " + o.server +
+                "'s target; it must be the same model");
+  return m;
 }
 
 }  // namespace
@@ -181,7 +217,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   if (tok_path.empty()) tok_path = local ? o.target_dir : o.draft_dir;
   if (impl->drafter.needs_draft_model) impl->spec.draft = Model::load(o.draft_dir);
   if (local) {
-    impl->target = load_local_target(o);
+    impl->target = load_local_target(o, o.target_dir);
     if (impl->spec.draft && impl->spec.draft->config().vocab_size != impl->target->config().vocab_size)
       throw Error("draft " + o.draft_dir + " has vocab_size " + std::to_string(impl->spec.draft->config().vocab_size) +
                   " but target " + o.target_dir + " has " + std::to_string(impl->target->config().vocab_size));
@@ -211,6 +247,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
       throw Error("tokenizer mismatch: ours (" + tok_path + ") has fingerprint " + impl->tokenizer->fingerprint() +
                   ", server " + o.server + "'s target has " + info.tokenizer_fingerprint() +
                   "; draft and target must share one tokenizer");
+    if (!o.fallback_target_dir.empty()) impl->fallback = load_fallback(o, info);
   }
   if (local && impl->spec.draft && o.tokenizer.empty() &&
       std::filesystem::exists(std::filesystem::path(o.draft_dir) / "tokenizer.model") && impl->tokenizer &&
@@ -259,8 +296,14 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
 
   if (local)
     impl->verifier = std::make_unique<LocalVerifier>(impl->target);
-  else if (!impl->server_streams())
-    impl->verifier = std::make_unique<ServerVerifier>(*impl->link, impl->vocab, impl->fingerprint());
+  else if (!impl->server_streams()) {
+    auto resilient = std::make_unique<ResilientVerifier>(
+        *impl->link, std::make_unique<ServerVerifier>(*impl->link, impl->vocab, impl->fingerprint()),
+        impl->fallback ? std::make_unique<LocalVerifier>(impl->fallback) : nullptr, o.reconnect_budget,
+        o.failback_interval);
+    impl->resilient = resilient.get();
+    impl->verifier = std::move(resilient);
+  }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -285,26 +328,72 @@ double Client::ping_ms() {
   return ms_between(t0, SteadyClock::now());
 }
 
-Result Client::generate(const std::string& prompt, const Request& request,
-                        const std::function<void(const std::string&)>& on_text) {
-  if (!impl_->tokenizer)
-    throw Error(impl_->tokenizer_path.empty() ? "text prompts need a tokenizer: give one (or token ids)"
-                                              : (std::filesystem::path(impl_->tokenizer_path) / "tokenizer.model").string() +
-                                                    ": tokenizer not found (needed for text prompts; use token ids)");
-  std::vector<int32_t> ids = impl_->tokenizer->encode(prompt);
-  ids.insert(ids.begin(), impl_->tokenizer->bos_id());
-  return impl_->generate(ids, request, {}, on_text);
+Result Client::generate(const std::string& prompt, const Request& request, const OnText& on_text) {
+  impl_->cancel.reset();
+  return impl_->generate_text(prompt, request, on_text);
 }
 
-Result Client::generate_ids(const std::vector<int32_t>& prompt_ids, const Request& request,
-                            const std::function<void(int32_t)>& on_token) {
+Result Client::generate_ids(const std::vector<int32_t>& prompt_ids, const Request& request, const OnToken& on_token) {
+  impl_->cancel.reset();
   return impl_->generate(prompt_ids, request, on_token, {});
 }
 
-Result Client::Impl::generate(const std::vector<int32_t>& prompt_ids, const Request& request,
-                              const std::function<void(int32_t)>& on_token,
-                              const std::function<void(const std::string&)>& on_text) {
+void Client::cancel() { impl_->cancel.request(); }
+
+// The flag is cleared here, on the caller's thread: a cancel() right after
+// this returns reaches the generation however late its thread starts.
+Generation Client::generate_async(const std::string& prompt, const Request& request, OnText on_text) {
+  impl_->cancel.reset();
+  return Generation(this, std::async(std::launch::async, [impl = impl_.get(), prompt, request, on_text] {
+                      return impl->generate_text(prompt, request, on_text);
+                    }));
+}
+
+Generation Client::generate_ids_async(const std::vector<int32_t>& prompt_ids, const Request& request, OnToken on_token) {
+  impl_->cancel.reset();
+  return Generation(this, std::async(std::launch::async, [impl = impl_.get(), prompt_ids, request, on_token] {
+                      return impl->generate(prompt_ids, request, on_token, {});
+                    }));
+}
+
+Generation::~Generation() {
+  if (result_.valid()) {
+    cancel();
+    result_.wait();
+  }
+}
+
+bool Generation::done() const { return wait_for(std::chrono::milliseconds(0)); }
+
+bool Generation::wait_for(std::chrono::milliseconds timeout) const {
+  if (!result_.valid()) throw Error("this generation's result was taken already");
+  return result_.wait_for(timeout) == std::future_status::ready;
+}
+
+Result Generation::get() {
+  if (!result_.valid()) throw Error("this generation's result was taken already");
+  return result_.get();
+}
+
+void Generation::cancel() {
+  if (client_ && result_.valid()) client_->cancel();
+}
+
+Result Client::Impl::generate_text(const std::string& prompt, const Request& request, const OnText& on_text) {
+  if (!tokenizer)
+    throw Error(tokenizer_path.empty() ? "text prompts need a tokenizer: give one (or token ids)"
+                                       : (std::filesystem::path(tokenizer_path) / "tokenizer.model").string() +
+                                             ": tokenizer not found (needed for text prompts; use token ids)");
+  std::vector<int32_t> ids = tokenizer->encode(prompt);
+  ids.insert(ids.begin(), tokenizer->bos_id());
+  return generate(ids, request, {}, on_text);
+}
+
+Result Client::Impl::generate(const std::vector<int32_t>& prompt_ids, const Request& request, const OnToken& on_token,
+                              const OnText& on_text) {
   const GenerateOptions o = to_generate_options(request);
+  if (request.round_timeout.count() < 0) throw Error("round_timeout must be >= 0");
+  if (resilient) resilient->set_round_timeout(request.round_timeout);
   // One streamer per generation decodes each token once: while generating
   // when text is streamed, else after the clock has stopped. Created at the
   // first token, once the prompt has been accepted.
@@ -313,12 +402,13 @@ Result Client::Impl::generate(const std::vector<int32_t>& prompt_ids, const Requ
     if (!streamer) streamer = std::make_unique<TextStreamer>(*tokenizer, prompt_ids);
     return streamer->push(id);
   };
-  std::function<void(int32_t)> each = on_token;
+  std::function<bool(int32_t)> each;
+  if (on_token) each = [&](int32_t id) { return on_token(id); };
   if (on_text)
     each = [&](int32_t id) {
-      if (on_token) on_token(id);
+      if (on_token && !on_token(id)) return false;
       const std::string piece = push(id);
-      if (!piece.empty()) on_text(piece);
+      return piece.empty() || on_text(piece);
     };
   Result r = server_streams() ? run_streamed(prompt_ids, request, o, each) : run_rounds(prompt_ids, request, o, each);
   r.prompt_ids = prompt_ids;
@@ -340,12 +430,15 @@ Result Client::Impl::generate(const std::vector<int32_t>& prompt_ids, const Requ
 }
 
 Result Client::Impl::run_streamed(const std::vector<int32_t>& prompt, const Request& req, const GenerateOptions& o,
-                                  const std::function<void(int32_t)>& on_token) {
-  const StreamedGeneration g = stream_generate(*link, prompt, o, vocab, fingerprint(), req.deadline, on_token);
+                                  const std::function<bool(int32_t)>& on_token) {
+  const StreamedGeneration g = stream_generate(*link, prompt, o, vocab, fingerprint(),
+                                               StreamControl{req.deadline, options.reconnect_budget, &cancel}, on_token);
   Result r;
   r.ids = g.ids;
   r.finish_reason = finish_reason_name(g.finish);
   r.stats.first_token_ms = g.first_token_ms;
+  r.stats.resumes = g.resumes;
+  r.stats.switch_ms = g.switch_ms;
   r.stats.prefill_ms = g.first_token_ms;
   r.stats.target_forwards = g.forwards;
   r.stats.server_forward_ms = g.forward_ms;
@@ -358,7 +451,7 @@ Result Client::Impl::run_streamed(const std::vector<int32_t>& prompt, const Requ
 }
 
 Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Request& req, const GenerateOptions& o,
-                                const std::function<void(int32_t)>& on_token) {
+                                const std::function<bool(int32_t)>& on_token) {
   const bool server = options.verifier == VerifierKind::kServer;
   if (drafter.name == "model") {
     if (req.gamma < 1) throw Error("gamma must be at least 1");
@@ -375,6 +468,7 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   lo.predraft_threads = options.predraft_threads;
   if (options.predraft) lo.predraft_queue = parse_queue_policy(options.predraft_queue);
   if (options.predraft_adaptive) lo.predraft_switch = &predraft_switch;
+  lo.cancel = &cancel;
   const RoundLoopResult g = run_round_loop(*d, *verifier, prompt, lo, on_token);
 
   Result r;
@@ -413,6 +507,16 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   s.final_alpha = counter("alpha");
   s.provisional_tokens = static_cast<int64_t>(counter("provisional_tokens"));
   s.provisional_kept = static_cast<int64_t>(counter("provisional_kept"));
+  if (resilient) {
+    const FaultStats& f = resilient->fault_stats();
+    s.resumes = f.resumes;
+    s.failovers = f.failovers;
+    s.failbacks = f.failbacks;
+    s.server_rounds = f.server_rounds;
+    s.fallback_rounds = f.fallback_rounds;
+    s.retried_rounds = f.retried_rounds;
+    s.switch_ms = f.switch_ms;
+  }
   if (server) {
     s.verify_wait_ms = vs.wait_ms;
     s.server_ms = vs.server_ms;
@@ -423,10 +527,11 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
     s.server_exits_ms = vs.exits_ms;
   } else {
     s.target_ms = vs.forward_ms;
-    s.weight_bytes_read = vs.weight_bytes_read;
-    s.weight_memory_peak = vs.weight_memory_peak;
-    s.weight_stall_ms = vs.weight_stall_ms;
   }
+  // A streamed target here: the local verifier's, or the server verifier's fallback.
+  s.weight_bytes_read = vs.weight_bytes_read;
+  s.weight_memory_peak = vs.weight_memory_peak;
+  s.weight_stall_ms = vs.weight_stall_ms;
   const PredraftStats& ps = ls.predraft;
   s.early_verdicts = ps.early_verdicts;
   s.predrafts = ps.predrafts;

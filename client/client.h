@@ -36,17 +36,30 @@
 // Every mode produces exactly what the target alone would: the same tokens
 // under greedy decoding (temperature 0), the same distribution when sampling.
 //
+// A robot's network drops. With the server verifier a generation whose
+// Session stream breaks (server restarted, network blip, replica drained)
+// reconnects within `reconnect_budget` and continues from exactly the
+// committed tokens; with `fallback_target_dir` it goes on with the local
+// verifier at the next round boundary once the server is unreachable or a
+// round outlasts `Request::round_timeout`, and returns to the server when its
+// health says SERVING. Every random draw is keyed by the seed and the
+// position, so either way the tokens are those of an uninterrupted run, and
+// the callback never sees a token twice.
+//
 // Errors (unreachable or dead server, tokenizer mismatch, bad request, a
 // combination that cannot work, deadline) throw splitspec::Error with a
-// message meant for humans. A Client runs one generate() at a time; use one
-// Client per thread.
+// message meant for humans. A Client runs one generation at a time; use one
+// Client per thread. cancel() may be called from any thread.
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace splitspec {
@@ -107,6 +120,17 @@ struct ClientOptions {
   // with the final layer.
   bool predraft_adaptive = false;
   std::chrono::milliseconds connect_timeout{5000};
+  // Server verifier: how long a broken generation may try to reconnect, from
+  // the break, before it fails over (or fails); 0: never.
+  std::chrono::milliseconds reconnect_budget{10000};
+  // Server verifier: a local target to go on with when the server is
+  // unreachable, streamed under `memory_budget` when one is given: it must be
+  // the server's target. A break then waits for the server at most
+  // `failback_interval` before going local. While a generation runs here, the
+  // server's health is asked every `failback_interval`; when it says SERVING,
+  // later rounds return to it.
+  std::string fallback_target_dir;
+  std::chrono::milliseconds failback_interval{500};
 };
 
 // `options` with the verifier, drafter and predraft that `mode` stands for.
@@ -128,6 +152,9 @@ struct Request {
   int32_t gamma = 4;  // the model drafter: draft tokens per round
   // The whole generation; beyond it generate() throws instead of waiting.
   std::chrono::milliseconds deadline{120000};
+  // Server verifier: one round's verdict; a round that outlasts it counts as
+  // a broken stream (reconnect, then fall back). 0: only the deadline.
+  std::chrono::milliseconds round_timeout{0};
 };
 
 struct Stats {
@@ -186,13 +213,22 @@ struct Stats {
   uint64_t weight_bytes_read = 0;     // streamed target: read from disk
   uint64_t weight_memory_peak = 0;    // streamed target: most weight memory held
   double weight_stall_ms = 0;         // streamed target: forwards waiting for weights
+  // Faults (server verifier): a round whose stream broke is verified again,
+  // on a new session or by the fallback target.
+  int64_t resumes = 0;                // new sessions opened on the server after a break
+  int64_t failovers = 0;              // switches to the fallback target
+  int64_t failbacks = 0;              // switches back to the server
+  int64_t server_rounds = 0;          // rounds whose verdict came from the server
+  int64_t fallback_rounds = 0;        // from the fallback target
+  int64_t retried_rounds = 0;         // rounds sent again after a break: lost work
+  double switch_ms = 0;               // from each break to the verdict that followed it, summed
 };
 
 struct Result {
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> ids;   // generated ids
   std::string text;           // generated text (empty without a tokenizer)
-  std::string finish_reason;  // "length", "eos" or "context"
+  std::string finish_reason;  // "length", "eos", "context" or "cancelled"
   Stats stats;
 };
 
@@ -206,6 +242,65 @@ struct ServerInfo {
   std::string version;
 };
 
+namespace detail {
+template <class T>
+inline constexpr bool is_std_function_v = false;
+template <class R, class... A>
+inline constexpr bool is_std_function_v<std::function<R(A...)>> = true;
+}  // namespace detail
+
+// A streaming callback: returns void, or bool where false stops the
+// generation (its result then ends "cancelled").
+template <class Arg>
+class StreamCallback {
+ public:
+  StreamCallback() = default;
+  template <class F, std::enable_if_t<std::is_invocable_v<F&, Arg> &&
+                                          !std::is_same_v<std::decay_t<F>, StreamCallback>, int> = 0>
+  StreamCallback(F f) {  // NOLINT: implicit, so that lambdas pass as they are
+    if constexpr (detail::is_std_function_v<std::decay_t<F>> || std::is_pointer_v<std::decay_t<F>>)
+      if (!f) return;  // empty: no callback
+    if constexpr (std::is_same_v<std::invoke_result_t<F&, Arg>, bool>)
+      fn_ = std::move(f);
+    else
+      fn_ = [f = std::move(f)](Arg a) mutable {
+        f(a);
+        return true;
+      };
+  }
+  explicit operator bool() const { return static_cast<bool>(fn_); }
+  bool operator()(Arg a) const { return fn_(a); }
+
+ private:
+  std::function<bool(Arg)> fn_;
+};
+using OnText = StreamCallback<const std::string&>;
+using OnToken = StreamCallback<int32_t>;
+
+class Client;
+
+// A generation running on its own thread (Client::generate_async).
+class Generation {
+ public:
+  Generation(Generation&&) noexcept = default;
+  Generation& operator=(Generation&&) noexcept = default;
+  // Cancels it if still running, and waits.
+  ~Generation();
+  bool done() const;
+  // Whether it finished within `timeout`.
+  bool wait_for(std::chrono::milliseconds timeout) const;
+  // Waits; the result, or the generation's error rethrown. Once.
+  Result get();
+  // Stops it at the next round boundary; get() then returns what it made.
+  void cancel();
+
+ private:
+  friend class Client;
+  Generation(Client* client, std::future<Result> result) : client_(client), result_(std::move(result)) {}
+  Client* client_ = nullptr;
+  std::future<Result> result_;
+};
+
 class Client {
  public:
   // Loads the local model(s) and, with the server verifier, connects and
@@ -215,11 +310,17 @@ class Client {
 
   // Text prompt: tokenized with BOS prepended; on_text receives the text as it
   // becomes final.
-  Result generate(const std::string& prompt, const Request& request,
-                  const std::function<void(const std::string& piece)>& on_text = {});
+  Result generate(const std::string& prompt, const Request& request, const OnText& on_text = {});
   // Token ids, used verbatim; on_token receives each id once final.
-  Result generate_ids(const std::vector<int32_t>& prompt_ids, const Request& request,
-                      const std::function<void(int32_t id)>& on_token = {});
+  Result generate_ids(const std::vector<int32_t>& prompt_ids, const Request& request, const OnToken& on_token = {});
+  // generate() on a thread of its own; callbacks run there. The Client must
+  // outlive the handle and run nothing else meanwhile.
+  Generation generate_async(const std::string& prompt, const Request& request, OnText on_text = {});
+  Generation generate_ids_async(const std::vector<int32_t>& prompt_ids, const Request& request, OnToken on_token = {});
+  // Stops the generation running now, from any thread, at the next round
+  // boundary (a round on the server is cancelled at once, freeing its
+  // session); it returns what it made, finish_reason "cancelled".
+  void cancel();
 
   // Server verifier only (throws otherwise).
   ServerInfo server_info();

@@ -27,7 +27,7 @@ OnExit(F) -> OnExit<F>;
 }  // namespace
 
 RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::vector<int32_t>& prompt,
-                               const RoundLoopOptions& o, const std::function<void(int32_t)>& on_token) {
+                               const RoundLoopOptions& o, const std::function<bool(int32_t)>& on_token) {
   const auto t0 = SteadyClock::now();
   c10::InferenceMode guard;
   if (o.predraft && !verifier.early_verdicts())
@@ -41,10 +41,13 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     on_early = [p = pre.get()](const PredictedVerdict& v) { p->push(v); };
   }
   verifier.begin(prompt, o.generate, drafter.wants(), o.deadline, on_early);
+  if (o.cancel) o.cancel->set_interrupt([&verifier] { verifier.interrupt(); });
   OnExit give_up{[&] {
+    if (o.cancel) o.cancel->clear_interrupt();
     if (pre) pre->stop();
     verifier.abort();
   }};
+  const auto cancelled = [&] { return o.cancel && o.cancel->requested(); };
 
   RoundLoopResult out;
   RoundLoopStats& s = out.stats;
@@ -69,6 +72,10 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
   int64_t hit_sends = 0, miss_sends = 0;
   const std::function<bool()> spare = verifier.spare_compute();
   while (true) {
+    if (cancelled()) {
+      out.finish = FinishReason::kCancelled;
+      break;
+    }
     if (SteadyClock::now() > o.deadline)
       throw Error("the request's deadline passed after " + std::to_string(out.ids.size()) +
                   " tokens (DEADLINE_EXCEEDED)");
@@ -96,9 +103,13 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
 
     drafter.verifying(spare);
     RoundResult r;
-    {
+    try {
       OnExit done{[&] { drafter.verified(); }};
       r = verifier.verify(tree, choice.use);
+    } catch (const Error&) {
+      if (!cancelled()) throw;
+      out.finish = FinishReason::kCancelled;
+      break;
     }
     final_at = SteadyClock::now();
     s.rounds += 1;
@@ -115,13 +126,17 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     const RoundOutcome outcome{tree, r.verdict, r.extras};
     if (choice.use && !finished) predrafted = pre->take(outcome, drafter);
     if (!predrafted) drafter.accept(outcome);
+    bool stop = false;
     for (int32_t id : r.verdict.tokens) {
       out.ids.push_back(id);
-      if (on_token) on_token(id);
+      if (on_token && !on_token(id)) {
+        stop = true;
+        break;
+      }
     }
     length += static_cast<int64_t>(r.verdict.tokens.size());
-    if (finished) {
-      out.finish = r.finish;
+    if (finished || stop) {
+      out.finish = stop ? FinishReason::kCancelled : r.finish;
       break;
     }
   }
@@ -129,8 +144,12 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     pre->stop();
     s.predraft = pre->stats();
   }
-  give_up.armed = false;
-  verifier.end();
+  // Cancelled: give_up aborts, freeing a server's session at once.
+  if (out.finish != FinishReason::kCancelled) {
+    give_up.armed = false;
+    if (o.cancel) o.cancel->clear_interrupt();
+    verifier.end();
+  }
   if (hit_sends) s.hit_send_ms /= static_cast<double>(hit_sends);
   if (miss_sends) s.miss_send_ms /= static_cast<double>(miss_sends);
   s.wall_ms = ms_since(t0);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <vector>
 
+#include "client/cancellation.h"
 #include "client/predraft.h"
 #include "client/predraft_switch.h"
 #include "client/verifier.h"
@@ -29,6 +30,9 @@ struct RoundLoopOptions {
   QueuePolicy predraft_queue = QueuePolicy::kPriority;
   // Pre-draft only while it measurably pays (null: every round).
   PredraftSwitch* predraft_switch = nullptr;
+  // Stops the loop at the next round boundary (and interrupts a round in
+  // flight through the verifier); null: only the deadline does.
+  Cancellation* cancel = nullptr;
 };
 
 struct RoundLoopStats {
@@ -53,11 +57,13 @@ struct RoundLoopResult {
   RoundLoopStats stats;
 };
 
+// `on_token` sees each committed token once; returning false stops the loop
+// there (finish kCancelled), as a cancel does.
 // Throws splitspec::Error for a prompt or options the verifier refuses, a
 // combination that cannot work (pre-drafting without early verdicts or with
 // a drafter that cannot fork), a drafter over its budget, the deadline, and
 // whatever the verifier reports.
 RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::vector<int32_t>& prompt,
-                               const RoundLoopOptions& options, const std::function<void(int32_t)>& on_token = {});
+                               const RoundLoopOptions& options, const std::function<bool(int32_t)>& on_token = {});
 
 }  // namespace splitspec

@@ -1,5 +1,7 @@
 #include "client/server_generate.h"
 
+#include <spdlog/spdlog.h>
+
 #include <optional>
 
 #include "common/util/stopwatch.h"
@@ -8,39 +10,72 @@
 namespace splitspec {
 
 StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>& prompt, const GenerateOptions& o,
-                                   int64_t vocab, const std::string& fingerprint, std::chrono::milliseconds deadline,
-                                   const std::function<void(int32_t)>& on_token) {
+                                   int64_t vocab, const std::string& fingerprint, const StreamControl& control,
+                                   const std::function<bool(int32_t)>& on_token) {
   const auto t0 = SteadyClock::now();
-  const v1::GenerationRequest wire = generation_request(prompt, o, vocab, fingerprint);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-  // A server-streaming read on the caller's thread: nothing else to overlap.
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = link.stub().Generate(&ctx, wire);
+  const auto deadline = t0 + control.deadline;
   StreamedGeneration g;
-  v1::GenerateResponse msg;
-  std::optional<int32_t> bad_id;
-  while (!bad_id && reader->Read(&msg)) {
-    if (g.ids.empty()) g.first_token_ms = ms_since(t0);
-    for (int32_t id : msg.tokens()) {
-      if (id < 0 || id >= vocab) {
-        bad_id = id;
-        break;
+  std::optional<SteadyClock::time_point> broke;
+  while (true) {
+    // Again from the tokens so far: every draw is keyed by its position, so
+    // the server continues exactly where the broken call stopped.
+    std::vector<int32_t> committed = prompt;
+    committed.insert(committed.end(), g.ids.begin(), g.ids.end());
+    GenerateOptions left = o;
+    left.max_new_tokens -= static_cast<int32_t>(g.ids.size());
+    const v1::GenerationRequest wire = generation_request(committed, left, vocab, fingerprint);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - SteadyClock::now()));
+    if (control.cancel) control.cancel->set_interrupt([&ctx] { ctx.TryCancel(); });
+    // A server-streaming read on the caller's thread: nothing else to overlap.
+    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = link.stub().Generate(&ctx, wire);
+    v1::GenerateResponse msg;
+    std::optional<int32_t> bad_id;
+    bool stopped = false;
+    while (!bad_id && !stopped && reader->Read(&msg)) {
+      if (g.ids.empty()) g.first_token_ms = ms_since(t0);
+      if (broke) {
+        g.switch_ms += ms_since(*broke);
+        broke.reset();
       }
-      g.ids.push_back(id);
-      if (on_token) on_token(id);
+      for (int32_t id : msg.tokens()) {
+        if (id < 0 || id >= vocab) {
+          bad_id = id;
+          break;
+        }
+        g.ids.push_back(id);
+        if (on_token && !on_token(id)) {
+          stopped = true;
+          break;
+        }
+      }
+      g.forwards += 1;
+      g.forward_ms += msg.timings().forward_ms();
+      if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) g.finish = from_wire(msg.finish_reason());
     }
-    g.forwards += 1;
-    g.forward_ms += msg.timings().forward_ms();
-    if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) g.finish = from_wire(msg.finish_reason());
+    if (control.cancel) control.cancel->clear_interrupt();
+    if (bad_id || stopped || (control.cancel && control.cancel->requested())) ctx.TryCancel();
+    const grpc::Status s = reader->Finish();
+    if (bad_id)
+      throw link.error("generated token " + std::to_string(*bad_id) + " outside the vocabulary [0, " +
+                       std::to_string(vocab) + ")");
+    if (stopped || (control.cancel && control.cancel->requested())) {
+      g.finish = FinishReason::kCancelled;
+      break;
+    }
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE && g.finish == FinishReason::kNone) {
+      if (!broke) broke = SteadyClock::now();
+      const auto until = std::min(*broke + control.reconnect_budget, deadline);
+      if (control.reconnect_budget.count() > 0 && link.wait_connected(until)) {
+        g.resumes += 1;
+        spdlog::warn("server {}: Generate broke after {} tokens; calling again", link.address(), g.ids.size());
+        continue;
+      }
+    }
+    if (!s.ok()) throw link.error("Generate failed after " + std::to_string(g.ids.size()) + " tokens", s);
+    break;
   }
-  if (bad_id) {
-    ctx.TryCancel();
-    reader->Finish();
-    throw link.error("generated token " + std::to_string(*bad_id) + " outside the vocabulary [0, " +
-                     std::to_string(vocab) + ")");
-  }
-  const grpc::Status s = reader->Finish();
-  if (!s.ok()) throw link.error("Generate failed after " + std::to_string(g.ids.size()) + " tokens", s);
   if (g.finish == FinishReason::kNone) {
     if (o.max_new_tokens != 0) throw link.error("Generate ended without a finish reason");
     g.finish = FinishReason::kLength;

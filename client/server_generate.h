@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "client/cancellation.h"
 #include "client/server_link.h"
 
 namespace splitspec {
@@ -18,13 +19,24 @@ struct StreamedGeneration {
   double forward_ms = 0;   // as the server reports them
   double first_token_ms = 0;
   double wall_ms = 0;
+  int64_t resumes = 0;     // calls made again after a break
+  double switch_ms = 0;    // from each break to the next token
 };
 
-// Throws splitspec::Error naming the server for a failed call, a token
-// outside the vocabulary (which never reaches `on_token`), or a stream that
-// ends without a finish reason.
+struct StreamControl {
+  std::chrono::milliseconds deadline{120000};
+  // After a broken call (UNAVAILABLE), how long to wait for the server to be
+  // back and call again from the tokens so far; 0: fail at once.
+  std::chrono::milliseconds reconnect_budget{0};
+  Cancellation* cancel = nullptr;  // stops the stream (finish kCancelled)
+};
+
+// `on_token` returning false stops the stream (finish kCancelled). Throws
+// splitspec::Error naming the server for a failed call, a token outside the
+// vocabulary (which never reaches `on_token`), or a stream that ends without
+// a finish reason.
 StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>& prompt, const GenerateOptions& options,
-                                   int64_t vocab, const std::string& tokenizer_fingerprint,
-                                   std::chrono::milliseconds deadline, const std::function<void(int32_t)>& on_token);
+                                   int64_t vocab, const std::string& tokenizer_fingerprint, const StreamControl& control,
+                                   const std::function<bool(int32_t)>& on_token);
 
 }  // namespace splitspec

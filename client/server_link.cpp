@@ -28,6 +28,12 @@ ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds tim
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // A generation waiting to resume must see a restarted server within a
+  // fraction of a second, not after gRPC's default backoff (1 s growing to
+  // 120 s). Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: that is each attempt's
+  // connect timeout, which a slow link needs long.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 250);
   channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   // A refused connection fails at once rather than at the timeout.
   const auto deadline = std::chrono::system_clock::now() + timeout;
@@ -41,6 +47,7 @@ ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds tim
     state = channel_->GetState(true);
   }
   stub_ = v1::SplitSpec::NewStub(channel_);
+  health_ = grpc::health::v1::Health::NewStub(channel_);
   info_ = fetch_info(timeout);
   if (!info_.serving()) throw Error("server " + address + " is shutting down");
 }
@@ -52,6 +59,20 @@ v1::ServerInfo ServerLink::fetch_info(std::chrono::milliseconds timeout) {
   const grpc::Status s = stub_->GetInfo(&ctx, v1::GetInfoRequest{}, &out);
   if (!s.ok()) throw error("GetInfo failed", s);
   return out;
+}
+
+bool ServerLink::wait_connected(std::chrono::steady_clock::time_point until) {
+  const auto left = until - std::chrono::steady_clock::now();
+  const auto wall = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
+  return channel_->WaitForConnected(wall);
+}
+
+bool ServerLink::serving(std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  grpc::health::v1::HealthCheckResponse r;
+  const grpc::Status s = health_->Check(&ctx, grpc::health::v1::HealthCheckRequest{}, &r);
+  return s.ok() && r.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 
 Error ServerLink::error(const std::string& what, const grpc::Status& s) const {

@@ -10,6 +10,7 @@
 
 #include "common/decoding/generate_options.h"
 #include "common/util/error.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/splitspec.grpc.pb.h"
 
 namespace splitspec {
@@ -26,6 +27,11 @@ class ServerLink {
   const v1::ServerInfo& info() const { return info_; }
   // Asks again.
   v1::ServerInfo fetch_info(std::chrono::milliseconds timeout);
+  // Whether the channel is (or gets, before `until`) connected: after a
+  // break, the server is back.
+  bool wait_connected(std::chrono::steady_clock::time_point until);
+  // Whether grpc.health.v1 says SERVING within `timeout`.
+  bool serving(std::chrono::milliseconds timeout);
 
   // "server HOST:PORT: <what>: <code>: <message> (<hint>)".
   Error error(const std::string& what, const grpc::Status& s) const;
@@ -36,6 +42,7 @@ class ServerLink {
   std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::SplitSpec::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   v1::ServerInfo info_;
 };
 

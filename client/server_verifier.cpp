@@ -70,7 +70,7 @@ ServerVerifier::~ServerVerifier() = default;
 
 void ServerVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOptions& options, const ExtrasRequest& extras,
                            std::chrono::steady_clock::time_point deadline, EarlyHandler on_early) {
-  stream_.reset();
+  reset_stream();
   if (prompt.empty()) throw Error("prompt is empty: give at least one token (e.g. BOS)");
   check_prompt_for_server(prompt, vocab_, link_.info().max_context());
   stats_ = VerifierStats{};
@@ -96,7 +96,7 @@ void ServerVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOpt
                                                                   std::chrono::hours(24 * 365));
   const auto wall_deadline =
       std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
-  stream_ = std::make_unique<SessionStream>(link_.stub(), wall_deadline, early);
+  reset_stream(std::make_unique<SessionStream>(link_.stub(), wall_deadline, early));
   v1::SessionRequest open;
   *open.mutable_open() = generation_request(prompt, options, vocab_, fingerprint_);
   open.mutable_open()->set_early_verdicts(static_cast<bool>(handler_));
@@ -160,14 +160,31 @@ bool ServerVerifier::check_early(const v1::RoundVerdict& v) {
   return true;
 }
 
-Error ServerVerifier::fail(const std::string& what) {
+void ServerVerifier::reset_stream(std::unique_ptr<SessionStream> next) {
+  std::unique_ptr<SessionStream> old;
+  {
+    std::lock_guard<std::mutex> lock(stream_mu_);
+    old = std::move(stream_);
+    stream_ = std::move(next);
+  }
+  // Outside the lock: the destructor waits for gRPC to let the call go.
+}
+
+void ServerVerifier::interrupt() {
+  std::lock_guard<std::mutex> lock(stream_mu_);
+  if (stream_) stream_->cancel();
+}
+
+void ServerVerifier::fail(const std::string& what) {
   const grpc::Status st = stream_->status();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!early_error_.empty()) return Error(early_error_);
+    if (!early_error_.empty()) throw Error(early_error_);
   }
-  if (st.ok()) return link_.error(what);
-  return link_.error(what, st);
+  if (st.ok()) throw link_.error(what);
+  const Error e = link_.error(what, st);
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) throw VerifierUnavailable(e.what());
+  throw e;
 }
 
 RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
@@ -191,13 +208,20 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
   const auto sent = SteadyClock::now();
   stream_->send(std::move(msg));
 
+  const auto until = round_timeout_.count() > 0 ? sent + round_timeout_ : SteadyClock::time_point::max();
   std::optional<v1::SessionResponse> resp;
   do {
-    resp = stream_->next();
-    if (!resp) throw fail("the session ended in round " + std::to_string(round));
+    resp = stream_->next(until);
+    if (!resp && !stream_->ended()) {
+      reset_stream();  // cancels the call: the server frees the session
+      throw VerifierUnavailable(link_.error("no verdict for round " + std::to_string(round) + " within the round timeout of " +
+                                            std::to_string(round_timeout_.count()) + " ms")
+                                    .what());
+    }
+    if (!resp) fail("the session ended in round " + std::to_string(round));
   } while (resp->has_opened());
   const auto got = SteadyClock::now();
-  if (!resp->has_verdict()) throw fail("unexpected message in round " + std::to_string(round));
+  if (!resp->has_verdict()) fail("unexpected message in round " + std::to_string(round));
   const v1::RoundVerdict& v = resp->verdict();
   if (v.round() != round)
     throw link_.error("verdict for round " + std::to_string(v.round()) + " in round " + std::to_string(round));
@@ -241,8 +265,8 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
 
 void ServerVerifier::end() {
   if (!stream_) return;
-  if (!stream_->status().ok()) throw fail("session ended badly");
-  stream_.reset();
+  if (!stream_->status().ok()) fail("session ended badly");
+  reset_stream();
 }
 
 }  // namespace splitspec

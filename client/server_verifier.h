@@ -29,21 +29,28 @@ class ServerVerifier final : public Verifier {
   int32_t budget(int64_t length) const override;
   RoundResult verify(const DraftTree& tree, bool early) override;
   void end() override;
-  void abort() override { stream_.reset(); }
+  void abort() override { reset_stream(); }
+  void interrupt() override;
   bool early_verdicts() const override { return !link_.info().early_exit_layers().empty(); }
   VerifierStats stats() const override { return stats_; }
+  // A round with no verdict after this long throws VerifierUnavailable (0: never).
+  void set_round_timeout(std::chrono::milliseconds t) { round_timeout_ = t; }
 
  private:
+  void reset_stream(std::unique_ptr<SessionStream> next = nullptr);
   // Checks an early verdict on gRPC's thread; false ends the call.
   bool check_early(const v1::RoundVerdict& v);
-  // The error to throw once the stream went wrong: a malformed early verdict
-  // if that is what ended it, else the call's status.
-  Error fail(const std::string& what);
+  // Throws once the stream went wrong: a malformed early verdict if that is
+  // what ended it, else the call's status; VerifierUnavailable when the
+  // server or the network went away.
+  [[noreturn]] void fail(const std::string& what);
 
   ServerLink& link_;
   const int64_t vocab_;
   const std::string fingerprint_;
   std::unique_ptr<SessionStream> stream_;
+  std::mutex stream_mu_;  // replacing stream_ against interrupt() on another thread
+  std::chrono::milliseconds round_timeout_{0};
   EarlyHandler handler_;
   bool greedy_ = true;
   bool finished_ = false;

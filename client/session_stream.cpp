@@ -86,13 +86,22 @@ void SessionStream::OnDone(const grpc::Status& s) {
   }
 }
 
-std::optional<v1::SessionResponse> SessionStream::next() {
+std::optional<v1::SessionResponse> SessionStream::next(std::chrono::steady_clock::time_point until) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !received_.empty() || reads_done_; });
+  const auto ready = [&] { return !received_.empty() || reads_done_; };
+  if (until == std::chrono::steady_clock::time_point::max())
+    cv_.wait(lock, ready);
+  else
+    cv_.wait_until(lock, until, ready);
   if (received_.empty()) return std::nullopt;
   v1::SessionResponse r = std::move(received_.front());
   received_.pop_front();
   return r;
+}
+
+bool SessionStream::ended() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return received_.empty() && reads_done_;
 }
 
 grpc::Status SessionStream::status() {

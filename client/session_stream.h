@@ -27,8 +27,13 @@ class SessionStream final : public grpc::ClientBidiReactor<v1::SessionRequest, v
   ~SessionStream() override;
 
   void send(v1::SessionRequest msg);
-  // The next response, or nullopt once the stream has ended (see status()).
-  std::optional<v1::SessionResponse> next();
+  // The next response, or nullopt once the stream has ended (see status())
+  // or at `until` (then ended() is false).
+  std::optional<v1::SessionResponse> next(
+      std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
+  bool ended();
+  // Ends the call from any thread; a waiting next() returns.
+  void cancel() { context_.TryCancel(); }
   // The call's final status; waits for the end of the call.
   grpc::Status status();
   // No more messages will be sent.

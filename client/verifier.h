@@ -12,8 +12,17 @@
 
 #include "common/decoding/generate_options.h"
 #include "common/decoding/target_decoder.h"
+#include "common/util/error.h"
 
 namespace splitspec {
+
+// The target went away mid-generation (a broken stream, a round past its
+// timeout): nothing is lost but the round, which may be verified again from
+// the committed tokens, on a new session or by another verifier.
+class VerifierUnavailable : public Error {
+ public:
+  using Error::Error;
+};
 
 // A verdict predicted while its round is verified (the server's early exits):
 // what pre-drafting drafts from. Only the final verdict decides.
@@ -66,6 +75,9 @@ class Verifier {
   // Gives the generation up (an error elsewhere), freeing at once what it
   // holds, such as a server's session.
   virtual void abort() {}
+  // From any thread: a verify() waiting on another machine returns at once
+  // by throwing. A local round is short, so the default waits it out.
+  virtual void interrupt() {}
 
   // Whether rounds can stream early verdicts at all.
   virtual bool early_verdicts() const { return false; }

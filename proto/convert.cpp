@@ -26,7 +26,8 @@ v1::FinishReason to_wire(FinishReason r) {
     case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
     case FinishReason::kEos: return v1::FINISH_REASON_EOS;
     case FinishReason::kContext: return v1::FINISH_REASON_CONTEXT;
-    case FinishReason::kNone: break;
+    case FinishReason::kNone:
+    case FinishReason::kCancelled: break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }

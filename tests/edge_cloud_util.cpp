@@ -23,18 +23,34 @@ LocalServer start_server(const std::string& target_dir, int max_sessions, int ma
   return s;
 }
 
-std::string spawn_server(const std::string& target_dir, const TempDir& tmp, std::unique_ptr<Child>& child,
-                         const std::vector<std::string>& extra_args) {
+namespace {
+
+std::string spawn(const std::string& listen, const std::string& target_dir, const TempDir& tmp,
+                  std::unique_ptr<Child>& child, const std::vector<std::string>& extra_args) {
   const std::string port_file = tmp.str("port");
+  std::filesystem::remove(port_file);
   std::vector<std::string> argv = {std::string(SPLITSPEC_BIN_DIR) + "/splitspec-server", "--target", target_dir,
-                                   "--listen", "127.0.0.1:0", "--port-file", port_file, "--threads", "1"};
+                                   "--listen", listen, "--port-file", port_file, "--threads", "1"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   child = std::make_unique<Child>(argv, tmp.str("server.out"), tmp.str("server.err"));
-  if (!wait_until([&] { return std::filesystem::exists(port_file); }, std::chrono::seconds(60)))
+  if (!wait_until([&] { return std::filesystem::exists(port_file) && std::filesystem::file_size(port_file) > 0; },
+                  std::chrono::seconds(60)))
     throw std::runtime_error("splitspec-server did not start: " + read_file(tmp.path() / "server.err"));
   std::string port = read_file(port_file);
   port.erase(port.find_last_not_of("\n") + 1);
   return "127.0.0.1:" + port;
+}
+
+}  // namespace
+
+std::string spawn_server(const std::string& target_dir, const TempDir& tmp, std::unique_ptr<Child>& child,
+                         const std::vector<std::string>& extra_args) {
+  return spawn("127.0.0.1:0", target_dir, tmp, child, extra_args);
+}
+
+std::string spawn_server_at(const std::string& listen, const std::string& target_dir, const TempDir& tmp,
+                            std::unique_ptr<Child>& child) {
+  return spawn(listen, target_dir, tmp, child, {});
 }
 
 std::unique_ptr<v1::SplitSpec::Stub> raw_stub(const std::string& address) {
@@ -161,15 +177,27 @@ void expect_connect_refused(const ClientOptions& o, const std::string& what) {
   }
 }
 
-std::vector<std::vector<int32_t>> demo_target_ids(const Request& req, int prompts) {
+namespace {
+
+std::unique_ptr<Client> demo_target_alone() {
   ClientOptions o;
   o.verifier = VerifierKind::kLocal;
   o.drafter = "none";
   o.target_dir = demo_target_dir();
-  auto plain = Client::connect(o);
+  return Client::connect(o);
+}
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> demo_target_ids(const Request& req, int prompts) {
+  auto plain = demo_target_alone();
   std::vector<std::vector<int32_t>> out;
   for (int p = 0; p < prompts; ++p) out.push_back(plain->generate(test_prompts()[p], req).ids);
   return out;
+}
+
+std::vector<int32_t> demo_target_ids_of(const std::vector<int32_t>& prompt, const Request& req) {
+  return demo_target_alone()->generate_ids(prompt, req).ids;
 }
 
 }  // namespace splitspec::test

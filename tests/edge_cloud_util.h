@@ -29,6 +29,10 @@ LocalServer start_server(const std::string& target_dir, int max_sessions = 8, in
 std::string spawn_server(const std::string& target_dir, const TempDir& tmp, std::unique_ptr<Child>& child,
                          const std::vector<std::string>& extra_args = {});
 
+// The same at `listen` (HOST:PORT): a server restarted where a killed one was.
+std::string spawn_server_at(const std::string& listen, const std::string& target_dir, const TempDir& tmp,
+                            std::unique_ptr<Child>& child);
+
 std::unique_ptr<v1::SplitSpec::Stub> raw_stub(const std::string& address);
 v1::ServerStats server_stats(const std::string& address);
 
@@ -74,5 +78,7 @@ void expect_connect_refused(const ClientOptions& o, const std::string& what);
 
 // What the demo target alone generates for the first `prompts` test prompts.
 std::vector<std::vector<int32_t>> demo_target_ids(const Request& req, int prompts);
+// The same for one prompt of token ids.
+std::vector<int32_t> demo_target_ids_of(const std::vector<int32_t>& prompt, const Request& req);
 
 }  // namespace splitspec::test

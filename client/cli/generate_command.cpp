@@ -36,6 +36,10 @@ struct GenerateArgs {
   std::string predraft_queue = "priority";
   bool predraft_adaptive = false;
   double deadline_s = 120;
+  double round_timeout_s = 0;
+  double reconnect_budget_s = 10;
+  std::string fallback_target;
+  double failback_interval_s = 0.5;
   bool json = false;
   // Local modes.
   std::string memory_budget;
@@ -65,7 +69,7 @@ nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
                       {"target_forwards", s.target_forwards},
                       {"threads", compute_threads()}};
   const bool server = o.verifier == VerifierKind::kServer;
-  const bool streamed = server && o.drafter == "none";  // cloud-ar
+  const bool streamed = server && o.drafter == "none" && o.fallback_target_dir.empty();  // cloud-ar
   if (!streamed) {
     j["rounds"] = s.rounds;
     j["tau"] = s.tau;
@@ -110,6 +114,17 @@ nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
     j["final_alpha"] = s.final_alpha;
     j["provisional_tokens"] = s.provisional_tokens;
     j["provisional_kept"] = s.provisional_kept;
+  }
+  if (server && !streamed) {
+    j["server_rounds"] = s.server_rounds;
+    j["fallback_rounds"] = s.fallback_rounds;
+    j["failovers"] = s.failovers;
+    j["failbacks"] = s.failbacks;
+    j["retried_rounds"] = s.retried_rounds;
+  }
+  if (server) {
+    j["resumes"] = s.resumes;
+    j["switch_ms"] = s.switch_ms;
   }
   if (!server) {
     j["target_ms"] = s.target_ms;
@@ -232,9 +247,13 @@ int run_generate(const GenerateArgs& a) {
   o.max_provisional = a.max_provisional;
   o.tree_max_children = a.max_children;
   o.tree_draft_width = a.draft_width;
+  o.reconnect_budget = std::chrono::milliseconds(static_cast<int64_t>(a.reconnect_budget_s * 1000));
+  o.fallback_target_dir = a.fallback_target;
+  o.failback_interval = std::chrono::milliseconds(static_cast<int64_t>(a.failback_interval_s * 1000));
   std::unique_ptr<Client> client = Client::connect(o);
   Request req = a.request;
   req.deadline = std::chrono::milliseconds(static_cast<int64_t>(a.deadline_s * 1000));
+  req.round_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.round_timeout_s * 1000));
   const std::string mode = mode_name(o);
   if (!a.prompts_file.empty()) return run_prompts_file(a, o, *client, req, mode);
 
@@ -348,6 +367,23 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", a->request.seed, "Random seed for sampling")->capture_default_str();
   cmd->add_flag("--ignore-eos", a->request.ignore_eos, "Keep generating after the end-of-sequence token");
   cmd->add_option("--deadline-s", a->deadline_s, "Give up on the generation after this many seconds")->capture_default_str();
+  cmd->add_option("--round-timeout-s", a->round_timeout_s,
+                  "Server verifier: a round with no verdict after this many seconds counts as a broken stream "
+                  "(reconnect, then --fallback-target); 0: only the deadline")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--reconnect-budget-s", a->reconnect_budget_s,
+                  "Server verifier: after a broken stream, how long to wait for the server and resume from the "
+                  "committed tokens; 0: fail at once")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--fallback-target", a->fallback_target,
+                  "Server verifier: the server's target on this device (streamed under --memory-budget if given); "
+                  "rounds go on here while the server is unreachable, and return when it serves again");
+  cmd->add_option("--failback-interval-s", a->failback_interval_s,
+                  "--fallback-target: how often to ask the server's health while verifying locally")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", a->json,
                 "Print one JSON object with ids, text and stats (rounds, tau, draft_ms, verify_wait_ms, "
                 "network_rtt_ms, ...) instead of streaming text");

@@ -13,8 +13,9 @@ struct GenerateOptions {
   bool ignore_eos = false;  // keep going past EOS (benchmarks want fixed lengths)
 };
 
-enum class FinishReason { kNone, kLength, kEos, kContext };
-// "", "length", "eos", "context".
+// kCancelled: stopped by the caller (Client::cancel, a callback); never on the wire.
+enum class FinishReason { kNone, kLength, kEos, kContext, kCancelled };
+// "", "length", "eos", "context", "cancelled".
 std::string finish_reason_name(FinishReason reason);
 
 }  // namespace splitspec

@@ -1,0 +1,223 @@
+#include "client/resilient_verifier.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "common/util/stopwatch.h"
+
+namespace splitspec {
+
+namespace {
+
+void add(VerifierStats& into, const VerifierStats& s) {
+  into.forwards += s.forwards;
+  into.forward_ms += s.forward_ms;
+  into.wait_ms += s.wait_ms;
+  into.server_ms += s.server_ms;
+  into.exits_ms += s.exits_ms;
+  into.verdict_bytes += s.verdict_bytes;
+  into.top_k_bytes += s.top_k_bytes;
+  into.hidden_bytes += s.hidden_bytes;
+  into.weight_bytes_read += s.weight_bytes_read;
+  into.weight_memory_peak = std::max(into.weight_memory_peak, s.weight_memory_peak);
+  into.weight_stall_ms += s.weight_stall_ms;
+}
+
+}  // namespace
+
+ResilientVerifier::ResilientVerifier(ServerLink& link, std::unique_ptr<ServerVerifier> server,
+                                     std::unique_ptr<Verifier> fallback, std::chrono::milliseconds reconnect_budget,
+                                     std::chrono::milliseconds failback_interval)
+    : link_(link),
+      server_(std::move(server)),
+      fallback_(std::move(fallback)),
+      reconnect_budget_(reconnect_budget),
+      failback_interval_(failback_interval),
+      active_(server_.get()) {}
+
+ResilientVerifier::~ResilientVerifier() { stop_watch(); }
+
+void ResilientVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                              const ExtrasRequest& extras, std::chrono::steady_clock::time_point deadline,
+                              EarlyHandler on_early) {
+  stop_watch();
+  prompt_ = prompt;
+  generated_.clear();
+  options_ = options;
+  extras_ = extras;
+  deadline_ = deadline;
+  on_early_ = std::move(on_early);
+  interrupted_ = false;
+  faults_ = FaultStats{};
+  banked_ = VerifierStats{};
+  active_ = server_.get();
+  fallback_used_ = false;
+  server_->begin(prompt, options, extras, deadline, on_early_);
+}
+
+int32_t ResilientVerifier::budget(int64_t length) const {
+  const int32_t b = server_->budget(length);
+  return fallback_ ? std::min(b, fallback_->budget(length)) : b;
+}
+
+void ResilientVerifier::bank(const Verifier& v) { add(banked_, v.stats()); }
+
+void ResilientVerifier::restart_on(Verifier& v, bool early) {
+  std::vector<int32_t> committed = prompt_;
+  committed.insert(committed.end(), generated_.begin(), generated_.end());
+  GenerateOptions left = options_;
+  left.max_new_tokens -= static_cast<int32_t>(generated_.size());
+  if (&v == server_.get() || fallback_used_) bank(v);  // begin() starts its counters afresh
+  if (&v == fallback_.get()) fallback_used_ = true;
+  EarlyHandler handler;
+  if (early && on_early_) {
+    // A new session numbers its rounds from 1; the pre-drafter counts on.
+    const auto before = static_cast<uint32_t>(faults_.server_rounds + faults_.fallback_rounds);
+    handler = [this, before](const PredictedVerdict& p) {
+      PredictedVerdict q = p;
+      q.round += before;
+      on_early_(q);
+    };
+  }
+  v.begin(committed, left, extras_, deadline_, handler);
+}
+
+bool ResilientVerifier::reconnect(std::chrono::steady_clock::time_point broke) {
+  const auto until = std::min(broke + window(), deadline_);
+  if (SteadyClock::now() >= until || interrupted_ || !link_.wait_connected(until) || interrupted_) return false;
+  restart_on(*server_, true);
+  faults_.resumes += 1;
+  spdlog::info("server {}: session resumed after {} committed tokens", link_.address(), generated_.size());
+  return true;
+}
+
+void ResilientVerifier::to_fallback() {
+  server_->abort();
+  restart_on(*fallback_, false);
+  active_ = fallback_.get();
+  faults_.failovers += 1;
+  spdlog::warn("server {} unreachable: verifying locally from token {}", link_.address(), generated_.size());
+  start_watch();
+}
+
+void ResilientVerifier::to_server_if_serving() {
+  if (!serving_) return;
+  stop_watch();
+  try {
+    restart_on(*server_, true);
+  } catch (const Error& e) {
+    // A server that refuses the generation (a different target now): stay here.
+    spdlog::warn("server {}: staying local: {}", link_.address(), e.what());
+    start_watch();
+    return;
+  }
+  active_ = server_.get();
+  faults_.failbacks += 1;
+  spdlog::info("server {} serving again: verifying there from token {}", link_.address(), generated_.size());
+}
+
+RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
+  if (active_ == fallback_.get()) to_server_if_serving();
+  std::optional<SteadyClock::time_point> broke;
+  auto backoff = std::chrono::milliseconds(20);
+  RoundResult r;
+  while (true) {
+    if (active_ == fallback_.get()) {
+      r = fallback_->verify(tree, false);
+      faults_.fallback_rounds += 1;
+      break;
+    }
+    try {
+      r = server_->verify(tree, early);
+      faults_.server_rounds += 1;
+      break;
+    } catch (const VerifierUnavailable& e) {
+      if (interrupted_) throw;
+      const auto now = SteadyClock::now();
+      if (!broke) {
+        broke = now;
+        faults_.retried_rounds += 1;
+        spdlog::warn("{}", e.what());
+      }
+      // A server that came back but broke again: do not hammer it.
+      if (faults_.resumes > 0 && now - *broke < window()) {
+        std::this_thread::sleep_for(
+            std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(*broke + window() - now)));
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      }
+      if (reconnect(*broke)) continue;
+      if (!fallback_ || interrupted_)
+        throw Error(std::string(e.what()) + "; gave up after a reconnect budget of " +
+                    std::to_string(reconnect_budget_.count()) + " ms");
+      to_fallback();
+    }
+  }
+  if (broke) faults_.switch_ms += ms_since(*broke);
+  generated_.insert(generated_.end(), r.verdict.tokens.begin(), r.verdict.tokens.end());
+  return r;
+}
+
+void ResilientVerifier::end() {
+  stop_watch();
+  Verifier* active = active_;
+  if (active != server_.get()) server_->abort();
+  active->end();
+}
+
+void ResilientVerifier::abort() {
+  stop_watch();
+  server_->abort();
+  if (fallback_) fallback_->abort();
+}
+
+void ResilientVerifier::interrupt() {
+  interrupted_ = true;
+  server_->interrupt();
+}
+
+std::function<bool()> ResilientVerifier::spare_compute() const {
+  if (!fallback_) return {};
+  std::function<bool()> local = fallback_->spare_compute();
+  if (!local) return {};
+  // Asked from the drafter's thread while this one verifies.
+  return [this, local] { return active_.load() == fallback_.get() && local(); };
+}
+
+VerifierStats ResilientVerifier::stats() const {
+  VerifierStats s = banked_;
+  add(s, server_->stats());
+  if (fallback_used_) add(s, fallback_->stats());
+  return s;
+}
+
+void ResilientVerifier::start_watch() {
+  stop_watch();
+  serving_ = false;
+  watch_stop_ = false;
+  watch_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(watch_mu_);
+    while (!watch_stop_) {
+      lock.unlock();
+      const bool up = link_.serving(failback_interval_);
+      lock.lock();
+      if (up) {
+        serving_ = true;
+        return;
+      }
+      watch_cv_.wait_for(lock, failback_interval_, [&] { return watch_stop_; });
+    }
+  });
+}
+
+void ResilientVerifier::stop_watch() {
+  if (!watch_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    watch_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  watch_.join();
+}
+
+}  // namespace splitspec

@@ -1,0 +1,151 @@
+// The robot's answer to losing the network: with a fallback target, a
+// generation whose server dies goes on with the local verifier at the next
+// round boundary, and returns to the server once its health says SERVING.
+// Same weights, same kernels: the tokens are those of an uninterrupted server
+// run, greedy and seeded sampling alike.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <thread>
+
+#include "client/cli/netem_proxy.h"
+#include "client/client.h"
+#include "common/engine/tokenizer.h"
+#include "tests/edge_cloud_util.h"
+
+namespace splitspec {
+namespace {
+
+using test::TempDir;
+
+ClientOptions edge_options(const std::string& address, const std::string& drafter) {
+  ClientOptions o;
+  o.verifier = VerifierKind::kServer;
+  o.drafter = drafter;
+  o.server = address;
+  o.draft_dir = test::demo_draft_dir();
+  o.threads = 1;
+  o.fallback_target_dir = test::demo_target_dir();
+  o.failback_interval = std::chrono::milliseconds(100);
+  return o;
+}
+
+Request long_request(float temperature) {
+  Request req;
+  req.max_new_tokens = 120;
+  req.ignore_eos = true;
+  req.temperature = temperature;
+  req.seed = 5;
+  return req;
+}
+
+std::vector<int32_t> prompt() { return test::encode_prompt(Tokenizer(test::demo_target_dir()), "The little robot"); }
+
+// Kills the server after `kill_at` streamed tokens and starts it again on the
+// same port after `restart_at`: rounds in between run on the fallback.
+void expect_failover_and_back(const std::string& drafter, float temperature) {
+  TempDir tmp;
+  std::unique_ptr<test::Child> server;
+  const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server);
+  auto client = Client::connect(edge_options(address, drafter));
+  const Request req = long_request(temperature);
+  const Result plain = client->generate_ids(prompt(), req);
+  ASSERT_EQ(plain.stats.failovers, 0);
+  ASSERT_EQ(plain.stats.fallback_rounds, 0);
+
+  std::vector<int32_t> streamed;
+  std::string restart_error;
+  const Result moved = client->generate_ids(prompt(), req, [&](int32_t id) {
+    streamed.push_back(id);
+    if (streamed.size() == 10) {
+      server->signal(SIGKILL);
+      server->wait(std::chrono::seconds(10));
+    }
+    if (streamed.size() == 50) {
+      try {
+        test::spawn_server_at(address, test::demo_target_dir(), tmp, server);
+      } catch (const std::exception& e) {
+        restart_error = e.what();
+      }
+      // Long enough for the health watch to see it.
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    }
+  });
+  ASSERT_EQ(restart_error, "");
+  EXPECT_EQ(moved.ids, plain.ids) << drafter << " at temperature " << temperature;
+  EXPECT_EQ(streamed, moved.ids) << "a token streamed twice or lost";
+  const Stats& s = moved.stats;
+  EXPECT_EQ(s.failovers, 1);
+  EXPECT_EQ(s.failbacks, 1);
+  EXPECT_GT(s.fallback_rounds, 0);
+  EXPECT_GT(s.server_rounds, 0);
+  EXPECT_EQ(s.server_rounds + s.fallback_rounds, s.rounds);
+  EXPECT_EQ(s.retried_rounds, 1);
+  EXPECT_GT(s.switch_ms, 0.0);
+}
+
+TEST(Failover, ServerKilledGoesLocalAndComesBackGreedy) { expect_failover_and_back("model", 0.0f); }
+
+TEST(Failover, ServerKilledGoesLocalAndComesBackSampled) { expect_failover_and_back("model", 0.8f); }
+
+TEST(Failover, PlainDecodingRunsRoundsThatCanMove) { expect_failover_and_back("none", 0.0f); }
+
+TEST(Failover, ServerNeverBackCompletesLocallyWithTheTargetsTokens) {
+  TempDir tmp;
+  std::unique_ptr<test::Child> server;
+  const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server);
+  ClientOptions o = edge_options(address, "model-tree");
+  o.memory_budget = "50%";  // the fallback streamed from disk, as on a small device
+  auto client = Client::connect(o);
+  Request req = long_request(0.0f);
+  req.max_new_tokens = 64;
+  int seen = 0;
+  const Result r = client->generate_ids(prompt(), req, [&](int32_t) {
+    if (++seen == 5) {
+      server->signal(SIGKILL);
+      server->wait(std::chrono::seconds(10));
+    }
+  });
+  EXPECT_EQ(r.ids, test::demo_target_ids_of(prompt(), req));
+  EXPECT_EQ(r.stats.failovers, 1);
+  EXPECT_EQ(r.stats.failbacks, 0);
+  EXPECT_GT(r.stats.fallback_rounds, 0);
+  EXPECT_GT(r.stats.weight_bytes_read, 0u);
+}
+
+TEST(Failover, AServerTooSlowForTheRoundTimeoutHandsRoundsToTheFallback) {
+  test::LocalServer srv = test::start_server(test::demo_target_dir());
+  NetemOptions slow;
+  slow.upstream = srv.address;
+  slow.delay_ms = 150;  // each way: no round comes back within the timeout
+  NetemProxy proxy(slow);
+  proxy.start();
+  auto client = Client::connect(edge_options("127.0.0.1:" + std::to_string(proxy.port()), "model"));
+  Request req = long_request(0.0f);
+  req.max_new_tokens = 32;
+  req.round_timeout = std::chrono::milliseconds(200);
+  const Result r = client->generate_ids(prompt(), req);
+  EXPECT_EQ(r.ids, test::demo_target_ids_of(prompt(), req));
+  EXPECT_EQ(r.stats.failovers, 1);
+  EXPECT_EQ(r.stats.server_rounds, 0);
+  EXPECT_EQ(r.stats.fallback_rounds, r.stats.rounds);
+  // The timed-out sessions were cancelled, not left behind.
+  EXPECT_TRUE(test::wait_until([&] { return test::server_stats(srv.address).active_sessions() == 0; },
+                               std::chrono::seconds(5)));
+}
+
+TEST(Failover, AFallbackThatIsNotTheServersTargetIsRefused) {
+  test::LocalServer srv = test::start_server(test::demo_target_dir());
+  ClientOptions o = edge_options(srv.address, "model");
+  o.fallback_target_dir = test::demo_draft_dir();
+  test::expect_connect_refused(o, "is not server");
+  o.fallback_target_dir = "/nonexistent/target";
+  test::expect_connect_refused(o, "/nonexistent/target");
+  o = edge_options(srv.address, "model");
+  o.verifier = VerifierKind::kLocal;
+  o.target_dir = test::demo_target_dir();
+  test::expect_connect_refused(o, "the local verifier has its target already");
+}
+
+}  // namespace
+}  // namespace splitspec
