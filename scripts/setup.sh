@@ -15,6 +15,8 @@ PACKAGES=(
   # SLEEF: the vectorised exp of the forward kernels (LibTorch uses it too).
   libsleef-dev
   nlohmann-json3-dev libcli11-dev
+  # The Python module `splitspec` (client/python); without them it is skipped.
+  pybind11-dev python3-dev
   # The ARM kernels are built and checked here too, under emulation
   # (scripts/test_arm_kernels.sh).
   g++-aarch64-linux-gnu qemu-user

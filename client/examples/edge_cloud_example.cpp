@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "client/client.h"
+#include <splitspec/client.h>
 
 namespace {
 

@@ -1,0 +1,552 @@
+// The Python module `splitspec`: client.h for Python (docs/client-package.md).
+//
+//   import splitspec
+//   client = splitspec.Client(splitspec.ClientOptions(
+//       verifier="local", drafter="model",
+//       target_dir="models/demo-target", draft_dir="models/demo-draft"))
+//   result = client.generate("Turn left at the", splitspec.Request(max_new_tokens=32))
+//   for piece in client.stream("Turn left at the", splitspec.Request()):
+//       print(piece, end="", flush=True)
+//
+// Generating never holds the GIL, so a robot's other Python threads (its
+// executor, a stop callback calling cancel()) run meanwhile. Durations are
+// datetime.timedelta (a float of seconds is accepted too); verifier and mode
+// are the names the CLI takes. splitspec::Error becomes splitspec.Error (a
+// RuntimeError) with the same message.
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <splitspec/client.h>
+
+#include "common/util/error.h"
+
+namespace py = pybind11;
+
+namespace splitspec {
+namespace {
+
+// A Client, and whether a generation runs on it. client.h allows one at a
+// time; here a second (another thread, or generate() while a stream is
+// open) raises instead of corrupting the first.
+class PyClient {
+ public:
+  explicit PyClient(std::unique_ptr<Client> client) : client_(std::move(client)) {}
+  Client& client() { return *client_; }
+
+  // Holds the client for one generation.
+  class Lease {
+   public:
+    Lease() = default;
+    explicit Lease(PyClient* owner) : owner_(owner) {
+      if (owner_->busy_.exchange(true))
+        throw Error("this Client is already running a generation (one at a time: finish, close or cancel it "
+                    "first, or use one Client per thread)");
+    }
+    Lease(Lease&& o) noexcept : owner_(std::exchange(o.owner_, nullptr)) {}
+    Lease& operator=(Lease&& o) noexcept {
+      release();
+      owner_ = std::exchange(o.owner_, nullptr);
+      return *this;
+    }
+    ~Lease() { release(); }
+    void release() {
+      if (owner_) owner_->busy_ = false;
+      owner_ = nullptr;
+    }
+
+   private:
+    PyClient* owner_ = nullptr;
+  };
+
+ private:
+  std::unique_ptr<Client> client_;
+  std::atomic<bool> busy_{false};
+};
+
+// A Python callable as a streaming callback. It runs on the generating thread,
+// which takes the GIL for it. Returning False stops the generation; an
+// exception (Ctrl-C included) stops it too and is raised once generate()
+// returns, so it never unwinds through the library.
+template <class Arg>
+class PyCallback {
+ public:
+  explicit PyCallback(py::object fn) : fn_(std::move(fn)) {}
+  StreamCallback<Arg> callback() {
+    if (fn_.is_none()) return {};
+    return [this](Arg a) -> bool {
+      py::gil_scoped_acquire gil;
+      try {
+        const py::object r = fn_(a);
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        return r.ptr() != Py_False;
+      } catch (...) {
+        error_ = std::current_exception();
+        return false;
+      }
+    };
+  }
+  void rethrow() {
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  py::object fn_;
+  std::exception_ptr error_;
+};
+
+// Items a generation's callback hands to the Python thread iterating.
+template <class Item>
+class Queue {
+ public:
+  void push(Item item) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      items_.push_back(std::move(item));
+    }
+    cv_.notify_one();
+  }
+  std::optional<Item> pop(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !items_.empty(); })) return std::nullopt;
+    Item item = std::move(items_.front());
+    items_.pop_front();
+    return item;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> items_;
+};
+
+// A generation on its own thread (Client::generate_async), read as a Python
+// iterator: text pieces (str) or token ids (int), each once final.
+template <class Item, class Arg>
+class Stream {
+ public:
+  using Start = std::function<Generation(Client&, StreamCallback<Arg>)>;
+  Stream(PyClient& owner, const Start& start) : lease_(&owner), queue_(std::make_shared<Queue<Item>>()) {
+    auto queue = queue_;
+    py::gil_scoped_release nogil;
+    generation_.emplace(start(owner.client(), [queue](Arg item) { queue->push(Item(item)); }));
+  }
+  // Dropped unfinished (a `break` out of a for loop): cancelled. The GIL is
+  // kept: the generation's callback never takes it, and a destructor may run
+  // while Python is shutting down.
+  ~Stream() {
+    if (generation_) {
+      cancel_and_wait();
+      generation_.reset();
+    }
+  }
+
+  Item next() {
+    if (!generation_) throw py::stop_iteration();
+    for (;;) {
+      std::optional<Item> item;
+      bool done = false;
+      {
+        py::gil_scoped_release nogil;
+        item = queue_->pop(kPoll);
+        // Every callback has returned once the generation is done, so an
+        // empty queue then is the end. Generation has no completion
+        // callback, hence the poll; it only delays the end, by < kPoll.
+        if (!item && generation_->done()) {
+          item = queue_->pop(std::chrono::milliseconds(0));
+          done = !item;
+        }
+      }
+      if (item) return std::move(*item);
+      if (done) {
+        finish(false);
+        throw py::stop_iteration();
+      }
+      // Ctrl-C while waiting (signals are seen on the main thread only).
+      if (PyErr_CheckSignals() != 0) {
+        py::error_already_set interrupted;  // taken before close() runs more Python-facing code
+        close();
+        throw interrupted;
+      }
+    }
+  }
+
+  // Cancels a running generation and waits for it; the result (finish
+  // reason "cancelled" unless it had finished) stays readable.
+  void close() {
+    if (!generation_) return;
+    try {
+      finish(true);
+    } catch (const std::exception&) {
+      // A generation failing as it is cancelled has nothing left to report.
+    }
+  }
+
+  // The generation's Result once the iterator is exhausted or closed, else None.
+  py::object result() const { return result_ ? py::cast(*result_) : py::none(); }
+
+ private:
+  static constexpr std::chrono::milliseconds kPoll{10};
+
+  // Ends the generation (cancelling it first if asked), keeps its result and
+  // frees the client, also when get() rethrows the generation's error.
+  void finish(bool cancel) {
+    struct Reset {
+      Stream* s;
+      ~Reset() {
+        s->generation_.reset();
+        s->lease_.release();
+      }
+    } reset{this};
+    py::gil_scoped_release nogil;
+    if (cancel) cancel_and_wait();
+    result_ = generation_->get();
+  }
+
+  // A cancel that comes before the generation's thread has started it is
+  // lost (client.h: it stops the generation running now), so it is repeated
+  // until the generation is done.
+  void cancel_and_wait() {
+    do generation_->cancel();
+    while (!generation_->wait_for(kPoll));
+  }
+
+  PyClient::Lease lease_;
+  std::shared_ptr<Queue<Item>> queue_;
+  std::optional<Generation> generation_;  // after queue_: its callback pushes there
+  std::optional<Result> result_;
+};
+
+using TextStream = Stream<std::string, const std::string&>;
+using TokenStream = Stream<int32_t, int32_t>;
+
+// Named fields, so that __repr__ and as_dict() list them as bound.
+template <class T>
+class Fields {
+ public:
+  explicit Fields(py::class_<T>& cls) : cls_(cls) {}
+  template <class M>
+  Fields& rw(const char* name, M T::*member, const char* doc = "") {
+    cls_.def_readwrite(name, member, doc);
+    names_.push_back(name);
+    return *this;
+  }
+  template <class M>
+  Fields& ro(const char* name, M T::*member, const char* doc = "") {
+    cls_.def_readonly(name, member, doc);
+    names_.push_back(name);
+    return *this;
+  }
+  template <class Get, class Set>
+  Fields& property(const char* name, Get get, Set set, const char* doc = "") {
+    cls_.def_property(name, get, set, doc);
+    names_.push_back(name);
+    return *this;
+  }
+  // as_dict() and __repr__ ("Request(max_new_tokens=128, ...)"), and, when
+  // `init`, a constructor taking any of the fields as keywords.
+  void finish(const char* type_name, bool init) {
+    auto names = std::make_shared<std::vector<std::string>>(names_);
+    auto as_dict = [names](const py::object& self) {
+      py::dict d;
+      for (const auto& n : *names) {
+        py::object v = self.attr(n.c_str());
+        d[n.c_str()] = py::hasattr(v, "as_dict") ? v.attr("as_dict")() : v;
+      }
+      return d;
+    };
+    cls_.def("as_dict", as_dict, "The fields as a dict (nested ones as dicts too).");
+    cls_.def("__repr__", [names, type_name](const py::object& self) {
+      std::string out = std::string(type_name) + "(";
+      for (size_t i = 0; i < names->size(); ++i) {
+        const std::string& n = (*names)[i];
+        out += (i ? ", " : "") + n + "=" + py::repr(self.attr(n.c_str())).template cast<std::string>();
+      }
+      return out + ")";
+    });
+    if (init)
+      cls_.def(py::init([](const py::kwargs& kwargs) {
+                 // Each keyword through its property, so that names are checked
+                 // (an unknown one raises AttributeError) and values converted
+                 // as on assignment.
+                 py::object self = py::cast(T{});
+                 for (const auto& kv : kwargs) py::setattr(self, kv.first, kv.second);
+                 return self.cast<T>();
+               }),
+               "Defaults as in client.h; any field may be given as a keyword.");
+  }
+
+ private:
+  py::class_<T>& cls_;
+  std::vector<std::string> names_;
+};
+
+void bind_options(py::module_& m) {
+  py::class_<ClientOptions> cls(m, "ClientOptions",
+                                "How a Client generates: verifier, drafter and their settings (client.h).");
+  Fields<ClientOptions> f(cls);
+  f.property(
+       "verifier", [](const ClientOptions& o) { return verifier_name(o.verifier); },
+       [](ClientOptions& o, const std::string& v) { o.verifier = parse_verifier(v); }, "'local' or 'server'")
+      .rw("drafter", &ClientOptions::drafter, "none, model, model-tree, lut, pld, recurrent or a registered one")
+      .rw("predraft", &ClientOptions::predraft, "server verifier: pre-draft on early verdicts")
+      .property(
+          "mode",
+          [](const ClientOptions& o) -> std::optional<std::string> {
+            if (!o.mode) return std::nullopt;
+            return mode_name(*o.mode);
+          },
+          [](ClientOptions& o, const std::optional<std::string>& name) {
+            o.mode = name ? std::optional<Mode>(parse_mode(*name)) : std::nullopt;
+          },
+          "an alias of earlier releases (local-ar, local-sd, local-tree, cloud-ar, edge-sd, edge-fsd) or None; "
+          "when set, it decides verifier, drafter and predraft")
+      .rw("server", &ClientOptions::server, "HOST:PORT, for the server verifier")
+      .rw("draft_dir", &ClientOptions::draft_dir)
+      .rw("target_dir", &ClientOptions::target_dir)
+      .rw("memory_budget", &ClientOptions::memory_budget)
+      .rw("stream_pipeline", &ClientOptions::stream_pipeline)
+      .rw("stream_read_ahead", &ClientOptions::stream_read_ahead)
+      .rw("tree_fallback", &ClientOptions::tree_fallback)
+      .rw("tree_provisional", &ClientOptions::tree_provisional)
+      .rw("tree_nodes", &ClientOptions::tree_nodes)
+      .rw("max_tree_nodes", &ClientOptions::max_tree_nodes)
+      .rw("tree_alpha", &ClientOptions::tree_alpha)
+      .rw("max_provisional", &ClientOptions::max_provisional)
+      .rw("tree_max_children", &ClientOptions::tree_max_children)
+      .rw("tree_draft_width", &ClientOptions::tree_draft_width)
+      .rw("drafter_options", &ClientOptions::drafter_options,
+          "dict of str to str; reading gives a copy, so assign a whole dict")
+      .rw("tokenizer", &ClientOptions::tokenizer)
+      .rw("threads", &ClientOptions::threads, "compute threads; 0: OMP_NUM_THREADS if set, else the physical cores")
+      .rw("predraft_threads", &ClientOptions::predraft_threads)
+      .rw("predraft_queue", &ClientOptions::predraft_queue, "priority, fifo or random")
+      .rw("predraft_adaptive", &ClientOptions::predraft_adaptive)
+      .rw("connect_timeout", &ClientOptions::connect_timeout, "timedelta (or float seconds)")
+      .rw("reconnect_budget", &ClientOptions::reconnect_budget, "timedelta (or float seconds); 0: never reconnect")
+      .rw("fallback_target_dir", &ClientOptions::fallback_target_dir)
+      .rw("failback_interval", &ClientOptions::failback_interval, "timedelta (or float seconds)");
+  f.finish("ClientOptions", true);
+
+  m.def(
+      "with_mode", [](const ClientOptions& o, const std::string& name) { return with_mode(o, name); },
+      py::arg("options"), py::arg("mode"),
+      "A copy of `options` with the verifier, drafter and predraft that `mode` stands for: an alias "
+      "('edge-fsd') or choices as mode_name() writes them ('server+model-tree').");
+  m.def(
+      "mode_name", [](const ClientOptions& o) { return mode_name(o); }, py::arg("options"),
+      "The alias an option set is known by ('edge-fsd'), else its choices ('server+model-tree').");
+}
+
+void bind_request(py::module_& m) {
+  py::class_<Request> cls(m, "Request", "One generation's settings (client.h).");
+  Fields<Request>(cls)
+      .rw("max_new_tokens", &Request::max_new_tokens)
+      .rw("temperature", &Request::temperature, "0: greedy")
+      .rw("top_k", &Request::top_k, "0: off")
+      .rw("top_p", &Request::top_p, "1: off")
+      .rw("seed", &Request::seed)
+      .rw("ignore_eos", &Request::ignore_eos)
+      .rw("gamma", &Request::gamma, "the model drafter: draft tokens per round")
+      .rw("deadline", &Request::deadline, "timedelta (or float seconds): the whole generation")
+      .rw("round_timeout", &Request::round_timeout,
+          "timedelta (or float seconds): one server round; 0: only the deadline")
+      .finish("Request", true);
+}
+
+void bind_results(py::module_& m) {
+  py::class_<Stats> stats(m, "Stats", "What a generation measured (client.h documents each field).");
+  Fields<Stats>(stats)
+      .ro("new_tokens", &Stats::new_tokens)
+      .ro("wall_ms", &Stats::wall_ms)
+      .ro("ms_per_token", &Stats::ms_per_token)
+      .ro("first_token_ms", &Stats::first_token_ms)
+      .ro("prefill_ms", &Stats::prefill_ms)
+      .ro("decode_ms", &Stats::decode_ms)
+      .ro("decode_tokens_per_s", &Stats::decode_tokens_per_s)
+      .ro("drafted_tokens", &Stats::drafted_tokens)
+      .ro("accepted_tokens", &Stats::accepted_tokens)
+      .ro("target_forward_ms", &Stats::target_forward_ms)
+      .ro("target_forwards", &Stats::target_forwards)
+      .ro("rounds", &Stats::rounds)
+      .ro("tau", &Stats::tau)
+      .ro("acceptance_rate", &Stats::acceptance_rate)
+      .ro("acceptance_per_position", &Stats::acceptance_per_position)
+      .ro("accepted_per_round", &Stats::accepted_per_round)
+      .ro("tree_nodes", &Stats::tree_nodes)
+      .ro("branched_trees", &Stats::branched_trees)
+      .ro("draft_ms", &Stats::draft_ms)
+      .ro("draft_forwards", &Stats::draft_forwards)
+      .ro("drafter_memory_bytes", &Stats::drafter_memory_bytes)
+      .ro("drafter_counters", &Stats::drafter_counters)
+      .ro("verify_wait_ms", &Stats::verify_wait_ms)
+      .ro("server_ms", &Stats::server_ms)
+      .ro("verdict_bytes", &Stats::verdict_bytes)
+      .ro("verdict_top_k_bytes", &Stats::verdict_top_k_bytes)
+      .ro("verdict_hidden_bytes", &Stats::verdict_hidden_bytes)
+      .ro("server_forward_ms", &Stats::server_forward_ms)
+      .ro("server_exits_ms", &Stats::server_exits_ms)
+      .ro("network_rtt_ms", &Stats::network_rtt_ms)
+      .ro("early_verdicts", &Stats::early_verdicts)
+      .ro("predrafts", &Stats::predrafts)
+      .ro("cache_miss_rate", &Stats::cache_miss_rate)
+      .ro("avg_exit_layer", &Stats::avg_exit_layer)
+      .ro("predraft_ms", &Stats::predraft_ms)
+      .ro("sync_wait_ms", &Stats::sync_wait_ms)
+      .ro("hit_send_ms", &Stats::hit_send_ms)
+      .ro("miss_send_ms", &Stats::miss_send_ms)
+      .ro("predraft_rounds", &Stats::predraft_rounds)
+      .ro("predraft_lookups", &Stats::predraft_lookups)
+      .ro("predraft_hits", &Stats::predraft_hits)
+      .ro("predraft_waited_hits", &Stats::predraft_waited_hits)
+      .ro("target_ms", &Stats::target_ms)
+      .ro("final_alpha", &Stats::final_alpha)
+      .ro("provisional_tokens", &Stats::provisional_tokens)
+      .ro("provisional_kept", &Stats::provisional_kept)
+      .ro("weight_bytes_read", &Stats::weight_bytes_read)
+      .ro("weight_memory_peak", &Stats::weight_memory_peak)
+      .ro("weight_stall_ms", &Stats::weight_stall_ms)
+      .ro("resumes", &Stats::resumes)
+      .ro("failovers", &Stats::failovers)
+      .ro("failbacks", &Stats::failbacks)
+      .ro("server_rounds", &Stats::server_rounds)
+      .ro("fallback_rounds", &Stats::fallback_rounds)
+      .ro("retried_rounds", &Stats::retried_rounds)
+      .ro("switch_ms", &Stats::switch_ms)
+      .finish("Stats", false);
+
+  py::class_<Result> result(m, "Result", "A generation's tokens, text, finish reason and stats.");
+  Fields<Result>(result)
+      .ro("prompt_ids", &Result::prompt_ids)
+      .ro("ids", &Result::ids, "generated ids")
+      .ro("text", &Result::text, "generated text (empty without a tokenizer)")
+      .ro("finish_reason", &Result::finish_reason, "'length', 'eos', 'context' or 'cancelled'")
+      .ro("stats", &Result::stats)
+      .finish("Result", false);
+
+  py::class_<ServerInfo> info(m, "ServerInfo", "What splitspec-server reports about itself.");
+  Fields<ServerInfo>(info)
+      .ro("model_name", &ServerInfo::model_name)
+      .ro("vocab_size", &ServerInfo::vocab_size)
+      .ro("tokenizer_fingerprint", &ServerInfo::tokenizer_fingerprint)
+      .ro("max_context", &ServerInfo::max_context)
+      .ro("max_draft_tokens", &ServerInfo::max_draft_tokens)
+      .ro("active_sessions", &ServerInfo::active_sessions)
+      .ro("version", &ServerInfo::version)
+      .finish("ServerInfo", false);
+}
+
+template <class S>
+void bind_stream(py::module_& m, const char* name, const char* doc) {
+  py::class_<S>(m, name, doc)
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &S::next)
+      .def("close", &S::close, "Cancels the generation if it still runs, and waits for it.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](S& s, const py::args&) { s.close(); })
+      .def_property_readonly("result", &S::result,
+                             "The Result once the iterator is exhausted or closed, else None.");
+}
+
+std::unique_ptr<PyClient> connect(const ClientOptions& options) {
+  py::gil_scoped_release nogil;
+  return std::make_unique<PyClient>(Client::connect(options));
+}
+
+void bind_client(py::module_& m) {
+  bind_stream<TextStream>(m, "TextStream", "Client.stream(): the generated text, piece by piece, as it becomes final.");
+  bind_stream<TokenStream>(m, "TokenStream", "Client.stream_ids(): the generated ids, each once final.");
+
+  py::class_<PyClient>(m, "Client",
+                       "A SplitSpec client: loads the local model(s) and, with the server verifier, connects. One "
+                       "generation at a time; cancel() from any thread.")
+      .def(py::init(&connect), py::arg("options"))
+      .def_static("connect", &connect, py::arg("options"), "The same as Client(options).")
+      .def(
+          "generate",
+          [](PyClient& c, const std::string& prompt, const Request& request, py::object on_text) {
+            PyCallback<const std::string&> cb(std::move(on_text));
+            Result r;
+            {
+              PyClient::Lease lease(&c);
+              py::gil_scoped_release nogil;
+              r = c.client().generate(prompt, request, cb.callback());
+            }
+            cb.rethrow();
+            return r;
+          },
+          py::arg("prompt"), py::arg("request") = Request(), py::arg("on_text") = py::none(),
+          "Text prompt, tokenized with BOS prepended. on_text(piece) receives the text as it becomes final; "
+          "returning False stops the generation (finish_reason 'cancelled').")
+      .def(
+          "generate_ids",
+          [](PyClient& c, const std::vector<int32_t>& ids, const Request& request, py::object on_token) {
+            PyCallback<int32_t> cb(std::move(on_token));
+            Result r;
+            {
+              PyClient::Lease lease(&c);
+              py::gil_scoped_release nogil;
+              r = c.client().generate_ids(ids, request, cb.callback());
+            }
+            cb.rethrow();
+            return r;
+          },
+          py::arg("prompt_ids"), py::arg("request") = Request(), py::arg("on_token") = py::none(),
+          "Token ids, used verbatim. on_token(id) receives each id once final; returning False stops.")
+      .def(
+          "stream",
+          [](PyClient& c, const std::string& prompt, const Request& request) {
+            return std::make_unique<TextStream>(c, [prompt, request](Client& client, OnText on_text) {
+              return client.generate_async(prompt, request, std::move(on_text));
+            });
+          },
+          py::arg("prompt"), py::arg("request") = Request(), py::keep_alive<0, 1>(),
+          "generate() as an iterator of text pieces; .result holds the Result at the end. Dropping or "
+          "closing it early cancels the generation.")
+      .def(
+          "stream_ids",
+          [](PyClient& c, const std::vector<int32_t>& ids, const Request& request) {
+            return std::make_unique<TokenStream>(c, [ids, request](Client& client, OnToken on_token) {
+              return client.generate_ids_async(ids, request, std::move(on_token));
+            });
+          },
+          py::arg("prompt_ids"), py::arg("request") = Request(), py::keep_alive<0, 1>(),
+          "generate_ids() as an iterator of ids.")
+      .def(
+          "cancel", [](PyClient& c) { c.client().cancel(); }, py::call_guard<py::gil_scoped_release>(),
+          "Stops the running generation at the next round boundary, from any thread; it returns what it made, "
+          "finish_reason 'cancelled'.")
+      .def(
+          "server_info", [](PyClient& c) { return c.client().server_info(); },
+          py::call_guard<py::gil_scoped_release>(), "Server verifier only.")
+      .def(
+          "ping_ms", [](PyClient& c) { return c.client().ping_ms(); }, py::call_guard<py::gil_scoped_release>(),
+          "One GetInfo round trip, in ms.");
+}
+
+}  // namespace
+}  // namespace splitspec
+
+PYBIND11_MODULE(splitspec, m) {
+  m.doc() = "SplitSpec: exact speculative decoding on an edge device, with or without a server.";
+  m.attr("__version__") = SPLITSPEC_VERSION;
+  // Module-local: other pybind11 modules in the process keep their own translators.
+  py::register_local_exception<splitspec::Error>(m, "Error", PyExc_RuntimeError);
+  splitspec::bind_options(m);
+  splitspec::bind_request(m);
+  splitspec::bind_results(m);
+  splitspec::bind_client(m);
+}
