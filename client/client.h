@@ -125,8 +125,8 @@ struct ClientOptions {
   std::chrono::milliseconds reconnect_budget{10000};
   // Server verifier: a local target to go on with when the server is
   // unreachable, streamed under `memory_budget` when one is given: it must be
-  // the server's target. A break then waits for the server at most
-  // `failback_interval` before going local. While a generation runs here, the
+  // the server's target. A break then goes local at once when the server
+  // refuses connections, and waits at most `failback_interval` for a silent one. While a generation runs here, the
   // server's health is asked every `failback_interval`; when it says SERVING,
   // later rounds return to it.
   std::string fallback_target_dir;
@@ -215,7 +215,7 @@ struct Stats {
   double weight_stall_ms = 0;         // streamed target: forwards waiting for weights
   // Faults (server verifier): a round whose stream broke is verified again,
   // on a new session or by the fallback target.
-  int64_t resumes = 0;                // new sessions opened on the server after a break
+  int64_t resumes = 0;                // breaks after which the server verified again (a new session)
   int64_t failovers = 0;              // switches to the fallback target
   int64_t failbacks = 0;              // switches back to the server
   int64_t server_rounds = 0;          // rounds whose verdict came from the server

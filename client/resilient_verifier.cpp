@@ -85,10 +85,11 @@ void ResilientVerifier::restart_on(Verifier& v, bool early) {
 
 bool ResilientVerifier::reconnect(std::chrono::steady_clock::time_point broke) {
   const auto until = std::min(broke + window(), deadline_);
-  if (SteadyClock::now() >= until || interrupted_ || !link_.wait_connected(until) || interrupted_) return false;
+  // With a fallback, a server that refuses connections is not waited for.
+  if (SteadyClock::now() >= until || interrupted_ || !link_.wait_connected(until, fallback_ != nullptr) ||
+      interrupted_)
+    return false;
   restart_on(*server_, true);
-  faults_.resumes += 1;
-  spdlog::info("server {}: session resumed after {} committed tokens", link_.address(), generated_.size());
   return true;
 }
 
@@ -121,6 +122,7 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
   if (active_ == fallback_.get()) to_server_if_serving();
   std::optional<SteadyClock::time_point> broke;
   auto backoff = std::chrono::milliseconds(20);
+  int reopened = 0;  // sessions opened again for this round
   RoundResult r;
   while (true) {
     if (active_ == fallback_.get()) {
@@ -131,6 +133,10 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
     try {
       r = server_->verify(tree, early);
       faults_.server_rounds += 1;
+      if (reopened) {
+        faults_.resumes += 1;
+        spdlog::info("server {}: resumed after {} committed tokens", link_.address(), generated_.size());
+      }
       break;
     } catch (const VerifierUnavailable& e) {
       if (interrupted_) throw;
@@ -141,12 +147,15 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
         spdlog::warn("{}", e.what());
       }
       // A server that came back but broke again: do not hammer it.
-      if (faults_.resumes > 0 && now - *broke < window()) {
+      if (reopened > 0 && now - *broke < window()) {
         std::this_thread::sleep_for(
             std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(*broke + window() - now)));
         backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
       }
-      if (reconnect(*broke)) continue;
+      if (reconnect(*broke)) {
+        reopened += 1;
+        continue;
+      }
       if (!fallback_ || interrupted_)
         throw Error(std::string(e.what()) + "; gave up after a reconnect budget of " +
                     std::to_string(reconnect_budget_.count()) + " ms");

@@ -21,7 +21,7 @@
 namespace splitspec {
 
 struct FaultStats {
-  int64_t resumes = 0;          // sessions opened again on the server
+  int64_t resumes = 0;          // breaks after which the server verified again
   int64_t failovers = 0;        // moves to the fallback
   int64_t failbacks = 0;        // moves back to the server
   int64_t server_rounds = 0;
@@ -33,9 +33,10 @@ struct FaultStats {
 class ResilientVerifier final : public Verifier {
  public:
   // `fallback` may be null (reconnect only); `reconnect_budget` 0: no
-  // reconnecting. With a fallback a break waits for the server at most
-  // `failback_interval` (and the budget), then goes local: a robot keeps
-  // moving, and the health watch brings it back.
+  // reconnecting. With a fallback a break goes local at once when the server
+  // refuses connections, and waits for a silent one at most
+  // `failback_interval` (and the budget): a robot keeps moving, and the
+  // health watch brings it back.
   ResilientVerifier(ServerLink& link, std::unique_ptr<ServerVerifier> server, std::unique_ptr<Verifier> fallback,
                     std::chrono::milliseconds reconnect_budget, std::chrono::milliseconds failback_interval);
   ~ResilientVerifier() override;

@@ -61,10 +61,16 @@ v1::ServerInfo ServerLink::fetch_info(std::chrono::milliseconds timeout) {
   return out;
 }
 
-bool ServerLink::wait_connected(std::chrono::steady_clock::time_point until) {
+bool ServerLink::wait_connected(std::chrono::steady_clock::time_point until, bool refused_ends) {
   const auto left = until - std::chrono::steady_clock::now();
   const auto wall = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
-  return channel_->WaitForConnected(wall);
+  grpc_connectivity_state state = channel_->GetState(true);
+  while (state != GRPC_CHANNEL_READY) {
+    if (state == GRPC_CHANNEL_SHUTDOWN || (refused_ends && state == GRPC_CHANNEL_TRANSIENT_FAILURE)) return false;
+    if (!channel_->WaitForStateChange(state, wall)) return false;
+    state = channel_->GetState(true);
+  }
+  return true;
 }
 
 bool ServerLink::serving(std::chrono::milliseconds timeout) {

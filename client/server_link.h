@@ -28,8 +28,9 @@ class ServerLink {
   // Asks again.
   v1::ServerInfo fetch_info(std::chrono::milliseconds timeout);
   // Whether the channel is (or gets, before `until`) connected: after a
-  // break, the server is back.
-  bool wait_connected(std::chrono::steady_clock::time_point until);
+  // break, the server is back. `refused_ends`: a refused connection (nothing
+  // listens there now) answers false at once instead of waiting on.
+  bool wait_connected(std::chrono::steady_clock::time_point until, bool refused_ends = false);
   // Whether grpc.health.v1 says SERVING within `timeout`.
   bool serving(std::chrono::milliseconds timeout);
 
