@@ -196,6 +196,15 @@ std::vector<std::vector<int32_t>> demo_target_ids(const Request& req, int prompt
   return out;
 }
 
+Request fixed_length_request(int32_t tokens, float temperature, uint64_t seed) {
+  Request req;
+  req.max_new_tokens = tokens;
+  req.ignore_eos = true;
+  req.temperature = temperature;
+  req.seed = seed;
+  return req;
+}
+
 std::vector<int32_t> demo_target_ids_of(const std::vector<int32_t>& prompt, const Request& req) {
   return demo_target_alone()->generate_ids(prompt, req).ids;
 }

@@ -78,7 +78,10 @@ void expect_connect_refused(const ClientOptions& o, const std::string& what);
 
 // What the demo target alone generates for the first `prompts` test prompts.
 std::vector<std::vector<int32_t>> demo_target_ids(const Request& req, int prompts);
-// The same for one prompt of token ids.
+// `tokens` tokens whatever comes (EOS ignored), at `temperature` with `seed`.
+Request fixed_length_request(int32_t tokens, float temperature, uint64_t seed);
+
+// What the demo target alone generates for one prompt of token ids.
 std::vector<int32_t> demo_target_ids_of(const std::vector<int32_t>& prompt, const Request& req);
 
 }  // namespace splitspec::test

@@ -30,14 +30,7 @@ ClientOptions edge_options(const std::string& address, const std::string& drafte
   return o;
 }
 
-Request long_request(float temperature) {
-  Request req;
-  req.max_new_tokens = 120;
-  req.ignore_eos = true;
-  req.temperature = temperature;
-  req.seed = 5;
-  return req;
-}
+Request long_request(float temperature) { return test::fixed_length_request(120, temperature, 5); }
 
 std::vector<int32_t> prompt() { return test::encode_prompt(Tokenizer(test::demo_target_dir()), "The little robot"); }
 

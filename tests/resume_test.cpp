@@ -66,14 +66,7 @@ void expect_resumed_run_equals_uninterrupted(const std::string& drafter, const R
   EXPECT_GT(broken.result.stats.switch_ms, 0.0);
 }
 
-Request long_request(float temperature) {
-  Request req;
-  req.max_new_tokens = 96;
-  req.ignore_eos = true;
-  req.temperature = temperature;
-  req.seed = 11;
-  return req;
-}
+Request long_request(float temperature) { return test::fixed_length_request(96, temperature, 11); }
 
 TEST(Resume, ServerKilledAndRestartedGivesTheUninterruptedTokensGreedy) {
   expect_resumed_run_equals_uninterrupted("model", long_request(0.0f));
