@@ -57,12 +57,23 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace splitspec {
+
+// What every call throws, with a message meant for humans. Defined here, token
+// for token as in common/util/error.h, so that the installed header stands alone.
+#ifndef SPLITSPEC_ERROR_DEFINED
+#define SPLITSPEC_ERROR_DEFINED
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+#endif
 
 enum class VerifierKind { kLocal, kServer };
 // "local", "server"; parse_verifier throws splitspec::Error.

@@ -85,8 +85,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %lld tokens, %.2f ms/token, tau %.2f\n", splitspec::mode_name(options).c_str(),
                  static_cast<long long>(r.stats.new_tokens), r.stats.ms_per_token, r.stats.tau);
     return 0;
+  } catch (const splitspec::Error& ex) {
+    std::cerr << "splitspec-local-example: error: " << ex.what() << "\n";
+    return 1;
   } catch (const std::exception& ex) {
-    std::cerr << "splitspec-local-example: " << ex.what() << "\n";
+    std::cerr << "splitspec-local-example: unexpected: " << ex.what() << "\n";
     return 1;
   }
 }

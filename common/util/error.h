@@ -7,9 +7,14 @@
 
 namespace splitspec {
 
+// client.h, installed alone, defines it too, token for token; the guard lets
+// both be included together.
+#ifndef SPLITSPEC_ERROR_DEFINED
+#define SPLITSPEC_ERROR_DEFINED
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
+#endif
 
 }  // namespace splitspec

@@ -13,6 +13,8 @@
 #   4. splitspec-local-example (splitspec-example needs a server, so it is
 #      only built) prints the ids `splitspec generate --json`
 #      prints for the same requests, greedy and sampled from a text prompt;
+#      A bad target is thrown as splitspec::Error, which the example catches
+#      by the type client.h declares;
 #   5. the installed Python module, when built, imports from the prefix and
 #      gives the same ids.
 #
@@ -108,6 +110,11 @@ want=$(cli --prompt "Turn left at the" --max-new-tokens 24 --temperature 0.8 --s
 echo "example: $got"
 echo "cli:     $want"
 [ -n "$got" ] && [ "$got" = "$want" ] || fail "sampled ids differ"
+
+echo "== a bad target is a splitspec::Error the consumer catches by its type"
+err=$("$example" --target "$tmp/no-such-target" --draft "$source/models/demo-draft" 2>&1 >/dev/null) && fail "a missing target succeeded"
+echo "$err"
+grep -q "^splitspec-local-example: error: .*no-such-target" <<<"$err" || fail "not caught as splitspec::Error: $err"
 
 echo "== splitspec-example (it needs a server): its libraries resolve"
 libs=$(ldd "$prefix/bin/splitspec-example")
