@@ -19,19 +19,32 @@ class Cancellation {
   bool requested() const { return requested_; }
   // A new generation.
   void reset() { requested_ = false; }
-  // While set, request() also runs `f` (under a lock, so `f` may touch
-  // what clear_interrupt() guards); runs it at once if already requested.
+  // While a Scope lives, request() also runs its `interrupt` (under the lock,
+  // so the scope's end waits for a run in progress); it runs at once if a
+  // cancel came first. A scope, so that an exception cannot leave an
+  // interrupt behind that reaches into a finished call.
+  class Scope {
+   public:
+    Scope(Cancellation* c, std::function<void()> interrupt) : c_(c) {
+      if (c_) c_->set_interrupt(std::move(interrupt));
+    }
+    ~Scope() {
+      if (c_) c_->set_interrupt(nullptr);
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Cancellation* c_;
+  };
+
+ private:
   void set_interrupt(std::function<void()> f) {
     std::lock_guard<std::mutex> lock(mu_);
     interrupt_ = std::move(f);
     if (requested_ && interrupt_) interrupt_();
   }
-  void clear_interrupt() {
-    std::lock_guard<std::mutex> lock(mu_);
-    interrupt_ = nullptr;
-  }
 
- private:
   std::mutex mu_;
   std::atomic<bool> requested_{false};
   std::function<void()> interrupt_;

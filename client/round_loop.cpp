@@ -41,12 +41,12 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     on_early = [p = pre.get()](const PredictedVerdict& v) { p->push(v); };
   }
   verifier.begin(prompt, o.generate, drafter.wants(), o.deadline, on_early);
-  if (o.cancel) o.cancel->set_interrupt([&verifier] { verifier.interrupt(); });
   OnExit give_up{[&] {
-    if (o.cancel) o.cancel->clear_interrupt();
     if (pre) pre->stop();
     verifier.abort();
   }};
+  // Declared after give_up, so ended first: no interrupt reaches an aborted verifier.
+  const Cancellation::Scope interrupt(o.cancel, [&verifier] { verifier.interrupt(); });
   const auto cancelled = [&] { return o.cancel && o.cancel->requested(); };
 
   RoundLoopResult out;
@@ -147,7 +147,6 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
   // Cancelled: give_up aborts, freeing a server's session at once.
   if (out.finish != FinishReason::kCancelled) {
     give_up.armed = false;
-    if (o.cancel) o.cancel->clear_interrupt();
     verifier.end();
   }
   if (hit_sends) s.hit_send_ms /= static_cast<double>(hit_sends);

@@ -27,12 +27,13 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - SteadyClock::now()));
-    if (control.cancel) control.cancel->set_interrupt([&ctx] { ctx.TryCancel(); });
     // A server-streaming read on the caller's thread: nothing else to overlap.
     std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = link.stub().Generate(&ctx, wire);
     v1::GenerateResponse msg;
     std::optional<int32_t> bad_id;
     bool stopped = false;
+    // Ends before ctx does, whichever way this iteration ends.
+    const Cancellation::Scope interrupt(control.cancel, [&ctx] { ctx.TryCancel(); });
     while (!bad_id && !stopped && reader->Read(&msg)) {
       if (g.ids.empty()) g.first_token_ms = ms_since(t0);
       if (broke) {
@@ -54,7 +55,6 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
       g.forward_ms += msg.timings().forward_ms();
       if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) g.finish = from_wire(msg.finish_reason());
     }
-    if (control.cancel) control.cancel->clear_interrupt();
     if (bad_id || stopped || (control.cancel && control.cancel->requested())) ctx.TryCancel();
     const grpc::Status s = reader->Finish();
     if (bad_id)

@@ -137,7 +137,27 @@ TEST(Cancel, AHandleDroppedMidGenerationCancelsIt) {
   EXPECT_TRUE(sessions_freed(srv.address));
 }
 
-TEST(Cancel, ARoundPastItsTimeoutIsRefusedWithoutAFallback) {
+// A callback that throws ends the call with its exception; nothing of that
+// call is left for a later cancel() to reach into.
+TEST(Cancel, ACallbackThatThrowsLeavesNothingBehind) {
+  test::LocalServer srv = test::start_server(test::demo_target_dir());
+  for (const std::string drafter : {"none", "model"}) {
+    auto client = Client::connect(options_for(srv.address, drafter));
+    int seen = 0;
+    EXPECT_THROW(client->generate_ids(prompt(), endless(),
+                                      [&](int32_t) {
+                                        if (++seen == 3) throw std::runtime_error("the robot's own error");
+                                      }),
+                 std::runtime_error);
+    client->cancel();
+    Request next = endless();
+    next.max_new_tokens = 8;
+    EXPECT_EQ(client->generate_ids(prompt(), next).ids.size(), 8u) << drafter;
+    EXPECT_TRUE(sessions_freed(srv.address)) << drafter;
+  }
+}
+
+TEST(Cancel, ANegativeRoundTimeoutIsRefused) {
   test::LocalServer srv = test::start_server(test::demo_target_dir());
   auto client = Client::connect(options_for(srv.address, "model"));
   Request req = endless();
