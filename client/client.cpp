@@ -356,11 +356,22 @@ Generation Client::generate_ids_async(const std::vector<int32_t>& prompt_ids, co
                     }));
 }
 
-Generation::~Generation() {
+void Generation::finish() noexcept {
   if (result_.valid()) {
     cancel();
     result_.wait();
   }
+}
+
+Generation::~Generation() { finish(); }
+
+Generation& Generation::operator=(Generation&& other) noexcept {
+  if (this != &other) {
+    finish();
+    client_ = other.client_;
+    result_ = std::move(other.result_);
+  }
+  return *this;
 }
 
 bool Generation::done() const { return wait_for(std::chrono::milliseconds(0)); }

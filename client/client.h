@@ -294,7 +294,8 @@ class Client;
 class Generation {
  public:
   Generation(Generation&&) noexcept = default;
-  Generation& operator=(Generation&&) noexcept = default;
+  // Ends the one held first, as the destructor does.
+  Generation& operator=(Generation&& other) noexcept;
   // Cancels it if still running, and waits.
   ~Generation();
   bool done() const;
@@ -308,6 +309,7 @@ class Generation {
  private:
   friend class Client;
   Generation(Client* client, std::future<Result> result) : client_(client), result_(std::move(result)) {}
+  void finish() noexcept;
   Client* client_ = nullptr;
   std::future<Result> result_;
 };

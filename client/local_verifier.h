@@ -18,6 +18,8 @@ class LocalVerifier final : public Verifier {
   bool finished() const override;
   int32_t budget(int64_t length) const override;
   RoundResult verify(const DraftTree& tree, bool early) override;
+  // Frees the KV cache (a fallback the generation has left).
+  void abort() override { decoder_.reset(); }
   // A streamed target's forward waits for weights at times: the drafter may
   // work then.
   std::function<bool()> spare_compute() const override;

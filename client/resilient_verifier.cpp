@@ -53,6 +53,7 @@ void ResilientVerifier::begin(const std::vector<int32_t>& prompt, const Generate
   banked_ = VerifierStats{};
   active_ = server_.get();
   fallback_used_ = false;
+  failing_back_ = false;
   server_->begin(prompt, options, extras, deadline, on_early_);
 }
 
@@ -68,6 +69,8 @@ void ResilientVerifier::restart_on(Verifier& v, bool early) {
   committed.insert(committed.end(), generated_.begin(), generated_.end());
   GenerateOptions left = options_;
   left.max_new_tokens -= static_cast<int32_t>(generated_.size());
+  // A restarted server must still be the one whose tokens these are.
+  if (&v == server_.get()) link_.check_same_target(std::chrono::milliseconds(5000));
   if (&v == server_.get() || fallback_used_) bank(v);  // begin() starts its counters afresh
   if (&v == fallback_.get()) fallback_used_ = true;
   EarlyHandler handler;
@@ -86,8 +89,8 @@ void ResilientVerifier::restart_on(Verifier& v, bool early) {
 bool ResilientVerifier::reconnect(std::chrono::steady_clock::time_point broke) {
   const auto until = std::min(broke + window(), deadline_);
   // With a fallback, a server that refuses connections is not waited for.
-  if (SteadyClock::now() >= until || interrupted_ || !link_.wait_connected(until, fallback_ != nullptr) ||
-      interrupted_)
+  if (SteadyClock::now() >= until || interrupted_ ||
+      !link_.wait_connected(until, fallback_ != nullptr, [this] { return interrupted_.load(); }) || interrupted_)
     return false;
   restart_on(*server_, true);
   return true;
@@ -114,7 +117,7 @@ void ResilientVerifier::to_server_if_serving() {
     return;
   }
   active_ = server_.get();
-  faults_.failbacks += 1;
+  failing_back_ = true;  // counted once the server has verified a round
   spdlog::info("server {} serving again: verifying there from token {}", link_.address(), generated_.size());
 }
 
@@ -133,12 +136,18 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
     try {
       r = server_->verify(tree, early);
       faults_.server_rounds += 1;
+      if (failing_back_) {
+        failing_back_ = false;
+        faults_.failbacks += 1;
+        fallback_->abort();  // its KV cache is not needed until the next failover
+      }
       if (reopened) {
         faults_.resumes += 1;
         spdlog::info("server {}: resumed after {} committed tokens", link_.address(), generated_.size());
       }
       break;
     } catch (const VerifierUnavailable& e) {
+      failing_back_ = false;
       if (interrupted_) throw;
       const auto now = SteadyClock::now();
       if (!broke) {
@@ -148,8 +157,7 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
       }
       // A server that came back but broke again: do not hammer it.
       if (reopened > 0 && now - *broke < window()) {
-        std::this_thread::sleep_for(
-            std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(*broke + window() - now)));
+        pause(std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(*broke + window() - now)));
         backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
       }
       if (reconnect(*broke)) {
@@ -160,11 +168,27 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
         throw Error(std::string(e.what()) + "; gave up after a reconnect budget of " +
                     std::to_string(reconnect_budget_.count()) + " ms");
       to_fallback();
+    } catch (const Error& e) {
+      // The server came back but refuses this generation (another target, no
+      // room for a session): the fallback, still where the generation is,
+      // goes on.
+      if (!failing_back_ || interrupted_) throw;
+      failing_back_ = false;
+      spdlog::warn("server {}: staying local: {}", link_.address(), e.what());
+      server_->abort();
+      active_ = fallback_.get();
+      start_watch();
     }
   }
   if (broke) faults_.switch_ms += ms_since(*broke);
   generated_.insert(generated_.end(), r.verdict.tokens.begin(), r.verdict.tokens.end());
   return r;
+}
+
+void ResilientVerifier::pause(std::chrono::milliseconds d) {
+  // interrupt() wakes it: a cancel is not held up by a backoff.
+  std::unique_lock<std::mutex> lock(watch_mu_);
+  watch_cv_.wait_for(lock, d, [&] { return interrupted_.load(); });
 }
 
 void ResilientVerifier::end() {
@@ -181,7 +205,11 @@ void ResilientVerifier::abort() {
 }
 
 void ResilientVerifier::interrupt() {
-  interrupted_ = true;
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    interrupted_ = true;
+  }
+  watch_cv_.notify_all();
   server_->interrupt();
 }
 

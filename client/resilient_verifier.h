@@ -68,6 +68,8 @@ class ResilientVerifier final : public Verifier {
   void start_watch();
   void stop_watch();
   void bank(const Verifier& v);
+  // Sleeps `d` unless interrupted first.
+  void pause(std::chrono::milliseconds d);
   // How long a break waits for the server to be back.
   std::chrono::milliseconds window() const {
     return fallback_ ? std::min(reconnect_budget_, failback_interval_) : reconnect_budget_;
@@ -80,6 +82,7 @@ class ResilientVerifier final : public Verifier {
   const std::chrono::milliseconds failback_interval_;
   std::atomic<Verifier*> active_{nullptr};  // read by the drafter's thread (spare_compute)
   bool fallback_used_ = false;
+  bool failing_back_ = false;  // on the server again, no round verified there yet
   // The generation as begun, and what it has committed since.
   std::vector<int32_t> prompt_;
   std::vector<int32_t> generated_;

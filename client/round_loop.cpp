@@ -144,8 +144,10 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     pre->stop();
     s.predraft = pre->stats();
   }
-  // Cancelled: give_up aborts, freeing a server's session at once.
-  if (out.finish != FinishReason::kCancelled) {
+  // Cancelled: give_up aborts, freeing a server's session at once. A cancel
+  // that came after the last verdict leaves the result as it is, but its
+  // interrupt may have ended the call too, which end() would take for an error.
+  if (out.finish != FinishReason::kCancelled && !cancelled()) {
     give_up.armed = false;
     verifier.end();
   }

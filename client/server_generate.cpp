@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <optional>
+#include <thread>
 
 #include "common/util/stopwatch.h"
 #include "proto/convert.h"
@@ -16,6 +17,8 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
   const auto deadline = t0 + control.deadline;
   StreamedGeneration g;
   std::optional<SteadyClock::time_point> broke;
+  const auto cancelled = [&] { return control.cancel && control.cancel->requested(); };
+  auto backoff = std::chrono::milliseconds(20);
   while (true) {
     // Again from the tokens so far: every draw is keyed by its position, so
     // the server continues exactly where the broken call stopped.
@@ -55,22 +58,35 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
       g.forward_ms += msg.timings().forward_ms();
       if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) g.finish = from_wire(msg.finish_reason());
     }
-    if (bad_id || stopped || (control.cancel && control.cancel->requested())) ctx.TryCancel();
+    if (bad_id || stopped || cancelled()) ctx.TryCancel();
     const grpc::Status s = reader->Finish();
     if (bad_id)
       throw link.error("generated token " + std::to_string(*bad_id) + " outside the vocabulary [0, " +
                        std::to_string(vocab) + ")");
-    if (stopped || (control.cancel && control.cancel->requested())) {
+    if (stopped || cancelled()) {
       g.finish = FinishReason::kCancelled;
       break;
     }
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE && g.finish == FinishReason::kNone) {
-      if (!broke) broke = SteadyClock::now();
+      const auto now = SteadyClock::now();
+      if (!broke) {
+        broke = now;
+      } else {
+        // Called again and broken again (a server that listens but refuses):
+        // do not hammer it.
+        const auto wake = now + std::min<SteadyClock::duration>(backoff, deadline - now);
+        while (SteadyClock::now() < wake && !cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      }
       const auto until = std::min(*broke + control.reconnect_budget, deadline);
-      if (control.reconnect_budget.count() > 0 && link.wait_connected(until)) {
+      if (SteadyClock::now() < until && link.wait_connected(until, false, cancelled) && !cancelled()) {
         g.resumes += 1;
         spdlog::warn("server {}: Generate broke after {} tokens; calling again", link.address(), g.ids.size());
         continue;
+      }
+      if (cancelled()) {
+        g.finish = FinishReason::kCancelled;
+        break;
       }
     }
     if (!s.ok()) throw link.error("Generate failed after " + std::to_string(g.ids.size()) + " tokens", s);

@@ -61,16 +61,33 @@ v1::ServerInfo ServerLink::fetch_info(std::chrono::milliseconds timeout) {
   return out;
 }
 
-bool ServerLink::wait_connected(std::chrono::steady_clock::time_point until, bool refused_ends) {
-  const auto left = until - std::chrono::steady_clock::now();
-  const auto wall = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
+bool ServerLink::wait_connected(std::chrono::steady_clock::time_point until, bool refused_ends,
+                                const std::function<bool()>& stop) {
   grpc_connectivity_state state = channel_->GetState(true);
   while (state != GRPC_CHANNEL_READY) {
     if (state == GRPC_CHANNEL_SHUTDOWN || (refused_ends && state == GRPC_CHANNEL_TRANSIENT_FAILURE)) return false;
-    if (!channel_->WaitForStateChange(state, wall)) return false;
-    state = channel_->GetState(true);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until || (stop && stop())) return false;
+    // In slices, so that a cancel is seen within one.
+    const auto slice = std::min(until - now, std::chrono::steady_clock::duration(std::chrono::milliseconds(50)));
+    if (channel_->WaitForStateChange(
+            state, std::chrono::system_clock::now() +
+                       std::chrono::duration_cast<std::chrono::system_clock::duration>(slice)))
+      state = channel_->GetState(true);
   }
   return true;
+}
+
+void ServerLink::check_same_target(std::chrono::milliseconds timeout) {
+  const v1::ServerInfo now = fetch_info(timeout);
+  auto describe = [](const v1::ServerInfo& i) {
+    return i.model_name() + " (vocabulary " + std::to_string(i.vocab_size()) + ", context " +
+           std::to_string(i.max_context()) + ", hidden size " + std::to_string(i.hidden_size()) + ")";
+  };
+  if (now.model_name() != info_.model_name() || now.vocab_size() != info_.vocab_size() ||
+      now.tokenizer_fingerprint() != info_.tokenizer_fingerprint() || now.max_context() != info_.max_context() ||
+      now.hidden_size() != info_.hidden_size())
+    throw error("now serves " + describe(now) + ", not " + describe(info_) + " as when this client connected");
 }
 
 bool ServerLink::serving(std::chrono::milliseconds timeout) {

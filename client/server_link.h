@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,8 +30,15 @@ class ServerLink {
   v1::ServerInfo fetch_info(std::chrono::milliseconds timeout);
   // Whether the channel is (or gets, before `until`) connected: after a
   // break, the server is back. `refused_ends`: a refused connection (nothing
-  // listens there now) answers false at once instead of waiting on.
-  bool wait_connected(std::chrono::steady_clock::time_point until, bool refused_ends = false);
+  // listens there now) answers false at once instead of waiting on. `stop`
+  // (a cancel) is asked every few ms and ends the wait with false.
+  bool wait_connected(std::chrono::steady_clock::time_point until, bool refused_ends,
+                      const std::function<bool()>& stop);
+  // Asks GetInfo again and throws splitspec::Error unless the server still
+  // serves the target it served at connect (name, vocabulary, tokenizer,
+  // context, hidden size): a generation moved back to a restarted server must
+  // not go on with another model.
+  void check_same_target(std::chrono::milliseconds timeout);
   // Whether grpc.health.v1 says SERVING within `timeout`.
   bool serving(std::chrono::milliseconds timeout);
 

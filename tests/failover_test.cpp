@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <thread>
 
 #include "client/cli/netem_proxy.h"
@@ -125,6 +126,63 @@ TEST(Failover, AServerTooSlowForTheRoundTimeoutHandsRoundsToTheFallback) {
   // The timed-out sessions were cancelled, not left behind.
   EXPECT_TRUE(test::wait_until([&] { return test::server_stats(srv.address).active_sessions() == 0; },
                                std::chrono::seconds(5)));
+}
+
+// A server back on the port with another model must not take the
+// generation: it stays local, with the target's tokens.
+TEST(Failover, AServerBackWithAnotherModelKeepsTheGenerationLocal) {
+  TempDir tmp;
+  std::unique_ptr<test::Child> server;
+  const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server);
+  auto client = Client::connect(edge_options(address, "model"));
+  const Request req = long_request(0.0f);
+  int seen = 0;
+  std::string restart_error;
+  const Result r = client->generate_ids(prompt(), req, [&](int32_t) {
+    if (++seen == 10) {
+      server->signal(SIGKILL);
+      server->wait(std::chrono::seconds(10));
+    }
+    if (seen == 30) {
+      try {
+        test::spawn_server_at(address, test::demo_draft_dir(), tmp, server);
+      } catch (const std::exception& e) {
+        restart_error = e.what();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    }
+  });
+  ASSERT_EQ(restart_error, "");
+  EXPECT_EQ(r.ids, test::demo_target_ids_of(prompt(), req));
+  EXPECT_EQ(r.stats.failovers, 1);
+  EXPECT_EQ(r.stats.failbacks, 0);
+}
+
+// A cancel reaches a generation waiting for its server to come back.
+TEST(Failover, CancelWhileWaitingToReconnectEndsTheCall) {
+  for (const std::string drafter : {"model", "none"}) {
+    TempDir tmp;
+    std::unique_ptr<test::Child> server;
+    const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server);
+    ClientOptions o = edge_options(address, drafter);
+    o.fallback_target_dir.clear();  // nothing to go on with: it waits
+    o.reconnect_budget = std::chrono::seconds(120);
+    auto client = Client::connect(o);
+    std::atomic<int> seen{0};
+    Generation g = client->generate_ids_async(prompt(), long_request(0.0f), [&](int32_t) {
+      if (++seen == 5) {
+        server->signal(SIGKILL);
+        server->wait(std::chrono::seconds(10));
+      }
+    });
+    ASSERT_TRUE(test::wait_until([&] { return seen >= 5; }, std::chrono::seconds(30)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // now waiting for the server
+    EXPECT_FALSE(g.done());
+    g.cancel();
+    // Far inside the 120 s budget it would otherwise wait.
+    ASSERT_TRUE(g.wait_for(std::chrono::seconds(10))) << drafter;
+    EXPECT_EQ(g.get().finish_reason, "cancelled") << drafter;
+  }
 }
 
 TEST(Failover, AFallbackThatIsNotTheServersTargetIsRefused) {

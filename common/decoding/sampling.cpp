@@ -29,12 +29,22 @@ uint64_t mix(uint64_t x) {
 
 }  // namespace
 
-Rng Rng::keyed(uint64_t seed, int64_t position) {
-  // SplitMix64's finaliser: neighbouring positions get unrelated engine seeds.
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(position) + 1);
+namespace {
+
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return Rng(z ^ (z >> 31));
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Rng Rng::keyed(uint64_t seed, int64_t position) {
+  // The seed is mixed before the position joins it: a linear key (seed plus a
+  // multiple of the position) let the drafter's seed (seed ^ that multiplier's
+  // constant) at one position alias the verifier's at the next.
+  return Rng(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(position)));
 }
 
 int32_t Rng::categorical(const Distribution& dist) {
