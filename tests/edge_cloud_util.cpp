@@ -1,5 +1,7 @@
 #include "tests/edge_cloud_util.h"
 
+#include <signal.h>
+
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
@@ -51,6 +53,31 @@ std::string spawn_server(const std::string& target_dir, const TempDir& tmp, std:
 std::string spawn_server_at(const std::string& listen, const std::string& target_dir, const TempDir& tmp,
                             std::unique_ptr<Child>& child) {
   return spawn(listen, target_dir, tmp, child, {});
+}
+
+void kill_server(Child& child) {
+  child.signal(SIGKILL);
+  child.wait(std::chrono::seconds(10));
+}
+
+std::string restart_server_at(const std::string& listen, const std::string& target_dir, const TempDir& tmp,
+                              std::unique_ptr<Child>& child) {
+  try {
+    spawn_server_at(listen, target_dir, tmp, child);
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+ClientOptions server_options(const std::string& address, const std::string& drafter) {
+  ClientOptions o;
+  o.verifier = VerifierKind::kServer;
+  o.drafter = drafter;
+  o.server = address;
+  o.draft_dir = demo_draft_dir();
+  o.threads = 1;
+  return o;
 }
 
 std::unique_ptr<v1::SplitSpec::Stub> raw_stub(const std::string& address) {

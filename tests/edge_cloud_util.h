@@ -33,6 +33,17 @@ std::string spawn_server(const std::string& target_dir, const TempDir& tmp, std:
 std::string spawn_server_at(const std::string& listen, const std::string& target_dir, const TempDir& tmp,
                             std::unique_ptr<Child>& child);
 
+// SIGKILL, and wait for it to be gone: a server lost mid-generation.
+void kill_server(Child& child);
+// spawn_server_at from a streaming callback: its error, or "" (a callback
+// cannot assert).
+std::string restart_server_at(const std::string& listen, const std::string& target_dir, const TempDir& tmp,
+                              std::unique_ptr<Child>& child);
+
+// The server verifier at `address` with `drafter` (the demo draft model when
+// it needs one), one compute thread.
+ClientOptions server_options(const std::string& address, const std::string& drafter);
+
 std::unique_ptr<v1::SplitSpec::Stub> raw_stub(const std::string& address);
 v1::ServerStats server_stats(const std::string& address);
 

@@ -4,7 +4,6 @@
 // Same weights, same kernels: the tokens are those of an uninterrupted server
 // run, greedy and seeded sampling alike.
 #include <gtest/gtest.h>
-#include <signal.h>
 
 #include <atomic>
 #include <thread>
@@ -20,12 +19,7 @@ namespace {
 using test::TempDir;
 
 ClientOptions edge_options(const std::string& address, const std::string& drafter) {
-  ClientOptions o;
-  o.verifier = VerifierKind::kServer;
-  o.drafter = drafter;
-  o.server = address;
-  o.draft_dir = test::demo_draft_dir();
-  o.threads = 1;
+  ClientOptions o = test::server_options(address, drafter);
   o.fallback_target_dir = test::demo_target_dir();
   o.failback_interval = std::chrono::milliseconds(100);
   return o;
@@ -52,15 +46,10 @@ void expect_failover_and_back(const std::string& drafter, float temperature) {
   const Result moved = client->generate_ids(prompt(), req, [&](int32_t id) {
     streamed.push_back(id);
     if (streamed.size() == 10) {
-      server->signal(SIGKILL);
-      server->wait(std::chrono::seconds(10));
+      test::kill_server(*server);
     }
     if (streamed.size() == 50) {
-      try {
-        test::spawn_server_at(address, test::demo_target_dir(), tmp, server);
-      } catch (const std::exception& e) {
-        restart_error = e.what();
-      }
+      restart_error = test::restart_server_at(address, test::demo_target_dir(), tmp, server);
       // Long enough for the health watch to see it.
       std::this_thread::sleep_for(std::chrono::milliseconds(400));
     }
@@ -96,8 +85,7 @@ TEST(Failover, ServerNeverBackCompletesLocallyWithTheTargetsTokens) {
   int seen = 0;
   const Result r = client->generate_ids(prompt(), req, [&](int32_t) {
     if (++seen == 5) {
-      server->signal(SIGKILL);
-      server->wait(std::chrono::seconds(10));
+      test::kill_server(*server);
     }
   });
   EXPECT_EQ(r.ids, test::demo_target_ids_of(prompt(), req));
@@ -140,15 +128,10 @@ TEST(Failover, AServerBackWithAnotherModelKeepsTheGenerationLocal) {
   std::string restart_error;
   const Result r = client->generate_ids(prompt(), req, [&](int32_t) {
     if (++seen == 10) {
-      server->signal(SIGKILL);
-      server->wait(std::chrono::seconds(10));
+      test::kill_server(*server);
     }
     if (seen == 30) {
-      try {
-        test::spawn_server_at(address, test::demo_draft_dir(), tmp, server);
-      } catch (const std::exception& e) {
-        restart_error = e.what();
-      }
+      restart_error = test::restart_server_at(address, test::demo_draft_dir(), tmp, server);
       std::this_thread::sleep_for(std::chrono::milliseconds(400));
     }
   });
@@ -171,8 +154,7 @@ TEST(Failover, CancelWhileWaitingToReconnectEndsTheCall) {
     std::atomic<int> seen{0};
     Generation g = client->generate_ids_async(prompt(), long_request(0.0f), [&](int32_t) {
       if (++seen == 5) {
-        server->signal(SIGKILL);
-        server->wait(std::chrono::seconds(10));
+        test::kill_server(*server);
       }
     });
     ASSERT_TRUE(test::wait_until([&] { return seen >= 5; }, std::chrono::seconds(30)));

@@ -3,7 +3,6 @@
 // completes with exactly the tokens of an uninterrupted run, greedy and
 // seeded sampling alike, and the callback never sees a token twice.
 #include <gtest/gtest.h>
-#include <signal.h>
 
 #include <thread>
 
@@ -19,6 +18,7 @@ using test::TempDir;
 struct Run {
   Result result;
   std::vector<int32_t> streamed;
+  std::string restart_error;
 };
 
 // Generates with `drafter` against a server child; after `kill_at` streamed
@@ -28,12 +28,7 @@ Run generate_through_a_restart(const std::string& drafter, const Request& req, i
   TempDir tmp;
   std::unique_ptr<test::Child> server;
   const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server);
-  ClientOptions o;
-  o.verifier = VerifierKind::kServer;
-  o.drafter = drafter;
-  o.server = address;
-  o.draft_dir = test::demo_draft_dir();
-  o.threads = 1;
+  ClientOptions o = test::server_options(address, drafter);
   o.reconnect_budget = std::chrono::seconds(60);
   auto client = Client::connect(o);
   Run run;
@@ -42,12 +37,11 @@ Run generate_through_a_restart(const std::string& drafter, const Request& req, i
   run.result = client->generate_ids(prompt, req, [&](int32_t id) {
     run.streamed.push_back(id);
     if (static_cast<int>(run.streamed.size()) == kill_at) {
-      server->signal(SIGKILL);
-      server->wait(std::chrono::seconds(10));
+      test::kill_server(*server);
       // On another thread: the generation meanwhile finds the stream broken.
       restart = std::thread([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        test::spawn_server_at(address, test::demo_target_dir(), tmp, server);
+        run.restart_error = test::restart_server_at(address, test::demo_target_dir(), tmp, server);
       });
     }
   });
@@ -58,6 +52,7 @@ Run generate_through_a_restart(const std::string& drafter, const Request& req, i
 void expect_resumed_run_equals_uninterrupted(const std::string& drafter, const Request& req) {
   const Run plain = generate_through_a_restart(drafter, req, 0);
   const Run broken = generate_through_a_restart(drafter, req, 12);
+  ASSERT_EQ(broken.restart_error, "");
   ASSERT_EQ(plain.result.ids.size(), static_cast<size_t>(req.max_new_tokens));
   EXPECT_EQ(broken.result.ids, plain.result.ids) << drafter;
   EXPECT_EQ(broken.streamed, broken.result.ids) << drafter << ": a token streamed twice or lost";
@@ -84,12 +79,7 @@ TEST(Resume, AServerThatStaysDownFailsAfterTheBudgetNamingIt) {
   TempDir tmp;
   std::unique_ptr<test::Child> server;
   const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server);
-  ClientOptions o;
-  o.verifier = VerifierKind::kServer;
-  o.drafter = "model";
-  o.server = address;
-  o.draft_dir = test::demo_draft_dir();
-  o.threads = 1;
+  ClientOptions o = test::server_options(address, "model");
   o.reconnect_budget = std::chrono::milliseconds(300);
   auto client = Client::connect(o);
   Request req = long_request(0.0f);
@@ -97,8 +87,7 @@ TEST(Resume, AServerThatStaysDownFailsAfterTheBudgetNamingIt) {
   const std::string err = test::error_of([&] {
     client->generate("Once upon a time", req, [&](const std::string&) {
       if (++seen == 3) {
-        server->signal(SIGKILL);
-        server->wait(std::chrono::seconds(10));
+        test::kill_server(*server);
       }
     });
   });
