@@ -92,7 +92,10 @@ struct ClientOptions {
   bool predraft = false;          // server verifier: pre-draft on early verdicts
   // An alias of earlier releases; when set, it decides the three above.
   std::optional<Mode> mode;
-  std::string server;      // HOST:PORT, for the server verifier
+  // The server verifier's HOST:PORT; or replicas: IPv4 HOST:PORT,HOST:PORT
+  // or dns:///NAME:PORT. Sessions spread over them round robin, each stays
+  // on its replica, and draining ones get no new session.
+  std::string server;
   std::string draft_dir;   // drafters with a draft model: the draft model
   std::string target_dir;  // local verifier: the target model
   // Local verifier: most memory the target's weights may take ("8MiB", "25%"
@@ -142,6 +145,18 @@ struct ClientOptions {
   // later rounds return to it.
   std::string fallback_target_dir;
   std::chrono::milliseconds failback_interval{500};
+  // Server verifier security. `tls_ca` (a PEM file): speak TLS and trust
+  // servers it signed; `tls_cert` and `tls_key`: this client's certificate,
+  // for servers that require mutual TLS; `tls_server_name`: the name the
+  // server's certificate must carry when it is not the address's host.
+  // `auth_token`, or the first line of `auth_token_file`: a bearer token sent
+  // with every call (over TLS, or a network you trust).
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
+  std::string auth_token;
+  std::string auth_token_file;
 };
 
 // `options` with the verifier, drafter and predraft that `mode` stands for.

@@ -2,6 +2,8 @@
 
 #include "proto/convert.h"
 
+#include <grpcpp/support/client_interceptor.h>
+
 namespace splitspec {
 
 namespace {
@@ -16,14 +18,69 @@ std::string code_name(grpc::StatusCode c) {
     case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
     case grpc::StatusCode::INTERNAL: return "INTERNAL";
     case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
     default: return "code " + std::to_string(static_cast<int>(c));
   }
 }
 
+// Adds "authorization: Bearer <token>" to every call of the channel.
+class BearerToken final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerToken(const std::string& header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA))
+      methods->GetSendInitialMetadata()->insert({"authorization", header_});
+    methods->Proceed();
+  }
+
+ private:
+  const std::string& header_;
+};
+
+class BearerTokenFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenFactory(std::string token) : header_("Bearer " + std::move(token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    return new BearerToken(header_);
+  }
+
+ private:
+  const std::string header_;
+};
+
+// The gRPC target for `address`: a URI as it is; a list of IPv4 HOST:PORT
+// as an ipv4: URI.
+std::string channel_target(const std::string& address) {
+  if (address.find(':') != std::string::npos &&
+      (address.rfind("dns:", 0) == 0 || address.rfind("ipv4:", 0) == 0 || address.rfind("ipv6:", 0) == 0 ||
+       address.rfind("unix:", 0) == 0))
+    return address;
+  if (address.find(',') == std::string::npos) return address;
+  std::string list;
+  size_t start = 0;
+  while (start <= address.size()) {
+    size_t end = address.find(',', start);
+    if (end == std::string::npos) end = address.size();
+    const std::string one = address.substr(start, end - start);
+    const size_t colon = one.rfind(':');
+    const std::string host = colon == std::string::npos ? one : one.substr(0, colon);
+    if (one.empty() || colon == std::string::npos || host.find_first_not_of("0123456789.") != std::string::npos)
+      throw Error("server list '" + address + "': each entry must be an IPv4 HOST:PORT ('" + one +
+                  "' is not); for a name with several addresses give dns:///NAME:PORT");
+    list += (list.empty() ? "" : ",") + one;
+    start = end + 1;
+  }
+  return "ipv4:" + list;
+}
+
 }  // namespace
 
-ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds timeout) : address_(address) {
+ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds timeout, const LinkSecurity& security)
+    : address_(address) {
   grpc::ChannelArguments args;
+  // Sessions spread over every replica the target names, and a replica
+  // whose health is not SERVING (draining on SIGTERM) gets no new stream.
+  args.SetServiceConfigJSON(R"({"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}})");
   // Notice a server that died without closing the connection.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -34,16 +91,44 @@ ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds tim
   // connect timeout, which a slow link needs long.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 250);
-  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!security.ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = security.ca_pem;
+    ssl.pem_cert_chain = security.cert_pem;
+    ssl.pem_private_key = security.key_pem;
+    credentials = grpc::SslCredentials(ssl);
+    if (!security.server_name.empty()) args.SetSslTargetNameOverride(security.server_name);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!security.token.empty()) interceptors.push_back(std::make_unique<BearerTokenFactory>(security.token));
+  channel_ = grpc::experimental::CreateCustomChannelWithInterceptors(channel_target(address), credentials, args,
+                                                                      std::move(interceptors));
+  const std::string hint = security.ca_pem.empty()
+                               ? "is it running? is the address right? a server with TLS needs the client's tls_ca"
+                               : "is it running? does it speak TLS, with a certificate the given CA signed and "
+                                 "naming this host? mutual TLS needs the client's certificate and key";
   // A refused connection fails at once rather than at the timeout.
   const auto deadline = std::chrono::system_clock::now() + timeout;
   grpc_connectivity_state state = channel_->GetState(true);
   while (state != GRPC_CHANNEL_READY) {
-    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN)
-      throw Error("cannot reach server " + address + ": connection failed (is it running? is the address right?)");
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
+      // The channel uses only replicas whose health says SERVING: tell a
+      // draining server from one that cannot be reached.
+      grpc::ChannelArguments plain_args;
+      if (!security.server_name.empty()) plain_args.SetSslTargetNameOverride(security.server_name);
+      auto plain = grpc::CreateCustomChannel(channel_target(address), credentials, plain_args);
+      auto health = grpc::health::v1::Health::NewStub(plain);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      grpc::health::v1::HealthCheckResponse r;
+      if (health->Check(&ctx, grpc::health::v1::HealthCheckRequest{}, &r).ok() &&
+          r.status() != grpc::health::v1::HealthCheckResponse::SERVING)
+        throw Error("server " + address + " is shutting down (its health is not SERVING)");
+      throw Error("cannot reach server " + address + ": connection failed (" + hint + ")");
+    }
     if (!channel_->WaitForStateChange(state, deadline))
-      throw Error("cannot reach server " + address + " within " + std::to_string(timeout.count()) +
-                  " ms (is it running? is the address right?)");
+      throw Error("cannot reach server " + address + " within " + std::to_string(timeout.count()) + " ms (" + hint + ")");
     state = channel_->GetState(true);
   }
   stub_ = v1::SplitSpec::NewStub(channel_);

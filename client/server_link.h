@@ -16,11 +16,25 @@
 
 namespace splitspec {
 
+// How the channel reaches the server: TLS when `ca_pem` is set (with a
+// client certificate for mutual TLS), and a bearer token sent with every call.
+struct LinkSecurity {
+  std::string ca_pem;
+  std::string cert_pem;
+  std::string key_pem;
+  std::string server_name;  // the name the certificate must carry, when not the address's host
+  std::string token;
+};
+
 class ServerLink {
  public:
   // Connects within `timeout` and asks GetInfo; throws splitspec::Error for
-  // an unreachable server or one shutting down.
-  ServerLink(const std::string& address, std::chrono::milliseconds timeout);
+  // an unreachable server or one shutting down. `address` is HOST:PORT, a
+  // comma-separated list of IPv4 HOST:PORT replicas, or a gRPC target URI
+  // (dns:///name:port resolving to several); sessions are spread over the
+  // replicas round robin, skipping those whose health is not SERVING (a
+  // draining one), and each stream stays on its replica.
+  ServerLink(const std::string& address, std::chrono::milliseconds timeout, const LinkSecurity& security = {});
 
   const std::string& address() const { return address_; }
   v1::SplitSpec::Stub& stub() { return *stub_; }

@@ -75,6 +75,7 @@ void ServerVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOpt
   check_prompt_for_server(prompt, vocab_, link_.info().max_context());
   stats_ = VerifierStats{};
   round_ = 0;
+  hint_ = 0;
   greedy_ = options.sampling.greedy();
   want_extras_ = extras.any();
   want_hidden_ = extras.hidden;
@@ -107,7 +108,12 @@ void ServerVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOpt
 
 int32_t ServerVerifier::budget(int64_t length) const {
   const int64_t room = std::max<int64_t>(0, link_.info().max_context() - length);
-  return static_cast<int32_t>(std::min<int64_t>(room, link_.info().max_draft_tokens()));
+  int64_t most = link_.info().max_draft_tokens();
+  // The server's advice under load: fewer tokens a round, so that many
+  // sessions fit its batched forward.
+  const int32_t hint = hint_.load();
+  if (hint > 0) most = std::min<int64_t>(most, hint);
+  return static_cast<int32_t>(std::min<int64_t>(room, most));
 }
 
 namespace {
@@ -231,6 +237,7 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
   for (size_t i = 0; i < r.verdict.path.size() && i < r.verdict.tokens.size(); ++i)
     if (r.verdict.tokens[i] != tree.tokens[r.verdict.path[i]]) throw link_.error("verdict contradicts the draft");
   r.finish = from_wire(v.finish_reason());
+  hint_ = std::max(0, v.draft_hint());
   r.forward_ms = v.timings().forward_ms();
   r.verify_ms = v.timings().verify_ms();
   if (want_extras_) {

@@ -57,6 +57,9 @@ class ServerVerifier final : public Verifier {
   bool want_extras_ = false;
   bool want_hidden_ = false;
   uint32_t round_ = 0;
+  // The last final verdict's draft_hint (0: none): budget() keeps to it, and
+  // pre-drafting threads ask budget() too.
+  std::atomic<int32_t> hint_{0};
   VerifierStats stats_;
   // Shared with gRPC's thread.
   std::mutex mu_;

@@ -10,6 +10,8 @@ PACKAGES=(
   # costs k times a 1-token one, which defeats speculative decoding.
   libopenblas0-pthread
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  # The server's /metrics endpoint.
+  prometheus-cpp-dev
   libspdlog-dev libgtest-dev libgmock-dev
   libsentencepiece-dev
   # SLEEF: the vectorised exp of the forward kernels (LibTorch uses it too).
@@ -20,6 +22,8 @@ PACKAGES=(
   # The ARM kernels are built and checked here too, under emulation
   # (scripts/test_arm_kernels.sh).
   g++-aarch64-linux-gnu qemu-user
+  # The TLS tests make their certificates with the openssl command.
+  openssl
 )
 
 missing=()

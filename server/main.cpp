@@ -44,6 +44,23 @@ int main(int argc, char** argv) {
   auto* exit_shortlist = app.add_option("--early-exit-shortlist", flags.early_exit_shortlist,
                                        "Exits score only this many of the most frequent tokens (0: the whole vocabulary)");
   auto* exit_queue = app.add_option("--early-exit-queue", flags.early_exit_queue, "Early verdict send order: priority or fifo");
+  auto* batching = app.add_option("--batching", flags.batching,
+                                  "Verify rounds of different sessions waiting together in one forward (true|false)");
+  auto* batch_rows = app.add_option("--max-batch-rows", flags.max_batch_rows, "Rows of one batched forward");
+  auto* batch_wait = app.add_option("--batch-wait-ms", flags.batch_wait_ms,
+                                    "How long a round may wait for others to join its forward (0: only those waiting)");
+  auto* hint = app.add_option("--draft-hint", flags.draft_hint,
+                              "auto: advise clients' draft length from the load; off: no advice");
+  auto* tls_cert = app.add_option("--tls-cert", flags.tls_cert, "PEM certificate chain: serve TLS (with --tls-key)");
+  auto* tls_key = app.add_option("--tls-key", flags.tls_key, "PEM private key of --tls-cert");
+  auto* tls_client_ca = app.add_option("--tls-client-ca", flags.tls_client_ca,
+                                       "PEM CA: require client certificates it signed (mutual TLS)");
+  auto* tls_reload = app.add_option("--tls-reload-s", flags.tls_reload_s,
+                                    "Re-read the TLS files this often (renewed certificates need no restart)");
+  auto* tokens = app.add_option("--auth-tokens-file", flags.auth_tokens_file,
+                                "Bearer tokens, one a line: every RPC but health must carry one");
+  auto* health_listen = app.add_option("--health-listen", flags.health_listen,
+                                       "HOST:PORT of a plaintext grpc.health.v1-only port (probes while TLS is on)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -63,6 +80,16 @@ int main(int argc, char** argv) {
     if (*exit_layers) config.early_exit_layers = flags.early_exit_layers;
     if (*exit_queue) config.early_exit_queue = flags.early_exit_queue;
     if (*exit_shortlist) config.early_exit_shortlist = flags.early_exit_shortlist;
+    if (*batching) config.batching = flags.batching;
+    if (*batch_rows) config.max_batch_rows = flags.max_batch_rows;
+    if (*batch_wait) config.batch_wait_ms = flags.batch_wait_ms;
+    if (*hint) config.draft_hint = flags.draft_hint;
+    if (*tls_cert) config.tls_cert = flags.tls_cert;
+    if (*tls_key) config.tls_key = flags.tls_key;
+    if (*tls_client_ca) config.tls_client_ca = flags.tls_client_ca;
+    if (*tls_reload) config.tls_reload_s = flags.tls_reload_s;
+    if (*tokens) config.auth_tokens_file = flags.auth_tokens_file;
+    if (*health_listen) config.health_listen = flags.health_listen;
     config.validate();
     spdlog::set_level(spdlog::level::from_str(config.log_level));
 

@@ -3,9 +3,13 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "common/util/error.h"
@@ -56,6 +60,7 @@ Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
     }
   }
   ctx_->exit_priority = ctx_->config.early_exit_queue == "priority";
+  if (!ctx_->config.auth_tokens_file.empty()) ctx_->auth = TokenAuth::from_file(ctx_->config.auth_tokens_file);
   service_ = std::make_unique<SplitSpecService>(*ctx_);
 }
 
@@ -63,13 +68,53 @@ Server::~Server() {
   if (server_) shutdown();
 }
 
+namespace {
+
+std::string read_pem(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot read the " + std::string(what));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.find("-----BEGIN") == std::string::npos) throw Error(path + ": the " + std::string(what) + " is not PEM");
+  return text;
+}
+
+// The main port's credentials: plaintext, or TLS from PEM files that gRPC's
+// file watcher re-reads every tls_reload_s (a renewed certificate is served
+// to new connections without a restart).
+std::shared_ptr<grpc::ServerCredentials> server_credentials(const ServerConfig& c) {
+  if (c.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  // The watcher takes unreadable files silently and serves nothing; check
+  // them here so that a bad path fails the start with its name.
+  read_pem(c.tls_cert, "TLS certificate");
+  read_pem(c.tls_key, "TLS private key");
+  if (!c.tls_client_ca.empty()) read_pem(c.tls_client_ca, "client CA certificate");
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      c.tls_key, c.tls_cert, c.tls_client_ca, static_cast<unsigned int>(c.tls_reload_s));
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (c.tls_client_ca.empty()) {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  } else {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+}  // namespace
+
 void Server::start() {
   spdlog::set_level(spdlog::level::from_str(ctx_->config.log_level));
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  ctx_->compute = std::make_unique<ComputeQueue>(ctx_->config.compute_threads);
+  // Reflection would answer without a token: with token auth it is off.
+  if (!ctx_->auth) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  BatchingOptions batching;
+  batching.enabled = ctx_->config.batching;
+  batching.max_rows = ctx_->config.max_batch_rows;
+  batching.wait_ms = ctx_->config.batch_wait_ms;
+  ctx_->compute = std::make_unique<ComputeQueue>(ctx_->config.compute_threads, batching);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(ctx_->config.listen, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(ctx_->config.listen, server_credentials(ctx_->config), &port_);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(ctx_->config.max_message_bytes);
   // Clients ping to notice a dead server; allow it, and ping back so that a
@@ -85,15 +130,37 @@ void Server::start() {
     throw Error("cannot listen on " + ctx_->config.listen + " (address in use or invalid?)");
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
+  if (!ctx_->config.health_listen.empty()) {
+    // Health alone, in plaintext: what Kubernetes' gRPC probes can reach
+    // while the main port speaks TLS.
+    grpc::ServerBuilder health;
+    health.AddListeningPort(ctx_->config.health_listen, grpc::InsecureServerCredentials(), &health_port_);
+    health_server_ = health.BuildAndStart();
+    if (!health_server_ || health_port_ == 0) {
+      health_server_.reset();
+      server_->Shutdown(std::chrono::system_clock::now());
+      server_.reset();
+      throw Error("cannot listen on " + ctx_->config.health_listen + " for health (address in use or invalid?)");
+    }
+    health_server_->GetHealthCheckService()->SetServingStatus(true);
+    spdlog::info("event=health listen={} port={}", ctx_->config.health_listen, health_port_);
+  }
   if (!ctx_->config.metrics_listen.empty()) {
     ServiceContext* ctx = ctx_.get();
+    // prometheus-cpp renders the page; its civetweb exposer cannot start
+    // worker threads in a process that links LibTorch ("Cannot create
+    // threads"), so our small endpoint serves it.
     metrics_ = std::make_unique<MetricsHttpServer>(ctx_->config.metrics_listen, [ctx] { return render_metrics(*ctx); });
-    spdlog::info("event=metrics listen={} port={} path=/metrics", ctx_->config.metrics_listen, metrics_->port());
+    spdlog::info("event=metrics listen={} port={} path=/metrics", ctx_->config.metrics_listen, metrics_port());
   }
   const ModelConfig& c = ctx_->target->config();
-  spdlog::info("event=serving listen={} port={} model={} layers={} vocab={} context={} max_sessions={} tokenizer={}",
-               ctx_->config.listen, port_, ctx_->model_name, c.num_hidden_layers, c.vocab_size, c.max_position_embeddings,
-               ctx_->config.max_sessions, ctx_->tokenizer_fingerprint.empty() ? "none" : ctx_->tokenizer_fingerprint);
+  spdlog::info("event=serving listen={} port={} tls={} auth={} model={} layers={} vocab={} context={} max_sessions={} batching={} "
+               "max_batch_rows={} batch_wait_ms={} draft_hint={} tokenizer={}",
+               ctx_->config.listen, port_,
+               ctx_->config.tls_cert.empty() ? "off" : (ctx_->config.tls_client_ca.empty() ? "on" : "mutual"),
+               ctx_->auth ? "token" : "none", ctx_->model_name, c.num_hidden_layers, c.vocab_size, c.max_position_embeddings,
+               ctx_->config.max_sessions, ctx_->config.batching, ctx_->config.max_batch_rows, ctx_->config.batch_wait_ms,
+               ctx_->config.draft_hint, ctx_->tokenizer_fingerprint.empty() ? "none" : ctx_->tokenizer_fingerprint);
   if (ctx_->exits) {
     std::vector<int64_t> layers;
     for (const ExitAdapter& a : ctx_->exits->adapters()) layers.push_back(a.after_layer);
@@ -110,6 +177,7 @@ void Server::shutdown() {
   // new streams are refused with UNAVAILABLE.
   ctx_->serving = false;
   server_->GetHealthCheckService()->SetServingStatus(false);
+  if (health_server_) health_server_->GetHealthCheckService()->SetServingStatus(false);
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(ctx_->config.shutdown_grace_s * 1000));
   const auto deadline = std::chrono::steady_clock::now() + grace;
   while (ctx_->live_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
@@ -118,6 +186,11 @@ void Server::shutdown() {
   if (left > 0) spdlog::warn("event=grace_expired cancelling={}", left);
   server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
+  if (health_server_) {
+    health_server_->Shutdown(std::chrono::system_clock::now());
+    health_server_->Wait();
+    health_server_.reset();
+  }
   // Jobs still queued belong to cancelled streams; running them releases those.
   ctx_->compute.reset();
   server_.reset();
@@ -127,6 +200,8 @@ void Server::shutdown() {
 }
 
 int Server::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+
+std::string Server::metrics_text() const { return render_metrics(*ctx_); }
 
 int32_t Server::active_sessions() const { return ctx_->counters.active_sessions.load(); }
 

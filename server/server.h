@@ -3,6 +3,7 @@
 // the grpc.health.v1 health service and server reflection. The binary and the
 // tests both run it this way.
 #include <memory>
+#include <string>
 
 #include "server/server_config.h"
 
@@ -29,17 +30,23 @@ class Server {
   int port() const { return port_; }
   // The Prometheus endpoint's port, when config.metrics_listen is set (else 0).
   int metrics_port() const;
+  // The plaintext health port, when config.health_listen is set (else 0).
+  int health_port() const { return health_port_; }
   // Graceful stop: health turns NOT_SERVING, new streams are refused, streams
   // in flight get config.shutdown_grace_s to finish before they are cancelled.
   void shutdown();
   int32_t active_sessions() const;
+  // What /metrics would answer now (Prometheus text format).
+  std::string metrics_text() const;
 
  private:
   std::unique_ptr<ServiceContext> ctx_;
   std::unique_ptr<SplitSpecService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   int port_ = 0;
+  int health_port_ = 0;
 };
 
 }  // namespace splitspec

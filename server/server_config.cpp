@@ -24,7 +24,10 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "shutdown_grace_s", "max_message_bytes", "log_level",
                                               "port_file",        "early_exits",     "early_exit_layers",
                                               "early_exit_queue", "early_exit_shortlist", "metrics_listen",
-                                              "max_verdict_top_k"};
+                                              "max_verdict_top_k", "batching",      "max_batch_rows",
+                                              "batch_wait_ms",    "draft_hint",    "tls_cert",
+                                              "tls_key",          "tls_client_ca", "tls_reload_s",
+                                              "auth_tokens_file", "health_listen"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
@@ -44,6 +47,16 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("early_exit_layers")) c.early_exit_layers = j["early_exit_layers"].get<std::vector<int64_t>>();
     if (j.contains("early_exit_queue")) c.early_exit_queue = j["early_exit_queue"].get<std::string>();
     if (j.contains("early_exit_shortlist")) c.early_exit_shortlist = j["early_exit_shortlist"].get<int64_t>();
+    if (j.contains("batching")) c.batching = j["batching"].get<bool>();
+    if (j.contains("max_batch_rows")) c.max_batch_rows = j["max_batch_rows"].get<int32_t>();
+    if (j.contains("batch_wait_ms")) c.batch_wait_ms = j["batch_wait_ms"].get<double>();
+    if (j.contains("draft_hint")) c.draft_hint = j["draft_hint"].get<std::string>();
+    if (j.contains("tls_cert")) c.tls_cert = j["tls_cert"].get<std::string>();
+    if (j.contains("tls_key")) c.tls_key = j["tls_key"].get<std::string>();
+    if (j.contains("tls_client_ca")) c.tls_client_ca = j["tls_client_ca"].get<std::string>();
+    if (j.contains("tls_reload_s")) c.tls_reload_s = j["tls_reload_s"].get<int32_t>();
+    if (j.contains("auth_tokens_file")) c.auth_tokens_file = j["auth_tokens_file"].get<std::string>();
+    if (j.contains("health_listen")) c.health_listen = j["health_listen"].get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": " + e.what());
   }
@@ -67,6 +80,14 @@ void ServerConfig::validate() const {
   if (early_exits != "auto" && early_exits != "off") throw Error("early_exits must be auto or off");
   if (early_exit_shortlist < 0) throw Error("early_exit_shortlist must be >= 0 (0: the whole vocabulary)");
   if (early_exit_queue != "priority" && early_exit_queue != "fifo") throw Error("early_exit_queue must be priority or fifo");
+  if (max_batch_rows < 1) throw Error("max_batch_rows must be at least 1");
+  if (!(batch_wait_ms >= 0 && batch_wait_ms <= 1000)) throw Error("batch_wait_ms must be in [0, 1000]");
+  if (draft_hint != "auto" && draft_hint != "off") throw Error("draft_hint must be auto or off");
+  if (tls_cert.empty() != tls_key.empty()) throw Error("tls_cert and tls_key go together: give both, or neither for plaintext");
+  if (!tls_client_ca.empty() && tls_cert.empty()) throw Error("tls_client_ca (mutual TLS) needs tls_cert and tls_key");
+  if (tls_reload_s < 1) throw Error("tls_reload_s must be at least 1");
+  if (!health_listen.empty() && health_listen.find(':') == std::string::npos)
+    throw Error("health_listen must be HOST:PORT, got '" + health_listen + "'");
   static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};
   if (!levels.count(log_level)) throw Error("log_level must be one of trace|debug|info|warn|error|off");
 }

@@ -27,6 +27,26 @@ struct ServerConfig {
   int64_t early_exit_shortlist = 1024;        // exits score the most frequent tokens only (0: all); see EarlyExits::set_shortlist
   std::string port_file;  // when set, the bound port is written there (useful with port 0)
   std::string metrics_listen;  // HOST:PORT of the Prometheus /metrics endpoint; empty: none
+  // Rounds of different sessions waiting together share one target forward.
+  bool batching = true;
+  int32_t max_batch_rows = 64;  // rows (draft tokens plus one per round) of one batched forward
+  double batch_wait_ms = 0;     // how long a round may wait for others to join its forward
+  // "auto": each final verdict advises the next round's draft length from the
+  // load (the row budget shared by the open sessions); "off": no advice.
+  std::string draft_hint = "auto";
+  // TLS from PEM files, re-read every tls_reload_s so that a renewed
+  // certificate is served without a restart; with tls_client_ca, clients
+  // must present a certificate it signed (mutual TLS).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  int32_t tls_reload_s = 10;
+  // A file of bearer tokens, one a line: every RPC but health must carry
+  // "authorization: Bearer <one of them>" (UNAUTHENTICATED otherwise).
+  std::string auth_tokens_file;
+  // HOST:PORT of a plaintext grpc.health.v1-only listener, for Kubernetes'
+  // gRPC probes while the main port speaks TLS; empty: none.
+  std::string health_listen;
 
   // Throws splitspec::Error naming the file and key at fault.
   static ServerConfig from_file(const std::string& path);

@@ -1,6 +1,9 @@
 #include "server/service.h"
 
+#include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
+
+#include <sstream>
 
 #include "common/util/error.h"
 #include "proto/convert.h"
@@ -25,9 +28,27 @@ grpc::Status admit(ServiceContext& ctx) {
   return grpc::Status::OK;
 }
 
+grpc::Status authorize(ServiceContext& ctx, const grpc::ServerContextBase& context) {
+  if (!ctx.auth) return grpc::Status::OK;
+  grpc::Status s = ctx.auth->check(context);
+  if (!s.ok()) {
+    ctx.counters.unauthenticated.fetch_add(1);
+    spdlog::warn("event=unauthenticated peer={} error=\"{}\"", context.peer(), s.error_message());
+  }
+  return s;
+}
+
 void leave(ServiceContext& ctx) { ctx.counters.active_sessions.fetch_sub(1); }
 
 void retire(ServiceContext& ctx) { ctx.live_streams.fetch_sub(1); }
+
+int32_t draft_hint(const ServiceContext& ctx) {
+  const ServerConfig& c = ctx.config;
+  if (c.draft_hint != "auto" || !c.batching) return 0;
+  const int32_t sessions = std::max(1, ctx.counters.active_sessions.load());
+  const int32_t share = std::max(1, c.max_batch_rows / sessions - 1);
+  return share < c.max_draft_tokens ? share : 0;
+}
 
 grpc::Status start_decoder(const ServiceContext& ctx, const v1::GenerationRequest& req,
                            std::unique_ptr<TargetDecoder>& decoder) {
@@ -58,12 +79,22 @@ grpc::Status start_decoder(const ServiceContext& ctx, const v1::GenerationReques
   return grpc::Status::OK;
 }
 
-std::string render_metrics(const ServiceContext& ctx) {
+std::vector<prometheus::MetricFamily> collect_metrics(const ServiceContext& ctx) {
+  using prometheus::MetricType;
   const ServerCounters& k = ctx.counters;
-  std::string out;
+  std::vector<prometheus::MetricFamily> out;
+  auto family = [&](const char* name, MetricType type, const char* help) -> prometheus::MetricFamily& {
+    out.push_back(prometheus::MetricFamily{name, help, type, {}});
+    return out.back();
+  };
   auto metric = [&](const char* name, const char* type, const char* help, double value) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
-           std::to_string(value) + "\n";
+    const bool counter = std::string(type) == "counter";
+    prometheus::ClientMetric m;
+    (counter ? m.counter.value : m.gauge.value) = value;
+    family(name, counter ? MetricType::Counter : MetricType::Gauge, help).metric.push_back(std::move(m));
+  };
+  auto histogram = [&](const char* name, const char* help, const prometheus::Histogram& h) {
+    family(name, MetricType::Histogram, help).metric.push_back(h.Collect());
   };
   const double proposed = static_cast<double>(k.draft_tokens_proposed.load());
   const double accepted = static_cast<double>(k.draft_tokens_accepted.load());
@@ -83,10 +114,49 @@ std::string render_metrics(const ServiceContext& ctx) {
   metric("splitspec_sessions_total", "counter", "Streams admitted.", static_cast<double>(k.sessions_total.load()));
   metric("splitspec_sessions_rejected_total", "counter", "Streams refused at the session limit.",
          static_cast<double>(k.sessions_rejected.load()));
+  metric("splitspec_unauthenticated_requests_total", "counter", "RPCs refused for a missing or wrong bearer token.",
+         static_cast<double>(k.unauthenticated.load()));
   metric("splitspec_invalid_requests_total", "counter", "Streams ended for malformed or incompatible requests.",
          static_cast<double>(k.invalid_requests.load()));
   metric("splitspec_serving", "gauge", "1 while serving, 0 while shutting down.", ctx.serving.load() ? 1.0 : 0.0);
+  metric("splitspec_kv_cache_bytes", "gauge", "KV cache memory held by open streams.",
+         static_cast<double>(k.kv_cache_bytes.load()));
+  // Per draft position, as vLLM's per-position acceptance: how often a round
+  // drafted that deep, and how often the target accepted it.
+  const int positions = std::min(ServerCounters::kPositions, ctx.config.max_draft_tokens);
+  auto per_position = [&](const char* name, const char* help, const auto& counts) {
+    prometheus::MetricFamily& f = family(name, MetricType::Counter, help);
+    for (int i = 0; i < positions; ++i) {
+      prometheus::ClientMetric m;
+      m.label.push_back({"position", std::to_string(i + 1)});
+      m.counter.value = static_cast<double>(counts[i].load());
+      f.metric.push_back(std::move(m));
+    }
+  };
+  per_position("splitspec_spec_decode_num_drafts_at_position_total", "Rounds whose draft reached this depth.",
+               k.drafted_at);
+  per_position("splitspec_spec_decode_num_accepted_at_position_total", "Rounds that accepted the draft at this depth.",
+               k.accepted_at);
+  if (ctx.compute) {
+    const ComputeStats& c = ctx.compute->stats();
+    metric("splitspec_num_waiting_rounds", "gauge", "Rounds queued for the target, not yet in a forward.",
+           static_cast<double>(ctx.compute->waiting_rounds()));
+    histogram("splitspec_round_queue_time_ms", "Milliseconds a round waited for its forward.", c.queue_ms);
+    histogram("splitspec_batch_forward_time_ms",
+              "Milliseconds of each batch: its target forward and its rounds' verification.", c.forward_ms);
+    metric("splitspec_prefill_chunks_total", "counter", "Chunks of long prefills run between other sessions' rounds.",
+           static_cast<double>(c.prefill_chunks.load()));
+    histogram("splitspec_round_latency_ms", "Milliseconds from a round's arrival to its verdict.", c.round_ms);
+    histogram("splitspec_batch_size_rounds", "Rounds and prefill chunks in one target forward.", c.batch_rounds);
+    histogram("splitspec_batch_size_rows", "Rows (tokens) of one target forward.", c.batch_rows);
+  }
   return out;
+}
+
+std::string render_metrics(const ServiceContext& ctx) {
+  std::ostringstream text;
+  prometheus::TextSerializer().Serialize(text, collect_metrics(ctx));
+  return text.str();
 }
 
 grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* SplitSpecService::Session(
@@ -101,6 +171,11 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* SplitSpecService::Generate(grpc:
 
 grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext* context, const v1::GetInfoRequest*,
                                                     v1::ServerInfo* info) {
+  if (grpc::Status s = authorize(ctx_, *context); !s.ok()) {
+    grpc::ServerUnaryReactor* r = context->DefaultReactor();
+    r->Finish(s);
+    return r;
+  }
   const ModelConfig& c = ctx_.target->config();
   info->set_model_name(ctx_.model_name);
   info->set_vocab_size(static_cast<int32_t>(c.vocab_size));

@@ -2,7 +2,10 @@
 // The splitspec.v1.SplitSpec service: Session (speculative rounds), Generate
 // (cloud-only autoregressive) and GetInfo, on gRPC's callback API so that an
 // idle stream costs no thread. Target forwards run on the ComputeQueue.
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <prometheus/metric_family.h>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +16,7 @@
 #include "proto/splitspec.grpc.pb.h"
 #include "server/compute_queue.h"
 #include "server/server_config.h"
+#include "server/token_auth.h"
 
 namespace splitspec {
 
@@ -28,6 +32,17 @@ struct ServerCounters {
   std::atomic<int64_t> target_forwards{0};
   std::atomic<int64_t> invalid_requests{0};
   std::atomic<int64_t> early_verdicts{0};
+  std::atomic<int64_t> unauthenticated{0};
+  std::atomic<int64_t> kv_cache_bytes{0};  // held by the open streams' decoders
+  // Per draft position (depth 1 at index 0): rounds whose draft reached it,
+  // and rounds that accepted it. Deeper positions are counted at the last.
+  static constexpr int kPositions = 32;
+  std::array<std::atomic<int64_t>, kPositions> drafted_at{};
+  std::array<std::atomic<int64_t>, kPositions> accepted_at{};
+  void record_acceptance(int32_t accepted, int32_t depth) {
+    for (int32_t i = 0; i < depth; ++i) drafted_at[std::min(i, kPositions - 1)].fetch_add(1);
+    for (int32_t i = 0; i < accepted; ++i) accepted_at[std::min(i, kPositions - 1)].fetch_add(1);
+  }
 };
 
 // Everything a stream needs from the server, shared by all of them.
@@ -37,6 +52,7 @@ struct ServiceContext {
   std::string model_name;
   std::string tokenizer_fingerprint;  // empty: the target ships no tokenizer
   std::optional<EarlyExits> exits;    // the active early exits, when any
+  std::optional<TokenAuth> auth;      // bearer tokens every RPC must carry, when configured
   bool exit_priority = true;          // early verdicts go out most confident first (else FIFO)
   ServerCounters counters;
   std::atomic<bool> serving{true};
@@ -67,16 +83,24 @@ class SplitSpecService final : public v1::SplitSpec::CallbackService {
 // its client can learn it, so a client that starts its next generation at
 // once finds the slot free), and retire() when its reactor is destroyed.
 grpc::Status admit(ServiceContext& ctx);
+// OK unless token auth is on and `context` carries no accepted token.
+grpc::Status authorize(ServiceContext& ctx, const grpc::ServerContextBase& context);
 void leave(ServiceContext& ctx);
 void retire(ServiceContext& ctx);
 
-// The counters in Prometheus text format, names in the style of vLLM's
-// spec_decode_* metrics.
+// The counters and histograms as Prometheus metric families, names in the
+// style of vLLM's spec_decode_* metrics; and the same in the text format.
+std::vector<prometheus::MetricFamily> collect_metrics(const ServiceContext& ctx);
 std::string render_metrics(const ServiceContext& ctx);
 
 // Checks a request against the target and the server's limits and starts
 // its decoder. FAILED_PRECONDITION when vocabulary or tokenizer differ from
 // the target's; INVALID_ARGUMENT for a bad prompt or options.
+// The draft length a final verdict advises under the current load (0: no
+// advice): the forward's row budget shared by the open sessions, one row of
+// each being the round's last committed token.
+int32_t draft_hint(const ServiceContext& ctx);
+
 grpc::Status start_decoder(const ServiceContext& ctx, const v1::GenerationRequest& req,
                            std::unique_ptr<TargetDecoder>& decoder);
 

@@ -65,6 +65,7 @@ class SessionReactor final : public Base {
   ~SessionReactor() override {
     spdlog::info("session={} event=closed peer={} rounds={} generated={} proposed={} accepted={}", id_, peer_, rounds_,
                  decoder_ ? decoder_->generated() : 0, proposed_, accepted_);
+    if (decoder_) ctx_.counters.kv_cache_bytes.fetch_sub(static_cast<int64_t>(decoder_->cache_bytes()));
     retire(ctx_);
   }
 
@@ -108,6 +109,7 @@ class SessionReactor final : public Base {
     if (decoder_) return invalid("Open sent twice in one session");
     grpc::Status s = start_decoder(ctx_, o, decoder_);
     if (!s.ok()) return s;
+    ctx_.counters.kv_cache_bytes.fetch_add(static_cast<int64_t>(decoder_->cache_bytes()));
     if (o.verdict_top_k() < 0 || o.verdict_top_k() > ctx_.config.max_verdict_top_k)
       return invalid("verdict_top_k " + std::to_string(o.verdict_top_k()) + " outside [0, " +
                      std::to_string(ctx_.config.max_verdict_top_k) + "] (the server's max_verdict_top_k)");
@@ -172,59 +174,66 @@ class SessionReactor final : public Base {
       busy_ = true;
       round_ = d.round();
     }
+    round_tokens_ = tree.size();
+    round_depth_ = tree.max_depth();
     hold();
-    const auto queued = SteadyClock::now();
+    RoundJob job;
+    job.decoder = decoder_.get();
+    job.tree = std::make_shared<const DraftTree>(std::move(tree));
+    job.request.extras = extras_;
     const bool early = early_ && d.early_verdicts();
-    ctx_.compute->post([this, tree = std::move(tree), queued, early] { verify(tree, queued, early); });
+    if (early) tap_exits(job);
+    job.wanted = [this] { return !cancelled() && !closing(); };
+    job.done = [this](RoundVerified o) { finish(std::move(o)); };
+    ctx_.compute->post_round(std::move(job));
     return grpc::Status::OK;
   }
 
-  // On the compute worker.
-  void verify(const DraftTree& tree, SteadyClock::time_point queued, bool early) {
+  // On the compute worker, once the round is decided.
+  void finish(RoundVerified o) {
     std::optional<v1::SessionResponse> out;
     std::optional<grpc::Status> end;
-    if (!cancelled() && !closing()) {
-      const double queue_ms = ms_since(queued);
-      try {
-        double exits_ms = 0;
-        TargetDecoder::RoundRequest request;
-        request.extras = extras_;
-        const RoundResult r = early ? verify_with_exits(tree, request, exits_ms) : decoder_->verify(tree, request);
-        rounds_ += 1;
-        proposed_ += tree.size();
-        accepted_ += r.verdict.accepted;
-        ServerCounters& c = ctx_.counters;
-        c.rounds_total.fetch_add(1);
-        c.target_forwards.fetch_add(1);
-        c.draft_tokens_proposed.fetch_add(tree.size());
-        c.draft_tokens_accepted.fetch_add(r.verdict.accepted);
-        c.tokens_generated.fetch_add(static_cast<int64_t>(r.verdict.tokens.size()));
-        out.emplace();
-        v1::RoundVerdict* v = out->mutable_verdict();
-        v->set_round(round_);
-        v->set_accepted(r.verdict.accepted);
-        v->mutable_tokens()->Add(r.verdict.tokens.begin(), r.verdict.tokens.end());
-        v->mutable_path()->Add(r.verdict.path.begin(), r.verdict.path.end());
-        v->set_finish_reason(to_wire(r.finish));
-        v->set_final(true);
-        v->set_exit_layer(static_cast<int32_t>(ctx_.target->config().num_hidden_layers));
-        for (const TopK& k : r.extras.top_k) {
-          v1::TokenDistribution* w = v->add_top_k();
-          w->mutable_ids()->Add(k.ids.begin(), k.ids.end());
-          w->mutable_probs()->Add(k.probs.begin(), k.probs.end());
-        }
-        set_hidden_state(*v, r.extras.hidden);
-        v1::ServerTimings* t = v->mutable_timings();
-        t->set_queue_ms(queue_ms);
-        t->set_forward_ms(r.forward_ms);
-        t->set_verify_ms(r.verify_ms);
-        t->set_exits_ms(exits_ms);
-        if (r.finish != FinishReason::kNone) end = grpc::Status::OK;
-      } catch (const Error& e) {
-        end = invalid(e.what());
-      } catch (const std::exception& e) {
-        spdlog::error("session={} event=internal_error error=\"{}\"", id_, e.what());
-        end = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+    if (o.result) {
+      const RoundResult& r = *o.result;
+      rounds_ += 1;
+      proposed_ += round_tokens_;
+      accepted_ += r.verdict.accepted;
+      ServerCounters& c = ctx_.counters;
+      c.rounds_total.fetch_add(1);
+      c.target_forwards.fetch_add(1);
+      c.draft_tokens_proposed.fetch_add(round_tokens_);
+      c.draft_tokens_accepted.fetch_add(r.verdict.accepted);
+      c.tokens_generated.fetch_add(static_cast<int64_t>(r.verdict.tokens.size()));
+      c.record_acceptance(r.verdict.accepted, round_depth_);
+      out.emplace();
+      v1::RoundVerdict* v = out->mutable_verdict();
+      v->set_round(round_);
+      v->set_accepted(r.verdict.accepted);
+      v->mutable_tokens()->Add(r.verdict.tokens.begin(), r.verdict.tokens.end());
+      v->mutable_path()->Add(r.verdict.path.begin(), r.verdict.path.end());
+      v->set_finish_reason(to_wire(r.finish));
+      v->set_final(true);
+      v->set_exit_layer(static_cast<int32_t>(ctx_.target->config().num_hidden_layers));
+      for (const TopK& k : r.extras.top_k) {
+        v1::TokenDistribution* w = v->add_top_k();
+        w->mutable_ids()->Add(k.ids.begin(), k.ids.end());
+        w->mutable_probs()->Add(k.probs.begin(), k.probs.end());
+      }
+      set_hidden_state(*v, r.extras.hidden);
+      v1::ServerTimings* t = v->mutable_timings();
+      t->set_queue_ms(o.queue_ms);
+      t->set_forward_ms(r.forward_ms);
+      t->set_verify_ms(r.verify_ms);
+      t->set_exits_ms(exits_ms_);
+      t->set_batch_rounds(o.batch_rounds);
+      v->set_draft_hint(draft_hint(ctx_));
+      if (r.finish != FinishReason::kNone) end = grpc::Status::OK;
+    } else if (!o.skipped) {
+      if (o.invalid) {
+        end = invalid(o.error);
+      } else {
+        spdlog::error("session={} event=internal_error error=\"{}\"", id_, o.error);
+        end = grpc::Status(grpc::StatusCode::INTERNAL, o.error);
       }
     }
     bool half_closed;
@@ -245,26 +254,28 @@ class SessionReactor final : public Base {
     release();
   }
 
-  // The round's forward with the early exits tapped: each exit verifies the
-  // draft against its own logits and its verdict goes out while the forward
+  // Taps the round's forward at the early exits: each exit verifies the draft
+  // against its own logits and its verdict goes out while the forward
   // continues, unless the same tokens were already sent this round.
-  RoundResult verify_with_exits(const DraftTree& tree, TargetDecoder::RoundRequest& request, double& exits_ms) {
+  void tap_exits(RoundJob& job) {
     const EarlyExits& exits = *ctx_.exits;
-    for (const ExitAdapter& a : exits.adapters()) request.tap_layers.push_back(a.after_layer);
-    std::vector<std::vector<int32_t>> sent;
-    uint64_t order = 0;
-    request.tap = [&](int64_t after, const at::Tensor& rows, const Rng& rng) {
+    for (const ExitAdapter& a : exits.adapters()) job.request.tap_layers.push_back(a.after_layer);
+    sent_.clear();
+    order_ = 0;
+    exits_ms_ = 0;
+    job.request.tap = [this, tree = job.tree](int64_t after, const at::Tensor& rows, const Rng& rng) {
+      const EarlyExits& exits = *ctx_.exits;
       const auto t0 = SteadyClock::now();
       struct Timer {
         double& total;
         SteadyClock::time_point t0;
         ~Timer() { total += ms_since(t0); }
-      } timer{exits_ms, t0};
+      } timer{exits_ms_, t0};
       const EarlyVerdict e =
-          verify_at_exit(*ctx_.target, exits, exits.index_of(after), rows, tree, sampling_, rng, extras_.hidden);
-      for (const auto& tokens : sent)
+          verify_at_exit(*ctx_.target, exits, exits.index_of(after), rows, *tree, sampling_, rng, extras_.hidden);
+      for (const auto& tokens : sent_)
         if (tokens == e.verdict.tokens) return;
-      sent.push_back(e.verdict.tokens);
+      sent_.push_back(e.verdict.tokens);
       v1::SessionResponse out;
       v1::RoundVerdict* v = out.mutable_verdict();
       v->set_round(round_);
@@ -277,9 +288,8 @@ class SessionReactor final : public Base {
       set_hidden_state(*v, e.hidden);
       ctx_.counters.early_verdicts.fetch_add(1);
       // FIFO: later exits rank below earlier ones, as they were produced.
-      send(std::move(out), ctx_.exit_priority ? e.confidence : -static_cast<double>(++order));
+      send(std::move(out), ctx_.exit_priority ? e.confidence : -static_cast<double>(++order_));
     };
-    return decoder_->verify(tree, request);
   }
 
   ServiceContext& ctx_;
@@ -295,6 +305,13 @@ class SessionReactor final : public Base {
   bool busy_ = false;   // a round is queued or running
   bool client_closed_ = false;
   int64_t rounds_ = 0, proposed_ = 0, accepted_ = 0;
+  int32_t round_tokens_ = 0;  // draft tokens of the round in flight
+  int32_t round_depth_ = 0;   // and its longest branch
+  // The round in flight's early verdicts: tokens already sent, send order,
+  // time in the exits.
+  std::vector<std::vector<int32_t>> sent_;
+  uint64_t order_ = 0;
+  double exits_ms_ = 0;
 };
 
 // Refuses a stream before any message is read.
@@ -308,6 +325,7 @@ class RefusedSession final : public grpc::ServerBidiReactor<v1::SessionRequest, 
 
 grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* new_session_reactor(
     ServiceContext& ctx, grpc::CallbackServerContext* context) {
+  if (grpc::Status a = authorize(ctx, *context); !a.ok()) return new RefusedSession(a);
   grpc::Status s = admit(ctx);
   if (!s.ok()) return new RefusedSession(s);
   return new SessionReactor(ctx, context);

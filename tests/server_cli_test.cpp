@@ -186,10 +186,21 @@ TEST(ServerMetrics, PrometheusEndpointCountsRoundsAndRefusesGarbage) {
   const std::string page = http(server.metrics_port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(page.rfind("HTTP/1.1 200 OK", 0), 0u) << page;
   EXPECT_NE(page.find("# TYPE splitspec_spec_decode_num_draft_tokens_total counter"), std::string::npos) << page;
-  EXPECT_NE(page.find("splitspec_spec_decode_rounds_total " + std::to_string(r.stats.rounds) + ".000000"), std::string::npos)
-      << page;
-  EXPECT_NE(page.find("splitspec_spec_decode_num_emitted_tokens_total 16.000000"), std::string::npos) << page;
-  EXPECT_NE(page.find("splitspec_active_sessions 0.000000"), std::string::npos) << page;
+  auto sample = [&](const std::string& name) {
+    const size_t at = page.find("\n" + name + " ");
+    EXPECT_NE(at, std::string::npos) << name << " in " << page;
+    return at == std::string::npos ? -1.0 : std::strtod(page.c_str() + at + name.size() + 2, nullptr);
+  };
+  EXPECT_EQ(sample("splitspec_spec_decode_rounds_total"), static_cast<double>(r.stats.rounds));
+  EXPECT_EQ(sample("splitspec_spec_decode_num_emitted_tokens_total"), 16.0);
+  EXPECT_EQ(sample("splitspec_active_sessions"), 0.0);
+  // Rounds that drafted a first token; it is accepted at most as often.
+  const double drafted_1 = sample("splitspec_spec_decode_num_drafts_at_position_total{position=\"1\"}");
+  EXPECT_GT(drafted_1, 0.0);
+  EXPECT_LE(drafted_1, static_cast<double>(r.stats.rounds));
+  EXPECT_LE(sample("splitspec_spec_decode_num_accepted_at_position_total{position=\"1\"}"), drafted_1);
+  EXPECT_NE(page.find("# TYPE splitspec_round_latency_ms histogram"), std::string::npos) << page;
+  EXPECT_EQ(sample("splitspec_round_latency_ms_count"), static_cast<double>(r.stats.rounds));
   EXPECT_EQ(http(server.metrics_port(), "GET /other HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
   EXPECT_EQ(http(server.metrics_port(), "\x16\x03\x01 garbage\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
   // A client that connects and says nothing does not stop the next scrape.

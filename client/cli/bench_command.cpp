@@ -178,10 +178,14 @@ Command add_bench_command(CLI::App& app) {
   const std::function<int()> exits = add_bench_exits(*bench);
   const std::function<int()> local = add_bench_local(*bench);
   const std::function<int()> drafters = add_bench_drafters(*bench);
+  const std::function<int()> load = add_bench_load(*bench);
+  CLI::App* load_cmd = bench->get_subcommand("load");
   CLI::App* exits_cmd = bench->get_subcommand("exits");
   CLI::App* local_cmd = bench->get_subcommand("local");
   CLI::App* drafters_cmd = bench->get_subcommand("drafters");
-  return {bench, [a, model, random, fwd, edge_cloud, exits, exits_cmd, local, local_cmd, drafters, drafters_cmd]() {
+  return {bench, [a, model, random, fwd, edge_cloud, exits, exits_cmd, local, local_cmd, drafters, drafters_cmd, load,
+                  load_cmd]() {
+            if (load_cmd->parsed()) return load();
             if (exits_cmd->parsed()) return exits();
             if (local_cmd->parsed()) return local();
             if (drafters_cmd->parsed()) return drafters();

@@ -28,5 +28,7 @@ std::function<int()> add_bench_exits(CLI::App& bench);
 // `bench local`, registered under `bench`.
 std::function<int()> add_bench_local(CLI::App& bench);
 std::function<int()> add_bench_drafters(CLI::App& bench);
+// `bench load`: concurrent sessions against splitspec-server processes.
+std::function<int()> add_bench_load(CLI::App& bench);
 
 }  // namespace splitspec::cli

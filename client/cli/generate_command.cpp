@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -40,6 +41,7 @@ struct GenerateArgs {
   double reconnect_budget_s = 10;
   std::string fallback_target;
   double failback_interval_s = 0.5;
+  std::string tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file;
   bool json = false;
   // Local modes.
   std::string memory_budget;
@@ -250,6 +252,12 @@ int run_generate(const GenerateArgs& a) {
   o.reconnect_budget = std::chrono::milliseconds(static_cast<int64_t>(a.reconnect_budget_s * 1000));
   o.fallback_target_dir = a.fallback_target;
   o.failback_interval = std::chrono::milliseconds(static_cast<int64_t>(a.failback_interval_s * 1000));
+  o.tls_ca = a.tls_ca;
+  o.tls_cert = a.tls_cert;
+  o.tls_key = a.tls_key;
+  o.tls_server_name = a.tls_server_name;
+  o.auth_token_file = a.auth_token_file;
+  if (const char* token = std::getenv("SPLITSPEC_AUTH_TOKEN"); token && a.auth_token_file.empty()) o.auth_token = token;
   std::unique_ptr<Client> client = Client::connect(o);
   Request req = a.request;
   req.deadline = std::chrono::milliseconds(static_cast<int64_t>(a.deadline_s * 1000));
@@ -384,6 +392,13 @@ Command add_generate_command(CLI::App& app) {
                   "--fallback-target: how often to ask the server's health while verifying locally")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--tls-ca", a->tls_ca, "Server verifier: speak TLS, trusting servers this PEM CA signed");
+  cmd->add_option("--tls-cert", a->tls_cert, "Server verifier: this client's PEM certificate (mutual TLS; with --tls-key)");
+  cmd->add_option("--tls-key", a->tls_key, "Server verifier: the PEM key of --tls-cert");
+  cmd->add_option("--tls-server-name", a->tls_server_name,
+                  "Server verifier: the name the server's certificate carries, when not the address's host");
+  cmd->add_option("--auth-token-file", a->auth_token_file,
+                  "Server verifier: a file whose first line is the bearer token to send (or set SPLITSPEC_AUTH_TOKEN)");
   cmd->add_flag("--json", a->json,
                 "Print one JSON object with ids, text and stats (rounds, tau, draft_ms, verify_wait_ms, "
                 "network_rtt_ms, ...) instead of streaming text");

@@ -338,7 +338,13 @@ void bind_options(py::module_& m) {
       .rw("connect_timeout", &ClientOptions::connect_timeout, "timedelta (or float seconds)")
       .rw("reconnect_budget", &ClientOptions::reconnect_budget, "timedelta (or float seconds); 0: never reconnect")
       .rw("fallback_target_dir", &ClientOptions::fallback_target_dir)
-      .rw("failback_interval", &ClientOptions::failback_interval, "timedelta (or float seconds)");
+      .rw("failback_interval", &ClientOptions::failback_interval, "timedelta (or float seconds)")
+      .rw("tls_ca", &ClientOptions::tls_ca)
+      .rw("tls_cert", &ClientOptions::tls_cert)
+      .rw("tls_key", &ClientOptions::tls_key)
+      .rw("tls_server_name", &ClientOptions::tls_server_name)
+      .rw("auth_token", &ClientOptions::auth_token)
+      .rw("auth_token_file", &ClientOptions::auth_token_file);
   f.finish("ClientOptions", true);
 
   m.def(

@@ -46,7 +46,7 @@ int32_t TargetDecoder::room() const {
   return static_cast<int32_t>(std::max<int64_t>(0, context_ - static_cast<int64_t>(seq_.size())));
 }
 
-ForwardResult TargetDecoder::forward_pending(const DraftTree& tree, const RoundRequest& request) {
+ForwardRequest TargetDecoder::pending_request(const DraftTree& tree, const RoundRequest& request) const {
   const int64_t past = cache_.size();
   const int64_t committed = static_cast<int64_t>(seq_.size());
   const int64_t pending = committed - past;  // the prompt in round one, else the last token
@@ -77,23 +77,68 @@ ForwardResult TargetDecoder::forward_pending(const DraftTree& tree, const RoundR
         request.tap(after, hidden.index_select(0, index), rng);
     };
   }
-  forwards_ += 1;
-  return target_.forward(r, cache_);
+  return r;
 }
 
-RoundResult TargetDecoder::verify(const DraftTree& tree, const RoundRequest& request) {
+void TargetDecoder::check_round(const DraftTree& tree) const {
   if (finished()) throw Error("verify: the generation has finished");
   if (tree.size() > room())
     throw Error("draft of " + std::to_string(tree.size()) + " tokens does not fit the context (room for " +
                 std::to_string(room()) + ")");
   tree.validate(target_.config().vocab_size, !options_.sampling.greedy());
-  RoundResult r;
+}
+
+RoundResult TargetDecoder::verify(const DraftTree& tree, const RoundRequest& request) {
+  return std::move(verify_batch({{this, &tree, &request}})[0]);
+}
+
+std::vector<RoundResult> TargetDecoder::verify_batch(const std::vector<BatchRound>& rounds,
+                                                    const std::vector<Prefill>& prefills) {
+  if (rounds.empty() && prefills.empty()) return {};
+  const Model& target = rounds.empty() ? prefills[0].decoder->target_ : rounds[0].decoder->target_;
+  std::vector<ForwardRequest> requests;
+  std::vector<int64_t> pasts;
+  requests.reserve(rounds.size());
+  for (const BatchRound& b : rounds) {
+    if (&b.decoder->target_ != &target) throw Error("verify: a batch of rounds for different targets");
+    b.decoder->check_round(*b.tree);
+    requests.push_back(b.decoder->pending_request(*b.tree, *b.request));
+    pasts.push_back(b.decoder->cache_.size());
+  }
+  for (const Prefill& p : prefills) {
+    TargetDecoder& d = *p.decoder;
+    if (&d.target_ != &target) throw Error("verify: a batch of rounds for different targets");
+    if (p.tokens < 1 || p.tokens > d.prefill_left())
+      throw Error("prefill of " + std::to_string(p.tokens) + " tokens where " + std::to_string(d.prefill_left()) +
+                  " are left");
+    ForwardRequest r;
+    r.tokens.assign(d.seq_.begin() + d.cache_.size(), d.seq_.begin() + d.cache_.size() + p.tokens);
+    r.logits_rows = std::vector<int64_t>{};
+    requests.push_back(std::move(r));
+  }
+  std::vector<Model::BatchItem> items;
+  for (size_t i = 0; i < rounds.size(); ++i) items.push_back({&requests[i], &rounds[i].decoder->cache_});
+  for (size_t i = 0; i < prefills.size(); ++i)
+    items.push_back({&requests[rounds.size() + i], &prefills[i].decoder->cache_});
   const auto tf = SteadyClock::now();
-  const int64_t past = cache_.size();
-  const int64_t pending = static_cast<int64_t>(seq_.size()) - past;
-  const ForwardResult out = forward_pending(tree, request);
-  r.forward_ms = ms_since(tf);
+  const std::vector<ForwardResult> outs = target.forward_batch(items);
+  const double forward_ms = ms_since(tf);
+  std::vector<RoundResult> results;
+  results.reserve(rounds.size());
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    TargetDecoder& d = *rounds[i].decoder;
+    d.forwards_ += 1;
+    results.push_back(d.finish_round(*rounds[i].tree, *rounds[i].request, outs[i], pasts[i]));
+    results.back().forward_ms = forward_ms;
+  }
+  return results;
+}
+
+RoundResult TargetDecoder::finish_round(const DraftTree& tree, const RoundRequest& request, const ForwardResult& out,
+                                        int64_t past) {
+  RoundResult r;
   const auto tv = SteadyClock::now();
+  const int64_t pending = static_cast<int64_t>(seq_.size()) - past;
   Rng rng = round_rng();
   r.verdict = verify_tree(tree, out.logits, options_.sampling, rng);
   // Keep the pending tokens and the accepted path: the cache again holds

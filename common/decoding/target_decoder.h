@@ -5,6 +5,7 @@
 // mode commits tokens, rolls back caches and stops in exactly the same way.
 #include <chrono>
 #include <cstdint>
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -48,6 +49,38 @@ class TargetDecoder {
   // splitspec::Error on a malformed tree (out-of-vocabulary ids, q that are
   // not distributions).
   RoundResult verify(const DraftTree& tree, const RoundRequest& request = {});
+  // One round of another generation, for verify_batch().
+  struct BatchRound {
+    TargetDecoder* decoder;
+    const DraftTree* tree;
+    const RoundRequest* request;
+  };
+  // Rounds of several generations (of one target) in one target forward
+  // (Model::forward_batch): result i is bitwise what rounds[i].decoder's
+  // verify() returns alone. Throws splitspec::Error, with every decoder
+  // unchanged, if any round fails check_round(), a prefill asks for more
+  // than prefill_left(), or the forward refuses.
+  // A part of a generation's prefill: the next `tokens` of the tokens not yet
+  // in its cache, short of the last (which its next round carries), so that
+  // a long prompt runs in chunks between other sessions' rounds. The cache
+  // ends up bitwise as one prefill would leave it.
+  struct Prefill {
+    TargetDecoder* decoder;
+    int64_t tokens;
+  };
+  static std::vector<RoundResult> verify_batch(const std::vector<BatchRound>& rounds,
+                                               const std::vector<Prefill>& prefills = {});
+  // Tokens a Prefill may take now.
+  int64_t prefill_left() const {
+    return std::max<int64_t>(0, static_cast<int64_t>(seq_.size()) - cache_.size() - 1);
+  }
+  // What verify() checks before its forward: throws splitspec::Error if the
+  // generation has finished or `tree` does not fit or is malformed.
+  void check_round(const DraftTree& tree) const;
+  // Rows the round's forward carries: the pending tokens plus the tree.
+  int64_t round_rows(const DraftTree& tree) const {
+    return static_cast<int64_t>(seq_.size()) - cache_.size() + tree.size();
+  }
   // One autoregressive token: verify() of an empty tree.
   RoundResult step() { return verify(DraftTree{}); }
 
@@ -58,10 +91,14 @@ class TargetDecoder {
   const std::vector<int32_t>& sequence() const { return seq_; }
   int64_t generated() const { return static_cast<int64_t>(seq_.size()) - prompt_len_; }
   int64_t forwards() const { return forwards_; }
+  size_t cache_bytes() const { return cache_.bytes(); }
   const Model& model() const { return target_; }
 
  private:
-  ForwardResult forward_pending(const DraftTree& tree, const RoundRequest& request);
+  // The round's forward: the tokens not yet in the cache plus the tree.
+  ForwardRequest pending_request(const DraftTree& tree, const RoundRequest& request) const;
+  // Verification of the round's logits, cache compaction and commit.
+  RoundResult finish_round(const DraftTree& tree, const RoundRequest& request, const ForwardResult& out, int64_t past);
   void commit(RoundResult& r);
   void add_extras(RoundResult& r, const ForwardResult& out, const ExtrasRequest& want) const;
   // This round's draws: keyed by the committed length, so that a generation

@@ -220,13 +220,28 @@ KVCache Model::new_cache(int64_t capacity) const {
 }
 
 ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
-  const ModelConfig& c = config_;
+  return std::move(forward_batch({{&req, &cache}})[0]);
+}
+
+namespace {
+
+// One sequence of a batch, checked, with its place in the batch's rows.
+struct Sequence {
+  const ForwardRequest* req;
+  KVCache* cache;
+  int64_t offset;  // first row in the batch
+  int64_t n;
+  std::vector<std::vector<int32_t>> visible;  // row i attends to these cache slots, increasing
+};
+
+Sequence check_sequence(const ModelConfig& c, const std::string& name, const ForwardRequest& req, KVCache& cache,
+                        int64_t offset) {
   const int64_t n = static_cast<int64_t>(req.tokens.size());
   const int64_t past = cache.size();
   const int64_t total = past + n;
   if (n == 0) throw Error("forward: no tokens given");
   if (!cache.fits(c))
-    throw Error("forward: the KV cache was made for a model of another shape than " + name_);
+    throw Error("forward: the KV cache was made for a model of another shape than " + name);
   if (total > cache.capacity())
     throw Error("forward: context of " + std::to_string(total) + " tokens exceeds the KV cache capacity of " +
                 std::to_string(cache.capacity()));
@@ -246,10 +261,7 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
   for (int64_t l : req.hidden_layers)
     if (l < 0 || l >= c.num_hidden_layers) throw Error("forward: hidden layer " + std::to_string(l) + " does not exist");
 
-  c10::InferenceMode guard;
-  const auto i64 = at::TensorOptions().dtype(at::kLong);
-  // Row i attends to exactly these cache slots, in increasing order.
-  std::vector<std::vector<int32_t>> visible(n);
+  Sequence s{&req, &cache, offset, n, std::vector<std::vector<int32_t>>(n)};
   if (req.mask.defined()) {
     if (req.mask.dim() != 2 || req.mask.size(0) != n || req.mask.size(1) != total)
       throw Error("forward: mask must be [" + std::to_string(n) + ", " + std::to_string(total) + "]");
@@ -257,24 +269,49 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     const bool* mp = m.data_ptr<bool>();
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < total; ++j)
-        if (mp[i * total + j]) visible[i].push_back(static_cast<int32_t>(j));
-      if (visible[i].empty()) throw Error("forward: mask row " + std::to_string(i) + " attends to nothing");
+        if (mp[i * total + j]) s.visible[i].push_back(static_cast<int32_t>(j));
+      if (s.visible[i].empty()) throw Error("forward: mask row " + std::to_string(i) + " attends to nothing");
     }
   } else {
     for (int64_t i = 0; i < n; ++i) {
-      visible[i].resize(past + i + 1);
-      std::iota(visible[i].begin(), visible[i].end(), 0);
+      s.visible[i].resize(past + i + 1);
+      std::iota(s.visible[i].begin(), s.visible[i].end(), 0);
     }
   }
+  return s;
+}
 
+}  // namespace
+
+std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& items) const {
+  const ModelConfig& c = config_;
+  if (items.empty()) throw Error("forward: an empty batch");
+  std::vector<Sequence> seqs;
+  int64_t n = 0;  // rows of the whole batch
+  for (size_t b = 0; b < items.size(); ++b) {
+    for (size_t a = 0; a < b; ++a)
+      if (items[a].cache == items[b].cache) throw Error("forward: two sequences of one batch share a KV cache");
+    seqs.push_back(check_sequence(c, name_, *items[b].request, *items[b].cache, n));
+    n += seqs.back().n;
+  }
+
+  c10::InferenceMode guard;
+  const auto i64 = at::TensorOptions().dtype(at::kLong);
   // Each row's RoPE angles, copied from the tables (contiguous [n, D/2]).
   const int64_t half = c.head_dim / 2;
   at::Tensor cos = at::empty({n, half}, at::TensorOptions().dtype(at::kFloat));
   at::Tensor sin = at::empty({n, half}, at::TensorOptions().dtype(at::kFloat));
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t p = req.positions.empty() ? past + i : req.positions[i];
-    std::memcpy(cos.data_ptr<float>() + i * half, rope_cos_.data_ptr<float>() + p * half, half * sizeof(float));
-    std::memcpy(sin.data_ptr<float>() + i * half, rope_sin_.data_ptr<float>() + p * half, half * sizeof(float));
+  std::vector<int64_t> ids;
+  ids.reserve(n);
+  for (const Sequence& s : seqs) {
+    const int64_t past = s.cache->size();
+    for (int64_t i = 0; i < s.n; ++i) {
+      const int64_t p = s.req->positions.empty() ? past + i : s.req->positions[i];
+      const int64_t row = s.offset + i;
+      std::memcpy(cos.data_ptr<float>() + row * half, rope_cos_.data_ptr<float>() + p * half, half * sizeof(float));
+      std::memcpy(sin.data_ptr<float>() + row * half, rope_sin_.data_ptr<float>() + p * half, half * sizeof(float));
+    }
+    ids.insert(ids.end(), s.req->tokens.begin(), s.req->tokens.end());
   }
   // A streamed forward passes over every weight unit once, even when cut
   // short by an exception, so the next one starts in step.
@@ -283,13 +320,10 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     explicit Pass(StreamedWeights* s) : s(s) { if (s) s->begin_forward(); }
     ~Pass() { if (s) s->end_forward(); }
   } pass(stream_.get());
-  std::vector<int64_t> ids(req.tokens.begin(), req.tokens.end());
-  at::Tensor x;
+  at::Tensor x = at::empty({n, c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
   if (stream_) {
-    x = at::empty({n, c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
     stream_->embed(ids.data(), n, x.data_ptr<float>());
   } else {
-    x = at::empty({n, c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
     for (int64_t i = 0; i < n; ++i) dequantize_rows(weights_.embed, ids[i], ids[i] + 1, x.data_ptr<float>() + i * c.hidden_size);
   }
 
@@ -302,7 +336,7 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
   at::Tensor delta = buf(n, H), gate = buf(n, I), up = buf(n, I);
   auto f = [](const at::Tensor& t) { return t.data_ptr<float>(); };
 
-  ForwardResult out;
+  std::vector<ForwardResult> out(seqs.size());
   // Each matrix is taken just before its use and given back right after,
   // so a streamed model can reuse its read buffer at once.
   auto matrix = [&](int64_t l, LayerMatrix m) -> MatrixRef {
@@ -312,6 +346,9 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
   auto done = [&] {
     if (stream_) stream_->release();
   };
+  // Every kernel but attention treats rows independently and is
+  // batch-invariant, so it runs once over the whole batch; attention reads
+  // each sequence's own cache under its own mask.
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const float* input_norm = stream_ ? stream_->input_norm(l) : weights_.input_norm(l);
     const float* post_norm = stream_ ? stream_->post_norm(l) : weights_.post_norm(l);
@@ -324,10 +361,13 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     done();
     kernels::rope(f(q), n, Hq, D, f(cos), f(sin));
     kernels::rope(f(k), n, Hkv, D, f(cos), f(sin));
-    cache.write_rows(l, f(k), f(v), n);
-    const at::Tensor keys = cache.keys(l, n);  // [Hkv, total, D], head stride = capacity * D
-    const at::Tensor vals = cache.values(l, n);
-    kernels::attention(f(q), f(keys), f(vals), {n, Hq, Hkv, D, keys.stride(0)}, visible, scale, f(attn));
+    for (const Sequence& s : seqs) {
+      s.cache->write_rows(l, f(k) + s.offset * Hkv * D, f(v) + s.offset * Hkv * D, s.n);
+      const at::Tensor keys = s.cache->keys(l, s.n);  // [Hkv, total, D], head stride = capacity * D
+      const at::Tensor vals = s.cache->values(l, s.n);
+      kernels::attention(f(q) + s.offset * Hq * D, f(keys), f(vals), {s.n, Hq, Hkv, D, keys.stride(0)}, s.visible,
+                         scale, f(attn) + s.offset * Hq * D);
+    }
     kernels::linear(f(attn), n, matrix(l, LayerMatrix::kO), f(delta));
     done();
     kernels::add_inplace(f(x), f(delta), n * H);
@@ -340,20 +380,54 @@ ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
     kernels::linear(f(gate), n, matrix(l, LayerMatrix::kDown), f(delta));
     done();
     kernels::add_inplace(f(x), f(delta), n * H);
-    for (int64_t hl : req.hidden_layers)
-      if (hl == l) out.hidden[l] = x.clone();
-    if (req.on_layer) req.on_layer(l, x);
+    for (size_t b = 0; b < seqs.size(); ++b) {
+      const Sequence& s = seqs[b];
+      const ForwardRequest& req = *s.req;
+      if (req.hidden_layers.empty() && !req.on_layer) continue;
+      const at::Tensor rows = x.narrow(0, s.offset, s.n);
+      for (int64_t hl : req.hidden_layers)
+        if (hl == l) out[b].hidden[l] = rows.clone();
+      if (req.on_layer) req.on_layer(l, rows);
+    }
   }
-  cache.commit(n);
+  for (const Sequence& s : seqs) s.cache->commit(s.n);
 
-  at::Tensor rows = x;
-  if (req.logits_rows) {
-    std::vector<int64_t> r = *req.logits_rows;
-    rows = x.index_select(0, at::from_blob(r.data(), {static_cast<int64_t>(r.size())}, i64));
+  // The final norm and the head, once over every sequence's logits rows.
+  std::vector<int64_t> rows;
+  std::vector<int64_t> counts;
+  for (const Sequence& s : seqs) {
+    const size_t before = rows.size();
+    if (s.req->logits_rows) {
+      for (int64_t r : *s.req->logits_rows) rows.push_back(s.offset + r);
+    } else {
+      for (int64_t i = 0; i < s.n; ++i) rows.push_back(s.offset + i);
+    }
+    counts.push_back(static_cast<int64_t>(rows.size() - before));
   }
-  const at::Tensor normed = final_norm_rows(rows);
-  out.logits = stream_ ? streamed_head_logits(normed) : head_logits_normed(normed);
-  if (req.final_hidden) out.final_hidden = normed;
+  at::Tensor normed, logits;
+  if (rows.empty()) {
+    // Only prefills: no row wants logits.
+    normed = at::empty({0, c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
+    // A streamed model still passes over its head, to stay in step.
+    logits = stream_ ? streamed_head_logits(normed) : at::empty({0, c.vocab_size}, at::TensorOptions().dtype(at::kFloat));
+  } else {
+    const at::Tensor picked = x.index_select(0, at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, i64));
+    normed = final_norm_rows(picked);
+    logits = stream_ ? streamed_head_logits(normed) : head_logits_normed(normed);
+  }
+  int64_t first = 0;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    // A lone sequence keeps the whole tensors; a batch's are split by copy so
+    // that no result holds the others' memory.
+    if (seqs.size() == 1) {
+      out[b].logits = logits;
+      if (seqs[b].req->final_hidden) out[b].final_hidden = normed;
+    } else {
+      out[b].logits = logits.narrow(0, first, counts[b]).clone();
+      if (seqs[b].req->final_hidden) out[b].final_hidden = normed.narrow(0, first, counts[b]).clone();
+    }
+    first += counts[b];
+  }
   return out;
 }
 

@@ -133,6 +133,20 @@ class Model {
   // invalid input it throws splitspec::Error and leaves the cache unchanged.
   ForwardResult forward(const ForwardRequest& request, KVCache& cache) const;
 
+  // One sequence of a batched forward: its request and its own KV cache.
+  struct BatchItem {
+    const ForwardRequest* request;
+    KVCache* cache;
+  };
+  // The forwards of several sequences as one: each weight matrix is read once
+  // for every sequence's rows, while attention reads each sequence's own cache
+  // under its own mask. The kernels are batch-invariant, so result i is
+  // bitwise what forward() returns for item i alone (forward() is a batch of
+  // one). Each item's on_layer sees its own rows. Throws splitspec::Error on
+  // invalid input in any item (or two items sharing a cache), leaving every
+  // cache unchanged.
+  std::vector<ForwardResult> forward_batch(const std::vector<BatchItem>& items) const;
+
   // The final norm and LM head on hidden rows [m, hidden]: logits [m, vocab].
   // In-memory models only (a streamed one reads its head inside forward()).
   at::Tensor head_logits(const at::Tensor& hidden) const;
