@@ -1,8 +1,6 @@
 #include "client/client.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "client/local_verifier.h"
 #include "client/resilient_verifier.h"
@@ -201,40 +199,6 @@ std::shared_ptr<Model> load_fallback(const ClientOptions& o, const v1::ServerInf
     throw Error("fallback target " + o.fallback_target_dir + " has another tokenizer than server " + o.server +
                 "'s target; it must be the same model");
   return m;
-}
-
-}  // namespace
-
-namespace {
-
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot read the " + std::string(what));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-LinkSecurity link_security(const ClientOptions& o) {
-  LinkSecurity s;
-  if (o.tls_cert.empty() != o.tls_key.empty()) throw Error("tls_cert and tls_key go together (mutual TLS): give both");
-  if (!o.tls_cert.empty() && o.tls_ca.empty()) throw Error("a client certificate needs TLS: give tls_ca too");
-  if (!o.tls_ca.empty()) {
-    s.ca_pem = read_file(o.tls_ca, "TLS CA certificate");
-    if (s.ca_pem.find("-----BEGIN CERTIFICATE") == std::string::npos) throw Error(o.tls_ca + ": not a PEM certificate");
-  }
-  if (!o.tls_cert.empty()) {
-    s.cert_pem = read_file(o.tls_cert, "TLS client certificate");
-    s.key_pem = read_file(o.tls_key, "TLS client key");
-  }
-  s.server_name = o.tls_server_name;
-  if (!o.auth_token.empty() && !o.auth_token_file.empty()) throw Error("give auth_token or auth_token_file, not both");
-  s.token = o.auth_token;
-  if (!o.auth_token_file.empty()) {
-    std::istringstream lines(read_file(o.auth_token_file, "auth token file"));
-    std::getline(lines, s.token);
-    while (!s.token.empty() && (s.token.back() == '\r' || s.token.back() == ' ')) s.token.pop_back();
-    if (s.token.empty()) throw Error(o.auth_token_file + ": the first line holds no token");
-  }
-  return s;
 }
 
 }  // namespace

@@ -2,11 +2,12 @@
 
 #include "proto/convert.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <grpcpp/support/client_interceptor.h>
 
 namespace splitspec {
-
-namespace {
 
 std::string code_name(grpc::StatusCode c) {
   switch (c) {
@@ -22,6 +23,8 @@ std::string code_name(grpc::StatusCode c) {
     default: return "code " + std::to_string(static_cast<int>(c));
   }
 }
+
+namespace {
 
 // Adds "authorization: Bearer <token>" to every call of the channel.
 class BearerToken final : public grpc::experimental::Interceptor {
@@ -73,7 +76,54 @@ std::string channel_target(const std::string& address) {
   return "ipv4:" + list;
 }
 
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot read the " + std::string(what));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 }  // namespace
+
+LinkSecurity link_security(const ClientOptions& o) {
+  LinkSecurity s;
+  if (o.tls_cert.empty() != o.tls_key.empty()) throw Error("tls_cert and tls_key go together (mutual TLS): give both");
+  if (!o.tls_cert.empty() && o.tls_ca.empty()) throw Error("a client certificate needs TLS: give tls_ca too");
+  if (!o.tls_ca.empty()) {
+    s.ca_pem = read_file(o.tls_ca, "TLS CA certificate");
+    if (s.ca_pem.find("-----BEGIN CERTIFICATE") == std::string::npos) throw Error(o.tls_ca + ": not a PEM certificate");
+  }
+  if (!o.tls_cert.empty()) {
+    s.cert_pem = read_file(o.tls_cert, "TLS client certificate");
+    s.key_pem = read_file(o.tls_key, "TLS client key");
+  }
+  s.server_name = o.tls_server_name;
+  if (!o.auth_token.empty() && !o.auth_token_file.empty()) throw Error("give auth_token or auth_token_file, not both");
+  s.token = o.auth_token;
+  if (!o.auth_token_file.empty()) {
+    std::istringstream lines(read_file(o.auth_token_file, "auth token file"));
+    std::getline(lines, s.token);
+    while (!s.token.empty() && (s.token.back() == '\r' || s.token.back() == ' ')) s.token.pop_back();
+    if (s.token.empty()) throw Error(o.auth_token_file + ": the first line holds no token");
+  }
+  return s;
+}
+
+std::shared_ptr<grpc::Channel> secure_channel(const std::string& address, const LinkSecurity& security,
+                                              grpc::ChannelArguments args) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!security.ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = security.ca_pem;
+    ssl.pem_cert_chain = security.cert_pem;
+    ssl.pem_private_key = security.key_pem;
+    credentials = grpc::SslCredentials(ssl);
+    if (!security.server_name.empty()) args.SetSslTargetNameOverride(security.server_name);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!security.token.empty()) interceptors.push_back(std::make_unique<BearerTokenFactory>(security.token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(channel_target(address), credentials, args,
+                                                                 std::move(interceptors));
+}
 
 ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds timeout, const LinkSecurity& security)
     : address_(address) {
@@ -91,19 +141,7 @@ ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds tim
   // connect timeout, which a slow link needs long.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 250);
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (!security.ca_pem.empty()) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = security.ca_pem;
-    ssl.pem_cert_chain = security.cert_pem;
-    ssl.pem_private_key = security.key_pem;
-    credentials = grpc::SslCredentials(ssl);
-    if (!security.server_name.empty()) args.SetSslTargetNameOverride(security.server_name);
-  }
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
-  if (!security.token.empty()) interceptors.push_back(std::make_unique<BearerTokenFactory>(security.token));
-  channel_ = grpc::experimental::CreateCustomChannelWithInterceptors(channel_target(address), credentials, args,
-                                                                      std::move(interceptors));
+  channel_ = secure_channel(address, security, args);
   const std::string hint = security.ca_pem.empty()
                                ? "is it running? is the address right? a server with TLS needs the client's tls_ca"
                                : "is it running? does it speak TLS, with a certificate the given CA signed and "
@@ -115,10 +153,7 @@ ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds tim
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
       // The channel uses only replicas whose health says SERVING: tell a
       // draining server from one that cannot be reached.
-      grpc::ChannelArguments plain_args;
-      if (!security.server_name.empty()) plain_args.SetSslTargetNameOverride(security.server_name);
-      auto plain = grpc::CreateCustomChannel(channel_target(address), credentials, plain_args);
-      auto health = grpc::health::v1::Health::NewStub(plain);
+      auto health = grpc::health::v1::Health::NewStub(secure_channel(address, security));
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
       grpc::health::v1::HealthCheckResponse r;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "client/client.h"
 #include "common/decoding/generate_options.h"
 #include "common/util/error.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
@@ -25,6 +26,18 @@ struct LinkSecurity {
   std::string server_name;  // the name the certificate must carry, when not the address's host
   std::string token;
 };
+
+// "UNAVAILABLE", "UNAUTHENTICATED", ... ("code N" for the rest).
+std::string code_name(grpc::StatusCode code);
+
+// The security ClientOptions ask for, its files read; throws
+// splitspec::Error naming a file that cannot be read or a bad combination.
+LinkSecurity link_security(const ClientOptions& options);
+
+// A channel to `address` (as ServerLink takes it) with `security`: TLS or
+// plaintext, and the bearer token on every call.
+std::shared_ptr<grpc::Channel> secure_channel(const std::string& address, const LinkSecurity& security,
+                                              grpc::ChannelArguments args = {});
 
 class ServerLink {
  public:

@@ -54,6 +54,14 @@ ServerConfig config(const std::string& listen = "127.0.0.1:0") {
   return c;
 }
 
+// A server with TLS from CA `a`'s server certificate (made with make_pki).
+ServerConfig tls_config(const TempDir& dir) {
+  ServerConfig c = config();
+  c.tls_cert = dir.str("a-server.pem");
+  c.tls_key = dir.str("a-server.key");
+  return c;
+}
+
 ClientOptions client_options(const std::string& address) {
   ClientOptions o;
   o.verifier = VerifierKind::kServer;
@@ -96,9 +104,7 @@ TEST(SecureServer, TlsServesItsCasClientsAndRefusesPlaintextAndAnotherCa) {
   TempDir dir;
   make_pki(dir, "a");
   make_pki(dir, "b");
-  ServerConfig c = config();
-  c.tls_cert = dir.str("a-server.pem");
-  c.tls_key = dir.str("a-server.key");
+  ServerConfig c = tls_config(dir);
   c.health_listen = "127.0.0.1:0";
   Server server(c);
   server.start();
@@ -115,6 +121,9 @@ TEST(SecureServer, TlsServesItsCasClientsAndRefusesPlaintextAndAnotherCa) {
   test::expect_connect_refused(other, "the given CA signed");
   // Probes reach health in plaintext on its own port while TLS is on.
   ASSERT_GT(server.health_port(), 0);
+  const test::CliRun info = test::run_cli("info --server localhost:" + std::to_string(server.port()) + " --tls-ca " +
+                                          dir.str("a-ca.pem"));
+  EXPECT_EQ(info.status, 0) << info.err;
   EXPECT_EQ(health("127.0.0.1:" + std::to_string(server.health_port())),
             grpc::health::v1::HealthCheckResponse::SERVING);
   server.shutdown();
@@ -124,9 +133,7 @@ TEST(SecureServer, MutualTlsNeedsAClientCertificateItsCaSigned) {
   TempDir dir;
   make_pki(dir, "a");
   make_pki(dir, "b");
-  ServerConfig c = config();
-  c.tls_cert = dir.str("a-server.pem");
-  c.tls_key = dir.str("a-server.key");
+  ServerConfig c = tls_config(dir);
   c.tls_client_ca = dir.str("a-ca.pem");
   Server server(c);
   server.start();
@@ -239,6 +246,14 @@ TEST(TokenAuthCheck, EveryRpcButHealthNeedsAnAcceptedToken) {
   EXPECT_EQ(health(address), grpc::health::v1::HealthCheckResponse::SERVING);
   EXPECT_NE(server.metrics_text().find("splitspec_unauthenticated_requests_total 4"), std::string::npos)
       << server.metrics_text();
+  // The operator's commands take the token too; health needs none.
+  const test::CliRun refused = test::run_cli("info --server " + address);
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.err.find("UNAUTHENTICATED"), std::string::npos) << refused.err;
+  const test::CliRun info = test::run_cli("info --server " + address + " --auth-token-file " + dir.str("token"));
+  EXPECT_EQ(info.status, 0) << info.err;
+  EXPECT_NE(info.out.find("\"model_name\""), std::string::npos) << info.out;
+  EXPECT_EQ(test::run_cli("health --server " + address).status, 0);
   server.shutdown();
 }
 
