@@ -47,6 +47,12 @@ TEST(ServerConfig, ShippedConfigParsesAndBadOnesAreNamed) {
   EXPECT_NE(config_error("{\"max_sesions\": 3}").find("unknown key 'max_sesions'"), std::string::npos);
   EXPECT_NE(config_error("{\"max_sessions\": \"many\"}").find("server.json"), std::string::npos);
   EXPECT_NE(config_error("{\"max_sessions\": 0}").find("max_sessions must be at least 1"), std::string::npos);
+  // Found by scripts/fuzz.sh: a float beyond an integer's range is refused, not converted.
+  EXPECT_NE(config_error("{\"max_sessions\": 3.3e102}").find("max_sessions must be an integer"), std::string::npos);
+  EXPECT_NE(config_error("{\"max_sessions\": 2.5}").find("must be an integer"), std::string::npos);
+  EXPECT_NE(config_error("{\"early_exit_layers\": [4, 1e300]}").find("early_exit_layers must be an integer"),
+            std::string::npos);
+  EXPECT_NE(config_error("{\"max_batch_rows\": 4294967296}").find("server.json: max_batch_rows"), std::string::npos);
   EXPECT_NE(config_error("{\"listen\": \"nowhere\"}").find("HOST:PORT"), std::string::npos);
   EXPECT_NE(config_error("{\"log_level\": \"loud\"}").find("log_level"), std::string::npos);
   EXPECT_NE(config_error("{\"shutdown_grace_s\": -1}").find("shutdown_grace_s"), std::string::npos);
