@@ -54,10 +54,8 @@ class BearerTokenFactory final : public grpc::experimental::ClientInterceptorFac
 // The gRPC target for `address`: a URI as it is; a list of IPv4 HOST:PORT
 // as an ipv4: URI.
 std::string channel_target(const std::string& address) {
-  if (address.find(':') != std::string::npos &&
-      (address.rfind("dns:", 0) == 0 || address.rfind("ipv4:", 0) == 0 || address.rfind("ipv6:", 0) == 0 ||
-       address.rfind("unix:", 0) == 0))
-    return address;
+  for (const char* scheme : {"dns:", "ipv4:", "ipv6:", "unix:"})
+    if (address.rfind(scheme, 0) == 0) return address;
   if (address.find(',') == std::string::npos) return address;
   std::string list;
   size_t start = 0;

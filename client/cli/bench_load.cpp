@@ -31,6 +31,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
 #include "client/client.h"
+#include "common/engine/model_config.h"
 #include "common/engine/tokenizer.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
@@ -284,12 +285,8 @@ int run_bench_load(LoadArgs a) {
   std::vector<std::string> texts;
   if (!a.prompts.empty()) texts = read_prompts(a.prompts, 0);
   else texts = {"The ship sailed", "Once upon a time", "The President said that", "It was a dark and stormy night"};
-  int32_t context = 0;
-  {
-    std::ifstream cfg(fs::path(a.target_dir) / "config.json");
-    const nlohmann::json j = nlohmann::json::parse(cfg, nullptr, false);
-    if (j.is_object() && j.contains("max_position_embeddings")) context = j["max_position_embeddings"].get<int32_t>();
-  }
+  // The target's context bounds the prompt, as on the server.
+  const int64_t context = load_model_config(a.target_dir).max_position_embeddings;
   const int64_t keep = context - a.max_new_tokens - 16 - 1;
   if (keep < 2) throw Error("bench load: max-new-tokens leaves no room for a prompt in the context of " + std::to_string(context));
   const std::vector<std::vector<int32_t>> prompts = encode_prompts(texts, tok, keep);
