@@ -14,6 +14,7 @@
 #include "common/util/error.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/splitspec.grpc.pb.h"
+#include "proto/status_name.h"
 
 namespace splitspec {
 
@@ -26,9 +27,6 @@ struct LinkSecurity {
   std::string server_name;  // the name the certificate must carry, when not the address's host
   std::string token;
 };
-
-// "UNAVAILABLE", "UNAUTHENTICATED", ... ("code N" for the rest).
-std::string code_name(grpc::StatusCode code);
 
 // The security ClientOptions ask for, its files read; throws
 // splitspec::Error naming a file that cannot be read or a bad combination.

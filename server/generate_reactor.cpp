@@ -34,7 +34,7 @@ class GenerateReactor final : public Base {
   }
 
  private:
-  void on_closed() override { leave(ctx_); }
+  void on_closed(const grpc::Status& status) override { leave(ctx_, status); }
 
   // Each step is a round of an empty draft, so cloud-ar streams join the
   // batched forwards of the Session rounds (continuous batching).

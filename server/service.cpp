@@ -7,6 +7,7 @@
 
 #include "common/util/error.h"
 #include "proto/convert.h"
+#include "proto/status_name.h"
 #include "server/generate_reactor.h"
 #include "server/session_reactor.h"
 
@@ -38,7 +39,11 @@ grpc::Status authorize(ServiceContext& ctx, const grpc::ServerContextBase& conte
   return s;
 }
 
-void leave(ServiceContext& ctx) { ctx.counters.active_sessions.fetch_sub(1); }
+void leave(ServiceContext& ctx, const grpc::Status& status) {
+  ctx.counters.active_sessions.fetch_sub(1);
+  const auto code = static_cast<size_t>(status.error_code());
+  if (code < ctx.counters.finished_by_code.size()) ctx.counters.finished_by_code[code].fetch_add(1);
+}
 
 void retire(ServiceContext& ctx) { ctx.live_streams.fetch_sub(1); }
 
@@ -118,6 +123,17 @@ std::vector<prometheus::MetricFamily> collect_metrics(const ServiceContext& ctx)
          static_cast<double>(k.unauthenticated.load()));
   metric("splitspec_invalid_requests_total", "counter", "Streams ended for malformed or incompatible requests.",
          static_cast<double>(k.invalid_requests.load()));
+  {
+    // Every code, zeros included, so that rate() sees a series from the start.
+    prometheus::MetricFamily& f = family("splitspec_streams_finished_total", MetricType::Counter,
+                                         "Admitted Session and Generate streams ended, by gRPC status code.");
+    for (size_t c = 0; c < k.finished_by_code.size(); ++c) {
+      prometheus::ClientMetric m;
+      m.label.push_back({"code", code_name(static_cast<grpc::StatusCode>(c))});
+      m.counter.value = static_cast<double>(k.finished_by_code[c].load());
+      f.metric.push_back(std::move(m));
+    }
+  }
   metric("splitspec_serving", "gauge", "1 while serving, 0 while shutting down.", ctx.serving.load() ? 1.0 : 0.0);
   metric("splitspec_kv_cache_bytes", "gauge", "KV cache memory held by open streams.",
          static_cast<double>(k.kv_cache_bytes.load()));

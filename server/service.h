@@ -34,6 +34,8 @@ struct ServerCounters {
   std::atomic<int64_t> early_verdicts{0};
   std::atomic<int64_t> unauthenticated{0};
   std::atomic<int64_t> kv_cache_bytes{0};  // held by the open streams' decoders
+  // Admitted streams by the gRPC status they ended with (OK at 0).
+  std::array<std::atomic<int64_t>, 17> finished_by_code{};
   // Per draft position (depth 1 at index 0): rounds whose draft reached it,
   // and rounds that accepted it. Deeper positions are counted at the last.
   static constexpr int kPositions = 32;
@@ -81,11 +83,12 @@ class SplitSpecService final : public v1::SplitSpec::CallbackService {
 // refuse it with (UNAVAILABLE while shutting down, RESOURCE_EXHAUSTED at the
 // limit). A counted session calls leave() once its end is decided (before
 // its client can learn it, so a client that starts its next generation at
-// once finds the slot free), and retire() when its reactor is destroyed.
+// once finds the slot free), with the status it ends with, and retire() when
+// its reactor is destroyed.
 grpc::Status admit(ServiceContext& ctx);
 // OK unless token auth is on and `context` carries no accepted token.
 grpc::Status authorize(ServiceContext& ctx, const grpc::ServerContextBase& context);
-void leave(ServiceContext& ctx);
+void leave(ServiceContext& ctx, const grpc::Status& status);
 void retire(ServiceContext& ctx);
 
 // The counters and histograms as Prometheus metric families, names in the

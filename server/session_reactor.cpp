@@ -70,7 +70,7 @@ class SessionReactor final : public Base {
   }
 
  private:
-  void on_closed() override { leave(ctx_); }
+  void on_closed(const grpc::Status& status) override { leave(ctx_, status); }
 
   void OnReadDone(bool ok) override {
     if (!ok) {

@@ -63,13 +63,14 @@ class StreamWriter : public Reactor {
       finish_now = !writing_;
       finished_ = finish_now;
     }
-    on_closed();
+    on_closed(*status_);
     if (finish_now) this->Finish(*status_);
   }
 
-  // Called once, when the stream's end has been decided, before Finish: a
-  // peer that has its status finds the server done with the stream.
-  virtual void on_closed() {}
+  // Called once, with the stream's status, when its end has been decided,
+  // before Finish: a peer that has its status finds the server done with the
+  // stream.
+  virtual void on_closed(const grpc::Status&) {}
 
   bool closing() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -117,7 +118,7 @@ class StreamWriter : public Reactor {
         finished_ = finished_ || finish_now;
       }
     }
-    if (closed_now) on_closed();
+    if (closed_now) on_closed(*status_);
     if (next) this->StartWrite(next);
     if (finish_now) this->Finish(*status_);
   }

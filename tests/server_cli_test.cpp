@@ -200,6 +200,9 @@ TEST(ServerMetrics, PrometheusEndpointCountsRoundsAndRefusesGarbage) {
   EXPECT_EQ(sample("splitspec_spec_decode_rounds_total"), static_cast<double>(r.stats.rounds));
   EXPECT_EQ(sample("splitspec_spec_decode_num_emitted_tokens_total"), 16.0);
   EXPECT_EQ(sample("splitspec_active_sessions"), 0.0);
+  // The error-rate alert of deploy/ divides by these.
+  EXPECT_EQ(sample("splitspec_streams_finished_total{code=\"OK\"}"), 1.0);
+  EXPECT_EQ(sample("splitspec_streams_finished_total{code=\"INTERNAL\"}"), 0.0);
   // Rounds that drafted a first token; it is accepted at most as often.
   const double drafted_1 = sample("splitspec_spec_decode_num_drafts_at_position_total{position=\"1\"}");
   EXPECT_GT(drafted_1, 0.0);
