@@ -61,6 +61,10 @@ int main(int argc, char** argv) {
                                 "Bearer tokens, one a line: every RPC but health must carry one");
   auto* health_listen = app.add_option("--health-listen", flags.health_listen,
                                        "HOST:PORT of a plaintext grpc.health.v1-only port (probes while TLS is on)");
+  bool check_config = false;
+  app.add_flag("--check-config", check_config,
+               "Check the configuration (file and flags) and exit: 0 if the server would start with it, else 1 with "
+               "the key named; loads no model and opens no port");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -90,7 +94,13 @@ int main(int argc, char** argv) {
     if (*tls_reload) config.tls_reload_s = flags.tls_reload_s;
     if (*tokens) config.auth_tokens_file = flags.auth_tokens_file;
     if (*health_listen) config.health_listen = flags.health_listen;
+    if (config.target_dir.empty()) throw splitspec::Error("no target model: give --target DIR (or \"target\" in the config file)");
     config.validate();
+    if (check_config) {
+      std::cout << "splitspec-server: configuration OK (target " << config.target_dir << ", listen " << config.listen
+                << ")\n";
+      return 0;
+    }
     spdlog::set_level(spdlog::level::from_str(config.log_level));
 
     splitspec::Server server(config);

@@ -78,6 +78,15 @@ TEST(ServerCli, BadStartsExitWithOneClearLine) {
     EXPECT_EQ(r.status, 1) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
   }
+  // --check-config judges the configuration without loading a model or
+  // opening a port (deploy/check.sh runs it on the rendered ConfigMap).
+  const ProcessRun ok = run("splitspec-server", "--check-config --config " + std::string(SPLITSPEC_SOURCE_DIR) +
+                                                    "/configs/server.json --listen 0.0.0.0:1");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.out.find("configuration OK"), std::string::npos) << ok.out;
+  const ProcessRun bad = run("splitspec-server", "--check-config --config " + dir.str("bad.json"));
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("bad.json"), std::string::npos) << bad.err;
   const ProcessRun help = run("splitspec-server", "--help");
   EXPECT_EQ(help.status, 0);
   for (const char* flag : {"--target", "--listen", "--config", "--max-sessions", "--max-draft-tokens", "--threads",
