@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   auto* tls_client_ca = app.add_option("--tls-client-ca", flags.tls_client_ca,
                                        "PEM CA: require client certificates it signed (mutual TLS)");
   auto* tls_reload = app.add_option("--tls-reload-s", flags.tls_reload_s,
-                                    "Re-read the TLS files this often (renewed certificates need no restart)");
+                                    "Look at the TLS files and the tokens file this often; changed ones are re-read (no restart)");
   auto* tokens = app.add_option("--auth-tokens-file", flags.auth_tokens_file,
                                 "Bearer tokens, one a line: every RPC but health must carry one");
   auto* health_listen = app.add_option("--health-listen", flags.health_listen,

@@ -60,7 +60,9 @@ Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
     }
   }
   ctx_->exit_priority = ctx_->config.early_exit_queue == "priority";
-  if (!ctx_->config.auth_tokens_file.empty()) ctx_->auth = TokenAuth::from_file(ctx_->config.auth_tokens_file);
+  // Re-read as often as the TLS files: both are Secrets rotated in place.
+  if (!ctx_->config.auth_tokens_file.empty())
+    ctx_->auth = TokenAuth::from_file(ctx_->config.auth_tokens_file, std::chrono::seconds(ctx_->config.tls_reload_s));
   service_ = std::make_unique<SplitSpecService>(*ctx_);
 }
 

@@ -34,8 +34,8 @@ struct ServerConfig {
   // "auto": each final verdict advises the next round's draft length from the
   // load (the row budget shared by the open sessions); "off": no advice.
   std::string draft_hint = "auto";
-  // TLS from PEM files, re-read every tls_reload_s so that a renewed
-  // certificate is served without a restart; with tls_client_ca, clients
+  // TLS from PEM files, re-read every tls_reload_s (as is the tokens file)
+  // so that a renewed certificate is served without a restart; with tls_client_ca, clients
   // must present a certificate it signed (mutual TLS).
   std::string tls_cert;
   std::string tls_key;

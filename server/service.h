@@ -54,7 +54,7 @@ struct ServiceContext {
   std::string model_name;
   std::string tokenizer_fingerprint;  // empty: the target ships no tokenizer
   std::optional<EarlyExits> exits;    // the active early exits, when any
-  std::optional<TokenAuth> auth;      // bearer tokens every RPC must carry, when configured
+  std::unique_ptr<TokenAuth> auth;    // bearer tokens every RPC must carry, when configured
   bool exit_priority = true;          // early verdicts go out most confident first (else FIFO)
   ServerCounters counters;
   std::atomic<bool> serving{true};

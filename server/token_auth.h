@@ -5,6 +5,9 @@
 // timing tells nothing about how much of a guess was right.
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -13,8 +16,13 @@ namespace splitspec {
 class TokenAuth {
  public:
   // Reads `path`; blank lines and lines starting with # are skipped. Throws
-  // splitspec::Error for a missing or empty file.
-  static TokenAuth from_file(const std::string& path);
+  // splitspec::Error for a missing or empty file. With `reload` above zero,
+  // a check finding the file changed (at most once per `reload`) reads it
+  // again, so rotating a token (a Kubernetes Secret updated in place) needs
+  // no restart; a file missing or empty at that moment (mid-rotation) keeps
+  // the tokens in force, with a warning.
+  static std::unique_ptr<TokenAuth> from_file(const std::string& path,
+                                              std::chrono::milliseconds reload = std::chrono::milliseconds(0));
   explicit TokenAuth(std::vector<std::string> tokens);
 
   // OK, or UNAUTHENTICATED saying what was missing or wrong.
@@ -24,7 +32,15 @@ class TokenAuth {
   bool accepts(const std::string& given) const;
 
  private:
-  std::vector<std::string> tokens_;
+  using Tokens = std::shared_ptr<const std::vector<std::string>>;
+  Tokens current() const;
+
+  std::string path_;  // empty: fixed tokens
+  std::chrono::milliseconds reload_{0};
+  mutable std::mutex mu_;
+  mutable Tokens tokens_;
+  mutable std::string signature_;  // the file's inode, size and mtime when read
+  mutable std::chrono::steady_clock::time_point next_look_{};
 };
 
 }  // namespace splitspec

@@ -190,16 +190,49 @@ TEST(SecureServer, ACertificateRenewedWhileServingIsServedWithoutARestart) {
 TEST(TokenAuthCheck, TokensFileAndConstantTimeMatch) {
   TempDir dir;
   std::ofstream(dir.str("tokens")) << "# robots\n\n  alpha-1 \nbeta-2\r\n";
-  const TokenAuth auth = TokenAuth::from_file(dir.str("tokens"));
-  EXPECT_TRUE(auth.accepts("alpha-1"));
-  EXPECT_TRUE(auth.accepts("beta-2"));
-  EXPECT_FALSE(auth.accepts("alpha-"));
-  EXPECT_FALSE(auth.accepts("alpha-12"));
-  EXPECT_FALSE(auth.accepts(""));
-  EXPECT_FALSE(auth.accepts("# robots"));
+  const auto auth = TokenAuth::from_file(dir.str("tokens"));
+  EXPECT_TRUE(auth->accepts("alpha-1"));
+  EXPECT_TRUE(auth->accepts("beta-2"));
+  EXPECT_FALSE(auth->accepts("alpha-"));
+  EXPECT_FALSE(auth->accepts("alpha-12"));
+  EXPECT_FALSE(auth->accepts(""));
+  EXPECT_FALSE(auth->accepts("# robots"));
   std::ofstream(dir.str("empty")) << "# none yet\n";
   EXPECT_NE(test::error_of([&] { TokenAuth::from_file(dir.str("empty")); }).find("holds no token"), std::string::npos);
   EXPECT_NE(test::error_of([&] { TokenAuth::from_file(dir.str("missing")); }).find("cannot open"), std::string::npos);
+}
+
+// Rotation as Kubernetes does it: the mounted path is a symbolic link that
+// the kubelet points at a new directory. The new tokens are honoured and the
+// old ones refused, without a restart; a file gone or empty mid-rotation
+// keeps the tokens in force rather than locking every robot out.
+TEST(TokenAuthCheck, ARotatedTokensFileIsHonouredWithoutARestart) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "v1");
+  fs::create_directories(dir.path() / "v2");
+  std::ofstream(dir.str("v1/tokens")) << "robot-old\n";
+  std::ofstream(dir.str("v2/tokens")) << "robot-new\nrobot-spare\n";
+  fs::create_symlink(dir.path() / "v1", dir.path() / "data");
+  const auto auth = TokenAuth::from_file(dir.str("data/tokens"), std::chrono::milliseconds(1));
+  EXPECT_TRUE(auth->accepts("robot-old"));
+  const auto after_reload_interval = [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); };
+  fs::remove(dir.path() / "data");
+  fs::create_symlink(dir.path() / "v2", dir.path() / "data");
+  after_reload_interval();
+  EXPECT_TRUE(auth->accepts("robot-new"));
+  EXPECT_TRUE(auth->accepts("robot-spare"));
+  EXPECT_FALSE(auth->accepts("robot-old"));
+  fs::remove(dir.path() / "data");  // mid-rotation: no file at all
+  after_reload_interval();
+  EXPECT_TRUE(auth->accepts("robot-new"));
+  std::ofstream(dir.str("v1/tokens"), std::ios::trunc) << "# emptied\n";
+  fs::create_symlink(dir.path() / "v1", dir.path() / "data");
+  after_reload_interval();
+  EXPECT_TRUE(auth->accepts("robot-new"));
+  std::ofstream(dir.str("v1/tokens"), std::ios::trunc) << "robot-third\n";
+  after_reload_interval();
+  EXPECT_TRUE(auth->accepts("robot-third"));
+  EXPECT_FALSE(auth->accepts("robot-new"));
 }
 
 TEST(TokenAuthCheck, EveryRpcButHealthNeedsAnAcceptedToken) {
@@ -254,6 +287,37 @@ TEST(TokenAuthCheck, EveryRpcButHealthNeedsAnAcceptedToken) {
   EXPECT_EQ(info.status, 0) << info.err;
   EXPECT_NE(info.out.find("\"model_name\""), std::string::npos) << info.out;
   EXPECT_EQ(test::run_cli("health --server " + address).status, 0);
+  server.shutdown();
+}
+
+TEST(TokenAuthCheck, TheServerHonoursARotatedTokenWithoutARestart) {
+  TempDir dir;
+  std::ofstream(dir.str("tokens")) << "robot-old\n";
+  ServerConfig c = config();
+  c.auth_tokens_file = dir.str("tokens");
+  c.tls_reload_s = 1;
+  Server server(c);
+  server.start();
+  ClientOptions old_token = client_options(address_of(server));
+  old_token.auth_token = "robot-old";
+  ClientOptions new_token = old_token;
+  new_token.auth_token = "robot-new";
+  expect_exact(old_token);
+  test::expect_connect_refused(new_token, "UNAUTHENTICATED");
+  // Written aside and renamed in, as a Secret's files are swapped.
+  std::ofstream(dir.str("tokens.next")) << "robot-new\n";
+  fs::rename(dir.path() / "tokens.next", dir.path() / "tokens");
+  ASSERT_TRUE(test::wait_until(
+      [&] {
+        try {
+          return Client::connect(new_token) != nullptr;
+        } catch (const Error&) {
+          return false;
+        }
+      },
+      std::chrono::seconds(10)));
+  expect_exact(new_token);
+  test::expect_connect_refused(old_token, "UNAUTHENTICATED");
   server.shutdown();
 }
 
