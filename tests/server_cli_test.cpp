@@ -128,6 +128,35 @@ TEST(ServerCli, GenerateModesThroughTheCliReportTheirStats) {
   EXPECT_EQ(run("splitspec", "health --server 127.0.0.1:1 --timeout-s 1").status, 1);
 }
 
+// bench load end to end, small: two sessions, one generation each, batching
+// on and off in ABBA order, each phase against its own server process.
+TEST(ServerCli, BenchLoadRunsBothBatchingSettingsAndReportsTheirRatio) {
+  const test::CliRun r = test::run_cli("bench load --target " + test::demo_target_dir() + " --draft " +
+                                       test::demo_draft_dir() +
+                                       " --sessions 2 --batching on,off --generations 1 --max-new-tokens 8 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json out = nlohmann::json::parse(r.out);
+  ASSERT_EQ(out["rows"].size(), 2u) << r.out;
+  for (const auto& row : out["rows"]) {
+    // 2 sessions x 2 phases (ABBA) x 1 generation x 8 tokens.
+    EXPECT_EQ(row["tokens"].get<int64_t>(), 32) << row;
+    EXPECT_EQ(row["generations"].get<int64_t>(), 4) << row;
+    EXPECT_TRUE(row["errors"].empty()) << row;
+    EXPECT_GT(row["server_peak_rss_mb"].get<double>(), 0.0) << row;
+    EXPECT_GT(row["server_forwards"].get<double>(), 0.0) << row;
+  }
+  ASSERT_EQ(out["batching_ratios"].size(), 1u) << r.out;
+  const auto& ratio = out["batching_ratios"][0];
+  EXPECT_EQ(ratio["sessions"].get<int>(), 2);
+  EXPECT_EQ(ratio["pairs"].get<int>(), 2);
+  EXPECT_GT(ratio["on_over_off_tokens_per_s"].get<double>(), 0.0);
+  ASSERT_TRUE(ratio.contains("ci95")) << ratio;
+  EXPECT_LE(ratio["ci95"][0].get<double>(), ratio["ci95"][1].get<double>());
+  const test::CliRun bad = test::run_cli("bench load --target " + test::demo_target_dir() + " --batching maybe");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("--batching takes on and/or off"), std::string::npos) << bad.err;
+}
+
 TEST(ServerCli, ServerModesWithoutTheirPartsAreClearErrors) {
   const std::string ids = " --prompt-ids 1,5 --threads 1";
   const struct {

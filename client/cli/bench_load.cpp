@@ -30,6 +30,7 @@
 
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
+#include "client/cli/speedup_interval.h"
 #include "client/client.h"
 #include "common/engine/model_config.h"
 #include "common/engine/tokenizer.h"
@@ -354,6 +355,24 @@ int run_bench_load(LoadArgs a) {
                     {"server_busy", m.wall_s > 0 ? m.forward_ms / (m.wall_s * 1000.0) : 0.0},
                     {"errors", errors}});
   }
+  // Batching on over off, per session count: the tokens/s ratio with a 95%
+  // bootstrap interval over the ABBA slots (the k-th "on" phase is paired
+  // with the k-th "off" one, so a drift of the machine between blocks widens
+  // the interval instead of biasing the ratio).
+  nlohmann::json ratios = nlohmann::json::array();
+  for (int32_t s : a.sessions) {
+    std::vector<PromptCost> on, off;
+    for (const Phase& p : phases)
+      if (p.sessions == s && p.wall_s > 0)
+        (p.batching ? on : off).push_back({p.wall_s * 1000.0, static_cast<double>(p.tokens)});
+    if (on.empty() || on.size() != off.size()) continue;
+    nlohmann::json r = {{"sessions", s}, {"on_over_off_tokens_per_s", speedup(off, on)}, {"pairs", on.size()}};
+    if (on.size() >= 2) {
+      const Interval iv = speedup_interval(off, on);
+      r["ci95"] = {iv.lo, iv.hi};
+    }
+    ratios.push_back(r);
+  }
   nlohmann::json out = {{"drafter", a.drafter},
                         {"target", a.target_dir},
                         {"max_new_tokens", a.max_new_tokens},
@@ -366,7 +385,8 @@ int run_bench_load(LoadArgs a) {
                         {"max_batch_rows", a.max_batch_rows},
                         {"draft_hint", a.draft_hint},
                         {"order", "ABBA per session count"},
-                        {"rows", rows}};
+                        {"rows", rows},
+                        {"batching_ratios", ratios}};
   if (a.json) {
     std::cout << out.dump(2) << "\n";
     return 0;
@@ -382,6 +402,14 @@ int run_bench_load(LoadArgs a) {
                 r["round_ms_p99"].get<double>(), r["token_ms_p50"].get<double>(), r["token_ms_p99"].get<double>(),
                 r["rounds_per_forward"].get<double>(), r["server_busy"].get<double>(),
                 r["server_peak_rss_mb"].get<double>(), errs.empty() ? "none" : errs.c_str());
+  }
+  for (const auto& r : ratios) {
+    std::printf("sessions %d: batching on/off tokens/s %.2fx", r["sessions"].get<int>(),
+                r["on_over_off_tokens_per_s"].get<double>());
+    if (r.contains("ci95"))
+      std::printf(" (95%% CI %.2f-%.2f over %d ABBA pairs)", r["ci95"][0].get<double>(), r["ci95"][1].get<double>(),
+                  r["pairs"].get<int>());
+    std::printf("\n");
   }
   return 0;
 }
