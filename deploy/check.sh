@@ -33,6 +33,18 @@ echo "deploy check: $("$KUBECTL" version --client --short 2>/dev/null || "$KUBEC
 for overlay in cpu gpu; do
   "$KUBECTL" kustomize "$HERE/kubernetes/overlays/$overlay" >"$WORK/$overlay.yaml"
 done
+# A newer kubectl on the PATH (kustomize v4/v5) must render the same objects.
+if command -v kubectl >/dev/null && [ "$(command -v kubectl)" != "$KUBECTL" ]; then
+  objects() { grep -E '^(kind|  name):' "$1" | paste - - | sort; }
+  for overlay in cpu gpu; do
+    kubectl kustomize "$HERE/kubernetes/overlays/$overlay" 2>/dev/null >"$WORK/$overlay.path.yaml"
+    if ! diff <(objects "$WORK/$overlay.yaml") <(objects "$WORK/$overlay.path.yaml") >/dev/null; then
+      echo "deploy check: $(command -v kubectl) renders other objects of overlay $overlay than Debian's kubectl"
+      exit 1
+    fi
+  done
+  echo "deploy check: $(command -v kubectl) ($(kubectl version --client 2>/dev/null | grep -o 'Kustomize Version: .*' || echo its kustomize)) renders the same objects"
+fi
 # The Secrets as an operator makes them: the kustomization beside throwaway files.
 cp "$HERE/kubernetes/secrets/kustomization.yaml" "$WORK/secrets/"
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=splitspec-server" \
