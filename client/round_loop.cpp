@@ -125,6 +125,9 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     last_tokens = static_cast<int64_t>(r.verdict.tokens.size());
     const RoundOutcome outcome{tree, r.verdict, r.extras};
     if (choice.use && !finished) predrafted = pre->take(outcome, drafter);
+    // The last round has no next one to pre-draft; its workers may still be
+    // forking the drafter, which must not change under them (found by ASan).
+    else if (choice.use) pre->stop();
     if (!predrafted) drafter.accept(outcome);
     bool stop = false;
     for (int32_t id : r.verdict.tokens) {

@@ -243,8 +243,9 @@ TEST(ComputeQueueBatching, RoundsWaitingTogetherShareAForwardWithinTheRowBudget)
     std::mutex mu;
     std::vector<std::pair<int, RoundVerified>> outcomes;
     {
-      ComputeQueue q(1, b);
+      // Before q: q's end runs the blocker, which reads it.
       std::atomic<bool> release{false};
+      ComputeQueue q(1, b);
       // Holds the worker so that every round is queued before any runs.
       q.post([&] {
         while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -282,8 +283,9 @@ TEST(ComputeQueueBatching, ABadRoundFailsAloneAndAnUnwantedOneIsSkipped) {
   TargetDecoder good(*m, {1, 2}, o), bad(*m, {3, 4}, o), gone(*m, {5, 6}, o);
   std::vector<RoundVerified> out(3);
   {
-    ComputeQueue q(1);
+    // Before q: q's end runs the blocker, which reads it.
     std::atomic<bool> release{false};
+    ComputeQueue q(1);
     q.post([&] {
       while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     });
@@ -334,9 +336,10 @@ TEST(ComputeQueueBatching, ALongPrefillRunsInChunksBetweenOtherRounds) {
   std::optional<RoundResult> got;
   BatchingOptions b;
   b.max_rows = 8;
+  // Outlives the block: the blocker may read it after the block ends (found by ASan).
+  std::atomic<bool> release{false};
   ComputeQueue q(1, b);
   {
-    std::atomic<bool> release{false};
     q.post([&] {
       while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     });
