@@ -6,26 +6,9 @@
 #include <set>
 
 #include "common/util/error.h"
+#include "common/util/json_integer.h"
 
 namespace splitspec {
-
-namespace {
-
-// An integer setting. nlohmann converts a float such as 3e102 to an integer
-// type with undefined behaviour (the fuzzer found it), so the type and the
-// range are checked first.
-template <class T>
-T integer(const nlohmann::json& v, const std::string& key) {
-  const bool fits = v.is_number_integer() &&
-                    (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
-                                            : v.get<int64_t>() >= std::numeric_limits<T>::min() &&
-                                                  v.get<int64_t>() <= std::numeric_limits<T>::max());
-  if (!fits) throw Error(key + " must be an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
-                         std::to_string(std::numeric_limits<T>::max()) + "], got " + v.dump());
-  return static_cast<T>(v.get<int64_t>());
-}
-
-}  // namespace
 
 ServerConfig ServerConfig::from_file(const std::string& path) {
   std::ifstream in(path);
@@ -52,13 +35,13 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
   try {
     if (j.contains("target")) c.target_dir = j["target"].get<std::string>();
     if (j.contains("listen")) c.listen = j["listen"].get<std::string>();
-    if (j.contains("max_sessions")) c.max_sessions = integer<int32_t>(j["max_sessions"], "max_sessions");
-    if (j.contains("max_draft_tokens")) c.max_draft_tokens = integer<int32_t>(j["max_draft_tokens"], "max_draft_tokens");
-    if (j.contains("max_verdict_top_k")) c.max_verdict_top_k = integer<int32_t>(j["max_verdict_top_k"], "max_verdict_top_k");
-    if (j.contains("max_new_tokens")) c.max_new_tokens = integer<int32_t>(j["max_new_tokens"], "max_new_tokens");
-    if (j.contains("compute_threads")) c.compute_threads = integer<int32_t>(j["compute_threads"], "compute_threads");
+    if (j.contains("max_sessions")) c.max_sessions = json_integer<int32_t>(j["max_sessions"], "max_sessions");
+    if (j.contains("max_draft_tokens")) c.max_draft_tokens = json_integer<int32_t>(j["max_draft_tokens"], "max_draft_tokens");
+    if (j.contains("max_verdict_top_k")) c.max_verdict_top_k = json_integer<int32_t>(j["max_verdict_top_k"], "max_verdict_top_k");
+    if (j.contains("max_new_tokens")) c.max_new_tokens = json_integer<int32_t>(j["max_new_tokens"], "max_new_tokens");
+    if (j.contains("compute_threads")) c.compute_threads = json_integer<int32_t>(j["compute_threads"], "compute_threads");
     if (j.contains("shutdown_grace_s")) c.shutdown_grace_s = j["shutdown_grace_s"].get<double>();
-    if (j.contains("max_message_bytes")) c.max_message_bytes = integer<int32_t>(j["max_message_bytes"], "max_message_bytes");
+    if (j.contains("max_message_bytes")) c.max_message_bytes = json_integer<int32_t>(j["max_message_bytes"], "max_message_bytes");
     if (j.contains("log_level")) c.log_level = j["log_level"].get<std::string>();
     if (j.contains("port_file")) c.port_file = j["port_file"].get<std::string>();
     if (j.contains("metrics_listen")) c.metrics_listen = j["metrics_listen"].get<std::string>();
@@ -66,18 +49,18 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("early_exit_layers")) {
       if (!j["early_exit_layers"].is_array()) throw Error("early_exit_layers must be an array of layer counts");
       c.early_exit_layers.clear();
-      for (const auto& v : j["early_exit_layers"]) c.early_exit_layers.push_back(integer<int64_t>(v, "early_exit_layers"));
+      for (const auto& v : j["early_exit_layers"]) c.early_exit_layers.push_back(json_integer<int64_t>(v, "early_exit_layers"));
     }
     if (j.contains("early_exit_queue")) c.early_exit_queue = j["early_exit_queue"].get<std::string>();
-    if (j.contains("early_exit_shortlist")) c.early_exit_shortlist = integer<int64_t>(j["early_exit_shortlist"], "early_exit_shortlist");
+    if (j.contains("early_exit_shortlist")) c.early_exit_shortlist = json_integer<int64_t>(j["early_exit_shortlist"], "early_exit_shortlist");
     if (j.contains("batching")) c.batching = j["batching"].get<bool>();
-    if (j.contains("max_batch_rows")) c.max_batch_rows = integer<int32_t>(j["max_batch_rows"], "max_batch_rows");
+    if (j.contains("max_batch_rows")) c.max_batch_rows = json_integer<int32_t>(j["max_batch_rows"], "max_batch_rows");
     if (j.contains("batch_wait_ms")) c.batch_wait_ms = j["batch_wait_ms"].get<double>();
     if (j.contains("draft_hint")) c.draft_hint = j["draft_hint"].get<std::string>();
     if (j.contains("tls_cert")) c.tls_cert = j["tls_cert"].get<std::string>();
     if (j.contains("tls_key")) c.tls_key = j["tls_key"].get<std::string>();
     if (j.contains("tls_client_ca")) c.tls_client_ca = j["tls_client_ca"].get<std::string>();
-    if (j.contains("tls_reload_s")) c.tls_reload_s = integer<int32_t>(j["tls_reload_s"], "tls_reload_s");
+    if (j.contains("tls_reload_s")) c.tls_reload_s = json_integer<int32_t>(j["tls_reload_s"], "tls_reload_s");
     if (j.contains("auth_tokens_file")) c.auth_tokens_file = j["auth_tokens_file"].get<std::string>();
     if (j.contains("health_listen")) c.health_listen = j["health_listen"].get<std::string>();
   } catch (const nlohmann::json::exception& e) {

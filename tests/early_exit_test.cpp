@@ -88,6 +88,15 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   test::write_file(dir.path() / "early_exits.json",
                    "{\"after_layers\": [1, 3], \"bottleneck\": 8, \"hidden_size\": 32, \"frequent_tokens\": [-1]}");
   EXPECT_NE(error_of([&] { EarlyExits::load(dir.str(), c); }).find("outside the vocabulary"), std::string::npos);
+  // Found by scripts/fuzz.sh: floats beyond an integer's range are refused,
+  // not converted (undefined behaviour before).
+  test::write_file(dir.path() / "early_exits.json", "{\"after_layers\": [1e300], \"bottleneck\": 8, \"hidden_size\": 32}");
+  EXPECT_NE(error_of([&] { EarlyExits::load(dir.str(), c); }).find("after_layers must be an integer"), std::string::npos);
+  test::write_file(dir.path() / "early_exits.json", "{\"after_layers\": [1], \"bottleneck\": 1e19, \"hidden_size\": 32}");
+  EXPECT_NE(error_of([&] { EarlyExits::load(dir.str(), c); }).find("bottleneck must be an integer"), std::string::npos);
+  test::write_file(dir.path() / "early_exits.json",
+                   "{\"after_layers\": [1], \"bottleneck\": 8, \"hidden_size\": 32, \"frequent_tokens\": [3.9e71]}");
+  EXPECT_NE(error_of([&] { EarlyExits::load(dir.str(), c); }).find("frequent_tokens must be an integer"), std::string::npos);
   test::write_file(dir.path() / "early_exits.json", "{\"after_layers\": ");
   EXPECT_NE(error_of([&] { EarlyExits::load(dir.str(), c); }).find("not valid JSON"), std::string::npos);
   std::filesystem::remove(dir.path() / "early_exits.json");

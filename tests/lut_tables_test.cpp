@@ -129,6 +129,17 @@ TEST(LutTables, SaveLoadAndRefusals) {
   const std::string json = read_file(dir.str("lut.json"));
   write_file(dir.str("lut.json"), "{not json");
   refused(path, 100, "", "not valid JSON");
+  // Found by scripts/fuzz.sh: a float beyond an integer's range is refused,
+  // not converted (undefined behaviour before).
+  write_file(dir.str("lut.json"), R"({"format": "splitspec-lut", "vocab_size": 100, "k": 8, "order": 3e124, "slots": 32})");
+  refused(path, 100, "", "order must be an integer");
+  write_file(dir.str("lut.json"), R"({"format": "splitspec-lut", "vocab_size": 1.9e48, "k": 8, "order": 3, "slots": 32})");
+  refused(path, 100, "", "vocab_size must be an integer");
+  // Also found by fuzzing: the largest tables a sidecar may describe are
+  // refused by the tensor file before any memory is taken for them.
+  write_file(dir.str("lut.json"),
+             R"({"format": "splitspec-lut", "vocab_size": 100, "k": 64, "order": 2, "slots": 16777216})");
+  refused(path, 100, "", "expected I32 [100, 64]");
   write_file(dir.str("lut.json"), json);
   const std::string bytes = read_file(path);
   write_file(path, bytes.substr(0, bytes.size() / 2));

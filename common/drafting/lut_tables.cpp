@@ -11,6 +11,7 @@
 
 #include "common/engine/safetensors.h"
 #include "common/util/error.h"
+#include "common/util/json_integer.h"
 
 namespace splitspec {
 
@@ -201,10 +202,10 @@ LutTables LutTables::load(const std::string& path, int64_t vocab_size, const std
   std::string fingerprint;
   try {
     if (j.at("format").get<std::string>() != "splitspec-lut") throw Error("format is not splitspec-lut");
-    vocab = j.at("vocab_size").get<int64_t>();
-    o.k = j.at("k").get<int32_t>();
-    o.order = j.at("order").get<int32_t>();
-    o.slots = j.at("slots").get<int32_t>();
+    vocab = json_integer<int64_t>(j.at("vocab_size"), "vocab_size");
+    o.k = json_integer<int32_t>(j.at("k"), "k");
+    o.order = json_integer<int32_t>(j.at("order"), "order");
+    o.slots = json_integer<int32_t>(j.at("slots"), "slots");
     fingerprint = j.value("tokenizer_fingerprint", std::string());
   } catch (const std::exception& e) {
     throw Error(side + ": " + e.what());
@@ -220,25 +221,32 @@ LutTables LutTables::load(const std::string& path, int64_t vocab_size, const std
   } catch (const Error& e) {
     throw Error(side + ": " + e.what());
   }
-  LutTables t(vocab, o);
+  // The tensors are checked against the sidecar before the tables are
+  // allocated: a 100-byte sidecar must not cost gigabytes (found by fuzzing).
   SafetensorsFile st(path);
-  auto fill = [&](const std::string& name, DType dtype, std::vector<int64_t> shape, void* dst, size_t nbytes) {
+  const int64_t k = o.k, slots = o.order > 1 ? o.slots : 0;
+  auto tensor = [&](const std::string& name, DType dtype, const std::vector<int64_t>& shape) -> const TensorInfo& {
     auto it = st.tensors().find(name);
     if (it == st.tensors().end()) throw Error(path + ": tensor '" + name + "' is missing");
     const TensorInfo& ti = it->second;
-    if (ti.dtype != dtype || ti.shape != shape || ti.nbytes != nbytes)
+    if (ti.dtype != dtype || ti.shape != shape)
       throw Error(path + ": tensor '" + name + "' is " + dtype_name(ti.dtype) + " " + shape_str(ti.shape) +
                   ", expected " + dtype_name(dtype) + " " + shape_str(shape));
-    std::memcpy(dst, ti.data, nbytes);
+    return ti;
   };
-  const int64_t k = o.k, slots = static_cast<int64_t>(t.keys_.size());
-  const size_t unigram = static_cast<size_t>(vocab * k), hashed = static_cast<size_t>(slots * k);
-  fill("unigram.ids", DType::I32, {vocab, k}, t.ids_.data(), unigram * sizeof(int32_t));
-  fill("unigram.probs", DType::F16, {vocab, k}, t.probs_.data(), unigram * sizeof(uint16_t));
+  const TensorInfo& unigram_ids = tensor("unigram.ids", DType::I32, {vocab, k});
+  const TensorInfo& unigram_probs = tensor("unigram.probs", DType::F16, {vocab, k});
+  const TensorInfo* slot_keys = slots > 0 ? &tensor("slots.keys", DType::I64, {slots}) : nullptr;
+  const TensorInfo* slot_ids = slots > 0 ? &tensor("slots.ids", DType::I32, {slots, k}) : nullptr;
+  const TensorInfo* slot_probs = slots > 0 ? &tensor("slots.probs", DType::F16, {slots, k}) : nullptr;
+  LutTables t(vocab, o);
+  const size_t unigram = static_cast<size_t>(vocab * k);
+  std::memcpy(t.ids_.data(), unigram_ids.data, unigram_ids.nbytes);
+  std::memcpy(t.probs_.data(), unigram_probs.data, unigram_probs.nbytes);
   if (slots > 0) {
-    fill("slots.keys", DType::I64, {slots}, t.keys_.data(), t.keys_.size() * sizeof(uint64_t));
-    fill("slots.ids", DType::I32, {slots, k}, t.ids_.data() + unigram, hashed * sizeof(int32_t));
-    fill("slots.probs", DType::F16, {slots, k}, t.probs_.data() + unigram, hashed * sizeof(uint16_t));
+    std::memcpy(t.keys_.data(), slot_keys->data, slot_keys->nbytes);
+    std::memcpy(t.ids_.data() + unigram, slot_ids->data, slot_ids->nbytes);
+    std::memcpy(t.probs_.data() + unigram, slot_probs->data, slot_probs->nbytes);
   }
   // Every id a valid token or a free place, every probability finite in
   // [0, 1]: lookups then need no checks.

@@ -11,6 +11,7 @@
 #include "common/engine/kernels.h"
 #include "common/engine/safetensors.h"
 #include "common/util/error.h"
+#include "common/util/json_integer.h"
 
 namespace splitspec {
 
@@ -121,12 +122,12 @@ RecurrentHead RecurrentHead::load(const std::string& path) {
   try {
     f >> j;
     if (j.at("format").get<std::string>() != kFormat) throw Error(std::string("format is not ") + kFormat);
-    c.hidden_size = j.at("hidden_size").get<int64_t>();
-    c.vocab_size = j.at("vocab_size").get<int64_t>();
-    c.embed_dim = j.at("embed_dim").get<int64_t>();
-    c.exit_dim = j.at("exit_dim").get<int64_t>();
-    c.num_blocks = j.at("num_blocks").get<int64_t>();
-    c.rank = j.at("rank").get<int64_t>();
+    c.hidden_size = json_integer<int64_t>(j.at("hidden_size"), "hidden_size");
+    c.vocab_size = json_integer<int64_t>(j.at("vocab_size"), "vocab_size");
+    c.embed_dim = json_integer<int64_t>(j.at("embed_dim"), "embed_dim");
+    c.exit_dim = json_integer<int64_t>(j.at("exit_dim"), "exit_dim");
+    c.num_blocks = json_integer<int64_t>(j.at("num_blocks"), "num_blocks");
+    c.rank = json_integer<int64_t>(j.at("rank"), "rank");
     c.tokenizer_fingerprint = j.value("tokenizer_fingerprint", std::string());
     c.validate();
   } catch (const std::exception& e) {

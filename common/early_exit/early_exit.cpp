@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/util/error.h"
+#include "common/util/json_integer.h"
 #include "common/engine/kernels.h"
 #include "common/engine/safetensors.h"
 
@@ -82,14 +83,14 @@ std::optional<EarlyExits> EarlyExits::load(const std::string& dir, const ModelCo
   EarlyExits e;
   std::vector<int64_t> layers;
   try {
-    layers = j.at("after_layers").get<std::vector<int64_t>>();
-    e.bottleneck_ = j.at("bottleneck").get<int64_t>();
-    if (j.contains("serve_layers")) e.serve_layers_ = j.at("serve_layers").get<std::vector<int64_t>>();
+    layers = json_integers<int64_t>(j.at("after_layers"), "after_layers");
+    e.bottleneck_ = json_integer<int64_t>(j.at("bottleneck"), "bottleneck");
+    if (j.contains("serve_layers")) e.serve_layers_ = json_integers<int64_t>(j.at("serve_layers"), "serve_layers");
     if (j.contains("frequent_tokens"))
-      e.set_frequent_tokens(j.at("frequent_tokens").get<std::vector<int32_t>>(), c.vocab_size);
-    if (j.at("hidden_size").get<int64_t>() != c.hidden_size)
-      throw Error("hidden_size " + std::to_string(j.at("hidden_size").get<int64_t>()) + " differs from the model's " +
-                  std::to_string(c.hidden_size));
+      e.set_frequent_tokens(json_integers<int32_t>(j.at("frequent_tokens"), "frequent_tokens"), c.vocab_size);
+    const int64_t hidden = json_integer<int64_t>(j.at("hidden_size"), "hidden_size");
+    if (hidden != c.hidden_size)
+      throw Error("hidden_size " + std::to_string(hidden) + " differs from the model's " + std::to_string(c.hidden_size));
   } catch (const nlohmann::json::exception& ex) {
     throw Error(json_path.string() + ": " + ex.what());
   } catch (const Error& ex) {
