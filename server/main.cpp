@@ -94,8 +94,7 @@ int main(int argc, char** argv) {
     if (*tls_reload) config.tls_reload_s = flags.tls_reload_s;
     if (*tokens) config.auth_tokens_file = flags.auth_tokens_file;
     if (*health_listen) config.health_listen = flags.health_listen;
-    if (config.target_dir.empty()) throw splitspec::Error("no target model: give --target DIR (or \"target\" in the config file)");
-    config.validate();
+    config.validate_for_start();
     if (check_config) {
       std::cout << "splitspec-server: configuration OK (target " << config.target_dir << ", listen " << config.listen
                 << ")\n";

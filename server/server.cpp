@@ -20,8 +20,7 @@
 namespace splitspec {
 
 Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
-  config.validate();
-  if (config.target_dir.empty()) throw Error("no target model: give --target DIR (or \"target\" in the config file)");
+  config.validate_for_start();
   ctx_->config = std::move(config);
   ctx_->target = Model::load(ctx_->config.target_dir);
   ctx_->model_name = std::filesystem::path(ctx_->config.target_dir).lexically_normal().filename().string();

@@ -76,6 +76,11 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
   return c;
 }
 
+void ServerConfig::validate_for_start() const {
+  validate();
+  if (target_dir.empty()) throw Error("no target model: give --target DIR (or \"target\" in the config file)");
+}
+
 void ServerConfig::validate() const {
   if (listen.empty() || listen.find(':') == std::string::npos) throw Error("listen must be HOST:PORT, got '" + listen + "'");
   if (max_sessions < 1) throw Error("max_sessions must be at least 1");

@@ -51,6 +51,9 @@ struct ServerConfig {
   // Throws splitspec::Error naming the file and key at fault.
   static ServerConfig from_file(const std::string& path);
   void validate() const;
+  // validate(), and a target given: what starting a server needs (a config
+  // file may leave the target to --target, so from_file cannot ask for it).
+  void validate_for_start() const;
 };
 
 }  // namespace splitspec
