@@ -34,5 +34,9 @@ constexpr const char* kSentencePieceModuleName = "libsplitspec_sentencepiece.so"
 // std::cerr, which a deep-bound module resolves to libstdc++'s own, never
 // constructed copy (executables hold the live one via copy relocation).
 constexpr const char* kSentencePieceTrainerName = "splitspec-spm-train";
+// The sanitizers' runtime refuses dlopen with RTLD_DEEPBIND, so a sanitized
+// build tokenizes in this helper process (sentencepiece_process.h); any build
+// does with SPLITSPEC_TOKENIZER_BACKEND=process.
+constexpr const char* kSentencePieceServeName = "splitspec-spm-serve";
 
 }  // namespace splitspec

@@ -15,6 +15,7 @@
 
 #include "common/util/error.h"
 #include "common/engine/sentencepiece_backend.h"
+#include "common/engine/sentencepiece_process.h"
 
 namespace fs = std::filesystem;
 
@@ -76,12 +77,44 @@ CreateSentencePieceBackend sentencepiece_factory() {
   return factory;
 }
 
+std::string find_shipped_program(const std::string& name, const char* what) {
+  for (const auto& c : shipped_file_candidates(name))
+    if (fs::exists(c)) return c;
+  throw Error(std::string("cannot find ") + what + " " + name);
+}
+
+// The sanitizer runtimes that intercept dlopen refuse RTLD_DEEPBIND
+// (google/sanitizers#611): GCC says so with __SANITIZE_ADDRESS__ (also set
+// for -fsanitize=address,undefined), clang with __has_feature.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SPLITSPEC_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SPLITSPEC_SANITIZED 1
+#endif
+#endif
+
+std::unique_ptr<SentencePieceBackend> make_backend() {
+  std::string choice;
+  if (const char* env = std::getenv("SPLITSPEC_TOKENIZER_BACKEND")) choice = env;
+  if (choice.empty()) {
+#ifdef SPLITSPEC_SANITIZED
+    choice = "process";
+#else
+    choice = "module";
+#endif
+  }
+  if (choice == "module") return std::unique_ptr<SentencePieceBackend>(sentencepiece_factory()());
+  if (choice == "process") return start_sentencepiece_process(find_shipped_program(kSentencePieceServeName, "the tokenizer helper"));
+  throw Error("SPLITSPEC_TOKENIZER_BACKEND=" + choice + ": expected module or process");
+}
+
 // U+FFFD, which SentencePiece emits for bytes that do not form a whole character yet.
 constexpr const char* kReplacement = "\xEF\xBF\xBD";
 
 }  // namespace
 
-Tokenizer::Tokenizer(const std::string& path) : sp_(sentencepiece_factory()()) {
+Tokenizer::Tokenizer(const std::string& path) : sp_(make_backend()) {
   fs::path p(path);
   if (fs::is_directory(p)) p /= "tokenizer.model";
   if (!fs::exists(p)) throw Error(p.string() + ": tokenizer file not found");
@@ -136,13 +169,7 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
                             " --input_sentence_size=" + std::to_string(o.max_sentences) +
                             " --shuffle_input_sentence=true --num_threads=" + std::to_string(o.threads) +
                             " --minloglevel=2";
-  std::string helper;
-  for (const auto& c : shipped_file_candidates(kSentencePieceTrainerName))
-    if (fs::exists(c)) {
-      helper = c;
-      break;
-    }
-  if (helper.empty()) throw Error(std::string("cannot find the tokenizer trainer ") + kSentencePieceTrainerName);
+  const std::string helper = find_shipped_program(kSentencePieceTrainerName, "the tokenizer trainer");
   std::vector<std::string> args = {helper};
   std::istringstream words(flags);
   for (std::string w; words >> w;) args.push_back(w);

@@ -90,15 +90,15 @@ Live& live() {
   static Live* l = [] {
     auto* x = new Live;
     splitspec::ServerConfig c;
-    // The demo target without its tokenizer.model: the tokenizer's
-    // sentencepiece module is loaded with RTLD_DEEPBIND (tokenizer.cpp),
-    // which the sanitizers' runtime refuses (google/sanitizers#611). The
-    // server then checks clients by vocabulary size only.
+    // The demo target, linked file by file into a directory of our own. Its
+    // tokenizer runs in the splitspec-spm-serve helper in this build (the
+    // sanitizers refuse the module's dlopen), so the server checks each
+    // client's tokenizer fingerprint as in production.
     const std::filesystem::path demo = std::filesystem::path(SPLITSPEC_SOURCE_DIR) / "models" / "demo-target";
     const std::filesystem::path dir =
         std::filesystem::temp_directory_path() / ("splitspec-fuzz-target-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir);
-    for (const char* f : {"config.json", "model.safetensors", "early_exits.json", "early_exits.safetensors"}) {
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "early_exits.json", "early_exits.safetensors"}) {
       std::error_code ec;
       std::filesystem::remove(dir / f, ec);
       std::filesystem::create_symlink(demo / f, dir / f);
