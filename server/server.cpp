@@ -10,6 +10,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/util/error.h"
@@ -70,6 +72,19 @@ Server::~Server() {
 }
 
 namespace {
+
+// The servers that are serving. A program that calls exit() with one of them
+// still serving would have its reactors run, and log, while static destructors
+// (spdlog's registry among them) take the process apart.
+struct LiveServers {
+  std::mutex mu;
+  std::set<Server*> servers;
+};
+// Never destroyed: it is read at exit.
+LiveServers& live_servers() {
+  static auto* live = new LiveServers;
+  return *live;
+}
 
 std::string read_pem(const std::string& path, const char* what) {
   std::ifstream in(path);
@@ -154,6 +169,13 @@ void Server::start() {
     metrics_ = std::make_unique<MetricsHttpServer>(ctx_->config.metrics_listen, [ctx] { return render_metrics(*ctx); });
     spdlog::info("event=metrics listen={} port={} path=/metrics", ctx_->config.metrics_listen, metrics_port());
   }
+  {
+    // Registered after spdlog's registry exists, so it runs before that is destroyed.
+    static std::once_flag once;
+    std::call_once(once, [] { std::atexit(stop_all_at_exit); });
+    std::lock_guard<std::mutex> lock(live_servers().mu);
+    live_servers().servers.insert(this);
+  }
   const ModelConfig& c = ctx_->target->config();
   spdlog::info("event=serving listen={} port={} tls={} auth={} model={} layers={} vocab={} context={} max_sessions={} batching={} "
                "max_batch_rows={} batch_wait_ms={} draft_hint={} tokenizer={}",
@@ -169,17 +191,34 @@ void Server::start() {
   }
 }
 
-void Server::shutdown() {
+void Server::stop_all_at_exit() {
+  std::set<Server*> serving;
+  {
+    std::lock_guard<std::mutex> lock(live_servers().mu);
+    serving.swap(live_servers().servers);
+  }
+  for (Server* s : serving) {
+    spdlog::warn("event=exit_while_serving port={} active_sessions={}", s->port_, s->ctx_->counters.active_sessions.load());
+    s->stop(0);
+  }
+}
+
+void Server::shutdown() { stop(ctx_->config.shutdown_grace_s); }
+
+void Server::stop(double grace_s) {
   if (!server_) return;
-  spdlog::info("event=shutting_down active_sessions={} grace_s={}", ctx_->counters.active_sessions.load(),
-               ctx_->config.shutdown_grace_s);
+  {
+    std::lock_guard<std::mutex> lock(live_servers().mu);
+    live_servers().servers.erase(this);
+  }
+  spdlog::info("event=shutting_down active_sessions={} grace_s={}", ctx_->counters.active_sessions.load(), grace_s);
   // Drain first and stop listening last: while streams finish, health and
   // GetInfo still answer (NOT_SERVING), so load balancers see the change, and
   // new streams are refused with UNAVAILABLE.
   ctx_->serving = false;
   server_->GetHealthCheckService()->SetServingStatus(false);
   if (health_server_) health_server_->GetHealthCheckService()->SetServingStatus(false);
-  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(ctx_->config.shutdown_grace_s * 1000));
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
   const auto deadline = std::chrono::steady_clock::now() + grace;
   while (ctx_->live_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

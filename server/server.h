@@ -34,12 +34,17 @@ class Server {
   int health_port() const { return health_port_; }
   // Graceful stop: health turns NOT_SERVING, new streams are refused, streams
   // in flight get config.shutdown_grace_s to finish before they are cancelled.
+  // A program that calls exit() with a server still serving gets it stopped
+  // at once, streams cancelled, before static destructors run.
   void shutdown();
   int32_t active_sessions() const;
   // What /metrics would answer now (Prometheus text format).
   std::string metrics_text() const;
 
  private:
+  void stop(double grace_s);
+  static void stop_all_at_exit();
+
   std::unique_ptr<ServiceContext> ctx_;
   std::unique_ptr<SplitSpecService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -10,6 +10,8 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "common/drafting/model_drafter.h"
 #include "common/util/error.h"
 #include "common/drafting/fallback_threshold.h"
@@ -127,6 +129,32 @@ TEST(TreeDrafter, EachNodeIsDraftedAsItsBranchAloneWouldBe) {
   }
 }
 
+// EdgeLLM's provisional generation, scheduled: the worker drafts on the frozen
+// tree while the verifier says it has compute to spare, up to max_provisional,
+// and nothing while it has none.
+TEST(TreeDrafter, ProvisionalTokensAreDraftedOnlyWhileTheVerifierHasComputeToSpare) {
+  auto draft = Model::random(tiny_config(40, 2), 10);
+  TreeOptions t = children(1);
+  t.provisional = true;
+  t.max_provisional = 3;
+  for (const bool spare : {false, true}) {
+    TreeDrafter d(draft, t);
+    d.begin({1, 5, 9}, DraftParams{});
+    d.propose(4);
+    // The worker asks before each step, so a fifth question means four steps
+    // were offered: three drafted, then the cap.
+    std::atomic<int> asked{0};
+    d.verifying([&] {
+      asked += 1;
+      return spare;
+    });
+    ASSERT_TRUE(wait_until([&] { return asked.load() >= 5; }, std::chrono::seconds(120)));
+    d.verified();
+    EXPECT_EQ(d.provisional(), spare ? 3 : 0) << "spare compute: " << spare;
+    EXPECT_EQ(counter(d.stats(), "provisional_tokens"), spare ? 3 : 0) << "spare compute: " << spare;
+  }
+}
+
 TEST(TreeDrafter, KeptProvisionalTokensContinueAsAFreshDraftWould) {
   auto draft = Model::random(tiny_config(40, 2), 10);
   const std::vector<int32_t> prompt = {1, 5, 9};
@@ -202,8 +230,13 @@ TEST_P(LocalTreeDemo, GreedyEqualsTargetAlone) {
     }
   }
   EXPECT_GT(branched, 0) << "trees should branch";
-  EXPECT_GT(provisional, 0) << "the draft should have run while weights loaded";
-  EXPECT_GT(kept, 0) << "some provisional tokens should have been kept";
+  // How many tokens the draft writes while weights load, and how many of them
+  // the target then agrees with, is a race: the worker runs at SCHED_IDLE, so
+  // on busy cores (the sanitized suite, two tests at a time) it may write none.
+  // Reported, not asserted; the scheduling and the keeping are proved by
+  // TreeDrafter.ProvisionalTokensAreDraftedOnlyWhileTheVerifierHasComputeToSpare
+  // and TreeDrafter.KeptProvisionalTokensContinueAsAFreshDraftWould.
+  std::cout << "[ " << share << " of the weights: " << provisional << " provisional tokens, " << kept << " kept ]\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Budgets, LocalTreeDemo, ::testing::Values(0.10, 0.25, 0.50));

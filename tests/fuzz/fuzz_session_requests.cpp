@@ -1,7 +1,7 @@
 // libFuzzer target: the server's Session stream against a live server. One
 // real in-process splitspec::Server (server/server.h) serves the demo target
-// (models/demo-target, early exits included, tokenizer left out: see live())
-// on a loopback port; each input
+// (models/demo-target, early exits and tokenizer included: see live()) on a
+// loopback port; each input
 // is one Session stream of SessionRequest messages sent by a real gRPC
 // client, so every check the server makes on what it reads runs as it does
 // in production: session_reactor.cpp (Open, Draft, Cancel, q, parents,
@@ -111,11 +111,8 @@ Live& live() {
     c.log_level = "error";  // rejected requests log warnings: one per input
     x->server = new splitspec::Server(c);
     x->server->start();
-    // libFuzzer ends with exit(): shut the server down first, while spdlog's
-    // registry (first used by start(), so destroyed after this handler runs)
-    // is alive. Otherwise a reactor that gRPC deletes during static
-    // destruction logs through the freed registry (~SessionReactor logs).
-    std::atexit([] { live().server->shutdown(); });
+    // libFuzzer ends with exit(), the server still serving: Server stops
+    // itself at exit, before static destructors run.
     x->channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(x->server->port()), grpc::InsecureChannelCredentials());
     x->stub = v1::SplitSpec::NewStub(x->channel);
     x->health = grpc::health::v1::Health::NewStub(x->channel);
