@@ -14,6 +14,7 @@
 
 #include "common/engine/tokenizer.h"
 #include "common/util/error.h"
+#include "common/util/sanitizers.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {
@@ -22,17 +23,7 @@ namespace {
 // The module cannot be loaded where the sanitizers intercept dlopen (they
 // refuse RTLD_DEEPBIND and end the process); there the process backend is the
 // default and is compared with the reference ids the parity test holds.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kModuleLoads = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kModuleLoads = false;
-#else
-constexpr bool kModuleLoads = true;
-#endif
-#else
-constexpr bool kModuleLoads = true;
-#endif
+constexpr bool kModuleLoads = !kDeepBindRefused;
 
 // Sets SPLITSPEC_TOKENIZER_BACKEND for a scope; tests set it before any
 // thread of theirs starts.

@@ -22,8 +22,7 @@ namespace {
 // The reply to one request; false when the request is malformed.
 bool serve(splitspec::SentencePieceBackend& sp, const std::string& request, std::string* reply) {
   if (request.empty()) return false;
-  const std::string body = request.substr(1);
-  w::Reader args(body);
+  w::Reader args(request.data() + 1, request.size() - 1);
   switch (request[0]) {
     case w::kLoad: {
       std::string path;

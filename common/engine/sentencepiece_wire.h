@@ -37,7 +37,8 @@ inline void put_ids(std::string* out, const std::vector<int>& ids) {
 // past the end, on a truncated frame.
 class Reader {
  public:
-  explicit Reader(const std::string& frame) : p_(frame.data()), end_(frame.data() + frame.size()) {}
+  explicit Reader(const std::string& frame) : Reader(frame.data(), frame.size()) {}
+  Reader(const char* p, size_t n) : p_(p), end_(p + n) {}
   bool u32(uint32_t* v) {
     if (end_ - p_ < 4) return false;
     *v = 0;

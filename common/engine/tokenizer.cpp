@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/util/error.h"
+#include "common/util/sanitizers.h"
 #include "common/engine/sentencepiece_backend.h"
 #include "common/engine/sentencepiece_process.h"
 
@@ -83,27 +84,10 @@ std::string find_shipped_program(const std::string& name, const char* what) {
   throw Error(std::string("cannot find ") + what + " " + name);
 }
 
-// The sanitizer runtimes that intercept dlopen refuse RTLD_DEEPBIND
-// (google/sanitizers#611): GCC says so with __SANITIZE_ADDRESS__ (also set
-// for -fsanitize=address,undefined), clang with __has_feature.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SPLITSPEC_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SPLITSPEC_SANITIZED 1
-#endif
-#endif
-
 std::unique_ptr<SentencePieceBackend> make_backend() {
   std::string choice;
   if (const char* env = std::getenv("SPLITSPEC_TOKENIZER_BACKEND")) choice = env;
-  if (choice.empty()) {
-#ifdef SPLITSPEC_SANITIZED
-    choice = "process";
-#else
-    choice = "module";
-#endif
-  }
+  if (choice.empty()) choice = kDeepBindRefused ? "process" : "module";
   if (choice == "module") return std::unique_ptr<SentencePieceBackend>(sentencepiece_factory()());
   if (choice == "process") return start_sentencepiece_process(find_shipped_program(kSentencePieceServeName, "the tokenizer helper"));
   throw Error("SPLITSPEC_TOKENIZER_BACKEND=" + choice + ": expected module or process");

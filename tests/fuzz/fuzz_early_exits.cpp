@@ -17,9 +17,7 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -28,24 +26,14 @@
 #include "common/engine/model.h"
 #include "common/engine/model_config.h"
 #include "common/util/error.h"
+#include "tests/fuzz/fuzz_util.h"
 
 namespace {
 
+void check(bool ok, const char* what) { splitspec::fuzz::check(ok, "fuzz_early_exits", what); }
+using splitspec::fuzz::write_file;
+
 namespace fs = std::filesystem;
-
-void check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_early_exits: invariant broken: %s\n", what);
-    std::abort();
-  }
-}
-
-bool write_file(const fs::path& path, const uint8_t* data, size_t size) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return false;
-  const bool ok = std::fwrite(data, 1, size, f) == size;
-  return std::fclose(f) == 0 && ok;
-}
 
 const char* kTinyConfig = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4,
   "intermediate_size": 8, "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
@@ -83,21 +71,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   c10::InferenceMode guard;
   const bool tiny = data[0] & 1, no_json = data[0] & 2;
   const splitspec::ModelConfig& config = tiny ? fx.tiny : fx.demo->config();
-  const uint8_t* body = data + 1;
-  const size_t n = size - 1;
-  const uint8_t* nul = static_cast<const uint8_t*>(std::memchr(body, 0, n));
-  const size_t json_len = nul ? static_cast<size_t>(nul - body) : n;
+  const splitspec::fuzz::SidecarInput in = splitspec::fuzz::split_sidecar(data + 1, size - 1);
   const fs::path json = fx.dir / "early_exits.json", weights = fx.dir / "early_exits.safetensors";
   std::error_code ec;
   fs::remove(json, ec);
   fs::remove(weights, ec);
-  if (!no_json && !write_file(json, body, json_len)) return 0;
-  if (nul && !write_file(weights, nul + 1, n - json_len - 1)) return 0;
+  if (!no_json && !write_file(json, in.json, in.json_len)) return 0;
+  if (in.tensors && !write_file(weights, in.tensors, in.tensors_len)) return 0;
 
   try {
     std::optional<splitspec::EarlyExits> exits = splitspec::EarlyExits::load(fx.dir.string(), config);
     if (!exits) {
-      check(no_json && !nul, "no exits loaded although files were there");
+      check(no_json && !in.tensors, "no exits loaded although files were there");
       return 0;
     }
     const int64_t h = config.hidden_size, b = exits->bottleneck();

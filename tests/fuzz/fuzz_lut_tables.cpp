@@ -18,28 +18,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/drafting/lut_tables.h"
 #include "common/util/error.h"
+#include "tests/fuzz/fuzz_util.h"
 
 namespace {
 
-void check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_lut_tables: invariant broken: %s\n", what);
-    std::abort();
-  }
-}
-
-bool write_file(const std::string& path, const uint8_t* data, size_t size) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return false;
-  const bool ok = std::fwrite(data, 1, size, f) == size;
-  return std::fclose(f) == 0 && ok;
-}
+void check(bool ok, const char* what) { splitspec::fuzz::check(ok, "fuzz_lut_tables", what); }
+using splitspec::fuzz::write_file;
 
 // Every lookup over every suffix of `ctx`.
 std::vector<std::vector<splitspec::LutCandidate>> all_lookups(const splitspec::LutTables& t,
@@ -79,13 +68,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int mode = data[0] % 3;
   const int64_t vocab = mode == 0 ? 8000 : 16;
   const std::string fingerprint = mode == 0 ? "0ab88a53bb9a0462" : mode == 2 ? "fuzz" : "";
-  const uint8_t* body = data + 1;
-  const size_t n = size - 1;
-  const uint8_t* nul = static_cast<const uint8_t*>(std::memchr(body, 0, n));
-  const size_t json_len = nul ? static_cast<size_t>(nul - body) : n;
-  if (!write_file(side, body, json_len)) return 0;
+  const splitspec::fuzz::SidecarInput in = splitspec::fuzz::split_sidecar(data + 1, size - 1);
+  if (!write_file(side, in.json, in.json_len)) return 0;
   std::remove(path.c_str());
-  if (nul && !write_file(path, nul + 1, n - json_len - 1)) return 0;
+  if (in.tensors && !write_file(path, in.tensors, in.tensors_len)) return 0;
 
   try {
     splitspec::LutTables t = splitspec::LutTables::load(path, vocab, fingerprint);
