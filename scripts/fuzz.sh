@@ -177,6 +177,8 @@ for t in "${TARGETS[@]}"; do
   log="$OUT/$t.log"
   keep=()
   [ "${FUZZ_KEEP_GOING:-0}" = 1 ] && keep=(-fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1)
+  stamp="$OUT/findings/.started-$t"
+  touch "$stamp"
   set +e
   # One thread for LibTorch and OpenMP: the machine's other core stays free.
   OMP_NUM_THREADS=1 "$OUT/$t" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 \
@@ -191,9 +193,10 @@ for t in "${TARGETS[@]}"; do
     # Stopped by a finding: the last status line's count.
     [ -n "$runs" ] || runs=$(grep -o "^#[0-9]*" "$log" | tail -1 | tr -d '#' || true)
   fi
-  # Crashes, sanitizer reports, leaks, timeouts, running out of memory; not
+  # This run's crashes, sanitizer reports, leaks, timeouts, running out of
+  # memory (earlier runs' stay in findings/ and are not counted again); not
   # libFuzzer's slow-unit-* (kept beside them, for information).
-  found=$(ls "$OUT/findings" | grep -cE "^$t-(crash|leak|timeout|oom)-" || true)
+  found=$(find "$OUT/findings" -type f -newer "$stamp" | grep -cE "/$t-(crash|leak|timeout|oom)-" || true)
   printf "%-24s %12s %10s\n" "$t" "${runs:-?}" "$found"
   if [ "$rc" -ne 0 ] || [ "$found" -ne 0 ]; then status=1; echo "fuzz: $t found something; see $log"; fi
 done
