@@ -1,7 +1,5 @@
 #include "client/predraft.h"
 
-#include <c10/core/InferenceMode.h>
-
 #include <algorithm>
 
 #include "common/engine/threads.h"
@@ -111,7 +109,6 @@ bool PreDrafter::pop(Job& job) {
 
 void PreDrafter::run(int) {
   set_compute_threads(1);
-  c10::InferenceMode guard;
   while (true) {
     Job job;
     uint64_t epoch = 0;

@@ -1,7 +1,5 @@
 #include "client/round_loop.h"
 
-#include <c10/core/InferenceMode.h>
-
 #include <memory>
 #include <optional>
 
@@ -29,7 +27,6 @@ OnExit(F) -> OnExit<F>;
 RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::vector<int32_t>& prompt,
                                const RoundLoopOptions& o, const std::function<bool(int32_t)>& on_token) {
   const auto t0 = SteadyClock::now();
-  c10::InferenceMode guard;
   if (o.predraft && !verifier.early_verdicts())
     throw Error("pre-drafting needs early verdicts, which the " + verifier.name() + " verifier does not stream");
   std::unique_ptr<PreDrafter> pre;

@@ -1,7 +1,5 @@
 #include "server/compute_queue.h"
 
-#include <c10/core/InferenceMode.h>
-
 #include "common/engine/threads.h"
 #include "common/util/error.h"
 
@@ -75,7 +73,6 @@ void ComputeQueue::take_rounds(std::vector<RoundJob>& rounds, std::vector<Chunk>
 void ComputeQueue::run(int compute_threads) {
   // OpenMP's thread count is per calling thread: set it where forwards run.
   set_compute_threads(compute_threads);
-  c10::InferenceMode guard;
   const auto wait = std::chrono::duration_cast<SteadyClock::duration>(
       std::chrono::duration<double, std::milli>(batching_.wait_ms));
   while (true) {

@@ -263,7 +263,7 @@ class SessionReactor final : public Base {
     sent_.clear();
     order_ = 0;
     exits_ms_ = 0;
-    job.request.tap = [this, tree = job.tree](int64_t after, const at::Tensor& rows, const Rng& rng) {
+    job.request.tap = [this, tree = job.tree](int64_t after, RowsView rows, const Rng& rng) {
       const EarlyExits& exits = *ctx_.exits;
       const auto t0 = SteadyClock::now();
       struct Timer {

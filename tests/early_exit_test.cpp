@@ -4,6 +4,7 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -20,6 +21,9 @@ namespace {
 using test::TempDir;
 
 using test::error_of;
+using test::T;
+using test::verify_tree;
+using test::view;
 
 TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   TempDir dir;
@@ -27,21 +31,22 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   auto model = Model::random(c, 1);
   model->save(dir.str());
   EXPECT_FALSE(EarlyExits::load(dir.str(), c).has_value());
-  EarlyExits e = EarlyExits::init(c, {1, 3}, 8, 7);
-  e.adapters()[0].up.normal_();  // not the identity any more
+  EarlyExits e = init_exits(c, {1, 3}, 8, 7);
+  for (size_t i = 0; i < e.adapters()[0].up.size(); ++i)  // not the identity any more
+    e.adapters()[0].up[i] = 0.1f * static_cast<float>(std::sin(static_cast<double>(i)));
   e.save(dir.str());
   const auto back = EarlyExits::load(dir.str(), c);
   ASSERT_TRUE(back.has_value());
   ASSERT_EQ(back->adapters().size(), 2u);
   EXPECT_EQ(back->adapters()[1].after_layer, 3);
-  EXPECT_TRUE(at::equal(back->adapters()[0].up, e.adapters()[0].up));
+  EXPECT_TRUE(back->adapters()[0].up == e.adapters()[0].up);
   EXPECT_EQ(back->index_of(3), 1);
   EXPECT_EQ(back->index_of(2), -1);
 
   c10::InferenceMode guard;
   const at::Tensor h = at::randn({3, c.hidden_size});
   // The identity adapter is the plain LM head on the layer's hidden state.
-  EXPECT_TRUE(at::allclose(back->logits(*model, 1, h), model->head_logits(h)));
+  EXPECT_TRUE(at::allclose(T(back->logits(*model, 1, view(h))), T(model->head_logits(view(h)))));
   // A shortlist scores the k most frequent tokens (with its LM-head rows in
   // half precision, so to about 1e-3) and rules out the rest; the ranking
   // survives a save and load.
@@ -56,7 +61,7 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   EXPECT_EQ(q.frequent_tokens(), ranked);
   q.set_shortlist(*model, 12);
   EXPECT_EQ(q.shortlist(), 12);
-  const at::Tensor full = back->logits(*model, 0, h), shortlisted = q.logits(*model, 0, h);
+  const at::Tensor full = T(back->logits(*model, 0, view(h))), shortlisted = T(q.logits(*model, 0, view(h)));
   std::vector<bool> in(static_cast<size_t>(c.vocab_size), false);
   for (int i = 0; i < 12; ++i) in[static_cast<size_t>(ranked[i])] = true;
   for (int64_t t = 0; t < c.vocab_size; ++t) {
@@ -78,7 +83,7 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   EXPECT_NE(error_of([&] { EarlyExits::parse_layers("2,1", c); }).find("increasing"), std::string::npos);
   EXPECT_NE(error_of([&] { EarlyExits::parse_layers("x", c); }).find("not a layer count"), std::string::npos);
   EXPECT_EQ(EarlyExits::parse_layers("all", c), (std::vector<int64_t>{1, 2, 3}));
-  EarlyExits narrow = EarlyExits::init(c, {2}, 4, 1);
+  EarlyExits narrow = init_exits(c, {2}, 4, 1);
   EXPECT_NE(error_of([&] { narrow.keep_missing_from(*back); }).find("cannot join"), std::string::npos);
 
   test::write_file(dir.path() / "early_exits.json", "{\"after_layers\": [1], \"bottleneck\": 8, \"hidden_size\": 99}");
@@ -109,14 +114,14 @@ TEST(EarlyExits, VerdictAtAnExitThatAgreesIsTheFinalVerdict) {
   c10::InferenceMode guard;
   const ModelConfig c = test::tiny_config(12, 2);
   auto model = Model::random(c, 3);
-  EarlyExits e = EarlyExits::init(c, {1}, 4, 1);
+  EarlyExits e = init_exits(c, {1}, 4, 1);
   const at::Tensor h = at::randn({4, c.hidden_size}) * 3;
-  const at::Tensor logits = e.logits(*model, 0, h);
+  const at::Tensor logits = T(e.logits(*model, 0, view(h)));
   DraftTree tree = DraftTree::chain({int32_t(logits[0].argmax().item<int64_t>()), 5, 6});
   SamplingParams greedy;
   Rng r1(9);
   const Verdict want = verify_tree(tree, logits, greedy, r1);
-  const EarlyVerdict got = verify_at_exit(*model, e, 0, h, tree, greedy, Rng(9));
+  const EarlyVerdict got = verify_at_exit(*model, e, 0, view(h), tree, greedy, Rng(9));
   EXPECT_EQ(got.verdict.tokens, want.tokens);
   EXPECT_GE(got.verdict.accepted, 1);
   EXPECT_GT(got.confidence, 0.0);
@@ -130,7 +135,7 @@ TEST(EarlyExits, VerdictAtAnExitThatAgreesIsTheFinalVerdict) {
     DraftTree t = DraftTree::chain({1, 2, 3}, q);
     Rng a(seed);
     const Verdict v = verify_tree(t, logits, sampled, a);
-    EXPECT_EQ(verify_at_exit(*model, e, 0, h, t, sampled, Rng(seed)).verdict.tokens, v.tokens) << seed;
+    EXPECT_EQ(verify_at_exit(*model, e, 0, view(h), t, sampled, Rng(seed)).verdict.tokens, v.tokens) << seed;
   }
 }
 
@@ -141,7 +146,7 @@ TEST(EarlyExits, GreedyVerdictFromShortlistScoresIsTheVerdictOfTheFullLogits) {
   c10::InferenceMode guard;
   const ModelConfig c = test::tiny_config(12, 2);
   auto model = Model::random(c, 5);
-  EarlyExits e = EarlyExits::init(c, {1}, 4, 2);
+  EarlyExits e = init_exits(c, {1}, 4, 2);
   e.set_frequent_tokens({7, 3, 11, 0, 5, 9, 1, 2, 4, 6, 8, 10}, c.vocab_size);
   const SamplingParams greedy;
   for (int64_t shortlist : {0, 5}) {
@@ -150,7 +155,7 @@ TEST(EarlyExits, GreedyVerdictFromShortlistScoresIsTheVerdictOfTheFullLogits) {
     for (int64_t seed = 0; seed < 30; ++seed) {
       at::manual_seed(seed);
       const at::Tensor h = at::randn({4, c.hidden_size}) * 3;
-      const at::Tensor logits = e.logits(*model, 0, h);
+      const at::Tensor logits = T(e.logits(*model, 0, view(h)));
       // Children that the exit's argmax will accept, some of the time.
       const int32_t top0 = static_cast<int32_t>(logits[0].argmax().item<int64_t>());
       const int32_t top1 = static_cast<int32_t>(logits[1].argmax().item<int64_t>());
@@ -164,7 +169,7 @@ TEST(EarlyExits, GreedyVerdictFromShortlistScoresIsTheVerdictOfTheFullLogits) {
       const double want_conf = std::get<0>(at::softmax(logits.index_select(0, at::tensor(decided)), -1).max(-1))
                                    .prod()
                                    .item<double>();
-      const EarlyVerdict got = verify_at_exit(*model, e, 0, h, tree, greedy, Rng(1));
+      const EarlyVerdict got = verify_at_exit(*model, e, 0, view(h), tree, greedy, Rng(1));
       EXPECT_EQ(got.verdict.tokens, want.tokens) << shortlist << " " << seed;
       EXPECT_EQ(got.verdict.path, want.path) << shortlist << " " << seed;
       EXPECT_EQ(got.verdict.accepted, want.accepted);
@@ -223,8 +228,8 @@ TEST(EarlyExits, TrainingLowersEachExitsLossAndWritesBesideTheModel) {
   const auto merged = EarlyExits::load(dir.str(), model->config());
   ASSERT_EQ(merged->adapters().size(), 2u);
   EXPECT_EQ(merged->adapters()[0].after_layer, 2);
-  EXPECT_TRUE(at::equal(merged->adapters()[0].up, back->adapters()[0].up));
-  EXPECT_FALSE(at::equal(merged->adapters()[1].up, back->adapters()[1].up));
+  EXPECT_TRUE(merged->adapters()[0].up == back->adapters()[0].up);
+  EXPECT_FALSE(merged->adapters()[1].up == back->adapters()[1].up);
   EXPECT_EQ(merged->serve_layers(), (std::vector<int64_t>{5}));
   job.bottleneck = 8;
   const ExitTrainReport wider = train_exits(job);
@@ -253,7 +258,7 @@ TEST(EarlyExitsCli, ShortlistRanksTheVocabularyOfExistingExits) {
   const auto back = EarlyExits::load(target.str(), model->config());
   ASSERT_TRUE(back.has_value());
   EXPECT_FALSE(back->frequent_tokens().empty());
-  EXPECT_TRUE(at::equal(back->adapters()[2].up, plain.adapters()[2].up));
+  EXPECT_TRUE(back->adapters()[2].up == plain.adapters()[2].up);
 
   TempDir bare;
   Model::random(test::tiny_config(), 1)->save(bare.str());

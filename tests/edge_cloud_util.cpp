@@ -104,7 +104,8 @@ std::vector<std::vector<double>> token_marginals(const Model& target, const std:
     ForwardRequest f;
     f.tokens = seq;
     f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
-    return filtered_distribution(target.forward(f, cache).logits[0], params);
+    const ForwardResult out = target.forward(f, cache);
+    return filtered_distribution(out.logits.row(0), out.logits.cols(), params);
   };
   const size_t vocab = static_cast<size_t>(target.config().vocab_size);
   std::vector<std::vector<double>> m(static_cast<size_t>(tokens), std::vector<double>(vocab, 0.0));

@@ -13,6 +13,7 @@
 #include "client/predraft_switch.h"
 #include "client/request_options.h"
 #include "common/early_exit/early_exit.h"
+#include "common/train/exit_trainer.h"
 #include "common/engine/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 
@@ -77,7 +78,7 @@ TEST(EdgeFsd, SampledOutputHasTheTargetsDistribution) {
   constexpr int64_t kVocab = 12;
   const ModelConfig tc = test::tiny_config(kVocab, 3);
   Model::random(tc, 31)->save(dir.str("target"));
-  EarlyExits::init(tc, {1, 2}, 8, 5).save(dir.str("target"));
+  init_exits(tc, {1, 2}, 8, 5).save(dir.str("target"));
   Model::random(test::tiny_config(kVocab, 1), 32)->save(dir.str("draft"));
   LocalServer srv = test::start_server(dir.str("target"));
   auto client = Client::connect(fsd_options(srv.address, dir.str("draft")));
@@ -104,7 +105,7 @@ TEST(EdgeFsd, PredraftedHitsNearTheContextEndFitAndCountOnlyWhatWasSent) {
   constexpr int64_t kVocab = 12;
   const ModelConfig tc = test::tiny_config(kVocab, 3);  // context 64
   Model::random(tc, 31)->save(dir.str("target"));
-  EarlyExits::init(tc, {1, 2}, 8, 5).save(dir.str("target"));
+  init_exits(tc, {1, 2}, 8, 5).save(dir.str("target"));
   Model::random(test::tiny_config(kVocab, 1), 32)->save(dir.str("draft"));
   LocalServer srv = test::start_server(dir.str("target"));
   auto client = Client::connect(fsd_options(srv.address, dir.str("draft")));

@@ -8,6 +8,7 @@
 #include "client/client.h"
 #include "client/request_options.h"
 #include "common/early_exit/early_exit.h"
+#include "common/train/exit_trainer.h"
 #include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
 #include "tests/edge_cloud_util.h"
@@ -122,7 +123,7 @@ TEST(EdgeTree, SampledWithPredraftingHasTheTargetsDistribution) {
   constexpr int64_t kVocab = 12;
   const ModelConfig tc = test::tiny_config(kVocab, 3);
   Model::random(tc, 31)->save(dir.str("target"));
-  EarlyExits::init(tc, {1, 2}, 8, 5).save(dir.str("target"));
+  init_exits(tc, {1, 2}, 8, 5).save(dir.str("target"));
   Model::random(test::tiny_config(kVocab, 1), 32)->save(dir.str("draft"));
   LocalServer srv = test::start_server(dir.str("target"));
   ClientOptions o = tree_options(srv.address, dir.str("draft"), true);

@@ -27,7 +27,7 @@ at::Tensor prompt_logits(const Model& m) {
   KVCache cache = m.new_cache(64);
   ForwardRequest r;
   r.tokens = {1, 4274, 824, 261, 615, 7950, 263};
-  return m.forward(r, cache).logits;
+  return test::T(m.forward(r, cache).logits);
 }
 
 // A copy of the GGUF file at `in` without metadata `drop`, and with
@@ -193,7 +193,7 @@ TEST(Gguf, StoriesConvertsAndRefusesQuantizingItsOddWidths) {
     KVCache cache = m.new_cache(16);
     ForwardRequest r;
     r.tokens = {1, 40, 50, 60};
-    return m.forward(r, cache).logits;
+    return test::T(m.forward(r, cache).logits);
   };
   EXPECT_TRUE(at::equal(logits(*Model::load(dir.str("s"))), logits(*Model::load(src))));
   // Its feed-forward width (172) is not a multiple of 32.

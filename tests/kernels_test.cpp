@@ -148,16 +148,16 @@ TEST_P(ModelBatchInvariance, ChainAndTreeEqualSingleSteps) {
   c.intermediate_size = 768;
   c.head_dim = 64;
   auto f32 = Model::random(c, 31);
-  auto m = Model::from_weights(c, f32->float_weights(), "typed", type);
+  auto m = model_from_weights(c, float_weights(*f32), "typed", type);
   const std::vector<int32_t> seq = {1, 9, 4, 33, 21, 7, 40, 2, 15, 16};
   KVCache step = m->new_cache();
   std::vector<at::Tensor> rows;
   ForwardRequest r;
   r.tokens = {seq[0], seq[1], seq[2]};
-  rows.push_back(m->forward(r, step).logits);
+  rows.push_back(T(m->forward(r, step).logits));
   for (size_t i = 3; i < seq.size(); ++i) {
     r.tokens = {seq[i]};
-    rows.push_back(m->forward(r, step).logits);
+    rows.push_back(T(m->forward(r, step).logits));
   }
   const at::Tensor stepwise = at::cat(rows, 0);
 
@@ -165,7 +165,7 @@ TEST_P(ModelBatchInvariance, ChainAndTreeEqualSingleSteps) {
   r.tokens = {seq[0], seq[1], seq[2]};
   m->forward(r, chain);
   r.tokens = std::vector<int32_t>(seq.begin() + 3, seq.end());
-  EXPECT_TRUE(at::equal(m->forward(r, chain).logits, stepwise.slice(0, 3))) << "chain of 7 vs 7 single steps";
+  EXPECT_TRUE(at::equal(T(m->forward(r, chain).logits), stepwise.slice(0, 3))) << "chain of 7 vs 7 single steps";
 
   // The same continuation as one branch of a tree with a decoy branch first.
   KVCache tree = m->new_cache();
@@ -182,7 +182,7 @@ TEST_P(ModelBatchInvariance, ChainAndTreeEqualSingleSteps) {
   tr.tokens = t.tokens;
   for (int d : t.depths()) tr.positions.push_back(3 + d - 1);
   tr.mask = tree_attention_mask(t.parents, 3);
-  const at::Tensor tree_logits = m->forward(tr, tree).logits;
+  const at::Tensor tree_logits = T(m->forward(tr, tree).logits);
   EXPECT_TRUE(at::equal(tree_logits.slice(0, 3), stepwise.slice(0, 3))) << "tree branch vs single steps";
   set_compute_threads(before);
 }

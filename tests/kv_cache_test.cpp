@@ -19,7 +19,7 @@ constexpr double kTol = 1e-4;
 at::Tensor run(const Model& m, KVCache& cache, const std::vector<int32_t>& tokens) {
   ForwardRequest r;
   r.tokens = tokens;
-  return m.forward(r, cache).logits;
+  return T(m.forward(r, cache).logits);
 }
 
 at::Tensor full_logits(const Model& m, const std::vector<int32_t>& tokens) {
@@ -66,7 +66,7 @@ TEST(KVCache, TreeMaskForwardEqualsEachBranchAsAChain) {
   r.tokens = tree.tokens;
   for (int d : depths) r.positions.push_back(static_cast<int64_t>(prefix.size()) + d - 1);
   r.mask = tree_attention_mask(tree.parents, cache.size());
-  const at::Tensor tree_logits = m->forward(r, cache).logits;
+  const at::Tensor tree_logits = T(m->forward(r, cache).logits);
 
   for (int32_t node = 0; node < tree.size(); ++node) {
     std::vector<int32_t> branch;
@@ -79,9 +79,11 @@ TEST(KVCache, TreeMaskForwardEqualsEachBranchAsAChain) {
 }
 
 TEST(KVCache, ChainTreeMaskIsTheCausalMask) {
-  const at::Tensor tree = tree_attention_mask({-1, 0, 1, 2}, 3);
-  const at::Tensor causal = at::cat({at::ones({4, 3}, at::kBool), at::ones({4, 4}, at::kBool).tril()}, 1);
-  EXPECT_TRUE(at::equal(tree, causal));
+  const AttentionMask tree = tree_attention_mask({-1, 0, 1, 2}, 3);
+  ASSERT_EQ(tree.rows, 4);
+  ASSERT_EQ(tree.cols, 7);
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 7; ++j) EXPECT_EQ(tree.at(i, j), j < 3 + i + 1) << i << "," << j;
 }
 
 TEST(KVCache, RollbackThenReappendEqualsNeverAppended) {
@@ -156,9 +158,9 @@ TEST(KVCache, PreallocatedAndBoundsChecked) {
   run(*m, k, {1, 2, 3});
   EXPECT_THROW(k.keep(0, {2, 1}), Error);
   EXPECT_THROW(k.fork(4), Error);
-  const void* storage = k.keys(0).data_ptr();
+  const float* storage = k.keys(0);
   for (int i = 0; i < 7; ++i) run(*m, k, {4});
-  EXPECT_EQ(k.keys(0).data_ptr(), storage) << "appending must not reallocate";
+  EXPECT_EQ(k.keys(0), storage) << "appending must not reallocate";
   EXPECT_THROW(run(*m, k, {4}), Error);
   EXPECT_EQ(k.size(), 10);
 }

@@ -52,7 +52,7 @@ TEST(ModelDrafter, StopsAtEosAndAtContextEnd) {
   o.ignore_eos = false;
   ModelConfig c = target->config();
   c.eos_token_id = full.ids[5];
-  std::shared_ptr<const Model> eos_target = Model::from_weights(c, target->float_weights(), "eos");
+  std::shared_ptr<const Model> eos_target = model_from_weights(c, float_weights(*target), "eos");
   ModelDrafter d2(draft);
   const RoundLoopResult stopped = decode_locally(eos_target, d2, {1, 2}, o, 4);
   EXPECT_EQ(stopped.ids, target_alone(*eos_target, {1, 2}, o).output_ids);

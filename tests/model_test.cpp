@@ -18,7 +18,7 @@ at::Tensor logits_for(const Model& m, const std::vector<int32_t>& tokens) {
   KVCache cache = m.new_cache();
   ForwardRequest r;
   r.tokens = tokens;
-  return m.forward(r, cache).logits;
+  return T(m.forward(r, cache).logits);
 }
 
 std::string load_error(const std::string& dir) {
@@ -94,9 +94,11 @@ TEST(Model, HiddenStatesOfRequestedLayers) {
   r.logits_rows = std::vector<int64_t>{2};
   auto out = m->forward(r, cache);
   ASSERT_EQ(out.hidden.size(), 2u);
-  EXPECT_EQ(out.hidden.at(0).sizes(), (at::IntArrayRef{3, 32}));
-  EXPECT_EQ(out.logits.sizes(), (at::IntArrayRef{1, 50}));
-  EXPECT_FALSE(at::allclose(out.hidden.at(0), out.hidden.at(2)));
+  EXPECT_EQ(out.hidden.at(0).rows(), 3);
+  EXPECT_EQ(out.hidden.at(0).cols(), 32);
+  EXPECT_EQ(out.logits.rows(), 1);
+  EXPECT_EQ(out.logits.cols(), 50);
+  EXPECT_FALSE(at::allclose(T(out.hidden.at(0)), T(out.hidden.at(2))));
 }
 
 TEST(ModelBadInput, DirectoryDoesNotExist) {
@@ -185,11 +187,11 @@ TEST(ModelBadInput, ForwardRejectsBadRequestsAndKeepsCache) {
   r.positions = {3, 4};
   expect_rejected(r, "2 positions for 1 tokens");
   r.positions = {};
-  r.mask = at::ones({1, 3}, at::kBool);
+  r.mask = AttentionMask(1, 3, true);
   expect_rejected(r, "mask must be [1, 4]");
-  r.mask = at::zeros({1, 4}, at::kBool);
+  r.mask = AttentionMask(1, 4, false);
   expect_rejected(r, "attends to nothing");
-  r.mask = at::Tensor();
+  r.mask = AttentionMask();
   r.logits_rows = std::vector<int64_t>{1};
   expect_rejected(r, "logits row 1 outside");
 }

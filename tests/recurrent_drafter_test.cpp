@@ -9,6 +9,7 @@
 #include "common/drafting/beam_search.h"
 #include "common/drafting/recurrent_head.h"
 #include "common/early_exit/early_exit.h"
+#include "common/train/exit_trainer.h"
 #include "common/engine/model.h"
 #include "common/engine/safetensors.h"
 #include "common/engine/tokenizer.h"
@@ -204,7 +205,7 @@ TEST(RecurrentDrafter, SampledOutputHasTheTargetsDistribution) {
   const ModelConfig tc = tiny_config(kVocab, 2);
   Model::random(tc, 43)->save(dir.str("target"));
   RecurrentHead::random(small_head(tc.hidden_size, kVocab), 9).save(dir.str("target"));
-  EarlyExits::init(tc, {1}, 8, 4).save(dir.str("target"));
+  init_exits(tc, {1}, 8, 4).save(dir.str("target"));
   auto target = Model::load(dir.str("target"));
   LocalServer srv = start_server(dir.str("target"));
   const std::vector<int32_t> prompt = {1, 5, 7};

@@ -28,16 +28,16 @@ std::vector<at::Tensor> three_forwards(const Model& m) {
   std::vector<at::Tensor> out;
   ForwardRequest prompt;
   prompt.tokens = {1, 7, 3, 9, 4};
-  out.push_back(m.forward(prompt, cache).logits);
+  out.push_back(T(m.forward(prompt, cache).logits));
   ForwardRequest step;
   step.tokens = {11};
-  out.push_back(m.forward(step, cache).logits);
+  out.push_back(T(m.forward(step, cache).logits));
   ForwardRequest tree;
   tree.tokens = {5, 6, 8, 2};
   const std::vector<int32_t> parents = {-1, 0, -1, 2};
   tree.mask = tree_attention_mask(parents, cache.size());
   tree.positions = {cache.size(), cache.size() + 1, cache.size(), cache.size() + 1};
-  out.push_back(m.forward(tree, cache).logits);
+  out.push_back(T(m.forward(tree, cache).logits));
   return out;
 }
 

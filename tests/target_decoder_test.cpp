@@ -74,7 +74,7 @@ TEST(TargetDecoder, ExtrasAreTheTargetsTopKAndHiddenStateWhereEachTokenWasMade) 
     const TopK& k = r.extras.top_k[i];
     ASSERT_EQ(k.ids.size(), 4u);
     EXPECT_EQ(k.ids[0], r.verdict.tokens[i]) << "greedy: the token made there is the top one";
-    const at::Tensor p = at::softmax(full.logits[static_cast<int64_t>(prompt.size() - 1 + i)], 0);
+    const at::Tensor p = at::softmax(T(full.logits)[static_cast<int64_t>(prompt.size() - 1 + i)], 0);
     for (size_t j = 0; j < 4; ++j) {
       EXPECT_NEAR(k.probs[j], p[k.ids[j]].item<float>(), 1e-5);
       if (j > 0) {
@@ -84,7 +84,7 @@ TEST(TargetDecoder, ExtrasAreTheTargetsTopKAndHiddenStateWhereEachTokenWasMade) 
   }
   // The hidden state that produced the last token: after the last accepted node.
   ASSERT_EQ(r.extras.hidden.size(), 32u);
-  const at::Tensor h = full.final_hidden[static_cast<int64_t>(seq.size()) - 1];
+  const at::Tensor h = T(full.final_hidden)[static_cast<int64_t>(seq.size()) - 1];
   for (int64_t j = 0; j < 32; ++j) EXPECT_NEAR(r.extras.hidden[j], h[j].item<float>(), 1e-4);
   // Nothing asked, nothing sent.
   const RoundResult plain = dec.step();
@@ -105,9 +105,9 @@ TEST(TargetDecoder, RoomShrinksToTheContextsEndAndTheTapSeesEveryAskedLayer) {
   TargetDecoder::RoundRequest req;
   req.tap_layers = {1, 2};
   std::vector<int64_t> tapped;
-  req.tap = [&](int64_t after, const at::Tensor& rows, const Rng&) {
+  req.tap = [&](int64_t after, RowsView rows, const Rng&) {
     tapped.push_back(after);
-    EXPECT_EQ(rows.size(0), 3) << "the rows verification reads: root and two nodes";
+    EXPECT_EQ(rows.rows, 3) << "the rows verification reads: root and two nodes";
   };
   dec.verify(DraftTree::chain({1, 2}), req);
   EXPECT_EQ(tapped, (std::vector<int64_t>{1, 2}));

@@ -238,7 +238,7 @@ namespace splitspec::test {
 std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t seed) {
   c10::InferenceMode guard;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  ModelWeights w = target.float_weights();
+  ModelWeights w = float_weights(target);
   auto jitter = [&](at::Tensor& t) { t = t + at::randn(t.sizes(), gen) * noise; };
   jitter(w.embed);
   for (auto& l : w.layers) {
@@ -247,7 +247,7 @@ std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t se
     jitter(l.down_proj);
   }
   w.lm_head = target.config().tie_word_embeddings ? w.embed : w.lm_head + at::randn(w.lm_head.sizes(), gen) * noise;
-  return Model::from_weights(target.config(), w, "noisy-draft");
+  return model_from_weights(target.config(), w, "noisy-draft");
 }
 
 CliRun run_cli(const std::string& args) { return run_binary("splitspec", args); }

@@ -116,12 +116,12 @@ TEST(TrainLm, SavedModelLoadsWithIdenticalLogits) {
   const TrainableLlama trainable(tiny_config(300, 2, true), 5);
   save_model(trainable.config(), trainable.weights(), dir.str(), WType::F32);
   auto loaded = Model::load(dir.str());
-  auto in_memory = Model::from_weights(trainable.config(), trainable.weights(), "in-memory");
+  auto in_memory = model_from_weights(trainable.config(), trainable.weights(), "in-memory");
   KVCache c1 = loaded->new_cache(), c2 = in_memory->new_cache();
   ForwardRequest r;
   r.tokens = {1, 40, 41, 42, 100, 7};
-  const at::Tensor from_file = loaded->forward(r, c1).logits;
-  EXPECT_TRUE(at::equal(from_file, in_memory->forward(r, c2).logits));
+  const at::Tensor from_file = T(loaded->forward(r, c1).logits);
+  EXPECT_TRUE(at::equal(from_file, T(in_memory->forward(r, c2).logits)));
   // The training forward computes the same function as inference.
   const at::Tensor train_logits = trainable.forward(at::tensor(std::vector<int64_t>{1, 40, 41, 42, 100, 7}).unsqueeze(0));
   EXPECT_TRUE(at::allclose(train_logits[0].detach(), from_file, 1e-4, 1e-4));

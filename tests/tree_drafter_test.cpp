@@ -120,7 +120,8 @@ TEST(TreeDrafter, EachNodeIsDraftedAsItsBranchAloneWouldBe) {
       ForwardRequest f;
       f.tokens = seq;
       f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
-      const int32_t expected = greedy_token(draft->forward(f, cache).logits[0]);
+      const ForwardResult out = draft->forward(f, cache);
+      const int32_t expected = greedy_token(out.logits.row(0), out.logits.cols());
       const auto kids = tree.children(i);
       if (!kids.empty()) {
         EXPECT_EQ(tree.tokens[kids[0]], expected) << "width " << width << ", node " << i;

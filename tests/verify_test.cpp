@@ -379,7 +379,7 @@ TEST(VerifyGreedy, SpeculativeDecodingReproducesTargetOutput) {
       for (int32_t d : t.depths()) depth.push_back(d);
       for (int32_t d : depth) r.positions.push_back(base + d);
       r.mask = tree_attention_mask(parents, base);
-      const at::Tensor logits = model->forward(r, cache).logits;
+      const at::Tensor logits = T(model->forward(r, cache).logits);
       Rng rng(0);
       const Verdict v = verify_tree(t, logits, SamplingParams{}, rng);
       std::vector<int64_t> keep = {0};

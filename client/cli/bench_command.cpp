@@ -1,5 +1,3 @@
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -8,12 +6,15 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
 
 #include "client/cli/commands.h"
 #include "common/util/error.h"
 #include "common/util/memory_usage.h"
 #include "common/engine/model.h"
 #include "common/engine/kernels.h"
+#include "common/engine/parallel.h"
 #include "common/engine/threads.h"
 
 namespace splitspec::cli {
@@ -40,16 +41,31 @@ double elapsed_ms(Clock::time_point t0) {
 // Read bandwidth of a buffer far larger than any cache, the roofline that a
 // decode step (every weight read once) is held against. Best of several passes.
 double measure_read_bandwidth_gbs() {
-  c10::InferenceMode guard;
-  at::Tensor buf = at::ones({256ll << 20}, at::TensorOptions().dtype(at::kFloat));  // 1 GiB
+  const std::vector<uint64_t> buf(size_t{128} << 20, 1);  // 1 GiB, every page touched before timing
+  const int64_t n = static_cast<int64_t>(buf.size());
   double best_ms = 1e30;
   for (int i = 0; i < 5; ++i) {
+    std::vector<uint64_t> sums(static_cast<size_t>(kernels::threads()) * 8, 0);
     auto t0 = Clock::now();
-    volatile float s = buf.sum().item<float>();
-    (void)s;
+    // Integer sums: the loads, not the adds, set the pace.
+    kernels::parallel(n, kernels::grain_for(n, 1 << 16), [&](int64_t b, int64_t e) {
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      int64_t j = b;
+      for (; j + 4 <= e; j += 4) {
+        s0 += buf[j];
+        s1 += buf[j + 1];
+        s2 += buf[j + 2];
+        s3 += buf[j + 3];
+      }
+      for (; j < e; ++j) s0 += buf[j];
+      sums[static_cast<size_t>(omp_get_thread_num()) * 8] += s0 + s1 + s2 + s3;
+    });
     best_ms = std::min(best_ms, elapsed_ms(t0));
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    if (total != static_cast<uint64_t>(n)) throw Error("bench forward: the bandwidth pass read wrong values");
   }
-  return buf.nbytes() / (best_ms * 1e6);
+  return static_cast<double>(n * sizeof(uint64_t)) / (best_ms * 1e6);
 }
 
 int run_bench_forward(const BenchArgs& a) {
@@ -60,8 +76,7 @@ int run_bench_forward(const BenchArgs& a) {
   if (!a.model_dir.empty()) {
     model = Model::load(a.model_dir, type);
   } else {
-    model = Model::random(load_model_config(a.random_config), 1234);
-    if (type) model = Model::from_weights(model->config(), model->float_weights(), model->name(), *type);
+    model = Model::random(load_model_config(a.random_config), 1234, type.value_or(WType::F32));
   }
   const ModelConfig& c = model->config();
   const int64_t max_new = *std::max_element(a.new_tokens.begin(), a.new_tokens.end());
@@ -71,10 +86,11 @@ int run_bench_forward(const BenchArgs& a) {
   // Every row runs on a cache of exactly `context` real entries: a prefill of
   // fixed random ids (re-run only when a longer context is needed), then each
   // timed forward appends k more of the same ids and is rolled back.
-  c10::InferenceMode guard;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
-  at::Tensor ids = at::randint(c.vocab_size, {cache.capacity()}, gen, at::TensorOptions().dtype(at::kInt));
-  const int32_t* id = ids.data_ptr<int32_t>();
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<int32_t> any_id(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(cache.capacity()));
+  for (int32_t& v : ids) v = any_id(gen);
+  const int32_t* id = ids.data();
   auto fill_to = [&](int64_t ctx) {
     cache.truncate(std::min(cache.size(), ctx));
     if (cache.size() == ctx) return;

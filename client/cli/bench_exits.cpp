@@ -2,9 +2,6 @@
 // The forward of gamma+1 new tokens over a cache of `context` entries is
 // timed plain and with exits verifying the draft at each chosen layer, rows
 // interleaved so that machine noise hits both alike.
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -31,7 +28,6 @@ struct ExitBenchArgs {
 
 int run_bench_exits(const ExitBenchArgs& a) {
   set_compute_threads(a.threads);
-  c10::InferenceMode guard;
   auto model = Model::load(a.model_dir);
   const ModelConfig& c = model->config();
   std::optional<EarlyExits> all = EarlyExits::load(a.model_dir, c);
@@ -52,7 +48,6 @@ int run_bench_exits(const ExitBenchArgs& a) {
   ForwardRequest req;
   req.tokens.assign(1, 7);
   req.tokens.insert(req.tokens.end(), tree.tokens.begin(), tree.tokens.end());
-  const at::Tensor rows_index = at::arange(0, a.gamma + 1, at::TensorOptions().dtype(at::kLong));
   SamplingParams greedy;
 
   struct Row {
@@ -71,9 +66,9 @@ int run_bench_exits(const ExitBenchArgs& a) {
       cache.copy_prefix_from(base, a.context);
       ForwardRequest q = req;
       if (!r.after.empty())
-        q.on_layer = [&](int64_t layer, const at::Tensor& hidden) {
+        q.on_layer = [&](int64_t layer, RowsView hidden) {
           const int idx = std::find(r.after.begin(), r.after.end(), layer + 1) != r.after.end() ? all->index_of(layer + 1) : -1;
-          if (idx >= 0) verify_at_exit(*model, *all, idx, hidden.index_select(0, rows_index), tree, greedy, Rng(1));
+          if (idx >= 0) verify_at_exit(*model, *all, idx, hidden.slice(0, a.gamma + 1), tree, greedy, Rng(1));
         };
       const auto t0 = SteadyClock::now();
       model->forward(q, cache);

@@ -15,7 +15,7 @@
 #include "common/early_exit/early_exit_eval.h"
 #include "common/util/error.h"
 #include "common/engine/model.h"
-#include "common/engine/threads.h"
+#include "common/train/train_threads.h"
 #include "common/engine/tokenizer.h"
 #include "common/train/corpus.h"
 #include "common/train/perplexity.h"
@@ -61,7 +61,7 @@ double step_ms(const Model& m) {
 }
 
 int run_ppl(const EvalArgs& a) {
-  set_compute_threads(a.threads);
+  set_training_threads(a.threads);
   auto model = Model::load(a.model_dir);
   Tokenizer tok(a.model_dir);
   const auto tokens = tokenize_corpus(a.text, tok, static_cast<int32_t>(model->config().bos_token_id));
@@ -74,7 +74,7 @@ int run_ppl(const EvalArgs& a) {
 }
 
 int run_acceptance(const EvalArgs& a) {
-  set_compute_threads(a.threads);
+  set_training_threads(a.threads);
   auto target = Model::load(a.target_dir);
   auto draft = Model::load(a.draft_dir);
   Tokenizer tok(a.target_dir);
@@ -147,7 +147,7 @@ int run_acceptance(const EvalArgs& a) {
 // The paper's Fig. 7 for our target: per exit, how often its top token is the
 // final layer's, and its mean top probability.
 int run_exits(const EvalArgs& a) {
-  set_compute_threads(a.threads);
+  set_training_threads(a.threads);
   auto model = Model::load(a.model_dir);
   std::optional<EarlyExits> exits = EarlyExits::load(a.model_dir, model->config());
   if (!exits) throw Error(a.model_dir + ": no early_exits.json (train them with splitspec train exits)");

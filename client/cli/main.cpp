@@ -1,26 +1,50 @@
-#include <c10/util/Exception.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
+// splitspec: generation, benchmarks, conversion and the tools around a
+// server. Free of LibTorch, so it starts in milliseconds and holds only what
+// inference needs; `train` and `eval` run splitspec-train, installed beside it.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "client/cli/commands.h"
+#include "client/cli/cli_main.h"
+#include "common/engine/shipped_files.h"
 #include "common/util/error.h"
 
+namespace {
+
+bool is_training_command(const std::string& word) { return word == "train" || word == "eval"; }
+
+// Hands `splitspec train|eval ...` to splitspec-train with the same arguments.
+int run_training_program(char** argv) {
+  std::string program;
+  try {
+    program = splitspec::find_shipped_program("splitspec-train", "the training program");
+  } catch (const splitspec::Error& e) {
+    std::cerr << "splitspec: error: " << e.what() << " (train and eval run in it; install it beside splitspec)\n";
+    return 1;
+  }
+  execv(program.c_str(), argv);
+  std::cerr << "splitspec: error: cannot run " << program << ": " << std::strerror(errno) << "\n";
+  return 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  // Training runs large GEMMs on OpenBLAS's threads between LibTorch's OpenMP
-  // regions; OpenMP workers that spin after each region take the cores those
-  // threads need (measured: 1.55x slower on 2 cores). libgomp reads its wait
-  // policy when it loads, before main, so set it and start again. Inference
-  // keeps spinning: its kernels run short back-to-back OpenMP regions and no BLAS.
-  if (argc > 1 && std::string(argv[1]) == "train" && !std::getenv("OMP_WAIT_POLICY")) {
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure; then run as we are
+  // The first word that is not a global option names the command.
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--log-level") {
+      ++i;
+      continue;
+    }
+    if (word.rfind("--log-level=", 0) == 0) continue;
+    if (is_training_command(word)) return run_training_program(argv);
+    break;
   }
   // Benchmarks own the machine: workers that spin between the forward's
   // many short parallel regions instead of sleeping save their wake-up
@@ -31,46 +55,20 @@ int main(int argc, char** argv) {
     setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
     execv("/proc/self/exe", argv);
   }
-  // stdout carries generated text or JSON only; every log line goes to stderr.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("splitspec"));
-  spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
-
   CLI::App app{"SplitSpec: exact speculative decoding for edge devices and servers"};
-  app.require_subcommand(1);
-  std::string log_level = "warn";
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
-
+  splitspec::cli::setup_cli(app);
   std::vector<splitspec::cli::Command> commands = {
       splitspec::cli::add_generate_command(app),
       splitspec::cli::add_bench_command(app),
-      splitspec::cli::add_train_command(app),
-      splitspec::cli::add_eval_command(app),
       splitspec::cli::add_netem_command(app),
       splitspec::cli::add_convert_command(app),
       splitspec::cli::add_tokenize_command(app),
   };
   for (auto& c : splitspec::cli::add_server_commands(app)) commands.push_back(std::move(c));
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  for (const auto& cmd : commands) {
-    if (!cmd.app->parsed()) continue;
-    try {
-      return cmd.run();
-    } catch (const splitspec::Error& e) {
-      std::cerr << "splitspec: error: " << e.what() << "\n";
-      return 1;
-    } catch (const c10::Error& e) {
-      std::cerr << "splitspec: internal error in LibTorch: " << e.what_without_backtrace() << "\n";
-      return 3;
-    } catch (const std::exception& e) {
-      std::cerr << "splitspec: error: " << e.what() << "\n";
-      return 1;
-    }
-  }
-  return 0;
+  // Listed for --help; main() hands them to splitspec-train before parsing.
+  app.add_subcommand("train", "Train a tokenizer, a language model, a draft, exits, tables or a recurrent head (runs splitspec-train)")
+      ->allow_extras();
+  app.add_subcommand("eval", "Evaluate models: perplexity, speculative acceptance, exits (runs splitspec-train)")
+      ->allow_extras();
+  return splitspec::cli::run_cli(app, commands, argc, argv);
 }

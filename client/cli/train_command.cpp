@@ -6,7 +6,7 @@
 
 #include "client/cli/commands.h"
 #include "common/util/error.h"
-#include "common/engine/threads.h"
+#include "common/train/train_threads.h"
 #include "common/engine/tokenizer.h"
 #include "common/train/exit_trainer.h"
 #include "common/train/lut_builder.h"
@@ -117,7 +117,7 @@ Command add_train_command(CLI::App& app) {
   rec->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
 
   return {train, [a, tok, lm, draft, ex, rank, lut, rec]() {
-            set_compute_threads(a->threads);
+            set_training_threads(a->threads);
             if (rec->parsed()) {
               const RecurrentTrainReport r = train_recurrent(a->recurrent);
               auto pct = [](const std::vector<double>& v) {

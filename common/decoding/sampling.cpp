@@ -1,6 +1,5 @@
 #include "common/decoding/sampling.h"
 
-#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cmath>
@@ -77,11 +76,6 @@ int32_t Rng::categorical(const Distribution& dist) {
   return winner;
 }
 
-int32_t greedy_token(const at::Tensor& logits_row) {
-  const at::Tensor row = logits_row.to(at::kFloat).contiguous();
-  return greedy_token(row.data_ptr<float>(), row.numel());
-}
-
 int32_t greedy_token(const float* p, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i)
@@ -89,15 +83,12 @@ int32_t greedy_token(const float* p, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-Distribution filtered_distribution(const at::Tensor& logits_row, const SamplingParams& params) {
-  const int64_t n = logits_row.numel();
+Distribution filtered_distribution(const float* lg, int64_t n, const SamplingParams& params) {
   Distribution out(n, 0.0f);
   if (params.greedy()) {
-    out[greedy_token(logits_row)] = 1.0f;
+    out[greedy_token(lg, n)] = 1.0f;
     return out;
   }
-  at::Tensor row = logits_row.to(at::kFloat).contiguous();
-  const float* lg = row.data_ptr<float>();
   // Candidate set as indices, so ties resolve by index and stay deterministic.
   std::vector<int32_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
@@ -134,15 +125,15 @@ Distribution filtered_distribution(const at::Tensor& logits_row, const SamplingP
   return out;
 }
 
-Sample sample(const at::Tensor& logits_row, const SamplingParams& params, Rng& rng) {
+Sample sample(const float* logits, int64_t n, const SamplingParams& params, Rng& rng) {
   Sample s;
-  s.q = filtered_distribution(logits_row, params);
-  s.token = params.greedy() ? greedy_token(logits_row) : rng.categorical(s.q);
+  s.q = filtered_distribution(logits, n, params);
+  s.token = params.greedy() ? greedy_token(logits, n) : rng.categorical(s.q);
   return s;
 }
 
-int32_t next_token(const at::Tensor& logits_row, const SamplingParams& params, Rng& rng) {
-  return params.greedy() ? greedy_token(logits_row) : rng.categorical(filtered_distribution(logits_row, params));
+int32_t next_token(const float* logits, int64_t n, const SamplingParams& params, Rng& rng) {
+  return params.greedy() ? greedy_token(logits, n) : rng.categorical(filtered_distribution(logits, n, params));
 }
 
 }  // namespace splitspec

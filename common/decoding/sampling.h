@@ -2,8 +2,6 @@
 // Sampling that reports the exact distribution it drew from. Speculative
 // verification is exact only against the post-filter q the draft really used,
 // so the filtered distribution is a first-class result here.
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -42,21 +40,20 @@ class Rng {
 };
 
 // First index of the maximum, the tie rule every greedy path in the project uses.
-int32_t greedy_token(const at::Tensor& logits_row);
 int32_t greedy_token(const float* logits, int64_t n);
 
 // Temperature, then top-k, then top-p (nucleus), renormalised: the
 // distribution a sampler with these params draws from. Greedy gives one-hot.
-Distribution filtered_distribution(const at::Tensor& logits_row, const SamplingParams& params);
+Distribution filtered_distribution(const float* logits, int64_t n, const SamplingParams& params);
 
 struct Sample {
   int32_t token;
   Distribution q;  // what `token` was drawn from
 };
 
-Sample sample(const at::Tensor& logits_row, const SamplingParams& params, Rng& rng);
+Sample sample(const float* logits, int64_t n, const SamplingParams& params, Rng& rng);
 // The same draw without reporting q: greedy decoding then builds no
 // vocabulary-sized distribution per step.
-int32_t next_token(const at::Tensor& logits_row, const SamplingParams& params, Rng& rng);
+int32_t next_token(const float* logits, int64_t n, const SamplingParams& params, Rng& rng);
 
 }  // namespace splitspec

@@ -1,6 +1,5 @@
 #include "common/decoding/target_decoder.h"
 
-#include <ATen/ATen.h>
 
 #include <algorithm>
 
@@ -70,11 +69,13 @@ ForwardRequest TargetDecoder::pending_request(const DraftTree& tree, const Round
   }
   if (request.tap && !request.tap_layers.empty()) {
     const Rng rng = round_rng();
-    const at::Tensor index = at::tensor(*r.logits_rows, at::TensorOptions().dtype(at::kLong));
-    r.on_layer = [index, rng, &request](int64_t layer, const at::Tensor& hidden) {
+    r.on_layer = [index = *r.logits_rows, rng, &request](int64_t layer, RowsView hidden) {
       const int64_t after = layer + 1;
-      if (std::find(request.tap_layers.begin(), request.tap_layers.end(), after) != request.tap_layers.end())
-        request.tap(after, hidden.index_select(0, index), rng);
+      if (std::find(request.tap_layers.begin(), request.tap_layers.end(), after) == request.tap_layers.end()) return;
+      Rows picked(static_cast<int64_t>(index.size()), hidden.cols);
+      for (size_t i = 0; i < index.size(); ++i)
+        std::copy(hidden.row(index[i]), hidden.row(index[i]) + hidden.cols, picked.row(static_cast<int64_t>(i)));
+      request.tap(after, picked, rng);
     };
   }
   return r;
@@ -158,11 +159,11 @@ void TargetDecoder::add_extras(RoundResult& r, const ForwardResult& out, const E
   if (want.top_k > 0) {
     std::vector<int64_t> rows;
     for (size_t i = 0; i < v.tokens.size(); ++i) rows.push_back(verdict_row(v, i));
-    r.extras.top_k = top_k_of(out.logits.index_select(0, at::tensor(rows, at::TensorOptions().dtype(at::kLong))), want.top_k);
+    r.extras.top_k = top_k_of(out.logits.select(rows), want.top_k);
   }
   if (want.hidden && !v.tokens.empty()) {
-    const at::Tensor row = out.final_hidden[verdict_row(v, v.tokens.size() - 1)].contiguous();
-    r.extras.hidden.assign(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
+    const float* row = out.final_hidden.row(verdict_row(v, v.tokens.size() - 1));
+    r.extras.hidden.assign(row, row + out.final_hidden.cols());
   }
 }
 

@@ -35,7 +35,7 @@ class TargetDecoder {
   // `tap_layers` with the rows verification will read ([tree.size()+1,
   // hidden]) and the verifier's Rng as it stands before this round's draws.
   // Early exits predict the verdict there; the tap cannot change the round.
-  using LayerTap = std::function<void(int64_t after_layer, const at::Tensor& rows, const Rng& rng)>;
+  using LayerTap = std::function<void(int64_t after_layer, RowsView rows, const Rng& rng)>;
   struct RoundRequest {
     ExtrasRequest extras;
     std::vector<int64_t> tap_layers;

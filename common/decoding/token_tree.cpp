@@ -1,8 +1,5 @@
 #include "common/decoding/token_tree.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -83,20 +80,18 @@ void DraftTree::validate(int64_t vocab_size, bool check_q) const {
   }
 }
 
-at::Tensor tree_attention_mask(const std::vector<int32_t>& parents, int64_t past) {
+AttentionMask tree_attention_mask(const std::vector<int32_t>& parents, int64_t past) {
   const int64_t n = static_cast<int64_t>(parents.size());
-  c10::InferenceMode guard;
-  at::Tensor mask = at::zeros({n, past + n}, at::TensorOptions().dtype(at::kBool));
-  if (past > 0) mask.narrow(1, 0, past).fill_(true);
-  auto a = mask.accessor<bool, 2>();
+  AttentionMask mask(n, past + n);
+  for (int64_t i = 0; i < n; ++i) std::fill(mask.row(i), mask.row(i) + past, 1);
   for (int64_t i = 0; i < n; ++i) {
     const int32_t p = parents[i];
     if (p >= i || p < -1)
       throw Error("tree mask: node " + std::to_string(i) + " has parent " + std::to_string(p) + "; parents must come first");
     // A node sees what its parent sees, plus itself.
     if (p >= 0)
-      for (int64_t j = 0; j <= p; ++j) a[i][past + j] = a[p][past + j];
-    a[i][past + i] = true;
+      for (int64_t j = 0; j <= p; ++j) mask.row(i)[past + j] = mask.row(p)[past + j];
+    mask.row(i)[past + i] = 1;
   }
   return mask;
 }

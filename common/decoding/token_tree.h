@@ -1,12 +1,11 @@
 #pragma once
 // A draft token tree hanging off the last committed token (the root). A chain
 // is the tree whose node i has parent i-1.
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <vector>
 
 #include "common/decoding/sampling.h"
+#include "common/engine/attention_mask.h"
 
 namespace splitspec {
 
@@ -40,8 +39,8 @@ struct DraftTree {
   void validate(int64_t vocab_size, bool check_q) const;
 };
 
-// Bool [n, past+n]: node i attends to the cached prefix, its ancestors and
+// [n, past+n]: node i attends to the cached prefix, its ancestors and
 // itself. For a chain this is the causal mask.
-at::Tensor tree_attention_mask(const std::vector<int32_t>& parents, int64_t past);
+AttentionMask tree_attention_mask(const std::vector<int32_t>& parents, int64_t past);
 
 }  // namespace splitspec

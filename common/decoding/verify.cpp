@@ -1,7 +1,10 @@
 #include "common/decoding/verify.h"
 
-#include <ATen/ATen.h>
+#include <algorithm>
+#include <cmath>
+#include <numeric>
 
+#include "common/engine/kernels.h"
 #include "common/util/error.h"
 
 namespace splitspec {
@@ -54,21 +57,20 @@ Verdict verify_tree_greedy(const DraftTree& tree, int64_t vocab, const std::func
   }
 }
 
-Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, const SamplingParams& params, Rng& rng) {
-  const int64_t vocab = target_logits.size(-1);
-  if (target_logits.dim() != 2 || target_logits.size(0) != tree.size() + 1)
+Verdict verify_tree(const DraftTree& tree, RowsView target_logits, const SamplingParams& params, Rng& rng) {
+  const int64_t vocab = target_logits.cols;
+  if (target_logits.rows != tree.size() + 1)
     throw Error("verify: expected target logits [" + std::to_string(tree.size() + 1) + ", vocab]");
   if (params.greedy())
-    return verify_tree_greedy(tree, vocab, [&](int64_t row) { return greedy_token(target_logits[row]); });
+    return verify_tree_greedy(tree, vocab, [&](int64_t row) { return greedy_token(target_logits.row(row), vocab); });
   tree.validate(vocab, true);
 
   Verdict v;
   int32_t node = -1;  // the root
   while (true) {
-    const at::Tensor row = target_logits[node + 1];
     const std::vector<int32_t> kids = tree.children(node);
     int32_t next = -1;
-    Distribution p = filtered_distribution(row, params);
+    Distribution p = filtered_distribution(target_logits.row(node + 1), vocab, params);
     for (int32_t c : kids) {
       const int32_t x = tree.tokens[c];
       const Distribution* q = tree.q_of(c);
@@ -96,16 +98,25 @@ Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, cons
 
 int64_t verdict_row(const Verdict& verdict, size_t i) { return i == 0 ? 0 : verdict.path[i - 1] + 1; }
 
-std::vector<TopK> top_k_of(const at::Tensor& rows, int32_t k) {
+std::vector<TopK> top_k_of(RowsView rows, int32_t k) {
   std::vector<TopK> out;
-  if (rows.size(0) == 0 || k <= 0) return out;
-  const auto top = at::softmax(rows.to(at::kFloat), 1).topk(std::min<int64_t>(k, rows.size(1)), 1);
-  const at::Tensor probs = std::get<0>(top).contiguous(), ids = std::get<1>(top).to(at::kInt).contiguous();
-  const int64_t n = probs.size(1);
-  for (int64_t r = 0; r < probs.size(0); ++r) {
-    const float* p = probs.data_ptr<float>() + r * n;
-    const int32_t* i = ids.data_ptr<int32_t>() + r * n;
-    out.push_back(TopK{std::vector<int32_t>(i, i + n), std::vector<float>(p, p + n)});
+  if (rows.rows == 0 || k <= 0) return out;
+  const int64_t V = rows.cols, n = std::min<int64_t>(k, V);
+  std::vector<int32_t> idx(static_cast<size_t>(V));
+  for (int64_t r = 0; r < rows.rows; ++r) {
+    const float* lg = rows.row(r);
+    std::iota(idx.begin(), idx.end(), 0);
+    // Highest first, ties by the lower id (the project's tie rule).
+    auto by_logit = [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); };
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), by_logit);
+    const float max = lg[idx[0]];
+    const float inv = 1.0f / kernels::sum_exp(lg, V, max);
+    TopK t;
+    for (int64_t i = 0; i < n; ++i) {
+      t.ids.push_back(idx[i]);
+      t.probs.push_back(std::exp(lg[idx[i]] - max) * inv);
+    }
+    out.push_back(std::move(t));
   }
   return out;
 }

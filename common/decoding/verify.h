@@ -4,14 +4,13 @@
 // stochastic verification (speculative sampling; SpecInfer-style
 // multi-candidate for trees) emits tokens distributed exactly as the target's
 // filtered distribution p.
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "common/decoding/sampling.h"
 #include "common/decoding/token_tree.h"
+#include "common/engine/rows.h"
 
 namespace splitspec {
 
@@ -52,7 +51,7 @@ struct VerdictExtras {
 // the emitted token is drawn from what remains of p. A leaf's successor (the
 // bonus token) is drawn from p. A node chosen deterministically has a one-hot
 // q: it is accepted with probability p(x), and on rejection x leaves p.
-Verdict verify_tree(const DraftTree& tree, const at::Tensor& target_logits, const SamplingParams& params, Rng& rng);
+Verdict verify_tree(const DraftTree& tree, RowsView target_logits, const SamplingParams& params, Rng& rng);
 
 // Greedy verification from each row's argmax alone (`argmax(r)` for row r as
 // above, asked only for the rows the walk reaches): what verify_tree does
@@ -65,6 +64,6 @@ Verdict verify_tree_greedy(const DraftTree& tree, int64_t vocab, const std::func
 int64_t verdict_row(const Verdict& verdict, size_t i);
 
 // The top `k` of each of `rows` ([m, vocab] logits), as VerdictExtras holds them.
-std::vector<TopK> top_k_of(const at::Tensor& rows, int32_t k);
+std::vector<TopK> top_k_of(RowsView rows, int32_t k);
 
 }  // namespace splitspec

@@ -7,6 +7,7 @@
 // Computation overlap: a round's table updates are not needed to build the
 // next tree (its keys end before the new last token), so they wait and are
 // applied on a worker thread while the next round is verified.
+#include <utility>
 #include <condition_variable>
 #include <mutex>
 #include <thread>

@@ -1,7 +1,5 @@
 #include "common/drafting/lut_tables.h"
 
-#include <c10/util/Half.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/engine/safetensors.h"
+#include "common/engine/weight_type.h"
 #include "common/util/error.h"
 #include "common/util/json_integer.h"
 
@@ -19,8 +18,8 @@ namespace {
 
 constexpr float kObservedProb = 0.5f;
 
-uint16_t to_half(float x) { return c10::Half(x).x; }
-float from_half(uint16_t bits) { return static_cast<float>(c10::Half(bits, c10::Half::from_bits())); }
+uint16_t to_half(float x) { return float_to_half(x); }
+float from_half(uint16_t bits) { return half_to_float(bits); }
 
 uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;

@@ -1,6 +1,5 @@
 #include "common/drafting/model_drafter.h"
 
-#include <ATen/ATen.h>
 
 #include <algorithm>
 
@@ -47,11 +46,13 @@ DraftTree ModelDrafter::on_propose(int32_t budget, const std::function<bool()>& 
     else
       r.tokens.assign(1, tokens.back());
     r.logits_rows = std::vector<int64_t>{static_cast<int64_t>(r.tokens.size()) - 1};
-    const at::Tensor row = draft_->forward(r, cache_).logits[0];
+    const ForwardResult out = draft_->forward(r, cache_);
+    const float* row = out.logits.row(0);
+    const int64_t V = out.logits.cols();
     if (sampling.greedy()) {
-      tokens.push_back(greedy_token(row));  // greedy verification needs no q
+      tokens.push_back(greedy_token(row, V));  // greedy verification needs no q
     } else {
-      Sample s = sample(row, sampling, rng());
+      Sample s = sample(row, V, sampling, rng());
       tokens.push_back(s.token);
       qs.push_back(std::move(s.q));
     }

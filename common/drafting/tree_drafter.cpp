@@ -1,12 +1,12 @@
 #include "common/drafting/tree_drafter.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 
 #include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -17,6 +17,7 @@
 #include "common/drafting/model_drafter.h"
 #include "common/drafting/drafter_options.h"
 #include "common/drafting/registry.h"
+#include "common/engine/kernels.h"
 #include "common/engine/threads.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
@@ -75,7 +76,6 @@ class ProvisionalWorker {
     sched_param lowest{};
     pthread_setschedparam(pthread_self(), SCHED_IDLE, &lowest);  // best effort
     set_compute_threads(threads_);
-    c10::InferenceMode guard;
     std::unique_lock<std::mutex> lk(mu_);
     while (true) {
       cv_.wait(lk, [&] { return quit_ || active_; });
@@ -218,26 +218,26 @@ std::unique_ptr<Drafter> make_tree_drafter(const DrafterSpec& spec) {
   return std::make_unique<TreeDrafter>(spec.draft, spec.tree, spec.threads);
 }
 
-void TreeDrafter::expand(Node& n, const at::Tensor& row) {
+void TreeDrafter::expand(Node& n, const float* row) {
   const SamplingParams& params = this->params().sampling;
+  const int64_t V = draft_->config().vocab_size;
   n.next = 0;
   n.children = 0;
   if (params.greedy()) {
-    const at::Tensor probs = at::softmax(row.to(at::kFloat), 0);
-    const auto top = probs.topk(std::min<int64_t>(options_.max_children, probs.size(0)));
-    const at::Tensor values = std::get<0>(top).contiguous(), indices = std::get<1>(top).contiguous();
+    // The most probable tokens, highest first and ties by the lower id (the
+    // project's tie rule), so the first child is always the draft's own
+    // greedy choice.
+    const int64_t k = std::min<int64_t>(options_.max_children, V);
+    ranked_ids_.resize(static_cast<size_t>(V));
+    std::iota(ranked_ids_.begin(), ranked_ids_.end(), 0);
+    std::partial_sort(ranked_ids_.begin(), ranked_ids_.begin() + k, ranked_ids_.end(),
+                      [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    const float max = row[ranked_ids_[0]];
+    const float inv = 1.0f / kernels::sum_exp(row, V, max);
     n.ranked.clear();
-    // The argmax first, by the project's tie rule, so the first child is
-    // always the draft's own greedy choice.
-    const int32_t best = greedy_token(row);
-    n.ranked.emplace_back(best, probs[best].item<float>());
-    for (int64_t i = 0; i < values.size(0); ++i) {
-      const auto tok = static_cast<int32_t>(indices[i].item<int64_t>());
-      if (tok != best && static_cast<int32_t>(n.ranked.size()) < options_.max_children)
-        n.ranked.emplace_back(tok, values[i].item<float>());
-    }
+    for (int64_t i = 0; i < k; ++i) n.ranked.emplace_back(ranked_ids_[i], std::exp(row[ranked_ids_[i]] - max) * inv);
   } else {
-    n.q = filtered_distribution(row, params);
+    n.q = filtered_distribution(row, V, params);
     double s = 0;
     for (float v : n.q) s += static_cast<double>(v) * v;
     n.match = s;
@@ -262,9 +262,9 @@ void TreeDrafter::start_round(int32_t max_nodes, double min_confidence) {
     ForwardRequest r;
     r.tokens.assign(seq_.begin() + cache_.size(), seq_.end());
     r.logits_rows = std::vector<int64_t>{static_cast<int64_t>(r.tokens.size()) - 1};
-    const at::Tensor row = draft_->forward(r, cache_).logits[0];
+    const ForwardResult out = draft_->forward(r, cache_);
     root_ = Node{};
-    expand(root_, row);
+    expand(root_, out.logits.row(0));
     root_expanded_ = true;
     stats_.forwards += 1;
   } else {
@@ -319,18 +319,17 @@ void TreeDrafter::draft_nodes(int32_t first) {
   const auto count = static_cast<int64_t>(nodes_.size()) - first;
   const int64_t width = base_ + static_cast<int64_t>(nodes_.size());
   ForwardRequest r;
-  r.mask = at::zeros({count, width}, at::TensorOptions().dtype(at::kBool));
-  bool* m = r.mask.data_ptr<bool>();
+  r.mask = AttentionMask(count, width);
   for (int64_t k = 0; k < count; ++k) {
     const int32_t i = first + static_cast<int32_t>(k);
     r.tokens.push_back(nodes_[i].token);
     r.positions.push_back(base_ - 1 + nodes_[i].depth);
-    bool* row = m + k * width;
-    std::fill(row, row + base_, true);
-    for (int32_t a = i; a >= 0; a = nodes_[a].parent) row[base_ + a] = true;
+    uint8_t* row = r.mask.row(k);
+    std::fill(row, row + base_, 1);
+    for (int32_t a = i; a >= 0; a = nodes_[a].parent) row[base_ + a] = 1;
   }
-  const at::Tensor logits = draft_->forward(r, cache_).logits;
-  for (int64_t k = 0; k < count; ++k) expand(nodes_[first + k], logits[k]);
+  const ForwardResult out = draft_->forward(r, cache_);
+  for (int64_t k = 0; k < count; ++k) expand(nodes_[first + k], out.logits.row(k));
   stats_.forwards += 1;
 }
 

@@ -132,7 +132,7 @@ class TreeDrafter final : public Drafter {
   // Drops the kept chain's nodes from `keep` on.
   void trim(int32_t keep);
   // Reads the draft's next-token distribution for `n` from its logits row.
-  void expand(Node& n, const at::Tensor& logits_row);
+  void expand(Node& n, const float* logits_row);
   // The child `parent` (-1: root) offers, booked in the parent and the
   // branches; drafted by draft_nodes().
   Node make_child(int32_t parent);
@@ -155,6 +155,7 @@ class TreeDrafter final : public Drafter {
   int32_t provisional_ = 0;
   int32_t anchor_ = -1;     // the leaf provisional nodes grow from
   std::vector<int32_t> branch_len_;  // T_i of the tree's branches
+  std::vector<int32_t> ranked_ids_;  // expand()'s scratch: token ids by logit
   ConfidenceCalibration calibration_;
   FallbackThreshold threshold_;
   bool frozen_ = false;

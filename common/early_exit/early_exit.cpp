@@ -1,18 +1,18 @@
 #include "common/early_exit/early_exit.h"
 
-#include <ATen/ATen.h>
-
 #include <filesystem>
 #include <algorithm>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "common/util/error.h"
 #include "common/util/json_integer.h"
 #include "common/engine/kernels.h"
 #include "common/engine/safetensors.h"
+#include "common/engine/weight_set.h"
 
 namespace splitspec {
 
@@ -51,21 +51,9 @@ std::vector<int64_t> EarlyExits::parse_layers(const std::string& spec, const Mod
   return out;
 }
 
-EarlyExits EarlyExits::init(const ModelConfig& c, std::vector<int64_t> after_layers, int64_t bottleneck, uint64_t seed) {
+EarlyExits::EarlyExits(std::vector<ExitAdapter> adapters, int64_t bottleneck)
+    : adapters_(std::move(adapters)), bottleneck_(bottleneck) {
   if (bottleneck < 1) throw Error("exit bottleneck must be at least 1");
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  EarlyExits e;
-  e.bottleneck_ = bottleneck;
-  const auto f32 = at::TensorOptions().dtype(at::kFloat);
-  for (int64_t l : after_layers) {
-    ExitAdapter a;
-    a.after_layer = l;
-    a.norm = at::ones({c.hidden_size}, f32);
-    a.down = at::normal(0.0, 1.0 / std::sqrt(static_cast<double>(c.hidden_size)), {bottleneck, c.hidden_size}, gen, f32);
-    a.up = at::zeros({c.hidden_size, bottleneck}, f32);
-    e.adapters_.push_back(std::move(a));
-  }
-  return e;
 }
 
 std::optional<EarlyExits> EarlyExits::load(const std::string& dir, const ModelConfig& c) {
@@ -114,7 +102,7 @@ std::optional<EarlyExits> EarlyExits::load(const std::string& dir, const ModelCo
     if (it->second.shape != shape)
       throw Error(st_path.string() + ": tensor '" + name + "' has shape " + shape_str(it->second.shape) + ", expected " +
                   shape_str(shape));
-    return load_float_tensor(it->second);
+    return load_float_values(it->second);
   };
   for (int64_t l : layers) {
     ExitAdapter a;
@@ -128,16 +116,14 @@ std::optional<EarlyExits> EarlyExits::load(const std::string& dir, const ModelCo
 }
 
 void EarlyExits::save(const std::string& dir) const {
-  std::vector<at::Tensor> keep;
   std::vector<TensorToWrite> out;
   for (const ExitAdapter& a : adapters_) {
-    for (auto [what, t] : {std::pair<const char*, const at::Tensor*>{"norm.weight", &a.norm},
-                           {"down_proj.weight", &a.down},
-                           {"up_proj.weight", &a.up}}) {
-      keep.push_back(t->detach().to(at::kFloat).contiguous());
-      out.push_back({tensor_name(a.after_layer, what), DType::F32, keep.back().sizes().vec(), keep.back().data_ptr(),
-                     keep.back().nbytes()});
-    }
+    const int64_t H = static_cast<int64_t>(a.norm.size()), B = bottleneck_;
+    for (auto [what, t, shape] : {std::tuple<const char*, const std::vector<float>*, std::vector<int64_t>>{
+                                      "norm.weight", &a.norm, {H}},
+                                  {"down_proj.weight", &a.down, {B, H}},
+                                  {"up_proj.weight", &a.up, {H, B}}})
+      out.push_back({tensor_name(a.after_layer, what), DType::F32, shape, t->data(), t->size() * sizeof(float)});
   }
   write_safetensors((fs::path(dir) / "early_exits.safetensors").string(), out, {{"format", "pt"}});
   nlohmann::json j;
@@ -145,7 +131,7 @@ void EarlyExits::save(const std::string& dir) const {
   for (const ExitAdapter& a : adapters_) layers.push_back(a.after_layer);
   j["after_layers"] = layers;
   j["bottleneck"] = bottleneck_;
-  j["hidden_size"] = adapters_.empty() ? 0 : adapters_[0].norm.size(0);
+  j["hidden_size"] = adapters_.empty() ? 0 : adapters_[0].norm.size();
   if (!serve_layers_.empty()) j["serve_layers"] = serve_layers_;
   if (!frequent_tokens_.empty()) j["frequent_tokens"] = frequent_tokens_;
   const fs::path tmp = fs::path(dir) / "early_exits.json.tmp";
@@ -181,7 +167,7 @@ int EarlyExits::index_of(int64_t after_layer) const {
 
 size_t EarlyExits::parameter_count() const {
   size_t n = 0;
-  for (const ExitAdapter& a : adapters_) n += a.norm.numel() + a.down.numel() + a.up.numel();
+  for (const ExitAdapter& a : adapters_) n += a.norm.size() + a.down.size() + a.up.size();
   return n;
 }
 
@@ -194,64 +180,62 @@ void EarlyExits::set_frequent_tokens(std::vector<int32_t> ids, int64_t vocab_siz
     seen[static_cast<size_t>(id)] = true;
   }
   frequent_tokens_ = std::move(ids);
-  shortlist_ids_ = at::Tensor();
-  shortlist_head_ = at::Tensor();
+  shortlist_ = 0;
+  shortlist_head_.clear();
 }
 
 void EarlyExits::set_shortlist(const Model& model, int64_t k) {
-  shortlist_ids_ = at::Tensor();
-  shortlist_head_ = at::Tensor();
+  shortlist_ = 0;
+  shortlist_head_.clear();
   if (k <= 0 || k >= static_cast<int64_t>(frequent_tokens_.size())) return;
-  shortlist_ids_ = at::tensor(std::vector<int64_t>(frequent_tokens_.begin(), frequent_tokens_.begin() + k),
-                              at::TensorOptions().dtype(at::kLong));
-  shortlist_head_ = model.head_rows(std::vector<int64_t>(frequent_tokens_.begin(), frequent_tokens_.begin() + k))
-                        .to(at::kHalf)
-                        .contiguous();
+  const Rows rows = model.head_rows(std::vector<int64_t>(frequent_tokens_.begin(), frequent_tokens_.begin() + k));
+  shortlist_head_.resize(static_cast<size_t>(rows.size()));
+  kernels::float_to_half(rows.data(), rows.size(), shortlist_head_.data());
+  shortlist_ = k;
 }
 
 namespace {
 
 // Exit `a`'s adapter on hidden rows x: x + up(silu(down(norm(x)))).
-at::Tensor adapt(const ExitAdapter& a, int64_t bottleneck, const ModelConfig& c, const at::Tensor& x) {
-  const int64_t m = x.size(0), H = c.hidden_size, B = bottleneck;
-  auto f32 = at::TensorOptions().dtype(at::kFloat);
-  at::Tensor normed = at::empty({m, H}, f32), mid = at::empty({m, B}, f32), delta = at::empty({m, H}, f32);
-  kernels::rms_norm(x.data_ptr<float>(), m, H, a.norm.data_ptr<float>(), static_cast<float>(c.rms_norm_eps),
-                    normed.data_ptr<float>());
-  kernels::linear(normed.data_ptr<float>(), m, MatrixRef{WType::F32, a.down.data_ptr<float>(), B, H}, mid.data_ptr<float>());
-  at::silu_(mid);
-  kernels::linear(mid.data_ptr<float>(), m, MatrixRef{WType::F32, a.up.data_ptr<float>(), H, B}, delta.data_ptr<float>());
-  return x + delta;
+Rows adapt(const ExitAdapter& a, int64_t bottleneck, const ModelConfig& c, RowsView x) {
+  const int64_t m = x.rows, H = c.hidden_size, B = bottleneck;
+  Rows normed(m, H), mid(m, B), out(m, H);
+  kernels::rms_norm(x.data, m, H, a.norm.data(), static_cast<float>(c.rms_norm_eps), normed.data());
+  kernels::linear(normed.data(), m, MatrixRef{WType::F32, a.down.data(), B, H}, mid.data());
+  kernels::silu(mid.data(), mid.size(), mid.data());
+  kernels::linear(mid.data(), m, MatrixRef{WType::F32, a.up.data(), H, B}, out.data());
+  for (int64_t i = 0; i < out.size(); ++i) out.data()[i] += x.data[i];
+  return out;
 }
 
 }  // namespace
 
-at::Tensor EarlyExits::final_hidden(const Model& model, size_t i, const at::Tensor& hidden) const {
+Rows EarlyExits::final_hidden(const Model& model, size_t i, RowsView hidden) const {
   const ModelConfig& c = model.config();
-  const at::Tensor h = adapt(adapters_.at(i), bottleneck_, c, hidden.contiguous());
-  at::Tensor normed = at::empty({h.size(0), c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
-  kernels::rms_norm(h.data_ptr<float>(), h.size(0), c.hidden_size, model.final_norm(),
-                    static_cast<float>(c.rms_norm_eps), normed.data_ptr<float>());
+  const Rows h = adapt(adapters_.at(i), bottleneck_, c, hidden);
+  Rows normed(h.rows(), c.hidden_size);
+  kernels::rms_norm(h.data(), h.rows(), c.hidden_size, model.final_norm(), static_cast<float>(c.rms_norm_eps),
+                    normed.data());
   return normed;
 }
 
-at::Tensor EarlyExits::scores(const Model& model, size_t i, const at::Tensor& hidden) const {
+Rows EarlyExits::scores(const Model& model, size_t i, RowsView hidden) const {
   const ModelConfig& c = model.config();
-  if (!shortlist_ids_.defined()) return model.head_logits(adapt(adapters_.at(i), bottleneck_, c, hidden.contiguous()));
-  const at::Tensor normed = final_hidden(model, i, hidden);
-  const int64_t m = normed.size(0), k = shortlist_ids_.numel();
-  at::Tensor scored = at::empty({m, k}, at::TensorOptions().dtype(at::kFloat));
-  kernels::linear(normed.data_ptr<float>(), m,
-                  MatrixRef{WType::F16, shortlist_head_.data_ptr<at::Half>(), k, c.hidden_size}, scored.data_ptr<float>());
+  if (shortlist_ == 0) return model.head_logits(adapt(adapters_.at(i), bottleneck_, c, hidden));
+  const Rows normed = final_hidden(model, i, hidden);
+  Rows scored(normed.rows(), shortlist_);
+  kernels::linear(normed.data(), normed.rows(), MatrixRef{WType::F16, shortlist_head_.data(), shortlist_, c.hidden_size},
+                  scored.data());
   return scored;
 }
 
-at::Tensor EarlyExits::logits(const Model& model, size_t i, const at::Tensor& hidden) const {
-  const at::Tensor scored = scores(model, i, hidden);
-  if (!shortlist_ids_.defined()) return scored;
-  at::Tensor out = at::full({scored.size(0), model.config().vocab_size}, -std::numeric_limits<float>::infinity(),
-                            at::TensorOptions().dtype(at::kFloat));
-  out.index_copy_(1, shortlist_ids_, scored);
+Rows EarlyExits::logits(const Model& model, size_t i, RowsView hidden) const {
+  Rows scored = scores(model, i, hidden);
+  if (shortlist_ == 0) return scored;
+  Rows out(scored.rows(), model.config().vocab_size);
+  std::fill(out.data(), out.data() + out.size(), -std::numeric_limits<float>::infinity());
+  for (int64_t r = 0; r < scored.rows(); ++r)
+    for (int64_t j = 0; j < shortlist_; ++j) out.row(r)[frequent_tokens_[static_cast<size_t>(j)]] = scored.row(r)[j];
   return out;
 }
 

@@ -9,8 +9,6 @@
 // "frequent_tokens": [..]}) and early_exits.safetensors (per exit
 // k, the count of layers it follows: exits.k.norm.weight [h],
 // exits.k.down_proj.weight [b, h], exits.k.up_proj.weight [h, b]).
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,16 +20,15 @@ namespace splitspec {
 
 struct ExitAdapter {
   int64_t after_layer = 0;  // 1..num_hidden_layers-1: exits after that many layers
-  at::Tensor norm;          // [hidden]
-  at::Tensor down;          // [bottleneck, hidden]
-  at::Tensor up;            // [hidden, bottleneck]
+  std::vector<float> norm;  // [hidden]
+  std::vector<float> down;  // [bottleneck, hidden]
+  std::vector<float> up;    // [hidden, bottleneck]
 };
 
 class EarlyExits {
  public:
-  // Fresh adapters with up_proj zero, so each starts as the identity (the
-  // plain "logit lens" of its layer) and training only improves on that.
-  static EarlyExits init(const ModelConfig& config, std::vector<int64_t> after_layers, int64_t bottleneck, uint64_t seed);
+  // Adapters of width `bottleneck` (fresh ones: exit_trainer.h's init_exits).
+  EarlyExits(std::vector<ExitAdapter> adapters, int64_t bottleneck);
   // The exits stored in `model_dir`, or nullopt when it has none. Throws
   // splitspec::Error on corrupt or mismatched files.
   static std::optional<EarlyExits> load(const std::string& model_dir, const ModelConfig& config);
@@ -57,17 +54,17 @@ class EarlyExits {
 
   // Logits [m, vocab] of exit `i` for hidden rows [m, hidden] of its layer
   // (-inf outside the shortlist).
-  at::Tensor logits(const Model& model, size_t i, const at::Tensor& hidden) const;
+  Rows logits(const Model& model, size_t i, RowsView hidden) const;
   // The same logits for the scored tokens only: [m, shortlist()], or
   // [m, vocab] without a shortlist; column j is token scored_token(j). What
   // a greedy exit needs, without spreading them over the vocabulary.
-  at::Tensor scores(const Model& model, size_t i, const at::Tensor& hidden) const;
+  Rows scores(const Model& model, size_t i, RowsView hidden) const;
   // What exit `i`'s LM head reads for those rows: the adapted rows after the
   // final norm ([m, hidden]), the exit's stand-in for the target's final
   // hidden state (ReDrafter's head pre-drafts from it).
-  at::Tensor final_hidden(const Model& model, size_t i, const at::Tensor& hidden) const;
+  Rows final_hidden(const Model& model, size_t i, RowsView hidden) const;
   int32_t scored_token(int64_t column) const {
-    return shortlist_ids_.defined() ? frequent_tokens_[static_cast<size_t>(column)] : static_cast<int32_t>(column);
+    return shortlist() > 0 ? frequent_tokens_[static_cast<size_t>(column)] : static_cast<int32_t>(column);
   }
 
   // Token ids, most frequent first, in the corpus the exits were trained on
@@ -86,17 +83,18 @@ class EarlyExits {
   // always scores the whole vocabulary.
   void set_shortlist(const Model& model, int64_t k);
   // Tokens an exit scores; 0: all of them.
-  int64_t shortlist() const { return shortlist_ids_.defined() ? shortlist_ids_.numel() : 0; }
+  int64_t shortlist() const { return shortlist_; }
 
  private:
+  EarlyExits() = default;
   std::vector<ExitAdapter> adapters_;
   int64_t bottleneck_ = 0;
   std::vector<int64_t> serve_layers_;
   std::vector<int32_t> frequent_tokens_;
-  at::Tensor shortlist_ids_;   // [k] int64
+  int64_t shortlist_ = 0;  // the first k of frequent_tokens_; 0: none
   // [k, hidden]: those rows of the LM head, contiguous, in half precision:
   // reading them is most of an exit's time, and its scores only predict.
-  at::Tensor shortlist_head_;
+  std::vector<uint16_t> shortlist_head_;
 };
 
 }  // namespace splitspec

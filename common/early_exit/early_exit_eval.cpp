@@ -1,15 +1,13 @@
 #include "common/early_exit/early_exit_eval.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
-
+#include "common/decoding/sampling.h"
+#include "common/engine/kernels.h"
 #include "common/util/error.h"
 
 namespace splitspec {
 
 std::vector<ExitQuality> evaluate_exits(const Model& model, const EarlyExits& exits, const std::vector<int32_t>& tokens,
                                         int64_t seq_len, int64_t max_windows) {
-  c10::InferenceMode guard;
   if (seq_len < 1 || static_cast<int64_t>(tokens.size()) < seq_len)
     throw Error("evaluate exits: the text has fewer than " + std::to_string(seq_len) + " tokens");
   const size_t n_exits = exits.adapters().size();
@@ -22,11 +20,15 @@ std::vector<ExitQuality> evaluate_exits(const Model& model, const EarlyExits& ex
     r.tokens.assign(tokens.begin() + w * seq_len, tokens.begin() + (w + 1) * seq_len);
     KVCache cache = model.new_cache(seq_len);
     const ForwardResult out = model.forward(r, cache);
-    const at::Tensor final_top = out.logits.argmax(-1);
+    const int64_t V = out.logits.cols();
     for (size_t i = 0; i < n_exits; ++i) {
-      const at::Tensor logits = exits.logits(model, i, out.hidden.at(exits.adapters()[i].after_layer - 1));
-      matches[i] += logits.argmax(-1).eq(final_top).sum().item<double>();
-      confidence[i] += std::get<0>(at::softmax(logits, -1).max(-1)).sum().item<double>();
+      const Rows logits = exits.logits(model, i, out.hidden.at(exits.adapters()[i].after_layer - 1));
+      for (int64_t row = 0; row < logits.rows(); ++row) {
+        const float* p = logits.row(row);
+        const int32_t top = greedy_token(p, V);
+        matches[i] += top == greedy_token(out.logits.row(row), V) ? 1.0 : 0.0;
+        confidence[i] += 1.0 / kernels::sum_exp(p, V, p[top]);
+      }
     }
     positions += seq_len;
   }

@@ -1,7 +1,5 @@
 #include "common/early_exit/early_verdict.h"
 
-#include <ATen/ATen.h>
-
 #include "common/engine/kernels.h"
 #include "common/decoding/sampling.h"
 
@@ -19,14 +17,14 @@ std::vector<int64_t> decided_rows(const Verdict& v) {
 // Greedy: the exit's scores over its shortlist decide everything. Spreading
 // them over the vocabulary first and taking a vocabulary-wide softmax cost
 // about as much as the exit's own matrix products.
-EarlyVerdict greedy_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, const at::Tensor& rows,
+EarlyVerdict greedy_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, RowsView rows,
                             const DraftTree& tree) {
   EarlyVerdict e;
-  const at::Tensor s = exits.scores(model, exit_index, rows).contiguous();
-  const int64_t k = s.size(1);
-  const float* base = s.data_ptr<float>();
-  std::vector<int32_t> top(static_cast<size_t>(s.size(0)));  // each row's best column
-  for (int64_t r = 0; r < s.size(0); ++r) top[static_cast<size_t>(r)] = greedy_token(base + r * k, k);
+  const Rows s = exits.scores(model, exit_index, rows);
+  const int64_t k = s.cols();
+  const float* base = s.data();
+  std::vector<int32_t> top(static_cast<size_t>(s.rows()));  // each row's best column
+  for (int64_t r = 0; r < s.rows(); ++r) top[static_cast<size_t>(r)] = greedy_token(base + r * k, k);
   e.verdict = verify_tree_greedy(tree, model.config().vocab_size,
                                  [&](int64_t r) { return exits.scored_token(top[static_cast<size_t>(r)]); });
   e.confidence = 1.0;
@@ -39,23 +37,26 @@ EarlyVerdict greedy_at_exit(const Model& model, const EarlyExits& exits, size_t 
 
 }  // namespace
 
-EarlyVerdict verify_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, const at::Tensor& rows,
+EarlyVerdict verify_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, RowsView rows,
                             const DraftTree& tree, const SamplingParams& params, Rng rng, bool want_hidden) {
   EarlyVerdict e;
   if (params.greedy()) {
     e = greedy_at_exit(model, exits, exit_index, rows, tree);
   } else {
-    const at::Tensor logits = exits.logits(model, exit_index, rows);
+    const Rows logits = exits.logits(model, exit_index, rows);
     e.verdict = verify_tree(tree, logits, params, rng);
-    const std::vector<int64_t> decided = decided_rows(e.verdict);
-    const at::Tensor sel = logits.index_select(0, at::tensor(decided, at::TensorOptions().dtype(at::kLong)));
-    e.confidence = std::get<0>(at::softmax(sel, -1).max(-1)).prod().item<double>();
+    const int64_t V = logits.cols();
+    e.confidence = 1.0;
+    for (int64_t r : decided_rows(e.verdict)) {
+      const float* p = logits.row(r);
+      e.confidence /= kernels::sum_exp(p, V, p[greedy_token(p, V)]);
+    }
   }
   e.after_layer = exits.adapters().at(exit_index).after_layer;
   if (want_hidden && !e.verdict.tokens.empty()) {
     const int64_t row = verdict_row(e.verdict, e.verdict.tokens.size() - 1);
-    const at::Tensor h = exits.final_hidden(model, exit_index, rows.narrow(0, row, 1));
-    e.hidden.assign(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
+    const Rows h = exits.final_hidden(model, exit_index, rows.slice(row, 1));
+    e.hidden.assign(h.data(), h.data() + h.size());
   }
   return e;
 }

@@ -4,8 +4,6 @@
 // of the verifier's random state so that, where the exit agrees with the
 // final layer, it makes the same decisions. Only a prediction: the final
 // layer alone decides what is committed.
-#include <ATen/core/Tensor.h>
-
 #include <vector>
 
 #include "common/early_exit/early_exit.h"
@@ -31,7 +29,7 @@ struct EarlyVerdict {
 
 // `rows` are the hidden states after the exit's layer at the rows the final
 // verification reads ([tree.size()+1, hidden]).
-EarlyVerdict verify_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, const at::Tensor& rows,
+EarlyVerdict verify_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, RowsView rows,
                             const DraftTree& tree, const SamplingParams& params, Rng rng, bool want_hidden = false);
 
 }  // namespace splitspec

@@ -69,6 +69,10 @@ void add_inplace(float* x, const float* d, int64_t count) {
   for (int64_t i = 0; i < count; ++i) x[i] += d[i];
 }
 
+void silu(const float* x, int64_t count, float* y) {
+  for (int64_t i = 0; i < count; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
 void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
   const bool avx2 = use_avx2();
   constexpr int64_t kVector = 8;

@@ -21,6 +21,9 @@ void rms_norm(const float* x, int64_t n, int64_t dim, const float* weight, float
 // x += d, elementwise (the residual connections).
 void add_inplace(float* x, const float* d, int64_t count);
 
+// y = silu(x), elementwise (in place allowed).
+void silu(const float* x, int64_t count, float* y);
+
 // y = silu(gate) * up, elementwise.
 void silu_mul(const float* gate, const float* up, int64_t count, float* y);
 

@@ -1,47 +1,33 @@
 #include "common/engine/kv_cache.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
-
 #include <cstring>
 
 #include "common/util/error.h"
 
 namespace splitspec {
 
-KVCache::KVCache(const ModelConfig& c, int64_t capacity) : capacity_(capacity) {
+KVCache::KVCache(const ModelConfig& c, int64_t capacity)
+    : layers_(c.num_hidden_layers), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim), capacity_(capacity) {
   if (capacity <= 0 || capacity > c.max_position_embeddings)
     throw Error("KV cache capacity " + std::to_string(capacity) + " must be in [1, max_position_embeddings=" +
                 std::to_string(c.max_position_embeddings) + "]");
-  c10::InferenceMode guard;
-  const auto opts = at::TensorOptions().dtype(at::kFloat);
-  keys_ = at::empty({c.num_hidden_layers, c.num_key_value_heads, capacity, c.head_dim}, opts);
-  values_ = at::empty({c.num_hidden_layers, c.num_key_value_heads, capacity, c.head_dim}, opts);
+  keys_.reset(new float[layers_ * layer_floats()]);
+  values_.reset(new float[layers_ * layer_floats()]);
 }
 
 bool KVCache::fits(const ModelConfig& c) const {
-  return keys_.size(0) == c.num_hidden_layers && keys_.size(1) == c.num_key_value_heads && keys_.size(3) == c.head_dim;
+  return layers_ == c.num_hidden_layers && kv_heads_ == c.num_key_value_heads && head_dim_ == c.head_dim;
 }
 
-size_t KVCache::bytes() const { return 2 * keys_.numel() * keys_.element_size(); }
-
-void KVCache::write(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
-  const int64_t n = k.size(1);
-  if (size_ + n > capacity_)
-    throw Error("KV cache full: " + std::to_string(size_) + " + " + std::to_string(n) + " > capacity " +
-                std::to_string(capacity_));
-  c10::InferenceMode guard;
-  keys_.select(0, layer).narrow(1, size_, n).copy_(k);
-  values_.select(0, layer).narrow(1, size_, n).copy_(v);
-}
+size_t KVCache::bytes() const { return 2 * static_cast<size_t>(layers_ * layer_floats()) * sizeof(float); }
 
 void KVCache::write_rows(int64_t layer, const float* k, const float* v, int64_t n) {
   if (size_ + n > capacity_)
     throw Error("KV cache full: " + std::to_string(size_) + " + " + std::to_string(n) + " > capacity " +
                 std::to_string(capacity_));
-  const int64_t heads = keys_.size(1), D = keys_.size(3);
-  float* kb = keys_.data_ptr<float>() + layer * heads * capacity_ * D;
-  float* vb = values_.data_ptr<float>() + layer * heads * capacity_ * D;
+  const int64_t heads = kv_heads_, D = head_dim_;
+  float* kb = keys_.get() + layer * layer_floats();
+  float* vb = values_.get() + layer * layer_floats();
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < n; ++i) {
       const int64_t dst = (h * capacity_ + size_ + i) * D, src = (i * heads + h) * D;
@@ -52,18 +38,21 @@ void KVCache::write_rows(int64_t layer, const float* k, const float* v, int64_t 
 
 void KVCache::commit(int64_t n) { size_ += n; }
 
-at::Tensor KVCache::keys(int64_t layer, int64_t extra) const {
-  return keys_.select(0, layer).narrow(1, 0, size_ + extra);
-}
-
-at::Tensor KVCache::values(int64_t layer, int64_t extra) const {
-  return values_.select(0, layer).narrow(1, 0, size_ + extra);
-}
-
 void KVCache::truncate(int64_t n) {
   if (n < 0 || n > size_)
     throw Error("KV cache truncate to " + std::to_string(n) + " outside [0, " + std::to_string(size_) + "]");
   size_ = n;
+}
+
+void KVCache::move_entries(const KVCache& src, int64_t from, int64_t to, int64_t n) {
+  const size_t bytes = static_cast<size_t>(n * head_dim_) * sizeof(float);
+  for (int64_t l = 0; l < layers_; ++l)
+    for (int64_t h = 0; h < kv_heads_; ++h) {
+      const int64_t head = l * layer_floats() + h * capacity_ * head_dim_;
+      const int64_t src_head = l * src.layer_floats() + h * src.capacity_ * head_dim_;
+      std::memmove(keys_.get() + head + to * head_dim_, src.keys_.get() + src_head + from * head_dim_, bytes);
+      std::memmove(values_.get() + head + to * head_dim_, src.values_.get() + src_head + from * head_dim_, bytes);
+    }
 }
 
 void KVCache::keep(int64_t base, const std::vector<int64_t>& rows) {
@@ -75,35 +64,32 @@ void KVCache::keep(int64_t base, const std::vector<int64_t>& rows) {
   }
   // Rows increase and row i lands at i <= rows[i], so copying in order never
   // overwrites a row that is still to be read.
-  c10::InferenceMode guard;
   for (size_t i = 0; i < rows.size(); ++i) {
     const int64_t src = base + rows[i];
     const int64_t dst = base + static_cast<int64_t>(i);
-    if (src == dst) continue;
-    keys_.narrow(2, dst, 1).copy_(keys_.narrow(2, src, 1));
-    values_.narrow(2, dst, 1).copy_(values_.narrow(2, src, 1));
+    if (src != dst) move_entries(*this, src, dst, 1);
   }
   size_ = base + static_cast<int64_t>(rows.size());
 }
 
 KVCache KVCache::fork(int64_t n) const {
-  c10::InferenceMode guard;
-  KVCache out(*this);  // shares storage only until the two lines below
-  out.keys_ = at::empty_like(keys_);
-  out.values_ = at::empty_like(values_);
-  out.size_ = 0;
+  KVCache out;
+  out.layers_ = layers_;
+  out.kv_heads_ = kv_heads_;
+  out.head_dim_ = head_dim_;
+  out.capacity_ = capacity_;
+  out.keys_.reset(new float[layers_ * layer_floats()]);
+  out.values_.reset(new float[layers_ * layer_floats()]);
   out.copy_prefix_from(*this, n);
   return out;
 }
 
 void KVCache::copy_prefix_from(const KVCache& src, int64_t n) {
   if (n < 0 || n > src.size_) throw Error("KV cache fork: prefix " + std::to_string(n) + " longer than the source");
-  if (keys_.size(0) != src.keys_.size(0) || keys_.size(1) != src.keys_.size(1) || keys_.size(3) != src.keys_.size(3))
+  if (layers_ != src.layers_ || kv_heads_ != src.kv_heads_ || head_dim_ != src.head_dim_)
     throw Error("KV cache fork: caches belong to different model shapes");
   if (n > capacity_) throw Error("KV cache fork: prefix " + std::to_string(n) + " exceeds capacity");
-  c10::InferenceMode guard;
-  keys_.narrow(2, 0, n).copy_(src.keys_.narrow(2, 0, n));
-  values_.narrow(2, 0, n).copy_(src.values_.narrow(2, 0, n));
+  move_entries(src, 0, 0, n);
   size_ = n;
 }
 

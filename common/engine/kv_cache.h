@@ -2,9 +2,8 @@
 // Per-sequence key/value cache, preallocated to its capacity so decoding never
 // reallocates. Layout per layer: [kv_heads, capacity, head_dim], so the live
 // prefix of every head is one strided view with no copy.
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/engine/model_config.h"
@@ -14,25 +13,29 @@ namespace splitspec {
 class KVCache {
  public:
   KVCache(const ModelConfig& config, int64_t capacity);
+  // Moves only: a copy of the entries is fork() or copy_prefix_from().
+  KVCache(KVCache&&) = default;
+  KVCache& operator=(KVCache&&) = default;
 
   int64_t size() const { return size_; }
   int64_t capacity() const { return capacity_; }
-  int64_t num_layers() const { return keys_.size(0); }
+  int64_t num_layers() const { return layers_; }
   // Whether this cache has `config`'s layers, key-value heads and head size.
   bool fits(const ModelConfig& config) const;
   // Bytes held by the preallocated storage (keys and values).
   size_t bytes() const;
 
-  // Used by the forward pass: stores `k`/`v` ([kv_heads, n, head_dim]) of
-  // `layer` at positions [size(), size()+n); they become visible to size()
-  // only with commit(n), once every layer has been written.
-  void write(int64_t layer, const at::Tensor& k, const at::Tensor& v);
-  // write() from rows as the forward has them: k, v [n, kv_heads, head_dim].
+  // Used by the forward pass: stores k, v ([n, kv_heads, head_dim], as the
+  // forward has them) of `layer` at positions [size(), size()+n); they
+  // become visible to size() only with commit(n), once every layer has been
+  // written.
   void write_rows(int64_t layer, const float* k, const float* v, int64_t n);
   void commit(int64_t n);
-  // Live keys/values of `layer` including `extra` uncommitted entries.
-  at::Tensor keys(int64_t layer, int64_t extra = 0) const;
-  at::Tensor values(int64_t layer, int64_t extra = 0) const;
+  // Keys/values of `layer`: [kv_heads][capacity][head_dim], the live
+  // entries first in each head (head_stride() floats apart).
+  const float* keys(int64_t layer) const { return keys_.get() + layer * layer_floats(); }
+  const float* values(int64_t layer) const { return values_.get() + layer * layer_floats(); }
+  int64_t head_stride() const { return capacity_ * head_dim_; }
 
   // Rollback: forget everything after the first n entries.
   void truncate(int64_t n);
@@ -47,10 +50,17 @@ class KVCache {
   void copy_prefix_from(const KVCache& src, int64_t n);
 
  private:
-  int64_t capacity_;
+  KVCache() = default;
+  int64_t layer_floats() const { return kv_heads_ * capacity_ * head_dim_; }
+  // Copies entries [from, from+n) of every layer and head to `to`.
+  void move_entries(const KVCache& src, int64_t from, int64_t to, int64_t n);
+  int64_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
+  int64_t capacity_ = 0;
   int64_t size_ = 0;
-  at::Tensor keys_;    // [layers, kv_heads, capacity, head_dim]
-  at::Tensor values_;  // same
+  // [layers, kv_heads, capacity, head_dim], uninitialised: pages become
+  // resident as the context grows.
+  std::unique_ptr<float[]> keys_;
+  std::unique_ptr<float[]> values_;
 };
 
 }  // namespace splitspec

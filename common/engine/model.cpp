@@ -1,13 +1,11 @@
 #include "common/engine/model.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <fstream>
+#include <random>
 
 #include "common/util/error.h"
 #include "common/engine/kernels.h"
@@ -17,57 +15,24 @@
 
 namespace splitspec {
 
-namespace {
-
-at::ScalarType to_scalar_type(DType d) {
-  switch (d) {
-    case DType::F32: return at::kFloat;
-    case DType::F16: return at::kHalf;
-    case DType::BF16: return at::kBFloat16;
-    default: return at::kFloat;
-  }
-}
-
-// Float tensors as the weight set's sources: rows x cols fp32 (contiguous
-// copies kept alive in `keep` until the set has copied them).
-WeightSource tensor_source(const ModelConfig& config, const ModelWeights& weights, std::vector<at::Tensor>& keep) {
-  std::map<std::string, at::Tensor> by_name;
-  for (auto& [name, t] : named_weights(config, weights)) by_name[name] = t;
-  return [by_name = std::move(by_name), &keep](const std::string& name, const std::vector<int64_t>& shape) {
-    auto it = by_name.find(name);
-    if (it == by_name.end() || !it->second.defined()) throw Error("weights: missing tensor '" + name + "'");
-    if (it->second.sizes().vec() != shape)
-      throw Error("weights: tensor '" + name + "' has shape " + shape_str(it->second.sizes().vec()) + ", expected " +
-                  shape_str(shape));
-    keep.push_back(it->second.detach().to(at::kFloat).contiguous());
-    return MatrixRef{WType::F32, keep.back().data_ptr<float>(), shape.size() == 2 ? shape[0] : 1, shape.back()};
-  };
-}
-
-}  // namespace
-
-at::Tensor load_float_tensor(const TensorInfo& t) {
-  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
-    throw Error(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) + "; weights must be F32, F16 or BF16");
-  auto view = at::from_blob(const_cast<uint8_t*>(t.data), t.shape, at::TensorOptions().dtype(to_scalar_type(t.dtype)));
-  at::Tensor out = view.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
-  if (!at::isfinite(out).all().item<bool>())
-    throw Error(t.file + ": tensor '" + t.name + "' contains NaN or infinite values");
-  return out;
-}
-
 Model::Model(ModelConfig config, WeightSet weights, std::string name)
     : config_(std::move(config)), weights_(std::move(weights)), name_(std::move(name)) {
-  c10::InferenceMode guard;
   rope_tables(config_, rope_cos_, rope_sin_);
 }
 
-void rope_tables(const ModelConfig& c, at::Tensor& cos, at::Tensor& sin) {
-  const auto dbl = at::TensorOptions().dtype(at::kDouble);
-  const at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, c.head_dim / 2, dbl) * 2.0 / c.head_dim);
-  const at::Tensor angles = at::outer(at::arange(0, c.max_position_embeddings, dbl), inv_freq);
-  cos = angles.cos().to(at::kFloat);
-  sin = angles.sin().to(at::kFloat);
+void rope_tables(const ModelConfig& c, std::vector<float>& cos, std::vector<float>& sin) {
+  const int64_t half = c.head_dim / 2;
+  std::vector<double> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = std::pow(c.rope_theta, -static_cast<double>(i) * 2.0 / static_cast<double>(c.head_dim));
+  cos.resize(c.max_position_embeddings * half);
+  sin.resize(cos.size());
+  for (int64_t p = 0; p < c.max_position_embeddings; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p) * inv_freq[i];
+      cos[p * half + i] = static_cast<float>(std::cos(angle));
+      sin[p * half + i] = static_cast<float>(std::sin(angle));
+    }
 }
 
 std::shared_ptr<Model> Model::load(const std::string& dir, std::optional<WType> type) {
@@ -87,75 +52,25 @@ std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const Stream
   return m;
 }
 
-std::shared_ptr<Model> Model::from_weights(const ModelConfig& c, const ModelWeights& src, std::string name, WType type) {
+std::shared_ptr<Model> Model::from_weight_set(const ModelConfig& c, WeightSet weights, std::string name) {
   c.validate(name);
-  c10::InferenceMode guard;
-  std::vector<at::Tensor> keep;
-  WeightSet w = build_weight_set(c, tensor_source(c, src, keep), type, false, name);
-  return std::shared_ptr<Model>(new Model(c, std::move(w), std::move(name)));
+  return std::shared_ptr<Model>(new Model(c, std::move(weights), std::move(name)));
 }
 
-std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
+std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed, WType type) {
   c.validate("random model config");
-  c10::InferenceMode guard;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  auto normal = [&](std::vector<int64_t> shape) {
-    return at::normal(0.0, 0.02, shape, gen, at::TensorOptions().dtype(at::kFloat));
-  };
-  ModelWeights w;
-  for_each_weight(c, w, [&](const std::string& name, const std::vector<int64_t>& shape, at::Tensor& t) {
+  std::mt19937_64 engine(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<std::vector<float>> keep;
+  auto source = [&](const std::string&, const std::vector<int64_t>& shape) {
+    const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
+    keep.emplace_back(static_cast<size_t>(rows * cols));
     // Norm gains near 1 but not exactly, so tests notice a norm applied wrongly.
-    t = shape.size() == 1 ? 1.0 + normal(shape) * 5.0 : normal(shape);
-  });
-  return from_weights(c, w, "random-" + std::to_string(seed));
-}
-
-void for_each_weight(const ModelConfig& c, ModelWeights& w, const WeightVisitor& f) {
-  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
-  const int64_t q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
-  f("model.embed_tokens.weight", {c.vocab_size, H}, w.embed);
-  w.layers.resize(c.num_hidden_layers);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    LayerWeights& lw = w.layers[l];
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    f(p + "input_layernorm.weight", {H}, lw.input_norm);
-    f(p + "self_attn.q_proj.weight", {q, H}, lw.q_proj);
-    f(p + "self_attn.k_proj.weight", {kv, H}, lw.k_proj);
-    f(p + "self_attn.v_proj.weight", {kv, H}, lw.v_proj);
-    f(p + "self_attn.o_proj.weight", {H, q}, lw.o_proj);
-    f(p + "post_attention_layernorm.weight", {H}, lw.post_norm);
-    f(p + "mlp.gate_proj.weight", {I, H}, lw.gate_proj);
-    f(p + "mlp.up_proj.weight", {I, H}, lw.up_proj);
-    f(p + "mlp.down_proj.weight", {H, I}, lw.down_proj);
-  }
-  f("model.norm.weight", {H}, w.final_norm);
-  if (c.tie_word_embeddings)
-    w.lm_head = w.embed;
-  else
-    f("lm_head.weight", {c.vocab_size, H}, w.lm_head);
-}
-
-std::vector<std::pair<std::string, at::Tensor>> named_weights(const ModelConfig& config, const ModelWeights& w) {
-  ModelWeights handles = w;  // tensors are shared handles: nothing is copied
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for_each_weight(config, handles, [&](const std::string& name, const std::vector<int64_t>&, at::Tensor& t) {
-    named.emplace_back(name, t);
-  });
-  return named;
-}
-
-ModelWeights copy_weights(const ModelConfig& config, const ModelWeights& src,
-                          const std::function<at::Tensor(const at::Tensor&)>& copy) {
-  ModelWeights out = src;
-  for_each_weight(config, out, [&](const std::string&, const std::vector<int64_t>&, at::Tensor& t) { t = copy(t); });
-  return out;
-}
-
-void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir, WType type) {
-  c10::InferenceMode guard;
-  std::vector<at::Tensor> keep;
-  save_weight_set(build_weight_set(config, tensor_source(config, weights, keep), std::nullopt, true, dir), config, dir,
-                  type);
+    for (float& v : keep.back()) v = shape.size() == 1 ? 1.0f + normal(engine) * 5.0f : normal(engine);
+    return MatrixRef{WType::F32, keep.back().data(), rows, cols};
+  };
+  std::string name = "random-" + std::to_string(seed);
+  return from_weight_set(c, build_weight_set(c, source, type, false, name), name);
 }
 
 void Model::save(const std::string& dir, std::optional<WType> type) const {
@@ -168,45 +83,12 @@ WType Model::weight_type() const {
   return weights_.type();
 }
 
-ModelWeights Model::float_weights() const {
-  if (stream_) throw Error("float_weights: " + name_ + " is streamed from disk");
-  c10::InferenceMode guard;
-  auto matrix = [](const MatrixRef& m) {
-    at::Tensor t = at::empty({m.rows, m.cols}, at::TensorOptions().dtype(at::kFloat));
-    dequantize_rows(m, 0, m.rows, t.data_ptr<float>());
-    return t;
-  };
-  auto norm = [&](const float* v) {
-    return at::from_blob(const_cast<float*>(v), {config_.hidden_size}, at::TensorOptions().dtype(at::kFloat)).clone();
-  };
-  ModelWeights w;
-  w.embed = matrix(weights_.embed);
-  w.layers.resize(config_.num_hidden_layers);
-  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    LayerWeights& lw = w.layers[l];
-    const auto& m = weights_.layers[l];
-    lw.input_norm = norm(weights_.input_norm(l));
-    lw.q_proj = matrix(m[0]);
-    lw.k_proj = matrix(m[1]);
-    lw.v_proj = matrix(m[2]);
-    lw.o_proj = matrix(m[3]);
-    lw.post_norm = norm(weights_.post_norm(l));
-    lw.gate_proj = matrix(m[4]);
-    lw.up_proj = matrix(m[5]);
-    lw.down_proj = matrix(m[6]);
-  }
-  w.final_norm = norm(weights_.final_norm());
-  w.lm_head = config_.tie_word_embeddings ? w.embed : matrix(weights_.lm_head);
-  return w;
-}
-
 const float* Model::final_norm() const { return stream_ ? stream_->final_norm() : weights_.final_norm(); }
 
-at::Tensor Model::head_rows(const std::vector<int64_t>& ids) const {
+Rows Model::head_rows(const std::vector<int64_t>& ids) const {
   if (stream_) throw Error("head_rows: " + name_ + " is streamed from disk");
-  at::Tensor out = at::empty({static_cast<int64_t>(ids.size()), config_.hidden_size}, at::TensorOptions().dtype(at::kFloat));
-  for (size_t i = 0; i < ids.size(); ++i)
-    dequantize_rows(weights_.lm_head, ids[i], ids[i] + 1, out.data_ptr<float>() + i * config_.hidden_size);
+  Rows out(static_cast<int64_t>(ids.size()), config_.hidden_size);
+  for (size_t i = 0; i < ids.size(); ++i) dequantize_rows(weights_.lm_head, ids[i], ids[i] + 1, out.row(i));
   return out;
 }
 
@@ -262,14 +144,14 @@ Sequence check_sequence(const ModelConfig& c, const std::string& name, const For
     if (l < 0 || l >= c.num_hidden_layers) throw Error("forward: hidden layer " + std::to_string(l) + " does not exist");
 
   Sequence s{&req, &cache, offset, n, std::vector<std::vector<int32_t>>(n)};
-  if (req.mask.defined()) {
-    if (req.mask.dim() != 2 || req.mask.size(0) != n || req.mask.size(1) != total)
+  if (!req.mask.empty()) {
+    if (req.mask.rows != n || req.mask.cols != total ||
+        static_cast<int64_t>(req.mask.allowed.size()) != n * total)
       throw Error("forward: mask must be [" + std::to_string(n) + ", " + std::to_string(total) + "]");
-    const at::Tensor m = req.mask.to(at::kBool).contiguous();
-    const bool* mp = m.data_ptr<bool>();
     for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* row = req.mask.row(i);
       for (int64_t j = 0; j < total; ++j)
-        if (mp[i * total + j]) s.visible[i].push_back(static_cast<int32_t>(j));
+        if (row[j]) s.visible[i].push_back(static_cast<int32_t>(j));
       if (s.visible[i].empty()) throw Error("forward: mask row " + std::to_string(i) + " attends to nothing");
     }
   } else {
@@ -295,12 +177,9 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     n += seqs.back().n;
   }
 
-  c10::InferenceMode guard;
-  const auto i64 = at::TensorOptions().dtype(at::kLong);
   // Each row's RoPE angles, copied from the tables (contiguous [n, D/2]).
   const int64_t half = c.head_dim / 2;
-  at::Tensor cos = at::empty({n, half}, at::TensorOptions().dtype(at::kFloat));
-  at::Tensor sin = at::empty({n, half}, at::TensorOptions().dtype(at::kFloat));
+  Rows cos(n, half), sin(n, half);
   std::vector<int64_t> ids;
   ids.reserve(n);
   for (const Sequence& s : seqs) {
@@ -308,8 +187,8 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     for (int64_t i = 0; i < s.n; ++i) {
       const int64_t p = s.req->positions.empty() ? past + i : s.req->positions[i];
       const int64_t row = s.offset + i;
-      std::memcpy(cos.data_ptr<float>() + row * half, rope_cos_.data_ptr<float>() + p * half, half * sizeof(float));
-      std::memcpy(sin.data_ptr<float>() + row * half, rope_sin_.data_ptr<float>() + p * half, half * sizeof(float));
+      std::memcpy(cos.row(row), rope_cos_.data() + p * half, half * sizeof(float));
+      std::memcpy(sin.row(row), rope_sin_.data() + p * half, half * sizeof(float));
     }
     ids.insert(ids.end(), s.req->tokens.begin(), s.req->tokens.end());
   }
@@ -320,21 +199,20 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     explicit Pass(StreamedWeights* s) : s(s) { if (s) s->begin_forward(); }
     ~Pass() { if (s) s->end_forward(); }
   } pass(stream_.get());
-  at::Tensor x = at::empty({n, c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
+  Rows x(n, c.hidden_size);
   if (stream_) {
-    stream_->embed(ids.data(), n, x.data_ptr<float>());
+    stream_->embed(ids.data(), n, x.data());
   } else {
-    for (int64_t i = 0; i < n; ++i) dequantize_rows(weights_.embed, ids[i], ids[i] + 1, x.data_ptr<float>() + i * c.hidden_size);
+    for (int64_t i = 0; i < n; ++i) dequantize_rows(weights_.embed, ids[i], ids[i] + 1, x.row(i));
   }
 
   const int64_t H = c.hidden_size, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
   const int64_t I = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  auto buf = [](int64_t rows, int64_t cols) { return at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat)); };
-  at::Tensor h = buf(n, H), q = buf(n, Hq * D), k = buf(n, Hkv * D), v = buf(n, Hkv * D), attn = buf(n, Hq * D);
-  at::Tensor delta = buf(n, H), gate = buf(n, I), up = buf(n, I);
-  auto f = [](const at::Tensor& t) { return t.data_ptr<float>(); };
+  Rows h(n, H), q(n, Hq * D), k(n, Hkv * D), v(n, Hkv * D), attn(n, Hq * D);
+  Rows delta(n, H), gate(n, I), up(n, I);
+  auto f = [](Rows& t) { return t.data(); };
 
   std::vector<ForwardResult> out(seqs.size());
   // Each matrix is taken just before its use and given back right after,
@@ -363,10 +241,8 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     kernels::rope(f(k), n, Hkv, D, f(cos), f(sin));
     for (const Sequence& s : seqs) {
       s.cache->write_rows(l, f(k) + s.offset * Hkv * D, f(v) + s.offset * Hkv * D, s.n);
-      const at::Tensor keys = s.cache->keys(l, s.n);  // [Hkv, total, D], head stride = capacity * D
-      const at::Tensor vals = s.cache->values(l, s.n);
-      kernels::attention(f(q) + s.offset * Hq * D, f(keys), f(vals), {s.n, Hq, Hkv, D, keys.stride(0)}, s.visible,
-                         scale, f(attn) + s.offset * Hq * D);
+      kernels::attention(f(q) + s.offset * Hq * D, s.cache->keys(l), s.cache->values(l),
+                         {s.n, Hq, Hkv, D, s.cache->head_stride()}, s.visible, scale, f(attn) + s.offset * Hq * D);
     }
     kernels::linear(f(attn), n, matrix(l, LayerMatrix::kO), f(delta));
     done();
@@ -384,9 +260,9 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
       const Sequence& s = seqs[b];
       const ForwardRequest& req = *s.req;
       if (req.hidden_layers.empty() && !req.on_layer) continue;
-      const at::Tensor rows = x.narrow(0, s.offset, s.n);
+      const RowsView rows = x.view().slice(s.offset, s.n);
       for (int64_t hl : req.hidden_layers)
-        if (hl == l) out[b].hidden[l] = rows.clone();
+        if (hl == l) out[b].hidden[l] = Rows::copy_of(rows);
       if (req.on_layer) req.on_layer(l, rows);
     }
   }
@@ -404,73 +280,68 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     }
     counts.push_back(static_cast<int64_t>(rows.size() - before));
   }
-  at::Tensor normed, logits;
+  Rows normed, logits;
   if (rows.empty()) {
     // Only prefills: no row wants logits.
-    normed = at::empty({0, c.hidden_size}, at::TensorOptions().dtype(at::kFloat));
+    normed = Rows(0, c.hidden_size);
     // A streamed model still passes over its head, to stay in step.
-    logits = stream_ ? streamed_head_logits(normed) : at::empty({0, c.vocab_size}, at::TensorOptions().dtype(at::kFloat));
+    logits = stream_ ? streamed_head_logits(normed) : Rows(0, c.vocab_size);
   } else {
-    const at::Tensor picked = x.index_select(0, at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, i64));
-    normed = final_norm_rows(picked);
+    normed = final_norm_rows(x.select(rows));
     logits = stream_ ? streamed_head_logits(normed) : head_logits_normed(normed);
   }
   int64_t first = 0;
   for (size_t b = 0; b < seqs.size(); ++b) {
-    // A lone sequence keeps the whole tensors; a batch's are split by copy so
-    // that no result holds the others' memory.
+    // A lone sequence keeps the whole matrices; a batch's are split by copy.
     if (seqs.size() == 1) {
-      out[b].logits = logits;
-      if (seqs[b].req->final_hidden) out[b].final_hidden = normed;
+      out[b].logits = std::move(logits);
+      if (seqs[b].req->final_hidden) out[b].final_hidden = std::move(normed);
     } else {
-      out[b].logits = logits.narrow(0, first, counts[b]).clone();
-      if (seqs[b].req->final_hidden) out[b].final_hidden = normed.narrow(0, first, counts[b]).clone();
+      out[b].logits = logits.slice(first, counts[b]);
+      if (seqs[b].req->final_hidden) out[b].final_hidden = normed.slice(first, counts[b]);
     }
     first += counts[b];
   }
   return out;
 }
 
-at::Tensor Model::final_norm_rows(const at::Tensor& hidden) const {
+Rows Model::final_norm_rows(RowsView hidden) const {
   const ModelConfig& c = config_;
-  const at::Tensor rows = hidden.contiguous();
-  const int64_t m = rows.size(0), H = c.hidden_size;
-  at::Tensor normed = at::empty({m, H}, at::TensorOptions().dtype(at::kFloat));
-  kernels::rms_norm(rows.data_ptr<float>(), m, H, final_norm(),
-                    static_cast<float>(c.rms_norm_eps), normed.data_ptr<float>());
+  Rows normed(hidden.rows, c.hidden_size);
+  kernels::rms_norm(hidden.data, hidden.rows, c.hidden_size, final_norm(), static_cast<float>(c.rms_norm_eps),
+                    normed.data());
   return normed;
 }
 
-at::Tensor Model::streamed_head_logits(const at::Tensor& normed) const {
+Rows Model::streamed_head_logits(RowsView normed) const {
   const ModelConfig& c = config_;
-  const int64_t m = normed.size(0);
-  auto opts = at::TensorOptions().dtype(at::kFloat);
-  at::Tensor logits = at::empty({m, c.vocab_size}, opts);
+  const int64_t m = normed.rows;
+  Rows logits(m, c.vocab_size);
   // Slice by slice of vocabulary rows; every logit is the same dot product
   // the whole-matrix call computes, so the values are bitwise the same.
-  at::Tensor part;
+  std::vector<float> part;
   for (int64_t chunk = 0; chunk < stream_->head_chunks(); ++chunk) {
     int64_t row0 = 0, count = 0;
     const MatrixRef w = stream_->acquire_head(chunk, &row0, &count);
     if (m > 0) {
-      if (!part.defined() || part.size(1) != count) part = at::empty({m, count}, opts);
-      kernels::linear(normed.data_ptr<float>(), m, w, part.data_ptr<float>());
-      logits.narrow(1, row0, count).copy_(part);
+      part.resize(static_cast<size_t>(m * count));
+      kernels::linear(normed.data, m, w, part.data());
+      for (int64_t r = 0; r < m; ++r)
+        std::memcpy(logits.row(r) + row0, part.data() + r * count, count * sizeof(float));
     }
     stream_->release();
   }
   return logits;
 }
 
-at::Tensor Model::head_logits(const at::Tensor& hidden) const {
+Rows Model::head_logits(RowsView hidden) const {
   if (stream_) throw Error("head_logits: " + name_ + " is streamed from disk; its head runs inside forward()");
   return head_logits_normed(final_norm_rows(hidden));
 }
 
-at::Tensor Model::head_logits_normed(const at::Tensor& normed) const {
-  const ModelConfig& c = config_;
-  at::Tensor logits = at::empty({normed.size(0), c.vocab_size}, at::TensorOptions().dtype(at::kFloat));
-  kernels::linear(normed.data_ptr<float>(), normed.size(0), weights_.lm_head, logits.data_ptr<float>());
+Rows Model::head_logits_normed(RowsView normed) const {
+  Rows logits(normed.rows, config_.vocab_size);
+  kernels::linear(normed.data, normed.rows, weights_.lm_head, logits.data());
   return logits;
 }
 

@@ -1,13 +1,12 @@
 #pragma once
 // LLaMA-family decoder (RMSNorm, rotate-half RoPE, grouped-query attention,
 // SwiGLU, tied or separate LM head): weights in any WType (weight_type.h),
-// activations in fp32, tensors on LibTorch.
+// activations in fp32. Free of LibTorch (the trainer's float weights, which
+// are LibTorch tensors, are in common/train/model_weights.h).
 //
 // One forward call takes any set of new tokens with explicit positions and an
 // explicit attention mask over cached plus new tokens, so the same call runs a
 // prompt prefill, one decode step, a causal draft chain or a token tree.
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -16,81 +15,45 @@
 #include <string>
 #include <vector>
 
+#include "common/engine/attention_mask.h"
 #include "common/engine/kv_cache.h"
 #include "common/engine/model_config.h"
+#include "common/engine/rows.h"
 #include "common/engine/safetensors.h"
 #include "common/engine/streamed_weights.h"
 #include "common/engine/weight_set.h"
 
 namespace splitspec {
 
-struct LayerWeights {
-  at::Tensor input_norm;  // [hidden]
-  at::Tensor q_proj;      // [heads*head_dim, hidden]
-  at::Tensor k_proj;      // [kv_heads*head_dim, hidden]
-  at::Tensor v_proj;      // [kv_heads*head_dim, hidden]
-  at::Tensor o_proj;      // [hidden, heads*head_dim]
-  at::Tensor post_norm;   // [hidden]
-  at::Tensor gate_proj;   // [intermediate, hidden]
-  at::Tensor up_proj;     // [intermediate, hidden]
-  at::Tensor down_proj;   // [hidden, intermediate]
-};
-
-struct ModelWeights {
-  at::Tensor embed;  // [vocab, hidden]
-  std::vector<LayerWeights> layers;
-  at::Tensor final_norm;  // [hidden]
-  at::Tensor lm_head;     // [vocab, hidden]; the same tensor as embed when tied
-};
-
 struct ForwardRequest {
   std::vector<int32_t> tokens;
   // Absolute positions of `tokens`; empty means cache.size(), cache.size()+1, ...
   std::vector<int64_t> positions;
-  // Bool [n, cache.size()+n], true where row i may attend. Undefined means
-  // causal. Tree masks come from tree_attention_mask() (token_tree.h).
-  at::Tensor mask;
+  // [n, cache.size()+n], true where row i may attend. Empty means causal.
+  // Tree masks come from tree_attention_mask() (token_tree.h).
+  AttentionMask mask;
   // Rows of `tokens` whose logits are wanted; nullopt means every row.
   std::optional<std::vector<int64_t>> logits_rows;
   // Layers (0-based) whose output hidden states ([n, hidden]) are returned.
   std::vector<int64_t> hidden_layers;
   // Called after each layer (0-based) with its output [n, hidden], while the
-  // forward goes on: early exits verify there. The tensor is only valid
+  // forward goes on: early exits verify there. The rows are only valid
   // during the call. An exception leaves the cache unchanged.
-  std::function<void(int64_t layer, const at::Tensor& hidden)> on_layer;
+  std::function<void(int64_t layer, RowsView hidden)> on_layer;
   // Also return the logits rows' hidden states after the final norm: what
   // the LM head reads (a drafter conditioned on the target reads it too).
   bool final_hidden = false;
 };
 
 struct ForwardResult {
-  at::Tensor logits;                     // [rows, vocab], float
-  std::map<int64_t, at::Tensor> hidden;  // layer -> [n, hidden]
-  at::Tensor final_hidden;               // [rows, hidden] when asked for
+  Rows logits;                     // [rows, vocab]
+  std::map<int64_t, Rows> hidden;  // layer -> [n, hidden]
+  Rows final_hidden;               // [rows, hidden] when asked for
 };
-
-// The one list of a model's weights: calls f(name, shape, tensor) for each,
-// with its Hugging Face name, in file order; the lm_head only when untied
-// (after the walk, a tied lm_head is set to the embedding). Sizes w.layers.
-using WeightVisitor = std::function<void(const std::string& name, const std::vector<int64_t>& shape, at::Tensor& t)>;
-void for_each_weight(const ModelConfig& config, ModelWeights& w, const WeightVisitor& f);
-// (name, tensor) of every weight of `w`, in file order.
-std::vector<std::pair<std::string, at::Tensor>> named_weights(const ModelConfig& config, const ModelWeights& w);
-// A copy of `src` made by `copy` tensor by tensor, ties preserved.
-ModelWeights copy_weights(const ModelConfig& config, const ModelWeights& src,
-                          const std::function<at::Tensor(const at::Tensor&)>& copy);
-// Writes config.json and model.safetensors into `dir` (created if needed),
-// the matrices stored as `type` (weight_set.h says which tensors differ).
-void save_model(const ModelConfig& config, const ModelWeights& weights, const std::string& dir,
-                WType type = WType::F32);
-
-// A stored F32/F16/BF16 tensor as an owned fp32 tensor; throws
-// splitspec::Error on other dtypes and on NaN or infinite values.
-at::Tensor load_float_tensor(const TensorInfo& t);
 
 // RoPE angle tables [max_position_embeddings, head_dim/2], computed in double
 // as the reference implementations do, so far positions keep their precision.
-void rope_tables(const ModelConfig& config, at::Tensor& cos, at::Tensor& sin);
+void rope_tables(const ModelConfig& config, std::vector<float>& cos, std::vector<float>& sin);
 
 class Model {
  public:
@@ -98,28 +61,25 @@ class Model {
   // stay in their stored types, mapped from the file; with `type`, the
   // matrices are converted to it in memory instead.
   static std::shared_ptr<Model> load(const std::string& dir, std::optional<WType> type = std::nullopt);
-  // An inference copy of float weights held elsewhere (e.g. by the trainer),
-  // its matrices stored as `type`.
-  static std::shared_ptr<Model> from_weights(const ModelConfig& config, const ModelWeights& weights, std::string name,
-                                             WType type = WType::F32);
+  // A model on weights already built (the trainer's: model_weights.h).
+  static std::shared_ptr<Model> from_weight_set(const ModelConfig& config, WeightSet weights, std::string name);
   // The model in `dir` with its weights streamed from disk under
   // options.budget_bytes (streamed_weights.h): same forward, bitwise the same
   // logits, one forward at a time. weights() then holds no tensors.
   static std::shared_ptr<Model> load_streamed(const std::string& dir, const StreamOptions& options);
-  // Random weights, for tests and benchmarks of any size.
-  static std::shared_ptr<Model> random(const ModelConfig& config, uint64_t seed);
+  // Random weights, for tests and benchmarks of any size, the matrices
+  // stored as `type`.
+  static std::shared_ptr<Model> random(const ModelConfig& config, uint64_t seed, WType type = WType::F32);
 
   const ModelConfig& config() const { return config_; }
   // The weights as the forward reads them (empty for a streamed model).
   const WeightSet& weight_set() const { return weights_; }
   // The layer matrices' type.
   WType weight_type() const;
-  // Float copies of every weight (dequantized): for training and tests.
-  ModelWeights float_weights() const;
   // The final norm's gains [hidden].
   const float* final_norm() const;
   // LM-head rows `ids` as floats [ids.size(), hidden]. In-memory models only.
-  at::Tensor head_rows(const std::vector<int64_t>& ids) const;
+  Rows head_rows(const std::vector<int64_t>& ids) const;
   // Bytes of the weights at their types (for a streamed model: if it were
   // all loaded).
   size_t weight_bytes() const;
@@ -149,7 +109,7 @@ class Model {
 
   // The final norm and LM head on hidden rows [m, hidden]: logits [m, vocab].
   // In-memory models only (a streamed one reads its head inside forward()).
-  at::Tensor head_logits(const at::Tensor& hidden) const;
+  Rows head_logits(RowsView hidden) const;
 
   // Writes the model to `dir`, converted to `type` if given. In-memory
   // models only.
@@ -158,15 +118,15 @@ class Model {
  private:
   Model(ModelConfig config, WeightSet weights, std::string name);
   // The final norm on hidden rows [m, hidden].
-  at::Tensor final_norm_rows(const at::Tensor& hidden) const;
+  Rows final_norm_rows(RowsView hidden) const;
   // The LM head on rows already through the final norm.
-  at::Tensor streamed_head_logits(const at::Tensor& normed) const;
-  at::Tensor head_logits_normed(const at::Tensor& normed) const;
+  Rows streamed_head_logits(RowsView normed) const;
+  Rows head_logits_normed(RowsView normed) const;
   ModelConfig config_;
   WeightSet weights_;
   std::string name_;
-  at::Tensor rope_cos_;  // [max_positions, head_dim/2]
-  at::Tensor rope_sin_;
+  std::vector<float> rope_cos_;  // [max_positions, head_dim/2]
+  std::vector<float> rope_sin_;
   std::unique_ptr<StreamedWeights> stream_;
 };
 

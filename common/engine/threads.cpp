@@ -1,6 +1,5 @@
 #include "common/engine/threads.h"
 
-#include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <sched.h>
 
@@ -45,10 +44,10 @@ int default_threads() {
 
 void set_compute_threads(int n) {
   if (n <= 0) n = default_threads();
-  at::set_num_threads(n);
   kernels::set_threads(n);
   // OpenBLAS keeps its own pool, sized from OPENBLAS_NUM_THREADS when it is
-  // loaded; this resizes it at run time. Looked up dynamically because the BLAS
+  // loaded (by LibTorch, in training); this resizes it at run time. Looked up
+  // dynamically because inference programs do not link it, and the BLAS
   // behind LibTorch is chosen by Debian's alternatives, not at link time.
   using SetThreads = void (*)(int);
   if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(n);

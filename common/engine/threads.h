@@ -1,5 +1,6 @@
 #pragma once
-// Explicit thread counts for LibTorch's intra-op pool and OpenBLAS. Client and
+// Explicit thread counts for the kernels (and OpenBLAS where loaded; training
+// also sizes LibTorch's pool: common/train/train_threads.h). Client and
 // server may share a small machine, so each process states its budget rather
 // than letting both libraries grab every core.
 namespace splitspec {

@@ -17,6 +17,7 @@
 #include "common/util/sanitizers.h"
 #include "common/engine/sentencepiece_backend.h"
 #include "common/engine/sentencepiece_process.h"
+#include "common/engine/shipped_files.h"
 
 namespace fs = std::filesystem;
 
@@ -33,23 +34,6 @@ std::string fnv1a_hex(const std::string& bytes) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
-}
-
-// Where a file shipped with the binaries may be: beside the running binary
-// (build/bin and build/lib, or an install's bin and lib), then where this
-// build put it.
-std::vector<std::string> shipped_file_candidates(const std::string& name) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  const fs::path exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
-  if (!ec) {
-    out.push_back((exe_dir / name).string());
-    out.push_back((exe_dir / ".." / "lib" / name).string());
-    out.push_back((exe_dir / ".." / "bin" / name).string());
-  }
-  out.push_back((fs::path(SPLITSPEC_MODULE_DIR) / name).string());
-  out.push_back((fs::path(SPLITSPEC_MODULE_DIR) / ".." / "bin" / name).string());
-  return out;
 }
 
 // Loads the isolated sentencepiece module once per process.
@@ -76,12 +60,6 @@ CreateSentencePieceBackend sentencepiece_factory() {
   });
   if (!factory) throw Error(std::string("cannot load the sentencepiece module ") + kSentencePieceModuleName + error);
   return factory;
-}
-
-std::string find_shipped_program(const std::string& name, const char* what) {
-  for (const auto& c : shipped_file_candidates(name))
-    if (fs::exists(c)) return c;
-  throw Error(std::string("cannot find ") + what + " " + name);
 }
 
 std::unique_ptr<SentencePieceBackend> make_backend() {

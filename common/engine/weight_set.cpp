@@ -209,4 +209,21 @@ uint64_t stored_weight_bytes(const std::string& dir) {
   return n;
 }
 
+std::vector<float> load_float_values(const TensorInfo& t) {
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    throw Error(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) + "; weights must be F32, F16 or BF16");
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t.dtype == DType::F32) {
+      std::memcpy(&out[i], t.data + i * 4, 4);
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, t.data + i * 2, 2);
+      out[i] = t.dtype == DType::F16 ? half_to_float(bits) : bf16_to_float(bits);
+    }
+    if (!std::isfinite(out[i])) throw Error(t.file + ": tensor '" + t.name + "' contains NaN or infinite values");
+  }
+  return out;
+}
+
 }  // namespace splitspec

@@ -74,6 +74,10 @@ WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::opt
 // then the same model.
 void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string& dir, std::optional<WType> type);
 
+// A stored F32/F16/BF16 tensor's values as fp32; throws splitspec::Error on
+// other dtypes and on NaN or infinite values.
+std::vector<float> load_float_values(const TensorInfo& t);
+
 // The matrix as plain rows of type `to` (converting and unpacking as
 // needed). `what` names it in errors.
 std::vector<uint8_t> plain_bytes(const MatrixRef& m, WType to, const std::string& what);

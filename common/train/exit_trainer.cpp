@@ -5,6 +5,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -12,6 +13,7 @@
 #include "common/engine/model_config.h"
 #include "common/engine/tokenizer.h"
 #include "common/train/corpus.h"
+#include "common/train/model_weights.h"
 
 namespace splitspec {
 
@@ -46,8 +48,9 @@ Teacher teach(const Model& model, const EarlyExits& exits, const std::vector<int
     r.tokens.assign(w, w + seq_len);
     KVCache cache = model.new_cache(seq_len);
     ForwardResult out = model.forward(r, cache);
-    for (size_t i = 0; i < hidden.size(); ++i) hidden[i].push_back(out.hidden.at(exits.adapters()[i].after_layer - 1));
-    logits.push_back(out.logits);
+    for (size_t i = 0; i < hidden.size(); ++i)
+      hidden[i].push_back(to_tensor(out.hidden.at(exits.adapters()[i].after_layer - 1)));
+    logits.push_back(to_tensor(out.logits));
   }
   Teacher t;
   for (auto& h : hidden) t.hidden.push_back(at::cat(h));
@@ -59,7 +62,39 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return x * at::rsqrt(x.pow(2).mean(-1, true) + eps) * w;
 }
 
+// An adapter's weights as tensors ([hidden], [bottleneck, hidden],
+// [hidden, bottleneck]) and back.
+std::vector<at::Tensor> adapter_tensors(const ExitAdapter& a, int64_t bottleneck) {
+  const int64_t H = static_cast<int64_t>(a.norm.size());
+  auto t = [](const std::vector<float>& v, std::vector<int64_t> shape) {
+    return at::from_blob(const_cast<float*>(v.data()), shape, at::kFloat).clone();
+  };
+  return {t(a.norm, {H}), t(a.down, {bottleneck, H}), t(a.up, {H, bottleneck})};
+}
+
+std::vector<float> values(const at::Tensor& t) {
+  const at::Tensor c = t.detach().to(at::kFloat).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
 }  // namespace
+
+EarlyExits init_exits(const ModelConfig& c, const std::vector<int64_t>& after_layers, int64_t bottleneck, uint64_t seed) {
+  if (bottleneck < 1) throw Error("exit bottleneck must be at least 1");
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  std::vector<ExitAdapter> adapters;
+  for (int64_t l : after_layers) {
+    ExitAdapter a;
+    a.after_layer = l;
+    a.norm.assign(static_cast<size_t>(c.hidden_size), 1.0f);
+    a.down = values(
+        at::normal(0.0, 1.0 / std::sqrt(static_cast<double>(c.hidden_size)), {bottleneck, c.hidden_size}, gen, f32));
+    a.up.assign(static_cast<size_t>(c.hidden_size * bottleneck), 0.0f);
+    adapters.push_back(std::move(a));
+  }
+  return EarlyExits(std::move(adapters), bottleneck);
+}
 
 int64_t rank_exit_tokens(const std::string& target_dir, const std::string& corpus) {
   // The config alone: ranking reads no weights.
@@ -79,7 +114,7 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
   const ModelConfig& c = model->config();
   const std::string out_dir = job.out_dir.empty() ? job.target_dir : job.out_dir;
   if (!fs::is_directory(out_dir)) throw Error(out_dir + ": output directory does not exist");
-  EarlyExits exits = EarlyExits::init(c, EarlyExits::parse_layers(job.layers, c), job.bottleneck, job.seed);
+  EarlyExits exits = init_exits(c, EarlyExits::parse_layers(job.layers, c), job.bottleneck, job.seed);
   ExitTrainReport report;
   // Read now, so that a file that cannot be kept is known before training.
   std::optional<EarlyExits> older;
@@ -100,15 +135,19 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
   constexpr int64_t kEvalWindows = 24;
   if (!valid_tokens.empty()) report.before = evaluate_exits(*model, exits, valid_tokens, job.seq_len, kEvalWindows);
 
+  // Per exit: norm, down, up, trained as tensors and written back at the end.
+  std::vector<std::vector<at::Tensor>> weights;
   std::vector<at::Tensor> params;
-  for (ExitAdapter& a : exits.adapters())
-    for (at::Tensor* t : {&a.norm, &a.down, &a.up}) {
-      *t = t->detach().clone().set_requires_grad(true);
-      params.push_back(*t);
+  for (const ExitAdapter& a : exits.adapters()) {
+    weights.push_back(adapter_tensors(a, job.bottleneck));
+    for (at::Tensor& t : weights.back()) {
+      t.set_requires_grad(true);
+      params.push_back(t);
     }
+  }
   torch::optim::AdamW opt(params, torch::optim::AdamWOptions(job.lr).weight_decay(0.0));
   // Outside inference mode, so autograd may save them for the backward pass.
-  const ModelWeights frozen = model->float_weights();
+  const ModelWeights frozen = float_weights(*model);
   const at::Tensor final_norm = frozen.final_norm.clone(), lm_head = frozen.lm_head.clone();
   const size_t n = exits.adapters().size();
   report.first_losses.assign(n, 0.0);
@@ -122,9 +161,9 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
     // The losses only share the frozen model, so summing them still updates
     // each adapter by its own loss alone.
     for (size_t i = 0; i < n; ++i) {
-      const ExitAdapter& a = exits.adapters()[i];
+      const at::Tensor &norm = weights[i][0], &down = weights[i][1], &up = weights[i][2];
       const at::Tensor x = t.hidden[i].clone();
-      const at::Tensor h = x + at::matmul(at::silu(at::matmul(rms_norm(x, a.norm, c.rms_norm_eps), a.down.t())), a.up.t());
+      const at::Tensor h = x + at::matmul(at::silu(at::matmul(rms_norm(x, norm, c.rms_norm_eps), down.t())), up.t());
       const at::Tensor logq = at::log_softmax(at::matmul(rms_norm(h, final_norm, c.rms_norm_eps), lm_head.t()), -1);
       const at::Tensor kl = (p * (log_p - logq)).sum(-1).mean();
       losses[i] = kl.item<double>();
@@ -143,8 +182,12 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
     }
   }
   if (job.progress) std::fprintf(stderr, "\n");
-  for (ExitAdapter& a : exits.adapters())
-    for (at::Tensor* t : {&a.norm, &a.down, &a.up}) *t = t->detach();
+  for (size_t i = 0; i < n; ++i) {
+    ExitAdapter& a = exits.adapters()[i];
+    a.norm = values(weights[i][0]);
+    a.down = values(weights[i][1]);
+    a.up = values(weights[i][2]);
+  }
   rank_tokens(exits, train_tokens, c);
   if (!valid_tokens.empty()) report.after = evaluate_exits(*model, exits, valid_tokens, job.seq_len, kEvalWindows);
   if (older) report.kept_layers = exits.keep_missing_from(*older);

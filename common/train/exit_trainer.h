@@ -33,6 +33,11 @@ struct ExitTrainReport {
   double wall_seconds = 0;
 };
 
+// Fresh adapters with up_proj zero, so each starts as the identity (the
+// plain "logit lens" of its layer) and training only improves on that.
+EarlyExits init_exits(const ModelConfig& config, const std::vector<int64_t>& after_layers, int64_t bottleneck,
+                      uint64_t seed);
+
 // Also ranks the vocabulary by frequency in the corpus, for the exits'
 // shortlist (EarlyExits::set_shortlist). Exits already in the output
 // directory at other layers are kept (EarlyExits::keep_missing_from).

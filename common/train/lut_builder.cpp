@@ -8,6 +8,7 @@
 #include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
 #include "common/train/corpus.h"
+#include "common/train/model_weights.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
 
@@ -34,7 +35,7 @@ LutBuildReport build_lut(const LutBuildJob& job) {
     ForwardRequest f;
     f.tokens.assign(text.begin() + start, text.begin() + start + n);
     KVCache cache = target->new_cache();
-    const at::Tensor logits = target->forward(f, cache).logits;  // [n, vocab]
+    const at::Tensor logits = to_tensor(target->forward(f, cache).logits);  // [n, vocab]
     const auto top = at::softmax(logits, -1).topk(job.tables.k, -1);
     const at::Tensor values = std::get<0>(top).contiguous(), indices = std::get<1>(top).to(at::kInt).contiguous();
     const float* pv = values.data_ptr<float>();

@@ -7,6 +7,7 @@
 
 #include "common/util/error.h"
 #include "common/train/corpus.h"
+#include "common/train/model_weights.h"
 
 namespace splitspec {
 
@@ -24,7 +25,7 @@ double perplexity(const Model& model, const std::vector<int32_t>& tokens, int64_
     ForwardRequest req;
     req.tokens.assign(win.begin(), win.end() - 1);
     cache.truncate(0);
-    const at::Tensor logp = at::log_softmax(model.forward(req, cache).logits, -1);
+    const at::Tensor logp = at::log_softmax(to_tensor(model.forward(req, cache).logits), -1);
     const at::Tensor targets = at::tensor(std::vector<int64_t>(win.begin() + 1, win.end()));
     nll -= logp.gather(1, targets.unsqueeze(1)).sum().item<double>();
     n += seq_len;

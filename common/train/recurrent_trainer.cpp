@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/decoding/sampling.h"
 #include "common/engine/kernels.h"
 #include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
@@ -70,9 +71,8 @@ Distilled distill(const Model& target, const std::vector<int32_t>& corpus, const
     for (int64_t g = 0; g < job.new_tokens; ++g) {
       r.logits_rows = std::vector<int64_t>{static_cast<int64_t>(r.tokens.size()) - 1};
       const ForwardResult f = target.forward(r, cache);
-      const at::Tensor h = f.final_hidden.contiguous();
-      rows.insert(rows.end(), h.data_ptr<float>(), h.data_ptr<float>() + H);
-      const int32_t next = static_cast<int32_t>(f.logits[0].argmax().item<int64_t>());
+      rows.insert(rows.end(), f.final_hidden.row(0), f.final_hidden.row(0) + H);
+      const int32_t next = greedy_token(f.logits.row(0), f.logits.cols());
       seq.push_back(next);
       if (next == c.eos_token_id) break;
       r.tokens = {next};

@@ -22,6 +22,15 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
+// The engine's RoPE tables (model.h), as tensors [max_positions, head_dim/2].
+void rope_tensors(const ModelConfig& c, at::Tensor& cos, at::Tensor& sin) {
+  std::vector<float> cv, sv;
+  rope_tables(c, cv, sv);
+  const int64_t half = c.head_dim / 2;
+  cos = at::from_blob(cv.data(), {c.max_position_embeddings, half}, at::kFloat).clone();
+  sin = at::from_blob(sv.data(), {c.max_position_embeddings, half}, at::kFloat).clone();
+}
+
 }  // namespace
 
 TrainableLlama::TrainableLlama(const ModelConfig& c, uint64_t seed) : config_(c) {
@@ -41,15 +50,15 @@ TrainableLlama::TrainableLlama(const ModelConfig& c, uint64_t seed) : config_(c)
     else
       t = normal(shape);
   });
-  rope_tables(c, rope_cos_, rope_sin_);
+  rope_tensors(c, rope_cos_, rope_sin_);
   set_trainable(true);
 }
 
 TrainableLlama::TrainableLlama(const Model& m) : config_(m.config()) {
   // Outside inference mode a clone of an inference tensor is an ordinary,
   // differentiable tensor.
-  weights_ = copy_weights(config_, m.float_weights(), [](const at::Tensor& t) { return t.clone(); });
-  rope_tables(config_, rope_cos_, rope_sin_);
+  weights_ = copy_weights(config_, float_weights(m), [](const at::Tensor& t) { return t.clone(); });
+  rope_tensors(config_, rope_cos_, rope_sin_);
   set_trainable(true);
 }
 

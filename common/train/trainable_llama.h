@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/engine/model.h"
+#include "common/train/model_weights.h"
 
 namespace splitspec {
 

@@ -222,7 +222,7 @@ TrainReport run_training(const TrainJob& job) {
   const auto run_start = Clock::now();
   const int64_t first_step = step;
   auto eval_ppl = [&](int64_t windows) {
-    return perplexity(*Model::from_weights(mc, model.weights(), "training"), valid_tokens, ts.seq_len, windows);
+    return perplexity(*model_from_weights(mc, model.weights(), "training"), valid_tokens, ts.seq_len, windows);
   };
 
   while (step < ts.steps) {

@@ -25,9 +25,9 @@ done
 [ "$(id -u)" -eq 0 ] || { echo "image: run as root (mmdebstrap --mode=root, umoci keeping file owners)"; exit 2; }
 
 # The runtime packages: those owning the libraries the binaries name
-# (DT_NEEDED); apt brings their own dependencies. OpenBLAS is named too: the
-# BLAS that LibTorch loads through Debian's libblas.so.3 alternative.
-packages=(libopenblas0-pthread ca-certificates)
+# (DT_NEEDED); apt brings their own dependencies. The server and the CLI link
+# no LibTorch (training, splitspec-train, is not in the image).
+packages=(ca-certificates)
 cache="$(ldconfig -p)"
 while read -r lib; do
   path="$(awk -v l="$lib" '$1 == l && /x86-64/ && !found {print $NF; found = 1}' <<<"$cache")"

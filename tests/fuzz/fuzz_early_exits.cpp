@@ -12,8 +12,6 @@
 //                model for the logits), 1 a tiny config (hidden 4, 4 layers,
 //                vocabulary 16) and no model;
 //   flags bit 1: no early_exits.json at all (only the weights).
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -23,6 +21,7 @@
 #include <string>
 
 #include "common/early_exit/early_exit.h"
+#include "common/engine/rows.h"
 #include "common/engine/model.h"
 #include "common/engine/model_config.h"
 #include "common/util/error.h"
@@ -68,7 +67,6 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   Fixture& fx = fixture();
-  c10::InferenceMode guard;
   const bool tiny = data[0] & 1, no_json = data[0] & 2;
   const splitspec::ModelConfig& config = tiny ? fx.tiny : fx.demo->config();
   const splitspec::fuzz::SidecarInput in = splitspec::fuzz::split_sidecar(data + 1, size - 1);
@@ -91,11 +89,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const splitspec::ExitAdapter& a : exits->adapters()) {
       check(a.after_layer > last && a.after_layer < config.num_hidden_layers, "exit layers out of order or range");
       last = a.after_layer;
-      check(a.norm.sizes() == at::IntArrayRef{h}, "norm shape");
-      check(a.down.sizes() == at::IntArrayRef{b, h}, "down_proj shape");
-      check(a.up.sizes() == at::IntArrayRef{h, b}, "up_proj shape");
-      check(a.norm.scalar_type() == at::kFloat && a.down.scalar_type() == at::kFloat && a.up.scalar_type() == at::kFloat,
-            "adapter weights not float");
+      check(static_cast<int64_t>(a.norm.size()) == h, "norm shape");
+      check(static_cast<int64_t>(a.down.size()) == b * h, "down_proj shape");
+      check(static_cast<int64_t>(a.up.size()) == h * b, "up_proj shape");
     }
     for (int64_t l : exits->serve_layers()) check(exits->index_of(l) >= 0, "serve layer without an exit");
     for (int32_t t : exits->frequent_tokens()) check(t >= 0 && t < config.vocab_size, "frequent token outside the vocabulary");
@@ -103,13 +99,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // One exit (chosen by the input) on two hidden rows: the whole
       // vocabulary, then a shortlist of the most frequent tokens.
       const size_t i = data[size - 1] % exits->adapters().size();
-      const at::Tensor hidden = at::ones({2, h}, at::kFloat);
-      const at::Tensor logits = exits->logits(*fx.demo, i, hidden);
-      check(logits.sizes() == at::IntArrayRef{2, config.vocab_size}, "exit logits shape");
+      const std::vector<float> ones(static_cast<size_t>(2 * h), 1.0f);
+      const splitspec::RowsView hidden{ones.data(), 2, h};
+      const splitspec::Rows logits = exits->logits(*fx.demo, i, hidden);
+      check(logits.rows() == 2 && logits.cols() == config.vocab_size, "exit logits shape");
       exits->set_shortlist(*fx.demo, 16);
-      const at::Tensor scores = exits->scores(*fx.demo, i, hidden);
+      const splitspec::Rows scores = exits->scores(*fx.demo, i, hidden);
       const int64_t k = exits->shortlist() > 0 ? exits->shortlist() : config.vocab_size;
-      check(scores.sizes() == at::IntArrayRef{2, k}, "shortlist scores shape");
+      check(scores.rows() == 2 && scores.cols() == k, "shortlist scores shape");
       for (int64_t j = 0; j < k; ++j) {
         const int32_t t = exits->scored_token(j);
         check(t >= 0 && t < config.vocab_size, "scored token outside the vocabulary");

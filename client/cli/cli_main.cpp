@@ -1,0 +1,48 @@
+#include "client/cli/cli_main.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "common/util/error.h"
+
+namespace splitspec::cli {
+
+namespace {
+std::shared_ptr<std::string> log_level = std::make_shared<std::string>("warn");
+}  // namespace
+
+void setup_cli(CLI::App& app) {
+  // stdout carries generated text or JSON only; every log line goes to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("splitspec"));
+  spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+  app.require_subcommand(1);
+  app.add_option("--log-level", *log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+}
+
+int run_cli(CLI::App& app, const std::vector<Command>& commands, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  spdlog::set_level(spdlog::level::from_str(*log_level));
+  for (const auto& cmd : commands) {
+    if (!cmd.app->parsed()) continue;
+    try {
+      return cmd.run();
+    } catch (const splitspec::Error& e) {
+      std::cerr << "splitspec: error: " << e.what() << "\n";
+      return 1;
+    } catch (const std::exception& e) {
+      std::cerr << "splitspec: error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace splitspec::cli

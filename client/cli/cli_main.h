@@ -1,0 +1,17 @@
+#pragma once
+// What the splitspec programs share around their commands: logging to
+// stderr, --log-level, parsing, and one way of reporting a command's error.
+#include <vector>
+
+#include "client/cli/commands.h"
+
+namespace splitspec::cli {
+
+// Installs the stderr logger and --log-level on `app`; call before adding
+// commands.
+void setup_cli(CLI::App& app);
+// Parses argv and runs the command that was given: its exit status, 1 on a
+// splitspec::Error or another exception (reported on stderr).
+int run_cli(CLI::App& app, const std::vector<Command>& commands, int argc, char** argv);
+
+}  // namespace splitspec::cli
