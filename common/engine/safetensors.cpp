@@ -241,6 +241,14 @@ const TensorInfo& SafetensorsModel::get(const std::string& name, const std::vect
   return t;
 }
 
+void SafetensorsFile::release(const TensorInfo& t) const { file_->release(t.data, t.nbytes); }
+
+void SafetensorsModel::release(const std::string& name) const {
+  const TensorInfo& t = get(name);
+  for (const auto& f : files_)
+    if (f->path() == t.file) f->release(t);
+}
+
 std::vector<std::string> SafetensorsModel::names() const {
   std::vector<std::string> out;
   for (const auto& [n, _] : index_) out.push_back(n);

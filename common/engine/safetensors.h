@@ -45,6 +45,8 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Drops the tensor's pages from the resident set (MappedFile::release).
+  void release(const TensorInfo& t) const;
 
  private:
   std::string path_;
@@ -66,6 +68,8 @@ class SafetensorsModel {
   const TensorInfo& get(const std::string& name, const std::vector<int64_t>& shape) const;
   std::vector<std::string> names() const;
   const std::string& description() const { return description_; }
+  // Drops tensor `name`'s pages from the resident set, once copied elsewhere.
+  void release(const std::string& name) const;
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

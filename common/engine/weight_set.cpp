@@ -92,7 +92,7 @@ WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape) {
 }
 
 WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std::optional<WType> type, bool borrow,
-                           const std::string& where) {
+                           const std::string& where, const std::function<void(const std::string& name)>& copied) {
   const int64_t H = c.hidden_size;
   WeightSet w;
   w.hidden = H;
@@ -113,6 +113,7 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
     if (to != src.type && first_non_finite_row(converted) >= 0)
       throw Error(where + ": tensor '" + name + "' has values beyond what " + wtype_name(to) + " can hold");
     if (is_quantized(to)) pack_rows(to, w.owned.back().data(), src.rows, src.cols, scratch);
+    if (copied) copied(name);
     return {to, w.owned.back().data(), src.rows, src.cols, is_quantized(to)};
   };
   auto norm = [&](const std::string& name) {
@@ -149,9 +150,11 @@ WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::opt
         const int64_t rows = shape.size() == 2 ? shape[0] : 1;
         return MatrixRef{wt, t.data, rows, shape.back()};
       },
-      type, true, st->description());
-  // Unmapped when nothing was borrowed: the pages read while converting would
-  // otherwise stay in this process's resident set beside the copies.
+      type, true, st->description(),
+      // Each copied tensor's pages go as soon as it is copied, so that loading
+      // a converted or packed model never holds the file and the copies at once.
+      [&](const std::string& name) { st->release(name); });
+  // Unmapped when nothing was borrowed.
   if (w.borrowed) w.mapping = std::move(st);
   return w;
 }

@@ -62,8 +62,11 @@ using WeightSource = std::function<MatrixRef(const std::string& name, const std:
 // where it lies (the source outlives the set, as a mapping does); otherwise
 // copied. Quantized matrices come out packed.
 // Refuses NaN or infinite values, naming `where` (a file) and the tensor.
+// `copied`, when given, is told each tensor the set copied rather than
+// borrowed (a mapping then drops its pages).
 WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std::optional<WType> type, bool borrow,
-                           const std::string& where);
+                           const std::string& where,
+                           const std::function<void(const std::string& name)>& copied = nullptr);
 
 // The weights of the safetensors model in `dir`, mapped.
 WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::optional<WType> type);

@@ -37,4 +37,14 @@ MappedFile::~MappedFile() {
   if (map_) ::munmap(map_, size_);
 }
 
+void MappedFile::release(const void* p, size_t bytes) const {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p), end = begin + bytes;
+  const auto lo = (begin + page - 1) / page * page, hi = end / page * page;
+  const auto map_lo = reinterpret_cast<uintptr_t>(map_), map_hi = map_lo + size_;
+  if (hi <= lo || lo < map_lo || hi > map_hi) return;
+  // Advice only: a failure leaves the pages resident, nothing else.
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 }  // namespace splitspec

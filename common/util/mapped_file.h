@@ -18,6 +18,10 @@ class MappedFile {
 
   const uint8_t* data() const { return static_cast<const uint8_t*>(map_); }
   size_t size() const { return size_; }
+  // Drops the whole pages within [p, p + bytes) (inside this mapping) from
+  // the resident set; read again, they come back from the file. For bytes
+  // already copied elsewhere, so that a copy does not cost twice the memory.
+  void release(const void* p, size_t bytes) const;
 
  private:
   void* map_ = nullptr;
