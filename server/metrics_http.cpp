@@ -1,107 +1,74 @@
 #include "server/metrics_http.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+#include <prometheus/metric_family.h>
 
-#include <cerrno>
-#include <cstring>
+#include <exception>
 
 #include "common/util/error.h"
 
 namespace splitspec {
 
-MetricsHttpServer::MetricsHttpServer(const std::string& listen, std::function<std::string()> render)
-    : render_(std::move(render)) {
+namespace {
+
+class Collector : public prometheus::Collectable {
+ public:
+  explicit Collector(MetricsHttpServer::Collect collect) : collect_(std::move(collect)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override { return collect_(); }
+
+ private:
+  MetricsHttpServer::Collect collect_;
+};
+
+// HOST:PORT as civetweb's listening_ports takes it: a numeric address
+// ([v6] bracketed) and the port.
+std::string civetweb_address(const std::string& listen) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0) throw Error("metrics_listen must be HOST:PORT, got '" + listen + "'");
-  const std::string host = listen.substr(0, colon), port = listen.substr(colon + 1);
+  std::string host = listen.substr(0, colon);
+  const std::string port = listen.substr(colon + 1);
+  if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 ||
+      std::stoi(port) > 65535)
+    throw Error("metrics_listen " + listen + ": port must be a number in [0, 65535]");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) throw Error("metrics_listen " + listen + ": cannot resolve");
-  for (addrinfo* a = res; a; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 16) == 0) {
-      listen_fd_ = fd;
-      break;
-    }
-    close(fd);
-  }
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
+    throw Error("metrics_listen " + listen + ": cannot resolve " + host);
+  char numeric[INET6_ADDRSTRLEN] = {};
+  const bool v6 = res->ai_family == AF_INET6;
+  const void* addr = v6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(res->ai_addr)->sin6_addr)
+                        : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr);
+  inet_ntop(res->ai_family, addr, numeric, sizeof numeric);
   freeaddrinfo(res);
-  if (listen_fd_ < 0) throw Error("cannot listen for metrics on " + listen + ": " + std::strerror(errno));
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                           : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  thread_ = std::thread([this] { serve(); });
+  return v6 ? "[" + std::string(numeric) + "]:" + port : std::string(numeric) + ":" + port;
 }
 
-MetricsHttpServer::~MetricsHttpServer() {
-  stopping_ = true;
-  shutdown(listen_fd_, SHUT_RDWR);
-  thread_.join();
-  close(listen_fd_);
+}  // namespace
+
+MetricsHttpServer::MetricsHttpServer(const std::string& listen, Collect collect) {
+  const std::string address = civetweb_address(listen);
+  auto collector = std::make_shared<Collector>(std::move(collect));
+  try {
+    // Two workers: one may sit on a silent client until the timeout while
+    // the other answers the scraper.
+    exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", address, "num_threads", "2", "request_timeout_ms", "2000"});
+  } catch (const std::exception& e) {
+    throw Error("cannot listen for metrics on " + listen + " (address in use or invalid?): " + e.what());
+  }
+  exposer_->RegisterCollectable(collector);
+  collectable_ = collector;
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  port_ = ports.empty() ? 0 : ports.front();
 }
 
-void MetricsHttpServer::serve() {
-  while (!stopping_) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (poll(&p, 1, 200) <= 0) continue;
-    const int fd = accept(listen_fd_, nullptr, nullptr);
-    if (fd < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return;  // shut down
-    }
-    handle(fd);
-    close(fd);
-  }
-}
-
-void MetricsHttpServer::handle(int fd) {
-  timeval tv{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  std::string req;
-  char buf[1024];
-  // The request line is all we need; headers are read up to a bound.
-  while (req.find("\r\n\r\n") == std::string::npos && req.find("\n\n") == std::string::npos && req.size() < 8192) {
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    req.append(buf, static_cast<size_t>(n));
-  }
-  std::string status = "200 OK", body;
-  const std::string line = req.substr(0, req.find_first_of("\r\n"));
-  if (line.rfind("GET ", 0) != 0 || line.find(" HTTP/1.") == std::string::npos) {
-    status = "400 Bad Request";
-    body = "expected GET /metrics\n";
-  } else {
-    const std::string path = line.substr(4, line.find(' ', 4) - 4);
-    if (path == "/metrics")
-      body = render_();
-    else {
-      status = "404 Not Found";
-      body = "try /metrics\n";
-    }
-  }
-  const std::string head = "HTTP/1.1 " + status + "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " +
-                           std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
-  const std::string out = head + body;
-  size_t sent = 0;
-  while (sent < out.size()) {
-    const ssize_t n = send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
-}
+MetricsHttpServer::~MetricsHttpServer() = default;
 
 }  // namespace splitspec

@@ -1,31 +1,32 @@
 #pragma once
-// A minimal HTTP endpoint for Prometheus scrapes: GET /metrics answers with
-// the text exposition format; anything else gets 404 (or 400 when it is not
-// HTTP). One connection at a time with short timeouts: a scraper, not a web
-// server, and a slow or garbled client cannot stall it for long.
-#include <atomic>
+// The Prometheus endpoint, GET /metrics in the text exposition format,
+// served by prometheus-cpp's exposer (civetweb): a few worker threads and a
+// request timeout, so a slow or silent client cannot stall a scrape.
 #include <functional>
+#include <memory>
 #include <string>
-#include <thread>
+#include <vector>
+
+namespace prometheus {
+class Exposer;
+struct MetricFamily;
+}  // namespace prometheus
 
 namespace splitspec {
 
 class MetricsHttpServer {
  public:
-  // Binds HOST:PORT (port 0: any free port); throws splitspec::Error.
-  MetricsHttpServer(const std::string& listen, std::function<std::string()> render);
+  using Collect = std::function<std::vector<prometheus::MetricFamily>()>;
+  // Listens on HOST:PORT (a name or a numeric address, [v6] bracketed; port
+  // 0: any free port); throws splitspec::Error when it cannot.
+  MetricsHttpServer(const std::string& listen, Collect collect);
   ~MetricsHttpServer();
   int port() const { return port_; }
 
  private:
-  void serve();
-  void handle(int fd);
-
-  std::function<std::string()> render_;
-  int listen_fd_ = -1;
+  std::shared_ptr<void> collectable_;  // what the exposer holds weakly
+  std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::thread thread_;
 };
 
 }  // namespace splitspec

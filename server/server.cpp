@@ -163,10 +163,7 @@ void Server::start() {
   }
   if (!ctx_->config.metrics_listen.empty()) {
     ServiceContext* ctx = ctx_.get();
-    // prometheus-cpp renders the page; its civetweb exposer cannot start
-    // worker threads in a process that links LibTorch ("Cannot create
-    // threads"), so our small endpoint serves it.
-    metrics_ = std::make_unique<MetricsHttpServer>(ctx_->config.metrics_listen, [ctx] { return render_metrics(*ctx); });
+    metrics_ = std::make_unique<MetricsHttpServer>(ctx_->config.metrics_listen, [ctx] { return collect_metrics(*ctx); });
     spdlog::info("event=metrics listen={} port={} path=/metrics", ctx_->config.metrics_listen, metrics_port());
   }
   {
