@@ -28,6 +28,24 @@ TEST(Cli, HelpDocumentsEveryGenerateFlag) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
 }
 
+// Inference commands run in splitspec, which loads no LibTorch; train and eval
+// are handed to splitspec-train with the same arguments, global flags and all.
+TEST(Cli, TrainAndEvalRunInTheTrainingProgram) {
+  const CliRun help = run_cli("--help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("train"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("runs splitspec-train"), std::string::npos) << help.out;
+  for (const char* args : {"train lm --help", "--log-level warn train lm --help", "--log-level=error eval ppl --help"}) {
+    const CliRun r = run_cli(args);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+    EXPECT_NE(r.out.find("Usage: splitspec "), std::string::npos) << args << ": " << r.out;
+  }
+  const CliRun bad = run_cli("train nonsense");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("subcommand is required"), std::string::npos) << bad.err;
+  EXPECT_NE(run_binary("splitspec-train", "generate").status, 0) << "only train and eval live there";
+}
+
 TEST(Cli, JsonOutputContract) {
   TempDir dir;
   Model::random(tiny_config(), 3)->save(dir.str());

@@ -7,7 +7,6 @@
 #include <memory>
 #include <string>
 
-#include "common/util/error.h"
 
 namespace splitspec::cli {
 
@@ -34,10 +33,7 @@ int run_cli(CLI::App& app, const std::vector<Command>& commands, int argc, char*
     if (!cmd.app->parsed()) continue;
     try {
       return cmd.run();
-    } catch (const splitspec::Error& e) {
-      std::cerr << "splitspec: error: " << e.what() << "\n";
-      return 1;
-    } catch (const std::exception& e) {
+    } catch (const std::exception& e) {  // splitspec::Error and the rest
       std::cerr << "splitspec: error: " << e.what() << "\n";
       return 1;
     }

@@ -10,8 +10,8 @@ namespace splitspec::cli {
 // Installs the stderr logger and --log-level on `app`; call before adding
 // commands.
 void setup_cli(CLI::App& app);
-// Parses argv and runs the command that was given: its exit status, 1 on a
-// splitspec::Error or another exception (reported on stderr).
+// Parses argv and runs the command that was given: its exit status, or 1
+// on an exception (a splitspec::Error or another), reported on stderr.
 int run_cli(CLI::App& app, const std::vector<Command>& commands, int argc, char** argv);
 
 }  // namespace splitspec::cli
