@@ -7,21 +7,18 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] [TARGET...]
 # Environment:
 #   FUZZ_OUT         output directory (default build/fuzz)
-#   FUZZ_JOBS        parallel compile jobs for the LibTorch targets (default 1)
+#   FUZZ_JOBS        parallel compile jobs for the targets built with the project (default 1)
 #   FUZZ_KEEP_GOING  1: libFuzzer's fork mode, which records a finding and goes
 #                    on fuzzing (-fork=1 -ignore_crashes=1 -ignore_ooms=1
 #                    -ignore_timeouts=1), so one run collects several
 #   FUZZ_SKIP_BUILD  1: run the binaries already built
 #
-# Targets that need no LibTorch are compiled directly (seconds). The others
+# Targets of a few sources are compiled directly (seconds). The others
 # (fuzz_early_exits, fuzz_session_requests) link the project's libraries, so
 # the project is configured with clang-14 and -fsanitize=address,undefined,
 # fuzzer-no-link in $FUZZ_OUT/cmake (tests/fuzz/fuzz_targets.cmake adds the
-# two programs); the first build takes a while, later ones are incremental.
-# -pthread on every source: splitspec_server reuses splitspec_common's
-# precompiled header and compiles with gRPC's -pthread; GCC accepts a header
-# built without it, clang refuses ("POSIX thread support was disabled in PCH
-# file").
+# two programs; -pthread on every source, as gRPC's headers want); the first
+# build takes a while, later ones are incremental.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -37,15 +34,20 @@ mkdir -p "$OUT/findings"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 CXX="clang++-14 -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I."
 
-# Targets compiled directly, with the sources they need (no LibTorch).
+# Targets compiled directly, with the sources they need.
 declare -A SOURCES=(
   [fuzz_safetensors]="common/engine/safetensors.cpp common/util/mapped_file.cpp"
   [fuzz_model_config]="common/engine/model_config.cpp"
   [fuzz_server_config]="server/server_config.cpp"
-  # lut_tables.cpp uses c10::Half, which is header-only.
-  [fuzz_lut_tables]="common/drafting/lut_tables.cpp common/engine/safetensors.cpp common/util/mapped_file.cpp"
+  [fuzz_lut_tables]="common/drafting/lut_tables.cpp common/engine/safetensors.cpp common/util/mapped_file.cpp common/engine/weight_type.cpp"
 )
-# Targets built with the project (LibTorch, gRPC, protobuf).
+# clang-14 has no _Float16 on x86-64, which weight_type.cpp converts halves
+# with: __fp16 converts the same way, through compiler-rt's builtins (as
+# tests/fuzz/fuzz_targets.cmake does for the project's build).
+declare -A DIRECT_FLAGS=(
+  [fuzz_lut_tables]="-D_Float16=__fp16 --rtlib=compiler-rt"
+)
+# Targets built with the project (gRPC, protobuf).
 CMAKE_TARGETS=(fuzz_early_exits fuzz_session_requests)
 # Extra libFuzzer flags per target. A session input runs real target
 # forwards, so it may take seconds under the sanitizers (the 500-token prompt
@@ -64,7 +66,7 @@ if [ "${FUZZ_SKIP_BUILD:-0}" != 1 ]; then
   need_cmake=()
   for t in "${TARGETS[@]}"; do
     if [ -n "${SOURCES[$t]:-}" ]; then
-      $CXX "tests/fuzz/$t.cpp" ${SOURCES[$t]} -o "$OUT/$t"
+      $CXX ${DIRECT_FLAGS[$t]:-} "tests/fuzz/$t.cpp" ${SOURCES[$t]} -o "$OUT/$t"
     else
       need_cmake+=("$t")
     fi
@@ -180,7 +182,7 @@ for t in "${TARGETS[@]}"; do
   stamp="$OUT/findings/.started-$t"
   touch "$stamp"
   set +e
-  # One thread for LibTorch and OpenMP: the machine's other core stays free.
+  # One OpenMP thread: the machine's other core stays free.
   OMP_NUM_THREADS=1 "$OUT/$t" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 \
     -artifact_prefix="$OUT/findings/$t-" ${FLAGS[$t]:-} "${keep[@]}" \
     "$OUT/corpus/$t" "$OUT/seeds/$t" >"$log" 2>&1

@@ -1,5 +1,4 @@
-# The libFuzzer targets that link the project's libraries (LibTorch, gRPC,
-# protobuf). scripts/fuzz.sh configures the whole project with clang-14 and
+# The libFuzzer targets that link the project's libraries (gRPC, protobuf). scripts/fuzz.sh configures the whole project with clang-14 and
 # -fsanitize=address,undefined,fuzzer-no-link into its own build directory
 # and passes this file as CMAKE_PROJECT_INCLUDE: it runs right after
 # project(), and defers adding the targets to the end of the top-level
