@@ -71,11 +71,8 @@ ForwardRequest TargetDecoder::pending_request(const DraftTree& tree, const Round
     const Rng rng = round_rng();
     r.on_layer = [index = *r.logits_rows, rng, &request](int64_t layer, RowsView hidden) {
       const int64_t after = layer + 1;
-      if (std::find(request.tap_layers.begin(), request.tap_layers.end(), after) == request.tap_layers.end()) return;
-      Rows picked(static_cast<int64_t>(index.size()), hidden.cols);
-      for (size_t i = 0; i < index.size(); ++i)
-        std::copy(hidden.row(index[i]), hidden.row(index[i]) + hidden.cols, picked.row(static_cast<int64_t>(i)));
-      request.tap(after, picked, rng);
+      if (std::find(request.tap_layers.begin(), request.tap_layers.end(), after) != request.tap_layers.end())
+        request.tap(after, hidden.select(index), rng);
     };
   }
   return r;

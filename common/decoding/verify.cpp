@@ -98,26 +98,27 @@ Verdict verify_tree(const DraftTree& tree, RowsView target_logits, const Samplin
 
 int64_t verdict_row(const Verdict& verdict, size_t i) { return i == 0 ? 0 : verdict.path[i - 1] + 1; }
 
+TopK top_k_of_row(const float* lg, int64_t vocab, int64_t k, std::vector<int32_t>& idx) {
+  const int64_t n = std::min<int64_t>(k, vocab);
+  idx.resize(static_cast<size_t>(vocab));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(),
+                    [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
+  const float max = lg[idx[0]];
+  const float inv = 1.0f / kernels::sum_exp(lg, vocab, max);
+  TopK t;
+  for (int64_t i = 0; i < n; ++i) {
+    t.ids.push_back(idx[i]);
+    t.probs.push_back(std::exp(lg[idx[i]] - max) * inv);
+  }
+  return t;
+}
+
 std::vector<TopK> top_k_of(RowsView rows, int32_t k) {
   std::vector<TopK> out;
   if (rows.rows == 0 || k <= 0) return out;
-  const int64_t V = rows.cols, n = std::min<int64_t>(k, V);
-  std::vector<int32_t> idx(static_cast<size_t>(V));
-  for (int64_t r = 0; r < rows.rows; ++r) {
-    const float* lg = rows.row(r);
-    std::iota(idx.begin(), idx.end(), 0);
-    // Highest first, ties by the lower id (the project's tie rule).
-    auto by_logit = [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); };
-    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), by_logit);
-    const float max = lg[idx[0]];
-    const float inv = 1.0f / kernels::sum_exp(lg, V, max);
-    TopK t;
-    for (int64_t i = 0; i < n; ++i) {
-      t.ids.push_back(idx[i]);
-      t.probs.push_back(std::exp(lg[idx[i]] - max) * inv);
-    }
-    out.push_back(std::move(t));
-  }
+  std::vector<int32_t> scratch;
+  for (int64_t r = 0; r < rows.rows; ++r) out.push_back(top_k_of_row(rows.row(r), rows.cols, k, scratch));
   return out;
 }
 

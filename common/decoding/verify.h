@@ -63,6 +63,10 @@ Verdict verify_tree_greedy(const DraftTree& tree, int64_t vocab, const std::func
 // (0) for the first, then the accepted nodes' (path[i-1] + 1).
 int64_t verdict_row(const Verdict& verdict, size_t i);
 
+// The top `k` of one row of `vocab` logits: highest first, ties by the lower
+// id (the project's tie rule), with their softmax probabilities. `scratch`
+// is reused between calls.
+TopK top_k_of_row(const float* logits, int64_t vocab, int64_t k, std::vector<int32_t>& scratch);
 // The top `k` of each of `rows` ([m, vocab] logits), as VerdictExtras holds them.
 std::vector<TopK> top_k_of(RowsView rows, int32_t k);
 

@@ -18,8 +18,6 @@ namespace {
 
 constexpr float kObservedProb = 0.5f;
 
-uint16_t to_half(float x) { return float_to_half(x); }
-float from_half(uint16_t bits) { return half_to_float(bits); }
 
 uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -86,18 +84,18 @@ void LutTables::merge(int64_t row, int32_t token, float prob) {
     if (ids[i] == token || ids[i] < 0) at = i;
   if (at < 0) {
     // Full and without it: it replaces the least probable if it beats it.
-    if (prob <= from_half(probs[k - 1])) return;
+    if (prob <= half_to_float(probs[k - 1])) return;
     at = k - 1;
   }
   ids[at] = token;
-  probs[at] = to_half(prob);
+  probs[at] = float_to_half(prob);
   // Rows stay sorted, most probable first, free places last.
-  while (at > 0 && (ids[at - 1] < 0 || from_half(probs[at - 1]) < from_half(probs[at]))) {
+  while (at > 0 && (ids[at - 1] < 0 || half_to_float(probs[at - 1]) < half_to_float(probs[at]))) {
     std::swap(ids[at - 1], ids[at]);
     std::swap(probs[at - 1], probs[at]);
     --at;
   }
-  while (at + 1 < k && ids[at + 1] >= 0 && from_half(probs[at + 1]) > from_half(probs[at])) {
+  while (at + 1 < k && ids[at + 1] >= 0 && half_to_float(probs[at + 1]) > half_to_float(probs[at])) {
     std::swap(ids[at + 1], ids[at]);
     std::swap(probs[at + 1], probs[at]);
     ++at;
@@ -115,7 +113,7 @@ void LutTables::lookup(const int32_t* end, int64_t length, std::vector<LutCandid
     for (int32_t i = 0; i < k && ids[i] >= 0; ++i) {
       const int32_t t = ids[i];
       if (std::none_of(out.begin(), out.end(), [t](const LutCandidate& c) { return c.token == t; }))
-        out.push_back({t, from_half(probs[i])});
+        out.push_back({t, half_to_float(probs[i])});
       if (static_cast<int32_t>(out.size()) == k) return;
     }
   }
@@ -144,7 +142,7 @@ void LutTables::observe(const int32_t* end, int64_t length, int32_t token) {
     for (; used < k && ids[used] >= 0; ++used) present = present || ids[used] == token;
     if (present) continue;
     const int32_t at = used < k ? used : k - 1;
-    probs[at] = used == 0 ? to_half(kObservedProb) : probs[used - 1];
+    probs[at] = used == 0 ? float_to_half(kObservedProb) : probs[used - 1];
     ids[at] = token;
   }
 }
@@ -250,7 +248,7 @@ LutTables LutTables::load(const std::string& path, int64_t vocab_size, const std
   // Every id a valid token or a free place, every probability finite in
   // [0, 1]: lookups then need no checks.
   for (size_t i = 0; i < t.ids_.size(); ++i) {
-    const float p = from_half(t.probs_[i]);
+    const float p = half_to_float(t.probs_[i]);
     if (t.ids_[i] < -1 || t.ids_[i] >= vocab || !(p >= 0.0f && p <= 1.0f)) {
       const bool hashed_row = i >= unigram;
       throw Error(path + ": " + (hashed_row ? "hashed" : "unigram") + " row " +

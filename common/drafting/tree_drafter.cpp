@@ -5,8 +5,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cmath>
-#include <numeric>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -17,7 +15,7 @@
 #include "common/drafting/model_drafter.h"
 #include "common/drafting/drafter_options.h"
 #include "common/drafting/registry.h"
-#include "common/engine/kernels.h"
+#include "common/decoding/verify.h"
 #include "common/engine/threads.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
@@ -224,18 +222,11 @@ void TreeDrafter::expand(Node& n, const float* row) {
   n.next = 0;
   n.children = 0;
   if (params.greedy()) {
-    // The most probable tokens, highest first and ties by the lower id (the
-    // project's tie rule), so the first child is always the draft's own
-    // greedy choice.
-    const int64_t k = std::min<int64_t>(options_.max_children, V);
-    ranked_ids_.resize(static_cast<size_t>(V));
-    std::iota(ranked_ids_.begin(), ranked_ids_.end(), 0);
-    std::partial_sort(ranked_ids_.begin(), ranked_ids_.begin() + k, ranked_ids_.end(),
-                      [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-    const float max = row[ranked_ids_[0]];
-    const float inv = 1.0f / kernels::sum_exp(row, V, max);
+    // By the project's tie rule, so the first child is always the draft's
+    // own greedy choice.
+    const TopK top = top_k_of_row(row, V, options_.max_children, ranked_ids_);
     n.ranked.clear();
-    for (int64_t i = 0; i < k; ++i) n.ranked.emplace_back(ranked_ids_[i], std::exp(row[ranked_ids_[i]] - max) * inv);
+    for (size_t i = 0; i < top.ids.size(); ++i) n.ranked.emplace_back(top.ids[i], top.probs[i]);
   } else {
     n.q = filtered_distribution(row, V, params);
     double s = 0;

@@ -155,7 +155,7 @@ class TreeDrafter final : public Drafter {
   int32_t provisional_ = 0;
   int32_t anchor_ = -1;     // the leaf provisional nodes grow from
   std::vector<int32_t> branch_len_;  // T_i of the tree's branches
-  std::vector<int32_t> ranked_ids_;  // expand()'s scratch: token ids by logit
+  std::vector<int32_t> ranked_ids_;  // expand()'s scratch for top_k_of_row
   ConfidenceCalibration calibration_;
   FallbackThreshold threshold_;
   bool frozen_ = false;

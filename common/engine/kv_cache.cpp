@@ -11,6 +11,10 @@ KVCache::KVCache(const ModelConfig& c, int64_t capacity)
   if (capacity <= 0 || capacity > c.max_position_embeddings)
     throw Error("KV cache capacity " + std::to_string(capacity) + " must be in [1, max_position_embeddings=" +
                 std::to_string(c.max_position_embeddings) + "]");
+  allocate();
+}
+
+void KVCache::allocate() {
   keys_.reset(new float[layers_ * layer_floats()]);
   values_.reset(new float[layers_ * layer_floats()]);
 }
@@ -78,8 +82,7 @@ KVCache KVCache::fork(int64_t n) const {
   out.kv_heads_ = kv_heads_;
   out.head_dim_ = head_dim_;
   out.capacity_ = capacity_;
-  out.keys_.reset(new float[layers_ * layer_floats()]);
-  out.values_.reset(new float[layers_ * layer_floats()]);
+  out.allocate();
   out.copy_prefix_from(*this, n);
   return out;
 }

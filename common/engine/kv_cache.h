@@ -51,6 +51,8 @@ class KVCache {
 
  private:
   KVCache() = default;
+  // Uninitialised storage for the shape and capacity set.
+  void allocate();
   int64_t layer_floats() const { return kv_heads_ * capacity_ * head_dim_; }
   // Copies entries [from, from+n) of every layer and head to `to`.
   void move_entries(const KVCache& src, int64_t from, int64_t to, int64_t n);

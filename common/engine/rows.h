@@ -10,6 +10,8 @@
 
 namespace splitspec {
 
+class Rows;
+
 // Rows of a matrix someone else owns, valid while it lives.
 struct RowsView {
   const float* data = nullptr;
@@ -17,6 +19,8 @@ struct RowsView {
   int64_t cols = 0;
   const float* row(int64_t i) const { return data + i * cols; }
   RowsView slice(int64_t first, int64_t count) const { return {row(first), count, cols}; }
+  // A copy of rows `which`, in that order.
+  Rows select(const std::vector<int64_t>& which) const;
 };
 
 class Rows {
@@ -48,13 +52,7 @@ class Rows {
   const float* row(int64_t i) const { return data_.get() + i * cols_; }
   RowsView view() const { return {data_.get(), rows_, cols_}; }
   operator RowsView() const { return view(); }
-  // A copy of rows `which`, in that order.
-  Rows select(const std::vector<int64_t>& which) const {
-    Rows r(static_cast<int64_t>(which.size()), cols_);
-    for (size_t i = 0; i < which.size(); ++i)
-      std::memcpy(r.row(static_cast<int64_t>(i)), row(which[i]), cols_ * sizeof(float));
-    return r;
-  }
+  Rows select(const std::vector<int64_t>& which) const { return view().select(which); }
   Rows slice(int64_t first, int64_t count) const { return copy_of(view().slice(first, count)); }
 
  private:
@@ -65,5 +63,12 @@ class Rows {
   int64_t cols_ = 0;
   std::unique_ptr<float[]> data_;
 };
+
+inline Rows RowsView::select(const std::vector<int64_t>& which) const {
+  Rows r(static_cast<int64_t>(which.size()), cols);
+  for (size_t i = 0; i < which.size(); ++i)
+    std::memcpy(r.row(static_cast<int64_t>(i)), row(which[i]), cols * sizeof(float));
+  return r;
+}
 
 }  // namespace splitspec
