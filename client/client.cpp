@@ -61,7 +61,7 @@ constexpr Alias kAliases[] = {
 // The options with an alias resolved into its choices.
 ClientOptions resolved(const ClientOptions& o) { return o.mode ? with_mode(o, *o.mode) : o; }
 
-std::shared_ptr<Model> load_local_target(const ClientOptions& o, const std::string& dir) {
+std::shared_ptr<Model> load_weights(const ClientOptions& o, const std::string& dir) {
   if (o.memory_budget.empty()) return Model::load(dir);
   if (!std::filesystem::is_directory(dir)) throw Error(dir + ": model directory does not exist");
   StreamOptions s;
@@ -71,6 +71,14 @@ std::shared_ptr<Model> load_local_target(const ClientOptions& o, const std::stri
   if (!o.stream_read_ahead.empty()) s.read_ahead_bytes = parse_bytes(o.stream_read_ahead, whole);
   return Model::load_streamed(dir, s);
 }
+
+std::shared_ptr<Model> load_local_target(const ClientOptions& o, const std::string& dir, KVType kv) {
+  std::shared_ptr<Model> m = load_weights(o, dir);
+  m->set_kv_type(kv);
+  return m;
+}
+
+KVType options_kv_type(const ClientOptions& o) { return o.kv_cache.empty() ? KVType::F32 : parse_kv_type(o.kv_cache); }
 
 }  // namespace
 
@@ -172,6 +180,9 @@ void check_combination(const ClientOptions& o, const DrafterInfo& d, const std::
                 "(unless a fallback target is given)");
   if (local && !o.fallback_target_dir.empty())
     throw Error(label + ": a fallback target stands in for the server; the local verifier has its target already");
+  if (!o.kv_cache.empty()) parse_kv_type(o.kv_cache);
+  if (!local && !o.kv_cache.empty() && o.fallback_target_dir.empty())
+    throw Error(label + ": kv_cache sets the local target's cache; the server's is its own kv_cache setting");
   if (o.reconnect_budget.count() < 0) throw Error(label + ": reconnect_budget must be >= 0");
   if (o.failback_interval.count() <= 0) throw Error(label + ": failback_interval must be > 0");
   if (local && o.target_dir.empty()) throw Error(label + " needs a target model (--target DIR)");
@@ -187,7 +198,11 @@ namespace {
 // The server's target, here: a fallback that verified with another model
 // would change the output, so it must be the same one.
 std::shared_ptr<Model> load_fallback(const ClientOptions& o, const v1::ServerInfo& info) {
-  std::shared_ptr<Model> m = load_local_target(o, o.fallback_target_dir);
+  const KVType server_kv = info.kv_cache().empty() ? KVType::F32 : parse_kv_type(info.kv_cache());
+  if (!o.kv_cache.empty() && parse_kv_type(o.kv_cache) != server_kv)
+    throw Error(std::string("kv_cache ") + o.kv_cache + " is not server " + o.server + "'s (" + kv_type_name(server_kv) +
+                "): a fallback target goes on with the server's cache type, or its tokens would differ");
+  std::shared_ptr<Model> m = load_local_target(o, o.fallback_target_dir, server_kv);
   const ModelConfig& c = m->config();
   if (c.vocab_size != info.vocab_size() || (info.hidden_size() > 0 && c.hidden_size != info.hidden_size()))
     throw Error("fallback target " + o.fallback_target_dir + " (vocab_size " + std::to_string(c.vocab_size) +
@@ -217,7 +232,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   if (tok_path.empty()) tok_path = local ? o.target_dir : o.draft_dir;
   if (impl->drafter.needs_draft_model) impl->spec.draft = Model::load(o.draft_dir);
   if (local) {
-    impl->target = load_local_target(o, o.target_dir);
+    impl->target = load_local_target(o, o.target_dir, options_kv_type(o));
     if (impl->spec.draft && impl->spec.draft->config().vocab_size != impl->target->config().vocab_size)
       throw Error("draft " + o.draft_dir + " has vocab_size " + std::to_string(impl->spec.draft->config().vocab_size) +
                   " but target " + o.target_dir + " has " + std::to_string(impl->target->config().vocab_size));
@@ -318,6 +333,7 @@ ServerInfo Client::server_info() {
   out.max_draft_tokens = i.max_draft_tokens();
   out.active_sessions = i.stats().active_sessions();
   out.version = i.version();
+  out.kv_cache = i.kv_cache().empty() ? "f32" : i.kv_cache();
   return out;
 }
 

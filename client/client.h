@@ -104,6 +104,10 @@ struct ClientOptions {
   // far as `stream_read_ahead` file bytes ("1MiB", "5%"; part of the budget;
   // empty: two layers as stored, or what the budget has left).
   std::string memory_budget;
+  // The local target's KV cache: "f32", or "f16" for half its memory (and
+  // outputs exact for that cache, not the f32 one's). Empty: f32, and a
+  // fallback target takes the server's (ServerInfo.kv_cache).
+  std::string kv_cache;
   bool stream_pipeline = true;
   std::string stream_read_ahead;
   // model-tree, each switch for ablation: the self-adaptive fallback (off:
@@ -266,6 +270,7 @@ struct ServerInfo {
   int32_t max_draft_tokens = 0;
   int32_t active_sessions = 0;
   std::string version;
+  std::string kv_cache;  // the target's KV cache type: "f32" or "f16"
 };
 
 namespace detail {

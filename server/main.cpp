@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
                                    "Largest top K a session may ask with each verdict (0: none)");
   auto* max_new = app.add_option("--max-new-tokens", flags.max_new_tokens, "Largest max_new_tokens accepted");
   auto* threads = app.add_option("--threads", flags.compute_threads, "Compute threads of the target forward; default (0): OMP_NUM_THREADS if set, else the physical cores");
+  auto* kv_cache = app.add_option("--kv-cache", flags.kv_cache,
+                                  "KV cache element type of every session: f32, or f16 for half the memory");
   auto* grace = app.add_option("--shutdown-grace-s", flags.shutdown_grace_s, "Seconds streams get to finish on SIGTERM");
   auto* log_level = app.add_option("--log-level", flags.log_level, "trace|debug|info|warn|error|off");
   auto* port_file = app.add_option("--port-file", flags.port_file, "Write the bound port to this file once serving");
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
     if (*max_top_k) config.max_verdict_top_k = flags.max_verdict_top_k;
     if (*threads) config.compute_threads = flags.compute_threads;
     if (*grace) config.shutdown_grace_s = flags.shutdown_grace_s;
+    if (*kv_cache) config.kv_cache = flags.kv_cache;
     if (*log_level) config.log_level = flags.log_level;
     if (*port_file) config.port_file = flags.port_file;
     if (*exits) config.early_exits = flags.early_exits;

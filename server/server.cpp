@@ -24,7 +24,9 @@ namespace splitspec {
 Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
   config.validate_for_start();
   ctx_->config = std::move(config);
-  ctx_->target = Model::load(ctx_->config.target_dir);
+  std::shared_ptr<Model> target = Model::load(ctx_->config.target_dir);
+  target->set_kv_type(parse_kv_type(ctx_->config.kv_cache));
+  ctx_->target = std::move(target);
   ctx_->model_name = std::filesystem::path(ctx_->config.target_dir).lexically_normal().filename().string();
   if (ctx_->model_name.empty())
     ctx_->model_name = std::filesystem::path(ctx_->config.target_dir).lexically_normal().parent_path().filename().string();
@@ -175,12 +177,12 @@ void Server::start() {
   }
   const ModelConfig& c = ctx_->target->config();
   spdlog::info("event=serving listen={} port={} tls={} auth={} model={} layers={} vocab={} context={} max_sessions={} batching={} "
-               "max_batch_rows={} batch_wait_ms={} draft_hint={} tokenizer={}",
+               "max_batch_rows={} batch_wait_ms={} draft_hint={} kv_cache={} tokenizer={}",
                ctx_->config.listen, port_,
                ctx_->config.tls_cert.empty() ? "off" : (ctx_->config.tls_client_ca.empty() ? "on" : "mutual"),
                ctx_->auth ? "token" : "none", ctx_->model_name, c.num_hidden_layers, c.vocab_size, c.max_position_embeddings,
                ctx_->config.max_sessions, ctx_->config.batching, ctx_->config.max_batch_rows, ctx_->config.batch_wait_ms,
-               ctx_->config.draft_hint, ctx_->tokenizer_fingerprint.empty() ? "none" : ctx_->tokenizer_fingerprint);
+               ctx_->config.draft_hint, ctx_->config.kv_cache, ctx_->tokenizer_fingerprint.empty() ? "none" : ctx_->tokenizer_fingerprint);
   if (ctx_->exits) {
     std::vector<int64_t> layers;
     for (const ExitAdapter& a : ctx_->exits->adapters()) layers.push_back(a.after_layer);

@@ -29,7 +29,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "max_verdict_top_k", "batching",      "max_batch_rows",
                                               "batch_wait_ms",    "draft_hint",    "tls_cert",
                                               "tls_key",          "tls_client_ca", "tls_reload_s",
-                                              "auth_tokens_file", "health_listen"};
+                                              "auth_tokens_file", "health_listen", "kv_cache"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
@@ -63,6 +63,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("tls_reload_s")) c.tls_reload_s = json_integer<int32_t>(j["tls_reload_s"], "tls_reload_s");
     if (j.contains("auth_tokens_file")) c.auth_tokens_file = j["auth_tokens_file"].get<std::string>();
     if (j.contains("health_listen")) c.health_listen = j["health_listen"].get<std::string>();
+    if (j.contains("kv_cache")) c.kv_cache = j["kv_cache"].get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": " + e.what());
   } catch (const Error& e) {
@@ -96,6 +97,7 @@ void ServerConfig::validate() const {
   if (max_batch_rows < 1) throw Error("max_batch_rows must be at least 1");
   if (!(batch_wait_ms >= 0 && batch_wait_ms <= 1000)) throw Error("batch_wait_ms must be in [0, 1000]");
   if (draft_hint != "auto" && draft_hint != "off") throw Error("draft_hint must be auto or off");
+  if (kv_cache != "f32" && kv_cache != "f16") throw Error("kv_cache must be f32 or f16, got '" + kv_cache + "'");
   if (tls_cert.empty() != tls_key.empty()) throw Error("tls_cert and tls_key go together: give both, or neither for plaintext");
   if (!tls_client_ca.empty() && tls_cert.empty()) throw Error("tls_client_ca (mutual TLS) needs tls_cert and tls_key");
   if (tls_reload_s < 1) throw Error("tls_reload_s must be at least 1");

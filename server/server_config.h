@@ -15,6 +15,7 @@ struct ServerConfig {
   int32_t max_verdict_top_k = 16;   // largest top K a session may ask with each verdict (DIAA's tables)
   int32_t max_new_tokens = 4096;    // per generation
   int32_t compute_threads = 0;      // threads of the target forward; 0: OMP_NUM_THREADS if set, else the physical cores
+  std::string kv_cache = "f32";     // element type of the sessions' KV caches: f32 or f16 (half the memory)
   double shutdown_grace_s = 10.0;   // SIGTERM: in-flight streams get this long to finish
   int32_t max_message_bytes = 4 << 20;
   std::string log_level = "info";

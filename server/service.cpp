@@ -199,6 +199,7 @@ grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext*
   info->set_max_context(static_cast<int32_t>(c.max_position_embeddings));
   info->set_max_draft_tokens(ctx_.config.max_draft_tokens);
   info->set_max_verdict_top_k(ctx_.config.max_verdict_top_k);
+  info->set_kv_cache(kv_type_name(ctx_.target->kv_type()));
   info->set_hidden_size(static_cast<int32_t>(ctx_.target->config().hidden_size));
   info->set_max_sessions(ctx_.config.max_sessions);
   info->set_version(SPLITSPEC_VERSION);

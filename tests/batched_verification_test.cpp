@@ -54,23 +54,27 @@ bool same(const Rows& a, const Rows& b) {
          std::memcmp(a.data(), b.data(), static_cast<size_t>(a.size()) * sizeof(float)) == 0;
 }
 
-// Layer l's live keys (or values) of two caches, bitwise.
-bool same_entries(const ModelConfig& c, const float* a, const float* b, int64_t stride, int64_t size) {
+// Layer l's live keys (or values) of two caches of one type, bitwise.
+bool same_entries(const ModelConfig& c, const KVCache& cache, const void* a, const void* b, int64_t size) {
+  const size_t elem = cache.type() == KVType::F16 ? 2 : 4;
+  const size_t stride = static_cast<size_t>(cache.head_stride()) * elem;
   for (int64_t h = 0; h < c.num_key_value_heads; ++h)
-    if (std::memcmp(a + h * stride, b + h * stride, static_cast<size_t>(size * c.head_dim) * sizeof(float)) != 0)
+    if (std::memcmp(static_cast<const char*>(a) + h * stride, static_cast<const char*>(b) + h * stride,
+                    static_cast<size_t>(size * c.head_dim) * elem) != 0)
       return false;
   return true;
 }
 
-class BatchedForward : public ::testing::TestWithParam<std::tuple<WType, int, bool>> {};
+class BatchedForward : public ::testing::TestWithParam<std::tuple<WType, int, bool, KVType>> {};
 
 // Eight sequences at different lengths, chains and trees (with masks and
 // positions), through one forward_batch: each one's logits, hidden states
 // and cache are bitwise those of its forward alone. On a tiny random model
 // stored at the type, and on the demo target (large enough for every
-// kernel to split its work over threads) converted to it at load.
+// kernel to split its work over threads) converted to it at load; with
+// either KV cache type.
 TEST_P(BatchedForward, EachSequenceIsBitwiseItsForwardAlone) {
-  const auto [type, threads, demo] = GetParam();
+  const auto [type, threads, demo, kv] = GetParam();
   Threads t(threads);
   c10::InferenceMode guard;
   test::TempDir dir;
@@ -82,6 +86,7 @@ TEST_P(BatchedForward, EachSequenceIsBitwiseItsForwardAlone) {
     m = Model::load(dir.str());
   }
   ASSERT_EQ(m->weight_type(), type);
+  m->set_kv_type(kv);
   const int64_t vocab = m->config().vocab_size;
   constexpr int kSeqs = 8;
   std::vector<KVCache> alone, batched;
@@ -127,10 +132,10 @@ TEST_P(BatchedForward, EachSequenceIsBitwiseItsForwardAlone) {
     }
     ASSERT_EQ(batched[s].size(), alone[s].size());
     for (int64_t l = 0; l < m->config().num_hidden_layers; ++l) {
-      const int64_t stride = alone[s].head_stride(), size = alone[s].size();
-      EXPECT_TRUE(same_entries(m->config(), batched[s].keys(l), alone[s].keys(l), stride, size))
+      const int64_t size = alone[s].size();
+      EXPECT_TRUE(same_entries(m->config(), alone[s], batched[s].keys(l), alone[s].keys(l), size))
           << "sequence " << s << " layer " << l;
-      EXPECT_TRUE(same_entries(m->config(), batched[s].values(l), alone[s].values(l), stride, size))
+      EXPECT_TRUE(same_entries(m->config(), alone[s], batched[s].values(l), alone[s].values(l), size))
           << "sequence " << s << " layer " << l;
     }
   }
@@ -139,11 +144,12 @@ TEST_P(BatchedForward, EachSequenceIsBitwiseItsForwardAlone) {
 INSTANTIATE_TEST_SUITE_P(EveryTypeAndThreads, BatchedForward,
                          ::testing::Combine(::testing::Values(WType::F32, WType::F16, WType::BF16, WType::Q8_0,
                                                               WType::Q4_0),
-                                            ::testing::Values(1, 2), ::testing::Bool()),
+                                            ::testing::Values(1, 2), ::testing::Bool(),
+                                            ::testing::Values(KVType::F32, KVType::F16)),
                          [](const auto& info) {
                            return std::string(std::get<2>(info.param) ? "demo_" : "tiny_") +
                                   wtype_name(std::get<0>(info.param)) + "_threads" +
-                                  std::to_string(std::get<1>(info.param));
+                                  std::to_string(std::get<1>(info.param)) + "_kv" + kv_type_name(std::get<3>(info.param));
                          });
 
 TEST(BatchedForwardBadInput, AnInvalidSequenceLeavesEveryCacheUnchanged) {
@@ -506,6 +512,7 @@ TEST(BatchedServerConfig, BadSettingsAreRefusedByName) {
   refused([](ServerConfig& c) { c.tls_cert = "cert.pem"; }, "tls_key");
   refused([](ServerConfig& c) { c.tls_client_ca = "ca.pem"; }, "needs tls_cert");
   refused([](ServerConfig& c) { c.health_listen = "9000"; }, "health_listen");
+  refused([](ServerConfig& c) { c.kv_cache = "q8_0"; }, "kv_cache must be f32 or f16");
 }
 
 }  // namespace

@@ -95,6 +95,32 @@ TEST(Failover, ServerNeverBackCompletesLocallyWithTheTargetsTokens) {
   EXPECT_GT(r.stats.weight_bytes_read, 0u);
 }
 
+// A server with an F16 KV cache: the fallback takes the server's cache type
+// from ServerInfo, so the generation goes on with the server's tokens; a
+// client that insists on another type is refused.
+TEST(Failover, TheFallbackTakesTheServersKVCacheType) {
+  TempDir tmp;
+  std::unique_ptr<test::Child> server;
+  const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server, {"--kv-cache", "f16"});
+  auto client = Client::connect(edge_options(address, "model"));
+  EXPECT_EQ(client->server_info().kv_cache, "f16");
+  Request req = long_request(0.0f);
+  req.max_new_tokens = 64;
+  const Result plain = client->generate_ids(prompt(), req);
+  int seen = 0;
+  const Result moved = client->generate_ids(prompt(), req, [&](int32_t) {
+    if (++seen == 5) test::kill_server(*server);
+  });
+  EXPECT_EQ(moved.ids, plain.ids);
+  EXPECT_EQ(moved.stats.failovers, 1);
+  EXPECT_GT(moved.stats.fallback_rounds, 0);
+
+  const std::string again = test::spawn_server(test::demo_target_dir(), tmp, server, {"--kv-cache", "f16"});
+  ClientOptions o = edge_options(again, "model");
+  o.kv_cache = "f32";
+  test::expect_connect_refused(o, "is not server");
+}
+
 TEST(Failover, AServerTooSlowForTheRoundTimeoutHandsRoundsToTheFallback) {
   test::LocalServer srv = test::start_server(test::demo_target_dir());
   NetemOptions slow;

@@ -85,6 +85,30 @@ TEST(Kernels, AttentionRowDependsOnlyOnItsVisibleSlots) {
   }
 }
 
+// An F16 cache widens each half exactly and then runs the F32 arithmetic, so
+// its attention is bitwise the F32 attention over the rounded entries.
+TEST(Kernels, AttentionOverHalvesIsAttentionOverTheirFloats) {
+  for (int64_t D : {64, 40}) {
+    const int64_t cap = 24, kvh = 2, qh = 4;
+    const at::Tensor q = randn({3, qh, D}, 8);
+    const at::Tensor k = randn({kvh, cap, D}, 9), v = randn({kvh, cap, D}, 10);
+    std::vector<uint16_t> kh(k.numel()), vh(v.numel());
+    kernels::float_to_half(k.data_ptr<float>(), k.numel(), kh.data());
+    kernels::float_to_half(v.data_ptr<float>(), v.numel(), vh.data());
+    at::Tensor kw = at::empty_like(k), vw = at::empty_like(v);
+    kernels::half_to_float(kh.data(), k.numel(), kw.data_ptr<float>());
+    kernels::half_to_float(vh.data(), v.numel(), vw.data_ptr<float>());
+    for (int64_t i = 0; i < k.numel(); ++i) ASSERT_EQ(kh[i], float_to_half(k.data_ptr<float>()[i])) << i;
+    const std::vector<std::vector<int32_t>> visible = {{0, 1, 2, 3, 4}, {2, 5, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}};
+    at::Tensor halves = at::empty({3, qh * D}), floats = at::empty({3, qh * D});
+    kernels::attention(q.data_ptr<float>(), kh.data(), vh.data(), {3, qh, kvh, D, cap * D}, visible, 0.125f,
+                       halves.data_ptr<float>());
+    kernels::attention(q.data_ptr<float>(), kw.data_ptr<float>(), vw.data_ptr<float>(), {3, qh, kvh, D, cap * D},
+                       visible, 0.125f, floats.data_ptr<float>());
+    EXPECT_TRUE(at::equal(halves, floats)) << "head_dim " << D;
+  }
+}
+
 TEST(Kernels, SiluMulIsElementwise) {
   const at::Tensor g = randn({1001}, 6) * 4, u = randn({1001}, 7);
   at::Tensor all = at::empty({1001});
@@ -136,10 +160,11 @@ TEST(Kernels, SumExpIsTheSoftmaxDenominator) {
 // The property exact greedy speculation rests on: verifying k tokens in one
 // forward, as a chain or inside a tree, gives bitwise the logits of k
 // one-token decoding steps, at every weight type and thread count.
-class ModelBatchInvariance : public ::testing::TestWithParam<std::tuple<WType, int>> {};
+// The KV cache at either type (kv_cache.h).
+class ModelBatchInvariance : public ::testing::TestWithParam<std::tuple<WType, int, KVType>> {};
 
 TEST_P(ModelBatchInvariance, ChainAndTreeEqualSingleSteps) {
-  const auto [type, threads] = GetParam();
+  const auto [type, threads, kv] = GetParam();
   const int before = compute_threads();
   set_compute_threads(threads);
   // Wide enough that two threads split every matrix.
@@ -149,8 +174,10 @@ TEST_P(ModelBatchInvariance, ChainAndTreeEqualSingleSteps) {
   c.head_dim = 64;
   auto f32 = Model::random(c, 31);
   auto m = model_from_weights(c, float_weights(*f32), "typed", type);
+  m->set_kv_type(kv);
   const std::vector<int32_t> seq = {1, 9, 4, 33, 21, 7, 40, 2, 15, 16};
   KVCache step = m->new_cache();
+  ASSERT_EQ(step.type(), kv);
   std::vector<at::Tensor> rows;
   ForwardRequest r;
   r.tokens = {seq[0], seq[1], seq[2]};
@@ -189,10 +216,11 @@ TEST_P(ModelBatchInvariance, ChainAndTreeEqualSingleSteps) {
 
 INSTANTIATE_TEST_SUITE_P(EveryType, ModelBatchInvariance,
                          ::testing::Combine(::testing::Values(WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0),
-                                            ::testing::Values(1, 2)),
+                                            ::testing::Values(1, 2), ::testing::Values(KVType::F32, KVType::F16)),
                          [](const auto& info) {
                            return std::string(wtype_name(std::get<0>(info.param))) + "_" +
-                                  std::to_string(std::get<1>(info.param)) + "threads";
+                                  std::to_string(std::get<1>(info.param)) + "threads_kv" +
+                                  kv_type_name(std::get<2>(info.param));
                          });
 
 }  // namespace splitspec::test

@@ -151,6 +151,7 @@ TEST(KVCache, PreallocatedAndBoundsChecked) {
   EXPECT_EQ(cache.bytes(), 2u * c.num_hidden_layers * c.num_key_value_heads * 10 * c.head_dim * 4);
   EXPECT_THROW(KVCache(c, 0), Error);
   EXPECT_THROW(KVCache(c, 65), Error);
+  EXPECT_EQ(KVCache(c, 10, KVType::F16).bytes(), cache.bytes() / 2);
   EXPECT_THROW(cache.truncate(1), Error);
   EXPECT_THROW(cache.keep(0, {0}), Error);
   auto m = Model::random(c, 1);
@@ -158,11 +159,56 @@ TEST(KVCache, PreallocatedAndBoundsChecked) {
   run(*m, k, {1, 2, 3});
   EXPECT_THROW(k.keep(0, {2, 1}), Error);
   EXPECT_THROW(k.fork(4), Error);
-  const float* storage = k.keys(0);
+  const void* storage = k.keys(0);
   for (int i = 0; i < 7; ++i) run(*m, k, {4});
   EXPECT_EQ(k.keys(0), storage) << "appending must not reallocate";
   EXPECT_THROW(run(*m, k, {4}), Error);
   EXPECT_EQ(k.size(), 10);
+}
+
+TEST(KVCache, TypeNamesAndMismatchedForks) {
+  EXPECT_EQ(parse_kv_type("F16"), KVType::F16);
+  EXPECT_EQ(parse_kv_type("f32"), KVType::F32);
+  EXPECT_STREQ(kv_type_name(KVType::F16), "f16");
+  try {
+    parse_kv_type("q8_0");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("f32 or f16"), std::string::npos) << e.what();
+  }
+  auto m = Model::random(tiny_config(50, 2), 3);
+  KVCache wide = m->new_cache(16);
+  run(*m, wide, {1, 2, 3});
+  m->set_kv_type(KVType::F16);
+  KVCache half = m->new_cache(16);
+  EXPECT_EQ(half.type(), KVType::F16);
+  EXPECT_THROW(half.copy_prefix_from(wide, 2), Error);
+  run(*m, half, {1, 2, 3});
+  EXPECT_EQ(half.fork(2).type(), KVType::F16);
+}
+
+// Every cache operation keeps an F16 cache's entries too: rollback, tree
+// compaction and forks reach the logits a fresh F16 cache computes.
+TEST(KVCache, HalfCacheRollbackForkAndCompactionMatchAFreshOne) {
+  auto m = Model::random(tiny_config(50, 3), 5);
+  m->set_kv_type(KVType::F16);
+  const std::vector<int32_t> toks = {1, 7, 22, 3, 41, 9, 12, 30};
+  const at::Tensor fresh = full_logits(*m, toks);
+  KVCache c = m->new_cache(32);
+  run(*m, c, {toks[0], toks[1], toks[2], toks[3]});
+  run(*m, c, {5, 6});
+  c.truncate(4);
+  KVCache f = c.fork(4);
+  const at::Tensor rest = run(*m, f, {toks[4], toks[5], toks[6], toks[7]});
+  EXPECT_TRUE(at::equal(rest, fresh.slice(0, 4))) << "rollback then fork";
+  // A tree of two branches, 8 -> 9 and toks[4] -> toks[5]; keep the second.
+  ForwardRequest tree;
+  tree.tokens = {8, toks[4], 9, toks[5]};
+  tree.positions = {4, 4, 5, 5};
+  tree.mask = tree_attention_mask({-1, -1, 0, 1}, 4);
+  m->forward(tree, c);
+  c.keep(4, {1, 3});
+  EXPECT_TRUE(at::equal(run(*m, c, {toks[6], toks[7]}), fresh.slice(0, 6))) << "compaction";
 }
 
 }  // namespace splitspec::test

@@ -33,6 +33,7 @@ struct BenchArgs {
   double min_seconds = 0.5;
   int threads = 0;
   std::string dtype;  // convert the weights at load
+  std::string kv_cache = "f32";
   bool json = false;
 };
 
@@ -70,6 +71,7 @@ int run_bench_forward(const BenchArgs& a) {
   } else {
     model = Model::random(load_model_config(a.random_config), 1234, type.value_or(WType::F32));
   }
+  model->set_kv_type(parse_kv_type(a.kv_cache));
   const ModelConfig& c = model->config();
   const int64_t max_new = *std::max_element(a.new_tokens.begin(), a.new_tokens.end());
   const int64_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
@@ -133,6 +135,7 @@ int run_bench_forward(const BenchArgs& a) {
                                 {"dtype", wtype_name(model->weight_type())},
                                 {"kernels", kernels::isa()},
                                 {"read_bandwidth_gbs", bw},
+                                {"kv_cache", kv_type_name(cache.type())},
                                 {"kv_cache_bytes", cache.bytes()},
                                 {"rss_bytes", mem.rss_bytes},
                                 {"peak_rss_bytes", mem.peak_rss_bytes},
@@ -145,8 +148,8 @@ int run_bench_forward(const BenchArgs& a) {
               static_cast<long long>(c.num_parameters()), model->weight_bytes() / 1e6, wtype_name(model->weight_type()),
               compute_threads(), kernels::isa());
   std::printf("memory read bandwidth: %.2f GB/s (sum over a 1 GiB buffer, best of 5)\n", bw);
-  std::printf("memory: peak RSS %.1f MB (weights %.1f MB, KV cache %.1f MB)\n", mem.peak_rss_bytes / 1e6,
-              model->weight_bytes() / 1e6, cache.bytes() / 1e6);
+  std::printf("memory: peak RSS %.1f MB (weights %.1f MB, %s KV cache %.1f MB)\n", mem.peak_rss_bytes / 1e6,
+              model->weight_bytes() / 1e6, kv_type_name(cache.type()), cache.bytes() / 1e6);
   std::printf("bandwidth bound for one decode step: %.2f ms (weight bytes / bandwidth)\n\n", bound_ms);
   std::printf("%8s %10s %10s %12s %10s\n", "context", "new_tok", "ms", "ms/token", "vs_1tok");
   double one = 0;
@@ -181,6 +184,7 @@ Command add_bench_command(CLI::App& app) {
   fwd->add_option("--min-seconds", a->min_seconds, "Measure each row for at least this long (rows are interleaved)")->capture_default_str();
   fwd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   fwd->add_option("--dtype", a->dtype, "Convert the weights to f32|f16|bf16|q8_0|q4_0 at load");
+  fwd->add_option("--kv-cache", a->kv_cache, "KV cache element type: f32 or f16")->capture_default_str();
   fwd->add_flag("--json", a->json, R"(Print {"rows": [{"context","new_tokens","ms"}], "weight_bytes", ...})");
   const std::function<int()> edge_cloud = add_bench_edge_cloud(*bench);
   const std::function<int()> exits = add_bench_exits(*bench);

@@ -45,6 +45,7 @@ struct GenerateArgs {
   bool json = false;
   // Local modes.
   std::string memory_budget;
+  std::string kv_cache;
   bool no_pipeline = false;
   std::string read_ahead;
   bool no_fallback = false;
@@ -70,6 +71,7 @@ nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
                       {"target_forward_ms", s.target_forward_ms},
                       {"target_forwards", s.target_forwards},
                       {"threads", compute_threads()}};
+  if (o.verifier == VerifierKind::kLocal || !o.kv_cache.empty()) j["kv_cache"] = o.kv_cache.empty() ? "f32" : o.kv_cache;
   const bool server = o.verifier == VerifierKind::kServer;
   const bool streamed = server && o.drafter == "none" && o.fallback_target_dir.empty();  // cloud-ar
   if (!streamed) {
@@ -239,6 +241,7 @@ int run_generate(const GenerateArgs& a) {
   o.predraft_queue = a.predraft_queue;
   o.predraft_adaptive = a.predraft_adaptive;
   o.memory_budget = a.memory_budget;
+  o.kv_cache = a.kv_cache;
   o.stream_pipeline = !a.no_pipeline;
   o.stream_read_ahead = a.read_ahead;
   o.tree_fallback = !a.no_fallback;
@@ -321,6 +324,9 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--memory-budget", a->memory_budget,
                   "Local verifier: most memory the target's weights may take, e.g. 8MiB, 4MB or 25% (of its fp32 size); "
                   "the rest streams from disk per forward with O_DIRECT. Default: load it whole");
+  cmd->add_option("--kv-cache", a->kv_cache,
+                  "The local target's KV cache: f32 (default) or f16, half the memory; greedy output is then exactly "
+                  "the target's with an f16 cache. A --fallback-target takes the server's type");
   cmd->add_flag("--no-pipeline", a->no_pipeline,
                 "streamed target: read each matrix when the forward reaches it (Std) instead of reading ahead (StdPL)");
   cmd->add_option("--read-ahead", a->read_ahead,

@@ -318,6 +318,8 @@ void bind_options(py::module_& m) {
       .rw("draft_dir", &ClientOptions::draft_dir)
       .rw("target_dir", &ClientOptions::target_dir)
       .rw("memory_budget", &ClientOptions::memory_budget)
+      .rw("kv_cache", &ClientOptions::kv_cache, "the local target's KV cache: \"f32\" or \"f16\" (\"\": f32; a "
+          "fallback target takes the server's)")
       .rw("stream_pipeline", &ClientOptions::stream_pipeline)
       .rw("stream_read_ahead", &ClientOptions::stream_read_ahead)
       .rw("tree_fallback", &ClientOptions::tree_fallback)
@@ -452,6 +454,7 @@ void bind_results(py::module_& m) {
       .ro("max_draft_tokens", &ServerInfo::max_draft_tokens)
       .ro("active_sessions", &ServerInfo::active_sessions)
       .ro("version", &ServerInfo::version)
+      .ro("kv_cache", &ServerInfo::kv_cache)
       .finish("ServerInfo", false);
 }
 

@@ -23,14 +23,19 @@ namespace {
 // conversions): whenever linear() runs its avx2 or avx512 body.
 bool use_avx2() { return isa_in_use() == Isa::kAvx2 || isa_in_use() == Isa::kAvx512; }
 
-float dot_scalar(const float* a, const float* b, int64_t len) {
+inline float widen(float x) { return x; }
+inline float widen(uint16_t h) { return splitspec::half_to_float(h); }
+
+template <class T>
+float dot_scalar(const float* a, const T* b, int64_t len) {
   float acc = 0.0f;
-  for (int64_t i = 0; i < len; ++i) acc += a[i] * b[i];
+  for (int64_t i = 0; i < len; ++i) acc += a[i] * widen(b[i]);
   return acc;
 }
 
-void attention_row_scalar(const float* q, const float* k, const float* v, const std::vector<int32_t>& slots,
-                          int64_t D, float scale, std::vector<float>& p, float* out) {
+template <class T>
+void attention_row_scalar(const float* q, const T* k, const T* v, const std::vector<int32_t>& slots, int64_t D,
+                          float scale, std::vector<float>& p, float* out) {
   p.resize(slots.size());
   float mx = -std::numeric_limits<float>::infinity();
   for (size_t c = 0; c < slots.size(); ++c) {
@@ -44,8 +49,8 @@ void attention_row_scalar(const float* q, const float* k, const float* v, const 
   }
   std::fill(out, out + D, 0.0f);
   for (size_t c = 0; c < slots.size(); ++c) {
-    const float* vs = v + static_cast<int64_t>(slots[c]) * D;
-    for (int64_t d = 0; d < D; ++d) out[d] += p[c] * vs[d];
+    const T* vs = v + static_cast<int64_t>(slots[c]) * D;
+    for (int64_t d = 0; d < D; ++d) out[d] += p[c] * widen(vs[d]);
   }
   const float inv = 1.0f / total;
   for (int64_t d = 0; d < D; ++d) out[d] *= inv;
@@ -101,8 +106,11 @@ void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, const float* cos
   }
 }
 
-void attention(const float* q, const float* k, const float* v, const AttentionShape& s,
-               const std::vector<std::vector<int32_t>>& visible, float scale, float* out) {
+namespace {
+
+template <class T>
+void attention_of(const float* q, const T* k, const T* v, const AttentionShape& s,
+                  const std::vector<std::vector<int32_t>>& visible, float scale, float* out) {
   const int64_t group = s.q_heads / s.kv_heads;
   const int64_t D = s.head_dim;
   const bool avx2 = use_avx2();
@@ -115,8 +123,8 @@ void attention(const float* q, const float* k, const float* v, const AttentionSh
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t i = t / s.q_heads, h = t % s.q_heads;
       const float* qi = q + (i * s.q_heads + h) * D;
-      const float* kh = k + (h / group) * s.kv_head_stride;
-      const float* vh = v + (h / group) * s.kv_head_stride;
+      const T* kh = k + (h / group) * s.kv_head_stride;
+      const T* vh = v + (h / group) * s.kv_head_stride;
       float* o = out + (i * s.q_heads + h) * D;
       if (avx2)
         avx2::attention_row(qi, kh, vh, visible[i], D, scale, scratch, o);
@@ -124,6 +132,18 @@ void attention(const float* q, const float* k, const float* v, const AttentionSh
         attention_row_scalar(qi, kh, vh, visible[i], D, scale, scratch, o);
     }
   });
+}
+
+}  // namespace
+
+void attention(const float* q, const float* k, const float* v, const AttentionShape& s,
+               const std::vector<std::vector<int32_t>>& visible, float scale, float* out) {
+  attention_of(q, k, v, s, visible, scale, out);
+}
+
+void attention(const float* q, const uint16_t* k, const uint16_t* v, const AttentionShape& s,
+               const std::vector<std::vector<int32_t>>& visible, float scale, float* out) {
+  attention_of(q, k, v, s, visible, scale, out);
 }
 
 float sum_exp(const float* x, int64_t n, float max) {
@@ -142,6 +162,10 @@ void half_to_float(const uint16_t* src, int64_t count, float* dst) {
 }
 
 void float_to_half(const float* src, int64_t count, uint16_t* dst) {
+  if (use_avx2()) {
+    avx2::float_to_half(src, count, dst);
+    return;
+  }
   for (int64_t i = 0; i < count; ++i) dst[i] = splitspec::float_to_half(src[i]);
 }
 

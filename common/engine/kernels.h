@@ -36,7 +36,7 @@ struct AttentionShape {
   int64_t q_heads;
   int64_t kv_heads;        // q head h reads kv head h / (q_heads / kv_heads)
   int64_t head_dim;        // at most kMaxHeadDim
-  int64_t kv_head_stride;  // floats between consecutive kv heads in k and v
+  int64_t kv_head_stride;  // elements between consecutive kv heads in k and v
 };
 constexpr int64_t kMaxHeadDim = 256;
 
@@ -44,6 +44,9 @@ constexpr int64_t kMaxHeadDim = 256;
 // exactly to the cache slots visible[i] (increasing). k and v hold
 // [kv_heads][slot][head_dim] with the given head stride.
 void attention(const float* q, const float* k, const float* v, const AttentionShape& shape,
+               const std::vector<std::vector<int32_t>>& visible, float scale, float* out);
+// The same over an F16 cache: k and v hold IEEE half bits, widened exactly.
+void attention(const float* q, const uint16_t* k, const uint16_t* v, const AttentionShape& shape,
                const std::vector<std::vector<int32_t>>& visible, float scale, float* out);
 
 // IEEE half to fp32, exactly.

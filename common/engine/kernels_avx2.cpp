@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "common/engine/avx2_reduce.h"
@@ -16,26 +17,41 @@ namespace splitspec::kernels::avx2 {
 
 namespace {
 
+// Eight cache elements as floats: an F16 cache's halves widen exactly, so
+// both types run the same arithmetic on the values they hold.
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// The first n < 8 elements, zeros after.
+inline __m256 load_tail(const float* p, int64_t, __m256i mask) { return _mm256_maskload_ps(p, mask); }
+inline __m256 load_tail(const uint16_t* p, int64_t n, __m256i) {
+  uint16_t b[8] = {};
+  std::memcpy(b, p, static_cast<size_t>(n) * sizeof(uint16_t));
+  return load8(b);
+}
+
 // Four independent dot products at once: one alone is a chain of dependent
 // multiply-adds, latency-bound. Each result still has its own fixed sequence.
-inline void dot4(const float* q, const float* k0, const float* k1, const float* k2, const float* k3, int64_t len,
-                 float* out) {
+template <class T>
+inline void dot4(const float* q, const T* k0, const T* k1, const T* k2, const T* k3, int64_t len, float* out) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   const int64_t full = len & ~int64_t{7};
   for (int64_t i = 0; i < full; i += 8) {
     const __m256 qv = _mm256_loadu_ps(q + i);
-    a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
-    a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), a1);
-    a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), a2);
-    a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), a3);
+    a0 = _mm256_fmadd_ps(qv, load8(k0 + i), a0);
+    a1 = _mm256_fmadd_ps(qv, load8(k1 + i), a1);
+    a2 = _mm256_fmadd_ps(qv, load8(k2 + i), a2);
+    a3 = _mm256_fmadd_ps(qv, load8(k3 + i), a3);
   }
   if (full < len) {
-    const __m256i m = tail_mask(len - full);
+    const int64_t rest = len - full;
+    const __m256i m = tail_mask(rest);
     const __m256 qv = _mm256_maskload_ps(q + full, m);
-    a0 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k0 + full, m), a0);
-    a1 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k1 + full, m), a1);
-    a2 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k2 + full, m), a2);
-    a3 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k3 + full, m), a3);
+    a0 = _mm256_fmadd_ps(qv, load_tail(k0 + full, rest, m), a0);
+    a1 = _mm256_fmadd_ps(qv, load_tail(k1 + full, rest, m), a1);
+    a2 = _mm256_fmadd_ps(qv, load_tail(k2 + full, rest, m), a2);
+    a3 = _mm256_fmadd_ps(qv, load_tail(k3 + full, rest, m), a3);
   }
   out[0] = hsum(a0);
   out[1] = hsum(a1);
@@ -46,36 +62,36 @@ inline void dot4(const float* q, const float* k0, const float* k1, const float* 
 // out[d] = sum_c p[c] * v[slot_c][d] * inv_total, accumulated over c in
 // order. C = D / 8 known at compile time keeps the accumulators in registers;
 // C = 0 handles any D (with a masked last vector), accumulating in memory.
-template <int C>
-void weighted_sum(const float* p, const float* v, const std::vector<int32_t>& slots, int64_t D, float inv_total,
+template <int C, class T>
+void weighted_sum(const float* p, const T* v, const std::vector<int32_t>& slots, int64_t D, float inv_total,
                   float* out) {
   constexpr int kMax = kMaxHeadDim / 8;
   __m256 o[C > 0 ? C : kMax];
   const int64_t chunks = C > 0 ? C : (D + 7) / 8, full = C > 0 ? C : D / 8;
-  const __m256i tm = tail_mask(D - full * 8);
+  const int64_t rest = D - full * 8;
+  const __m256i tm = tail_mask(rest);
   for (int64_t d = 0; d < chunks; ++d) o[d] = _mm256_setzero_ps();
   for (size_t c = 0; c < slots.size(); ++c) {
     const __m256 pc = _mm256_set1_ps(p[c]);
-    const float* vs = v + static_cast<int64_t>(slots[c]) * D;
-    for (int64_t d = 0; d < full; ++d) o[d] = _mm256_fmadd_ps(pc, _mm256_loadu_ps(vs + 8 * d), o[d]);
-    if (full < chunks) o[full] = _mm256_fmadd_ps(pc, _mm256_maskload_ps(vs + 8 * full, tm), o[full]);
+    const T* vs = v + static_cast<int64_t>(slots[c]) * D;
+    for (int64_t d = 0; d < full; ++d) o[d] = _mm256_fmadd_ps(pc, load8(vs + 8 * d), o[d]);
+    if (full < chunks) o[full] = _mm256_fmadd_ps(pc, load_tail(vs + 8 * full, rest, tm), o[full]);
   }
   const __m256 inv = _mm256_set1_ps(inv_total);
   for (int64_t d = 0; d < full; ++d) _mm256_storeu_ps(out + 8 * d, _mm256_mul_ps(o[d], inv));
   if (full < chunks) _mm256_maskstore_ps(out + 8 * full, tm, _mm256_mul_ps(o[full], inv));
 }
 
-}  // namespace
-
-void attention_row(const float* q, const float* k, const float* v, const std::vector<int32_t>& slots, int64_t D,
-                   float scale, std::vector<float>& p, float* out) {
+template <class T>
+void attention_row_of(const float* q, const T* k, const T* v, const std::vector<int32_t>& slots, int64_t D,
+                      float scale, std::vector<float>& p, float* out) {
   const int64_t m = static_cast<int64_t>(slots.size());
   const int64_t padded = (m + 7) & ~int64_t{7};
   p.resize(padded);
   // Scores in groups of four slots; a partial last group repeats slot 0 into
   // the unused places, whose results are overwritten by the padding below.
   for (int64_t c = 0; c < m; c += 4) {
-    const float* kp[4];
+    const T* kp[4];
     for (int i = 0; i < 4; ++i) kp[i] = k + static_cast<int64_t>(slots[c + i < m ? c + i : 0]) * D;
     float s[4];
     dot4(q, kp[0], kp[1], kp[2], kp[3], D, s);
@@ -100,6 +116,18 @@ void attention_row(const float* q, const float* k, const float* v, const std::ve
     case 32: weighted_sum<4>(p.data(), v, slots, D, inv_total, out); break;
     default: weighted_sum<0>(p.data(), v, slots, D, inv_total, out); break;
   }
+}
+
+}  // namespace
+
+void attention_row(const float* q, const float* k, const float* v, const std::vector<int32_t>& slots, int64_t D,
+                   float scale, std::vector<float>& scratch, float* out) {
+  attention_row_of(q, k, v, slots, D, scale, scratch, out);
+}
+
+void attention_row(const float* q, const uint16_t* k, const uint16_t* v, const std::vector<int32_t>& slots,
+                   int64_t D, float scale, std::vector<float>& scratch, float* out) {
+  attention_row_of(q, k, v, slots, D, scale, scratch, out);
 }
 
 void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
@@ -133,6 +161,14 @@ void half_to_float(const uint16_t* src, int64_t count, float* dst) {
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
   }
   for (int64_t i = full; i < count; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+
+void float_to_half(const float* src, int64_t count, uint16_t* dst) {
+  constexpr int kNearestEven = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const int64_t full = count & ~int64_t{7};
+  for (int64_t i = 0; i < full; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), kNearestEven));
+  for (int64_t i = full; i < count; ++i) dst[i] = _cvtss_sh(src[i], kNearestEven);
 }
 
 }  // namespace splitspec::kernels::avx2

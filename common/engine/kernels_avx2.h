@@ -11,9 +11,13 @@ void linear_rows(const float* x, int64_t n, int64_t in, const float* w, int64_t 
 // Query row `q` of one head against the cache slots in `slots`.
 void attention_row(const float* q, const float* k, const float* v, const std::vector<int32_t>& slots, int64_t head_dim,
                    float scale, std::vector<float>& scratch, float* out);
+// The same over an F16 cache (needs F16C).
+void attention_row(const float* q, const uint16_t* k, const uint16_t* v, const std::vector<int32_t>& slots,
+                   int64_t head_dim, float scale, std::vector<float>& scratch, float* out);
 void silu_mul(const float* gate, const float* up, int64_t count, float* y);
-// Needs F16C as well (kernels.cpp checks).
+// Need F16C as well (kernels.cpp checks).
 void half_to_float(const uint16_t* src, int64_t count, float* dst);
+void float_to_half(const float* src, int64_t count, uint16_t* dst);
 float sum_exp(const float* x, int64_t n, float max);
 
 }  // namespace splitspec::kernels::avx2

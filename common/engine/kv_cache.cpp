@@ -1,13 +1,30 @@
 #include "common/engine/kv_cache.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 
+#include "common/engine/kernels.h"
 #include "common/util/error.h"
 
 namespace splitspec {
 
-KVCache::KVCache(const ModelConfig& c, int64_t capacity)
-    : layers_(c.num_hidden_layers), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim), capacity_(capacity) {
+KVType parse_kv_type(const std::string& name) {
+  std::string n = name;
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (n == "f32") return KVType::F32;
+  if (n == "f16") return KVType::F16;
+  throw Error("unknown KV cache type '" + name + "' (choose f32 or f16)");
+}
+
+const char* kv_type_name(KVType type) { return type == KVType::F16 ? "f16" : "f32"; }
+
+KVCache::KVCache(const ModelConfig& c, int64_t capacity, KVType type)
+    : layers_(c.num_hidden_layers),
+      kv_heads_(c.num_key_value_heads),
+      head_dim_(c.head_dim),
+      capacity_(capacity),
+      type_(type) {
   if (capacity <= 0 || capacity > c.max_position_embeddings)
     throw Error("KV cache capacity " + std::to_string(capacity) + " must be in [1, max_position_embeddings=" +
                 std::to_string(c.max_position_embeddings) + "]");
@@ -15,28 +32,33 @@ KVCache::KVCache(const ModelConfig& c, int64_t capacity)
 }
 
 void KVCache::allocate() {
-  keys_.reset(new float[layers_ * layer_floats()]);
-  values_.reset(new float[layers_ * layer_floats()]);
+  keys_.reset(new uint8_t[layers_ * layer_bytes()]);
+  values_.reset(new uint8_t[layers_ * layer_bytes()]);
 }
 
 bool KVCache::fits(const ModelConfig& c) const {
   return layers_ == c.num_hidden_layers && kv_heads_ == c.num_key_value_heads && head_dim_ == c.head_dim;
 }
 
-size_t KVCache::bytes() const { return 2 * static_cast<size_t>(layers_ * layer_floats()) * sizeof(float); }
+size_t KVCache::bytes() const { return 2 * static_cast<size_t>(layers_ * layer_bytes()); }
 
 void KVCache::write_rows(int64_t layer, const float* k, const float* v, int64_t n) {
   if (size_ + n > capacity_)
     throw Error("KV cache full: " + std::to_string(size_) + " + " + std::to_string(n) + " > capacity " +
                 std::to_string(capacity_));
   const int64_t heads = kv_heads_, D = head_dim_;
-  float* kb = keys_.get() + layer * layer_floats();
-  float* vb = values_.get() + layer * layer_floats();
+  uint8_t* kb = keys_.get() + layer * layer_bytes();
+  uint8_t* vb = values_.get() + layer * layer_bytes();
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t dst = (h * capacity_ + size_ + i) * D, src = (i * heads + h) * D;
-      std::memcpy(kb + dst, k + src, D * sizeof(float));
-      std::memcpy(vb + dst, v + src, D * sizeof(float));
+      const int64_t dst = (h * capacity_ + size_ + i) * D * elem_bytes(), src = (i * heads + h) * D;
+      if (type_ == KVType::F16) {
+        kernels::float_to_half(k + src, D, reinterpret_cast<uint16_t*>(kb + dst));
+        kernels::float_to_half(v + src, D, reinterpret_cast<uint16_t*>(vb + dst));
+      } else {
+        std::memcpy(kb + dst, k + src, D * sizeof(float));
+        std::memcpy(vb + dst, v + src, D * sizeof(float));
+      }
     }
 }
 
@@ -49,13 +71,14 @@ void KVCache::truncate(int64_t n) {
 }
 
 void KVCache::move_entries(const KVCache& src, int64_t from, int64_t to, int64_t n) {
-  const size_t bytes = static_cast<size_t>(n * head_dim_) * sizeof(float);
+  const int64_t row = head_dim_ * elem_bytes();
+  const size_t bytes = static_cast<size_t>(n * row);
   for (int64_t l = 0; l < layers_; ++l)
     for (int64_t h = 0; h < kv_heads_; ++h) {
-      const int64_t head = l * layer_floats() + h * capacity_ * head_dim_;
-      const int64_t src_head = l * src.layer_floats() + h * src.capacity_ * head_dim_;
-      std::memmove(keys_.get() + head + to * head_dim_, src.keys_.get() + src_head + from * head_dim_, bytes);
-      std::memmove(values_.get() + head + to * head_dim_, src.values_.get() + src_head + from * head_dim_, bytes);
+      const int64_t head = l * layer_bytes() + h * capacity_ * row;
+      const int64_t src_head = l * src.layer_bytes() + h * src.capacity_ * row;
+      std::memmove(keys_.get() + head + to * row, src.keys_.get() + src_head + from * row, bytes);
+      std::memmove(values_.get() + head + to * row, src.values_.get() + src_head + from * row, bytes);
     }
 }
 
@@ -82,6 +105,7 @@ KVCache KVCache::fork(int64_t n) const {
   out.kv_heads_ = kv_heads_;
   out.head_dim_ = head_dim_;
   out.capacity_ = capacity_;
+  out.type_ = type_;
   out.allocate();
   out.copy_prefix_from(*this, n);
   return out;
@@ -91,6 +115,9 @@ void KVCache::copy_prefix_from(const KVCache& src, int64_t n) {
   if (n < 0 || n > src.size_) throw Error("KV cache fork: prefix " + std::to_string(n) + " longer than the source");
   if (layers_ != src.layers_ || kv_heads_ != src.kv_heads_ || head_dim_ != src.head_dim_)
     throw Error("KV cache fork: caches belong to different model shapes");
+  if (type_ != src.type_)
+    throw Error(std::string("KV cache fork: an ") + kv_type_name(src.type_) + " cache into an " + kv_type_name(type_) +
+                " one");
   if (n > capacity_) throw Error("KV cache fork: prefix " + std::to_string(n) + " exceeds capacity");
   move_entries(src, 0, 0, n);
   size_ = n;

@@ -98,7 +98,7 @@ size_t Model::weight_bytes() const {
 }
 
 KVCache Model::new_cache(int64_t capacity) const {
-  return KVCache(config_, capacity > 0 ? capacity : config_.max_position_embeddings);
+  return KVCache(config_, capacity > 0 ? capacity : config_.max_position_embeddings, kv_type_);
 }
 
 ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
@@ -241,8 +241,15 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     kernels::rope(f(k), n, Hkv, D, f(cos), f(sin));
     for (const Sequence& s : seqs) {
       s.cache->write_rows(l, f(k) + s.offset * Hkv * D, f(v) + s.offset * Hkv * D, s.n);
-      kernels::attention(f(q) + s.offset * Hq * D, s.cache->keys(l), s.cache->values(l),
-                         {s.n, Hq, Hkv, D, s.cache->head_stride()}, s.visible, scale, f(attn) + s.offset * Hq * D);
+      const kernels::AttentionShape shape{s.n, Hq, Hkv, D, s.cache->head_stride()};
+      float* const qs = f(q) + s.offset * Hq * D;
+      float* const os = f(attn) + s.offset * Hq * D;
+      if (s.cache->type() == KVType::F16)
+        kernels::attention(qs, static_cast<const uint16_t*>(s.cache->keys(l)),
+                           static_cast<const uint16_t*>(s.cache->values(l)), shape, s.visible, scale, os);
+      else
+        kernels::attention(qs, static_cast<const float*>(s.cache->keys(l)),
+                           static_cast<const float*>(s.cache->values(l)), shape, s.visible, scale, os);
     }
     kernels::linear(f(attn), n, matrix(l, LayerMatrix::kO), f(delta));
     done();

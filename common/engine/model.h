@@ -87,6 +87,11 @@ class Model {
   const StreamedWeights* stream() const { return stream_.get(); }
   const std::string& name() const { return name_; }
 
+  // The element type of the caches new_cache() makes (default F32). Set it
+  // before the model is shared: a decoder and its verifier must agree on it
+  // for their outputs to match (kv_cache.h).
+  void set_kv_type(KVType type) { kv_type_ = type; }
+  KVType kv_type() const { return kv_type_; }
   KVCache new_cache(int64_t capacity = 0) const;  // 0: max_position_embeddings
 
   // Appends the new tokens to `cache` and returns the requested logits. On
@@ -128,6 +133,7 @@ class Model {
   std::vector<float> rope_cos_;  // [max_positions, head_dim/2]
   std::vector<float> rope_sin_;
   std::unique_ptr<StreamedWeights> stream_;
+  KVType kv_type_ = KVType::F32;
 };
 
 }  // namespace splitspec
