@@ -61,6 +61,27 @@ TEST(LocalModes, ClientApiMatchesTheTargetAloneAndReportsStreaming) {
   }
 }
 
+// A prompt longer than the local verifier's prefill chunk (256) is
+// prefilled in chunks, and the tokens are still those of the target alone
+// prefilling it in one forward.
+TEST(LocalModes, ALongPromptPrefilledInChunksGivesTheTargetsTokens) {
+  std::vector<int32_t> prompt = {1};
+  for (int32_t i = 1; i < 400; ++i) prompt.push_back(3 + (i * 7919) % 7000);
+  GenerateOptions g;
+  g.max_new_tokens = 24;
+  g.ignore_eos = true;
+  const auto target = Model::load(demo_target_dir());
+  const std::vector<int32_t> want = target_alone(*target, prompt, g).output_ids;
+  Request req;
+  req.max_new_tokens = 24;
+  req.ignore_eos = true;
+  for (Mode mode : {Mode::kLocalAr, Mode::kLocalSd, Mode::kLocalTree}) {
+    const Result r = Client::connect(local_options(mode, ""))->generate_ids(prompt, req);
+    EXPECT_EQ(r.ids, want) << mode_name(mode);
+    if (mode == Mode::kLocalAr) EXPECT_EQ(r.stats.target_forwards, 24 + 1) << "one chunk, then the rounds";
+  }
+}
+
 TEST(LocalModes, ClearErrors) {
   auto error = [](ClientOptions o) { return error_of([&] { Client::connect(o); }); };
   EXPECT_NE(error(local_options(Mode::kLocalTree, "lots")).find("cannot read 'lots' as a size"), std::string::npos);
