@@ -88,7 +88,7 @@ TEST(Kernels, AttentionRowDependsOnlyOnItsVisibleSlots) {
 // An F16 cache widens each half exactly and then runs the F32 arithmetic, so
 // its attention is bitwise the F32 attention over the rounded entries.
 TEST(Kernels, AttentionOverHalvesIsAttentionOverTheirFloats) {
-  for (int64_t D : {64, 40}) {
+  for (int64_t D : {64, 36}) {  // 36: a partial last vector
     const int64_t cap = 24, kvh = 2, qh = 4;
     const at::Tensor q = randn({3, qh, D}, 8);
     const at::Tensor k = randn({kvh, cap, D}, 9), v = randn({kvh, cap, D}, 10);
