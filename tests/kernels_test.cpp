@@ -8,6 +8,9 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "common/engine/model.h"
@@ -83,6 +86,25 @@ TEST(Kernels, AttentionRowDependsOnlyOnItsVisibleSlots) {
       EXPECT_TRUE(at::allclose(all[i].slice(0, h * D, (h + 1) * D), ref, 1e-4, 1e-5)) << i << "," << h;
     }
   }
+}
+
+// The vector conversion (F16C) rounds as the portable one does, ties to
+// even, through subnormals and overflow, so an F16 cache holds the same
+// bits on every machine.
+TEST(Kernels, FloatToHalfMatchesThePortableConversionEverywhere) {
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 2049.0f, 2051.0f, 65504.0f, 65519.0f,
+                          65520.0f, 1e10f, -1e10f, 0x1p-24f, 0x1p-25f, 0x3p-26f, 0x1p-14f, 0x1.ff8p-15f, 1e-30f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  std::mt19937 rng(3);
+  for (int i = 0; i < 100000; ++i) {
+    uint32_t bits = static_cast<uint32_t>(rng());
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    if (!std::isnan(f)) x.push_back(f);
+  }
+  std::vector<uint16_t> got(x.size());
+  kernels::float_to_half(x.data(), static_cast<int64_t>(x.size()), got.data());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], float_to_half(x[i])) << x[i];
 }
 
 // An F16 cache widens each half exactly and then runs the F32 arithmetic, so
