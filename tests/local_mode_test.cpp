@@ -92,6 +92,14 @@ TEST(LocalModes, ClearErrors) {
   ClientOptions missing = local_options(Mode::kLocalTree, "25%");
   missing.target_dir = "/no/such/model";
   EXPECT_NE(error(missing).find("/no/such/model: model directory does not exist"), std::string::npos);
+  ClientOptions kv = local_options(Mode::kLocalAr, "");
+  kv.kv_cache = "q8_0";
+  EXPECT_NE(error(kv).find("unknown KV cache type 'q8_0' (choose f32 or f16)"), std::string::npos) << error(kv);
+  kv = ClientOptions{};
+  kv.mode = Mode::kCloudAr;
+  kv.server = "127.0.0.1:1";
+  kv.kv_cache = "f16";
+  EXPECT_NE(error(kv).find("kv_cache sets the local target's cache"), std::string::npos) << error(kv);
   // A draft with another vocabulary.
   TempDir dir;
   Model::random(tiny_config(64, 2), 1)->save(dir.str("draft"));
