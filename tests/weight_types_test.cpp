@@ -33,6 +33,34 @@ std::vector<int32_t> run(const ClientOptions& o, const std::vector<int32_t>& pro
   return Client::connect(o)->generate_ids(prompt, req).ids;
 }
 
+Request greedy_request() {
+  Request req;
+  req.max_new_tokens = 24;
+  req.ignore_eos = true;
+  req.gamma = 3;
+  return req;
+}
+
+// Two test prompts and the target's own greedy tokens for them, with a KV
+// cache of `kv_cache` ("" for the default).
+struct Expected {
+  std::vector<std::vector<int32_t>> prompts, want;
+};
+Expected expected_tokens(const std::string& target, const std::string& kv_cache, const Request& req) {
+  const Tokenizer tok(target);
+  ClientOptions alone;
+  alone.verifier = VerifierKind::kLocal;
+  alone.target_dir = target;
+  alone.drafter = "none";
+  alone.kv_cache = kv_cache;
+  Expected e;
+  for (int p = 0; p < 2; ++p) {
+    e.prompts.push_back(encode_prompt(tok, test_prompts()[p]));
+    e.want.push_back(run(alone, e.prompts.back(), req));
+  }
+  return e;
+}
+
 }  // namespace
 
 class WeightTypes : public ::testing::TestWithParam<WType> {};
@@ -43,20 +71,8 @@ TEST_P(WeightTypes, EveryModeGivesTheTargetsGreedyTokens) {
   convert_pair(type, dir);
   const std::string target = dir.str("target"), draft = dir.str("draft");
   ASSERT_EQ(Model::load(target)->weight_type(), type);
-  const Tokenizer tok(target);
-  Request req;
-  req.max_new_tokens = 24;
-  req.ignore_eos = true;
-  req.gamma = 3;
-  std::vector<std::vector<int32_t>> prompts, want;
-  ClientOptions alone;
-  alone.verifier = VerifierKind::kLocal;
-  alone.target_dir = target;
-  alone.drafter = "none";
-  for (int p = 0; p < 2; ++p) {
-    prompts.push_back(encode_prompt(tok, test_prompts()[p]));
-    want.push_back(run(alone, prompts.back(), req));
-  }
+  const Request req = greedy_request();
+  const auto [prompts, want] = expected_tokens(target, "", req);
   LocalServer srv = start_server(target);
   struct Case {
     std::string name;
@@ -97,21 +113,8 @@ TEST_P(HalfKVCache, EveryModeGivesTheTargetsGreedyTokens) {
   TempDir dir;
   convert_pair(type, dir);
   const std::string target = dir.str("target"), draft = dir.str("draft");
-  const Tokenizer tok(target);
-  Request req;
-  req.max_new_tokens = 24;
-  req.ignore_eos = true;
-  req.gamma = 3;
-  ClientOptions alone;
-  alone.verifier = VerifierKind::kLocal;
-  alone.target_dir = target;
-  alone.drafter = "none";
-  alone.kv_cache = "f16";
-  std::vector<std::vector<int32_t>> prompts, want;
-  for (int p = 0; p < 2; ++p) {
-    prompts.push_back(encode_prompt(tok, test_prompts()[p]));
-    want.push_back(run(alone, prompts.back(), req));
-  }
+  const Request req = greedy_request();
+  const auto [prompts, want] = expected_tokens(target, "f16", req);
   ServerConfig sc;
   sc.target_dir = target;
   sc.listen = "127.0.0.1:0";
