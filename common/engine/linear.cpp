@@ -204,13 +204,7 @@ void linear(const float* x, int64_t n, const MatrixRef& w, float* y) {
   parallel_blocks(grouped, rows_per_chunk, min_blocks, [&](int64_t r0, int64_t r1) {
     switch (isa) {
 #if defined(__x86_64__)
-      case Isa::kAvx512:
-        if (quantized) {
-          avx512::linear_rows(call, r0, r1);
-          return;
-        }
-        avx2::linear_rows(call, r0, r1);
-        return;
+      case Isa::kAvx512: avx512::linear_rows(call, r0, r1); return;
       case Isa::kAvx2: avx2::linear_rows(call, r0, r1); return;
 #endif
 #if defined(__aarch64__)

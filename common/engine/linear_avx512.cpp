@@ -1,12 +1,22 @@
-// linear() for packed Q8_0/Q4_0 weights with AVX-512 VNNI: a register holds
-// one 4-byte piece of 16 rows (weight_type.h's packing), vpdpbusd adds its
-// products with the input's matching 4 bytes into each row's lane, and
-// eight pieces make each row's exact block sum (linear.h), with no
-// horizontal step. Built with -mavx512f -mavx512bw -mavx512dq -mavx512vl
-// -mavx512vnni (plus the avx2 flags) and -ffp-contract=off. vpdpbusd
-// multiplies unsigned by signed bytes, so the weights go in unsigned (Q8_0
-// + 128, Q4_0's nibbles as they are) and each sum starts from -offset times
-// the input block's sum.
+// linear() with AVX-512: F32/F16/BF16 weights two rows a register, and
+// packed Q8_0/Q4_0 weights with VNNI. Built with -mavx512f -mavx512bw
+// -mavx512dq -mavx512vl -mavx512vnni (plus the avx2 flags) and
+// -ffp-contract=off.
+//
+// Float weights: linear.h defines each output over 8 lanes, so a 16-lane
+// register holds two weight rows' 8 lanes side by side (row a low, row b
+// high) against the same 8 inputs broadcast to both halves. Every lane keeps
+// its defined sequence of fused multiply-adds, and each half ends in the same
+// horizontal sum as the avx2 body: the same bits at twice the work per
+// instruction, which is what a k-row product (verification) is bound by.
+//
+// Quantized weights: a register holds one 4-byte piece of 16 rows
+// (weight_type.h's packing), vpdpbusd adds its products with the input's
+// matching 4 bytes into each row's lane, and eight pieces make each row's
+// exact block sum (linear.h), with no horizontal step. vpdpbusd multiplies
+// unsigned by signed bytes, so the weights go in unsigned (Q8_0 + 128, Q4_0's
+// nibbles as they are) and each sum starts from -offset times the input
+// block's sum.
 #include <immintrin.h>
 
 // GCC 12's AVX-512 headers build their "undefined" vectors as `__Y = __Y`,
@@ -14,13 +24,153 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "common/engine/avx2_reduce.h"
 #include "common/engine/linear_isa.h"
 
 namespace splitspec::kernels::avx512 {
 
 namespace {
+
+using avx2::hsum;
+using avx2::tail_mask;
+
+// Eight weights of row a (low half) and of row b (high half), as floats,
+// exactly (half and bfloat16 widen without rounding).
+template <WType T>
+struct Pair;
+template <>
+struct Pair<WType::F32> {
+  using E = float;
+  static __m512 load(const E* a, const E* b) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(a)), _mm256_loadu_ps(b), 1);
+  }
+};
+inline __m256i halves(const uint16_t* a, const uint16_t* b) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+}
+template <>
+struct Pair<WType::F16> {
+  using E = uint16_t;
+  static __m512 load(const E* a, const E* b) { return _mm512_cvtph_ps(halves(a, b)); }
+};
+template <>
+struct Pair<WType::BF16> {
+  using E = uint16_t;
+  static __m512 load(const E* a, const E* b) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves(a, b)), 16));
+  }
+};
+
+// The last 1-7 weights of both rows, zero-padded to eight.
+template <WType T>
+__m512 load_tail(const typename Pair<T>::E* a, const typename Pair<T>::E* b, int64_t rem) {
+  typename Pair<T>::E pa[8] = {}, pb[8] = {};
+  std::memcpy(pa, a, rem * sizeof(pa[0]));
+  std::memcpy(pb, b, rem * sizeof(pb[0]));
+  return Pair<T>::load(pa, pb);
+}
+
+// Partial sums for y[j][r] over inputs [k0, k1) of 2P weight rows and N
+// input rows, continuing from `partial` unless `first`, ending in y if
+// `last`; as the avx2 body's float_block, whose k-blocking this keeps.
+template <WType T, int P, int N>
+void float_block(const float* x, int64_t in, const typename Pair<T>::E* w, int64_t k0, int64_t k1, float* partial,
+                 bool first, bool last, float* y, int64_t out) {
+  using E = typename Pair<T>::E;
+  constexpr int kRows = 2 * P;
+  __m512 acc[P][N];
+  for (int p = 0; p < P; ++p)
+    for (int j = 0; j < N; ++j) acc[p][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + (p * N + j) * 16);
+  const int64_t full = k0 + ((k1 - k0) & ~int64_t{7});
+  // The row block after the next: requested early, it keeps memory busy
+  // while this one computes.
+  const char* next = reinterpret_cast<const char*>(w + 2 * kRows * in);
+  constexpr int kLines = (kRows * 8 * sizeof(E) + 63) / 64;
+  for (int64_t i = k0; i < full; i += 8) {
+    for (int l = 0; l < kLines; ++l) _mm_prefetch(next + sizeof(E) * kRows * i + 64 * l, _MM_HINT_T1);
+    __m512 wv[P];
+    for (int p = 0; p < P; ++p) wv[p] = Pair<T>::load(w + 2 * p * in + i, w + (2 * p + 1) * in + i);
+    for (int j = 0; j < N; ++j) {
+      const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + j * in + i));
+      for (int p = 0; p < P; ++p) acc[p][j] = _mm512_fmadd_ps(wv[p], xv, acc[p][j]);
+    }
+  }
+  if (full < k1) {
+    const __m256i m = tail_mask(k1 - full);
+    __m512 wv[P];
+    for (int p = 0; p < P; ++p) wv[p] = load_tail<T>(w + 2 * p * in + full, w + (2 * p + 1) * in + full, k1 - full);
+    for (int j = 0; j < N; ++j) {
+      const __m512 xv = _mm512_broadcast_f32x8(_mm256_maskload_ps(x + j * in + full, m));
+      for (int p = 0; p < P; ++p) acc[p][j] = _mm512_fmadd_ps(wv[p], xv, acc[p][j]);
+    }
+  }
+  for (int p = 0; p < P; ++p)
+    for (int j = 0; j < N; ++j) {
+      if (last) {
+        y[j * out + 2 * p] = hsum(_mm512_castps512_ps256(acc[p][j]));
+        y[j * out + 2 * p + 1] = hsum(_mm512_extractf32x8_ps(acc[p][j], 1));
+      } else {
+        _mm512_storeu_ps(partial + (p * N + j) * 16, acc[p][j]);
+      }
+    }
+}
+
+// Register blocking: P row pairs x N input rows of accumulators. Several
+// input rows (verification) reuse each loaded pair N times: 3 x 8
+// accumulators, 3 weights and 1 input take 28 of the 32 registers. A single
+// input row (a decode step) is bandwidth-bound and streams 2 pairs.
+constexpr int kInputsPerBlock = 8;
+// Inputs per k-block: 6 weight rows and 8 input rows of this many floats
+// (14 x 512 x 4 bytes = 28 KiB) stay in a 32 KiB L1 while all input chunks
+// pass.
+constexpr int64_t kBlockIn = 512;
+
+template <WType T, int P>
+void float_rows(const float* x, int64_t n, int64_t in, const typename Pair<T>::E* w, int64_t out, float* y,
+                std::vector<float>& partial) {
+  partial.resize(static_cast<size_t>(P * kInputsPerBlock * 16 * ((n + kInputsPerBlock - 1) / kInputsPerBlock)));
+  for (int64_t k0 = 0; k0 < in; k0 += kBlockIn) {
+    const int64_t k1 = std::min(in, k0 + kBlockIn);
+    const bool first = k0 == 0, last = k1 == in;
+    for (int64_t j = 0; j < n; j += kInputsPerBlock) {
+      const float* xj = x + j * in;
+      float* yj = y + j * out;
+      float* pj = partial.data() + P * 16 * j;
+      switch (std::min<int64_t>(kInputsPerBlock, n - j)) {
+        case 1: float_block<T, P, 1>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+        case 2: float_block<T, P, 2>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+        case 3: float_block<T, P, 3>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+        case 4: float_block<T, P, 4>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+        case 5: float_block<T, P, 5>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+        case 6: float_block<T, P, 6>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+        case 7: float_block<T, P, 7>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+        default: float_block<T, P, 8>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
+      }
+    }
+  }
+}
+
+template <WType T>
+void float_linear(const LinearCall& c, int64_t r0, int64_t r1) {
+  thread_local std::vector<float> partial;
+  const auto* w = static_cast<const typename Pair<T>::E*>(c.w.data);
+  const int64_t in = c.w.cols, out = c.w.rows;
+  const int64_t step = c.n == 1 ? 4 : 6;
+  int64_t r = r0;
+  for (; r + step <= r1; r += step) {
+    if (step == 4)
+      float_rows<T, 2>(c.x, c.n, in, w + r * in, out, c.y + r, partial);
+    else
+      float_rows<T, 3>(c.x, c.n, in, w + r * in, out, c.y + r, partial);
+  }
+  // The last rows of a matrix whose row count is not a multiple of the step.
+  if (r < r1) avx2::linear_rows(c, r, r1);
+}
 
 template <WType T>
 constexpr int32_t kOffset = T == WType::Q8_0 ? 128 : 8;
@@ -88,10 +238,13 @@ void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
 }  // namespace
 
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
-  if (c.w.type == WType::Q8_0)
-    quant_linear<WType::Q8_0>(c, r0, r1);
-  else
-    quant_linear<WType::Q4_0>(c, r0, r1);
+  switch (c.w.type) {
+    case WType::F32: float_linear<WType::F32>(c, r0, r1); break;
+    case WType::F16: float_linear<WType::F16>(c, r0, r1); break;
+    case WType::BF16: float_linear<WType::BF16>(c, r0, r1); break;
+    case WType::Q8_0: quant_linear<WType::Q8_0>(c, r0, r1); break;
+    case WType::Q4_0: quant_linear<WType::Q4_0>(c, r0, r1); break;
+  }
 }
 
 }  // namespace splitspec::kernels::avx512

@@ -27,8 +27,8 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
 }
 namespace avx512 {
-// Packed Q8_0/Q4_0 weights only, whole groups of 16 rows (the rest runs the
-// avx2 body).
+// Packed Q8_0/Q4_0 weights in whole groups of 16 rows (the rest runs the avx2
+// body), and float weights of any range.
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 }
 namespace neon {
