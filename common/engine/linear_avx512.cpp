@@ -224,13 +224,19 @@ void group(const LinearCall& c, int64_t r, int64_t j) {
 template <WType T>
 void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; r += kPackRows) {
-    int64_t j = 0;
-    for (; j + 4 <= c.n; j += 4) group<T, 4>(c, r, j);
-    switch (c.n - j) {
-      case 3: group<T, 3>(c, r, j); break;
-      case 2: group<T, 2>(c, r, j); break;
-      case 1: group<T, 1>(c, r, j); break;
-      default: break;
+    // Up to 8 input rows share each block's unpacked weights: 8 weight
+    // registers and 8 accumulators leave room for the sums.
+    for (int64_t j = 0; j < c.n; j += 8) {
+      switch (std::min<int64_t>(8, c.n - j)) {
+        case 1: group<T, 1>(c, r, j); break;
+        case 2: group<T, 2>(c, r, j); break;
+        case 3: group<T, 3>(c, r, j); break;
+        case 4: group<T, 4>(c, r, j); break;
+        case 5: group<T, 5>(c, r, j); break;
+        case 6: group<T, 6>(c, r, j); break;
+        case 7: group<T, 7>(c, r, j); break;
+        default: group<T, 8>(c, r, j); break;
+      }
     }
   }
 }
