@@ -118,9 +118,9 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
   for (const auto& row : visible) slots += static_cast<int64_t>(row.size());
   const int64_t tasks = s.n * s.q_heads;
   const int64_t min_grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, slots / std::max<int64_t>(1, s.n) * D));
-  // Head-major: a KV head's keys and values (tens of KB) stay in the
-  // nearest caches while every row of the batch reads them, instead of the
-  // whole layer's cache streaming past once per row.
+  // Head-major: a KV head's keys and values stay in the nearest caches
+  // while every row of the batch reads them, instead of the whole layer's
+  // cache streaming past once per row.
   parallel(tasks, grain_for(tasks, min_grain), [&](int64_t t0, int64_t t1) {
     std::vector<float> scratch;
     for (int64_t t = t0; t < t1; ++t) {

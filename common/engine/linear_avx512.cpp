@@ -24,9 +24,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "common/engine/avx2_reduce.h"
 #include "common/engine/linear_isa.h"
@@ -77,7 +75,8 @@ __m512 load_tail(const typename Pair<T>::E* a, const typename Pair<T>::E* b, int
 
 // Partial sums for y[j][r] over inputs [k0, k1) of 2P weight rows and N
 // input rows, continuing from `partial` unless `first`, ending in y if
-// `last`; as the avx2 body's float_block, whose k-blocking this keeps.
+// `last`, as the avx2 body's float_block. Partial sums round-trip through
+// memory exactly, so the k-blocking does not change a lane's sequence.
 template <WType T, int P, int N>
 void float_block(const float* x, int64_t in, const typename Pair<T>::E* w, int64_t k0, int64_t k1, float* partial,
                  bool first, bool last, float* y, int64_t out) {
@@ -125,50 +124,57 @@ void float_block(const float* x, int64_t in, const typename Pair<T>::E* w, int64
 // accumulators, 3 weights and 1 input take 28 of the 32 registers. A single
 // input row (a decode step) is bandwidth-bound and streams 2 pairs.
 constexpr int kInputsPerBlock = 8;
-// Inputs per k-block: 6 weight rows and 8 input rows of this many floats
-// (14 x 512 x 4 bytes = 28 KiB) stay in a 32 KiB L1 while all input chunks
-// pass.
+// Inputs per k-block; a multiple of 8, so each lane's inputs stay its own.
 constexpr int64_t kBlockIn = 512;
 
-template <WType T, int P>
-void float_rows(const float* x, int64_t n, int64_t in, const typename Pair<T>::E* w, int64_t out, float* y,
-                std::vector<float>& partial) {
-  partial.resize(static_cast<size_t>(P * kInputsPerBlock * 16 * ((n + kInputsPerBlock - 1) / kInputsPerBlock)));
+// For each block of up to 8 input rows, the whole width in k-blocks: the
+// partial sums of one block fit on the stack, so this file (built for
+// AVX-512) instantiates no library code that a CPU without it could be
+// linked to.
+template <WType T, int P, int N>
+void float_rows_of(const float* x, int64_t in, const typename Pair<T>::E* w, int64_t out, float* y) {
+  alignas(64) float partial[P * N * 16];
   for (int64_t k0 = 0; k0 < in; k0 += kBlockIn) {
-    const int64_t k1 = std::min(in, k0 + kBlockIn);
-    const bool first = k0 == 0, last = k1 == in;
-    for (int64_t j = 0; j < n; j += kInputsPerBlock) {
-      const float* xj = x + j * in;
-      float* yj = y + j * out;
-      float* pj = partial.data() + P * 16 * j;
-      switch (std::min<int64_t>(kInputsPerBlock, n - j)) {
-        case 1: float_block<T, P, 1>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-        case 2: float_block<T, P, 2>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-        case 3: float_block<T, P, 3>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-        case 4: float_block<T, P, 4>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-        case 5: float_block<T, P, 5>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-        case 6: float_block<T, P, 6>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-        case 7: float_block<T, P, 7>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-        default: float_block<T, P, 8>(xj, in, w, k0, k1, pj, first, last, yj, out); break;
-      }
+    const int64_t k1 = in - k0 < kBlockIn ? in : k0 + kBlockIn;
+    float_block<T, P, N>(x, in, w, k0, k1, partial, k0 == 0, k1 == in, y, out);
+  }
+}
+
+template <WType T, int P>
+void float_rows(const float* x, int64_t n, int64_t in, const typename Pair<T>::E* w, int64_t out, float* y) {
+  if constexpr (P == 2) {  // decode steps only
+    float_rows_of<T, P, 1>(x, in, w, out, y);
+    return;
+  }
+  for (int64_t j = 0; j < n; j += kInputsPerBlock) {
+    const float* xj = x + j * in;
+    float* yj = y + j * out;
+    switch (n - j < kInputsPerBlock ? n - j : kInputsPerBlock) {
+      case 1: float_rows_of<T, P, 1>(xj, in, w, out, yj); break;
+      case 2: float_rows_of<T, P, 2>(xj, in, w, out, yj); break;
+      case 3: float_rows_of<T, P, 3>(xj, in, w, out, yj); break;
+      case 4: float_rows_of<T, P, 4>(xj, in, w, out, yj); break;
+      case 5: float_rows_of<T, P, 5>(xj, in, w, out, yj); break;
+      case 6: float_rows_of<T, P, 6>(xj, in, w, out, yj); break;
+      case 7: float_rows_of<T, P, 7>(xj, in, w, out, yj); break;
+      default: float_rows_of<T, P, 8>(xj, in, w, out, yj); break;
     }
   }
 }
 
 template <WType T>
 void float_linear(const LinearCall& c, int64_t r0, int64_t r1) {
-  thread_local std::vector<float> partial;
   const auto* w = static_cast<const typename Pair<T>::E*>(c.w.data);
   const int64_t in = c.w.cols, out = c.w.rows;
   const int64_t step = c.n == 1 ? 4 : 6;
   int64_t r = r0;
   for (; r + step <= r1; r += step) {
     if (step == 4)
-      float_rows<T, 2>(c.x, c.n, in, w + r * in, out, c.y + r, partial);
+      float_rows<T, 2>(c.x, c.n, in, w + r * in, out, c.y + r);
     else
-      float_rows<T, 3>(c.x, c.n, in, w + r * in, out, c.y + r, partial);
+      float_rows<T, 3>(c.x, c.n, in, w + r * in, out, c.y + r);
   }
-  // The last rows of a matrix whose row count is not a multiple of the step.
+// The last rows of a matrix whose row count is not a multiple of the step.
   if (r < r1) avx2::linear_rows(c, r, r1);
 }
 
@@ -227,7 +233,7 @@ void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
     // Up to 8 input rows share each block's unpacked weights: 8 weight
     // registers and 8 accumulators leave room for the sums.
     for (int64_t j = 0; j < c.n; j += 8) {
-      switch (std::min<int64_t>(8, c.n - j)) {
+      switch (c.n - j < 8 ? c.n - j : 8) {
         case 1: group<T, 1>(c, r, j); break;
         case 2: group<T, 2>(c, r, j); break;
         case 3: group<T, 3>(c, r, j); break;
