@@ -211,6 +211,8 @@ void group(const LinearCall& c, int64_t r, int64_t j) {
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     __m512i w[8];
     weights<T>(blk + 2 * kPackRows, w);
+    // Unrolled in full, or GCC keeps acc[] in memory from N = 8 on.
+#pragma GCC unroll 8
     for (int jj = 0; jj < N; ++jj) {
       const int64_t row = (j + jj) * nb + b;
       const auto* x = reinterpret_cast<const int32_t*>(qx.q.data() + row * kQBlock);
