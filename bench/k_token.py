@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-from startup_memory import interval  # same directory: median ratio with a bootstrap interval
+from startup_memory import interval, report  # same directory
 
 KS = [1, 5, 8]
 
@@ -89,11 +89,7 @@ def main():
                 f"| {t} | {th} | {med['a'][1]:.3f} | {med['a'][5] / med['a'][1]:.2f}, {med['a'][8] / med['a'][1]:.2f} | "
                 f"{med['b'][1]:.3f} | {med['b'][5] / med['b'][1]:.2f}, {med['b'][8] / med['b'][1]:.2f} | " +
                 " | ".join(f"{r:.2f} ({lo:.2f}-{hi:.2f})" for r, lo, hi in ba) + " |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    report(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from startup_memory import interval  # same directory: median ratio with a bootstrap interval
+from startup_memory import interval, report  # same directory
 
 KV = ["f32", "f16"]
 
@@ -112,11 +112,7 @@ def main():
                   + (f"; the others part at tokens {sorted(parts)}." if parts else ".")]
     elif args.prompts > 0:
         lines += ["", f"Greedy agreement skipped: {args.spec_bench} not found."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    report(lines, args.out)
 
 
 if __name__ == "__main__":

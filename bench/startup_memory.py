@@ -50,6 +50,15 @@ def interval(a, b, stat=statistics.median, n=2000, seed=1):
     return stat(a) / stat(b), ratios[int(0.025 * n)], ratios[int(0.975 * n)]
 
 
+def report(lines, out):
+    """Print the markdown lines, and write them to `out` if given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--a", required=True, help="baseline splitspec binary")
@@ -107,11 +116,7 @@ def main():
         lines.append(f"| {t} | {b[0]['weights'] / 1e6:.0f} | {goal / 1e6:.0f} | {pa / 1e6:.0f} | {pb / 1e6:.0f} | "
                      f"{'yes' if pb <= goal else 'no'} | {statistics.median(x['ms'] for x in a):.3f} | "
                      f"{statistics.median(x['ms'] for x in b):.3f} | {ms[0]:.2f} ({ms[1]:.2f}-{ms[2]:.2f}) |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    report(lines, args.out)
 
 
 if __name__ == "__main__":
