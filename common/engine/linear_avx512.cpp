@@ -142,10 +142,6 @@ void float_rows_of(const float* x, int64_t in, const typename Pair<T>::E* w, int
 
 template <WType T, int P>
 void float_rows(const float* x, int64_t n, int64_t in, const typename Pair<T>::E* w, int64_t out, float* y) {
-  if constexpr (P == 2) {  // decode steps only
-    float_rows_of<T, P, 1>(x, in, w, out, y);
-    return;
-  }
   for (int64_t j = 0; j < n; j += kInputsPerBlock) {
     const float* xj = x + j * in;
     float* yj = y + j * out;
@@ -169,8 +165,8 @@ void float_linear(const LinearCall& c, int64_t r0, int64_t r1) {
   const int64_t step = c.n == 1 ? 4 : 6;
   int64_t r = r0;
   for (; r + step <= r1; r += step) {
-    if (step == 4)
-      float_rows<T, 2>(c.x, c.n, in, w + r * in, out, c.y + r);
+    if (step == 4)  // a decode step: one input row
+      float_rows_of<T, 2, 1>(c.x, in, w + r * in, out, c.y + r);
     else
       float_rows<T, 3>(c.x, c.n, in, w + r * in, out, c.y + r);
   }
