@@ -33,6 +33,11 @@ K=kubernetes/base
 refused $K/deployment.yaml 's/replicas: 2/replicas: two/' "spec/replicas must be integer"
 refused $K/deployment.yaml 's/terminationGracePeriodSeconds: 45/terminationGracePeriodSeconds: 20/' \
   "terminationGracePeriodSeconds 20 < preStop 5 + shutdown_grace_s 30 + 5"
+# Misspelt optional fields, which the schemas alone let through.
+refused $K/deployment.yaml 's/revisionHistoryLimit: 5/revisionHistoryLimt: 5/' \
+  "Deployment/splitspec-server: strict schema: Object literal may only specify known properties, and '\"revisionHistoryLimt\"'"
+refused $K/deployment.yaml 's/imagePullPolicy: IfNotPresent/imagePulPolicy: IfNotPresent/' "'\"imagePulPolicy\"' does not exist in type 'IContainer'"
+refused $K/servicemonitor.yaml 's/scrapeTimeout: 10s/scrapeTimout: 10s/' "ServiceMonitor/splitspec-server: strict schema"
 refused $K/deployment.yaml 's/failureThreshold: 6/failureThreshold: 2/' "liveness would kill a draining replica"
 refused $K/deployment.yaml 's/readOnlyRootFilesystem: true/readOnlyRootFilesystem: false/' "root file system is writable"
 refused $K/deployment.yaml '/readinessProbe:/,/successThreshold/d' "readinessProbe is not a gRPC probe on the health port"

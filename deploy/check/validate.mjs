@@ -1,14 +1,19 @@
 // Checks deploy/kubernetes's rendered objects, as deploy/check.sh calls it:
 //   node validate.mjs NODE_MODULES OUT_DIR OVERLAY=FILE... secrets=FILE
 // Each object against its API's schema (kubernetes-models; ServiceMonitor and
-// PrometheusRule from @kubernetes-models/prometheus-operator), then against
+// PrometheusRule from @kubernetes-models/prometheus-operator), strictly: those
+// schemas let unknown fields pass, so every object is also type-checked, as an
+// object literal, against the same packages' TypeScript interfaces, whose
+// excess-property check refuses a field the API does not have at any depth
+// (a misspelt optional field would otherwise be silently dropped by the API
+// server). Then against
 // what the server needs: the properties below are the ones whose loss would
 // break serving, draining or security without any schema noticing. Writes
 // each overlay's server.json (its ConfigMap) and alert rules (its
 // PrometheusRule's groups) to OUT_DIR as OVERLAY-server.json and
 // OVERLAY-rules.yaml, for the server's --check-config and for promtool.
 // Prints one line per finding; exits 1 if any.
-import { readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
@@ -21,6 +26,7 @@ if (!modules || !outDir || inputs.length === 0) {
 // this directory (build/tools), where bare imports would not find them.
 const load = (path) => import(pathToFileURL(join(modules, path)).href);
 const YAML = await load("yaml/dist/index.js");
+const tsModule = await load("typescript/lib/typescript.js");
 
 const SCHEMAS = {
   "v1/Namespace": "kubernetes-models/v1/Namespace.js",
@@ -70,6 +76,38 @@ async function validateSchema(where, o) {
     new mod[o.kind](o).validate();
   } catch (e) {
     fail(where, `schema: ${e.message}`);
+  }
+}
+
+// One program for every object: typescript parses the interfaces once. The
+// generated file sits in OUT_DIR beside a link to the packages, so the
+// packages' export maps resolve as they would for any TypeScript user.
+function checkStrict(named) {
+  const ts = tsModule.default;
+  const file = join(outDir, "strict.ts");
+  const link = join(outDir, "node_modules");
+  if (!existsSync(link)) symlinkSync(modules, link, "dir");
+  const typeOf = new Map();  // schema path -> its interface's local name
+  const typed = named.filter(([, o]) => SCHEMAS[`${o.apiVersion}/${o.kind}`]);
+  for (const [, o] of typed) {
+    const path = SCHEMAS[`${o.apiVersion}/${o.kind}`];
+    if (!typeOf.has(path)) typeOf.set(path, { name: `T${typeOf.size}`, kind: o.kind });
+  }
+  let src = [...typeOf].map(([path, t]) => `import type { I${t.kind} as ${t.name} } from "${path.replace(/\.js$/, "")}";\n`).join("");
+  const starts = [];  // [first line of an object's literal, where]
+  typed.forEach(([where, o], i) => {
+    starts.push([src.split("\n").length - 1, where]);
+    src += `export const o${i}: ${typeOf.get(SCHEMAS[`${o.apiVersion}/${o.kind}`]).name} = ${JSON.stringify(o, null, 1)};\n`;
+  });
+  writeFileSync(file, src);
+  const program = ts.createProgram([file], {
+    noEmit: true, strict: true, skipLibCheck: true, types: [],
+    module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, target: ts.ScriptTarget.ES2022,
+  });
+  for (const d of ts.getPreEmitDiagnostics(program)) {
+    const line = d.file && d.start !== undefined ? d.file.getLineAndCharacterOfPosition(d.start).line : -1;
+    const owner = starts.filter(([first]) => first <= line).pop();
+    fail(owner ? owner[1] : file, `strict schema: ${ts.flattenDiagnosticMessageText(d.messageText, " ")}`);
   }
 }
 
@@ -237,11 +275,17 @@ function checkOverlay(name, objects, secrets) {
 }
 
 const rendered = {};
+const named = [];
 for (const arg of inputs) {
   const [name, file] = arg.split("=");
   rendered[name] = readObjects(file);
-  for (const o of rendered[name]) await validateSchema(`${name} ${o.kind}/${o.metadata?.name}`, o);
+  for (const o of rendered[name]) {
+    const where = `${name} ${o.kind}/${o.metadata?.name}`;
+    await validateSchema(where, o);
+    named.push([where, o]);
+  }
 }
+checkStrict(named);
 const secrets = rendered.secrets ?? [];
 check(secrets.length === 2, "secrets", `expected the TLS and token Secrets, found ${secrets.length}`);
 for (const [name, objects] of Object.entries(rendered)) if (name !== "secrets") checkOverlay(name, objects, secrets);
