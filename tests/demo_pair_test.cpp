@@ -1,9 +1,13 @@
 // The shipped demo pair (models/demo-target, models/demo-draft): it loads,
 // shares one tokenizer, the target's forward is well over 5x the draft's in
-// weights, and greedy speculation with it reproduces the target exactly.
+// weights, greedy speculation with it reproduces the target exactly, and the
+// target does not answer a prompt with <s>.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "common/drafting/model_drafter.h"
 #include "common/engine/model.h"
@@ -47,6 +51,41 @@ TEST(DemoPair, GreedySpeculationReproducesTheTarget) {
       ModelDrafter drafter(draft);
       EXPECT_EQ(decode_locally(target, drafter, ids, o, gamma).ids, reference) << prompt << " gamma " << gamma;
     }
+  }
+}
+
+// The first demo target was trained on documents that each began with BOS
+// but ran into the next one unseparated, so it learned that <s> follows text:
+// it emitted <s> as its first token after 6 of the first 40 Spec-Bench
+// prompts, three of which are below (Spec-Bench, Apache-2.0). tokenize_corpus
+// now ends each document with EOS; the shipped target is trained that way.
+TEST(DemoPair, TheTargetDoesNotAnswerWithBOS) {
+  auto target = Model::load((kModels / "demo-target").string());
+  Tokenizer tok((kModels / "demo-target").string());
+  std::vector<std::string> prompts = {
+      "Picture yourself as a 100-years-old tree in a lush forest, minding your own business, when suddenly, a bunch "
+      "of deforesters shows up to chop you down. How do you feel when those guys start hacking away at you?",
+      "Imagine you are participating in a race with a group of people. If you have just overtaken the second person, "
+      "what's your current position? Where is the person you just overtook?",
+      "David has three sisters. Each of them has one brother. How many brothers does David have?"};
+  if (const auto shared = shared_dir()) {
+    std::ifstream in(*shared / "prompts" / "spec_bench.jsonl");
+    std::string line;
+    for (int i = 0; i < 40 && std::getline(in, line); ++i)
+      prompts.push_back(nlohmann::json::parse(line).at("turns").at(0).get<std::string>());
+  } else {
+    GTEST_LOG_(INFO) << "../shared absent: the 40 Spec-Bench prompts are skipped, the three above still run";
+  }
+  GenerateOptions o;
+  o.max_new_tokens = 1;
+  o.ignore_eos = true;
+  const int32_t bos = static_cast<int32_t>(target->config().bos_token_id);
+  for (const std::string& prompt : prompts) {
+    std::vector<int32_t> ids = tok.encode(prompt);
+    ids.insert(ids.begin(), bos);
+    const auto out = target_alone(*target, ids, o).output_ids;
+    ASSERT_EQ(out.size(), 1u) << prompt;
+    EXPECT_NE(out[0], bos) << prompt;
   }
 }
 
