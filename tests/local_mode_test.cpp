@@ -78,7 +78,9 @@ TEST(LocalModes, ALongPromptPrefilledInChunksGivesTheTargetsTokens) {
   for (Mode mode : {Mode::kLocalAr, Mode::kLocalSd, Mode::kLocalTree}) {
     const Result r = Client::connect(local_options(mode, ""))->generate_ids(prompt, req);
     EXPECT_EQ(r.ids, want) << mode_name(mode);
-    if (mode == Mode::kLocalAr) EXPECT_EQ(r.stats.target_forwards, 24 + 1) << "one chunk, then the rounds";
+    if (mode == Mode::kLocalAr) {
+      EXPECT_EQ(r.stats.target_forwards, 24 + 1) << "one chunk, then the rounds";
+    }
   }
 }
 
