@@ -7,11 +7,14 @@
 # $BUILD_DIR/sanitizer-logs/.
 #   scripts/sanitize.sh [CTEST_ARGS...]      e.g. scripts/sanitize.sh -R 'LutTables|EarlyExit'
 # Environment:
-#   SANITIZE_DIR     build directory (default build-asan)
+#   SANITIZER        address (default: ASan and UBSan) or thread (TSan, in
+#                    build-tsan; with tests/sanitizers/tsan.supp)
+#   SANITIZE_DIR     build directory (default build-asan, build-tsan)
 #   BUILD_TYPE       default RelWithDebInfo (at -O1 -g1: usable stacks, tests not too slow)
 #   BUILD_JOBS       parallel compile jobs (default 2, as scripts/build.sh)
 #   TEST_JOBS        parallel tests (default 2)
 #   SANITIZE_BUILD   0: skip configure and build, run the tests only
+#   SANITIZE_TARGETS build only these targets (default: all)
 #   SANITIZE_LEAKS   0: no leak detection (default 1, with tests/sanitizers/lsan.supp)
 #
 # Not run here (ctest -E): the Python tests (an instrumented module in an
@@ -21,19 +24,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
-BUILD_DIR="${SANITIZE_DIR:-build-asan}"
+SANITIZER="${SANITIZER:-address}"
+case "$SANITIZER" in
+  address) BUILD_DIR="${SANITIZE_DIR:-build-asan}" ;;
+  thread) BUILD_DIR="${SANITIZE_DIR:-build-tsan}" ;;
+  *) echo "sanitize.sh: SANITIZER must be address or thread, not '$SANITIZER'" >&2; exit 2 ;;
+esac
 case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$ROOT/$BUILD_DIR" ;; esac
 BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}"
 LOGS="$BUILD_DIR/sanitizer-logs"
 EXCLUDE='^(Python\.|Package\.ConsumerBuildsAgainstInstall$|LinearCheck\.Aarch64BodiesUnderQemu$)'
 
-SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 # Reports go to $LOGS/<tool>.<pid> (so that those of child processes are
 # kept too) and end the process; UBSan prints a stack.
-leaks="${SANITIZE_LEAKS:-1}"
-export ASAN_OPTIONS="halt_on_error=1:detect_leaks=$leaks:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=0:log_path=$LOGS/asan"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$LOGS/ubsan"
-export LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0"
+if [ "$SANITIZER" = thread ]; then
+  SAN="-fsanitize=thread -fno-omit-frame-pointer"
+  LINK="-fsanitize=thread"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$LOGS/tsan:suppressions=$ROOT/tests/sanitizers/tsan.supp:print_suppressions=0"
+else
+  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+  LINK="-fsanitize=address,undefined"
+  leaks="${SANITIZE_LEAKS:-1}"
+  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=$leaks:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=0:log_path=$LOGS/asan"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$LOGS/ubsan"
+  export LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0"
+fi
 
 if [ "${SANITIZE_BUILD:-1}" != 0 ]; then
   # The same options as scripts/build.sh, the sanitizers on top (the build
@@ -41,11 +56,11 @@ if [ "${SANITIZE_BUILD:-1}" != 0 ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
     "-DCMAKE_CXX_FLAGS=$SAN" \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
-    "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" \
-    "-DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=address,undefined" \
-    "-DCMAKE_MODULE_LINKER_FLAGS=-fsanitize=address,undefined" >/dev/null
+    "-DCMAKE_EXE_LINKER_FLAGS=$LINK" \
+    "-DCMAKE_SHARED_LINKER_FLAGS=$LINK" \
+    "-DCMAKE_MODULE_LINKER_FLAGS=$LINK" >/dev/null
   mkdir -p "$LOGS"
-  cmake --build "$BUILD_DIR" -j "${BUILD_JOBS:-2}"
+  cmake --build "$BUILD_DIR" -j "${BUILD_JOBS:-2}" ${SANITIZE_TARGETS:+--target $SANITIZE_TARGETS}
 fi
 
 rm -rf "$LOGS"
@@ -63,7 +78,7 @@ mapfile -t reports < <(find "$LOGS" -type f | sort)
 echo "sanitizer reports: ${#reports[@]} (in $LOGS)"
 for f in "${reports[@]}"; do
   echo "--- $f"
-  grep -m1 -E "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$f" || head -3 "$f"
+  grep -m1 -E "ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error:" "$f" || head -3 "$f"
   grep -m8 -E "^ +#[0-9]+ " "$f" || true
   grep -m1 "SUMMARY:" "$f" || true
 done
