@@ -67,10 +67,11 @@ function readObjects(file) {
   return out;
 }
 
+const schemaOf = (o) => SCHEMAS[`${o.apiVersion}/${o.kind}`];
+
 async function validateSchema(where, o) {
-  const key = `${o.apiVersion}/${o.kind}`;
-  const path = SCHEMAS[key];
-  if (!check(path, where, `no schema for ${key}: add it to validate.mjs or do not ship it`)) return;
+  const path = schemaOf(o);
+  if (!check(path, where, `no schema for ${o.apiVersion}/${o.kind}: add it to validate.mjs or do not ship it`)) return;
   const mod = await load(path);
   try {
     new mod[o.kind](o).validate();
@@ -81,33 +82,25 @@ async function validateSchema(where, o) {
 
 // One program for every object: typescript parses the interfaces once. The
 // generated file sits in OUT_DIR beside a link to the packages, so the
-// packages' export maps resolve as they would for any TypeScript user.
+// packages' export maps resolve as they would for any TypeScript user. Each
+// object is one line of it, so a diagnostic's line names its object.
 function checkStrict(named) {
   const ts = tsModule.default;
   const file = join(outDir, "strict.ts");
   const link = join(outDir, "node_modules");
   if (!existsSync(link)) symlinkSync(modules, link, "dir");
-  const typeOf = new Map();  // schema path -> its interface's local name
-  const typed = named.filter(([, o]) => SCHEMAS[`${o.apiVersion}/${o.kind}`]);
-  for (const [, o] of typed) {
-    const path = SCHEMAS[`${o.apiVersion}/${o.kind}`];
-    if (!typeOf.has(path)) typeOf.set(path, { name: `T${typeOf.size}`, kind: o.kind });
-  }
-  let src = [...typeOf].map(([path, t]) => `import type { I${t.kind} as ${t.name} } from "${path.replace(/\.js$/, "")}";\n`).join("");
-  const starts = [];  // [first line of an object's literal, where]
-  typed.forEach(([where, o], i) => {
-    starts.push([src.split("\n").length - 1, where]);
-    src += `export const o${i}: ${typeOf.get(SCHEMAS[`${o.apiVersion}/${o.kind}`]).name} = ${JSON.stringify(o, null, 1)};\n`;
-  });
-  writeFileSync(file, src);
+  const typed = named.filter(([, o]) => schemaOf(o));
+  const paths = [...new Set(typed.map(([, o]) => schemaOf(o)))];
+  const imports = paths.map((path, i) => `import type { I${path.match(/(\w+)\.js$/)[1]} as T${i} } from "${path.replace(/\.js$/, "")}";\n`);
+  const literals = typed.map(([, o], i) => `export const o${i}: T${paths.indexOf(schemaOf(o))} = ${JSON.stringify(o)};\n`);
+  writeFileSync(file, imports.join("") + literals.join(""));
   const program = ts.createProgram([file], {
     noEmit: true, strict: true, skipLibCheck: true, types: [],
     module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, target: ts.ScriptTarget.ES2022,
   });
   for (const d of ts.getPreEmitDiagnostics(program)) {
     const line = d.file && d.start !== undefined ? d.file.getLineAndCharacterOfPosition(d.start).line : -1;
-    const owner = starts.filter(([first]) => first <= line).pop();
-    fail(owner ? owner[1] : file, `strict schema: ${ts.flattenDiagnosticMessageText(d.messageText, " ")}`);
+    fail(typed[line - imports.length]?.[0] ?? file, `strict schema: ${ts.flattenDiagnosticMessageText(d.messageText, " ")}`);
   }
 }
 
