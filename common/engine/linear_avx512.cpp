@@ -8,7 +8,10 @@
 // high) against the same 8 inputs broadcast to both halves. Every lane keeps
 // its defined sequence of fused multiply-adds, and each half ends in the same
 // horizontal sum as the avx2 body: the same bits at twice the work per
-// instruction, which is what a k-row product (verification) is bound by.
+// instruction, which is what a k-row product (verification) is bound by. A
+// k-row block sums its outputs eight registers at a time (sum_lanes8), and its
+// loops are unrolled by pragma, so the accumulators stay in registers at -O2
+// as at -O3 (at -O2 GCC kept them in memory: 3x slower).
 //
 // Quantized weights: a register holds one 4-byte piece of 16 rows
 // (weight_type.h's packing), vpdpbusd adds its products with the input's
@@ -73,6 +76,25 @@ __m512 load_tail(const typename Pair<T>::E* a, const typename Pair<T>::E* b, int
   return Pair<T>::load(pa, pb);
 }
 
+// The 16 outputs of eight registers r[0..7], each holding two outputs' 8
+// lanes (a low, b high), summed as hsum sums one: ((l0+l4)+(l2+l6)) +
+// ((l1+l5)+(l3+l7)), the same additions of the same operands, but three
+// register-wide steps serve all 16 outputs instead of a shuffle chain each.
+// sums[4c + m] is register 2m + (c >= 2)'s output (c odd: b, else a).
+inline void sum_lanes8(const __m512 r[8], float sums[16]) {
+  __m512 four[4], two[2];
+  // lanes l + l+4: [r0 a, r0 b, r1 a, r1 b] from r0 and r1, and so on
+  for (int i = 0; i < 4; ++i)
+    four[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // (l0+l4)+(l2+l6) and (l1+l5)+(l3+l7), two outputs a 128-bit lane
+  for (int i = 0; i < 2; ++i)
+    two[i] = _mm512_add_ps(_mm512_shuffle_ps(four[2 * i], four[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_ps(four[2 * i], four[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  _mm512_storeu_ps(sums, _mm512_add_ps(_mm512_shuffle_ps(two[0], two[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_ps(two[0], two[1], _MM_SHUFFLE(3, 1, 3, 1))));
+}
+
 // Partial sums for y[j][r] over inputs [k0, k1) of 2P weight rows and N
 // input rows, continuing from `partial` unless `first`, ending in y if
 // `last`, as the avx2 body's float_block. Partial sums round-trip through
@@ -83,7 +105,9 @@ void float_block(const float* x, int64_t in, const typename Pair<T>::E* w, int64
   using E = typename Pair<T>::E;
   constexpr int kRows = 2 * P;
   __m512 acc[P][N];
+#pragma GCC unroll 8
   for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
     for (int j = 0; j < N; ++j) acc[p][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + (p * N + j) * 16);
   const int64_t full = k0 + ((k1 - k0) & ~int64_t{7});
   // The row block after the next: requested early, it keeps memory busy
@@ -93,9 +117,12 @@ void float_block(const float* x, int64_t in, const typename Pair<T>::E* w, int64
   for (int64_t i = k0; i < full; i += 8) {
     for (int l = 0; l < kLines; ++l) _mm_prefetch(next + sizeof(E) * kRows * i + 64 * l, _MM_HINT_T1);
     __m512 wv[P];
+#pragma GCC unroll 8
     for (int p = 0; p < P; ++p) wv[p] = Pair<T>::load(w + 2 * p * in + i, w + (2 * p + 1) * in + i);
+#pragma GCC unroll 8
     for (int j = 0; j < N; ++j) {
       const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + j * in + i));
+#pragma GCC unroll 8
       for (int p = 0; p < P; ++p) acc[p][j] = _mm512_fmadd_ps(wv[p], xv, acc[p][j]);
     }
   }
@@ -108,15 +135,35 @@ void float_block(const float* x, int64_t in, const typename Pair<T>::E* w, int64
       for (int p = 0; p < P; ++p) acc[p][j] = _mm512_fmadd_ps(wv[p], xv, acc[p][j]);
     }
   }
-  for (int p = 0; p < P; ++p)
-    for (int j = 0; j < N; ++j) {
-      if (last) {
+  if (!last) {
+    for (int p = 0; p < P; ++p)
+      for (int j = 0; j < N; ++j) _mm512_storeu_ps(partial + (p * N + j) * 16, acc[p][j]);
+    return;
+  }
+  if constexpr (P * N < 4) {
+    for (int p = 0; p < P; ++p)
+      for (int j = 0; j < N; ++j) {
         y[j * out + 2 * p] = hsum(_mm512_castps512_ps256(acc[p][j]));
         y[j * out + 2 * p + 1] = hsum(_mm512_extractf32x8_ps(acc[p][j], 1));
-      } else {
-        _mm512_storeu_ps(partial + (p * N + j) * 16, acc[p][j]);
       }
-    }
+  } else {
+    // Eight registers at a time, the last group padded with zeros.
+    constexpr int kRegs = P * N, kGroups = (kRegs + 7) / 8;
+    __m512 regs[kGroups * 8];
+    for (int p = 0; p < P; ++p)
+      for (int j = 0; j < N; ++j) regs[p * N + j] = acc[p][j];
+    for (int g = kRegs; g < kGroups * 8; ++g) regs[g] = _mm512_setzero_ps();
+    alignas(64) float sums[kGroups * 16];
+    for (int g = 0; g < kGroups; ++g) sum_lanes8(regs + 8 * g, sums + 16 * g);
+    for (int g = 0; g < kGroups; ++g)
+      for (int c = 0; c < 4; ++c)
+        for (int m = 0; m < 4; ++m) {
+          const int reg = 8 * g + 2 * m + (c >= 2);
+          if (reg >= kRegs) continue;
+          const int p = reg / N, j = reg % N;
+          y[j * out + 2 * p + (c & 1)] = sums[16 * g + 4 * c + m];
+        }
+  }
 }
 
 // Register blocking: P row pairs x N input rows of accumulators. Several
