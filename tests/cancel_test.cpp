@@ -63,7 +63,9 @@ TEST_P(CancelEveryWay, FromAnotherThreadWithinOneRound) {
   EXPECT_EQ(r.finish_reason, "cancelled");
   EXPECT_EQ(r.ids.size(), seen.load());
   EXPECT_LE(r.ids.size(), at_cancel + kRound);
-  if (on_server) EXPECT_TRUE(sessions_freed(srv.address));
+  if (on_server) {
+    EXPECT_TRUE(sessions_freed(srv.address));
+  }
   // The client works on.
   Request next = endless();
   next.max_new_tokens = 8;
@@ -79,7 +81,9 @@ TEST_P(CancelEveryWay, ACallbackReturningFalseStopsAtThatToken) {
   const Result r = client->generate_ids(prompt(), endless(), [&](int32_t) { return ++seen < 7; });
   EXPECT_EQ(r.finish_reason, "cancelled");
   EXPECT_EQ(r.ids.size(), 7u);
-  if (on_server) EXPECT_TRUE(sessions_freed(srv.address));
+  if (on_server) {
+    EXPECT_TRUE(sessions_freed(srv.address));
+  }
   // Text callbacks may stop too.
   int pieces = 0;
   const Result t = client->generate("A robot arm", endless(), [&](const std::string&) { return ++pieces < 3; });

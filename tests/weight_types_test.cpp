@@ -78,7 +78,7 @@ TEST_P(WeightTypes, EveryModeGivesTheTargetsGreedyTokens) {
     std::string name;
     std::string drafter;
     bool server = false, predraft = false;
-    std::string budget;
+    std::string budget = {};
   };
   const std::vector<Case> cases = {
       {"local-sd", "model"},          {"local-tree", "model-tree"},       {"local-tree 25%", "model-tree", false, false, "25%"},
@@ -127,7 +127,7 @@ TEST_P(HalfKVCache, EveryModeGivesTheTargetsGreedyTokens) {
   struct Case {
     std::string name, drafter;
     bool server = false, predraft = false;
-    std::string budget;
+    std::string budget = {};
   };
   const std::vector<Case> cases = {
       {"local-sd", "model"},         {"local-tree 25%", "model-tree", false, false, "25%"},
