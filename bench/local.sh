@@ -4,7 +4,7 @@
 # local-sd, the paper's tree decoder (8 nodes, one per draft forward), our
 # batched tree, tree + provisional, tree + fallback and tree + fallback +
 # provisional, each prompt through every configuration in turn, at budgets
-# of 25%, 10% and 50% of the target's fp32 weights. Weights are read with O_DIRECT, so the page
+# of 25%, 10% and 50% of the target's weights as stored. Weights are read with O_DIRECT, so the page
 # cache never holds them. Extra arguments go to the bench, e.g.
 # --num-prompts 10 or --budgets 25%.
 set -euo pipefail

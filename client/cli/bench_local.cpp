@@ -144,7 +144,7 @@ int run_bench_local(const LocalBenchArgs& a) {
     std::fprintf(stderr, "\n");
     const double std_ms = totals[0].per_token(totals[0].wall_ms);
     if (!a.json) {
-      std::printf("\nbudget %s = %.2f MB of the target's %.2f MB of fp32 weights; %zu prompts x %d tokens; ms per token\n\n",
+      std::printf("\nbudget %s = %.2f MB of the target's %.2f MB of weights as stored; %zu prompts x %d tokens; ms per token\n\n",
                   budget.c_str(), bytes / 1e6, weights / 1e6, prompts.size(), a.max_new_tokens);
       std::printf("| configuration | ms/token | speedup vs %s | verifications/token | accepted/verification | "
                   "tree nodes | provisional kept/drafted | target ms/forward | of which compute | weight stall ms/token | "
