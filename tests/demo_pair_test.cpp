@@ -5,10 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 
-#include <nlohmann/json.hpp>
-
+#include "client/cli/prompts.h"
 #include "common/drafting/model_drafter.h"
 #include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
@@ -69,10 +67,8 @@ TEST(DemoPair, TheTargetDoesNotAnswerWithBOS) {
       "what's your current position? Where is the person you just overtook?",
       "David has three sisters. Each of them has one brother. How many brothers does David have?"};
   if (const auto shared = shared_dir()) {
-    std::ifstream in(*shared / "prompts" / "spec_bench.jsonl");
-    std::string line;
-    for (int i = 0; i < 40 && std::getline(in, line); ++i)
-      prompts.push_back(nlohmann::json::parse(line).at("turns").at(0).get<std::string>());
+    for (std::string& p : cli::read_prompts((*shared / "prompts" / "spec_bench.jsonl").string(), 40))
+      prompts.push_back(std::move(p));
   } else {
     GTEST_LOG_(INFO) << "../shared absent: the 40 Spec-Bench prompts are skipped, the three above still run";
   }
@@ -80,12 +76,11 @@ TEST(DemoPair, TheTargetDoesNotAnswerWithBOS) {
   o.max_new_tokens = 1;
   o.ignore_eos = true;
   const int32_t bos = static_cast<int32_t>(target->config().bos_token_id);
-  for (const std::string& prompt : prompts) {
-    std::vector<int32_t> ids = tok.encode(prompt);
-    ids.insert(ids.begin(), bos);
-    const auto out = target_alone(*target, ids, o).output_ids;
-    ASSERT_EQ(out.size(), 1u) << prompt;
-    EXPECT_NE(out[0], bos) << prompt;
+  const auto encoded = cli::encode_prompts(prompts, tok, target->config().max_position_embeddings - 1);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto out = target_alone(*target, encoded[i], o).output_ids;
+    ASSERT_EQ(out.size(), 1u) << prompts[i];
+    EXPECT_NE(out[0], bos) << prompts[i];
   }
 }
 
