@@ -131,6 +131,45 @@ TEST(Kernels, AttentionOverHalvesIsAttentionOverTheirFloats) {
   }
 }
 
+// The avx512 attention (two slots a register, two rows at a time) keeps the
+// avx2 path's sequence of operations, so the bits are the same: both caches,
+// the head sizes it takes and one it leaves to avx2, rows of 1 to 40 slots
+// in tree-like and causal patterns, paired in every way an odd or even row
+// count pairs them.
+TEST(Kernels, AttentionIsTheSameOnTheAvx2AndAvx512Paths) {
+  if (!kernels::isa_available(kernels::Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  const kernels::Isa before = kernels::isa_in_use();
+  for (int64_t D : {32, 64, 96, 128, 48}) {
+    const int64_t cap = 48, kvh = 2, qh = 6;
+    for (int64_t n : {1, 4, 7}) {
+      const at::Tensor q = randn({n, qh, D}, 20 + D + n) * 3;
+      const at::Tensor k = randn({kvh, cap, D}, 21 + D), v = randn({kvh, cap, D}, 22 + D);
+      std::vector<uint16_t> kh(k.numel()), vh(v.numel());
+      kernels::float_to_half(k.data_ptr<float>(), k.numel(), kh.data());
+      kernels::float_to_half(v.data_ptr<float>(), v.numel(), vh.data());
+      std::vector<std::vector<int32_t>> visible(n);
+      for (int64_t i = 0; i < n; ++i)
+        for (int32_t s = 0; s < cap; ++s)
+          if (s <= 24 + 2 * i && (s % (i + 2) != 1 || s < 3)) visible[i].push_back(s);
+      visible[0] = {5};
+      const kernels::AttentionShape shape{n, qh, kvh, D, cap * D};
+      at::Tensor out[2][2];
+      for (int path = 0; path < 2; ++path) {
+        kernels::use_isa(path == 0 ? kernels::Isa::kAvx2 : kernels::Isa::kAvx512);
+        out[path][0] = at::empty({n, qh * D});
+        out[path][1] = at::empty({n, qh * D});
+        kernels::attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), shape, visible, 0.125f,
+                           out[path][0].data_ptr<float>());
+        kernels::attention(q.data_ptr<float>(), kh.data(), vh.data(), shape, visible, 0.125f,
+                           out[path][1].data_ptr<float>());
+      }
+      EXPECT_TRUE(at::equal(out[0][0], out[1][0])) << "f32 cache, head_dim " << D << ", rows " << n;
+      EXPECT_TRUE(at::equal(out[0][1], out[1][1])) << "f16 cache, head_dim " << D << ", rows " << n;
+    }
+  }
+  kernels::use_isa(before);
+}
+
 TEST(Kernels, SiluMulIsElementwise) {
   const at::Tensor g = randn({1001}, 6) * 4, u = randn({1001}, 7);
   at::Tensor all = at::empty({1001});

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/engine/kernels_avx2.h"
+#include "common/engine/kernels_avx512.h"
 #include "common/engine/parallel.h"
 
 namespace splitspec::kernels {
@@ -117,22 +118,36 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
   int64_t slots = 0;
   for (const auto& row : visible) slots += static_cast<int64_t>(row.size());
   const int64_t tasks = s.n * s.q_heads;
+  if (tasks == 0) return;
   const int64_t min_grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, slots / std::max<int64_t>(1, s.n) * D));
   // Head-major: a KV head's keys and values stay in the nearest caches
   // while every row of the batch reads them, instead of the whole layer's
   // cache streaming past once per row.
+  auto task = [&](int64_t t) {
+    const int64_t h = t / s.n, i = t % s.n;
+    return avx512::AttentionRow<T>{q + (i * s.q_heads + h) * D, k + (h / group) * s.kv_head_stride,
+                                   v + (h / group) * s.kv_head_stride, &visible[i], out + (i * s.q_heads + h) * D};
+  };
+  if (isa_in_use() == Isa::kAvx512 && avx512::attention_handles(D)) {
+    // A head's rows together, so its keys and values are read once for all.
+    parallel(s.q_heads, grain_for(s.q_heads, std::max<int64_t>(1, min_grain / s.n)), [&](int64_t h0, int64_t h1) {
+      std::vector<float> scratch;
+      std::vector<avx512::AttentionRow<T>> rows(static_cast<size_t>(s.n));
+      for (int64_t h = h0; h < h1; ++h) {
+        for (int64_t i = 0; i < s.n; ++i) rows[i] = task(h * s.n + i);
+        avx512::attention_rows(rows.data(), s.n, D, scale, scratch);
+      }
+    });
+    return;
+  }
   parallel(tasks, grain_for(tasks, min_grain), [&](int64_t t0, int64_t t1) {
     std::vector<float> scratch;
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t h = t / s.n, i = t % s.n;
-      const float* qi = q + (i * s.q_heads + h) * D;
-      const T* kh = k + (h / group) * s.kv_head_stride;
-      const T* vh = v + (h / group) * s.kv_head_stride;
-      float* o = out + (i * s.q_heads + h) * D;
+      const avx512::AttentionRow<T> r = task(t);
       if (avx2)
-        avx2::attention_row(qi, kh, vh, visible[i], D, scale, scratch, o);
+        avx2::attention_row(r.q, r.k, r.v, *r.slots, D, scale, scratch, r.out);
       else
-        attention_row_scalar(qi, kh, vh, visible[i], D, scale, scratch, o);
+        attention_row_scalar(r.q, r.k, r.v, *r.slots, D, scale, scratch, r.out);
     }
   });
 }

@@ -97,18 +97,7 @@ void attention_row_of(const float* q, const T* k, const T* v, const std::vector<
     dot4(q, kp[0], kp[1], kp[2], kp[3], D, s);
     for (int i = 0; i < 4 && c + i < m; ++i) p[c + i] = s[i] * scale;
   }
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t c = 0; c < m; ++c) mx = std::max(mx, p[c]);
-  std::fill(p.begin() + m, p.end(), -std::numeric_limits<float>::infinity());  // exp -> exactly 0
-  // exp(score - max) eight lanes at a time; the sum's order depends only on m.
-  const __m256 vmx = _mm256_set1_ps(mx);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t c = 0; c < padded; c += 8) {
-    const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(p.data() + c), vmx));
-    _mm256_storeu_ps(p.data() + c, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  const float inv_total = 1.0f / hsum(acc);
+  const float inv_total = softmax_exps(p.data(), m);
 
   switch (D) {
     case 64: weighted_sum<8>(p.data(), v, slots, D, inv_total, out); break;
@@ -119,6 +108,28 @@ void attention_row_of(const float* q, const T* k, const T* v, const std::vector<
 }
 
 }  // namespace
+
+float softmax_exps(float* p, int64_t m) {
+  const int64_t padded = (m + 7) & ~int64_t{7};
+  std::fill(p + m, p + padded, -std::numeric_limits<float>::infinity());  // exp -> exactly 0
+  // The maximum eight lanes at a time (a scalar chain cost a tenth of a
+  // row's attention). The maximum is the same in any order; only where a
+  // score is NaN could it differ, and then every output is NaN either way.
+  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t c = 0; c < padded; c += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(p + c));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  const float mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  // exp(score - max) eight lanes at a time; the sum's order depends only on m.
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t c = 0; c < padded; c += 8) {
+    const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(p + c), vmx));
+    _mm256_storeu_ps(p + c, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  return 1.0f / hsum(acc);
+}
 
 void attention_row(const float* q, const float* k, const float* v, const std::vector<int32_t>& slots, int64_t D,
                    float scale, std::vector<float>& scratch, float* out) {

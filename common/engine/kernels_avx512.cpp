@@ -1,0 +1,231 @@
+// Attention with AVX-512, built with -mavx2 -mfma -mf16c -mavx512f
+// -mavx512dq -ffp-contract=off. Every output follows avx2::attention_row's
+// sequence of operations, so the bits are that path's; the work is laid out
+// for the wider registers and for the caches:
+// - all query rows of a head at once: a forward's rows (a chain, a tree's
+//   branches) see the same context first, and one head's keys and values
+//   (66 KB at 129 slots of 64 floats) do not fit the L1 cache, so a row at a
+//   time read them from L2 once per row, the bound it ran at;
+// - scores: two cache slots a register (slot a's 8 lanes low, b's high)
+//   against the query's 8 inputs in both halves, as linear_avx512.cpp does
+//   for weight rows, and sum_lanes8 ends 16 of them at once; over the shared
+//   context, each group of 16 keys serves every row while in L1;
+// - weighted sums: each output lane is one chain of fused multiply-adds as
+//   long as the row's visible slots, so a row alone waits on the latency;
+//   two rows' chains interleave, sharing each value load, block by block of
+//   the context (partial sums round-trip through memory exactly).
+#include "common/engine/kernels_avx512.h"
+
+#include <immintrin.h>
+
+// GCC 12's AVX-512 headers build their "undefined" vectors as `__Y = __Y`,
+// which -Wall reports at every inlined conversion.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+
+#include "common/engine/avx512_reduce.h"
+#include "common/engine/kernels_avx2.h"
+
+namespace splitspec::kernels::avx512 {
+
+namespace {
+
+using avx512_reduce::sum_lanes8;
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// Eight elements of a (low half) and of b (high half), as floats, exactly.
+inline __m512 load_pair(const float* a, const float* b) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(a)), _mm256_loadu_ps(b), 1);
+}
+inline __m512 load_pair(const uint16_t* a, const uint16_t* b) {
+  return _mm512_cvtph_ps(
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1));
+}
+
+// Scores of the 16 slots kp[0, 16) at c for Q query rows: p[qq][c + j]
+// for those below m. Pair r (slots 2r, 2r+1) takes its D / 8 steps in a row, so
+// only two slot pointers are live at a time, and a key loaded once serves
+// every row.
+template <int D8, int Q, class T>
+inline void score_group(const float* const q[Q], const T* const kp[16], float scale, float* const p[Q], int64_t c,
+                        int64_t m) {
+  __m512 acc[Q][8];
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r) {
+#pragma GCC unroll 2
+    for (int qq = 0; qq < Q; ++qq) acc[qq][r] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < D8; ++i) {
+      const __m512 kv = load_pair(kp[2 * r] + 8 * i, kp[2 * r + 1] + 8 * i);
+#pragma GCC unroll 2
+      for (int qq = 0; qq < Q; ++qq)
+        acc[qq][r] = _mm512_fmadd_ps(kv, _mm512_broadcast_f32x8(_mm256_loadu_ps(q[qq] + 8 * i)), acc[qq][r]);
+    }
+  }
+  for (int qq = 0; qq < Q; ++qq) {
+    alignas(64) float sums[16];
+    sum_lanes8(acc[qq], sums);
+    for (int h = 0; h < 4; ++h)
+      for (int r = 0; r < 4; ++r) {
+        // sums[4h + r] is register 2r + (h >= 2)'s slot a (h even) or b.
+        const int64_t slot = c + 2 * (2 * r + (h >= 2)) + (h & 1);
+        if (slot < m) p[qq][slot] = sums[4 * h + r] * scale;
+      }
+  }
+}
+
+// The 16 slot pointers of the group at c; a partial last group repeats slot
+// 0 in the unused places (their scores are dropped).
+template <class T>
+inline void group_keys(const T* k, const int32_t* slots, int64_t m, int64_t c, int64_t D, const T* kp[16]) {
+  for (int i = 0; i < 16; ++i) kp[i] = k + static_cast<int64_t>(slots[c + i < m ? c + i : 0]) * D;
+}
+
+// p[r][c] = (q_r . k[slots_r[c]]) * scale for every row: the first
+// `shared` slots (the same for all rows) in whole groups of 16, each group
+// for the rows two at a time; then each row's own rest.
+template <int D8, class T>
+void scores(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale, float* const* p) {
+  constexpr int64_t D = 8 * D8;
+  const T* kp[16];
+  int64_t c0 = 0;
+  for (; c0 + 16 <= shared; c0 += 16) {
+    group_keys(rows[0].k, rows[0].slots->data(), shared, c0, D, kp);
+    int64_t r = 0;
+    for (; r + 2 <= n; r += 2) {
+      const float* const q[2] = {rows[r].q, rows[r + 1].q};
+      score_group<D8, 2>(q, kp, scale, p + r, c0, shared);
+    }
+    if (r < n) score_group<D8, 1>(&rows[r].q, kp, scale, p + r, c0, shared);
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t m = static_cast<int64_t>(rows[r].slots->size());
+    for (int64_t c = c0; c < m; c += 16) {
+      group_keys(rows[r].k, rows[r].slots->data(), m, c, D, kp);
+      score_group<D8, 1>(&rows[r].q, kp, scale, p + r, c, m);
+    }
+  }
+}
+
+// o[0, Q) += p_q[c] * v[slots[c]] for slots [c0, c1), one value load
+// serving the Q rows.
+template <int C, int Q, class T>
+inline void accumulate(__m512 (&o)[Q][C], const float* const* p, const T* v, const int32_t* slots, int64_t c0,
+                       int64_t c1) {
+  for (int64_t c = c0; c < c1; ++c) {
+    __m512 pc[Q];
+#pragma GCC unroll 2
+    for (int qq = 0; qq < Q; ++qq) pc[qq] = _mm512_set1_ps(p[qq][c]);
+    const T* vs = v + static_cast<int64_t>(slots[c]) * (16 * C);
+#pragma GCC unroll 8
+    for (int d = 0; d < C; ++d) {
+      const __m512 vv = load16(vs + 16 * d);
+#pragma GCC unroll 2
+      for (int qq = 0; qq < Q; ++qq) o[qq][d] = _mm512_fmadd_ps(pc[qq], vv, o[qq][d]);
+    }
+  }
+}
+
+// Rows [r, r + Q): their sums over the shared slots [c0, c1), from and to
+// `partial` (zeros first).
+template <int C, int Q, class T>
+inline void shared_block(const AttentionRow<T>* rows, int64_t r, float* const* p, float* partial, int64_t c0,
+                         int64_t c1) {
+  __m512 o[Q][C];
+  for (int qq = 0; qq < Q; ++qq)
+#pragma GCC unroll 8
+    for (int d = 0; d < C; ++d)
+      o[qq][d] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + ((r + qq) * C + d) * 16);
+  accumulate<C, Q>(o, p + r, rows[r].v, rows[r].slots->data(), c0, c1);
+  for (int qq = 0; qq < Q; ++qq)
+#pragma GCC unroll 8
+    for (int d = 0; d < C; ++d) _mm512_storeu_ps(partial + ((r + qq) * C + d) * 16, o[qq][d]);
+}
+
+// Row r's own slots after the shared ones, then out = sum * inv.
+template <int C, class T>
+inline void finish_row(const AttentionRow<T>& row, const float* p, const float* partial, int64_t shared, float inv) {
+  __m512 o[1][C];
+#pragma GCC unroll 8
+  for (int d = 0; d < C; ++d) o[0][d] = shared == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + d * 16);
+  accumulate<C, 1>(o, &p, row.v, row.slots->data(), shared, static_cast<int64_t>(row.slots->size()));
+  const __m512 iv = _mm512_set1_ps(inv);
+  for (int d = 0; d < C; ++d) _mm512_storeu_ps(row.out + 16 * d, _mm512_mul_ps(o[0][d], iv));
+}
+
+// out_r = sum_c p_r[c] * v[slots_r[c]] * inv_r: the shared slots in blocks
+// of about 16 KB of values, each block for the rows two at a time, then
+// each row's rest.
+template <int D8, class T>
+void weighted_sums(const AttentionRow<T>* rows, int64_t n, int64_t shared, float* const* p, const float* inv,
+                   float* partial) {
+  constexpr int C = D8 / 2;
+  constexpr int64_t kBlock = std::max<int64_t>(16, 16384 / (16 * C * sizeof(T)));
+  for (int64_t c0 = 0; c0 < shared; c0 += kBlock) {
+    const int64_t c1 = std::min(shared, c0 + kBlock);
+    int64_t r = 0;
+    for (; r + 2 <= n; r += 2) shared_block<C, 2>(rows, r, p, partial, c0, c1);
+    if (r < n) shared_block<C, 1>(rows, r, p, partial, c0, c1);
+  }
+  for (int64_t r = 0; r < n; ++r) finish_row<C>(rows[r], p[r], partial + r * C * 16, shared, inv[r]);
+}
+
+template <int D8, class T>
+void rows_at(const AttentionRow<T>* rows, int64_t n, float scale, std::vector<float>& scratch,
+             std::vector<float*>& p) {
+  // Each row's scores, padded to 8; each row's partial sums; the rows' 1 / sum.
+  int64_t total = 0;
+  for (int64_t r = 0; r < n; ++r) total += (static_cast<int64_t>(rows[r].slots->size()) + 7) & ~int64_t{7};
+  scratch.resize(static_cast<size_t>(total + n * 8 * D8 + n));
+  p.resize(static_cast<size_t>(n));
+  for (int64_t r = 0, at = 0; r < n; ++r) {
+    p[r] = scratch.data() + at;
+    at += (static_cast<int64_t>(rows[r].slots->size()) + 7) & ~int64_t{7};
+  }
+  float* const partial = scratch.data() + total;
+  float* const inv = partial + n * 8 * D8;
+  // The slots every row sees, in the same order: the context, for a chain
+  // or a tree.
+  int64_t shared = static_cast<int64_t>(rows[0].slots->size());
+  for (int64_t r = 1; r < n; ++r) {
+    const std::vector<int32_t>&s0 = *rows[0].slots, &sr = *rows[r].slots;
+    int64_t same = 0;
+    while (same < shared && same < static_cast<int64_t>(sr.size()) && s0[same] == sr[same]) ++same;
+    shared = same;
+  }
+  scores<D8>(rows, n, shared, scale, p.data());
+  for (int64_t r = 0; r < n; ++r) inv[r] = avx2::softmax_exps(p[r], static_cast<int64_t>(rows[r].slots->size()));
+  weighted_sums<D8>(rows, n, shared, p.data(), inv, partial);
+}
+
+template <class T>
+void rows_of(const AttentionRow<T>* rows, int64_t n, int64_t D, float scale, std::vector<float>& scratch) {
+  thread_local std::vector<float*> p;
+  switch (D) {
+    case 32: rows_at<4>(rows, n, scale, scratch, p); break;
+    case 64: rows_at<8>(rows, n, scale, scratch, p); break;
+    case 96: rows_at<12>(rows, n, scale, scratch, p); break;
+    default: rows_at<16>(rows, n, scale, scratch, p); break;
+  }
+}
+
+}  // namespace
+
+bool attention_handles(int64_t D) { return D == 32 || D == 64 || D == 96 || D == 128; }
+
+void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t D, float scale, std::vector<float>& scratch) {
+  rows_of(rows, n, D, scale, scratch);
+}
+
+void attention_rows(const AttentionRow<uint16_t>* rows, int64_t n, int64_t D, float scale,
+                    std::vector<float>& scratch) {
+  rows_of(rows, n, D, scale, scratch);
+}
+
+}  // namespace splitspec::kernels::avx512
