@@ -17,7 +17,7 @@ struct AttentionRow {
   float* out;
 };
 
-// Head sizes attention_rows takes (multiples of 16 up to 128); others go
+// Head sizes attention_rows takes (32, 64, 96 and 128); others go
 // to avx2::attention_row.
 bool attention_handles(int64_t head_dim);
 // rows[0, n): the query rows of one head (the same k and v), together;
