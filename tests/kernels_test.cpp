@@ -131,17 +131,17 @@ TEST(Kernels, AttentionOverHalvesIsAttentionOverTheirFloats) {
   }
 }
 
-// The avx512 attention (two slots a register, two rows at a time) keeps the
-// avx2 path's sequence of operations, so the bits are the same: both caches,
-// the head sizes it takes and one it leaves to avx2, rows of 1 to 40 slots
-// in tree-like and causal patterns, paired in every way an odd or even row
-// count pairs them.
+// The avx512 attention (a head's rows in one call, two slots a register, two
+// rows at a time) keeps the avx2 path's sequence of operations, so the bits
+// are the same: both caches, the head sizes it takes and one it leaves to
+// avx2, 1 to 33 rows of 1 to 48 slots (a shared context, then each row's
+// own, in tree-like and causal patterns), odd and even row counts.
 TEST(Kernels, AttentionIsTheSameOnTheAvx2AndAvx512Paths) {
   if (!kernels::isa_available(kernels::Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
   const kernels::Isa before = kernels::isa_in_use();
   for (int64_t D : {32, 64, 96, 128, 48}) {
     const int64_t cap = 48, kvh = 2, qh = 6;
-    for (int64_t n : {1, 4, 7}) {
+    for (int64_t n : {1, 4, 7, 33}) {
       const at::Tensor q = randn({n, qh, D}, 20 + D + n) * 3;
       const at::Tensor k = randn({kvh, cap, D}, 21 + D), v = randn({kvh, cap, D}, 22 + D);
       std::vector<uint16_t> kh(k.numel()), vh(v.numel());
