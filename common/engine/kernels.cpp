@@ -125,17 +125,23 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
   // cache streaming past once per row.
   auto task = [&](int64_t t) {
     const int64_t h = t / s.n, i = t % s.n;
-    return avx512::AttentionRow<T>{q + (i * s.q_heads + h) * D, k + (h / group) * s.kv_head_stride,
-                                   v + (h / group) * s.kv_head_stride, &visible[i], out + (i * s.q_heads + h) * D};
+    return avx512::AttentionRow<T>{q + (i * s.q_heads + h) * D,
+                                   k + (h / group) * s.kv_head_stride,
+                                   v + (h / group) * s.kv_head_stride,
+                                   visible[i].data(),
+                                   static_cast<int64_t>(visible[i].size()),
+                                   out + (i * s.q_heads + h) * D};
   };
   if (isa_in_use() == Isa::kAvx512 && avx512::attention_handles(D)) {
     // A head's rows together, so its keys and values are read once for all.
     parallel(s.q_heads, grain_for(s.q_heads, std::max<int64_t>(1, min_grain / s.n)), [&](int64_t h0, int64_t h1) {
       std::vector<float> scratch;
+      std::vector<float*> scores(static_cast<size_t>(s.n));
       std::vector<avx512::AttentionRow<T>> rows(static_cast<size_t>(s.n));
       for (int64_t h = h0; h < h1; ++h) {
         for (int64_t i = 0; i < s.n; ++i) rows[i] = task(h * s.n + i);
-        avx512::attention_rows(rows.data(), s.n, D, scale, scratch);
+        scratch.resize(static_cast<size_t>(avx512::attention_scratch(rows.data(), s.n, D)));
+        avx512::attention_rows(rows.data(), s.n, D, scale, scratch.data(), scores.data());
       }
     });
     return;
@@ -144,10 +150,11 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
     std::vector<float> scratch;
     for (int64_t t = t0; t < t1; ++t) {
       const avx512::AttentionRow<T> r = task(t);
+      const std::vector<int32_t>& slots = visible[t % s.n];
       if (avx2)
-        avx2::attention_row(r.q, r.k, r.v, *r.slots, D, scale, scratch, r.out);
+        avx2::attention_row(r.q, r.k, r.v, slots, D, scale, scratch, r.out);
       else
-        attention_row_scalar(r.q, r.k, r.v, *r.slots, D, scale, scratch, r.out);
+        attention_row_scalar(r.q, r.k, r.v, slots, D, scale, scratch, r.out);
     }
   });
 }

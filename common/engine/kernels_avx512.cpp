@@ -23,8 +23,6 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#include <algorithm>
-
 #include "common/engine/avx512_reduce.h"
 #include "common/engine/kernels_avx2.h"
 
@@ -96,7 +94,7 @@ void scores(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale,
   const T* kp[16];
   int64_t c0 = 0;
   for (; c0 + 16 <= shared; c0 += 16) {
-    group_keys(rows[0].k, rows[0].slots->data(), shared, c0, D, kp);
+    group_keys(rows[0].k, rows[0].slots, shared, c0, D, kp);
     int64_t r = 0;
     for (; r + 2 <= n; r += 2) {
       const float* const q[2] = {rows[r].q, rows[r + 1].q};
@@ -105,9 +103,9 @@ void scores(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale,
     if (r < n) score_group<D8, 1>(&rows[r].q, kp, scale, p + r, c0, shared);
   }
   for (int64_t r = 0; r < n; ++r) {
-    const int64_t m = static_cast<int64_t>(rows[r].slots->size());
+    const int64_t m = rows[r].m;
     for (int64_t c = c0; c < m; c += 16) {
-      group_keys(rows[r].k, rows[r].slots->data(), m, c, D, kp);
+      group_keys(rows[r].k, rows[r].slots, m, c, D, kp);
       score_group<D8, 1>(&rows[r].q, kp, scale, p + r, c, m);
     }
   }
@@ -142,7 +140,7 @@ inline void shared_block(const AttentionRow<T>* rows, int64_t r, float* const* p
 #pragma GCC unroll 8
     for (int d = 0; d < C; ++d)
       o[qq][d] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + ((r + qq) * C + d) * 16);
-  accumulate<C, Q>(o, p + r, rows[r].v, rows[r].slots->data(), c0, c1);
+  accumulate<C, Q>(o, p + r, rows[r].v, rows[r].slots, c0, c1);
   for (int qq = 0; qq < Q; ++qq)
 #pragma GCC unroll 8
     for (int d = 0; d < C; ++d) _mm512_storeu_ps(partial + ((r + qq) * C + d) * 16, o[qq][d]);
@@ -154,7 +152,7 @@ inline void finish_row(const AttentionRow<T>& row, const float* p, const float* 
   __m512 o[1][C];
 #pragma GCC unroll 8
   for (int d = 0; d < C; ++d) o[0][d] = shared == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + d * 16);
-  accumulate<C, 1>(o, &p, row.v, row.slots->data(), shared, static_cast<int64_t>(row.slots->size()));
+  accumulate<C, 1>(o, &p, row.v, row.slots, shared, row.m);
   const __m512 iv = _mm512_set1_ps(inv);
   for (int d = 0; d < C; ++d) _mm512_storeu_ps(row.out + 16 * d, _mm512_mul_ps(o[0][d], iv));
 }
@@ -166,9 +164,10 @@ template <int D8, class T>
 void weighted_sums(const AttentionRow<T>* rows, int64_t n, int64_t shared, float* const* p, const float* inv,
                    float* partial) {
   constexpr int C = D8 / 2;
-  constexpr int64_t kBlock = std::max<int64_t>(16, 16384 / (16 * C * sizeof(T)));
+  constexpr int64_t kValues = 16384 / (16 * C * sizeof(T));
+  constexpr int64_t kBlock = kValues > 16 ? kValues : 16;
   for (int64_t c0 = 0; c0 < shared; c0 += kBlock) {
-    const int64_t c1 = std::min(shared, c0 + kBlock);
+    const int64_t c1 = shared < c0 + kBlock ? shared : c0 + kBlock;
     int64_t r = 0;
     for (; r + 2 <= n; r += 2) shared_block<C, 2>(rows, r, p, partial, c0, c1);
     if (r < n) shared_block<C, 1>(rows, r, p, partial, c0, c1);
@@ -177,36 +176,31 @@ void weighted_sums(const AttentionRow<T>* rows, int64_t n, int64_t shared, float
 }
 
 template <int D8, class T>
-void rows_at(const AttentionRow<T>* rows, int64_t n, float scale, std::vector<float>& scratch,
-             std::vector<float*>& p) {
-  // Each row's scores, padded to 8; each row's partial sums; the rows' 1 / sum.
-  int64_t total = 0;
-  for (int64_t r = 0; r < n; ++r) total += (static_cast<int64_t>(rows[r].slots->size()) + 7) & ~int64_t{7};
-  scratch.resize(static_cast<size_t>(total + n * 8 * D8 + n));
-  p.resize(static_cast<size_t>(n));
-  for (int64_t r = 0, at = 0; r < n; ++r) {
-    p[r] = scratch.data() + at;
-    at += (static_cast<int64_t>(rows[r].slots->size()) + 7) & ~int64_t{7};
+void rows_at(const AttentionRow<T>* rows, int64_t n, float scale, float* scratch, float** p) {
+  // Each row's scores, padded to 8; each row's partial sums; the rows' 1 / sum
+  // (attention_scratch).
+  int64_t at = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    p[r] = scratch + at;
+    at += (rows[r].m + 7) & ~int64_t{7};
   }
-  float* const partial = scratch.data() + total;
+  float* const partial = scratch + at;
   float* const inv = partial + n * 8 * D8;
   // The slots every row sees, in the same order: the context, for a chain
   // or a tree.
-  int64_t shared = static_cast<int64_t>(rows[0].slots->size());
+  int64_t shared = rows[0].m;
   for (int64_t r = 1; r < n; ++r) {
-    const std::vector<int32_t>&s0 = *rows[0].slots, &sr = *rows[r].slots;
     int64_t same = 0;
-    while (same < shared && same < static_cast<int64_t>(sr.size()) && s0[same] == sr[same]) ++same;
+    while (same < shared && same < rows[r].m && rows[0].slots[same] == rows[r].slots[same]) ++same;
     shared = same;
   }
-  scores<D8>(rows, n, shared, scale, p.data());
-  for (int64_t r = 0; r < n; ++r) inv[r] = avx2::softmax_exps(p[r], static_cast<int64_t>(rows[r].slots->size()));
-  weighted_sums<D8>(rows, n, shared, p.data(), inv, partial);
+  scores<D8>(rows, n, shared, scale, p);
+  for (int64_t r = 0; r < n; ++r) inv[r] = avx2::softmax_exps(p[r], rows[r].m);
+  weighted_sums<D8>(rows, n, shared, p, inv, partial);
 }
 
 template <class T>
-void rows_of(const AttentionRow<T>* rows, int64_t n, int64_t D, float scale, std::vector<float>& scratch) {
-  thread_local std::vector<float*> p;
+void rows_of(const AttentionRow<T>* rows, int64_t n, int64_t D, float scale, float* scratch, float** p) {
   switch (D) {
     case 32: rows_at<4>(rows, n, scale, scratch, p); break;
     case 64: rows_at<8>(rows, n, scale, scratch, p); break;
@@ -219,13 +213,14 @@ void rows_of(const AttentionRow<T>* rows, int64_t n, int64_t D, float scale, std
 
 bool attention_handles(int64_t D) { return D == 32 || D == 64 || D == 96 || D == 128; }
 
-void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t D, float scale, std::vector<float>& scratch) {
-  rows_of(rows, n, D, scale, scratch);
+void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t D, float scale, float* scratch,
+                    float** scores) {
+  rows_of(rows, n, D, scale, scratch, scores);
 }
 
-void attention_rows(const AttentionRow<uint16_t>* rows, int64_t n, int64_t D, float scale,
-                    std::vector<float>& scratch) {
-  rows_of(rows, n, D, scale, scratch);
+void attention_rows(const AttentionRow<uint16_t>* rows, int64_t n, int64_t D, float scale, float* scratch,
+                    float** scores) {
+  rows_of(rows, n, D, scale, scratch, scores);
 }
 
 }  // namespace splitspec::kernels::avx512

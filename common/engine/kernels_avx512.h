@@ -3,28 +3,40 @@
 // only when linear() runs its avx512 body (kernels.cpp decides). Same
 // contract as avx2::attention_row, and the same bits.
 #include <cstdint>
-#include <vector>
 
 namespace splitspec::kernels::avx512 {
 
-// One query row of one head against its visible cache slots.
+// One query row of one head against its visible cache slots. Plain
+// pointers: the avx512 translation unit instantiates no library template,
+// whose one copy the linker keeps could be its AVX-512 one.
 template <class T>
 struct AttentionRow {
   const float* q;
   const T* k;
   const T* v;
-  const std::vector<int32_t>* slots;
+  const int32_t* slots;
+  int64_t m;  // slots
   float* out;
 };
+
+// Floats of scratch attention_rows needs for rows[0, n): each row's scores
+// padded to 8, its partial sums and its normalizer.
+template <class T>
+int64_t attention_scratch(const AttentionRow<T>* rows, int64_t n, int64_t head_dim) {
+  int64_t total = n * (head_dim + 1);
+  for (int64_t r = 0; r < n; ++r) total += (rows[r].m + 7) & ~int64_t{7};
+  return total;
+}
 
 // Head sizes attention_rows takes (32, 64, 96 and 128); others go
 // to avx2::attention_row.
 bool attention_handles(int64_t head_dim);
-// rows[0, n): the query rows of one head (the same k and v), together;
-// each row's result is the same as alone.
-void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t head_dim, float scale,
-                    std::vector<float>& scratch);
-void attention_rows(const AttentionRow<uint16_t>* rows, int64_t n, int64_t head_dim, float scale,
-                    std::vector<float>& scratch);
+// rows[0, n), n >= 1: the query rows of one head (the same k and v),
+// together; each row's result is the same as alone. `scratch` holds
+// attention_scratch floats, `scores` n pointers.
+void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t head_dim, float scale, float* scratch,
+                    float** scores);
+void attention_rows(const AttentionRow<uint16_t>* rows, int64_t n, int64_t head_dim, float scale, float* scratch,
+                    float** scores);
 
 }  // namespace splitspec::kernels::avx512

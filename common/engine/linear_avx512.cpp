@@ -224,7 +224,7 @@ inline void weights(const uint8_t* quants, __m512i w[8]) {
 }
 
 // How far ahead of the block it computes group() requests weight bytes.
-constexpr int64_t kAhead = 8192;
+constexpr uintptr_t kAhead = 8192;
 
 // Output rows [r, r + 16) (one packed group) for N input rows.
 template <WType T, int N>
@@ -240,8 +240,9 @@ void group(const LinearCall& c, int64_t r, int64_t j) {
     // The bytes about 8 KB ahead, requested now: the hardware prefetcher
     // alone left memory idle while a k-row block computed, so k rows cost
     // the 1-row time plus their compute instead of the larger of the two.
+    // An address, not a pointer: it may lie past the matrix.
     for (int64_t l = 0; l < kPackRows * bb; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(blk + kAhead + l), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(blk) + kAhead + l), _MM_HINT_T0);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     __m512i w[8];
     weights<T>(blk + 2 * kPackRows, w);
