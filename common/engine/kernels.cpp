@@ -120,9 +120,6 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
   const int64_t tasks = s.n * s.q_heads;
   if (tasks == 0) return;
   const int64_t min_grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, slots / std::max<int64_t>(1, s.n) * D));
-  // Head-major: a KV head's keys and values stay in the nearest caches
-  // while every row of the batch reads them, instead of the whole layer's
-  // cache streaming past once per row.
   auto task = [&](int64_t t) {
     const int64_t h = t / s.n, i = t % s.n;
     return avx512::AttentionRow<T>{q + (i * s.q_heads + h) * D,
@@ -146,6 +143,9 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
     });
     return;
   }
+  // Head-major: a KV head's keys and values stay in the nearest caches
+  // while every row of the batch reads them, instead of the whole layer's
+  // cache streaming past once per row.
   parallel(tasks, grain_for(tasks, min_grain), [&](int64_t t0, int64_t t1) {
     std::vector<float> scratch;
     for (int64_t t = t0; t < t1; ++t) {
