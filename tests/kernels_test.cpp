@@ -131,16 +131,17 @@ TEST(Kernels, AttentionOverHalvesIsAttentionOverTheirFloats) {
   }
 }
 
-// The avx512 attention (a head's rows in one call, two slots a register, two
-// rows at a time) keeps the avx2 path's sequence of operations, so the bits
-// are the same: both caches, the head sizes it takes and one it leaves to
-// avx2, 1 to 33 rows sharing a context or not, odd and even row counts.
+// The avx512 attention (a head's rows in one call, two slots a register,
+// up to eight rows at a time, 16-lane exponentials) keeps the avx2 path's
+// sequence of operations, so the bits are the same: both caches, the head
+// sizes it takes and one it leaves to avx2, 1 to 33 rows sharing a context
+// or not, row counts that use every row blocking and a remainder.
 TEST(Kernels, AttentionIsTheSameOnTheAvx2AndAvx512Paths) {
   if (!kernels::isa_available(kernels::Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
   const kernels::Isa before = kernels::isa_in_use();
   for (int64_t D : {32, 64, 96, 128, 48}) {
     const int64_t cap = 128, kvh = 2, qh = 6;
-    for (int64_t n : {1, 4, 7, 33}) {
+    for (int64_t n : {1, 4, 6, 7, 33}) {
       const at::Tensor q = randn({n, qh, D}, 20 + D + n) * 3;
       const at::Tensor k = randn({kvh, cap, D}, 21 + D), v = randn({kvh, cap, D}, 22 + D);
       std::vector<uint16_t> kh(k.numel()), vh(v.numel());
@@ -168,6 +169,23 @@ TEST(Kernels, AttentionIsTheSameOnTheAvx2AndAvx512Paths) {
       EXPECT_TRUE(at::equal(out[0][0], out[1][0])) << "f32 cache, head_dim " << D << ", rows " << n;
       EXPECT_TRUE(at::equal(out[0][1], out[1][1])) << "f16 cache, head_dim " << D << ", rows " << n;
     }
+  }
+  kernels::use_isa(before);
+}
+
+// The avx512 silu_mul (16 lanes, a masked tail) gives the avx2 one's bits.
+TEST(Kernels, SiluMulIsTheSameOnTheAvx2AndAvx512Paths) {
+  if (!kernels::isa_available(kernels::Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  const kernels::Isa before = kernels::isa_in_use();
+  const at::Tensor g = randn({1001}, 8) * 6, u = randn({1001}, 9);
+  for (int64_t count : {1, 7, 8, 15, 16, 17, 1001}) {
+    at::Tensor out[2];
+    for (int path = 0; path < 2; ++path) {
+      kernels::use_isa(path == 0 ? kernels::Isa::kAvx2 : kernels::Isa::kAvx512);
+      out[path] = at::empty({count});
+      kernels::silu_mul(g.data_ptr<float>(), u.data_ptr<float>(), count, out[path].data_ptr<float>());
+    }
+    EXPECT_TRUE(at::equal(out[0], out[1])) << count;
   }
   kernels::use_isa(before);
 }

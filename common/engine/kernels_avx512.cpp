@@ -9,22 +9,25 @@
 // - scores: two cache slots a register (slot a's 8 lanes low, b's high)
 //   against the query's 8 inputs in both halves, as linear_avx512.cpp does
 //   for weight rows, and sum_lanes8 ends 16 of them at once; over the shared
-//   context, each group of 16 keys serves every row while in L1;
+//   context, each group of 16 keys serves every row while in L1, four rows
+//   at a time;
 // - weighted sums: each output lane is one chain of fused multiply-adds as
 //   long as the row's visible slots, so a row alone waits on the latency;
-//   two rows' chains interleave, sharing each value load, block by block of
-//   the context (partial sums round-trip through memory exactly).
+//   several rows' chains interleave, sharing each value load, block by block
+//   of the context (partial sums round-trip through memory exactly);
+// - exponentials 16 lanes wide, still summed 8 lanes at a time.
 #include "common/engine/kernels_avx512.h"
 
 #include <immintrin.h>
+#include <sleef.h>
 
 // GCC 12's AVX-512 headers build their "undefined" vectors as `__Y = __Y`,
 // which -Wall reports at every inlined conversion.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include "common/engine/avx2_reduce.h"
 #include "common/engine/avx512_reduce.h"
-#include "common/engine/kernels_avx2.h"
 
 namespace splitspec::kernels::avx512 {
 
@@ -47,34 +50,47 @@ inline __m512 load_pair(const uint16_t* a, const uint16_t* b) {
 }
 
 // Scores of the 16 slots kp[0, 16) at c for Q query rows: p[qq][c + j]
-// for those below m. Pair r (slots 2r, 2r+1) takes its D / 8 steps in a row, so
-// only two slot pointers are live at a time, and a key loaded once serves
-// every row.
+// for those below m. Four slot pairs at a time take their D / 8 steps
+// together, so a query load serves four pairs and a key load Q rows (4Q
+// accumulators, four keys and a query in registers); the first four pairs'
+// sums wait in memory for the last four.
 template <int D8, int Q, class T>
 inline void score_group(const float* const q[Q], const T* const kp[16], float scale, float* const p[Q], int64_t c,
                         int64_t m) {
   __m512 acc[Q][8];
-#pragma GCC unroll 8
-  for (int r = 0; r < 8; ++r) {
 #pragma GCC unroll 2
-    for (int qq = 0; qq < Q; ++qq) acc[qq][r] = _mm512_setzero_ps();
+  for (int half = 0; half < 2; ++half) {
+    __m512 a[Q][4];
+#pragma GCC unroll 4
+    for (int qq = 0; qq < Q; ++qq)
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) a[qq][r] = _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < D8; ++i) {
-      const __m512 kv = load_pair(kp[2 * r] + 8 * i, kp[2 * r + 1] + 8 * i);
-#pragma GCC unroll 2
-      for (int qq = 0; qq < Q; ++qq)
-        acc[qq][r] = _mm512_fmadd_ps(kv, _mm512_broadcast_f32x8(_mm256_loadu_ps(q[qq] + 8 * i)), acc[qq][r]);
+      __m512 kv[4];
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) kv[r] = load_pair(kp[8 * half + 2 * r] + 8 * i, kp[8 * half + 2 * r + 1] + 8 * i);
+#pragma GCC unroll 4
+      for (int qq = 0; qq < Q; ++qq) {
+        const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[qq] + 8 * i));
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) a[qq][r] = _mm512_fmadd_ps(kv[r], qv, a[qq][r]);
+      }
     }
+#pragma GCC unroll 4
+    for (int qq = 0; qq < Q; ++qq)
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) acc[qq][4 * half + r] = a[qq][r];
   }
+  // sums[4h + r] is slot c + 4r + h (sum_lanes8): one permutation puts them
+  // in slot order, and a masked store keeps those below m.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __mmask16 keep = m - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (m - c)) - 1);
+  const __m512 vscale = _mm512_set1_ps(scale);
   for (int qq = 0; qq < Q; ++qq) {
     alignas(64) float sums[16];
     sum_lanes8(acc[qq], sums);
-    for (int h = 0; h < 4; ++h)
-      for (int r = 0; r < 4; ++r) {
-        // sums[4h + r] is register 2r + (h >= 2)'s slot a (h even) or b.
-        const int64_t slot = c + 2 * (2 * r + (h >= 2)) + (h & 1);
-        if (slot < m) p[qq][slot] = sums[4 * h + r] * scale;
-      }
+    _mm512_mask_storeu_ps(p[qq] + c, keep, _mm512_mul_ps(_mm512_permutexvar_ps(order, _mm512_load_ps(sums)), vscale));
   }
 }
 
@@ -87,7 +103,7 @@ inline void group_keys(const T* k, const int32_t* slots, int64_t m, int64_t c, i
 
 // p[r][c] = (q_r . k[slots_r[c]]) * scale for every row: the first
 // `shared` slots (the same for all rows) in whole groups of 16, each group
-// for the rows two at a time; then each row's own rest.
+// for the rows four at a time; then each row's own rest.
 template <int D8, class T>
 void scores(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale, float* const* p) {
   constexpr int64_t D = 8 * D8;
@@ -96,9 +112,14 @@ void scores(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale,
   for (; c0 + 16 <= shared; c0 += 16) {
     group_keys(rows[0].k, rows[0].slots, shared, c0, D, kp);
     int64_t r = 0;
-    for (; r + 2 <= n; r += 2) {
+    for (; r + 4 <= n; r += 4) {
+      const float* const q[4] = {rows[r].q, rows[r + 1].q, rows[r + 2].q, rows[r + 3].q};
+      score_group<D8, 4>(q, kp, scale, p + r, c0, shared);
+    }
+    if (r + 2 <= n) {
       const float* const q[2] = {rows[r].q, rows[r + 1].q};
       score_group<D8, 2>(q, kp, scale, p + r, c0, shared);
+      r += 2;
     }
     if (r < n) score_group<D8, 1>(&rows[r].q, kp, scale, p + r, c0, shared);
   }
@@ -118,13 +139,13 @@ inline void accumulate(__m512 (&o)[Q][C], const float* const* p, const T* v, con
                        int64_t c1) {
   for (int64_t c = c0; c < c1; ++c) {
     __m512 pc[Q];
-#pragma GCC unroll 2
+#pragma GCC unroll 8
     for (int qq = 0; qq < Q; ++qq) pc[qq] = _mm512_set1_ps(p[qq][c]);
     const T* vs = v + static_cast<int64_t>(slots[c]) * (16 * C);
 #pragma GCC unroll 8
     for (int d = 0; d < C; ++d) {
       const __m512 vv = load16(vs + 16 * d);
-#pragma GCC unroll 2
+#pragma GCC unroll 8
       for (int qq = 0; qq < Q; ++qq) o[qq][d] = _mm512_fmadd_ps(pc[qq], vv, o[qq][d]);
     }
   }
@@ -136,11 +157,13 @@ template <int C, int Q, class T>
 inline void shared_block(const AttentionRow<T>* rows, int64_t r, float* const* p, float* partial, int64_t c0,
                          int64_t c1) {
   __m512 o[Q][C];
+#pragma GCC unroll 8
   for (int qq = 0; qq < Q; ++qq)
 #pragma GCC unroll 8
     for (int d = 0; d < C; ++d)
       o[qq][d] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + ((r + qq) * C + d) * 16);
   accumulate<C, Q>(o, p + r, rows[r].v, rows[r].slots, c0, c1);
+#pragma GCC unroll 8
   for (int qq = 0; qq < Q; ++qq)
 #pragma GCC unroll 8
     for (int d = 0; d < C; ++d) _mm512_storeu_ps(partial + ((r + qq) * C + d) * 16, o[qq][d]);
@@ -158,25 +181,57 @@ inline void finish_row(const AttentionRow<T>& row, const float* p, const float* 
 }
 
 // out_r = sum_c p_r[c] * v[slots_r[c]] * inv_r: the shared slots in blocks
-// of about 16 KB of values, each block for the rows two at a time, then
-// each row's rest.
+// of about 16 KB of values, each block for the rows kRows at a time (16
+// accumulator chains where the head is small, enough to cover the
+// multiply-add latency, and a value load serving them all), then each row's
+// rest.
 template <int D8, class T>
 void weighted_sums(const AttentionRow<T>* rows, int64_t n, int64_t shared, float* const* p, const float* inv,
                    float* partial) {
   constexpr int C = D8 / 2;
+  constexpr int kRows = C <= 2 ? 8 : C <= 4 ? 4 : 2;
   constexpr int64_t kValues = 16384 / (16 * C * sizeof(T));
   constexpr int64_t kBlock = kValues > 16 ? kValues : 16;
   for (int64_t c0 = 0; c0 < shared; c0 += kBlock) {
     const int64_t c1 = shared < c0 + kBlock ? shared : c0 + kBlock;
     int64_t r = 0;
+    for (; r + kRows <= n; r += kRows) shared_block<C, kRows>(rows, r, p, partial, c0, c1);
     for (; r + 2 <= n; r += 2) shared_block<C, 2>(rows, r, p, partial, c0, c1);
     if (r < n) shared_block<C, 1>(rows, r, p, partial, c0, c1);
   }
   for (int64_t r = 0; r < n; ++r) finish_row<C>(rows[r], p[r], partial + r * C * 16, shared, inv[r]);
 }
 
+// Turns the scores p[0, m) into exp(score - max) in place, zeros up to the
+// next multiple of 8, and returns 1 / their sum, as avx2::softmax_exps does:
+// SLEEF's deterministic exp gives the same bits 16 lanes wide as 8 wide, and
+// the sum still adds 8 lanes at a time in slot order.
+float softmax_exps(float* p, int64_t m) {
+  const int64_t padded = (m + 7) & ~int64_t{7}, wide = padded & ~int64_t{15};
+  for (int64_t c = m; c < padded; ++c) p[c] = -__builtin_inff();  // exp -> exactly 0
+  // The maximum is the same in any order (avx2::softmax_exps).
+  __m512 vmax = _mm512_set1_ps(-__builtin_inff());
+  for (int64_t c = 0; c < wide; c += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(p + c));
+  if (wide < padded) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, 0x00ff, p + wide));
+  const float mx = _mm512_reduce_max_ps(vmax);
+  const __m512 vmx = _mm512_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t c = 0; c < wide; c += 16) {
+    const __m512 e = Sleef_expf16_u10avx512f(_mm512_sub_ps(_mm512_loadu_ps(p + c), vmx));
+    _mm512_storeu_ps(p + c, e);
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+    acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(e, 1));
+  }
+  if (wide < padded) {
+    const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(p + wide), _mm512_castps512_ps256(vmx)));
+    _mm256_storeu_ps(p + wide, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  return 1.0f / avx2::hsum(acc);
+}
+
 template <int D8, class T>
-void rows_at(const AttentionRow<T>* rows, int64_t n, float scale, float* scratch, float** p) {
+void rows_at(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale, float* scratch, float** p) {
   // Each row's scores, padded to 8; each row's partial sums; the rows' 1 / sum
   // (attention_scratch).
   int64_t at = 0;
@@ -186,26 +241,19 @@ void rows_at(const AttentionRow<T>* rows, int64_t n, float scale, float* scratch
   }
   float* const partial = scratch + at;
   float* const inv = partial + n * 8 * D8;
-  // The slots every row sees, in the same order: the context, for a chain
-  // or a tree.
-  int64_t shared = rows[0].m;
-  for (int64_t r = 1; r < n; ++r) {
-    int64_t same = 0;
-    while (same < shared && same < rows[r].m && rows[0].slots[same] == rows[r].slots[same]) ++same;
-    shared = same;
-  }
   scores<D8>(rows, n, shared, scale, p);
-  for (int64_t r = 0; r < n; ++r) inv[r] = avx2::softmax_exps(p[r], rows[r].m);
+  for (int64_t r = 0; r < n; ++r) inv[r] = softmax_exps(p[r], rows[r].m);
   weighted_sums<D8>(rows, n, shared, p, inv, partial);
 }
 
 template <class T>
-void rows_of(const AttentionRow<T>* rows, int64_t n, int64_t D, float scale, float* scratch, float** p) {
+void rows_of(const AttentionRow<T>* rows, int64_t n, int64_t shared, int64_t D, float scale, float* scratch,
+             float** p) {
   switch (D) {
-    case 32: rows_at<4>(rows, n, scale, scratch, p); break;
-    case 64: rows_at<8>(rows, n, scale, scratch, p); break;
-    case 96: rows_at<12>(rows, n, scale, scratch, p); break;
-    default: rows_at<16>(rows, n, scale, scratch, p); break;
+    case 32: rows_at<4>(rows, n, shared, scale, scratch, p); break;
+    case 64: rows_at<8>(rows, n, shared, scale, scratch, p); break;
+    case 96: rows_at<12>(rows, n, shared, scale, scratch, p); break;
+    default: rows_at<16>(rows, n, shared, scale, scratch, p); break;
   }
 }
 
@@ -213,14 +261,25 @@ void rows_of(const AttentionRow<T>* rows, int64_t n, int64_t D, float scale, flo
 
 bool attention_handles(int64_t D) { return D == 32 || D == 64 || D == 96 || D == 128; }
 
-void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t D, float scale, float* scratch,
-                    float** scores) {
-  rows_of(rows, n, D, scale, scratch, scores);
+void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t shared, int64_t D, float scale,
+                    float* scratch, float** scores) {
+  rows_of(rows, n, shared, D, scale, scratch, scores);
 }
 
-void attention_rows(const AttentionRow<uint16_t>* rows, int64_t n, int64_t D, float scale, float* scratch,
-                    float** scores) {
-  rows_of(rows, n, D, scale, scratch, scores);
+void attention_rows(const AttentionRow<uint16_t>* rows, int64_t n, int64_t shared, int64_t D, float scale,
+                    float* scratch, float** scores) {
+  rows_of(rows, n, shared, D, scale, scratch, scores);
+}
+
+void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
+  const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+  for (int64_t i = 0; i < count; i += 16) {
+    // The last partial vector goes through the same instructions, masked.
+    const __mmask16 m = count - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (count - i)) - 1);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
+    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, Sleef_expf16_u10avx512f(_mm512_sub_ps(zero, g))));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(s, u));
+  }
 }
 
 }  // namespace splitspec::kernels::avx512

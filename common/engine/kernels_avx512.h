@@ -32,11 +32,16 @@ int64_t attention_scratch(const AttentionRow<T>* rows, int64_t n, int64_t head_d
 // to avx2::attention_row.
 bool attention_handles(int64_t head_dim);
 // rows[0, n), n >= 1: the query rows of one head (the same k and v),
-// together; each row's result is the same as alone. `scratch` holds
-// attention_scratch floats, `scores` n pointers.
-void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t head_dim, float scale, float* scratch,
-                    float** scores);
-void attention_rows(const AttentionRow<uint16_t>* rows, int64_t n, int64_t head_dim, float scale, float* scratch,
-                    float** scores);
+// together; each row's result is the same as alone. Every row sees its
+// first `shared` slots, the same ones in the same order (the context of a
+// chain or a tree; the same for every head, so the caller finds it once).
+// `scratch` holds attention_scratch floats, `scores` n pointers.
+void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t shared, int64_t head_dim, float scale,
+                    float* scratch, float** scores);
+void attention_rows(const AttentionRow<uint16_t>* rows, int64_t n, int64_t shared, int64_t head_dim, float scale,
+                    float* scratch, float** scores);
+
+// kernels::silu_mul, with the avx2 path's bits.
+void silu_mul(const float* gate, const float* up, int64_t count, float* y);
 
 }  // namespace splitspec::kernels::avx512
