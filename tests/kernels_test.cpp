@@ -8,6 +8,7 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -134,27 +135,31 @@ TEST(Kernels, AttentionOverHalvesIsAttentionOverTheirFloats) {
 // The avx512 attention (a head's rows in one call, two slots a register,
 // up to eight rows at a time, 16-lane exponentials) keeps the avx2 path's
 // sequence of operations, so the bits are the same: both caches, the head
-// sizes it takes and one it leaves to avx2, 1 to 33 rows sharing a context
-// or not, row counts that use every row blocking and a remainder.
+// sizes it takes and one it leaves to avx2, 1 to 33 rows, which take every
+// row blocking and remainder, over contexts the rows share for 71 slots (then
+// branch), for 5 (a row that is a prefix of the first), or not at all.
 TEST(Kernels, AttentionIsTheSameOnTheAvx2AndAvx512Paths) {
   if (!kernels::isa_available(kernels::Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
   const kernels::Isa before = kernels::isa_in_use();
   for (int64_t D : {32, 64, 96, 128, 48}) {
     const int64_t cap = 128, kvh = 2, qh = 6;
-    for (int64_t n : {1, 4, 6, 7, 33}) {
+    for (auto [n, layout] : std::vector<std::pair<int64_t, int>>{
+             {1, 0}, {4, 0}, {6, 0}, {7, 0}, {33, 0}, {7, 1}, {33, 1}, {7, 2}}) {
       const at::Tensor q = randn({n, qh, D}, 20 + D + n) * 3;
       const at::Tensor k = randn({kvh, cap, D}, 21 + D), v = randn({kvh, cap, D}, 22 + D);
       std::vector<uint16_t> kh(k.numel()), vh(v.numel());
       kernels::float_to_half(k.data_ptr<float>(), k.numel(), kh.data());
       kernels::float_to_half(v.data_ptr<float>(), v.numel(), vh.data());
       // A causal context of 71 to 103 slots, the first 71 shared (past a
-      // value block of 32 and 64), then each row's own branch; at 7 rows one
-      // row of a single slot, so no row shares anything.
+      // value block of 32 and 64), then each row's own branch. Layout 1: the
+      // last row sees only the first 5 slots, so 5 are shared (less than a
+      // group of scores); layout 2: a row sees one slot of its own, so none.
       std::vector<std::vector<int32_t>> visible(n);
       for (int64_t i = 0; i < n; ++i)
         for (int32_t s = 0; s < cap; ++s)
           if (s <= 70 + i || (s >= 110 && s % (i + 2) != 1)) visible[i].push_back(s);
-      if (n == 7) visible[3] = {5};
+      if (layout == 1) visible[n - 1].resize(5);
+      if (layout == 2) visible[3] = {5};
       const kernels::AttentionShape shape{n, qh, kvh, D, cap * D};
       at::Tensor out[2][2];
       for (int path = 0; path < 2; ++path) {
@@ -166,18 +171,25 @@ TEST(Kernels, AttentionIsTheSameOnTheAvx2AndAvx512Paths) {
         kernels::attention(q.data_ptr<float>(), kh.data(), vh.data(), shape, visible, 0.125f,
                            out[path][1].data_ptr<float>());
       }
-      EXPECT_TRUE(at::equal(out[0][0], out[1][0])) << "f32 cache, head_dim " << D << ", rows " << n;
-      EXPECT_TRUE(at::equal(out[0][1], out[1][1])) << "f16 cache, head_dim " << D << ", rows " << n;
+      EXPECT_TRUE(at::equal(out[0][0], out[1][0])) << "f32 cache, head_dim " << D << ", rows " << n << ", layout "
+                                                   << layout;
+      EXPECT_TRUE(at::equal(out[0][1], out[1][1])) << "f16 cache, head_dim " << D << ", rows " << n << ", layout "
+                                                   << layout;
     }
   }
   kernels::use_isa(before);
 }
 
-// The avx512 silu_mul (16 lanes, a masked tail) gives the avx2 one's bits.
+// The avx512 silu_mul (16 lanes, a masked tail) gives the avx2 one's bits,
+// where exp overflows, underflows and meets infinities too.
 TEST(Kernels, SiluMulIsTheSameOnTheAvx2AndAvx512Paths) {
   if (!kernels::isa_available(kernels::Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
   const kernels::Isa before = kernels::isa_in_use();
   const at::Tensor g = randn({1001}, 8) * 6, u = randn({1001}, 9);
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edges = {88.0f, -88.0f, 88.8f, -88.8f, 104.0f, -104.0f, 110.0f, -110.0f,
+                                    1e-40f, -1e-40f, 0.0f, -0.0f, inf, -inf, 30.0f, -30.0f};
+  std::copy(edges.begin(), edges.end(), g.data_ptr<float>() + 20);
   for (int64_t count : {1, 7, 8, 15, 16, 17, 1001}) {
     at::Tensor out[2];
     for (int path = 0; path < 2; ++path) {
@@ -185,7 +197,8 @@ TEST(Kernels, SiluMulIsTheSameOnTheAvx2AndAvx512Paths) {
       out[path] = at::empty({count});
       kernels::silu_mul(g.data_ptr<float>(), u.data_ptr<float>(), count, out[path].data_ptr<float>());
     }
-    EXPECT_TRUE(at::equal(out[0], out[1])) << count;
+    // Bits, NaNs included (silu of -inf is inf / inf).
+    EXPECT_EQ(std::memcmp(out[0].data_ptr<float>(), out[1].data_ptr<float>(), count * sizeof(float)), 0) << count;
   }
   kernels::use_isa(before);
 }

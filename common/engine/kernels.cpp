@@ -80,10 +80,10 @@ void silu(const float* x, int64_t count, float* y) {
 }
 
 void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
-  const bool avx2 = use_avx2();
+  const bool avx2 = use_avx2(), avx512 = isa_in_use() == Isa::kAvx512;
   constexpr int64_t kVector = 8;
   parallel_blocks(count, kVector, 256, [&](int64_t i0, int64_t i1) {
-    if (isa_in_use() == Isa::kAvx512) {
+    if (avx512) {
       avx512::silu_mul(gate + i0, up + i0, i1 - i0, y + i0);
       return;
     }
@@ -136,9 +136,10 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
   if (isa_in_use() == Isa::kAvx512 && avx512::attention_handles(D)) {
     // The slots every row sees first, in the same order.
     int64_t shared = static_cast<int64_t>(visible[0].size());
-    for (int64_t i = 1; i < s.n; ++i)
-      shared = std::mismatch(visible[0].begin(), visible[0].begin() + shared, visible[i].begin(), visible[i].end()).first -
-               visible[0].begin();
+    for (int64_t i = 1; i < s.n; ++i) {
+      const auto first = visible[0].begin();
+      shared = std::mismatch(first, first + shared, visible[i].begin(), visible[i].end()).first - first;
+    }
     // A head's rows together, so its keys and values are read once for all.
     parallel(s.q_heads, grain_for(s.q_heads, std::max<int64_t>(1, min_grain / s.n)), [&](int64_t h0, int64_t h1) {
       std::vector<float> scratch;

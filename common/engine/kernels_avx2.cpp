@@ -82,6 +82,32 @@ void weighted_sum(const float* p, const T* v, const std::vector<int32_t>& slots,
   if (full < chunks) _mm256_maskstore_ps(out + 8 * full, tm, _mm256_mul_ps(o[full], inv));
 }
 
+// Turns the scores p[0, m) into exp(score - max) in place, zeros up to the
+// next multiple of 8 (p must have room), and returns 1 / their sum.
+// kernels_avx512.cpp's softmax_exps is this sequence 16 lanes wide: change
+// both or neither.
+float softmax_exps(float* p, int64_t m) {
+  const int64_t padded = (m + 7) & ~int64_t{7};
+  std::fill(p + m, p + padded, -std::numeric_limits<float>::infinity());  // exp -> exactly 0
+  // The maximum eight lanes at a time (a scalar chain cost a tenth of a
+  // row's attention). The maximum is the same in any order; only where a
+  // score is NaN could it differ, and then every output is NaN either way.
+  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t c = 0; c < padded; c += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(p + c));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  const float mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  // exp(score - max) eight lanes at a time; the sum's order depends only on m.
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t c = 0; c < padded; c += 8) {
+    const __m256 e = Sleef_finz_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(p + c), vmx));
+    _mm256_storeu_ps(p + c, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  return 1.0f / hsum(acc);
+}
+
 template <class T>
 void attention_row_of(const float* q, const T* k, const T* v, const std::vector<int32_t>& slots, int64_t D,
                       float scale, std::vector<float>& p, float* out) {
@@ -109,28 +135,6 @@ void attention_row_of(const float* q, const T* k, const T* v, const std::vector<
 
 }  // namespace
 
-float softmax_exps(float* p, int64_t m) {
-  const int64_t padded = (m + 7) & ~int64_t{7};
-  std::fill(p + m, p + padded, -std::numeric_limits<float>::infinity());  // exp -> exactly 0
-  // The maximum eight lanes at a time (a scalar chain cost a tenth of a
-  // row's attention). The maximum is the same in any order; only where a
-  // score is NaN could it differ, and then every output is NaN either way.
-  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t c = 0; c < padded; c += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(p + c));
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  const float mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-  // exp(score - max) eight lanes at a time; the sum's order depends only on m.
-  const __m256 vmx = _mm256_set1_ps(mx);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t c = 0; c < padded; c += 8) {
-    const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(p + c), vmx));
-    _mm256_storeu_ps(p + c, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  return 1.0f / hsum(acc);
-}
-
 void attention_row(const float* q, const float* k, const float* v, const std::vector<int32_t>& slots, int64_t D,
                    float scale, std::vector<float>& scratch, float* out) {
   attention_row_of(q, k, v, slots, D, scale, scratch, out);
@@ -149,7 +153,7 @@ void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
     const __m256i m = tail_mask(std::min<int64_t>(8, count - i));
     const __m256 g = _mm256_maskload_ps(gate + i, m);
     const __m256 u = _mm256_maskload_ps(up + i, m);
-    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, Sleef_expf8_u10avx2(_mm256_sub_ps(zero, g))));
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, Sleef_finz_expf8_u10avx2(_mm256_sub_ps(zero, g))));
     _mm256_maskstore_ps(y + i, m, _mm256_mul_ps(s, u));
   }
 }
@@ -159,7 +163,7 @@ float sum_exp(const float* x, int64_t n, float max) {
   __m256 acc = _mm256_setzero_ps();
   const int64_t full = n & ~int64_t{7};
   for (int64_t i = 0; i < full; i += 8)
-    acc = _mm256_add_ps(acc, Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx)));
+    acc = _mm256_add_ps(acc, Sleef_finz_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx)));
   float s = hsum(acc);
   for (int64_t i = full; i < n; ++i) s += std::exp(x[i] - max);
   return s;

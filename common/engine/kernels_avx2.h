@@ -14,10 +14,6 @@ void attention_row(const float* q, const float* k, const float* v, const std::ve
 // The same over an F16 cache (needs F16C).
 void attention_row(const float* q, const uint16_t* k, const uint16_t* v, const std::vector<int32_t>& slots,
                    int64_t head_dim, float scale, std::vector<float>& scratch, float* out);
-// Turns the scores p[0, m) into exp(score - max) in place, zeros up to the
-// next multiple of 8 (p must have room), and returns 1 / their sum: the
-// softmax of attention_row, shared with the avx512 body.
-float softmax_exps(float* p, int64_t m);
 void silu_mul(const float* gate, const float* up, int64_t count, float* y);
 // Need F16C as well (kernels.cpp checks).
 void half_to_float(const uint16_t* src, int64_t count, float* dst);

@@ -1,5 +1,6 @@
-// Attention with AVX-512, built with -mavx2 -mfma -mf16c -mavx512f
-// -mavx512dq -ffp-contract=off. Every output follows avx2::attention_row's
+// Attention and silu_mul with AVX-512, built with -mavx2 -mfma -mf16c
+// -mavx512f -mavx512dq -ffp-contract=off. silu_mul is the avx2 one 16 lanes
+// wide. Every attention output follows avx2::attention_row's
 // sequence of operations, so the bits are that path's; the work is laid out
 // for the wider registers and for the caches:
 // - all query rows of a head at once: a forward's rows (a chain, a tree's
@@ -203,13 +204,14 @@ void weighted_sums(const AttentionRow<T>* rows, int64_t n, int64_t shared, float
 }
 
 // Turns the scores p[0, m) into exp(score - max) in place, zeros up to the
-// next multiple of 8, and returns 1 / their sum, as avx2::softmax_exps does:
-// SLEEF's deterministic exp gives the same bits 16 lanes wide as 8 wide, and
-// the sum still adds 8 lanes at a time in slot order.
+// next multiple of 8, and returns 1 / their sum, as kernels_avx2.cpp's
+// softmax_exps does (change both or neither): SLEEF's deterministic exp
+// (finz_) gives the same bits 16 lanes wide as 8 wide, and the sum still
+// adds 8 lanes at a time in slot order.
 float softmax_exps(float* p, int64_t m) {
   const int64_t padded = (m + 7) & ~int64_t{7}, wide = padded & ~int64_t{15};
   for (int64_t c = m; c < padded; ++c) p[c] = -__builtin_inff();  // exp -> exactly 0
-  // The maximum is the same in any order (avx2::softmax_exps).
+  // The maximum is the same in any order.
   __m512 vmax = _mm512_set1_ps(-__builtin_inff());
   for (int64_t c = 0; c < wide; c += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(p + c));
   if (wide < padded) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, 0x00ff, p + wide));
@@ -217,13 +219,13 @@ float softmax_exps(float* p, int64_t m) {
   const __m512 vmx = _mm512_set1_ps(mx);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t c = 0; c < wide; c += 16) {
-    const __m512 e = Sleef_expf16_u10avx512f(_mm512_sub_ps(_mm512_loadu_ps(p + c), vmx));
+    const __m512 e = Sleef_finz_expf16_u10avx512f(_mm512_sub_ps(_mm512_loadu_ps(p + c), vmx));
     _mm512_storeu_ps(p + c, e);
     acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
     acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(e, 1));
   }
   if (wide < padded) {
-    const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(p + wide), _mm512_castps512_ps256(vmx)));
+    const __m256 e = Sleef_finz_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(p + wide), _mm512_castps512_ps256(vmx)));
     _mm256_storeu_ps(p + wide, e);
     acc = _mm256_add_ps(acc, e);
   }
@@ -277,7 +279,7 @@ void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
     // The last partial vector goes through the same instructions, masked.
     const __mmask16 m = count - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (count - i)) - 1);
     const __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
-    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, Sleef_expf16_u10avx512f(_mm512_sub_ps(zero, g))));
+    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, Sleef_finz_expf16_u10avx512f(_mm512_sub_ps(zero, g))));
     _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(s, u));
   }
 }

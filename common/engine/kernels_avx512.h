@@ -1,7 +1,7 @@
 #pragma once
-// AVX-512 attention (kernels.h), built with -mavx512f -mavx512dq and called
-// only when linear() runs its avx512 body (kernels.cpp decides). Same
-// contract as avx2::attention_row, and the same bits.
+// AVX-512 attention and silu_mul (kernels.h), built with -mavx512f
+// -mavx512dq and called only when linear() runs its avx512 body (kernels.cpp
+// decides). Same contracts as the avx2 ones, and the same bits.
 #include <cstdint>
 
 namespace splitspec::kernels::avx512 {
