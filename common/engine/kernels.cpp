@@ -62,12 +62,20 @@ void attention_row_scalar(const float* q, const T* k, const T* v, const std::vec
 const char* isa() { return isa_name(isa_in_use()); }
 
 void rms_norm(const float* x, int64_t n, int64_t dim, const float* weight, float eps, float* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float* xj = x + j * dim;
-    float ss = 0.0f;
-    for (int64_t i = 0; i < dim; ++i) ss += xj[i] * xj[i];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-    for (int64_t i = 0; i < dim; ++i) y[j * dim + i] = xj[i] * inv * weight[i];
+  // A row's sum of squares is one chain of additions in index order (its
+  // defined sequence); rows go eight at a time, so their chains overlap
+  // instead of each waiting out the adder's latency.
+  constexpr int64_t kRows = 8;
+  for (int64_t j0 = 0; j0 < n; j0 += kRows) {
+    const int64_t rows = std::min(kRows, n - j0);
+    float ss[kRows] = {};
+    for (int64_t i = 0; i < dim; ++i)
+      for (int64_t j = 0; j < rows; ++j) ss[j] += x[(j0 + j) * dim + i] * x[(j0 + j) * dim + i];
+    for (int64_t j = j0; j < j0 + rows; ++j) {
+      const float* xj = x + j * dim;
+      const float inv = 1.0f / std::sqrt(ss[j - j0] / static_cast<float>(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) y[j * dim + i] = xj[i] * inv * weight[i];
+    }
   }
 }
 
