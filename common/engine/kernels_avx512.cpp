@@ -16,6 +16,8 @@
 //   long as the row's visible slots, so a row alone waits on the latency;
 //   several rows' chains interleave, sharing each value load, block by block
 //   of the context (partial sums round-trip through memory exactly);
+// - keys requested a group ahead and values while the scores run: in a
+//   forward they come from memory;
 // - exponentials 16 lanes wide, still summed 8 lanes at a time.
 #include "common/engine/kernels_avx512.h"
 
@@ -95,6 +97,19 @@ inline void score_group(const float* const q[Q], const T* const kp[16], float sc
   }
 }
 
+// Requests the cache lines of slots [c0, c1)'s rows (`row` elements each):
+// a forward's keys and values come from memory (the weights stream through
+// the caches between layers), and asked for ahead they arrive while the
+// slots before them compute.
+template <int Hint, class T>
+inline void prefetch_slots(const T* base, const int32_t* slots, int64_t c0, int64_t c1, int64_t row) {
+  for (int64_t c = c0; c < c1; ++c) {
+    const char* at = reinterpret_cast<const char*>(base + static_cast<int64_t>(slots[c]) * row);
+    for (int64_t l = 0; l < row * static_cast<int64_t>(sizeof(T)); l += 64)
+      _mm_prefetch(at + l, static_cast<_mm_hint>(Hint));
+  }
+}
+
 // The 16 slot pointers of the group at c; a partial last group repeats slot
 // 0 in the unused places (their scores are dropped).
 template <class T>
@@ -112,6 +127,9 @@ void scores(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale,
   int64_t c0 = 0;
   for (; c0 + 16 <= shared; c0 += 16) {
     group_keys(rows[0].k, rows[0].slots, shared, c0, D, kp);
+    // The next group's keys, and this group's values for the weighted sums.
+    prefetch_slots<_MM_HINT_T0>(rows[0].k, rows[0].slots, c0 + 16, c0 + 32 < shared ? c0 + 32 : shared, D);
+    prefetch_slots<_MM_HINT_T1>(rows[0].v, rows[0].slots, c0, c0 + 16, D);
     int64_t r = 0;
     for (; r + 4 <= n; r += 4) {
       const float* const q[4] = {rows[r].q, rows[r + 1].q, rows[r + 2].q, rows[r + 3].q};
