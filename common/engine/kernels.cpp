@@ -148,15 +148,20 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
       const auto first = visible[0].begin();
       shared = std::mismatch(first, first + shared, visible[i].begin(), visible[i].end()).first - first;
     }
-    // A head's rows together, so its keys and values are read once for all.
-    parallel(s.q_heads, grain_for(s.q_heads, std::max<int64_t>(1, min_grain / s.n)), [&](int64_t h0, int64_t h1) {
+    // A head's rows together, so its keys and values are read once for all;
+    // with grouped-query attention, the rows of every query head that reads
+    // one KV head, where they are few (decoding, verification: a prefill's
+    // would multiply the scratch) and the KV heads still go round the threads.
+    const int64_t per_call = s.kv_heads >= threads() && s.n * group <= 64 ? group : 1;
+    const int64_t calls = s.q_heads / per_call, call_rows = s.n * per_call;
+    parallel(calls, grain_for(calls, std::max<int64_t>(1, min_grain / call_rows)), [&](int64_t c0, int64_t c1) {
       std::vector<float> scratch;
-      std::vector<float*> scores(static_cast<size_t>(s.n));
-      std::vector<avx512::AttentionRow<T>> rows(static_cast<size_t>(s.n));
-      for (int64_t h = h0; h < h1; ++h) {
-        for (int64_t i = 0; i < s.n; ++i) rows[i] = task(h * s.n + i);
-        scratch.resize(static_cast<size_t>(avx512::attention_scratch(rows.data(), s.n, D)));
-        avx512::attention_rows(rows.data(), s.n, shared, D, scale, scratch.data(), scores.data());
+      std::vector<float*> scores(static_cast<size_t>(call_rows));
+      std::vector<avx512::AttentionRow<T>> rows(static_cast<size_t>(call_rows));
+      for (int64_t c = c0; c < c1; ++c) {
+        for (int64_t j = 0; j < call_rows; ++j) rows[j] = task(c * call_rows + j);
+        scratch.resize(static_cast<size_t>(avx512::attention_scratch(rows.data(), call_rows, D)));
+        avx512::attention_rows(rows.data(), call_rows, shared, D, scale, scratch.data(), scores.data());
       }
     });
     return;
