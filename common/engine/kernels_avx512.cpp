@@ -52,6 +52,9 @@ inline __m512 load_pair(const uint16_t* a, const uint16_t* b) {
                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1));
 }
 
+// The first n lanes (all 16 from n = 16 on).
+inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
+
 // Scores of the 16 slots kp[0, 16) at c for Q query rows: p[qq][c + j]
 // for those below m. Four slot pairs at a time take their D / 8 steps
 // together, so a query load serves four pairs and a key load Q rows (4Q
@@ -88,7 +91,7 @@ inline void score_group(const float* const q[Q], const T* const kp[16], float sc
   // sums[4h + r] is slot c + 4r + h (sum_lanes8): one permutation puts them
   // in slot order, and a masked store keeps those below m.
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __mmask16 keep = m - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (m - c)) - 1);
+  const __mmask16 keep = first_lanes(m - c);
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int qq = 0; qq < Q; ++qq) {
     alignas(64) float sums[16];
@@ -295,7 +298,7 @@ void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
   const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
   for (int64_t i = 0; i < count; i += 16) {
     // The last partial vector goes through the same instructions, masked.
-    const __mmask16 m = count - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (count - i)) - 1);
+    const __mmask16 m = first_lanes(count - i);
     const __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
     const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, Sleef_finz_expf16_u10avx512f(_mm512_sub_ps(zero, g))));
     _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(s, u));

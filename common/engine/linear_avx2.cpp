@@ -143,9 +143,6 @@ void float_linear(const LinearCall& c, int64_t r0, int64_t r1) {
   for (; r < r1; ++r) float_rows<T, 1>(c.x, c.n, in, w + r * in, out, c.y + r, partial);
 }
 
-// How far ahead of the block it computes quant_half() requests weight bytes.
-constexpr uintptr_t kAhead = 8192;
-
 // Packed Q8_0/Q4_0 (weight_type.h), eight rows a register: half `h` of the
 // group at `r`. Each row's lane gathers its exact block sum over the eight
 // 4-byte pieces. Q4_0 multiplies its nibbles (unsigned, 0..15) by the input
@@ -164,12 +161,8 @@ void quant_half(const LinearCall& c, int64_t r, int h, int64_t j) {
   for (int jj = 0; jj < N; ++jj) acc[jj] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = g + b * kPackRows * bb;
-    // As the avx512 body: the bytes 8 KB ahead, so memory works while the
-    // block computes; on the group's first pass only (the later ones find
-    // them cached). An address, not a pointer: it may lie past the matrix.
-    if (h == 0 && j == 0)
-      for (int64_t l = 0; l < kPackRows * bb; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(blk) + kAhead + l), _MM_HINT_T0);
+    // On the group's first pass only: the later ones find the bytes cached.
+    if (h == 0 && j == 0) prefetch_ahead(blk, kPackRows * bb);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
     const uint8_t* quants = blk + 2 * kPackRows + 32 * h;
     __m256i w[8];

@@ -223,9 +223,6 @@ inline void weights(const uint8_t* quants, __m512i w[8]) {
   }
 }
 
-// How far ahead of the block it computes group() requests weight bytes.
-constexpr uintptr_t kAhead = 8192;
-
 // Output rows [r, r + 16) (one packed group) for N input rows.
 template <WType T, int N>
 void group(const LinearCall& c, int64_t r, int64_t j) {
@@ -237,12 +234,7 @@ void group(const LinearCall& c, int64_t r, int64_t j) {
   for (int jj = 0; jj < N; ++jj) acc[jj] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = g + b * kPackRows * bb;
-    // The bytes about 8 KB ahead, requested now: the hardware prefetcher
-    // alone left memory idle while a k-row block computed, so k rows cost
-    // the 1-row time plus their compute instead of the larger of the two.
-    // An address, not a pointer: it may lie past the matrix.
-    for (int64_t l = 0; l < kPackRows * bb; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(blk) + kAhead + l), _MM_HINT_T0);
+    prefetch_ahead(blk, kPackRows * bb);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     __m512i w[8];
     weights<T>(blk + 2 * kPackRows, w);
