@@ -161,7 +161,11 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
       for (int64_t c = c0; c < c1; ++c) {
         for (int64_t j = 0; j < call_rows; ++j) rows[j] = task(c * call_rows + j);
         scratch.resize(static_cast<size_t>(avx512::attention_scratch(rows.data(), call_rows, D)));
-        avx512::attention_rows(rows.data(), call_rows, shared, D, scale, scratch.data(), scores.data());
+        // The next call's keys and values come in while this one computes.
+        avx512::AttentionRow<T> next{};
+        if (c + 1 < c1) next = task((c + 1) * call_rows);
+        avx512::attention_rows(rows.data(), call_rows, shared, D, scale, scratch.data(), scores.data(),
+                               c + 1 < c1 ? &next : nullptr);
       }
     });
     return;

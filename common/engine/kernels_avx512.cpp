@@ -16,8 +16,9 @@
 //   long as the row's visible slots, so a row alone waits on the latency;
 //   several rows' chains interleave, sharing each value load, block by block
 //   of the context (partial sums round-trip through memory exactly);
-// - keys requested a group ahead and values while the scores run: in a
-//   forward they come from memory;
+// - keys requested a group ahead and values while the scores run, and the
+//   next head's keys and values a few lines at a time while this head
+//   computes: in a forward they come from memory;
 // - exponentials 16 lanes wide, still summed 8 lanes at a time.
 #include "common/engine/kernels_avx512.h"
 
@@ -51,6 +52,31 @@ inline __m512 load_pair(const uint16_t* a, const uint16_t* b) {
       _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1));
 }
+
+// The next head's keys (or values), requested a few cache lines at a time
+// while this head computes, in slot order. A burst of requests is mostly
+// dropped on this machine's cores: 512 KB requested at once and then 200 us
+// idle still read as slowly as from memory, 16 lines per 0.3 us as fast as
+// from the cache. Left to the hardware, each head's rows start from memory
+// after the previous head's arithmetic: in a forward, an 8-row call spent
+// as long waiting as computing.
+struct Trickle {
+  const char* base = nullptr;
+  const int32_t* slots = nullptr;
+  int64_t row_bytes = 0, end = 0;
+  int per_step = 0;  // lines per step()
+  int64_t c = 0, line = 0;
+  void step() {
+    for (int i = 0; i < per_step && c < end; ++i) {
+      _mm_prefetch(base + slots[c] * row_bytes + line, _MM_HINT_T0);
+      line += 64;
+      if (line == row_bytes) {
+        line = 0;
+        ++c;
+      }
+    }
+  }
+};
 
 // The first n lanes (all 16 from n = 16 on).
 inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
@@ -124,7 +150,7 @@ inline void group_keys(const T* k, const int32_t* slots, int64_t m, int64_t c, i
 // `shared` slots (the same for all rows) in whole groups of 16, each group
 // for the rows four at a time; then each row's own rest.
 template <int D8, class T>
-void scores(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale, float* const* p) {
+void scores(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale, float* const* p, Trickle* next) {
   constexpr int64_t D = 8 * D8;
   const T* kp[16];
   int64_t c0 = 0;
@@ -136,14 +162,19 @@ void scores(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale,
     int64_t r = 0;
     for (; r + 4 <= n; r += 4) {
       const float* const q[4] = {rows[r].q, rows[r + 1].q, rows[r + 2].q, rows[r + 3].q};
+      if (next != nullptr) next->step();
       score_group<D8, 4>(q, kp, scale, p + r, c0, shared);
     }
     if (r + 2 <= n) {
       const float* const q[2] = {rows[r].q, rows[r + 1].q};
+      if (next != nullptr) next->step();
       score_group<D8, 2>(q, kp, scale, p + r, c0, shared);
       r += 2;
     }
-    if (r < n) score_group<D8, 1>(&rows[r].q, kp, scale, p + r, c0, shared);
+    if (r < n) {
+      if (next != nullptr) next->step();
+      score_group<D8, 1>(&rows[r].q, kp, scale, p + r, c0, shared);
+    }
   }
   for (int64_t r = 0; r < n; ++r) {
     const int64_t m = rows[r].m;
@@ -158,8 +189,9 @@ void scores(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale,
 // serving the Q rows.
 template <int C, int Q, class T>
 inline void accumulate(__m512 (&o)[Q][C], const float* const* p, const T* v, const int32_t* slots, int64_t c0,
-                       int64_t c1) {
+                       int64_t c1, Trickle* next = nullptr) {
   for (int64_t c = c0; c < c1; ++c) {
+    if (next != nullptr && (c & 3) == 0) next->step();
     __m512 pc[Q];
 #pragma GCC unroll 8
     for (int qq = 0; qq < Q; ++qq) pc[qq] = _mm512_set1_ps(p[qq][c]);
@@ -177,14 +209,14 @@ inline void accumulate(__m512 (&o)[Q][C], const float* const* p, const T* v, con
 // `partial` (zeros first).
 template <int C, int Q, class T>
 inline void shared_block(const AttentionRow<T>* rows, int64_t r, float* const* p, float* partial, int64_t c0,
-                         int64_t c1) {
+                         int64_t c1, Trickle* next) {
   __m512 o[Q][C];
 #pragma GCC unroll 8
   for (int qq = 0; qq < Q; ++qq)
 #pragma GCC unroll 8
     for (int d = 0; d < C; ++d)
       o[qq][d] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + ((r + qq) * C + d) * 16);
-  accumulate<C, Q>(o, p + r, rows[r].v, rows[r].slots, c0, c1);
+  accumulate<C, Q>(o, p + r, rows[r].v, rows[r].slots, c0, c1, next);
 #pragma GCC unroll 8
   for (int qq = 0; qq < Q; ++qq)
 #pragma GCC unroll 8
@@ -202,6 +234,10 @@ inline void finish_row(const AttentionRow<T>& row, const float* p, const float* 
   for (int d = 0; d < C; ++d) _mm512_storeu_ps(row.out + 16 * d, _mm512_mul_ps(o[0][d], iv));
 }
 
+// Rows a pass of the weighted sums takes at head size 16 * C.
+template <int C>
+constexpr int kSumRows = C <= 2 ? 8 : C <= 4 ? 4 : 2;
+
 // out_r = sum_c p_r[c] * v[slots_r[c]] * inv_r: the shared slots in blocks
 // of about 16 KB of values, each block for the rows kRows at a time (16
 // accumulator chains where the head is small, enough to cover the
@@ -209,17 +245,17 @@ inline void finish_row(const AttentionRow<T>& row, const float* p, const float* 
 // rest.
 template <int D8, class T>
 void weighted_sums(const AttentionRow<T>* rows, int64_t n, int64_t shared, float* const* p, const float* inv,
-                   float* partial) {
+                   float* partial, Trickle* next) {
   constexpr int C = D8 / 2;
-  constexpr int kRows = C <= 2 ? 8 : C <= 4 ? 4 : 2;
+  constexpr int kRows = kSumRows<C>;
   constexpr int64_t kValues = 16384 / (16 * C * sizeof(T));
   constexpr int64_t kBlock = kValues > 16 ? kValues : 16;
   for (int64_t c0 = 0; c0 < shared; c0 += kBlock) {
     const int64_t c1 = shared < c0 + kBlock ? shared : c0 + kBlock;
     int64_t r = 0;
-    for (; r + kRows <= n; r += kRows) shared_block<C, kRows>(rows, r, p, partial, c0, c1);
-    for (; r + 2 <= n; r += 2) shared_block<C, 2>(rows, r, p, partial, c0, c1);
-    if (r < n) shared_block<C, 1>(rows, r, p, partial, c0, c1);
+    for (; r + kRows <= n; r += kRows) shared_block<C, kRows>(rows, r, p, partial, c0, c1, next);
+    for (; r + 2 <= n; r += 2) shared_block<C, 2>(rows, r, p, partial, c0, c1, next);
+    if (r < n) shared_block<C, 1>(rows, r, p, partial, c0, c1, next);
   }
   for (int64_t r = 0; r < n; ++r) finish_row<C>(rows[r], p[r], partial + r * C * 16, shared, inv[r]);
 }
@@ -254,7 +290,8 @@ float softmax_exps(float* p, int64_t m) {
 }
 
 template <int D8, class T>
-void rows_at(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale, float* scratch, float** p) {
+void rows_at(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale, float* scratch, float** p,
+             const AttentionRow<T>* next) {
   // Each row's scores, padded to 8; each row's partial sums; the rows' 1 / sum
   // (attention_scratch).
   int64_t at = 0;
@@ -264,19 +301,31 @@ void rows_at(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale
   }
   float* const partial = scratch + at;
   float* const inv = partial + n * 8 * D8;
-  scores<D8>(rows, n, shared, scale, p);
+  // The next head's keys spread over the score groups' calls, its values
+  // over the weighted sums' steps (every fourth slot of each pass of rows).
+  Trickle keys, values;
+  if (next != nullptr) {
+    const int64_t row_bytes = 8 * D8 * sizeof(T), lines = shared * row_bytes / 64;
+    const int64_t passes = (n + kSumRows<D8 / 2> - 1) / kSumRows<D8 / 2>;
+    const int64_t calls = shared / 16 * ((n + 3) / 4), steps = shared / 4 * passes;
+    keys = {reinterpret_cast<const char*>(next->k), next->slots, row_bytes, shared,
+            static_cast<int>(calls > 0 ? (lines + calls - 1) / calls : 0)};
+    values = {reinterpret_cast<const char*>(next->v), next->slots, row_bytes, shared,
+              static_cast<int>(steps > 0 ? (lines + steps - 1) / steps : 0)};
+  }
+  scores<D8>(rows, n, shared, scale, p, next != nullptr ? &keys : nullptr);
   for (int64_t r = 0; r < n; ++r) inv[r] = softmax_exps(p[r], rows[r].m);
-  weighted_sums<D8>(rows, n, shared, p, inv, partial);
+  weighted_sums<D8>(rows, n, shared, p, inv, partial, next != nullptr ? &values : nullptr);
 }
 
 template <class T>
 void rows_of(const AttentionRow<T>* rows, int64_t n, int64_t shared, int64_t D, float scale, float* scratch,
-             float** p) {
+             float** p, const AttentionRow<T>* next) {
   switch (D) {
-    case 32: rows_at<4>(rows, n, shared, scale, scratch, p); break;
-    case 64: rows_at<8>(rows, n, shared, scale, scratch, p); break;
-    case 96: rows_at<12>(rows, n, shared, scale, scratch, p); break;
-    default: rows_at<16>(rows, n, shared, scale, scratch, p); break;
+    case 32: rows_at<4>(rows, n, shared, scale, scratch, p, next); break;
+    case 64: rows_at<8>(rows, n, shared, scale, scratch, p, next); break;
+    case 96: rows_at<12>(rows, n, shared, scale, scratch, p, next); break;
+    default: rows_at<16>(rows, n, shared, scale, scratch, p, next); break;
   }
 }
 
@@ -285,13 +334,13 @@ void rows_of(const AttentionRow<T>* rows, int64_t n, int64_t shared, int64_t D, 
 bool attention_handles(int64_t D) { return D == 32 || D == 64 || D == 96 || D == 128; }
 
 void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t shared, int64_t D, float scale,
-                    float* scratch, float** scores) {
-  rows_of(rows, n, shared, D, scale, scratch, scores);
+                    float* scratch, float** scores, const AttentionRow<float>* next) {
+  rows_of(rows, n, shared, D, scale, scratch, scores, next);
 }
 
 void attention_rows(const AttentionRow<uint16_t>* rows, int64_t n, int64_t shared, int64_t D, float scale,
-                    float* scratch, float** scores) {
-  rows_of(rows, n, shared, D, scale, scratch, scores);
+                    float* scratch, float** scores, const AttentionRow<uint16_t>* next) {
+  rows_of(rows, n, shared, D, scale, scratch, scores, next);
 }
 
 void silu_mul(const float* gate, const float* up, int64_t count, float* y) {

@@ -35,11 +35,13 @@ bool attention_handles(int64_t head_dim);
 // together; each row's result is the same as alone. Every row sees its
 // first `shared` slots, the same ones in the same order (the context of a
 // chain or a tree; the same for every head, so the caller finds it once).
-// `scratch` holds attention_scratch floats, `scores` n pointers.
+// `scratch` holds attention_scratch floats, `scores` n pointers. `next`, if
+// not null, is a row of the head the caller runs next (over the same shared
+// slots): its keys and values are requested while this call computes.
 void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t shared, int64_t head_dim, float scale,
-                    float* scratch, float** scores);
+                    float* scratch, float** scores, const AttentionRow<float>* next);
 void attention_rows(const AttentionRow<uint16_t>* rows, int64_t n, int64_t shared, int64_t head_dim, float scale,
-                    float* scratch, float** scores);
+                    float* scratch, float** scores, const AttentionRow<uint16_t>* next);
 
 // kernels::silu_mul, with the avx2 path's bits.
 void silu_mul(const float* gate, const float* up, int64_t count, float* y);
