@@ -106,8 +106,8 @@ c["mounts"] = [m for m in c["mounts"] if m["destination"] != "/models/target"] +
     {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "size=64m"]}]
 c["linux"]["namespaces"] = [n for n in c["linux"]["namespaces"] if n["type"] != "network"]
 units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
-memory = re.fullmatch(r"(\d+)(Ki|Mi|Gi)", limits["memory"])
-cpus = float(limits["cpu"].rstrip("m")) / (1000 if limits["cpu"].endswith("m") else 1)
+memory, cpu = re.fullmatch(r"(\d+)(Ki|Mi|Gi)", str(limits["memory"])), str(limits["cpu"])
+cpus = float(cpu.rstrip("m")) / (1000 if cpu.endswith("m") else 1)
 c["linux"]["resources"]["memory"] = {"limit": int(memory[1]) * units[memory[2]]}
 c["linux"]["resources"]["cpu"] = {"period": 100000, "quota": int(cpus * 100000)}
 json.dump(c, open(path, "w"), indent=1)
