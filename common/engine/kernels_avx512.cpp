@@ -68,7 +68,7 @@ struct Trickle {
   int64_t c = 0, line = 0;
   void step() {
     for (int i = 0; i < per_step && c < end; ++i) {
-      _mm_prefetch(base + slots[c] * row_bytes + line, _MM_HINT_T0);
+      __builtin_prefetch(base + slots[c] * row_bytes + line, 0, 3);
       line += 64;
       if (line == row_bytes) {
         line = 0;
@@ -130,12 +130,15 @@ inline void score_group(const float* const q[Q], const T* const kp[16], float sc
 // a forward's keys and values come from memory (the weights stream through
 // the caches between layers), and asked for ahead they arrive while the
 // slots before them compute.
-template <int Hint, class T>
+// Locality as __builtin_prefetch's: 3 for every cache level (prefetcht0),
+// 2 for L2 and beyond (prefetcht1). (GCC's _mm_prefetch takes an enum,
+// clang's a macro argument: the builtin builds with both.)
+template <int Locality, class T>
 inline void prefetch_slots(const T* base, const int32_t* slots, int64_t c0, int64_t c1, int64_t row) {
   for (int64_t c = c0; c < c1; ++c) {
     const char* at = reinterpret_cast<const char*>(base + static_cast<int64_t>(slots[c]) * row);
     for (int64_t l = 0; l < row * static_cast<int64_t>(sizeof(T)); l += 64)
-      _mm_prefetch(at + l, static_cast<_mm_hint>(Hint));
+      __builtin_prefetch(at + l, 0, Locality);
   }
 }
 
@@ -157,8 +160,8 @@ void scores(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale,
   for (; c0 + 16 <= shared; c0 += 16) {
     group_keys(rows[0].k, rows[0].slots, shared, c0, D, kp);
     // The next group's keys, and this group's values for the weighted sums.
-    prefetch_slots<_MM_HINT_T0>(rows[0].k, rows[0].slots, c0 + 16, c0 + 32 < shared ? c0 + 32 : shared, D);
-    prefetch_slots<_MM_HINT_T1>(rows[0].v, rows[0].slots, c0, c0 + 16, D);
+    prefetch_slots<3>(rows[0].k, rows[0].slots, c0 + 16, c0 + 32 < shared ? c0 + 32 : shared, D);
+    prefetch_slots<2>(rows[0].v, rows[0].slots, c0, c0 + 16, D);
     int64_t r = 0;
     for (; r + 4 <= n; r += 4) {
       const float* const q[4] = {rows[r].q, rows[r + 1].q, rows[r + 2].q, rows[r + 3].q};
