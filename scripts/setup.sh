@@ -24,6 +24,9 @@ PACKAGES=(
   g++-aarch64-linux-gnu qemu-user
   # The TLS tests make their certificates with the openssl command.
   openssl
+  # The kernel sources are also checked with clang, which scripts/fuzz.sh
+  # builds with (tests/clang_compile_test.sh); libomp-14-dev has clang's omp.h.
+  clang-14 libomp-14-dev
 )
 # deploy/'s checks run on Node.js; a machine with Node from elsewhere keeps it.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then PACKAGES+=(nodejs npm); fi
