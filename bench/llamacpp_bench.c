@@ -8,6 +8,19 @@
  *   llamacpp_bench BINS MODEL.gguf greedy THREADS N_NEW ID,ID,...
  *   llamacpp_bench BINS MODEL.gguf greedy-file THREADS N_NEW FILE  (a prompt of ids a line; a JSON line each)
  *   llamacpp_bench BINS MODEL.gguf forward THREADS CTX K,K,... MIN_SECONDS
+ *   llamacpp_bench BINS MODEL.gguf tokenize-special ADD_SPECIAL PARSE_SPECIAL "TEXT"   (flags 0/1)
+ *   llamacpp_bench BINS MODEL.gguf chat TEMPLATE ADD_ASS MESSAGES.json
+ *   llamacpp_bench BINS MODEL.gguf greedy-text THREADS N_NEW "PROMPT"
+ *
+ * tokenize, tokenize-special and chat load the vocabulary only, so
+ * vocabulary-only GGUFs (llama.cpp's models/ggml-vocab-*.gguf) serve. chat:
+ * TEMPLATE is a name llama_chat_apply_template knows, or "model" for the GGUF's own
+ * tokenizer.chat_template; MESSAGES.json is [{"role": "...", "content": "..."},
+ * ...] (other keys and values are refused); prints {"text", "ids"}, the ids
+ * tokenized with add_special and parse_special both on, as llama.cpp's
+ * completion tool tokenizes a formatted chat. greedy-text: PROMPT tokenized
+ * the same way (llama.cpp's default for a prompt), then as greedy; prints
+ * {"prompt_ids", "ids"}.
  *
  * greedy: the prompt in one batch, then one token per decode, argmax of the
  * logits (ties: lowest id), EOS ignored. forward: a context of CTX fixed
@@ -16,6 +29,7 @@
  * the median reported. Context defaults are llama.cpp's own (its users'
  * experience): flash attention "auto" and an F16 KV cache. */
 #define _GNU_SOURCE
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +85,189 @@ static void die(const char *what) {
   exit(1);
 }
 
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) die("out of memory");
+  return p;
+}
+
+static void print_ids(const llama_token *ids, int n) {
+  putchar('[');
+  for (int i = 0; i < n; ++i) printf("%s%d", i ? ", " : "", ids[i]);
+  putchar(']');
+}
+
+/* Bytes at or above 0x80 go out as they are: the text is UTF-8. */
+static void print_json_string(const char *s, size_t n) {
+  putchar('"');
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = (unsigned char)s[i];
+    if (c == '"' || c == '\\') printf("\\%c", c);
+    else if (c == '\n') fputs("\\n", stdout);
+    else if (c == '\r') fputs("\\r", stdout);
+    else if (c == '\t') fputs("\\t", stdout);
+    else if (c < 0x20 || c == 0x7f) printf("\\u%04x", c);
+    else putchar(c);
+  }
+  putchar('"');
+}
+
+/* The count in *n; a first guess of a token a byte (and BOS, EOS) retried at
+ * the size llama_tokenize asks for. */
+static llama_token *tokenize(const struct llama_vocab *vocab, const char *text, size_t len, int add_special,
+                             int parse_special, int *n) {
+  int cap = (int)len + 2;
+  llama_token *ids = xmalloc(sizeof(llama_token) * (size_t)cap);
+  *n = llama_tokenize(vocab, text, (int32_t)len, ids, cap, add_special, parse_special);
+  if (*n < 0 && *n != INT32_MIN) {
+    cap = -*n;
+    free(ids);
+    ids = xmalloc(sizeof(llama_token) * (size_t)cap);
+    *n = llama_tokenize(vocab, text, (int32_t)len, ids, cap, add_special, parse_special);
+  }
+  if (*n < 0) die("tokenize failed");
+  return ids;
+}
+
+/* A JSON reader for MESSAGES.json only: an array of objects whose keys and
+ * values are all strings. Strings are decoded into fresh buffers. */
+struct json_in {
+  const char *p;
+};
+
+static void json_ws(struct json_in *in) {
+  while (*in->p == ' ' || *in->p == '\t' || *in->p == '\n' || *in->p == '\r') ++in->p;
+}
+
+static void json_expect(struct json_in *in, char c) {
+  json_ws(in);
+  if (*in->p != c) die("MESSAGES.json: malformed (want [{\"role\": \"...\", \"content\": \"...\"}, ...])");
+  ++in->p;
+}
+
+static int json_hex4(const char *p) {
+  int v = 0;
+  for (int i = 0; i < 4; ++i) {
+    const char c = p[i];
+    v <<= 4;
+    if (c >= '0' && c <= '9') v |= c - '0';
+    else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+    else die("MESSAGES.json: bad \\u escape");
+  }
+  return v;
+}
+
+static char *json_string(struct json_in *in) {
+  json_expect(in, '"');
+  /* Decoding never lengthens: \\uXXXX (6 bytes) is at most 3 UTF-8 bytes,
+   * a surrogate pair (12) is 4. */
+  const char *end = in->p;
+  while (*end && *end != '"') end += *end == '\\' && end[1] ? 2 : 1;
+  char *out = xmalloc((size_t)(end - in->p) + 1), *o = out;
+  while (*in->p != '"') {
+    unsigned char c = (unsigned char)*in->p++;
+    if (!c) die("MESSAGES.json: unterminated string");
+    if (c != '\\') {
+      *o++ = (char)c;
+      continue;
+    }
+    c = (unsigned char)*in->p++;
+    switch (c) {
+      case '"': case '\\': case '/': *o++ = (char)c; break;
+      case 'b': *o++ = '\b'; break;
+      case 'f': *o++ = '\f'; break;
+      case 'n': *o++ = '\n'; break;
+      case 'r': *o++ = '\r'; break;
+      case 't': *o++ = '\t'; break;
+      case 'u': {
+        long cp = json_hex4(in->p);
+        in->p += 4;
+        if (cp >= 0xd800 && cp < 0xdc00 && in->p[0] == '\\' && in->p[1] == 'u') {
+          const int lo = json_hex4(in->p + 2);
+          if (lo >= 0xdc00 && lo < 0xe000) {
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            in->p += 6;
+          }
+        }
+        if (cp < 0x80) {
+          *o++ = (char)cp;
+        } else if (cp < 0x800) {
+          *o++ = (char)(0xc0 | cp >> 6);
+          *o++ = (char)(0x80 | (cp & 0x3f));
+        } else if (cp < 0x10000) {
+          *o++ = (char)(0xe0 | cp >> 12);
+          *o++ = (char)(0x80 | (cp >> 6 & 0x3f));
+          *o++ = (char)(0x80 | (cp & 0x3f));
+        } else {
+          *o++ = (char)(0xf0 | cp >> 18);
+          *o++ = (char)(0x80 | (cp >> 12 & 0x3f));
+          *o++ = (char)(0x80 | (cp >> 6 & 0x3f));
+          *o++ = (char)(0x80 | (cp & 0x3f));
+        }
+        break;
+      }
+      default: die("MESSAGES.json: bad escape");
+    }
+  }
+  ++in->p;
+  *o = 0;
+  return out;
+}
+
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) die("cannot open the messages file");
+  size_t n = 0, cap = 4096;
+  char *s = xmalloc(cap);
+  for (size_t got; (got = fread(s + n, 1, cap - n - 1, f)) > 0;) {
+    n += got;
+    if (cap - n == 1) s = realloc(s, cap *= 2);
+    if (!s) die("out of memory");
+  }
+  fclose(f);
+  s[n] = 0;
+  return s;
+}
+
+/* The messages, count in *n; the strings are never freed (the process ends). */
+static struct llama_chat_message *read_messages(const char *path, size_t *n) {
+  char *text = read_file(path);
+  struct json_in in = {text};
+  size_t cap = 8;
+  struct llama_chat_message *msgs = xmalloc(sizeof *msgs * cap);
+  *n = 0;
+  json_expect(&in, '[');
+  json_ws(&in);
+  if (*in.p == ']') die("MESSAGES.json: no messages");
+  for (;;) {
+    struct llama_chat_message m = {NULL, NULL};
+    json_expect(&in, '{');
+    for (;;) {
+      char *key = json_string(&in);
+      json_expect(&in, ':');
+      char *value = json_string(&in);
+      if (strcmp(key, "role") == 0) m.role = value;
+      else if (strcmp(key, "content") == 0) m.content = value;
+      else die("MESSAGES.json: a message has only \"role\" and \"content\"");
+      free(key);
+      json_ws(&in);
+      if (*in.p == '}') break;
+      json_expect(&in, ',');
+    }
+    ++in.p;
+    if (!m.role || !m.content) die("MESSAGES.json: a message without \"role\" or \"content\"");
+    if (*n == cap) msgs = realloc(msgs, sizeof *msgs * (cap *= 2));
+    if (!msgs) die("out of memory");
+    msgs[(*n)++] = m;
+    json_ws(&in);
+    if (*in.p == ']') break;
+    json_expect(&in, ',');
+  }
+  free(text);
+  return msgs;
+}
+
 static struct llama_context *context(struct llama_model *model, int threads, int n_ctx) {
   struct llama_context_params cp = llama_context_default_params();
   cp.n_ctx = n_ctx;
@@ -78,6 +275,14 @@ static struct llama_context *context(struct llama_model *model, int threads, int
   cp.n_ubatch = n_ctx;
   cp.n_threads = threads;
   cp.n_threads_batch = threads;
+  /* LLAMACPP_BENCH_EXACT=1: an F32 KV cache and no flash attention, so that
+   * the reference's rounding is as near ours as llama.cpp allows (tests
+   * compare greedy tokens; an F16 cache flips near-ties). */
+  if (getenv("LLAMACPP_BENCH_EXACT")) {
+    cp.type_k = GGML_TYPE_F32;
+    cp.type_v = GGML_TYPE_F32;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  }
   struct llama_context *ctx = llama_init_from_model(model, cp);
   if (!ctx) die("cannot create a context");
   return ctx;
@@ -97,14 +302,39 @@ static void decode(struct llama_context *ctx, struct llama_batch *b, const llama
   if (llama_decode(ctx, *b) != 0) die("llama_decode failed");
 }
 
+/* The prompt in one batch, then n_new argmax tokens into out; the two phases'
+ * milliseconds into ms[0] and ms[1]. */
+static void greedy(struct llama_context *ctx, struct llama_batch *b, const llama_token *prompt, int n_prompt, int n_new,
+                   int n_vocab, llama_token *out, double ms[2]) {
+  llama_memory_clear(llama_get_memory(ctx), 1);
+  const double t0 = now_ms();
+  decode(ctx, b, prompt, n_prompt, 0, 0);
+  const double t1 = now_ms();
+  int pos = n_prompt;
+  for (int i = 0; i < n_new; ++i) {
+    const float *logits = llama_get_logits_ith(ctx, -1);
+    int best = 0;
+    for (int v = 1; v < n_vocab; ++v)
+      if (logits[v] > logits[best]) best = v;
+    out[i] = best;
+    if (i + 1 < n_new) decode(ctx, b, &out[i], 1, pos++, 0);
+  }
+  ms[0] = t1 - t0;
+  ms[1] = now_ms() - t1;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 4) die("usage: llamacpp_bench BINS MODEL.gguf info|tokenize|greedy|forward ...");
+  if (argc < 4)
+    die("usage: llamacpp_bench BINS MODEL.gguf "
+        "info|tokenize|tokenize-special|chat|greedy|greedy-file|greedy-text|forward ...");
   llama_log_set(quiet, NULL);
   ggml_backend_load_all_from_path(argv[1]);
   llama_backend_init();
   const long rss_before = status_kb("VmRSS:");
   struct llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
+  mp.vocab_only =
+      strcmp(argv[3], "tokenize") == 0 || strcmp(argv[3], "tokenize-special") == 0 || strcmp(argv[3], "chat") == 0;
   struct llama_model *model = llama_model_load_from_file(argv[2], mp);
   if (!model) die("cannot load the model");
   const struct llama_vocab *vocab = llama_model_get_vocab(model);
@@ -117,14 +347,11 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "tokenize") == 0 && argc >= 5) {
-    const int cap = (int)strlen(argv[4]) + 2;  /* at most a token a byte, and BOS */
-    llama_token *ids = malloc(sizeof(llama_token) * (size_t)cap);
-    if (!ids) die("out of memory");
-    const int n = llama_tokenize(vocab, argv[4], (int32_t)strlen(argv[4]), ids, cap, 1, 0);
-    if (n < 0) die("tokenize failed");
-    printf("{\"ids\": [");
-    for (int i = 0; i < n; ++i) printf("%s%d", i ? ", " : "", ids[i]);
-    printf("]}\n");
+    int n;
+    llama_token *ids = tokenize(vocab, argv[4], strlen(argv[4]), 1, 0, &n);
+    printf("{\"ids\": ");
+    print_ids(ids, n);
+    printf("}\n");
     return 0;
   }
   if ((strcmp(cmd, "greedy") == 0 || strcmp(cmd, "greedy-file") == 0) && argc >= 7) {
@@ -150,25 +377,14 @@ int main(int argc, char **argv) {
       const int n_prompt = parse_ids(spec, prompt, n_ctx);
       if (n_prompt <= 0) die("bad prompt ids (or more than the context holds)");
       if (n_prompt + n_new > n_ctx) die("prompt and new tokens exceed the context");
-      llama_memory_clear(llama_get_memory(ctx), 1);
-      const double t0 = now_ms();
-      decode(ctx, &b, prompt, n_prompt, 0, 0);
-      const double t1 = now_ms();
-      int pos = n_prompt;
-      for (int i = 0; i < n_new; ++i) {
-        const float *logits = llama_get_logits_ith(ctx, -1);
-        int best = 0;
-        for (int v = 1; v < n_vocab; ++v)
-          if (logits[v] > logits[best]) best = v;
-        out[i] = best;
-        if (i + 1 < n_new) decode(ctx, &b, &out[i], 1, pos++, 0);
-      }
-      const double t2 = now_ms();
+      double ms[2];
+      greedy(ctx, &b, prompt, n_prompt, n_new, n_vocab, out, ms);
       printf("{\"index\": %d, \"output_ids\": [", index);
       for (int i = 0; i < n_new; ++i) printf("%s%d", i ? ", " : "", out[i]);
       printf("], \"prefill_ms\": %.4f, \"decode_ms\": %.4f, \"ms\": %.4f, \"ms_per_token\": %.5f, \"rss_kb\": %ld, "
              "\"peak_rss_kb\": %ld, \"rss_before_load_kb\": %ld, \"threads\": %d}\n",
-             t1 - t0, t2 - t1, t2 - t0, (t2 - t0) / n_new, status_kb("VmRSS:"), status_kb("VmHWM:"), rss_before, threads);
+             ms[0], ms[1], ms[0] + ms[1], (ms[0] + ms[1]) / n_new, status_kb("VmRSS:"), status_kb("VmHWM:"), rss_before,
+             threads);
       fflush(stdout);
     }
     free(prompt);
@@ -177,6 +393,55 @@ int main(int argc, char **argv) {
     llama_batch_free(b);
     llama_free(ctx);
     llama_model_free(model);
+    return 0;
+  }
+  if (strcmp(cmd, "tokenize-special") == 0 && argc >= 7) {
+    int n;
+    llama_token *ids = tokenize(vocab, argv[6], strlen(argv[6]), atoi(argv[4]), atoi(argv[5]), &n);
+    printf("{\"ids\": ");
+    print_ids(ids, n);
+    printf("}\n");
+    return 0;
+  }
+  if (strcmp(cmd, "chat") == 0 && argc >= 7) {
+    const char *tmpl = argv[4];
+    if (strcmp(tmpl, "model") == 0) {
+      tmpl = llama_model_chat_template(model, NULL);
+      if (!tmpl) die("the model has no tokenizer.chat_template");
+    }
+    size_t n_msg;
+    const struct llama_chat_message *msgs = read_messages(argv[6], &n_msg);
+    const int add_ass = atoi(argv[5]);
+    int len = llama_chat_apply_template(tmpl, msgs, n_msg, add_ass, NULL, 0);
+    if (len < 0) die("llama_chat_apply_template knows no such template");
+    char *text = xmalloc((size_t)len + 1);
+    llama_chat_apply_template(tmpl, msgs, n_msg, add_ass, text, len + 1);
+    int n;
+    llama_token *ids = tokenize(vocab, text, (size_t)len, 1, 1, &n);
+    printf("{\"text\": ");
+    print_json_string(text, (size_t)len);
+    printf(", \"ids\": ");
+    print_ids(ids, n);
+    printf("}\n");
+    return 0;
+  }
+  if (strcmp(cmd, "greedy-text") == 0 && argc >= 7) {
+    const int threads = atoi(argv[4]), n_new = atoi(argv[5]);
+    const int n_ctx = llama_model_n_ctx_train(model);
+    int n_prompt;
+    llama_token *prompt = tokenize(vocab, argv[6], strlen(argv[6]), 1, 1, &n_prompt);
+    if (n_prompt <= 0) die("the prompt has no tokens");
+    if (n_prompt + n_new > n_ctx) die("prompt and new tokens exceed the context");
+    struct llama_context *ctx = context(model, threads, n_ctx);
+    struct llama_batch b = llama_batch_init(n_ctx, 0, 1);
+    llama_token *out = xmalloc(sizeof(llama_token) * (size_t)(n_new > 0 ? n_new : 1));
+    double ms[2];
+    greedy(ctx, &b, prompt, n_prompt, n_new, n_vocab, out, ms);
+    printf("{\"prompt_ids\": ");
+    print_ids(prompt, n_prompt);
+    printf(", \"ids\": ");
+    print_ids(out, n_new);
+    printf("}\n");
     return 0;
   }
   if (strcmp(cmd, "forward") == 0 && argc >= 8) {

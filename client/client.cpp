@@ -13,6 +13,8 @@
 #include "common/engine/model.h"
 #include "common/engine/threads.h"
 #include "common/engine/tokenizer.h"
+#include "common/tokenizer/chat_template.h"
+#include "client/stop_strings.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
 
@@ -63,7 +65,10 @@ ClientOptions resolved(const ClientOptions& o) { return o.mode ? with_mode(o, *o
 
 std::shared_ptr<Model> load_weights(const ClientOptions& o, const std::string& dir) {
   if (o.memory_budget.empty()) return Model::load(dir);
-  if (!std::filesystem::is_directory(dir)) throw Error(dir + ": model directory does not exist");
+  if (!std::filesystem::is_directory(dir))
+    throw Error(dir + (std::filesystem::exists(dir) ? ": a memory budget streams a model directory; convert the file "
+                                                      "with splitspec convert --target FILE --out DIR first"
+                                                    : ": model directory does not exist"));
   StreamOptions s;
   const uint64_t whole = stored_weight_bytes(dir);
   s.budget_bytes = parse_bytes(o.memory_budget, whole);
@@ -208,9 +213,8 @@ std::shared_ptr<Model> load_fallback(const ClientOptions& o, const v1::ServerInf
     throw Error("fallback target " + o.fallback_target_dir + " (vocab_size " + std::to_string(c.vocab_size) +
                 ", hidden_size " + std::to_string(c.hidden_size) + ") is not server " + o.server + "'s target (" +
                 std::to_string(info.vocab_size()) + ", " + std::to_string(info.hidden_size()) + ")");
-  const std::filesystem::path tok = std::filesystem::path(o.fallback_target_dir) / "tokenizer.model";
-  if (!info.tokenizer_fingerprint().empty() && std::filesystem::exists(tok) &&
-      Tokenizer(tok.string()).fingerprint() != info.tokenizer_fingerprint())
+  if (!info.tokenizer_fingerprint().empty() && tokenizer_available(o.fallback_target_dir) &&
+      Tokenizer(o.fallback_target_dir).fingerprint() != info.tokenizer_fingerprint())
     throw Error("fallback target " + o.fallback_target_dir + " has another tokenizer than server " + o.server +
                 "'s target; it must be the same model");
   return m;
@@ -241,7 +245,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   if (!tok_path.empty()) {
     const std::filesystem::path p(tok_path);
     const bool explicit_path = !o.tokenizer.empty();
-    if (std::filesystem::exists(p / "tokenizer.model") || (explicit_path && std::filesystem::is_regular_file(p)))
+    if (tokenizer_available(tok_path))
       impl->tokenizer = std::make_unique<Tokenizer>(tok_path);
     else if (explicit_path)
       throw Error(tok_path + ": tokenizer not found");
@@ -265,7 +269,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
     if (!o.fallback_target_dir.empty()) impl->fallback = load_fallback(o, info);
   }
   if (local && impl->spec.draft && o.tokenizer.empty() &&
-      std::filesystem::exists(std::filesystem::path(o.draft_dir) / "tokenizer.model") && impl->tokenizer &&
+      tokenizer_available(o.draft_dir) && impl->tokenizer &&
       Tokenizer(o.draft_dir).fingerprint() != impl->tokenizer->fingerprint())
     throw Error("tokenizer mismatch: draft " + o.draft_dir + " and target " + o.target_dir +
                 " have different tokenizers; draft and target must share one tokenizer");
@@ -294,7 +298,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
                                                 : VerifyCost::kWeightReads;
   spec.vocab_size = impl->vocab;
   spec.hidden_size = impl->target ? impl->target->config().hidden_size : impl->link->info().hidden_size();
-  spec.target_dir = local ? o.target_dir : std::filesystem::is_directory(tok_path) ? tok_path : "";
+  spec.target_dir = local ? model_side_dir(o.target_dir) : std::filesystem::is_directory(tok_path) ? tok_path : "";
   spec.tokenizer_fingerprint = impl->fingerprint();
   // Built once here so that bad settings fail now, not at the first request.
   const std::unique_ptr<Drafter> probe = impl->drafter.make(spec);
@@ -406,14 +410,39 @@ void Generation::cancel() {
   if (client_ && result_.valid()) client_->cancel();
 }
 
+namespace {
+
+std::string names(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
 Result Client::Impl::generate_text(const std::string& prompt, const Request& request, const OnText& on_text) {
   if (!tokenizer)
     throw Error(tokenizer_path.empty() ? "text prompts need a tokenizer: give one (or token ids)"
-                                       : (std::filesystem::path(tokenizer_path) / "tokenizer.model").string() +
-                                             ": tokenizer not found (needed for text prompts; use token ids)");
-  std::vector<int32_t> ids = tokenizer->encode(prompt);
-  ids.insert(ids.begin(), tokenizer->bos_id());
-  return generate(ids, request, {}, on_text);
+                                       : tokenizer_path + ": no tokenizer found (tokenizer.model or tokenizer.json; "
+                                                          "needed for text prompts; use token ids)");
+  std::string text = prompt;
+  if (!request.messages.empty()) {
+    if (!prompt.empty()) throw Error("give a prompt or messages, not both");
+    std::string name = options.chat_template;
+    if (name.empty()) {
+      const std::string source = tokenizer->chat_template();
+      if (source.empty())
+        throw Error(tokenizer_path + ": the model names no chat template; give one (--chat-template NAME: " +
+                    names(chat_template_names()) + ")");
+      name = source;
+    }
+    std::vector<ChatMessage> messages;
+    for (const Message& m : request.messages) messages.push_back({m.role, m.content});
+    text = apply_chat_template(name, messages, true);
+  }
+  // As llama.cpp tokenizes a prompt: BOS if the vocabulary adds one, and the
+  // texts of special tokens (<|im_start|>) as those tokens.
+  return generate(tokenizer->tokenize(text, true, true), request, {}, on_text);
 }
 
 Result Client::Impl::generate(const std::vector<int32_t>& prompt_ids, const Request& request, const OnToken& on_token,
@@ -429,20 +458,39 @@ Result Client::Impl::generate(const std::vector<int32_t>& prompt_ids, const Requ
     if (!streamer) streamer = std::make_unique<TextStreamer>(*tokenizer, prompt_ids);
     return streamer->push(id);
   };
+  const bool stops = !request.stop.empty();
+  if (stops && !tokenizer) throw Error("stop strings need a tokenizer");
+  for (const std::string& stop : request.stop)
+    if (stop.empty()) throw Error("a stop string must not be empty");
+  // Text that may be the start of a stop string waits until it is not.
+  StopMatcher matcher(request.stop);
+  int64_t pushed = 0, stopped_at = -1;
   std::function<bool(int32_t)> each;
   if (on_token) each = [&](int32_t id) { return on_token(id); };
-  if (on_text)
+  if (on_text || stops)
     each = [&](int32_t id) {
       if (on_token && !on_token(id)) return false;
-      const std::string piece = push(id);
+      std::string piece = push(id);
+      ++pushed;
+      if (stops) {
+        bool hit = false;
+        piece = matcher.feed(piece, &hit);
+        if (hit) stopped_at = pushed;
+        if (on_text && !piece.empty() && !on_text(piece)) return false;
+        return !hit;
+      }
       return piece.empty() || on_text(piece);
     };
   Result r = server_streams() ? run_streamed(prompt_ids, request, o, each) : run_rounds(prompt_ids, request, o, each);
   r.prompt_ids = prompt_ids;
-  if (tokenizer && !on_text)
+  if (tokenizer && !on_text && !stops)
     for (int32_t id : r.ids) push(id);
-  if (streamer) {
-    const std::string tail = streamer->finish();
+  if (stopped_at >= 0) {
+    r.ids.resize(static_cast<size_t>(stopped_at));
+    r.finish_reason = "stop";
+    r.text = matcher.released();
+  } else if (streamer) {
+    std::string tail = matcher.flush() + streamer->finish();
     if (on_text && !tail.empty()) on_text(tail);
     r.text = streamer->text();
   }

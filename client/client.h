@@ -98,6 +98,9 @@ struct ClientOptions {
   std::string server;
   std::string draft_dir;   // drafters with a draft model: the draft model
   std::string target_dir;  // local verifier: the target model
+  // Request::messages: a built-in chat template (llama3, chatml, phi3,
+  // llama2, gemma) instead of the one the model's files name.
+  std::string chat_template;
   // Local verifier: most memory the target's weights may take ("8MiB", "25%"
   // of its fp32 size, bytes); empty loads it whole. `stream_pipeline` reads
   // ahead on a loader thread (StdPL) rather than at each matrix (Std), as
@@ -172,7 +175,20 @@ ClientOptions with_mode(ClientOptions options, const std::string& name);
 // ("server+model-tree", "server+model-tree+predraft").
 std::string mode_name(const ClientOptions& options);
 
+// One turn of a conversation (Request::messages).
+struct Message {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
 struct Request {
+  // A conversation instead of a prompt: generate() is then given an empty
+  // prompt, and the model's chat template (or ClientOptions::chat_template)
+  // writes the prompt, ending with the assistant's turn.
+  std::vector<Message> messages;
+  // Generation stops once its text holds one of these; the text ends before
+  // it, the ids with the token that completed it, finish_reason "stop".
+  std::vector<std::string> stop;
   int32_t max_new_tokens = 128;
   float temperature = 0.0f;  // 0: greedy
   int32_t top_k = 0;         // 0: off

@@ -22,6 +22,13 @@ v1::TokenDistribution wire_q(const DraftTree& tree, int32_t i) {
     w.add_probs(1.0f);
     return w;
   }
+  size_t support = 0;
+  for (float p : *q) support += p > 0.0f;
+  // A sparse entry costs about 7 bytes (a varint id and an fp32), a dense one 4.
+  if (support * 7 > q->size() * 4) {
+    w.set_dense(reinterpret_cast<const char*>(q->data()), q->size() * sizeof(float));
+    return w;
+  }
   for (size_t t = 0; t < q->size(); ++t)
     if ((*q)[t] > 0.0f) {
       w.add_ids(static_cast<int32_t>(t));

@@ -14,6 +14,8 @@ PACKAGES=(
   prometheus-cpp-dev
   libspdlog-dev libgtest-dev libgmock-dev
   libsentencepiece-dev
+  # Byte-level BPE pre-tokenizers: Unicode classes (\p{L}, \p{N}) and lookahead.
+  libpcre2-dev
   # SLEEF: the vectorised exp of the forward kernels (LibTorch uses it too).
   libsleef-dev
   nlohmann-json3-dev libcli11-dev

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   std::string config_file;
   splitspec::ServerConfig flags;
   app.add_option("--config", config_file, "JSON config file (see configs/server.json); flags override it");
-  auto* target = app.add_option("--target,--model", flags.target_dir, "Target model directory");
+  auto* target = app.add_option("--target,--model", flags.target_dir, "Target model: a .gguf file or a directory (Hugging Face's or ours)");
   auto* listen = app.add_option("--listen", flags.listen, "HOST:PORT to listen on (port 0: any free port)");
   auto* max_sessions = app.add_option("--max-sessions", flags.max_sessions, "Concurrent streams before RESOURCE_EXHAUSTED");
   auto* max_draft = app.add_option("--max-draft-tokens", flags.max_draft_tokens, "Largest Draft accepted");

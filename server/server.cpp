@@ -30,15 +30,13 @@ Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
   ctx_->model_name = std::filesystem::path(ctx_->config.target_dir).lexically_normal().filename().string();
   if (ctx_->model_name.empty())
     ctx_->model_name = std::filesystem::path(ctx_->config.target_dir).lexically_normal().parent_path().filename().string();
-  const auto tok_path = std::filesystem::path(ctx_->config.target_dir) / "tokenizer.model";
-  if (std::filesystem::exists(tok_path)) {
-    Tokenizer tok(tok_path.string());
-    ctx_->tokenizer_fingerprint = tok.fingerprint();
+  if (tokenizer_available(ctx_->config.target_dir)) {
+    ctx_->tokenizer_fingerprint = Tokenizer(ctx_->config.target_dir).fingerprint();
   } else {
-    spdlog::warn("{}: no tokenizer; clients are checked by vocabulary size only", tok_path.string());
+    spdlog::warn("{}: no tokenizer; clients are checked by vocabulary size only", ctx_->config.target_dir);
   }
   if (ctx_->config.early_exits == "auto") {
-    std::optional<EarlyExits> all = EarlyExits::load(ctx_->config.target_dir, ctx_->target->config());
+    std::optional<EarlyExits> all = EarlyExits::load(model_side_dir(ctx_->config.target_dir), ctx_->target->config());
     std::vector<int64_t> want = ctx_->config.early_exit_layers;
     if (want.empty() && all) want = all->serve_layers();
     if (all && !want.empty()) {
@@ -134,7 +132,16 @@ void Server::start() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(ctx_->config.listen, server_credentials(ctx_->config), &port_);
   builder.RegisterService(service_.get());
-  builder.SetMaxReceiveMessageSize(ctx_->config.max_message_bytes);
+  // A sampled draft carries a distribution per token, up to 4 bytes for each
+  // of the vocabulary's ids (a dense q): 16 tokens of a 152K vocabulary are
+  // 9.7 MB, over gRPC's 4 MiB default. The limit is sized from the model.
+  const int64_t draft_bytes =
+      static_cast<int64_t>(ctx_->config.max_draft_tokens) * (ctx_->target->config().vocab_size * 4 + 64) + (64 << 10);
+  const int64_t limit = std::max<int64_t>(ctx_->config.max_message_bytes, std::min<int64_t>(draft_bytes, INT32_MAX));
+  if (limit > ctx_->config.max_message_bytes)
+    spdlog::info("max_message_bytes raised to {} for {} sampled draft tokens of a {}-token vocabulary", limit,
+                 ctx_->config.max_draft_tokens, ctx_->target->config().vocab_size);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(limit));
   // Clients ping to notice a dead server; allow it, and ping back so that a
   // client that vanished without closing its socket is noticed too.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <unordered_set>
 
@@ -37,6 +38,23 @@ grpc::Status invalid(const std::string& msg) { return grpc::Status(grpc::StatusC
 Distribution dense_q(const v1::TokenDistribution& w, int64_t vocab, int32_t index, int32_t token) {
   if (w.ids_size() == 1 && w.probs_size() == 1 && w.ids(0) == token && w.probs(0) == 1.0f) return {};
   const std::string at = "draft token " + std::to_string(index) + ": q ";
+  if (!w.dense().empty()) {
+    if (w.ids_size() != 0 || w.probs_size() != 0) throw Error(at + "is both dense and sparse");
+    if (w.dense().size() != static_cast<size_t>(vocab) * sizeof(float))
+      throw Error(at + "is dense with " + std::to_string(w.dense().size()) + " bytes, not 4 for each of " +
+                  std::to_string(vocab) + " tokens");
+    Distribution q(vocab);
+    std::memcpy(q.data(), w.dense().data(), w.dense().size());
+    double total = 0.0;
+    for (int64_t id = 0; id < vocab; ++id) {
+      const float p = q[id];
+      if (!std::isfinite(p) || p < 0.0f || p > 1.0f)
+        throw Error(at + "has probability " + std::to_string(p) + " outside [0, 1] at token " + std::to_string(id));
+      total += p;
+    }
+    if (std::abs(total - 1.0) > 1e-3) throw Error(at + "sums to " + std::to_string(total) + ", not 1");
+    return q;
+  }
   if (w.ids_size() != w.probs_size())
     throw Error(at + "has " + std::to_string(w.ids_size()) + " ids but " + std::to_string(w.probs_size()) + " probabilities");
   Distribution q(vocab, 0.0f);

@@ -10,8 +10,10 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "common/engine/gguf_convert.h"
+#include "common/engine/safetensors.h"
 #include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
 #include "common/util/error.h"
@@ -22,11 +24,11 @@ namespace splitspec::test {
 
 namespace {
 
-at::Tensor prompt_logits(const Model& m) {
+at::Tensor prompt_logits(const Model& m, std::vector<int32_t> tokens = {1, 4274, 824, 261, 615, 7950, 263}) {
   c10::InferenceMode guard;
   KVCache cache = m.new_cache(64);
   ForwardRequest r;
-  r.tokens = {1, 4274, 824, 261, 615, 7950, 263};
+  r.tokens = std::move(tokens);
   return test::T(m.forward(r, cache).logits);
 }
 
@@ -201,4 +203,94 @@ TEST(Gguf, StoriesConvertsAndRefusesQuantizingItsOddWidths) {
             std::string::npos);
 }
 
+}  // namespace splitspec::test
+
+namespace splitspec::test {
+namespace {
+
+// The families' tiny models have 64 tokens.
+at::Tensor family_logits(const Model& m) { return prompt_logits(m, {1, 5, 9, 20, 33, 2, 60}); }
+
+// Every family written as GGUF (llama.cpp's names, Phi-3's fused matrices,
+// LLaMA's interleaved query and key rows) and as a directory reads back as
+// the same model, bit for bit, loaded in place.
+TEST(GgufFamilies, EachFamilyRoundTripsThroughGgufAndDirectory) {
+  TempDir dir;
+  for (const std::string arch : {"llama", "qwen2", "qwen3", "phi3"}) {
+    ModelConfig c = tiny_config(64, 2, arch == "qwen2");
+    c.architecture = arch;
+    c.attention_bias = arch == "qwen2";
+    c.qk_norm = arch == "qwen3";
+    if (arch == "qwen3") c.head_dim = 16;  // not hidden / heads
+    if (arch == "llama") c.rope_freq_factors = llama3_rope_factors(500000.0, c.head_dim, 8.0, 1.0, 4.0, 16);
+    const auto m = Model::random(c, 3, WType::F32, 0.3f);
+    const std::string gguf = dir.str(arch + ".gguf");
+    write_gguf(m->config(), m->weight_set(), arch, [](GgufWriter&) {}, gguf, std::nullopt);
+    const auto from_gguf = Model::load(gguf);
+    EXPECT_EQ(from_gguf->config().architecture, arch);
+    EXPECT_EQ(from_gguf->config().rope_freq_factors, c.rope_freq_factors);
+    EXPECT_TRUE(at::equal(family_logits(*from_gguf), family_logits(*m))) << arch << " from GGUF";
+    const std::string out = dir.str(arch + "-dir");
+    Model::load(gguf)->save(out);
+    const auto from_dir = Model::load(out);
+    EXPECT_TRUE(at::equal(family_logits(*from_dir), family_logits(*m))) << arch << " from a directory";
+    // Streamed from disk under a budget: the same forward.
+    StreamOptions s;
+    s.budget_bytes = stored_weight_bytes(out) * 4;
+    s.direct_io = false;
+    EXPECT_TRUE(at::equal(family_logits(*Model::load_streamed(out, s)), family_logits(*m))) << arch << " streamed";
+  }
+}
+
+// A Hugging Face Phi-3 directory fuses the query, key and value rows, and the
+// gate's and up projection's: read in place as row slices.
+TEST(GgufFamilies, HuggingFacePhi3FusedTensorsAreSplitByRows) {
+  TempDir dir;
+  ModelConfig c = tiny_config(64, 1);
+  c.architecture = "phi3";
+  const auto m = Model::random(c, 5);
+  const WeightSet& w = m->weight_set();
+  std::vector<std::vector<uint8_t>> keep;
+  std::vector<TensorToWrite> t;
+  auto add = [&](const std::string& name, std::vector<const MatrixRef*> parts) {
+    std::vector<uint8_t> b;
+    int64_t rows = 0;
+    for (const MatrixRef* p : parts) {
+      const auto* d = static_cast<const uint8_t*>(p->data);
+      b.insert(b.end(), d, d + p->bytes());
+      rows += p->rows;
+    }
+    keep.push_back(std::move(b));
+    t.push_back({name, DType::F32, parts.size() == 1 && parts[0]->rows == 1 ? std::vector<int64_t>{parts[0]->cols}
+                                                                              : std::vector<int64_t>{rows, parts[0]->cols},
+                 keep.back().data(), keep.back().size()});
+  };
+  const auto& L = w.layers[0];
+  const MatrixRef in{WType::F32, w.input_norm(0), 1, c.hidden_size}, post{WType::F32, w.post_norm(0), 1, c.hidden_size},
+      fin{WType::F32, w.final_norm(), 1, c.hidden_size};
+  add(kEmbedName, {&w.embed});
+  add(kHeadName, {&w.lm_head});
+  add(kFinalNormName, {&fin});
+  add(layer_norm_name(0, false), {&in});
+  add(layer_norm_name(0, true), {&post});
+  add("model.layers.0.self_attn.qkv_proj.weight", {&L[0], &L[1], &L[2]});
+  add(layer_matrix_name(0, LayerMatrix::kO), {&L[3]});
+  add("model.layers.0.mlp.gate_up_proj.weight", {&L[4], &L[5]});
+  add(layer_matrix_name(0, LayerMatrix::kDown), {&L[6]});
+  write_safetensors(dir.str("model.safetensors"), t);
+  std::ofstream(dir.str("config.json")) << model_config_to_json(c);
+  EXPECT_TRUE(at::equal(family_logits(*Model::load(dir.str())), family_logits(*m)));
+}
+
+TEST(GgufFamilies, UnsupportedArchitectureNamesTheSupportedOnes) {
+  TempDir dir;
+  const auto m = Model::random(tiny_config(64, 1), 1);
+  write_gguf(m->config(), m->weight_set(), "x", [](GgufWriter&) {}, dir.str("a.gguf"), std::nullopt);
+  rewrite(dir.str("a.gguf"), dir.str("b.gguf"), "", "gemma3");
+  EXPECT_NE(error_of([&] { Model::load(dir.str("b.gguf")); })
+                .find("architecture 'gemma3' is not supported; SplitSpec runs llama, qwen2, qwen3, phi3"),
+            std::string::npos);
+}
+
+}  // namespace
 }  // namespace splitspec::test

@@ -47,8 +47,7 @@ TEST(ModelConfig, EosListTakesFirst) {
 
 TEST(ModelConfigBadInput, EachRequiredFieldIsNamedWhenMissing) {
   for (const char* field : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                            "num_key_value_heads", "vocab_size", "rms_norm_eps", "rope_theta",
-                            "max_position_embeddings", "tie_word_embeddings", "bos_token_id", "eos_token_id"}) {
+                            "vocab_size"}) {
     auto j = valid_json();
     j.erase(field);
     EXPECT_EQ(error_of(j), std::string("cfg.json: missing required field '") + field + "'");
@@ -70,16 +69,79 @@ TEST(ModelConfigBadInput, WrongTypesAndValues) {
   EXPECT_NE(error_of(j).find("eos_token_id 1000 outside the vocabulary"), std::string::npos);
 }
 
+// Keys a Hugging Face config may leave out take Hugging Face's defaults.
+TEST(ModelConfig, MissingKeysTakeHuggingFaceDefaults) {
+  auto j = valid_json();
+  for (const char* key : {"num_key_value_heads", "rope_theta", "tie_word_embeddings", "rms_norm_eps",
+                          "max_position_embeddings", "bos_token_id", "eos_token_id"})
+    j.erase(key);
+  const ModelConfig c = parse_model_config(j.dump(), "x");
+  EXPECT_EQ(c.num_key_value_heads, c.num_attention_heads);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.max_position_embeddings, 2048);
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_id, 2);
+}
+
+TEST(ModelConfig, FamiliesSetTheirOptions) {
+  auto j = valid_json();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  EXPECT_EQ(parse_model_config(j.dump(), "x").architecture, "qwen2");
+  EXPECT_TRUE(parse_model_config(j.dump(), "x").attention_bias);
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  j["head_dim"] = 16;  // not hidden / heads
+  const ModelConfig q3 = parse_model_config(j.dump(), "x");
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_EQ(q3.head_dim, 16);
+  j = valid_json();
+  j["architectures"] = {"Phi3ForCausalLM"};
+  j["sliding_window"] = 32;
+  const ModelConfig phi = parse_model_config(j.dump(), "x");
+  EXPECT_EQ(phi.architecture, "phi3");
+  EXPECT_EQ(phi.max_position_embeddings, 32);  // capped to the window
+  // The config written back reads as the same model.
+  const ModelConfig again = parse_model_config(model_config_to_json(phi), "y");
+  EXPECT_EQ(again.architecture, "phi3");
+  EXPECT_EQ(again.max_position_embeddings, 32);
+  j = valid_json();
+  j["architectures"] = {"MistralForCausalLM"};
+  EXPECT_EQ(parse_model_config(j.dump(), "x").architecture, "llama");
+  j["eos_token_id"] = {2, 3};
+  EXPECT_TRUE(is_end_of_generation(parse_model_config(j.dump(), "x"), 3));
+}
+
+// Llama 3.1's rope_scaling, as Hugging Face computes it: high frequencies
+// kept, low ones divided by the factor, the middle smoothed.
+TEST(ModelConfig, Llama3RopeScalingGivesFrequencyDivisors) {
+  auto j = valid_json();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+  j["rope_theta"] = 500000.0;
+  const ModelConfig c = parse_model_config(j.dump(), "x");
+  ASSERT_EQ(c.rope_freq_factors.size(), static_cast<size_t>(c.head_dim / 2));
+  EXPECT_EQ(c.rope_freq_factors.front(), 1.0f);
+  EXPECT_EQ(c.rope_freq_factors.back(), 8.0f);
+  const ModelConfig again = parse_model_config(model_config_to_json(c), "y");
+  EXPECT_EQ(again.rope_freq_factors, c.rope_freq_factors);
+}
+
 TEST(ModelConfigBadInput, UnsupportedArchitectures) {
   auto j = valid_json();
-  j["architectures"] = {"MistralForCausalLM"};
-  EXPECT_NE(error_of(j).find("unsupported architecture"), std::string::npos);
+  j["architectures"] = {"Gemma3ForCausalLM"};
+  EXPECT_NE(error_of(j).find("unsupported architecture \"Gemma3ForCausalLM\"; SplitSpec runs LlamaForCausalLM"),
+            std::string::npos);
   j = valid_json();
+  j.erase("architectures");
   j["model_type"] = "gpt2";
   EXPECT_NE(error_of(j).find("unsupported model_type"), std::string::npos);
   j = valid_json();
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  EXPECT_NE(error_of(j).find("rope_scaling"), std::string::npos);
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 2.0}};
+  EXPECT_NE(error_of(j).find("rope_scaling type 'yarn' is not supported"), std::string::npos);
+  j = valid_json();
+  j["rope_scaling"] = {{"type", "longrope"}, {"factor", 2.0}};
+  EXPECT_NE(error_of(j).find("'longrope' is not supported"), std::string::npos);
   j = valid_json();
   j["hidden_act"] = "gelu";
   EXPECT_NE(error_of(j).find("hidden_act"), std::string::npos);

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "common/drafting/registry.h"
@@ -102,7 +104,11 @@ TEST(Model, HiddenStatesOfRequestedLayers) {
 }
 
 TEST(ModelBadInput, DirectoryDoesNotExist) {
-  EXPECT_EQ(load_error("/nonexistent/model"), "/nonexistent/model: model directory does not exist");
+  EXPECT_EQ(load_error("/nonexistent/model"),
+            "/nonexistent/model: model directory does not exist (nor a GGUF file of that name)");
+  TempDir dir;
+  std::ofstream(dir.str("notes.txt")) << "not a model";
+  EXPECT_EQ(load_error(dir.str("notes.txt")), dir.str("notes.txt") + ": neither a model directory nor a GGUF file");
 }
 
 TEST(ModelBadInput, MissingConfig) {

@@ -7,9 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
+#include "common/engine/gguf.h"
 #include "common/engine/gguf_convert.h"
+#include "common/engine/gguf_model.h"
 #include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
+#include "common/tokenizer/vocab.h"
 #include "common/util/error.h"
 
 namespace fs = std::filesystem;
@@ -23,6 +26,7 @@ struct ConvertArgs {
   std::string random_config;
   std::string tokenizer;
   uint64_t seed = 1234;
+  float scale = 0.02f;
   std::string from_gguf;
   std::string out_dir;
   std::string to_gguf;
@@ -31,25 +35,45 @@ struct ConvertArgs {
 
 int run_convert(const ConvertArgs& a) {
   const std::optional<WType> type = a.dtype.empty() ? std::nullopt : std::optional<WType>(parse_weight_type(a.dtype));
-  if (!a.from_gguf.empty()) {
-    import_gguf(a.from_gguf, a.out_dir, type);
-    std::cerr << "wrote " << a.out_dir << " (config.json, model.safetensors, tokenizer.model) from " << a.from_gguf << "\n";
+  const std::string gguf_in = !a.from_gguf.empty() ? a.from_gguf : is_gguf_file(a.model_dir) ? a.model_dir : "";
+  if (!gguf_in.empty() && !a.out_dir.empty()) {
+    import_gguf(gguf_in, a.out_dir, type);
+    std::cerr << "wrote " << a.out_dir << " (config.json, model.safetensors, tokenizer.json or tokenizer.model) from "
+              << gguf_in << "\n";
     return 0;
   }
-  if (!a.to_gguf.empty()) {
+  if (!a.to_gguf.empty() && a.random_config.empty()) {
     export_gguf(a.model_dir, a.to_gguf, type);
     std::cerr << "wrote " << a.to_gguf << "\n";
     return 0;
   }
   if (!a.random_config.empty()) {
-    // A model of any size for benchmarks: random weights, a real tokenizer.
+    // A model of any size and family for benchmarks and tests: random
+    // weights, a real tokenizer.
     const ModelConfig c = load_model_config(a.random_config);
     const Tokenizer tok(a.tokenizer);
     if (tok.vocab_size() != c.vocab_size)
       throw Error("convert: the tokenizer has " + std::to_string(tok.vocab_size()) + " pieces, the config a vocabulary of " +
                   std::to_string(c.vocab_size));
-    const auto m = Model::random(c, a.seed);
-    if (!a.to_gguf.empty()) throw Error("convert: write the random model with --out first, then convert it to GGUF");
+    const auto m = Model::random(c, a.seed, WType::F32, a.scale);
+    if (!a.to_gguf.empty()) {
+      if (!is_gguf_file(a.tokenizer))
+        throw Error("convert: a random model is written to GGUF with the tokenizer of a GGUF file (--tokenizer VOCAB.gguf)");
+      const GgufFile vocab(a.tokenizer);
+      write_gguf(m->config(), m->weight_set(), fs::path(a.to_gguf).stem().string(),
+                 [&](GgufWriter& g) { copy_gguf_tokenizer(vocab, g); }, a.to_gguf, type);
+      std::cerr << "wrote " << a.to_gguf << ": random weights (seed " << a.seed << ") for " << a.random_config << "\n";
+      return 0;
+    }
+    if (is_gguf_file(a.tokenizer)) {
+      // The vocabulary as Hugging Face's files (byte-level BPE only).
+      Vocab::from_gguf(GgufFile(a.tokenizer)).write_hf(a.out_dir);
+      m->save(a.out_dir, type);
+      std::cerr << "wrote " << a.out_dir << ": random weights (seed " << a.seed << ") for " << a.random_config << "\n";
+      return 0;
+    }
+    if (!tokenizer_available(a.tokenizer) || !fs::exists(fs::is_directory(a.tokenizer) ? fs::path(a.tokenizer) / "tokenizer.model" : fs::path(a.tokenizer)))
+      throw Error("convert: --random-init --out takes tokenizer.model or a GGUF vocabulary; got " + a.tokenizer);
     m->save(a.out_dir, type);
     const fs::path src = fs::is_directory(a.tokenizer) ? fs::path(a.tokenizer) / "tokenizer.model" : fs::path(a.tokenizer);
     fs::copy_file(src, fs::path(a.out_dir) / "tokenizer.model", fs::copy_options::overwrite_existing);
@@ -82,14 +106,16 @@ int run_tokenize(const TokenizeArgs& a, bool decode) {
         throw Error("tokenize: id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(tok.vocab_size()));
     const std::string text = tok.decode(a.ids);
     if (a.json)
-      std::cout << nlohmann::json{{"ids", a.ids}, {"text", text}}.dump() << std::endl;
+      std::cout << nlohmann::json{{"ids", a.ids}, {"text", text}}.dump(-1, ' ', false,
+                                                                    nlohmann::json::error_handler_t::replace)
+                << std::endl;
     else
       std::cout << text << std::endl;
     return 0;
   }
-  std::vector<int32_t> ids;
-  if (!a.no_bos) ids.push_back(tok.bos_id());
-  for (int32_t id : tok.encode(a.text)) ids.push_back(id);
+  // As generate --prompt: BOS if the vocabulary adds one, special tokens'
+  // texts as those tokens.
+  const std::vector<int32_t> ids = tok.tokenize(a.text, !a.no_bos, true);
   if (a.json) {
     std::cout << nlohmann::json{{"ids", ids}, {"count", ids.size()}}.dump() << std::endl;
   } else {
@@ -112,8 +138,11 @@ Command add_convert_command(CLI::App& app) {
   auto* random = cmd->add_option("--random-init", a->random_config,
                                  "Instead: a model of this config.json with random weights, for benchmarks (with --tokenizer)")
                      ->check(CLI::ExistingFile);
-  auto* tok = cmd->add_option("--tokenizer", a->tokenizer, "--random-init: the tokenizer (a model directory or tokenizer.model)");
+  auto* tok = cmd->add_option("--tokenizer", a->tokenizer,
+                              "--random-init: the tokenizer (a model directory, tokenizer.model, or a GGUF file such as "
+                              "llama.cpp's ggml-vocab-*.gguf)");
   cmd->add_option("--seed", a->seed, "--random-init: the weights' seed")->capture_default_str();
+  cmd->add_option("--scale", a->scale, "--random-init: the weights' standard deviation")->capture_default_str();
   auto* out = cmd->add_option("--out", a->out_dir, "Directory to write the model to");
   auto* gguf = cmd->add_option("--to-gguf", a->to_gguf, "GGUF file to write the model to");
   cmd->add_option("--dtype", a->dtype, "Weight type to write: f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
@@ -141,13 +170,17 @@ Command add_convert_command(CLI::App& app) {
 Command add_tokenize_command(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "tokenize", "Text to token ids as generate --prompt tokenizes it (BOS first), or ids back to text");
-  cmd->add_option("--target,--model,--tokenizer", a->tokenizer, "Model directory or tokenizer.model")->required();
+      "tokenize",
+      "Text to token ids as generate --prompt tokenizes it (as llama.cpp does: BOS if the vocabulary adds one, special "
+      "tokens parsed), or ids back to text");
+  cmd->add_option("--target,--model,--tokenizer", a->tokenizer,
+                  "A .gguf file, a model directory (tokenizer.model or tokenizer.json) or tokenizer.model")
+      ->required();
   auto* text = cmd->add_option("--text", a->text, "Text to tokenize");
   auto* ids = cmd->add_option("--ids", a->ids, "Comma-separated ids to decode")->delimiter(',');
   text->excludes(ids);
   ids->excludes(text);
-  cmd->add_flag("--no-bos", a->no_bos, "Leave out the BOS id");
+  cmd->add_flag("--no-bos", a->no_bos, "Add no BOS (nor EOS) id");
   cmd->add_flag("--json", a->json, "Print JSON");
   return {cmd, [a, text, ids]() {
             if ((text->count() > 0) == (ids->count() > 0)) throw Error("tokenize: give --text or --ids");

@@ -29,6 +29,9 @@ struct GenerateArgs {
   std::string tokenizer;
   std::string prompt;
   bool text_prompt = false;  // --prompt given (possibly empty: BOS alone)
+  std::string chat;          // --chat: the user's message
+  std::string system;        // --system: the system message before it
+  std::string chat_template;
   std::string prompts_file;  // JSONL, one generation per line
   std::vector<int32_t> prompt_ids;
   Request request;
@@ -215,7 +218,7 @@ int run_prompts_file(const GenerateArgs& a, const ClientOptions& o, Client& clie
         nlohmann::json j = result_json(r, o, mode, p.ids.empty() || !r.text.empty());
         j["index"] = i;
         if (!p.category.empty()) j["category"] = p.category;
-        std::cout << j.dump() << std::endl;
+        std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
       } else {
         std::cout << r.text << std::endl;
       }
@@ -236,6 +239,7 @@ int run_generate(const GenerateArgs& a) {
   o.draft_dir = a.draft_dir;
   o.target_dir = a.target_dir;
   o.tokenizer = a.tokenizer;
+  o.chat_template = a.chat_template;
   o.threads = a.threads;
   o.predraft_threads = a.predraft_threads;
   o.predraft_queue = a.predraft_queue;
@@ -268,19 +272,27 @@ int run_generate(const GenerateArgs& a) {
   const std::string mode = mode_name(o);
   if (!a.prompts_file.empty()) return run_prompts_file(a, o, *client, req, mode);
 
+  if (!a.chat.empty() || !a.system.empty()) {
+    if (a.text_prompt || !a.prompt_ids.empty()) throw Error("generate: give --chat or a prompt, not both");
+    if (!a.system.empty()) req.messages.push_back({"system", a.system});
+    req.messages.push_back({"user", a.chat});
+  }
+  const bool text = a.text_prompt || !req.messages.empty();
   Result r;
-  if (a.text_prompt) {
-    r = client->generate(a.prompt, req, [&](const std::string& piece) {
+  if (text) {
+    r = client->generate(a.text_prompt ? a.prompt : std::string(), req, [&](const std::string& piece) {
       if (!a.json) std::cout << piece << std::flush;
     });
   } else {
     r = client->generate_ids(a.prompt_ids, req);
   }
-  const bool has_text = a.text_prompt || !r.text.empty();
+  const bool has_text = text || !r.text.empty();
   if (a.json) {
-    std::cout << result_json(r, o, mode, has_text).dump() << std::endl;
+    // A model's text need not be UTF-8 (byte tokens): JSON replaces what is not.
+    std::cout << result_json(r, o, mode, has_text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << std::endl;
   } else {
-    if (!a.text_prompt) {
+    if (!text) {
       if (has_text)
         std::cout << r.text;
       else
@@ -319,8 +331,9 @@ Command add_generate_command(CLI::App& app) {
                   "cloud-ar (server+none), edge-sd (server+model), edge-fsd (server+model --predraft)")
       ->check(CLI::IsMember({"local-ar", "local-sd", "local-tree", "cloud-ar", "edge-sd", "edge-fsd"}));
   auto* model = cmd->add_option("--target,--model", a->target_dir,
-                                "Local verifier: target model directory (config.json, model.safetensors, tokenizer.model)");
-  cmd->add_option("--draft", a->draft_dir, "Drafters with a draft model (model, model-tree): its directory");
+                                "Local verifier: the target: a .gguf file, or a directory (Hugging Face's or ours: config.json, "
+                                "model.safetensors, tokenizer.json or tokenizer.model)");
+  cmd->add_option("--draft", a->draft_dir, "Drafters with a draft model (model, model-tree): its .gguf file or directory");
   cmd->add_option("--memory-budget", a->memory_budget,
                   "Local verifier: most memory the target's weights may take, e.g. 8MiB, 4MB or 25% (of its fp32 size); "
                   "the rest streams from disk per forward with O_DIRECT. Default: load it whole");
@@ -354,15 +367,25 @@ Command add_generate_command(CLI::App& app) {
       ->check(CLI::Range(0, 256));
   cmd->add_option("--server", a->server, "Server verifier: splitspec-server HOST:PORT");
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer for text (default: the local model's)");
-  auto* prompt = cmd->add_option("--prompt", a->prompt, "Prompt text; tokenized, with BOS prepended");
+  auto* prompt = cmd->add_option("--prompt", a->prompt,
+                                 "Prompt text; tokenized as llama.cpp does: BOS if the model's vocabulary adds one, "
+                                 "special tokens' texts (<|im_start|>) as those tokens");
+  auto* chat = cmd->add_option("--chat", a->chat,
+                               "Instead of --prompt: a user message, written into the model's chat template");
+  cmd->add_option("--system", a->system, "--chat: a system message before it");
+  cmd->add_option("--chat-template", a->chat_template,
+                  "--chat: a built-in template (llama3, chatml, phi3, llama2, gemma) instead of the one the model "
+                  "names (GGUF tokenizer.chat_template, tokenizer_config.json)");
+  cmd->add_option("--stop", a->request.stop,
+                  "Stop once the text holds this string (repeatable); it is left out of the output");
   auto* ids = cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids, used verbatim")
                   ->delimiter(',');
   auto* file = cmd->add_option("--prompts-file", a->prompts_file,
                                "JSONL, one generation per line: {\"prompt\": text}, {\"prompt_ids\": [ids]} or "
                                "Spec-Bench's {\"turns\": [text, ...]} (the first turn); one JSON line per prompt with --json");
-  prompt->excludes(ids)->excludes(file);
-  ids->excludes(prompt)->excludes(file);
-  file->excludes(prompt)->excludes(ids);
+  prompt->excludes(ids)->excludes(file)->excludes(chat);
+  ids->excludes(prompt)->excludes(file)->excludes(chat);
+  file->excludes(prompt)->excludes(ids)->excludes(chat);
   cmd->add_option("--max-new-tokens", a->request.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -410,9 +433,9 @@ Command add_generate_command(CLI::App& app) {
                 "network_rtt_ms, ...) instead of streaming text");
   cmd->add_option("--threads", a->threads, "Compute threads (LibTorch and OpenBLAS); default (0): OMP_NUM_THREADS if set, else the physical cores")
       ->capture_default_str();
-  return {cmd, [a, prompt, ids, file, model]() {
-            if (prompt->count() + ids->count() + file->count() == 0)
-              throw Error("generate: give --prompt, --prompt-ids or --prompts-file");
+  return {cmd, [a, prompt, ids, file, model, chat]() {
+            if (prompt->count() + ids->count() + file->count() + chat->count() == 0)
+              throw Error("generate: give --prompt, --chat, --prompt-ids or --prompts-file");
             const ClientOptions o = choose_mode(*a);
             if (o.verifier == VerifierKind::kLocal && model->count() == 0)
               throw Error("generate: " + mode_name(o) + " needs --target DIR");

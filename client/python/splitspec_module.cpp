@@ -333,6 +333,7 @@ void bind_options(py::module_& m) {
       .rw("drafter_options", &ClientOptions::drafter_options,
           "dict of str to str; reading gives a copy, so assign a whole dict")
       .rw("tokenizer", &ClientOptions::tokenizer)
+      .rw("chat_template", &ClientOptions::chat_template, "Request.messages: a built-in template (llama3, chatml, ...)")
       .rw("threads", &ClientOptions::threads, "compute threads; 0: OMP_NUM_THREADS if set, else the physical cores")
       .rw("predraft_threads", &ClientOptions::predraft_threads)
       .rw("predraft_queue", &ClientOptions::predraft_queue, "priority, fifo or random")
@@ -360,8 +361,15 @@ void bind_options(py::module_& m) {
 }
 
 void bind_request(py::module_& m) {
+  py::class_<Message> msg(m, "Message", "One turn of a conversation: role 'system', 'user' or 'assistant'.");
+  msg.def(py::init([](std::string role, std::string content) { return Message{std::move(role), std::move(content)}; }),
+          py::arg("role"), py::arg("content"));
+  Fields<Message>(msg).rw("role", &Message::role).rw("content", &Message::content).finish("Message", true);
   py::class_<Request> cls(m, "Request", "One generation's settings (client.h).");
   Fields<Request>(cls)
+      .rw("messages", &Request::messages,
+          "a conversation instead of a prompt (generate('')): the model's chat template writes the prompt")
+      .rw("stop", &Request::stop, "stop once the text holds one of these strings (left out of the text)")
       .rw("max_new_tokens", &Request::max_new_tokens)
       .rw("temperature", &Request::temperature, "0: greedy")
       .rw("top_k", &Request::top_k, "0: off")

@@ -170,7 +170,7 @@ void TargetDecoder::commit(RoundResult& r) {
   while (kept < tokens.size() && !finished()) {
     const int32_t tok = tokens[kept++];
     seq_.push_back(tok);
-    if (tok == target_.config().eos_token_id && !options_.ignore_eos)
+    if (is_end_of_generation(target_.config(), tok) && !options_.ignore_eos)
       finish_ = FinishReason::kEos;
     else if (generated() >= budget_)
       finish_ = budget_ == options_.max_new_tokens ? FinishReason::kLength : FinishReason::kContext;

@@ -304,6 +304,33 @@ void GgufWriter::add_bytes(const std::string& key, const std::string& v) {
   put(kv_, v.data(), v.size());
 }
 
+void GgufWriter::add_value(const std::string& k, const GgufValue& v) {
+  auto scalar = [&](GgufType t, double num, int64_t i64) {
+    switch (t) {
+      case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: { const uint8_t x = static_cast<uint8_t>(i64); put(kv_, &x, 1); break; }
+      case GgufType::kU16: case GgufType::kI16: { const uint16_t x = static_cast<uint16_t>(i64); put(kv_, &x, 2); break; }
+      case GgufType::kU32: case GgufType::kI32: { const uint32_t x = static_cast<uint32_t>(i64); put(kv_, &x, 4); break; }
+      case GgufType::kU64: case GgufType::kI64: { const uint64_t x = static_cast<uint64_t>(i64); put(kv_, &x, 8); break; }
+      case GgufType::kF32: { const float x = static_cast<float>(num); put(kv_, &x, 4); break; }
+      case GgufType::kF64: put(kv_, &num, 8); break;
+      default: throw Error("gguf: cannot copy metadata '" + k + "'");
+    }
+  };
+  if (v.type == GgufType::kString) return add_string(k, v.str);
+  if (v.type != GgufType::kArray) {
+    key(k, v.type);
+    return scalar(v.type, v.num, v.i64);
+  }
+  if (v.elem == GgufType::kString) return add_strings(k, v.strs);
+  if (v.elem == GgufType::kU8 || v.elem == GgufType::kI8) {
+    array(k, v.elem, v.bytes.size());
+    put(kv_, v.bytes.data(), v.bytes.size());
+    return;
+  }
+  array(k, v.elem, v.nums.size());
+  for (double x : v.nums) scalar(v.elem, x, static_cast<int64_t>(x));
+}
+
 void GgufWriter::add_tensor(const std::string& name, const std::vector<int64_t>& ne, GgmlType type, const void* data,
                             uint64_t nbytes) {
   uint64_t elements = 1;

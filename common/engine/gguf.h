@@ -83,6 +83,8 @@ class GgufWriter {
   void add_f32s(const std::string& key, const std::vector<float>& v);
   void add_i32s(const std::string& key, const std::vector<int32_t>& v);
   void add_bytes(const std::string& key, const std::string& v);
+  // A value read from another file, as it was (copying its tokenizer).
+  void add_value(const std::string& key, const GgufValue& v);
   // `data` (nbytes) must stay valid until write().
   void add_tensor(const std::string& name, const std::vector<int64_t>& ne, GgmlType type, const void* data,
                   uint64_t nbytes);

@@ -8,7 +8,9 @@
 #include <random>
 
 #include "common/util/error.h"
+#include "common/engine/gguf_model.h"
 #include "common/engine/kernels.h"
+#include "common/engine/tokenizer.h"
 #include "common/engine/linear.h"
 #include "common/engine/quant.h"
 #include "common/engine/safetensors.h"
@@ -23,8 +25,10 @@ Model::Model(ModelConfig config, WeightSet weights, std::string name)
 void rope_tables(const ModelConfig& c, std::vector<float>& cos, std::vector<float>& sin) {
   const int64_t half = c.head_dim / 2;
   std::vector<double> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i)
+  for (int64_t i = 0; i < half; ++i) {
     inv_freq[i] = std::pow(c.rope_theta, -static_cast<double>(i) * 2.0 / static_cast<double>(c.head_dim));
+    if (!c.rope_freq_factors.empty()) inv_freq[i] /= static_cast<double>(c.rope_freq_factors[i]);
+  }
   cos.resize(c.max_position_embeddings * half);
   sin.resize(cos.size());
   for (int64_t p = 0; p < c.max_position_embeddings; ++p)
@@ -35,17 +39,58 @@ void rope_tables(const ModelConfig& c, std::vector<float>& cos, std::vector<floa
     }
 }
 
-std::shared_ptr<Model> Model::load(const std::string& dir, std::optional<WType> type) {
+std::string model_side_dir(const std::string& model_path) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
-  ModelConfig c = load_model_config(dir);
-  return std::shared_ptr<Model>(new Model(c, load_weight_set(dir, c, type), fs::path(dir).filename().string()));
+  if (!fs::is_regular_file(model_path)) return model_path;
+  fs::path p(model_path);
+  return p.replace_extension(".splitspec").string();
+}
+
+namespace {
+
+// Generation ends at every end-of-generation token of the model's tokenizer
+// (Llama 3's <|eot_id|>, Qwen's <|im_end|>, Phi-3's <|end|>), not only at the
+// one EOS id its config names.
+void add_tokenizer_eog(ModelConfig& c, const std::string& path) {
+  if (!tokenizer_available(path)) return;
+  for (int32_t id : Tokenizer(path).eog_ids())
+    if (id < c.vocab_size && !is_end_of_generation(c, id)) c.eos_token_ids.push_back(id);
+  if (c.eos_token_id < 0 && !c.eos_token_ids.empty()) c.eos_token_id = c.eos_token_ids[0];
+}
+
+}  // namespace
+
+std::shared_ptr<Model> Model::load(const std::string& path, std::optional<WType> type) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(path) && is_gguf_file(path)) {
+    auto f = std::make_shared<const GgufFile>(path);
+    ModelConfig c = gguf_model_config(*f);
+    apply_context_limit(c);
+    if (f->has("tokenizer.ggml.model")) add_tokenizer_eog(c, path);
+    std::vector<std::vector<uint8_t>> keep;
+    WeightSet w = build_weight_set(c, gguf_weight_source(*f, c, keep), type, true, path);
+    for (auto& k : keep) w.owned.push_back(std::move(k));
+    if (w.borrowed) w.mapping = std::move(f);
+    return std::shared_ptr<Model>(new Model(c, std::move(w), fs::path(path).stem().string()));
+  }
+  if (!fs::is_directory(path))
+    throw Error(path + (fs::exists(path) ? ": neither a model directory nor a GGUF file"
+                                         : ": model directory does not exist (nor a GGUF file of that name)"));
+  ModelConfig c = load_model_config(path);
+  apply_context_limit(c);
+  add_tokenizer_eog(c, path);
+  return std::shared_ptr<Model>(new Model(c, load_weight_set(path, c, type), fs::path(path).filename().string()));
 }
 
 std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const StreamOptions& options) {
   namespace fs = std::filesystem;
+  if (fs::is_regular_file(dir) && is_gguf_file(dir))
+    throw Error(dir + ": a GGUF file is not streamed from disk yet; convert it to a directory first (splitspec convert "
+                "--from-gguf FILE --out DIR)");
   if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
   ModelConfig c = load_model_config(dir);
+  apply_context_limit(c);
+  add_tokenizer_eog(c, dir);
   auto stream = std::make_unique<StreamedWeights>(dir, c, options);
   std::shared_ptr<Model> m(new Model(c, WeightSet{}, fs::path(dir).filename().string()));
   m->stream_ = std::move(stream);
@@ -57,10 +102,10 @@ std::shared_ptr<Model> Model::from_weight_set(const ModelConfig& c, WeightSet we
   return std::shared_ptr<Model>(new Model(c, std::move(weights), std::move(name)));
 }
 
-std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed, WType type) {
+std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed, WType type, float scale) {
   c.validate("random model config");
   std::mt19937_64 engine(seed);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::normal_distribution<float> normal(0.0f, scale);
   std::vector<std::vector<float>> keep;
   auto source = [&](const std::string&, const std::vector<int64_t>& shape) {
     const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
@@ -212,7 +257,15 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   Rows h(n, H), q(n, Hq * D), k(n, Hkv * D), v(n, Hkv * D), attn(n, Hq * D);
   Rows delta(n, H), gate(n, I), up(n, I);
+  Rows head_normed(c.qk_norm ? n : 0, Hq * D);
   auto f = [](Rows& t) { return t.data(); };
+  auto vector = [&](int64_t l, LayerVector which) {
+    return stream_ ? stream_->vector(l, which) : weights_.vector(l, which);
+  };
+  // Row by row, so a row's sums do not depend on the batch.
+  auto add_bias = [](float* x, int64_t rows, int64_t cols, const float* bias) {
+    for (int64_t r = 0; r < rows; ++r) kernels::add_inplace(x + r * cols, bias, cols);
+  };
 
   std::vector<ForwardResult> out(seqs.size());
   // Each matrix is taken just before its use and given back right after,
@@ -237,6 +290,18 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     done();
     kernels::linear(f(h), n, matrix(l, LayerMatrix::kV), f(v));
     done();
+    if (c.attention_bias) {
+      add_bias(f(q), n, Hq * D, vector(l, LayerVector::kQBias));
+      add_bias(f(k), n, Hkv * D, vector(l, LayerVector::kKBias));
+      add_bias(f(v), n, Hkv * D, vector(l, LayerVector::kVBias));
+    }
+    if (c.qk_norm) {
+      // Each head's query and key rows, normed as rows of their own.
+      kernels::rms_norm(f(q), n * Hq, D, vector(l, LayerVector::kQNorm), eps, f(head_normed));
+      std::memcpy(f(q), f(head_normed), n * Hq * D * sizeof(float));
+      kernels::rms_norm(f(k), n * Hkv, D, vector(l, LayerVector::kKNorm), eps, f(head_normed));
+      std::memcpy(f(k), f(head_normed), n * Hkv * D * sizeof(float));
+    }
     kernels::rope(f(q), n, Hq, D, f(cos), f(sin));
     kernels::rope(f(k), n, Hkv, D, f(cos), f(sin));
     for (const Sequence& s : seqs) {

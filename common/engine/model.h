@@ -25,6 +25,11 @@
 
 namespace splitspec {
 
+// Where the files trained for a model live (early exits, LUT tables, a
+// recurrent head): its directory, or beside a GGUF file FILE.gguf the
+// directory FILE.splitspec, which need not exist until something is trained.
+std::string model_side_dir(const std::string& model_path);
+
 struct ForwardRequest {
   std::vector<int32_t> tokens;
   // Absolute positions of `tokens`; empty means cache.size(), cache.size()+1, ...
@@ -57,10 +62,12 @@ void rope_tables(const ModelConfig& config, std::vector<float>& cos, std::vector
 
 class Model {
  public:
-  // Loads config.json and model.safetensors (or shards) from `dir`. Weights
-  // stay in their stored types, mapped from the file; with `type`, the
-  // matrices are converted to it in memory instead.
-  static std::shared_ptr<Model> load(const std::string& dir, std::optional<WType> type = std::nullopt);
+  // Loads a model as it was downloaded: a GGUF file, or a directory of
+  // config.json and model.safetensors (or shards), Hugging Face's or ours.
+  // Weights stay in their stored types, mapped from the file; with `type`,
+  // the matrices are converted to it in memory instead. The context is
+  // capped at model_context_limit() (model_config.h).
+  static std::shared_ptr<Model> load(const std::string& path, std::optional<WType> type = std::nullopt);
   // A model on weights already built (the trainer's: model_weights.h).
   static std::shared_ptr<Model> from_weight_set(const ModelConfig& config, WeightSet weights, std::string name);
   // The model in `dir` with its weights streamed from disk under
@@ -68,8 +75,11 @@ class Model {
   // logits, one forward at a time. weights() then holds no tensors.
   static std::shared_ptr<Model> load_streamed(const std::string& dir, const StreamOptions& options);
   // Random weights, for tests and benchmarks of any size, the matrices
-  // stored as `type`.
-  static std::shared_ptr<Model> random(const ModelConfig& config, uint64_t seed, WType type = WType::F32);
+  // stored as `type`, normal with deviation `scale` (larger ones give a
+  // random model confident logits, whose greedy tokens rounding does not
+  // flip).
+  static std::shared_ptr<Model> random(const ModelConfig& config, uint64_t seed, WType type = WType::F32,
+                                       float scale = 0.02f);
 
   const ModelConfig& config() const { return config_; }
   // The weights as the forward reads them (empty for a streamed model).

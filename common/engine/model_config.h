@@ -1,11 +1,25 @@
 #pragma once
-// The subset of a Hugging Face LlamaForCausalLM config.json that SplitSpec runs.
+// The decoder-only families SplitSpec runs, as one LLaMA-shaped definition
+// with per-family options: what a Hugging Face config.json (LlamaForCausalLM,
+// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)
+// or a GGUF file's metadata (gguf_model.h) says.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace splitspec {
 
+// Families by their llama.cpp architecture name (GGUF general.architecture).
+// Every one is the LLaMA decoder (RMSNorm, RoPE on rotated halves, grouped
+// query attention, SwiGLU); they differ only in the options below and in how
+// their files name and fuse tensors.
+inline const std::vector<std::string>& supported_architectures() {
+  static const std::vector<std::string> names{"llama", "qwen2", "qwen3", "phi3"};
+  return names;
+}
+
 struct ModelConfig {
+  std::string architecture = "llama";
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_hidden_layers = 0;
@@ -17,8 +31,28 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
-  int64_t bos_token_id = 1;
+  int64_t bos_token_id = 1;  // -1: none
   int64_t eos_token_id = 2;
+  // Every id config.json lists as an end of generation (Llama 3 lists
+  // three); eos_token_id is the first.
+  std::vector<int64_t> eos_token_ids;
+  // Biases on the query, key and value projections (Qwen2).
+  bool attention_bias = false;
+  // RMSNorm on each head's query and key before RoPE (Qwen3).
+  bool qk_norm = false;
+  // RoPE frequency divisors [head_dim / 2], empty for none: Llama 3's
+  // rope_scaling, computed from config.json as Hugging Face does, or a GGUF
+  // file's rope_freqs tensor (which holds the same numbers).
+  std::vector<float> rope_freq_factors;
+  // The rope_scaling object as config.json gave it, so a converted model
+  // writes it back; null-equivalent when empty.
+  std::string rope_scaling_json;
+  // Sliding-window attention's window (Mistral, Phi-3); the context is
+  // capped to it, where every model attends alike. 0: none.
+  int64_t sliding_window = 0;
+  // The context the file declares when max_position_embeddings was lowered
+  // at load to what this process runs (model_context_limit()); 0 when not.
+  int64_t declared_context = 0;
 
   // Parameter count of the model this config describes.
   int64_t num_parameters() const;
@@ -26,7 +60,24 @@ struct ModelConfig {
   void validate(const std::string& source) const;
 };
 
-// Reads and validates DIR/config.json (or a file path given directly).
+// Whether `token` ends a generation: EOS or any other end-of-generation id.
+bool is_end_of_generation(const ModelConfig& c, int64_t token);
+
+// Llama 3's rope_scaling (type "llama3") as frequency divisors, computed in
+// double as Hugging Face's _compute_llama3_parameters does.
+std::vector<float> llama3_rope_factors(double theta, int64_t head_dim, double factor, double low_freq_factor,
+                                       double high_freq_factor, int64_t original_context);
+
+// The most positions a loaded model runs: real models declare 32K-128K,
+// whose KV cache and RoPE tables would not fit a robot's memory. 4096
+// unless SPLITSPEC_MAX_CONTEXT says otherwise.
+int64_t model_context_limit();
+// Lowers c.max_position_embeddings to model_context_limit(), remembering the
+// declared one.
+void apply_context_limit(ModelConfig& c);
+
+// Reads and validates DIR/config.json (or a config file given directly), or
+// a GGUF file's metadata.
 ModelConfig load_model_config(const std::string& path);
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
 std::string model_config_to_json(const ModelConfig& c);

@@ -107,7 +107,19 @@ void StreamedWeights::plan_units(const SafetensorsModel& st, const ModelConfig& 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (int m = 0; m < kLayerMatrices; ++m) {
       const auto lm = static_cast<LayerMatrix>(m);
-      units_.push_back(unit_of(layer_matrix_name(l, lm), layer_matrix_shape(lm, c)));
+      const std::vector<int64_t> shape = layer_matrix_shape(lm, c);
+      const auto part = fused_part(l, lm, c);
+      if (part && !st.has(layer_matrix_name(l, lm))) {
+        // A row slice of the fused matrix, read as a unit of its own.
+        Unit u = unit_of(part->name, {part->fused_rows, shape[1]});
+        const uint64_t rb = static_cast<uint64_t>(row_bytes(u.type, shape[1]));
+        u.offset += static_cast<uint64_t>(part->row0) * rb;
+        u.rows = shape[0];
+        u.raw_bytes = static_cast<uint64_t>(shape[0]) * rb;
+        units_.push_back(u);
+      } else {
+        units_.push_back(unit_of(layer_matrix_name(l, lm), shape));
+      }
       largest = std::max(largest, units_.back().raw_bytes);
     }
   // LM-head slices no larger than the largest layer matrix, so the head needs
@@ -137,6 +149,14 @@ void StreamedWeights::plan_units(const SafetensorsModel& st, const ModelConfig& 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (bool post : {false, true}) norm_units_.push_back(unit_of(layer_norm_name(l, post), {H}));
   norm_units_.push_back(unit_of(kFinalNormName, {H}));
+  vector_at_.assign(static_cast<size_t>(c.num_hidden_layers * kLayerVectors), -1);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (int v = 0; v < kLayerVectors; ++v)
+      if (const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c)) {
+        vector_at_[l * kLayerVectors + v] = vector_floats_;
+        vector_units_.push_back(unit_of(layer_vector_name(l, static_cast<LayerVector>(v)), {size}));
+        vector_floats_ += size;
+      }
 }
 
 uint8_t* StreamedWeights::alloc(uint64_t bytes, uint64_t align) {
@@ -158,19 +178,21 @@ void StreamedWeights::allocate(const ModelConfig& c) {
     need = std::max(need, span);
     weights += u.raw_bytes;
   }
-  for (const Unit& u : norm_units_) {
-    weights += static_cast<uint64_t>(u.cols) * sizeof(float);  // held as fp32
-    need = std::max(need, span_of(u.offset, u.raw_bytes));
-  }
+  for (const auto* list : {&norm_units_, &vector_units_})
+    for (const Unit& u : *list) {
+      weights += static_cast<uint64_t>(u.cols) * sizeof(float);  // held as fp32
+      need = std::max(need, span_of(u.offset, u.raw_bytes));
+    }
   if (!head_is_embed_) weights += embed_row_bytes_ * static_cast<uint64_t>(c.vocab_size);
   weight_bytes_ = weights;
   buffer_bytes_ = round_up(need, kAlign);
   row_buffer_bytes_ = round_up(embed_row_bytes_, kAlign) + kAlign;
   const uint64_t norm_bytes = static_cast<uint64_t>(norm_units_.size() * c.hidden_size) * sizeof(float);
+  const uint64_t vector_bytes = static_cast<uint64_t>(vector_floats_) * sizeof(float);
   const uint64_t row_fp32 = static_cast<uint64_t>(c.hidden_size) * sizeof(float);
   cached_rows_ = static_cast<int64_t>(std::min<uint64_t>({256, static_cast<uint64_t>(c.vocab_size), budget / 16 / row_fp32}));
   const uint64_t cache_bytes = cached_rows_ * row_fp32;
-  fixed_bytes_ = round_up(norm_bytes, 64) + row_buffer_bytes_ + (cached_rows_ > 0 ? round_up(cache_bytes, 64) : 0);
+  fixed_bytes_ = round_up(norm_bytes, 64) + round_up(vector_bytes, 64) + row_buffer_bytes_ + (cached_rows_ > 0 ? round_up(cache_bytes, 64) : 0);
   uint64_t all_resident = fixed_bytes_ + buffer_bytes_;
   for (const Unit& u : units_) all_resident += round_up(u.raw_bytes, 64);
   // With everything resident there is nothing to read ahead.
@@ -207,6 +229,14 @@ void StreamedWeights::allocate(const ModelConfig& c) {
   if (ring_bytes_) ring_ = alloc(ring_bytes_, kAlign);
   for (size_t i = 0; i < norm_units_.size(); ++i)
     dequantize_rows(ref(norm_units_[i], read_checked(norm_units_[i])), 0, 1, norms_ + i * c.hidden_size);
+  if (vector_floats_ > 0) {
+    vectors_ = reinterpret_cast<float*>(alloc(vector_bytes, 64));
+    float* at = vectors_;
+    for (const Unit& u : vector_units_) {
+      dequantize_rows(ref(u, read_checked(u)), 0, 1, at);
+      at += u.cols;
+    }
+  }
   // What fits stays resident, taken in forward order. Every unit is read
   // exactly once per forward, so which ones stay does not change the bytes
   // streamed; the earliest ones give the loader a head start each forward.

@@ -81,6 +81,11 @@ class StreamedWeights {
   const float* input_norm(int64_t layer) const { return norms_ + (2 * layer) * hidden_; }
   const float* post_norm(int64_t layer) const { return norms_ + (2 * layer + 1) * hidden_; }
   const float* final_norm() const { return norms_ + 2 * layers_ * hidden_; }
+  // Layer l's family vector (weight_names.h), or null when it has none.
+  const float* vector(int64_t layer, LayerVector v) const {
+    const int64_t at = vector_at_[static_cast<size_t>(layer * kLayerVectors + static_cast<int>(v))];
+    return at < 0 ? nullptr : vectors_ + at;
+  }
 
   // One forward: begin, then acquire/release every unit in order, then end.
   // A streamed unit's values stay valid until the next acquire.
@@ -148,6 +153,10 @@ class StreamedWeights {
   bool direct_ = true;
   std::vector<Unit> units_;        // forward order
   std::vector<Unit> norm_units_;   // read once into norms_
+  std::vector<Unit> vector_units_; // read once into vectors_
+  std::vector<int64_t> vector_at_; // [layer * kLayerVectors + v]: offset in vectors_, or -1
+  int64_t vector_floats_ = 0;
+  float* vectors_ = nullptr;
   std::vector<int64_t> streamed_;  // indices of the units not resident, forward order
   int64_t head_chunks_ = 0;
   bool head_is_embed_ = false;

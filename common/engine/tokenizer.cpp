@@ -14,27 +14,20 @@
 #include <sstream>
 
 #include "common/util/error.h"
+#include "common/util/fnv1a.h"
 #include "common/util/sanitizers.h"
+#include "common/engine/gguf.h"
+#include "common/engine/gguf_model.h"
 #include "common/engine/sentencepiece_backend.h"
 #include "common/engine/sentencepiece_process.h"
 #include "common/engine/shipped_files.h"
+#include "common/tokenizer/vocab.h"
 
 namespace fs = std::filesystem;
 
 namespace splitspec {
 
 namespace {
-
-std::string fnv1a_hex(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 // Loads the isolated sentencepiece module once per process.
 CreateSentencePieceBackend sentencepiece_factory() {
@@ -74,12 +67,40 @@ std::unique_ptr<SentencePieceBackend> make_backend() {
 // U+FFFD, which SentencePiece emits for bytes that do not form a whole character yet.
 constexpr const char* kReplacement = "\xEF\xBF\xBD";
 
+// The length of `s` without a trailing UTF-8 sequence that its lead byte says
+// is not complete yet.
+size_t complete_prefix(const std::string& s) {
+  size_t i = s.size();
+  // A character is at most 4 bytes: look back past up to 3 continuation bytes.
+  for (size_t back = 0; back < 4 && i > 0; ++back) {
+    const auto b = static_cast<uint8_t>(s[--i]);
+    if ((b & 0xC0) == 0x80) continue;
+    const size_t need = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 1;
+    return s.size() - i >= need ? s.size() : i;
+  }
+  return s.size();
+}
+
 }  // namespace
 
-Tokenizer::Tokenizer(const std::string& path) : sp_(make_backend()) {
+Tokenizer::Tokenizer(const std::string& path) {
   fs::path p(path);
-  if (fs::is_directory(p)) p /= "tokenizer.model";
+  if (fs::is_directory(p)) {
+    // tokenizer.model first: the models SplitSpec trained keep their tokens.
+    if (!fs::exists(p / "tokenizer.model") && fs::exists(p / "tokenizer.json")) {
+      vocab_ = std::make_unique<Vocab>(Vocab::from_hf_dir(p.string()));
+      fingerprint_ = vocab_->fingerprint();
+      return;
+    }
+    p /= "tokenizer.model";
+  } else if (p.extension() == ".gguf") {
+    if (!fs::exists(p)) throw Error(p.string() + ": tokenizer file not found");
+    vocab_ = std::make_unique<Vocab>(Vocab::from_gguf(GgufFile(p.string())));
+    fingerprint_ = vocab_->fingerprint();
+    return;
+  }
   if (!fs::exists(p)) throw Error(p.string() + ": tokenizer file not found");
+  sp_ = make_backend();
   const std::string err = sp_->load(p.string());
   if (!err.empty()) throw Error(p.string() + ": cannot load SentencePiece model: " + err);
   fingerprint_ = fnv1a_hex(sp_->serialized_model());
@@ -87,7 +108,44 @@ Tokenizer::Tokenizer(const std::string& path) : sp_(make_backend()) {
 
 Tokenizer::~Tokenizer() = default;
 
+const char* Tokenizer::kind() const {
+  if (!vocab_) return "spm-file";
+  return vocab_->kind() == Vocab::Kind::kSpm ? "spm" : "bpe";
+}
+
+std::vector<int32_t> Tokenizer::tokenize(const std::string& text, bool add_special, bool parse_special) const {
+  if (vocab_) return vocab_->tokenize(text, add_special, parse_special);
+  std::vector<int32_t> ids;
+  if (add_special && bos_id() >= 0) ids.push_back(bos_id());
+  const auto body = encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+bool Tokenizer::add_bos() const { return vocab_ ? vocab_->add_bos() : bos_id() >= 0; }
+
+std::vector<int32_t> Tokenizer::eog_ids() const {
+  if (vocab_) return vocab_->eog_ids();
+  return eos_id() >= 0 ? std::vector<int32_t>{eos_id()} : std::vector<int32_t>{};
+}
+
+bool Tokenizer::is_eog(int32_t id) const { return vocab_ ? vocab_->is_eog(id) : id >= 0 && id == eos_id(); }
+
+std::string Tokenizer::chat_template() const { return vocab_ ? vocab_->chat_template() : std::string(); }
+
+std::string Tokenizer::token_to_piece(int32_t id, bool special) const {
+  if (vocab_) return vocab_->token_to_piece(id, special);
+  // SentencePiece decodes a lone piece without its leading space and gives
+  // control pieces no text.
+  return decode({id});
+}
+
+std::string Tokenizer::stream_text(const std::vector<int32_t>& ids) const {
+  return vocab_ ? vocab_->stream_text(ids) : decode(ids);
+}
+
 std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
+  if (vocab_) return vocab_->tokenize(text, false, false);
   std::vector<int> ids;
   const std::string err = sp_->encode(text, &ids);
   if (!err.empty()) throw Error("tokenizer: encode failed: " + err);
@@ -95,6 +153,7 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  if (vocab_) return vocab_->detokenize(ids, false, false);
   const int n = sp_->piece_size();
   std::vector<int> v;
   v.reserve(ids.size());
@@ -106,6 +165,15 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   const std::string err = sp_->decode(v, &out);
   if (!err.empty()) throw Error("tokenizer: decode failed: " + err);
   return out;
+}
+
+bool tokenizer_available(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    return fs::exists(fs::path(path) / "tokenizer.model", ec) || fs::exists(fs::path(path) / "tokenizer.json", ec);
+  if (!fs::is_regular_file(path, ec)) return false;
+  // A GGUF file need not carry a vocabulary.
+  return !is_gguf_file(path) || GgufFile(path).has("tokenizer.ggml.model");
 }
 
 void train_tokenizer(const TokenizerTrainOptions& o) {
@@ -162,29 +230,34 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
   fs::remove(prefix + ".vocab", ec);  // the .model holds everything we load
 }
 
-int32_t Tokenizer::vocab_size() const { return sp_->piece_size(); }
-int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
-int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
+int32_t Tokenizer::vocab_size() const { return vocab_ ? vocab_->size() : sp_->piece_size(); }
+int32_t Tokenizer::bos_id() const { return vocab_ ? vocab_->bos_id() : sp_->bos_id(); }
+int32_t Tokenizer::eos_id() const { return vocab_ ? vocab_->eos_id() : sp_->eos_id(); }
 
 TextStreamer::TextStreamer(const Tokenizer& tok, std::vector<int32_t> context)
-    : tok_(tok), ids_(std::move(context)), context_chars_(tok.decode(ids_).size()) {}
+    : tok_(tok), ids_(std::move(context)), context_chars_(tok.stream_text(ids_).size()) {}
 
 std::string TextStreamer::push(int32_t id) {
   ids_.push_back(id);
-  std::string all = tok_.decode(ids_);
+  std::string all = tok_.stream_text(ids_);
   if (all.size() < context_chars_ + emitted_.size()) return {};
   std::string fresh = all.substr(context_chars_ + emitted_.size());
-  // Hold back a trailing partial character until its remaining bytes arrive.
-  const size_t rl = std::char_traits<char>::length(kReplacement);
-  while (fresh.size() >= rl && fresh.compare(fresh.size() - rl, rl, kReplacement) == 0) {
-    fresh.resize(fresh.size() - rl);
+  // Hold back a trailing partial character until its remaining bytes arrive:
+  // SentencePiece shows it as U+FFFD, a vocabulary gives the raw bytes.
+  if (tok_.vocab_) {
+    fresh.resize(complete_prefix(fresh));
+  } else {
+    const size_t rl = std::char_traits<char>::length(kReplacement);
+    while (fresh.size() >= rl && fresh.compare(fresh.size() - rl, rl, kReplacement) == 0) {
+      fresh.resize(fresh.size() - rl);
+    }
   }
   emitted_ += fresh;
   return fresh;
 }
 
 std::string TextStreamer::finish() {
-  std::string all = tok_.decode(ids_);
+  std::string all = tok_.stream_text(ids_);
   if (all.size() <= context_chars_ + emitted_.size()) return {};
   std::string rest = all.substr(context_chars_ + emitted_.size());
   emitted_ += rest;

@@ -1,5 +1,7 @@
 #pragma once
-// SentencePiece tokenizer of a model directory (tokenizer.model).
+// The tokenizer of a model: a SentencePiece file (tokenizer.model), a Hugging
+// Face tokenizer.json, or a GGUF file's vocabulary, the last two tokenized as
+// llama.cpp does (common/tokenizer/vocab.h).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -8,26 +10,56 @@
 namespace splitspec {
 
 class SentencePieceBackend;
+class Vocab;
 
 class Tokenizer {
  public:
-  // `path` is a model directory or a tokenizer.model file.
+  // `path` is a model directory (tokenizer.model, else tokenizer.json with
+  // tokenizer_config.json), a tokenizer.model file or a .gguf file.
   explicit Tokenizer(const std::string& path);
   ~Tokenizer();
 
+  // The text's tokens alone: no BOS, special tokens' texts taken as text.
   std::vector<int32_t> encode(const std::string& text) const;
+  // llama_tokenize: BOS/EOS as the vocabulary asks when `add_special`;
+  // control tokens' texts become those tokens when `parse_special` (not for
+  // a SentencePiece file, whose text is all text).
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special, bool parse_special) const;
+  // The text of `ids`; control tokens (BOS, EOS, chat markers) give none.
   std::string decode(const std::vector<int32_t>& ids) const;
+  // One token's text; `special` renders control tokens.
+  std::string token_to_piece(int32_t id, bool special) const;
   int32_t vocab_size() const;
   int32_t bos_id() const;
   int32_t eos_id() const;
+  // Whether tokenize(text, true, ...) starts with BOS.
+  bool add_bos() const;
+  // The tokens that end generation, ascending: EOS, and for vocabularies the
+  // end-of-turn tokens llama.cpp recognises (<|eot_id|>, <|im_end|>, ...).
+  std::vector<int32_t> eog_ids() const;
+  bool is_eog(int32_t id) const;
+  // The Jinja chat template the files carry, or empty.
+  std::string chat_template() const;
+  // "spm-file" (SentencePiece library), "spm" or "bpe" (llama.cpp's).
+  const char* kind() const;
   // FNV-1a 64 digest of the serialized model, in hex: equal fingerprints mean
   // identical vocabularies, for draft/target compatibility checks.
   const std::string& fingerprint() const { return fingerprint_; }
 
  private:
-  std::unique_ptr<SentencePieceBackend> sp_;
+  friend class TextStreamer;
+  // decode's text without a vocabulary's clean-up of spaces before
+  // punctuation, so that the text of a prefix is a prefix of the text.
+  std::string stream_text(const std::vector<int32_t>& ids) const;
+
+  std::unique_ptr<SentencePieceBackend> sp_;  // a SentencePiece file, or
+  std::unique_ptr<Vocab> vocab_;              // a vocabulary
   std::string fingerprint_;
 };
+
+// Whether `path` holds a tokenizer Tokenizer(path) opens: a .gguf file, a
+// tokenizer.model file, or a directory with tokenizer.model or tokenizer.json.
+bool tokenizer_available(const std::string& path);
 
 struct TokenizerTrainOptions {
   std::string corpus;    // plain text, one sentence or paragraph per line
@@ -43,9 +75,9 @@ struct TokenizerTrainOptions {
 void train_tokenizer(const TokenizerTrainOptions& options);
 
 // Emits decoded text incrementally. SentencePiece strips the leading space of
-// the first piece and byte-fallback pieces can split a UTF-8 character, so the
-// text of a continuation is decoded together with its context and only the
-// settled new part is released.
+// the first piece and byte pieces can split a UTF-8 character, so the text of
+// a continuation is decoded together with its context and only the settled
+// new part, whole characters, is released.
 class TextStreamer {
  public:
   TextStreamer(const Tokenizer& tok, std::vector<int32_t> context);

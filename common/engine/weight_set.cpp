@@ -5,6 +5,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "common/engine/quant.h"
 #include "common/util/error.h"
@@ -55,6 +57,8 @@ WType head_type(WType model_type) { return model_type == WType::Q4_0 ? WType::Q8
 
 uint64_t WeightSet::bytes() const {
   uint64_t n = norms.size() * sizeof(float) + embed.bytes();
+  for (const auto& l : vectors)
+    for (const auto& v : l) n += v.size() * sizeof(float);
   for (const auto& l : layers)
     for (const MatrixRef& m : l) n += m.bytes();
   if (lm_head.data != embed.data) n += lm_head.bytes();
@@ -116,19 +120,27 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
     if (copied) copied(name);
     return {to, w.owned.back().data(), src.rows, src.cols, is_quantized(to)};
   };
-  auto norm = [&](const std::string& name) {
-    const MatrixRef src = source(name, {H});
-    if (is_quantized(src.type)) throw Error(where + ": norm '" + name + "' must be F32, F16 or BF16");
-    std::vector<float> v(static_cast<size_t>(H));
+  auto vector = [&](const std::string& name, int64_t size) {
+    const MatrixRef src = source(name, {size});
+    if (is_quantized(src.type)) throw Error(where + ": vector '" + name + "' must be F32, F16 or BF16");
+    std::vector<float> v(static_cast<size_t>(size));
     dequantize_rows(src, 0, 1, v.data());
     for (float x : v)
       if (!std::isfinite(x)) throw Error(where + ": tensor '" + name + "' contains NaN or infinite values");
+    return v;
+  };
+  auto norm = [&](const std::string& name) {
+    const std::vector<float> v = vector(name, H);
     w.norms.insert(w.norms.end(), v.begin(), v.end());
   };
   w.embed = take(kEmbedName, {c.vocab_size, H}, c.tie_word_embeddings);
   w.layers.resize(c.num_hidden_layers);
+  w.vectors.resize(c.num_hidden_layers);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     norm(layer_norm_name(l, false));
+    for (int v = 0; v < kLayerVectors; ++v)
+      if (const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c))
+        w.vectors[l][v] = vector(layer_vector_name(l, static_cast<LayerVector>(v)), size);
     for (int m = 0; m < kLayerMatrices; ++m) {
       const auto lm = static_cast<LayerMatrix>(m);
       w.layers[l][m] = take(layer_matrix_name(l, lm), layer_matrix_shape(lm, c), false);
@@ -140,17 +152,29 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
   return w;
 }
 
+WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c) {
+  // Our names of the matrices a family fuses, to where they lie.
+  std::map<std::string, FusedPart> fused;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (int m = 0; m < kLayerMatrices; ++m)
+      if (auto part = fused_part(l, static_cast<LayerMatrix>(m), c)) fused[layer_matrix_name(l, static_cast<LayerMatrix>(m))] = *part;
+  return [&st, fused](const std::string& name, const std::vector<int64_t>& shape) {
+    const int64_t rows = shape.size() == 2 ? shape[0] : 1;
+    const auto f = fused.find(name);
+    if (f == fused.end() || st.has(name)) {
+      const TensorInfo& t = st.get(name);
+      return MatrixRef{stored_wtype(t, shape), t.data, rows, shape.back()};
+    }
+    const TensorInfo& t = st.get(f->second.name);
+    const WType wt = stored_wtype(t, {f->second.fused_rows, shape[1]});
+    return MatrixRef{wt, t.data + f->second.row0 * row_bytes(wt, shape[1]), rows, shape[1]};
+  };
+}
+
 WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::optional<WType> type) {
   auto st = std::make_shared<const SafetensorsModel>(dir);
   WeightSet w = build_weight_set(
-      c,
-      [&](const std::string& name, const std::vector<int64_t>& shape) {
-        const TensorInfo& t = st->get(name);
-        const WType wt = stored_wtype(t, shape);
-        const int64_t rows = shape.size() == 2 ? shape[0] : 1;
-        return MatrixRef{wt, t.data, rows, shape.back()};
-      },
-      type, true, st->description(),
+      c, safetensors_source(*st, c), type, true, st->description(),
       // Each copied tensor's pages go as soon as it is copied, so that loading
       // a converted or packed model never holds the file and the copies at once.
       [&](const std::string& name) { st->release(name); });
@@ -183,8 +207,41 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
   add(kEmbedName, w.embed, matrix_type(w.embed, c.tie_word_embeddings), true);
   for (int64_t l = 0; l < static_cast<int64_t>(w.layers.size()); ++l) {
     norm(layer_norm_name(l, false), w.input_norm(l));
-    for (int m = 0; m < kLayerMatrices; ++m)
-      add(layer_matrix_name(l, static_cast<LayerMatrix>(m)), w.layers[l][m], matrix_type(w.layers[l][m], false), true);
+    for (int v = 0; v < kLayerVectors; ++v) {
+      const std::vector<float>& x = w.vectors[l][v];
+      if (!x.empty())
+        add(layer_vector_name(l, static_cast<LayerVector>(v)),
+            MatrixRef{WType::F32, x.data(), 1, static_cast<int64_t>(x.size())}, WType::F32, false);
+    }
+    // A family's fused matrices are written fused, as its Hugging Face files
+    // hold them (Phi-3's qkv_proj and gate_up_proj): the parts' rows in turn.
+    std::map<std::string, std::vector<int>> fused;
+    for (int m = 0; m < kLayerMatrices; ++m) {
+      const auto part = fused_part(l, static_cast<LayerMatrix>(m), c);
+      if (!part) {
+        add(layer_matrix_name(l, static_cast<LayerMatrix>(m)), w.layers[l][m], matrix_type(w.layers[l][m], false), true);
+        continue;
+      }
+      std::vector<int>& parts = fused[part->name];
+      parts.push_back(m);
+      int64_t rows = 0;
+      for (int p : parts) rows += w.layers[l][p].rows;
+      if (rows < part->fused_rows) continue;
+      const WType to = matrix_type(w.layers[l][parts[0]], false);
+      std::vector<uint8_t> all;
+      for (int p : parts) {
+        const std::vector<uint8_t> b = plain_bytes(w.layers[l][p], to, layer_matrix_name(l, static_cast<LayerMatrix>(p)));
+        all.insert(all.end(), b.begin(), b.end());
+      }
+      bytes.push_back(std::move(all));
+      const int64_t cols = w.layers[l][parts[0]].cols;
+      std::vector<int64_t> shape{rows, cols};
+      if (is_quantized(to)) {
+        shape = {rows, row_bytes(to, cols)};
+        metadata[wtype_metadata_key(part->name)] = wtype_name(to);
+      }
+      out.push_back({part->name, file_dtype(to), shape, bytes.back().data(), bytes.back().size()});
+    }
     norm(layer_norm_name(l, true), w.post_norm(l));
   }
   norm(kFinalNormName, w.final_norm());
@@ -205,7 +262,15 @@ uint64_t stored_weight_bytes(const std::string& dir) {
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     add(layer_norm_name(l, false));
     add(layer_norm_name(l, true));
-    for (int m = 0; m < kLayerMatrices; ++m) add(layer_matrix_name(l, static_cast<LayerMatrix>(m)));
+    for (int v = 0; v < kLayerVectors; ++v)
+      if (layer_vector_size(static_cast<LayerVector>(v), c) > 0) add(layer_vector_name(l, static_cast<LayerVector>(v)));
+    std::set<std::string> fused;
+    for (int m = 0; m < kLayerMatrices; ++m) {
+      const auto lm = static_cast<LayerMatrix>(m);
+      const auto part = fused_part(l, lm, c);
+      if (!part || st.has(layer_matrix_name(l, lm))) add(layer_matrix_name(l, lm));
+      else if (fused.insert(part->name).second) add(part->name);
+    }
   }
   add(kFinalNormName);
   if (!c.tie_word_embeddings) add(kHeadName);

@@ -24,15 +24,23 @@ struct WeightSet {
   MatrixRef embed;
   MatrixRef lm_head;          // the embedding itself when tied
   std::vector<float> norms;   // [2 * layers + 1][hidden]: input and post norm per layer, then the final one
+  // Per layer, the family's extra vectors (weight_names.h), fp32; empty
+  // where the family has none.
+  std::vector<std::array<std::vector<float>, kLayerVectors>> vectors;
   int64_t hidden = 0;
   // What the references point into.
-  std::shared_ptr<const SafetensorsModel> mapping;
+  std::shared_ptr<const void> mapping;  // a SafetensorsModel or a GgufFile
   std::vector<std::vector<uint8_t>> owned;
   bool borrowed = false;  // some matrix points into `mapping`
 
   const float* input_norm(int64_t l) const { return norms.data() + 2 * l * hidden; }
   const float* post_norm(int64_t l) const { return norms.data() + (2 * l + 1) * hidden; }
   const float* final_norm() const { return norms.data() + (norms.size() - hidden); }
+  // Layer l's vector v, or null when the family has none.
+  const float* vector(int64_t l, LayerVector v) const {
+    const auto& x = vectors[static_cast<size_t>(l)][static_cast<int>(v)];
+    return x.empty() ? nullptr : x.data();
+  }
   // The layer matrices' type (every layer has the same).
   WType type() const { return layers.empty() ? embed.type : layers[0][0].type; }
   // Bytes in memory: the matrices at their types (a tied head once) and the
@@ -67,6 +75,11 @@ using WeightSource = std::function<MatrixRef(const std::string& name, const std:
 WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std::optional<WType> type, bool borrow,
                            const std::string& where,
                            const std::function<void(const std::string& name)>& copied = nullptr);
+
+// The source of a safetensors model (a directory of ours or Hugging Face's):
+// tensors by our names, the parts of a family's fused matrices as row
+// slices of them, in place.
+WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c);
 
 // The weights of the safetensors model in `dir`, mapped.
 WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::optional<WType> type);

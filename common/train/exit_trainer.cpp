@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "common/util/error.h"
+#include "common/engine/model.h"
 #include "common/engine/model_config.h"
 #include "common/engine/tokenizer.h"
 #include "common/train/corpus.h"
@@ -99,10 +100,10 @@ EarlyExits init_exits(const ModelConfig& c, const std::vector<int64_t>& after_la
 int64_t rank_exit_tokens(const std::string& target_dir, const std::string& corpus) {
   // The config alone: ranking reads no weights.
   const ModelConfig c = load_model_config(target_dir);
-  std::optional<EarlyExits> exits = EarlyExits::load(target_dir, c);
+  std::optional<EarlyExits> exits = EarlyExits::load(model_side_dir(target_dir), c);
   if (!exits) throw Error(target_dir + ": no early_exits.json (train them with splitspec train exits)");
   rank_tokens(*exits, tokenize_corpus(corpus, Tokenizer(target_dir), static_cast<int32_t>(c.bos_token_id)), c);
-  exits->save(target_dir);
+  exits->save(model_side_dir(target_dir));
   return static_cast<int64_t>(exits->frequent_tokens().size());
 }
 
@@ -112,7 +113,7 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
   if (job.steps < 1 || job.batch < 1 || job.seq_len < 2) throw Error("train exits: steps, batch and seq-len must be positive");
   auto model = Model::load(job.target_dir);
   const ModelConfig& c = model->config();
-  const std::string out_dir = job.out_dir.empty() ? job.target_dir : job.out_dir;
+  const std::string out_dir = job.out_dir.empty() ? model_side_dir(job.target_dir) : job.out_dir;
   if (!fs::is_directory(out_dir)) throw Error(out_dir + ": output directory does not exist");
   EarlyExits exits = init_exits(c, EarlyExits::parse_layers(job.layers, c), job.bottleneck, job.seed);
   ExitTrainReport report;

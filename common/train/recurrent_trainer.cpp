@@ -183,12 +183,12 @@ RecurrentTrainReport train_recurrent(const RecurrentTrainJob& job_in) {
   job.head.hidden_size = mc.hidden_size;
   job.head.vocab_size = mc.vocab_size;
   job.head.validate();
-  const std::string out_dir = job.out_dir.empty() ? job.target_dir : job.out_dir;
+  const std::string out_dir = job.out_dir.empty() ? model_side_dir(job.target_dir) : job.out_dir;
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (!fs::is_directory(out_dir)) throw Error(out_dir + ": cannot create the output directory");
-  if (!fs::exists(fs::path(job.target_dir) / "tokenizer.model"))
-    throw Error(job.target_dir + ": no tokenizer.model (the corpus is encoded with the target's tokenizer)");
+  if (!tokenizer_available(job.target_dir))
+    throw Error(job.target_dir + ": no tokenizer (the corpus is encoded with the target's tokenizer)");
   Tokenizer tok(job.target_dir);
   job.head.tokenizer_fingerprint = tok.fingerprint();
 

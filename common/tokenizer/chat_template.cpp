@@ -1,0 +1,159 @@
+#include "common/tokenizer/chat_template.h"
+
+#include <initializer_list>
+#include <iterator>
+#include <string_view>
+
+#include "common/util/error.h"
+
+namespace splitspec {
+namespace {
+
+const char* const kNames[] = {"llama3", "chatml", "phi3", "llama2", "gemma"};
+
+std::string names_list() {
+  std::string out;
+  for (const char* name : kNames) out += std::string(out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+// llama.cpp trims with isspace in the C locale.
+std::string trim(const std::string& s) {
+  const char* const space = " \t\n\v\f\r";
+  const size_t begin = s.find_first_not_of(space);
+  if (begin == std::string::npos) return "";
+  return s.substr(begin, s.find_last_not_of(space) - begin + 1);
+}
+
+std::string llama3(const std::vector<ChatMessage>& messages, bool add_assistant) {
+  std::string out;
+  for (const ChatMessage& m : messages)
+    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
+  if (add_assistant) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+std::string chatml(const std::vector<ChatMessage>& messages, bool add_assistant) {
+  std::string out;
+  for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+  if (add_assistant) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+std::string phi3(const std::vector<ChatMessage>& messages, bool add_assistant) {
+  std::string out;
+  for (const ChatMessage& m : messages) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+  if (add_assistant) out += "<|assistant|>\n";
+  return out;
+}
+
+// The first [INST] is written before any message, so a system message opens
+// the first turn; the assistant's header is the user's [/INST], hence no
+// add_assistant.
+std::string llama2(const std::vector<ChatMessage>& messages) {
+  std::string out = "[INST] ";
+  bool in_turn = true;
+  for (const ChatMessage& m : messages) {
+    if (!in_turn) out += "[INST] ";
+    in_turn = true;
+    if (m.role == "system") {
+      out += "<<SYS>>\n" + m.content + "\n<</SYS>>\n\n";
+    } else if (m.role == "user") {
+      out += m.content + " [/INST]";
+    } else {
+      out += m.content + "</s>";
+      in_turn = false;
+    }
+  }
+  return out;
+}
+
+// Gemma has no system turn: system messages (trimmed and run together) open
+// the next user turn instead; one with no user turn after it is dropped.
+std::string gemma(const std::vector<ChatMessage>& messages, bool add_assistant) {
+  std::string out, system;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      system += trim(m.content);
+      continue;
+    }
+    const bool model = m.role == "assistant";
+    out += std::string("<start_of_turn>") + (model ? "model" : m.role) + "\n";
+    if (!model && !system.empty()) {
+      out += system + "\n\n";
+      system.clear();
+    }
+    out += trim(m.content) + "<end_of_turn>\n";
+  }
+  if (add_assistant) out += "<start_of_turn>model\n";
+  return out;
+}
+
+bool looks_like_jinja(const std::string& s) {
+  return s.find("{%") != std::string::npos || s.find("{{") != std::string::npos;
+}
+
+}  // namespace
+
+std::vector<std::string> chat_template_names() { return {std::begin(kNames), std::end(kNames)}; }
+
+// llama.cpp's llm_chat_detect_template, in its order: families it tests
+// before ours win over our markers in the same template (a Phi-4 template
+// also has <|im_start|>), so they are tested here too and answer none.
+std::optional<std::string> detect_chat_template(const std::string& jinja_source) {
+  for (const char* name : kNames)
+    if (jinja_source == name) return jinja_source;
+  const auto has = [&](std::string_view s) { return jinja_source.find(s) != std::string::npos; };
+  const auto has_all = [&](std::initializer_list<std::string_view> all) {
+    for (std::string_view s : all)
+      if (!has(s)) return false;
+    return true;
+  };
+  if (has("<|im_start|>")) {
+    if (has("<|im_sep|>") || has("<end_of_utterance>")) return std::nullopt;  // Phi-4, SmolVLM
+    return "chatml";
+  }
+  if (jinja_source.rfind("mistral", 0) == 0 || has("[INST]")) {
+    // Mistral's forms, and llama.cpp's llama2 variants that differ from
+    // ours: without <<SYS>>, with <s> inside the history, or with stripped
+    // messages (the one Llama 2 chat's own template gets).
+    const bool mistral = has("[SYSTEM_PROMPT]") || has("' [INST] ' + system_message") || has("[AVAILABLE_TOOLS]");
+    if (mistral || !has("<<SYS>>") || has("bos_token + '[INST]") || has("content.strip()")) return std::nullopt;
+    return "llama2";
+  }
+  if (has_all({"<|assistant|>", "<|end|>"})) return "phi3";
+  // ChatGLM 4, EXAONE/Falcon 3/GLM-Edge, GLM-Edge, Zephyr, Monarch.
+  if (has("[gMASK]<sop>") || has_all({"<|assistant|>", "<|user|>"}) ||
+      has_all({"<|{{ item['role'] }}|>", "<|begin_of_image|>"}) || has_all({"<|user|>", "<|endoftext|>"}) ||
+      has("bos_token + message['role']"))
+    return std::nullopt;
+  if (has("<start_of_turn>")) return "gemma";
+  // Orion, OpenChat, Vicuna, DeepSeek Coder, Command R.
+  if (has("'\\n\\nAssistant: ' + eos_token") || has("GPT4 Correct ") || has_all({"USER: ", "ASSISTANT: "}) ||
+      has_all({"### Instruction:", "<|EOT|>"}) || has_all({"<|START_OF_TURN_TOKEN|>", "<|USER_TOKEN|>"}))
+    return std::nullopt;
+  if (has_all({"<|start_header_id|>", "<|end_header_id|>"})) return "llama3";
+  return std::nullopt;
+}
+
+std::string apply_chat_template(const std::string& name, const std::vector<ChatMessage>& messages,
+                                bool add_assistant) {
+  const std::optional<std::string> found = detect_chat_template(name);
+  if (!found && looks_like_jinja(name))
+    throw Error("the model's chat template is none of the built-in ones (" + names_list() +
+                "); pass --chat-template NAME with the one its prompts follow");
+  if (!found) throw Error("unknown chat template '" + name + "'; the built-in ones are " + names_list());
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    if (role != "system" && role != "user" && role != "assistant")
+      throw Error("chat message " + std::to_string(i) + " has role '" + role +
+                  "'; the roles are system, user and assistant");
+  }
+  if (*found == "llama3") return llama3(messages, add_assistant);
+  if (*found == "chatml") return chatml(messages, add_assistant);
+  if (*found == "phi3") return phi3(messages, add_assistant);
+  if (*found == "llama2") return llama2(messages);
+  return gemma(messages, add_assistant);
+}
+
+}  // namespace splitspec

