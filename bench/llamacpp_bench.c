@@ -11,6 +11,13 @@
  *   llamacpp_bench BINS MODEL.gguf tokenize-special ADD_SPECIAL PARSE_SPECIAL "TEXT"   (flags 0/1)
  *   llamacpp_bench BINS MODEL.gguf chat TEMPLATE ADD_ASS MESSAGES.json
  *   llamacpp_bench BINS MODEL.gguf greedy-text THREADS N_NEW "PROMPT"
+ *   llamacpp_bench BINS IN.gguf quantize OUT.gguf TYPE [THREADS]
+ *
+ * quantize: llama_model_quantize with its default parameters, TYPE one of
+ * q4_k_m, q5_k_m, q6_k, q4_k_s, q8_0, q4_0 (THREADS <= 0 or absent: all
+ * cores); never loads the model for inference. Tensors whose rows don't fit a
+ * K-quant's 256-value blocks fall back to other types, as llama.cpp decides.
+ * Prints {"out", "type", "ms"}.
  *
  * tokenize, tokenize-special and chat load the vocabulary only, so
  * vocabulary-only GGUFs (llama.cpp's models/ggml-vocab-*.gguf) serve. chat:
@@ -268,6 +275,22 @@ static struct llama_chat_message *read_messages(const char *path, size_t *n) {
   return msgs;
 }
 
+/* TYPE for quantize, or die. */
+static enum llama_ftype quant_ftype(const char *name) {
+  static const struct {
+    const char *name;
+    enum llama_ftype ftype;
+  } types[] = {
+      {"q4_k_m", LLAMA_FTYPE_MOSTLY_Q4_K_M}, {"q5_k_m", LLAMA_FTYPE_MOSTLY_Q5_K_M},
+      {"q6_k", LLAMA_FTYPE_MOSTLY_Q6_K},     {"q4_k_s", LLAMA_FTYPE_MOSTLY_Q4_K_S},
+      {"q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},     {"q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},
+  };
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i)
+    if (strcmp(name, types[i].name) == 0) return types[i].ftype;
+  die("unknown quantization type (want q4_k_m, q5_k_m, q6_k, q4_k_s, q8_0 or q4_0)");
+  return LLAMA_FTYPE_ALL_F32;
+}
+
 static struct llama_context *context(struct llama_model *model, int threads, int n_ctx) {
   struct llama_context_params cp = llama_context_default_params();
   cp.n_ctx = n_ctx;
@@ -326,13 +349,31 @@ static void greedy(struct llama_context *ctx, struct llama_batch *b, const llama
 int main(int argc, char **argv) {
   if (argc < 4)
     die("usage: llamacpp_bench BINS MODEL.gguf "
-        "info|tokenize|tokenize-special|chat|greedy|greedy-file|greedy-text|forward ...");
+        "info|tokenize|tokenize-special|chat|greedy|greedy-file|greedy-text|forward|quantize ...");
   llama_log_set(quiet, NULL);
   ggml_backend_load_all_from_path(argv[1]);
   llama_backend_init();
+  /* quantize reads IN.gguf itself: no model is loaded for it. */
+  if (strcmp(argv[3], "quantize") == 0) {
+    if (argc < 6) die("usage: llamacpp_bench BINS IN.gguf quantize OUT.gguf TYPE [THREADS]");
+    struct llama_model_quantize_params qp = llama_model_quantize_default_params();
+    qp.ftype = quant_ftype(argv[5]);
+    qp.nthread = argc >= 7 ? atoi(argv[6]) : 0;
+    const double t0 = now_ms();
+    if (llama_model_quantize(argv[2], argv[4], &qp) != 0) die("llama_model_quantize failed");
+    const double ms = now_ms() - t0;
+    printf("{\"out\": ");
+    print_json_string(argv[4], strlen(argv[4]));
+    printf(", \"type\": \"%s\", \"ms\": %.3f}\n", argv[5], ms);
+    return 0;
+  }
   const long rss_before = status_kb("VmRSS:");
   struct llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
+  /* LLAMACPP_BENCH_NO_REPACK=1: K-quant and Q4_0 weights stay in the file's
+   * layout instead of llama.cpp's repacked x86 GEMM/GEMV layouts, whose float
+   * sums run in another order. */
+  if (getenv("LLAMACPP_BENCH_NO_REPACK")) mp.use_extra_bufts = false;
   mp.vocab_only =
       strcmp(argv[3], "tokenize") == 0 || strcmp(argv[3], "tokenize-special") == 0 || strcmp(argv[3], "chat") == 0;
   struct llama_model *model = llama_model_load_from_file(argv[2], mp);

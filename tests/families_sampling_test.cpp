@@ -56,7 +56,9 @@ TEST_P(FamilySampling, EveryDrafterAndVerifierKeepsTheTargetsDistribution) {
       EXPECT_EQ(r.ids.size(), 2u);
       accepted += r.stats.accepted_tokens;
     });
-    if (p.drafter == "model") EXPECT_GT(accepted, 0) << "drafts should be accepted sometimes";
+    if (p.drafter == "model") {
+      EXPECT_GT(accepted, 0) << "drafts should be accepted sometimes";
+    }
   }
 }
 

@@ -30,6 +30,23 @@ void expect_same(const std::vector<float>& got, const std::vector<float>& want, 
                 i < want.size() ? want[i] : 0.0f);
 }
 
+// Random K-quant bytes with finite, modest half-precision scales.
+void random_superblocks(WType type, std::mt19937& rng, std::vector<uint8_t>& w) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : w) b = static_cast<uint8_t>(byte(rng));
+  const int64_t sb = superblock_bytes(type);
+  std::uniform_real_distribution<float> scale(0.0005f, 0.01f);
+  for (size_t at = 0; at < w.size(); at += static_cast<size_t>(sb)) {
+    const uint16_t d = float_to_half(scale(rng)), dmin = float_to_half(scale(rng));
+    if (type == WType::Q6_K) {
+      std::memcpy(&w[at + 208], &d, 2);
+    } else {
+      std::memcpy(&w[at], &d, 2);
+      std::memcpy(&w[at + 2], &dmin, 2);
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -44,14 +61,18 @@ int main() {
     for (int t = 0; t < kWTypes; ++t) {
       const auto type = static_cast<WType>(t);
       std::vector<int64_t> widths = {32, 64, 96, 256, 704, 1728};
-      if (!is_quantized(type)) widths.insert(widths.end(), {1, 7, 9, 100, 1000});
+      if (!is_block_type(type)) widths.insert(widths.end(), {1, 7, 9, 100, 1000});
+      if (is_kquant(type)) widths = {256, 512, 1792};
       for (int64_t in : widths)
         for (int64_t out : {1, 5, 13, 50, 64}) {
           std::vector<float> wf(out * in), x(9 * in);
           for (auto& v : wf) v = normal(rng) * 0.1f;
           for (auto& v : x) v = normal(rng);
           std::vector<uint8_t> w(out * row_bytes(type, in));
-          quantize_rows(type, wf.data(), out, in, w.data());
+          if (is_kquant(type))
+            random_superblocks(type, rng, w);  // nothing writes K-quants here
+          else
+            quantize_rows(type, wf.data(), out, in, w.data());
           const MatrixRef plain{type, w.data(), out, in};
           std::vector<float> want(9 * out);
           kernels::linear_reference(x.data(), 9, plain, want.data());

@@ -31,6 +31,9 @@ GgmlType ggml_of(WType t) {
     case WType::BF16: return GgmlType::kBF16;
     case WType::Q8_0: return GgmlType::kQ8_0;
     case WType::Q4_0: return GgmlType::kQ4_0;
+    case WType::Q4_K: return GgmlType::kQ4_K;
+    case WType::Q5_K: return GgmlType::kQ5_K;
+    case WType::Q6_K: return GgmlType::kQ6_K;
   }
   return GgmlType::kF32;
 }
@@ -42,6 +45,11 @@ uint32_t file_type(WType t) {  // llama.cpp's general.file_type
     case WType::Q4_0: return 2;
     case WType::Q8_0: return 7;
     case WType::BF16: return 32;
+    // llama.cpp's names the mixes; a model of one K-quant type is the mix
+    // its layers' type starts.
+    case WType::Q4_K: return 15;  // Q4_K_M
+    case WType::Q5_K: return 17;  // Q5_K_M
+    case WType::Q6_K: return 18;
   }
   return 0;
 }

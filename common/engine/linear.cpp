@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/engine/kquant.h"
 #include "common/engine/linear_isa.h"
 #include "common/engine/parallel.h"
 #include "common/util/error.h"
@@ -130,9 +131,27 @@ void quantize_for(Isa isa, const float* x, int64_t n, int64_t cols, QuantizedRow
 }
 
 void check(const MatrixRef& w) {
-  if (is_quantized(w.type) && w.cols % kQBlock != 0)
-    throw Error(std::string("linear: ") + wtype_name(w.type) + " weights need a multiple of 32 columns, not " +
-                std::to_string(w.cols));
+  if (w.cols % block_weights(w.type) != 0)
+    throw Error(std::string("linear: ") + wtype_name(w.type) + " weights need a multiple of " +
+                std::to_string(block_weights(w.type)) + " columns, not " + std::to_string(w.cols));
+}
+
+// K-quant weights, as stored, against Q8_K activations: every output is one
+// kquant_dot, the same whatever rows or threads share the call.
+void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRows& qk, bool threaded, Isa isa) {
+  quantize_q8k(x, n, w.cols, qk);
+  SuperblockSum sum = superblock_sum;
+#if defined(__x86_64__)
+  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) sum = avx2::superblock_sum;
+#endif
+  auto rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t j = 0; j < n; ++j) y[j * w.rows + r] = kquant_dot(w.type, w.row(r), w.cols, qk, j, sum);
+  };
+  if (threaded)
+    parallel_blocks(w.rows, kPackRows, 1, rows);
+  else
+    rows(0, w.rows);
 }
 
 }  // namespace
@@ -177,6 +196,11 @@ void reference_rows(const LinearCall& c, int64_t r0, int64_t r1) {
 
 void linear_reference(const float* x, int64_t n, const MatrixRef& w, float* y) {
   check(w);
+  if (is_kquant(w.type)) {
+    Q8KRows qk;
+    kquant_rows(x, n, w, y, qk, false, Isa::kScalar);
+    return;
+  }
   QuantizedRows qx;
   if (is_quantized(w.type)) quantize_activations(x, n, w.cols, qx);
   reference_rows({x, n, w, y, &qx}, 0, w.rows);
@@ -185,6 +209,11 @@ void linear_reference(const float* x, int64_t n, const MatrixRef& w, float* y) {
 void linear(const float* x, int64_t n, const MatrixRef& w, float* y) {
   if (n == 0 || w.rows == 0) return;
   check(w);
+  if (is_kquant(w.type)) {
+    thread_local Q8KRows qk;
+    kquant_rows(x, n, w, y, qk, true, isa_in_use());
+    return;
+  }
   const Isa isa = isa_in_use();
   thread_local QuantizedRows qx;
   const bool quantized = is_quantized(w.type);

@@ -285,6 +285,7 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
     case WType::BF16: float_linear<WType::BF16>(c, r0, r1); break;
     case WType::Q8_0: quant_linear<WType::Q8_0>(c, r0, r1); break;
     case WType::Q4_0: quant_linear<WType::Q4_0>(c, r0, r1); break;
+    default: break;  // K-quants never come here: linear() runs them itself
   }
 }
 

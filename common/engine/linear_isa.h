@@ -36,6 +36,8 @@ namespace avx2 {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 // quantize_activations, vectorised (also for the avx512 body).
 void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
+// kquant.h's superblock_sum, vectorised (also for the avx512 body).
+int32_t superblock_sum(WType t, const uint8_t* block, const int8_t* xq, const int16_t* bsums);
 }
 namespace avx512 {
 // Packed Q8_0/Q4_0 weights in whole groups of 16 rows (the rest runs the avx2

@@ -160,6 +160,7 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
               quant_quarter<WType::Q4_0>(c, r, qr, j);
           }
       break;
+    default: break;  // K-quants never come here: linear() runs them itself
   }
 }
 

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/engine/kquant.h"
+#include "common/util/error.h"
+
 namespace splitspec {
 
 namespace {
@@ -45,6 +48,10 @@ float block_scale(const uint8_t* block) {
 }  // namespace
 
 void quantize_rows(WType type, const float* src, int64_t rows, int64_t cols, void* dst) {
+  if (is_kquant(type))
+    throw Error(std::string("writing ") + wtype_name(type) +
+                " is not supported yet: SplitSpec reads K-quants as llama.cpp's quantizer writes them "
+                "(llama-quantize); write f32, f16, bf16, q8_0 or q4_0");
   auto* out = static_cast<uint8_t*>(dst);
   const int64_t rb = row_bytes(type, cols);
   for (int64_t r = 0; r < rows; ++r) {
@@ -70,6 +77,7 @@ void quantize_rows(WType type, const float* src, int64_t rows, int64_t cols, voi
       case WType::Q4_0:
         for (int64_t b = 0; b < cols / kQBlock; ++b) quantize_q4_0(x + b * kQBlock, o + b * block_bytes(type));
         break;
+      default: break;  // K-quants: refused above
     }
   }
 }
@@ -172,6 +180,12 @@ void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst) {
           }
         }
         break;
+      case WType::Q4_K:
+      case WType::Q5_K:
+      case WType::Q6_K:
+        for (int64_t b = 0; b < cols / kSuperBlock; ++b)
+          dequantize_superblock(m.type, m.row(r) + b * superblock_bytes(m.type), y + b * kSuperBlock);
+        break;
     }
   }
 }
@@ -180,6 +194,11 @@ int64_t first_non_finite_row(const MatrixRef& m) {
   std::vector<float> row(static_cast<size_t>(m.cols));
   uint8_t block[2 + kQBlock];
   for (int64_t r = 0; r < m.rows; ++r) {
+    if (is_kquant(m.type)) {
+      for (int64_t b = 0; b < m.cols / kSuperBlock; ++b)
+        if (!superblock_scales_finite(m.type, m.row(r) + b * superblock_bytes(m.type))) return r;
+      continue;
+    }
     if (is_quantized(m.type)) {
       for (int64_t b = 0; b < m.cols / kQBlock; ++b) {
         read_block(m, r, b, block);

@@ -94,7 +94,7 @@ void StreamedWeights::plan_units(const SafetensorsModel& st, const ModelConfig& 
     const TensorInfo& t = st.get(name);
     Unit u;
     u.type = stored_wtype(t, shape);
-    if (shape.size() == 1 && is_quantized(u.type)) throw Error(t.file + ": norm '" + name + "' must be F32, F16 or BF16");
+    if (shape.size() == 1 && is_block_type(u.type)) throw Error(t.file + ": norm '" + name + "' must be F32, F16 or BF16");
     u.file = file_of(t);
     u.offset = t.file_offset;
     u.raw_bytes = t.nbytes;

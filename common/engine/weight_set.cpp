@@ -20,9 +20,9 @@ std::string dims(const std::vector<int64_t>& shape) { return shape_str(shape); }
 }  // namespace
 
 std::vector<uint8_t> plain_bytes(const MatrixRef& src, WType to, const std::string& name) {
-  if (is_quantized(to) && src.cols % kQBlock != 0)
+  if (src.cols % block_weights(to) != 0)
     throw Error(std::string("cannot store ") + name + " as " + wtype_name(to) + ": its rows of " +
-                std::to_string(src.cols) + " weights are not a multiple of 32");
+                std::to_string(src.cols) + " weights are not a multiple of " + std::to_string(block_weights(to)));
   std::vector<uint8_t> out(static_cast<size_t>(src.rows * row_bytes(to, src.cols)));
   if (src.type == to) {
     std::memcpy(out.data(), src.data, out.size());
@@ -77,9 +77,10 @@ WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape) {
   };
   if (!t.wtype.empty()) {
     const auto q = parse_wtype(t.wtype);
-    if (!q || !is_quantized(*q) || t.dtype != DType::U8)
-      throw Error(t.file + ": tensor '" + t.name + "' is marked '" + t.wtype + "'; only U8 tensors marked q8_0 or q4_0 are read");
-    if (shape.size() != 2 || shape[1] % kQBlock != 0 || t.shape.size() != 2 || t.shape[0] != shape[0] ||
+    if (!q || !is_block_type(*q) || t.dtype != DType::U8)
+      throw Error(t.file + ": tensor '" + t.name + "' is marked '" + t.wtype +
+                  "'; only U8 tensors marked q8_0, q4_0, q4_k, q5_k or q6_k are read");
+    if (shape.size() != 2 || shape[1] % block_weights(*q) != 0 || t.shape.size() != 2 || t.shape[0] != shape[0] ||
         t.shape[1] != row_bytes(*q, shape[1]))
       throw mismatch(std::string(" (bytes of ") + wtype_name(*q) + ")");
     return *q;
@@ -122,7 +123,7 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
   };
   auto vector = [&](const std::string& name, int64_t size) {
     const MatrixRef src = source(name, {size});
-    if (is_quantized(src.type)) throw Error(where + ": vector '" + name + "' must be F32, F16 or BF16");
+    if (is_block_type(src.type)) throw Error(where + ": vector '" + name + "' must be F32, F16 or BF16");
     std::vector<float> v(static_cast<size_t>(size));
     dequantize_rows(src, 0, 1, v.data());
     for (float x : v)
@@ -194,7 +195,7 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
   auto add = [&](const std::string& name, const MatrixRef& m, WType to, bool matrix) {
     bytes.push_back(plain_bytes(m, to, name));
     std::vector<int64_t> shape = matrix ? std::vector<int64_t>{m.rows, m.cols} : std::vector<int64_t>{m.cols};
-    if (is_quantized(to)) {
+    if (is_block_type(to)) {
       shape = {m.rows, row_bytes(to, m.cols)};
       metadata[wtype_metadata_key(name)] = wtype_name(to);
     }
@@ -236,7 +237,7 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
       bytes.push_back(std::move(all));
       const int64_t cols = w.layers[l][parts[0]].cols;
       std::vector<int64_t> shape{rows, cols};
-      if (is_quantized(to)) {
+      if (is_block_type(to)) {
         shape = {rows, row_bytes(to, cols)};
         metadata[wtype_metadata_key(part->name)] = wtype_name(to);
       }

@@ -15,6 +15,9 @@ const char* wtype_name(WType t) {
     case WType::BF16: return "bf16";
     case WType::Q8_0: return "q8_0";
     case WType::Q4_0: return "q4_0";
+    case WType::Q4_K: return "q4_k";
+    case WType::Q5_K: return "q5_k";
+    case WType::Q6_K: return "q6_k";
   }
   return "?";
 }
@@ -29,7 +32,7 @@ std::optional<WType> parse_wtype(const std::string& name) {
 
 WType parse_weight_type(const std::string& name) {
   if (const auto t = parse_wtype(name)) return *t;
-  throw Error("unknown weight type '" + name + "': use f32, f16, bf16, q8_0 or q4_0");
+  throw Error("unknown weight type '" + name + "': use f32, f16, bf16, q8_0, q4_0 (or read q4_k, q5_k, q6_k)");
 }
 
 // The compiler's half type converts with correct rounding, in hardware

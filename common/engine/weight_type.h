@@ -5,32 +5,46 @@
 //   Q8_0: d (half), 32 x int8 q; weight = d * q.
 //   Q4_0: d (half), 16 bytes; byte i holds weight i in its low nibble and
 //         weight i + 16 in its high nibble; weight = d * (nibble - 8).
-// Free of LibTorch, so the kernels build and are tested on their own
-// (cross-compiled for ARM too).
+// Q4_K, Q5_K and Q6_K are llama.cpp's K-quants, in its super-blocks of 256
+// weights (kquant.h): read and computed on as stored, never packed. Free of
+// LibTorch, so the kernels build and are tested on their own (cross-compiled
+// for ARM too).
 #include <cstdint>
 #include <optional>
 #include <string>
 
 namespace splitspec {
 
-enum class WType : uint8_t { F32, F16, BF16, Q8_0, Q4_0 };
-constexpr int kWTypes = 5;
+enum class WType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K };
+constexpr int kWTypes = 8;
 constexpr int64_t kQBlock = 32;  // weights per Q8_0 / Q4_0 block
+constexpr int64_t kSuperBlock = 256;  // weights per K-quant super-block
 
-const char* wtype_name(WType t);  // "f32", "f16", "bf16", "q8_0", "q4_0"
+const char* wtype_name(WType t);  // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"
 // Accepts those names in any case; nullopt otherwise.
 std::optional<WType> parse_wtype(const std::string& name);
 // parse_wtype, or a splitspec::Error listing the names.
 WType parse_weight_type(const std::string& name);
+// The 32-weight block types, which the kernels read packed.
 constexpr bool is_quantized(WType t) { return t == WType::Q8_0 || t == WType::Q4_0; }
+constexpr bool is_kquant(WType t) { return t == WType::Q4_K || t == WType::Q5_K || t == WType::Q6_K; }
+// Stored in blocks with their own scales (rows of bytes in a safetensors file).
+constexpr bool is_block_type(WType t) { return is_quantized(t) || is_kquant(t); }
+// Bytes per K-quant super-block of 256 weights.
+constexpr int64_t superblock_bytes(WType t) { return t == WType::Q4_K ? 144 : t == WType::Q5_K ? 176 : 210; }
 // Bytes per 32 weights (Q8_0 34, Q4_0 18, F16 64, F32 128).
 constexpr int64_t block_bytes(WType t) {
   return t == WType::F32 ? 4 * kQBlock : t == WType::Q8_0 ? 2 + kQBlock : t == WType::Q4_0 ? 2 + kQBlock / 2 : 2 * kQBlock;
 }
-// Bytes of one row of `cols` weights; quantized types need cols % 32 == 0.
+// Bytes of one row of `cols` weights; quantized types need cols % 32 == 0,
+// K-quants cols % 256 == 0.
 constexpr int64_t row_bytes(WType t, int64_t cols) {
-  return is_quantized(t) ? cols / kQBlock * block_bytes(t) : cols * (block_bytes(t) / kQBlock);
+  return is_kquant(t)      ? cols / kSuperBlock * superblock_bytes(t)
+         : is_quantized(t) ? cols / kQBlock * block_bytes(t)
+                           : cols * (block_bytes(t) / kQBlock);
 }
+// The weights a row's length must be a multiple of (1 for float types).
+constexpr int64_t block_weights(WType t) { return is_kquant(t) ? kSuperBlock : is_quantized(t) ? kQBlock : 1; }
 
 // Rows per group of a packed quantized matrix (below).
 constexpr int64_t kPackRows = 16;
