@@ -144,6 +144,9 @@ void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRow
 #if defined(__x86_64__)
   if (isa == Isa::kAvx2 || isa == Isa::kAvx512) sum = avx2::superblock_sum;
 #endif
+#if defined(__aarch64__)
+  if (isa == Isa::kNeon) sum = neon::superblock_sum;
+#endif
   auto rows = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t j = 0; j < n; ++j) y[j * w.rows + r] = kquant_dot(w.type, w.row(r), w.cols, qk, j, sum);

@@ -47,6 +47,7 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 namespace neon {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
+int32_t superblock_sum(WType t, const uint8_t* block, const int8_t* xq, const int16_t* bsums);
 }
 
 }  // namespace splitspec::kernels
