@@ -15,7 +15,7 @@ python3 - "$BUILD/compile_commands.json" "$SRC/tests/fuzz/clang14_compat.h" <<'P
 import json, re, shlex, subprocess, sys
 shim = sys.argv[2]
 entries = [e for e in json.load(open(sys.argv[1]))
-           if re.search(r"/common/engine/(kernels|linear)[a-z0-9_]*\.cpp$", e["file"])]
+           if re.search(r"/common/engine/(kernels|linear|kquant|quant)[a-z0-9_]*\.cpp$", e["file"])]
 if not entries:
     sys.exit("clang_compile_test: no kernel sources in compile_commands.json")
 failed = []
