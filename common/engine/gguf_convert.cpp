@@ -261,7 +261,7 @@ std::string spm_model(const GgufFile& f, int64_t vocab) {
   auto id = [&](const char* key, int32_t fallback) {
     return f.has(key) ? static_cast<int32_t>(gguf_u32(f, key)) : fallback;
   };
-  ts->set_unk_id(id("tokenizer.ggml.unknown_token_id", 0));
+  ts->set_unk_id(static_cast<int32_t>(unk));
   ts->set_bos_id(id("tokenizer.ggml.bos_token_id", 1));
   ts->set_eos_id(id("tokenizer.ggml.eos_token_id", 2));
   ts->set_pad_id(id("tokenizer.ggml.padding_token_id", -1));

@@ -11,9 +11,7 @@
 
 namespace splitspec {
 
-namespace {
-
-uint32_t meta_u32(const GgufFile& f, const std::string& key, std::optional<uint32_t> fallback = std::nullopt) {
+uint32_t gguf_u32(const GgufFile& f, const std::string& key, std::optional<uint32_t> fallback) {
   if (!f.has(key)) {
     if (fallback) return *fallback;
     f.get(key);  // throws, naming the key
@@ -24,6 +22,8 @@ uint32_t meta_u32(const GgufFile& f, const std::string& key, std::optional<uint3
     throw Error(f.path() + ": GGUF metadata '" + key + "' is not a count");
   return static_cast<uint32_t>(v.i64);
 }
+
+namespace {
 
 double meta_f(const GgufFile& f, const std::string& key, double fallback) {
   if (!f.has(key)) return fallback;
@@ -63,10 +63,6 @@ int64_t permuted_heads(const std::string& name, const ModelConfig& c) {
 }
 
 }  // namespace
-
-uint32_t gguf_u32(const GgufFile& f, const std::string& key, std::optional<uint32_t> fallback) {
-  return meta_u32(f, key, fallback);
-}
 
 bool is_gguf_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -130,24 +126,24 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   const std::string k = arch + ".";
   ModelConfig c;
   c.architecture = arch;
-  c.hidden_size = meta_u32(f, k + "embedding_length");
-  c.intermediate_size = meta_u32(f, k + "feed_forward_length");
-  c.num_hidden_layers = meta_u32(f, k + "block_count");
-  c.num_attention_heads = meta_u32(f, k + "attention.head_count");
-  c.num_key_value_heads = meta_u32(f, k + "attention.head_count_kv", static_cast<uint32_t>(c.num_attention_heads));
+  c.hidden_size = gguf_u32(f, k + "embedding_length");
+  c.intermediate_size = gguf_u32(f, k + "feed_forward_length");
+  c.num_hidden_layers = gguf_u32(f, k + "block_count");
+  c.num_attention_heads = gguf_u32(f, k + "attention.head_count");
+  c.num_key_value_heads = gguf_u32(f, k + "attention.head_count_kv", static_cast<uint32_t>(c.num_attention_heads));
   if (c.num_attention_heads <= 0) throw Error(path + ": " + k + "attention.head_count must be positive");
-  c.head_dim = meta_u32(f, k + "attention.key_length", static_cast<uint32_t>(c.hidden_size / c.num_attention_heads));
-  if (meta_u32(f, k + "attention.value_length", static_cast<uint32_t>(c.head_dim)) != c.head_dim)
+  c.head_dim = gguf_u32(f, k + "attention.key_length", static_cast<uint32_t>(c.hidden_size / c.num_attention_heads));
+  if (gguf_u32(f, k + "attention.value_length", static_cast<uint32_t>(c.head_dim)) != c.head_dim)
     throw Error(path + ": key and value heads of different sizes are not supported");
-  if (meta_u32(f, k + "rope.dimension_count", static_cast<uint32_t>(c.head_dim)) != c.head_dim)
+  if (gguf_u32(f, k + "rope.dimension_count", static_cast<uint32_t>(c.head_dim)) != c.head_dim)
     throw Error(path + ": partial rotary embeddings (" + k + "rope.dimension_count below the head size) are not supported");
   c.vocab_size = embed->ne[1];
   c.rms_norm_eps = meta_f(f, k + "attention.layer_norm_rms_epsilon", 1e-5);
   c.rope_theta = meta_f(f, k + "rope.freq_base", 10000.0);
-  c.max_position_embeddings = meta_u32(f, k + "context_length");
+  c.max_position_embeddings = gguf_u32(f, k + "context_length");
   c.tie_word_embeddings = f.tensor("output.weight") == nullptr;
-  c.bos_token_id = f.has("tokenizer.ggml.bos_token_id") ? static_cast<int64_t>(meta_u32(f, "tokenizer.ggml.bos_token_id")) : -1;
-  c.eos_token_id = f.has("tokenizer.ggml.eos_token_id") ? static_cast<int64_t>(meta_u32(f, "tokenizer.ggml.eos_token_id")) : -1;
+  c.bos_token_id = f.has("tokenizer.ggml.bos_token_id") ? static_cast<int64_t>(gguf_u32(f, "tokenizer.ggml.bos_token_id")) : -1;
+  c.eos_token_id = f.has("tokenizer.ggml.eos_token_id") ? static_cast<int64_t>(gguf_u32(f, "tokenizer.ggml.eos_token_id")) : -1;
   if (c.eos_token_id >= 0) c.eos_token_ids.push_back(c.eos_token_id);
   c.attention_bias = f.tensor("blk.0.attn_q.bias") != nullptr;
   if (f.tensor("blk.0.attn_output.bias"))
@@ -170,7 +166,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     std::memcpy(c.rope_freq_factors.data(), freqs->data, c.rope_freq_factors.size() * sizeof(float));
   }
   if (f.has(k + "attention.sliding_window")) {
-    c.sliding_window = meta_u32(f, k + "attention.sliding_window");
+    c.sliding_window = gguf_u32(f, k + "attention.sliding_window");
     if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings) {
       c.declared_context = c.max_position_embeddings;
       c.max_position_embeddings = c.sliding_window;

@@ -11,6 +11,7 @@
 #include "common/engine/gguf_model.h"
 #include "common/engine/kernels.h"
 #include "common/engine/tokenizer.h"
+#include "common/tokenizer/vocab.h"
 #include "common/engine/linear.h"
 #include "common/engine/quant.h"
 #include "common/engine/safetensors.h"
@@ -51,9 +52,8 @@ namespace {
 // Generation ends at every end-of-generation token of the model's tokenizer
 // (Llama 3's <|eot_id|>, Qwen's <|im_end|>, Phi-3's <|end|>), not only at the
 // one EOS id its config names.
-void add_tokenizer_eog(ModelConfig& c, const std::string& path) {
-  if (!tokenizer_available(path)) return;
-  for (int32_t id : Tokenizer(path).eog_ids())
+void add_eog(ModelConfig& c, const std::vector<int32_t>& eog) {
+  for (int32_t id : eog)
     if (id < c.vocab_size && !is_end_of_generation(c, id)) c.eos_token_ids.push_back(id);
   if (c.eos_token_id < 0 && !c.eos_token_ids.empty()) c.eos_token_id = c.eos_token_ids[0];
 }
@@ -66,7 +66,8 @@ std::shared_ptr<Model> Model::load(const std::string& path, std::optional<WType>
     auto f = std::make_shared<const GgufFile>(path);
     ModelConfig c = gguf_model_config(*f);
     apply_context_limit(c);
-    if (f->has("tokenizer.ggml.model")) add_tokenizer_eog(c, path);
+    // The vocabulary of the file already open, not opened again.
+    if (f->has("tokenizer.ggml.model")) add_eog(c, Vocab::from_gguf(*f).eog_ids());
     std::vector<std::vector<uint8_t>> keep;
     WeightSet w = build_weight_set(c, gguf_weight_source(*f, c, keep), type, true, path);
     for (auto& k : keep) w.owned.push_back(std::move(k));
@@ -78,7 +79,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, std::optional<WType>
                                          : ": model directory does not exist (nor a GGUF file of that name)"));
   ModelConfig c = load_model_config(path);
   apply_context_limit(c);
-  add_tokenizer_eog(c, path);
+  if (tokenizer_available(path)) add_eog(c, Tokenizer(path).eog_ids());
   return std::shared_ptr<Model>(new Model(c, load_weight_set(path, c, type), fs::path(path).filename().string()));
 }
 
@@ -86,11 +87,11 @@ std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const Stream
   namespace fs = std::filesystem;
   if (fs::is_regular_file(dir) && is_gguf_file(dir))
     throw Error(dir + ": a GGUF file is not streamed from disk yet; convert it to a directory first (splitspec convert "
-                "--from-gguf FILE --out DIR)");
+                "--target FILE.gguf --out DIR)");
   if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
   ModelConfig c = load_model_config(dir);
   apply_context_limit(c);
-  add_tokenizer_eog(c, dir);
+  if (tokenizer_available(dir)) add_eog(c, Tokenizer(dir).eog_ids());
   auto stream = std::make_unique<StreamedWeights>(dir, c, options);
   std::shared_ptr<Model> m(new Model(c, WeightSet{}, fs::path(dir).filename().string()));
   m->stream_ = std::move(stream);
