@@ -291,6 +291,14 @@ static enum llama_ftype quant_ftype(const char *name) {
   return LLAMA_FTYPE_ALL_F32;
 }
 
+/* The model's trained context, capped at 4096 as SplitSpec caps its own
+ * (SPLITSPEC_MAX_CONTEXT's default): a 128K-context model's full-size batch
+ * buffers would not fit in memory. */
+static int context_size(const struct llama_model *model) {
+  const int n = llama_model_n_ctx_train(model);
+  return n < 4096 ? n : 4096;
+}
+
 static struct llama_context *context(struct llama_model *model, int threads, int n_ctx) {
   struct llama_context_params cp = llama_context_default_params();
   cp.n_ctx = n_ctx;
@@ -397,7 +405,7 @@ int main(int argc, char **argv) {
   }
   if ((strcmp(cmd, "greedy") == 0 || strcmp(cmd, "greedy-file") == 0) && argc >= 7) {
     const int threads = atoi(argv[4]), n_new = atoi(argv[5]);
-    const int n_ctx = llama_model_n_ctx_train(model);
+    const int n_ctx = context_size(model);
     struct llama_context *ctx = context(model, threads, n_ctx);
     struct llama_batch b = llama_batch_init(n_ctx, 0, 1);
     FILE *prompts = strcmp(cmd, "greedy-file") == 0 ? fopen(argv[6], "r") : NULL;
@@ -468,7 +476,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "greedy-text") == 0 && argc >= 7) {
     const int threads = atoi(argv[4]), n_new = atoi(argv[5]);
-    const int n_ctx = llama_model_n_ctx_train(model);
+    const int n_ctx = context_size(model);
     int n_prompt;
     llama_token *prompt = tokenize(vocab, argv[6], strlen(argv[6]), 1, 1, &n_prompt);
     if (n_prompt <= 0) die("the prompt has no tokens");
@@ -493,7 +501,7 @@ int main(int argc, char **argv) {
     if (n_k <= 0) die("bad k list");
     int max_k = 0;
     for (int i = 0; i < n_k; ++i) max_k = ks[i] > max_k ? ks[i] : max_k;
-    const int n_ctx = llama_model_n_ctx_train(model);
+    const int n_ctx = context_size(model);
     if (ctx_len + max_k > n_ctx) die("context and k exceed the model's context");
     struct llama_context *ctx = context(model, threads, n_ctx);
     struct llama_batch b = llama_batch_init(n_ctx, 0, 1);

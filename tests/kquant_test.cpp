@@ -1,7 +1,7 @@
 // K-quants (Q4_K, Q5_K, Q6_K) as llama.cpp stores them: products against
 // Q8_K activations near the dequantized weights' float product, batch
-// invariant; a model of them through GGUF and a directory unchanged; writing
-// them refused with a clear error. Agreement with llama.cpp itself on files
+// invariant; a model of them through GGUF and a directory unchanged; our
+// quantizer close to the values and llama.cpp's per-tensor mixes. Agreement with llama.cpp itself on files
 // its quantizer wrote: tests/families/families_test.py --kquants.
 #include "common/engine/kquant.h"
 
@@ -66,13 +66,99 @@ TEST(KQuant, ProductsTrackTheDequantizedWeightsAndAreBatchInvariant) {
   }
 }
 
-TEST(KQuant, WritingThemIsAClearError) {
-  std::vector<float> x(256, 1.0f);
-  std::vector<uint8_t> out(static_cast<size_t>(row_bytes(WType::Q4_K, 256)));
-  EXPECT_NE(error_of([&] { quantize_rows(WType::Q4_K, x.data(), 1, 256, out.data()); })
-                .find("writing q4_k is not supported yet"),
-            std::string::npos);
+// Our quantizer: each weight within a step of the widest sub-block's grid
+// (the scales themselves rounded to 6 or 8 bits), a quarter-step or so on
+// average.
+TEST(KQuant, QuantizerStaysWithinAStep) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (WType t : {WType::Q4_K, WType::Q5_K, WType::Q6_K}) {
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<float> x(kSuperBlock), y(kSuperBlock);
+      for (float& v : x) v = normal(rng) * (trial % 5 == 0 ? 10.0f : 1.0f);
+      if (trial == 1) std::fill(x.begin(), x.end(), 0.0f);
+      if (trial == 2) std::fill(x.begin(), x.end(), 0.5f);
+      std::vector<uint8_t> b(static_cast<size_t>(superblock_bytes(t)));
+      quantize_superblock(t, x.data(), b.data());
+      dequantize_superblock(t, b.data(), y.data());
+      float amax = 0.0f;
+      for (float v : x) amax = std::max(amax, std::fabs(v));
+      // The widest sub-block step: a range of up to 2 amax over 15 or 31
+      // levels; Q6_K's amax over 32.
+      const float step = t == WType::Q4_K ? 2 * amax / 15 : t == WType::Q5_K ? 2 * amax / 31 : amax / 32;
+      double err = 0.0;
+      for (int i = 0; i < kSuperBlock; ++i) {
+        EXPECT_LE(std::fabs(x[i] - y[i]), step + 1e-7f) << wtype_name(t) << " weight " << i;
+        err += std::fabs(x[i] - y[i]);
+      }
+      EXPECT_LE(err / kSuperBlock, 0.35 * step + 1e-7) << wtype_name(t);
+    }
+  }
+}
+
+// llama.cpp's Q4_K_M/Q5_K_M rules: the head Q6_K; attn_v and ffn_down Q6_K
+// in the first and last eighth of the layers and every third between; rows
+// not of whole super-blocks at Q8_0.
+TEST(KQuant, MixesFollowLlamaCppRules) {
+  EXPECT_EQ(parse_weight_type("Q4_K_M"), WType::Q4_K);
+  EXPECT_EQ(parse_weight_type("q5_k_m"), WType::Q5_K);
   EXPECT_EQ(parse_weight_type("Q6_K"), WType::Q6_K);
+  EXPECT_NE(error_of([] { parse_weight_type("q3_k_m"); }).find("q4_k_m, q5_k_m or q6_k"), std::string::npos);
+  ModelConfig c = tiny_config(64, 16);
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  std::vector<int> more;
+  for (int64_t l = 0; l < 16; ++l) {
+    const WType v = tensor_type(WType::Q4_K, layer_slot(c, l, LayerMatrix::kV));
+    EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, l, LayerMatrix::kDown)), v);
+    EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, l, LayerMatrix::kQ)), WType::Q4_K);
+    if (v == WType::Q6_K) more.push_back(static_cast<int>(l));
+  }
+  // llama.cpp's use_more_bits for 16 layers: 0, 1, then every third from 4, then 14, 15.
+  EXPECT_EQ(more, (std::vector<int>{0, 1, 4, 7, 10, 13, 14, 15}));
+  EXPECT_EQ(tensor_type(WType::Q5_K, head_slot(c)), WType::Q6_K);
+  EXPECT_EQ(tensor_type(WType::Q5_K, embed_slot(c)), WType::Q5_K);
+  c.tie_word_embeddings = true;
+  EXPECT_EQ(tensor_type(WType::Q4_K, embed_slot(c)), WType::Q6_K);
+  EXPECT_EQ(tensor_type(WType::Q6_K, layer_slot(c, 3, LayerMatrix::kGate)), WType::Q6_K);
+  EXPECT_EQ(tensor_type(WType::Q4_0, head_slot(c)), WType::Q8_0);
+  c.hidden_size = 96;  // rows of 96: not whole super-blocks
+  EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, 3, LayerMatrix::kQ)), WType::Q8_0);
+  // Phi-3's fused q, k, v take attn_v's type together.
+  c.hidden_size = 256;
+  c.architecture = "phi3";
+  EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, 0, LayerMatrix::kQ)), WType::Q6_K);
+  EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, 2, LayerMatrix::kK)), WType::Q4_K);
+}
+
+// A model converted to q4_k_m by our quantizer, as a directory and as GGUF:
+// the per-tensor types of the mix, the same logits either way.
+TEST(KQuant, ConvertWritesTheMix) {
+  TempDir dir;
+  ModelConfig c = tiny_config(64, 2);
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.head_dim = 64;
+  const auto f32 = Model::random(c, 4, WType::F32, 0.05f);
+  f32->save(dir.str("f32"));
+  const auto q = Model::load(dir.str("f32"), WType::Q4_K);
+  const WeightSet& w = q->weight_set();
+  EXPECT_EQ(w.lm_head.type, WType::Q6_K);
+  // Of 2 layers, the last is in the last eighth.
+  EXPECT_EQ(w.layers[0][static_cast<int>(LayerMatrix::kV)].type, WType::Q4_K);
+  EXPECT_EQ(w.layers[1][static_cast<int>(LayerMatrix::kV)].type, WType::Q6_K);
+  EXPECT_EQ(w.layers[1][static_cast<int>(LayerMatrix::kQ)].type, WType::Q4_K);
+  const std::string gguf = dir.str("q.gguf");
+  write_gguf(c, w, "q", [](GgufWriter&) {}, gguf, std::nullopt);
+  auto logits = [](const Model& m) {
+    KVCache cache = m.new_cache(16);
+    ForwardRequest r;
+    r.tokens = {1, 7, 30, 2};
+    return m.forward(r, cache).logits;
+  };
+  const Rows want = logits(*q), got = logits(*Model::load(gguf));
+  ASSERT_EQ(got.rows(), want.rows());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.rows() * want.cols() * sizeof(float)), 0);
 }
 
 // A model whose layers are K-quants, as a GGUF file written tensor by tensor,

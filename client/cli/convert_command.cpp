@@ -134,7 +134,7 @@ Command add_convert_command(CLI::App& app) {
       "Write a model at another weight type, as GGUF for llama.cpp, or from GGUF. Q4_0 models keep their LM head "
       "at Q8_0; norms stay fp32");
   auto* model = cmd->add_option("--target,--model", a->model_dir, "Model directory to convert");
-  auto* from = cmd->add_option("--from", a->from_gguf, "A LLaMA GGUF file (F32, F16, BF16, Q8_0 or Q4_0 tensors) to read");
+  auto* from = cmd->add_option("--from", a->from_gguf, "A GGUF file to read (llama, qwen2, qwen3, phi3; F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K tensors)");
   auto* random = cmd->add_option("--random-init", a->random_config,
                                  "Instead: a model of this config.json with random weights, for benchmarks (with --tokenizer)")
                      ->check(CLI::ExistingFile);
@@ -145,7 +145,8 @@ Command add_convert_command(CLI::App& app) {
   cmd->add_option("--scale", a->scale, "--random-init: the weights' standard deviation")->capture_default_str();
   auto* out = cmd->add_option("--out", a->out_dir, "Directory to write the model to");
   auto* gguf = cmd->add_option("--to-gguf", a->to_gguf, "GGUF file to write the model to");
-  cmd->add_option("--dtype", a->dtype, "Weight type to write: f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
+  cmd->add_option("--dtype", a->dtype, "Weight type to write: f32, f16, bf16, q8_0, q4_0, or llama.cpp's K-quant mixes q4_k_m, q5_k_m, q6_k "
+                  "(default: as stored)");
   model->excludes(from)->excludes(random);
   from->excludes(model)->excludes(random);
   random->excludes(model)->excludes(from);
@@ -155,6 +156,7 @@ Command add_convert_command(CLI::App& app) {
       "Examples:\n"
       "  splitspec convert --target models/demo-target --dtype q4_0 --out /tmp/target-q4_0\n"
       "  splitspec convert --target models/demo-target --to-gguf /tmp/target.gguf\n"
+      "  splitspec convert --target model.gguf --dtype q4_k_m --to-gguf /tmp/model-Q4_K_M.gguf\n"
       "  splitspec convert --from model.gguf --out /tmp/model\n"
       "  splitspec convert --random-init configs/bench-50m.json --tokenizer models/demo-target --out /tmp/b50");
   return {cmd, [a, model, from, random, tok, out, gguf]() {

@@ -142,7 +142,7 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   tokenizer(g);
 
   std::vector<std::vector<uint8_t>> keep;  // alive until written
-  auto as = [&](const MatrixRef& m, bool head) { return type ? (head ? head_type(*type) : *type) : m.type; };
+  auto as = [&](const MatrixRef& m, const TensorSlot& slot) { return type ? tensor_type(*type, slot) : m.type; };
   auto bytes_of = [&](const std::string& hf, const MatrixRef& m, WType to) {
     std::vector<uint8_t> b = plain_bytes(m, to, name + ": " + hf);
     const bool q = hf.find("self_attn.q_proj.weight") != std::string::npos, k = hf.find("self_attn.k_proj.weight") != std::string::npos;
@@ -155,8 +155,9 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
     g.add_tensor(gguf_tensor_name(hf, c), {m.cols, m.rows}, ggml_of(to), keep.back().data(), keep.back().size());
   };
   // Phi-3's fused matrices: the parts' rows one after another, at one type.
-  auto fused = [&](const std::string& fused_name, const std::vector<std::pair<std::string, const MatrixRef*>>& parts) {
-    const WType to = as(*parts[0].second, false);
+  auto fused = [&](const std::string& fused_name, const std::vector<std::pair<std::string, const MatrixRef*>>& parts,
+                   const TensorSlot& slot) {
+    const WType to = as(*parts[0].second, slot);
     std::vector<uint8_t> all;
     int64_t rows = 0;
     for (const auto& [hf, m] : parts) {
@@ -174,7 +175,7 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   if (!c.rope_freq_factors.empty())
     g.add_tensor("rope_freqs.weight", {static_cast<int64_t>(c.rope_freq_factors.size())}, GgmlType::kF32,
                  c.rope_freq_factors.data(), c.rope_freq_factors.size() * 4);
-  matrix(kEmbedName, w.embed, as(w.embed, c.tie_word_embeddings));
+  matrix(kEmbedName, w.embed, as(w.embed, embed_slot(c)));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     vec(layer_norm_name(l, false), w.input_norm(l), c.hidden_size);
     for (int v = 0; v < kLayerVectors; ++v) {
@@ -183,20 +184,23 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
     }
     const auto& L = w.layers[l];
     auto part = [&](LayerMatrix m) { return std::make_pair(layer_matrix_name(l, m), &L[static_cast<int>(m)]); };
+    auto slot = [&](LayerMatrix m) { return layer_slot(c, l, m); };
+    auto single = [&](LayerMatrix m) { matrix(layer_matrix_name(l, m), L[static_cast<int>(m)], as(L[static_cast<int>(m)], slot(m))); };
     if (c.architecture == "phi3") {
-      fused(fused_part(l, LayerMatrix::kQ, c)->name, {part(LayerMatrix::kQ), part(LayerMatrix::kK), part(LayerMatrix::kV)});
-      matrix(layer_matrix_name(l, LayerMatrix::kO), L[3], as(L[3], false));
-      fused(fused_part(l, LayerMatrix::kGate, c)->name, {part(LayerMatrix::kGate), part(LayerMatrix::kUp)});
-      matrix(layer_matrix_name(l, LayerMatrix::kDown), L[6], as(L[6], false));
+      fused(fused_part(l, LayerMatrix::kQ, c)->name, {part(LayerMatrix::kQ), part(LayerMatrix::kK), part(LayerMatrix::kV)},
+            slot(LayerMatrix::kV));
+      single(LayerMatrix::kO);
+      fused(fused_part(l, LayerMatrix::kGate, c)->name, {part(LayerMatrix::kGate), part(LayerMatrix::kUp)},
+            slot(LayerMatrix::kGate));
+      single(LayerMatrix::kDown);
     } else {
-      for (int m = 0; m < kLayerMatrices; ++m)
-        matrix(layer_matrix_name(l, static_cast<LayerMatrix>(m)), L[m], as(L[m], false));
+      for (int m = 0; m < kLayerMatrices; ++m) single(static_cast<LayerMatrix>(m));
     }
     vec(layer_norm_name(l, true), w.post_norm(l), c.hidden_size);
   }
   vec(kFinalNormName, w.final_norm(), c.hidden_size);
   // llama.cpp uses token_embd for the output when output.weight is absent.
-  if (!c.tie_word_embeddings) matrix(kHeadName, w.lm_head, as(w.lm_head, true));
+  if (!c.tie_word_embeddings) matrix(kHeadName, w.lm_head, as(w.lm_head, head_slot(c)));
   g.write(out);
 }
 

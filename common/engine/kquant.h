@@ -19,6 +19,13 @@ namespace splitspec {
 
 // One super-block as 256 floats, exactly as llama.cpp's dequantize_row_*.
 void dequantize_superblock(WType t, const uint8_t* block, float* y);
+// 256 floats as one super-block of type t (Q4_K, Q5_K or Q6_K), in llama.cpp's
+// layout: sub-block scales (and, for Q4_K/Q5_K, mins) from each sub-block's
+// range, themselves quantized against the super-block's half scales, then
+// every weight rounded to nearest against its sub-block's stored scale.
+// A simpler search than llama-quantize's iterative one (its files are read
+// as stored); deterministic.
+void quantize_superblock(WType t, const float* x, uint8_t* block);
 // Whether the super-block's half-precision scales are finite.
 bool superblock_scales_finite(WType t, const uint8_t* block);
 
@@ -30,18 +37,25 @@ struct Q8KRows {
 };
 void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out);
 
-// One super-block's exact integer sum over its sub-blocks of scale x
-// (quant x input), the quants as weights (Q6_K's minus 32); `bsums` are the
-// inputs' 16-sums. Any order gives the same integer, so a vector body may
-// compute it its own way.
-using SuperblockSum = int32_t (*)(WType t, const uint8_t* block, const int8_t* xq, const int16_t* bsums);
-int32_t superblock_sum(WType t, const uint8_t* block, const int8_t* xq, const int16_t* bsums);
+// One super-block's exact integer sums against the same super-block of n
+// activation rows (inputs xq[i], their 16-sums bsums[i]), into out[i]: over
+// its sub-blocks, scale x (quant . input), the quants as weights (Q6_K's
+// minus 32). The block is decoded once for all n. Any order gives the same
+// integers, so a vector body may compute them its own way.
+using SuperblockSums = void (*)(WType t, const uint8_t* block, int n, const int8_t* const* xq,
+                                const int16_t* const* bsums, int32_t* out);
+void superblock_sums(WType t, const uint8_t* block, int n, const int8_t* const* xq, const int16_t* const* bsums,
+                     int32_t* out);
 
-// Row `row` (plain bytes of `cols` weights) times row j of `x`: super-block by
-// super-block in order, `sum` (and, for Q4_K/Q5_K, the integer sum of min x
-// the inputs' 16-sums), each added to the output with one fused
-// multiply-add by d_w * d_x (and -dmin_w * d_x).
-float kquant_dot(WType t, const uint8_t* row, int64_t cols, const Q8KRows& x, int64_t j,
-                 SuperblockSum sum = superblock_sum);
+// Activation rows one kquant_dots call takes.
+constexpr int kMaxDotRows = 8;
+
+// Row `row` (plain bytes of `cols` weights) times rows j0 .. j0 + n - 1 of
+// `x` (n <= kMaxDotRows), into out[i * stride]. Each output, super-block by
+// super-block in order: its integer sum (and, for Q4_K/Q5_K, the integer sum
+// of min x the inputs' 16-sums), each added with one fused multiply-add by
+// d_w * d_x (and -dmin_w * d_x). An output does not depend on n or j0.
+void kquant_dots(WType t, const uint8_t* row, int64_t cols, const Q8KRows& x, int64_t j0, int n, float* out,
+                 int64_t stride, SuperblockSums sums = superblock_sums);
 
 }  // namespace splitspec

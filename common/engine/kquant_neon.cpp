@@ -1,5 +1,5 @@
 // The K-quant super-block sums (kquant.h) with NEON's dot product: the same
-// integers as superblock_sum, so kquant_dot gives the same bits. Built with
+// integers as superblock_sums, so kquant_dots gives the same bits. Built with
 // +dotprod and called only after linear.cpp's check for it.
 #include <arm_neon.h>
 
@@ -25,9 +25,13 @@ uint8x16_t high_bits(uint8x16_t h, int shift, uint8_t mask) {
 
 }  // namespace
 
-int32_t superblock_sum(WType t, const uint8_t* b, const int8_t* xq, const int16_t* bsums) {
+void superblock_sums(WType t, const uint8_t* b, int n, const int8_t* const* xq, const int16_t* const* bsums,
+                     int32_t* out) {
+  // The block decoded once: 16 vectors of 16 unsigned quants (weights
+  // 16v .. 16v + 15) and each vector's scale.
   const uint8x16_t low4 = vdupq_n_u8(0x0F);
-  int32x4_t acc = vdupq_n_s32(0);
+  uint8x16_t q[16];
+  int32_t scale[16];
   if (t == WType::Q6_K) {
     const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
     for (int h = 0; h < 2; ++h)
@@ -36,38 +40,44 @@ int32_t superblock_sum(WType t, const uint8_t* b, const int8_t* xq, const int16_
         const uint8x16_t hi = vld1q_u8(b + 128 + 32 * h + 16 * half);
         // Weights 128h + 32k + l, as stored plus 32 (0..63); each 16 of them
         // one sub-block, 8h + 2k + half.
-        const uint8x16_t q[4] = {
-            vorrq_u8(vandq_u8(lo0, low4), high_bits(hi, 0, 3)),
-            vorrq_u8(vandq_u8(lo1, low4), high_bits(hi, 2, 3)),
-            vorrq_u8(vshrq_n_u8(lo0, 4), high_bits(hi, 4, 3)),
-            vorrq_u8(vshrq_n_u8(lo1, 4), high_bits(hi, 6, 3)),
-        };
-        for (int k = 0; k < 4; ++k)
-          acc = scaled(acc, q[k], xq + 128 * h + 32 * k + 16 * half, sc[8 * h + 2 * k + half]);
+        q[8 * h + 0 + half] = vorrq_u8(vandq_u8(lo0, low4), high_bits(hi, 0, 3));
+        q[8 * h + 2 + half] = vorrq_u8(vandq_u8(lo1, low4), high_bits(hi, 2, 3));
+        q[8 * h + 4 + half] = vorrq_u8(vshrq_n_u8(lo0, 4), high_bits(hi, 4, 3));
+        q[8 * h + 6 + half] = vorrq_u8(vshrq_n_u8(lo1, 4), high_bits(hi, 6, 3));
       }
-    // The stored quants are the weights plus 32.
-    int32_t offset = 0;
-    for (int s = 0; s < 16; ++s) offset += sc[s] * bsums[s];
-    return vaddvq_s32(acc) - 32 * offset;
-  }
-  const bool five = t == WType::Q5_K;
-  const uint8_t* qs = b + (five ? 48 : 16);
-  for (int j = 0; j < 4; ++j) {
-    const int sc_lo = scale_of(2 * j, b + 4), sc_hi = scale_of(2 * j + 1, b + 4);
-    for (int half = 0; half < 2; ++half) {
-      const uint8x16_t bytes = vld1q_u8(qs + 32 * j + 16 * half);
-      uint8x16_t lo = vandq_u8(bytes, low4), hi = vshrq_n_u8(bytes, 4);
-      if (five) {
-        // Bit 2j of qh[l] is weight 64j + l's fifth bit, bit 2j + 1 weight 64j + 32 + l's.
-        const uint8x16_t h = vld1q_u8(b + 16 + 16 * half);
-        lo = vorrq_u8(lo, high_bits(h, 2 * j, 1));
-        hi = vorrq_u8(hi, high_bits(h, 2 * j + 1, 1));
+    for (int v = 0; v < 16; ++v) scale[v] = sc[v];
+  } else {
+    const bool five = t == WType::Q5_K;
+    const uint8_t* qs = b + (five ? 48 : 16);
+    for (int j = 0; j < 4; ++j) {
+      scale[4 * j] = scale[4 * j + 1] = scale_of(2 * j, b + 4);
+      scale[4 * j + 2] = scale[4 * j + 3] = scale_of(2 * j + 1, b + 4);
+      for (int half = 0; half < 2; ++half) {
+        const uint8x16_t bytes = vld1q_u8(qs + 32 * j + 16 * half);
+        uint8x16_t lo = vandq_u8(bytes, low4), hi = vshrq_n_u8(bytes, 4);
+        if (five) {
+          // Bit 2j of qh[l] is weight 64j + l's fifth bit, bit 2j + 1 weight 64j + 32 + l's.
+          const uint8x16_t h = vld1q_u8(b + 16 + 16 * half);
+          lo = vorrq_u8(lo, high_bits(h, 2 * j, 1));
+          hi = vorrq_u8(hi, high_bits(h, 2 * j + 1, 1));
+        }
+        q[4 * j + half] = lo;
+        q[4 * j + 2 + half] = hi;
       }
-      acc = scaled(acc, lo, xq + 64 * j + 16 * half, sc_lo);
-      acc = scaled(acc, hi, xq + 64 * j + 32 + 16 * half, sc_hi);
     }
   }
-  return vaddvq_s32(acc);
+  for (int j = 0; j < n; ++j) {
+    int32x4_t acc = vdupq_n_s32(0);
+    for (int v = 0; v < 16; ++v) acc = scaled(acc, q[v], xq[j] + 16 * v, scale[v]);
+    int32_t sum = vaddvq_s32(acc);
+    if (t == WType::Q6_K) {
+      // The stored quants are the weights plus 32.
+      int32_t offset = 0;
+      for (int s = 0; s < 16; ++s) offset += scale[s] * bsums[j][s];
+      sum -= 32 * offset;
+    }
+    out[j] = sum;
+  }
 }
 
 }  // namespace splitspec::kernels::neon

@@ -2,6 +2,7 @@
 // as written (linear.h).
 #include "common/engine/linear.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -136,20 +137,23 @@ void check(const MatrixRef& w) {
                 std::to_string(block_weights(w.type)) + " columns, not " + std::to_string(w.cols));
 }
 
-// K-quant weights, as stored, against Q8_K activations: every output is one
-// kquant_dot, the same whatever rows or threads share the call.
+// K-quant weights, as stored, against Q8_K activations: each weight row
+// decoded once per super-block for up to kMaxDotRows activation rows; every
+// output the same whatever rows or threads share the call (kquant_dots).
 void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRows& qk, bool threaded, Isa isa) {
   quantize_q8k(x, n, w.cols, qk);
-  SuperblockSum sum = superblock_sum;
-#if defined(__x86_64__)
-  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) sum = avx2::superblock_sum;
-#endif
-#if defined(__aarch64__)
-  if (isa == Isa::kNeon) sum = neon::superblock_sum;
-#endif
   auto rows = [&](int64_t r0, int64_t r1) {
+#if defined(__x86_64__)
+    if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return avx2::kquant_rows(w, r0, r1, qk, y);
+#endif
+    SuperblockSums sums = superblock_sums;
+#if defined(__aarch64__)
+    if (isa == Isa::kNeon) sums = neon::superblock_sums;
+#endif
     for (int64_t r = r0; r < r1; ++r)
-      for (int64_t j = 0; j < n; ++j) y[j * w.rows + r] = kquant_dot(w.type, w.row(r), w.cols, qk, j, sum);
+      for (int64_t j = 0; j < n; j += kMaxDotRows)
+        kquant_dots(w.type, w.row(r), w.cols, qk, j, static_cast<int>(std::min<int64_t>(kMaxDotRows, n - j)),
+                    y + j * w.rows + r, w.rows, sums);
   };
   if (threaded)
     parallel_blocks(w.rows, kPackRows, 1, rows);

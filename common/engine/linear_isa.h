@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/engine/linear.h"
+#include "common/engine/kquant.h"
 #include "common/engine/quant.h"
 #include "common/engine/weight_type.h"
 
@@ -36,8 +37,10 @@ namespace avx2 {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 // quantize_activations, vectorised (also for the avx512 body).
 void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
-// kquant.h's superblock_sum, vectorised (also for the avx512 body).
-int32_t superblock_sum(WType t, const uint8_t* block, const int8_t* xq, const int16_t* bsums);
+// Rows [r0, r1) of K-quant `w` times every row of `x`, into y[j][r]: each
+// output kquant.h's kquant_dots, bit for bit; eight weight rows at a time,
+// one per lane (also for the avx512 body).
+void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 }
 namespace avx512 {
 // Packed Q8_0/Q4_0 weights in whole groups of 16 rows (the rest runs the avx2
@@ -47,7 +50,8 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 namespace neon {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
-int32_t superblock_sum(WType t, const uint8_t* block, const int8_t* xq, const int16_t* bsums);
+void superblock_sums(WType t, const uint8_t* block, int n, const int8_t* const* xq, const int16_t* const* bsums,
+                     int32_t* out);
 }
 
 }  // namespace splitspec::kernels

@@ -48,10 +48,6 @@ float block_scale(const uint8_t* block) {
 }  // namespace
 
 void quantize_rows(WType type, const float* src, int64_t rows, int64_t cols, void* dst) {
-  if (is_kquant(type))
-    throw Error(std::string("writing ") + wtype_name(type) +
-                " is not supported yet: SplitSpec reads K-quants as llama.cpp's quantizer writes them "
-                "(llama-quantize); write f32, f16, bf16, q8_0 or q4_0");
   auto* out = static_cast<uint8_t*>(dst);
   const int64_t rb = row_bytes(type, cols);
   for (int64_t r = 0; r < rows; ++r) {
@@ -77,7 +73,12 @@ void quantize_rows(WType type, const float* src, int64_t rows, int64_t cols, voi
       case WType::Q4_0:
         for (int64_t b = 0; b < cols / kQBlock; ++b) quantize_q4_0(x + b * kQBlock, o + b * block_bytes(type));
         break;
-      default: break;  // K-quants: refused above
+      case WType::Q4_K:
+      case WType::Q5_K:
+      case WType::Q6_K:
+        for (int64_t b = 0; b < cols / kSuperBlock; ++b)
+          quantize_superblock(type, x + b * kSuperBlock, o + b * superblock_bytes(type));
+        break;
     }
   }
 }

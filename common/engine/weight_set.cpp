@@ -53,7 +53,31 @@ DType file_dtype(WType t) {
 
 }  // namespace
 
-WType head_type(WType model_type) { return model_type == WType::Q4_0 ? WType::Q8_0 : model_type; }
+TensorSlot embed_slot(const ModelConfig& c) {
+  return {c.tie_word_embeddings ? TensorSlot::kHead : TensorSlot::kEmbed, 0, c.num_hidden_layers, c.hidden_size};
+}
+
+TensorSlot head_slot(const ModelConfig& c) { return {TensorSlot::kHead, 0, c.num_hidden_layers, c.hidden_size}; }
+
+TensorSlot layer_slot(const ModelConfig& c, int64_t layer, LayerMatrix m) {
+  const bool fused_qkv = fused_part(layer, LayerMatrix::kV, c).has_value();
+  TensorSlot::Kind kind = TensorSlot::kOther;
+  if (m == LayerMatrix::kV || (fused_qkv && (m == LayerMatrix::kQ || m == LayerMatrix::kK))) kind = TensorSlot::kAttnV;
+  if (m == LayerMatrix::kDown) kind = TensorSlot::kFfnDown;
+  return {kind, layer, c.num_hidden_layers, layer_matrix_shape(m, c)[1]};
+}
+
+WType tensor_type(WType model_type, const TensorSlot& slot) {
+  const bool head = slot.kind == TensorSlot::kHead;
+  if (model_type == WType::Q4_0) return head ? WType::Q8_0 : model_type;
+  if (!is_kquant(model_type)) return model_type;
+  WType t = model_type;
+  const int64_t i = slot.layer, n = slot.layers;
+  const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+  if (head || ((slot.kind == TensorSlot::kAttnV || slot.kind == TensorSlot::kFfnDown) && more_bits)) t = WType::Q6_K;
+  if (slot.cols % kSuperBlock != 0) t = slot.cols % kQBlock == 0 ? WType::Q8_0 : WType::F16;
+  return t;
+}
 
 uint64_t WeightSet::bytes() const {
   uint64_t n = norms.size() * sizeof(float) + embed.bytes();
@@ -102,12 +126,12 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
   WeightSet w;
   w.hidden = H;
   std::vector<uint8_t> scratch;
-  auto take = [&](const std::string& name, const std::vector<int64_t>& shape, bool head) -> MatrixRef {
+  auto take = [&](const std::string& name, const std::vector<int64_t>& shape, const TensorSlot& slot) -> MatrixRef {
     const MatrixRef src = source(name, shape);
     const int64_t bad = first_non_finite_row(src);
     if (bad >= 0)
       throw Error(where + ": tensor '" + name + "' contains NaN or infinite values (row " + std::to_string(bad) + ")");
-    const WType to = type ? (head ? head_type(*type) : *type) : src.type;
+    const WType to = type ? tensor_type(*type, slot) : src.type;
     // Quantized matrices are packed for the kernels, so never borrowed.
     if (borrow && to == src.type && !is_quantized(to)) {
       w.borrowed = true;
@@ -134,7 +158,7 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
     const std::vector<float> v = vector(name, H);
     w.norms.insert(w.norms.end(), v.begin(), v.end());
   };
-  w.embed = take(kEmbedName, {c.vocab_size, H}, c.tie_word_embeddings);
+  w.embed = take(kEmbedName, {c.vocab_size, H}, embed_slot(c));
   w.layers.resize(c.num_hidden_layers);
   w.vectors.resize(c.num_hidden_layers);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -144,12 +168,12 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
         w.vectors[l][v] = vector(layer_vector_name(l, static_cast<LayerVector>(v)), size);
     for (int m = 0; m < kLayerMatrices; ++m) {
       const auto lm = static_cast<LayerMatrix>(m);
-      w.layers[l][m] = take(layer_matrix_name(l, lm), layer_matrix_shape(lm, c), false);
+      w.layers[l][m] = take(layer_matrix_name(l, lm), layer_matrix_shape(lm, c), layer_slot(c, l, lm));
     }
     norm(layer_norm_name(l, true));
   }
   norm(kFinalNormName);
-  w.lm_head = c.tie_word_embeddings ? w.embed : take(kHeadName, {c.vocab_size, H}, true);
+  w.lm_head = c.tie_word_embeddings ? w.embed : take(kHeadName, {c.vocab_size, H}, head_slot(c));
   return w;
 }
 
@@ -204,8 +228,8 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
   auto norm = [&](const std::string& name, const float* v) {
     add(name, MatrixRef{WType::F32, v, 1, w.hidden}, WType::F32, false);
   };
-  auto matrix_type = [&](const MatrixRef& m, bool head) { return type ? (head ? head_type(*type) : *type) : m.type; };
-  add(kEmbedName, w.embed, matrix_type(w.embed, c.tie_word_embeddings), true);
+  auto matrix_type = [&](const MatrixRef& m, const TensorSlot& slot) { return type ? tensor_type(*type, slot) : m.type; };
+  add(kEmbedName, w.embed, matrix_type(w.embed, embed_slot(c)), true);
   for (int64_t l = 0; l < static_cast<int64_t>(w.layers.size()); ++l) {
     norm(layer_norm_name(l, false), w.input_norm(l));
     for (int v = 0; v < kLayerVectors; ++v) {
@@ -220,7 +244,8 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
     for (int m = 0; m < kLayerMatrices; ++m) {
       const auto part = fused_part(l, static_cast<LayerMatrix>(m), c);
       if (!part) {
-        add(layer_matrix_name(l, static_cast<LayerMatrix>(m)), w.layers[l][m], matrix_type(w.layers[l][m], false), true);
+        add(layer_matrix_name(l, static_cast<LayerMatrix>(m)), w.layers[l][m],
+            matrix_type(w.layers[l][m], layer_slot(c, l, static_cast<LayerMatrix>(m))), true);
         continue;
       }
       std::vector<int>& parts = fused[part->name];
@@ -228,7 +253,7 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
       int64_t rows = 0;
       for (int p : parts) rows += w.layers[l][p].rows;
       if (rows < part->fused_rows) continue;
-      const WType to = matrix_type(w.layers[l][parts[0]], false);
+      const WType to = matrix_type(w.layers[l][parts[0]], layer_slot(c, l, static_cast<LayerMatrix>(parts[0])));
       std::vector<uint8_t> all;
       for (int p : parts) {
         const std::vector<uint8_t> b = plain_bytes(w.layers[l][p], to, layer_matrix_name(l, static_cast<LayerMatrix>(p)));
@@ -246,7 +271,7 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
     norm(layer_norm_name(l, true), w.post_norm(l));
   }
   norm(kFinalNormName, w.final_norm());
-  if (!c.tie_word_embeddings) add(kHeadName, w.lm_head, matrix_type(w.lm_head, true), true);
+  if (!c.tie_word_embeddings) add(kHeadName, w.lm_head, matrix_type(w.lm_head, head_slot(c)), true);
   write_safetensors((fs::path(dir) / "model.safetensors").string(), out, metadata);
   const fs::path cfg = fs::path(dir) / "config.json";
   std::ofstream f(cfg);

@@ -50,11 +50,29 @@ struct WeightSet {
   uint64_t owned_bytes() const;
 };
 
-// The type a tensor takes in a model of type `model_type`: the layer
-// matrices and the embedding take it; the LM head of a Q4_0 model is Q8_0
-// (it decides every token, and llama.cpp's Q4_0 files keep it above 4 bits
-// too); a tied embedding follows the head.
-WType head_type(WType model_type);
+// Where a matrix sits, for the types of a converted model's tensors.
+struct TensorSlot {
+  enum Kind { kEmbed, kHead, kAttnV, kFfnDown, kOther } kind = kOther;
+  int64_t layer = 0, layers = 1, cols = 0;
+};
+// The slot of the embedding (the head's, when tied), the head, and layer
+// matrix m (a family that fuses q, k and v stores them as one attn_v-like
+// tensor, as llama.cpp's quantizer treats attn_qkv).
+TensorSlot embed_slot(const ModelConfig& c);
+TensorSlot head_slot(const ModelConfig& c);
+TensorSlot layer_slot(const ModelConfig& c, int64_t layer, LayerMatrix m);
+
+// The type a tensor takes in a model converted to `model_type`, by
+// llama.cpp's rules for its files of that kind:
+//   q4_0: the LM head (and a tied embedding) at Q8_0: it decides every token.
+//   q4_k and q5_k are llama.cpp's Q4_K_M and Q5_K_M: the head Q6_K; attn_v
+//     and ffn_down Q6_K in the first and last eighth of the layers and every
+//     third between; the rest at the model type.
+//   q6_k: every matrix Q6_K.
+// A K-quant matrix whose rows are not whole super-blocks (256) falls back to
+// Q8_0 (llama.cpp takes Q5_0/Q5_1 for Q4_K/Q5_K, types SplitSpec does not
+// have), or to F16 when rows are not whole 32-blocks either.
+WType tensor_type(WType model_type, const TensorSlot& slot);
 
 // The stored type of a safetensors tensor: F32/F16/BF16 by dtype, Q8_0/Q4_0
 // from its metadata (U8 rows). Throws splitspec::Error for anything else,
@@ -65,7 +83,7 @@ WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape);
 using WeightSource = std::function<MatrixRef(const std::string& name, const std::vector<int64_t>& shape)>;
 
 // Builds the set tensor by tensor from `source`. With `type`, every matrix
-// is converted to its type under it (head_type for the head); without, each
+// is converted to its type under it (tensor_type); without, each
 // keeps its own. `borrow`: a float matrix already of its type is referenced
 // where it lies (the source outlives the set, as a mapping does); otherwise
 // copied. Quantized matrices come out packed.

@@ -31,8 +31,13 @@ std::optional<WType> parse_wtype(const std::string& name) {
 }
 
 WType parse_weight_type(const std::string& name) {
-  if (const auto t = parse_wtype(name)) return *t;
-  throw Error("unknown weight type '" + name + "': use f32, f16, bf16, q8_0, q4_0 (or read q4_k, q5_k, q6_k)");
+  std::string s = name;
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  // llama.cpp's names of its mixes: a model of type q4_k or q5_k is one.
+  if (s == "q4_k_m") return WType::Q4_K;
+  if (s == "q5_k_m") return WType::Q5_K;
+  if (const auto t = parse_wtype(s)) return *t;
+  throw Error("unknown weight type '" + name + "': use f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m or q6_k");
 }
 
 // The compiler's half type converts with correct rounding, in hardware

@@ -23,7 +23,9 @@ constexpr int64_t kSuperBlock = 256;  // weights per K-quant super-block
 const char* wtype_name(WType t);  // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"
 // Accepts those names in any case; nullopt otherwise.
 std::optional<WType> parse_wtype(const std::string& name);
-// parse_wtype, or a splitspec::Error listing the names.
+// parse_wtype, also taking llama.cpp's mix names q4_k_m and q5_k_m (for
+// q4_k and q5_k: tensor_type gives such a model's per-tensor types), or a
+// splitspec::Error listing the names.
 WType parse_weight_type(const std::string& name);
 // The 32-weight block types, which the kernels read packed.
 constexpr bool is_quantized(WType t) { return t == WType::Q8_0 || t == WType::Q4_0; }
