@@ -7,7 +7,8 @@
  *   llamacpp_bench BINS MODEL.gguf tokenize "TEXT"              (BOS first, as generate --prompt)
  *   llamacpp_bench BINS MODEL.gguf greedy THREADS N_NEW ID,ID,...
  *   llamacpp_bench BINS MODEL.gguf greedy-file THREADS N_NEW FILE  (a prompt of ids a line; a JSON line each)
- *   llamacpp_bench BINS MODEL.gguf forward THREADS CTX K,K,... MIN_SECONDS
+ *   llamacpp_bench BINS MODEL.gguf forward THREADS CTX K,K,... MIN_SECONDS [WARMUP MIN_SAMPLES]
+ *   llamacpp_bench BINS MODEL.gguf prefill THREADS CTX K,K,... MIN_SECONDS [WARMUP MIN_SAMPLES]
  *   llamacpp_bench BINS MODEL.gguf tokenize-special ADD_SPECIAL PARSE_SPECIAL "TEXT"   (flags 0/1)
  *   llamacpp_bench BINS MODEL.gguf chat TEMPLATE ADD_ASS MESSAGES.json
  *   llamacpp_bench BINS MODEL.gguf greedy-text THREADS N_NEW "PROMPT"
@@ -32,7 +33,8 @@
  * greedy: the prompt in one batch, then one token per decode, argmax of the
  * logits (ties: lowest id), EOS ignored. forward: a context of CTX fixed
  * tokens, then batches of K tokens asking for all K rows' logits (what a
- * verification needs), rolled back after each; the rows are timed in turn,
+ * verification needs; prefill: only the last row's, as a prompt needs),
+ * rolled back after each; the rows are timed in turn,
  * the median reported. Context defaults are llama.cpp's own (its users'
  * experience): flash attention "auto" and an F16 KV cache. */
 #define _GNU_SOURCE
@@ -493,9 +495,12 @@ int main(int argc, char **argv) {
     printf("}\n");
     return 0;
   }
-  if (strcmp(cmd, "forward") == 0 && argc >= 8) {
+  if ((strcmp(cmd, "forward") == 0 || strcmp(cmd, "prefill") == 0) && argc >= 8) {
+    const int all_logits = strcmp(cmd, "forward") == 0;
     const int threads = atoi(argv[4]), ctx_len = atoi(argv[5]);
     const double min_ms = atof(argv[7]) * 1e3;
+    /* As SplitSpec's bench forward: untimed rounds, then at least this many timed. */
+    const int warmup = argc >= 10 ? atoi(argv[8]) : 2, min_samples = argc >= 10 ? atoi(argv[9]) : 5;
     llama_token ks[16];
     const int n_k = parse_ids(argv[6], ks, 16);
     if (n_k <= 0) die("bad k list");
@@ -512,28 +517,31 @@ int main(int argc, char **argv) {
       seed = seed * 1664525u + 1013904223u;
       ids[i] = (llama_token)(seed % (unsigned)n_vocab);
     }
-    decode(ctx, &b, ids, ctx_len, 0, 0);
+    if (ctx_len > 0) decode(ctx, &b, ids, ctx_len, 0, 0);
     llama_memory_t mem = llama_get_memory(ctx);
     double *samples[16];
     int counts[16] = {0};
     const int cap = 100000;
     for (int i = 0; i < n_k; ++i) samples[i] = malloc(sizeof(double) * cap);
     const double start = now_ms();
-    for (int round = 0; round < 7 || now_ms() - start < min_ms * n_k; ++round) {
+    for (int round = 0; round < warmup + min_samples || now_ms() - start < min_ms * n_k; ++round) {
       for (int i = 0; i < n_k; ++i) {
         const double t = now_ms();
-        decode(ctx, &b, ids + ctx_len, ks[i], ctx_len, 1);
+        decode(ctx, &b, ids + ctx_len, ks[i], ctx_len, all_logits);
         const double ms = now_ms() - t;
         llama_memory_seq_rm(mem, 0, ctx_len, -1);
-        if (round >= 2 && counts[i] < cap) samples[i][counts[i]++] = ms;
+        if (round >= warmup && counts[i] < cap) samples[i][counts[i]++] = ms;
       }
       if (round > cap) break;
     }
     printf("{\"rows\": [");
     for (int i = 0; i < n_k; ++i) {
       qsort(samples[i], counts[i], sizeof(double), cmp_double);
-      printf("%s{\"context\": %d, \"new_tokens\": %d, \"ms\": %.5f}", i ? ", " : "", ctx_len, ks[i],
-             samples[i][counts[i] / 2]);
+      /* Nearest rank, as SplitSpec's bench forward reports them. */
+      printf("%s{\"context\": %d, \"new_tokens\": %d, \"ms\": %.5f, \"ms_p90\": %.5f, \"ms_p99\": %.5f, "
+             "\"samples\": %d}",
+             i ? ", " : "", ctx_len, ks[i], samples[i][counts[i] / 2], samples[i][counts[i] * 90 / 100],
+             samples[i][counts[i] * 99 / 100], counts[i]);
     }
     printf("], \"rss_kb\": %ld, \"peak_rss_kb\": %ld, \"threads\": %d}\n", status_kb("VmRSS:"), status_kb("VmHWM:"),
            threads);

@@ -314,6 +314,77 @@ class Bench:
             log(f"streamed 25% {mode}: f32 {statistics.median(f32):.2f} ms/token, q4_0 {statistics.median(q4):.2f}")
         self.report["streamed"] = rows
 
+    def billion(self):
+        """Issue 45's 1B-class section: a random model in Llama 3.2 1B's shape
+        (configs/bench-1b.json) with Llama 3's real vocabulary. F16 is written
+        by our convert; Q8_0, Q4_0, Q4_K_M (and Q5_K_M) by llama.cpp's own
+        quantizer (llama_model_quantize through the driver). Both programs read
+        the same GGUF files. Per type and thread count, ABBA: 1..8-token
+        forwards at context 128 (every row's logits, as a verification), and
+        prefills of 128 and 512 tokens (the last row's logits), with peak RSS."""
+        vocab = os.path.join(os.path.dirname(os.path.abspath(self.a.node_modules)), "src", "models",
+                             "ggml-vocab-llama-bpe.gguf")
+        f16 = os.path.join(self.work, "bench-1b-f16.gguf")
+        if not os.path.exists(f16):
+            run([self.ss, "convert", "--random-init", "configs/bench-1b.json", "--tokenizer", vocab, "--dtype", "f16",
+                 "--to-gguf", f16])
+        files = {"f16": f16}
+        for t in self.a.billion_types:
+            if t != "f16":
+                files[t] = os.path.join(self.work, f"bench-1b-lq-{t}.gguf")
+                if not os.path.exists(files[t]):
+                    self.llama(f16, "quantize", files[t], t, 2)
+        ks = list(range(1, 9))
+        prefills = self.a.prefill
+        rows = []
+        for t in self.a.billion_types:
+            g = files[t]
+            for threads in self.a.threads:
+                samples = {side: {k: [] for k in ks} for side in "ol"}
+                p99 = {side: {k: [] for k in ks} for side in "ol"}
+                pre = {side: {n: [] for n in prefills} for side in "ol"}
+                meta = {}
+                for block in range(self.a.blocks):
+                    for side in ["o", "l", "l", "o"]:
+                        if side == "o":
+                            j = json.loads(run([self.ss, "bench", "forward", "--target", g, "--threads", str(threads),
+                                                "--contexts", "128", "--new-tokens", ",".join(map(str, ks)),
+                                                "--min-seconds", str(self.a.seconds), "--json"], env=self.env))
+                            jp = json.loads(run([self.ss, "bench", "forward", "--target", g, "--threads", str(threads),
+                                                 "--contexts", "0", "--new-tokens", ",".join(map(str, prefills)),
+                                                 "--last-logits", "--warmup", "0", "--min-samples", "1",
+                                                 "--min-seconds", "0", "--json"], env=self.env))
+                        else:
+                            j = json.loads(self.llama(g, "forward", threads, 128, ",".join(map(str, ks)), self.a.seconds))
+                            jp = json.loads(self.llama(g, "prefill", threads, 0, ",".join(map(str, prefills)), 0, 0, 1))
+                        meta[side] = j
+                        for r in j["rows"]:
+                            samples[side][r["new_tokens"]].append(r["ms"])
+                            p99[side][r["new_tokens"]].append(r["ms_p99"])
+                        for r in jp["rows"]:
+                            pre[side][r["new_tokens"]].append(r["ms"])
+                med = {side: {k: statistics.median(v) for k, v in samples[side].items()} for side in "ol"}
+                o = meta["o"]
+                row = {"type": t, "threads": threads, "ours_ms": med["o"], "llama_ms": med["l"],
+                       "speedup_1": bootstrap_ratio(samples["l"][1], samples["o"][1]),
+                       "speedup_5": bootstrap_ratio(samples["l"][5], samples["o"][5]),
+                       "ours_p99_1": max(p99["o"][1]), "llama_p99_1": max(p99["l"][1]),
+                       "ours_k_over_1": {k: med["o"][k] / med["o"][1] for k in ks},
+                       "llama_k_over_1": {k: med["l"][k] / med["l"][1] for k in ks},
+                       "bandwidth_bound_ms": o["bandwidth_bound_ms"], "read_bandwidth_gbs": o["read_bandwidth_gbs"],
+                       "weight_bytes": o["weight_bytes"], "kv_bytes": o["kv_cache_bytes"],
+                       "ours_peak_rss": o["peak_rss_bytes"], "llama_peak_rss": meta["l"]["peak_rss_kb"] * 1024,
+                       "prefill_tokens_per_s": {n: {"ours": n * 1e3 / statistics.median(pre["o"][n]),
+                                                    "llama": n * 1e3 / statistics.median(pre["l"][n])} for n in prefills}}
+                row["ours_over_bound"] = med["o"][1] / row["bandwidth_bound_ms"]
+                row["rss_over_weights_kv_mb"] = (row["ours_peak_rss"] - row["weight_bytes"] - row["kv_bytes"]) / 1e6
+                rows.append(row)
+                log(f"1B {t} t{threads}: ours {med['o'][1]:.1f} ms, llama.cpp {med['l'][1]:.1f} ms, speedup "
+                    f"{fmt_ratio(row['speedup_1'])}, k5/k1 ours {row['ours_k_over_1'][5]:.2f} llama "
+                    f"{row['llama_k_over_1'][5]:.2f}, bound x{row['ours_over_bound']:.2f}, prefill "
+                    + ", ".join(f"{n}: {v['ours']:.1f} vs {v['llama']:.1f} tok/s" for n, v in row["prefill_tokens_per_s"].items()))
+        self.report["billion"] = rows
+
     # ---- report ---------------------------------------------------------
     def markdown(self):
         r = self.report
@@ -351,6 +422,24 @@ class Bench:
                 [[row["system"], row["mode"], f"{row['ms_per_token']:.3f}", fmt_ratio(row["vs_llama_plain"]),
                   fmt_ratio(row["vs_ours_ar"]), f"{row['same_as_llama_plain']}/{e['prompts']}",
                   f"{row['same_as_ours_ar']}/{e['prompts']}"] for row in e["rows"]])
+        if "billion" in r:
+            lines += ["## 1B-class model (Llama 3.2 1B's shape, Llama 3 vocabulary; context 128)", "",
+                      "The same GGUF files in both programs: F16 written by our convert, the rest by llama.cpp's own "
+                      "quantizer. Forwards ask for every row's logits (a verification); prefills for the last row's. "
+                      "The bound is the weights' bytes over the read bandwidth `bench forward` measures in the same "
+                      "run. RSS over weights + KV: what our peak RSS holds beyond them.", ""]
+            lines += md_table(
+                ["type", "threads", "ours 1-token ms (p99)", "llama.cpp 1-token ms (p99)", "speedup k=1", "speedup k=5",
+                 "ours / bound", "ours k=2..8 over k=1", "llama.cpp k=5 over k=1", "prefill 128 / 512 tok/s ours",
+                 "llama.cpp", "peak RSS ours / llama.cpp", "ours over weights + KV"],
+                [[x["type"], str(x["threads"]), f"{x['ours_ms'][1]:.1f} ({x['ours_p99_1']:.1f})",
+                  f"{x['llama_ms'][1]:.1f} ({x['llama_p99_1']:.1f})", fmt_ratio(x["speedup_1"]),
+                  fmt_ratio(x["speedup_5"]), f"{x['ours_over_bound']:.2f}x",
+                  " ".join(f"{x['ours_k_over_1'][k]:.2f}" for k in range(2, 9)), f"{x['llama_k_over_1'][5]:.2f}",
+                  " / ".join(f"{v['ours']:.1f}" for v in x["prefill_tokens_per_s"].values()),
+                  " / ".join(f"{v['llama']:.1f}" for v in x["prefill_tokens_per_s"].values()),
+                  f"{x['ours_peak_rss'] / 1e6:.0f} / {x['llama_peak_rss'] / 1e6:.0f} MB",
+                  f"{x['rss_over_weights_kv_mb']:.0f} MB"] for x in r["billion"]])
         if "streamed" in r:
             lines += ["## Streamed target at a 25% budget: Q4_0 against F32 (demo target, 1 thread)", ""]
             lines += md_table(["mode", "F32 ms/token", "Q4_0 ms/token", "Q4_0 speedup"],
@@ -376,7 +465,11 @@ def main():
     p.add_argument("--seconds", type=float, default=0.5, help="per forward row and run")
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--exact-tokens", type=int, default=64)
-    p.add_argument("--sections", default="info,tokenization,exactness,forwards,end_to_end,streamed")
+    p.add_argument("--sections", default="info,tokenization,exactness,forwards,end_to_end,streamed,billion")
+    p.add_argument("--billion-types", default="f16,q8_0,q4_0,q4_k_m", type=lambda s: s.split(","),
+                   help="types of the 1B-class section (q5_k_m too, if wanted)")
+    p.add_argument("--prefill", default="128,512", type=lambda s: [int(x) for x in s.split(",")],
+                   help="prefill lengths of the 1B-class section")
     p.add_argument("--quick", action="store_true", help="fewer prompts and blocks: a smoke run")
     p.add_argument("--merge", action="store_true", help="add to the report at --out instead of replacing it")
     p.add_argument("--machine", default=os.environ.get("MACHINE", "this machine"))
@@ -395,7 +488,7 @@ def main():
         for key, value in old.items():
             if key != "args":
                 b.report[key] = value
-        for row in b.report.get("forwards", []):  # JSON made the k keys strings
+        for row in b.report.get("forwards", []) + b.report.get("billion", []):  # JSON made the k keys strings
             for field in ["ours_ms", "llama_ms", "ours_k_over_1", "llama_k_over_1"]:
                 row[field] = {int(k): v for k, v in row[field].items()}
     for s in a.sections.split(","):

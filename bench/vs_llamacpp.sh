@@ -3,7 +3,9 @@
 # threads: exactness, tokenization, 1- and k-token forwards, end-to-end
 # decoding (ours: local-ar, local-sd, local-tree, recurrent; llama.cpp: plain
 # and its draft-model and input-lookup speculative decoding), RSS, and the
-# streamed target at Q4_0 against F32. A benchmark, not a test.
+# streamed target at Q4_0 against F32, and a 1B-class model in Llama 3.2 1B's
+# shape at F16, Q8_0, Q4_0 and Q4_K_M (llama.cpp's own quantizer writes the
+# quantized files; --sections billion runs it alone). A benchmark, not a test.
 #
 #   bench/vs_llamacpp.sh [--quick] [--threads 1,2] [--out bench/results/vs_llamacpp.md]
 #

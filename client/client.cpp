@@ -16,6 +16,7 @@
 #include "common/tokenizer/chat_template.h"
 #include "client/stop_strings.h"
 #include "common/util/error.h"
+#include "common/util/percentile.h"
 #include "common/util/stopwatch.h"
 
 namespace splitspec {
@@ -418,6 +419,13 @@ std::string names(const std::vector<std::string>& v) {
   return s;
 }
 
+void set_token_latency(Stats& s, const std::vector<double>& token_ms) {
+  s.token_ms_p50 = percentile(token_ms, 50);
+  s.token_ms_p90 = percentile(token_ms, 90);
+  s.token_ms_p99 = percentile(token_ms, 99);
+  s.token_ms_max = percentile(token_ms, 100);
+}
+
 }  // namespace
 
 Result Client::Impl::generate_text(const std::string& prompt, const Request& request, const OnText& on_text) {
@@ -520,6 +528,7 @@ Result Client::Impl::run_streamed(const std::vector<int32_t>& prompt, const Requ
   r.stats.target_forward_ms = g.forward_ms;
   r.stats.wall_ms = g.wall_ms;
   r.stats.decode_ms = g.wall_ms - g.first_token_ms;
+  set_token_latency(r.stats, g.token_ms);
   if (r.stats.decode_ms > 0 && g.ids.size() > 1)
     r.stats.decode_tokens_per_s = static_cast<double>(g.ids.size() - 1) * 1000.0 / r.stats.decode_ms;
   return r;
@@ -557,6 +566,7 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   s.first_token_ms = ls.first_token_ms;
   s.prefill_ms = ls.prefill_ms;
   s.decode_ms = ls.wall_ms - ls.first_token_ms;
+  set_token_latency(s, ls.token_ms);
   const int64_t later = static_cast<int64_t>(g.ids.size()) - ls.first_round_tokens;
   if (s.decode_ms > 0 && later > 0) s.decode_tokens_per_s = static_cast<double>(later) * 1000.0 / s.decode_ms;
   s.drafted_tokens = ls.nodes;

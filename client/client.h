@@ -213,6 +213,10 @@ struct Stats {
   double prefill_ms = 0;
   double decode_ms = 0;              // after the first round: wall_ms - first_token_ms
   double decode_tokens_per_s = 0;    // tokens after the first round's, per second of decode_ms
+  // Per-token latency after the first round: each token charged its round's
+  // time (verdict to verdict) over the round's tokens; cloud-ar: the gap
+  // between the server's messages. The worst token, not only the mean.
+  double token_ms_p50 = 0, token_ms_p90 = 0, token_ms_p99 = 0, token_ms_max = 0;
   int64_t drafted_tokens = 0;        // draft tokens (tree nodes) sent to the target
   int64_t accepted_tokens = 0;       // of those, accepted
   double target_forward_ms = 0;      // every target forward, here or on the server

@@ -108,7 +108,11 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
       out.finish = FinishReason::kCancelled;
       break;
     }
+    const std::optional<SteadyClock::time_point> previous = final_at;
     final_at = SteadyClock::now();
+    if (previous && !r.verdict.tokens.empty())
+      s.token_ms.insert(s.token_ms.end(), r.verdict.tokens.size(),
+                        ms_between(*previous, *final_at) / static_cast<double>(r.verdict.tokens.size()));
     s.rounds += 1;
     s.nodes += tree.size();
     s.accepted += r.verdict.accepted;

@@ -44,6 +44,9 @@ struct RoundLoopStats {
   double prefill_ms = 0;        // the first round's target forward: the prompt (and the first draft)
   int64_t first_round_tokens = 0;
   double wall_ms = 0;
+  // Each token after the first round's: its round's time (verdict to
+  // verdict) over the round's tokens, as a controller waiting on them sees it.
+  std::vector<double> token_ms;
   // Pre-drafting.
   int64_t predraft_rounds = 0;  // rounds that asked for early verdicts
   double hit_send_ms = 0;       // mean, final verdict to next round sent, on hits

@@ -17,6 +17,7 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
   const auto deadline = t0 + control.deadline;
   StreamedGeneration g;
   std::optional<SteadyClock::time_point> broke;
+  std::optional<SteadyClock::time_point> last_message;
   const auto cancelled = [&] { return control.cancel && control.cancel->requested(); };
   auto backoff = std::chrono::milliseconds(20);
   while (true) {
@@ -38,7 +39,12 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
     // Ends before ctx does, whichever way this iteration ends.
     const Cancellation::Scope interrupt(control.cancel, [&ctx] { ctx.TryCancel(); });
     while (!bad_id && !stopped && reader->Read(&msg)) {
+      const auto now = SteadyClock::now();
       if (g.ids.empty()) g.first_token_ms = ms_since(t0);
+      else if (last_message && msg.tokens_size() > 0)
+        g.token_ms.insert(g.token_ms.end(), static_cast<size_t>(msg.tokens_size()),
+                          ms_between(*last_message, now) / static_cast<double>(msg.tokens_size()));
+      last_message = now;
       if (broke) {
         g.switch_ms += ms_since(*broke);
         broke.reset();

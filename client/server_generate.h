@@ -19,6 +19,7 @@ struct StreamedGeneration {
   double forward_ms = 0;   // as the server reports them
   double first_token_ms = 0;
   double wall_ms = 0;
+  std::vector<double> token_ms;  // after the first message: its gap over its tokens
   int64_t resumes = 0;     // calls made again after a break
   double switch_ms = 0;    // from each break to the next token
 };

@@ -329,6 +329,15 @@ TEST(CliBenchmarker, PromptsFileTimingsTokenizeAndConvert) {
     EXPECT_GT(s["target_forward_ms"].get<double>(), 0.0);
     EXPECT_GT(s["prefill_ms"].get<double>(), 0.0);
     EXPECT_EQ(s["threads"], 1) << "OMP_NUM_THREADS (ctest sets 1) is the default";
+    // Per-token latency after the first round, in order.
+    const double p50 = s["token_ms_p50"], p90 = s["token_ms_p90"], p99 = s["token_ms_p99"], max = s["token_ms_max"];
+    EXPECT_GE(p50, 0.0);
+    EXPECT_LE(p50, p90);
+    EXPECT_LE(p90, p99);
+    EXPECT_LE(p99, max);
+    if (s["rounds"].get<int64_t>() > 1) {
+      EXPECT_GT(p50, 0.0);
+    }
     EXPECT_EQ(j["output_ids"].size(), 6u);
   }
   EXPECT_EQ(n, 3);

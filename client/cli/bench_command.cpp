@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "common/util/percentile.h"
 #include "client/cli/commands.h"
 #include "common/util/error.h"
 #include "common/util/memory_usage.h"
@@ -31,6 +32,10 @@ struct BenchArgs {
   std::vector<int64_t> contexts = {128, 1024};
   std::vector<int64_t> new_tokens = {1, 2, 4, 8, 16};
   double min_seconds = 0.5;
+  // Untimed rounds first (allocators, caches), then at least min_samples timed.
+  int warmup = 2;
+  int min_samples = 5;
+  bool last_logits = false;  // a prefill: only the last row's logits
   int threads = 0;
   std::string dtype;  // convert the weights at load
   std::string kv_cache = "f32";
@@ -112,23 +117,28 @@ int run_bench_forward(const BenchArgs& a) {
     // hits all rows alike and the ratios between rows stay fair.
     std::vector<ForwardRequest> reqs(a.new_tokens.size());
     std::vector<std::vector<double>> samples(a.new_tokens.size());
-    for (size_t r = 0; r < reqs.size(); ++r)
+    for (size_t r = 0; r < reqs.size(); ++r) {
       reqs[r].tokens = std::vector<int32_t>(id + ctx, id + ctx + a.new_tokens[r]);
+      if (a.last_logits) reqs[r].logits_rows = std::vector<int64_t>{a.new_tokens[r] - 1};
+    }
     const auto start = Clock::now();
-    for (int round = 0; round < 7 || elapsed_ms(start) < a.min_seconds * 1000 * a.new_tokens.size(); ++round) {
+    for (int round = 0; round < a.warmup + a.min_samples || elapsed_ms(start) < a.min_seconds * 1000 * a.new_tokens.size();
+         ++round) {
       for (size_t r = 0; r < reqs.size(); ++r) {
         cache.truncate(ctx);
         auto t0 = Clock::now();
         model->forward(reqs[r], cache);
         const double ms = elapsed_ms(t0);
-        if (round >= 2) samples[r].push_back(ms);  // the first rounds warm allocators and caches
+        if (round >= a.warmup) samples[r].push_back(ms);
       }
     }
-    for (size_t r = 0; r < reqs.size(); ++r) {
-      auto& v = samples[r];
-      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-      rows.push_back({{"context", ctx}, {"new_tokens", a.new_tokens[r]}, {"ms", v[v.size() / 2]}});
-    }
+    for (size_t r = 0; r < reqs.size(); ++r)
+      rows.push_back({{"context", ctx},
+                      {"new_tokens", a.new_tokens[r]},
+                      {"ms", percentile(samples[r], 50)},
+                      {"ms_p90", percentile(samples[r], 90)},
+                      {"ms_p99", percentile(samples[r], 99)},
+                      {"samples", samples[r].size()}});
   }
   // Before the bandwidth probe, whose gigabyte would be the peak.
   const MemoryUsage mem = memory_usage();
@@ -189,10 +199,15 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   fwd->add_option("--min-seconds", a->min_seconds, "Measure each row for at least this long (rows are interleaved)")->capture_default_str();
+  fwd->add_flag("--last-logits", a->last_logits, "Only the last row's logits, as a prompt's prefill needs (default: every row's, as a verification)");
+  fwd->add_option("--warmup", a->warmup, "Untimed rounds first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  fwd->add_option("--min-samples", a->min_samples, "Timed rounds at least (a long prefill: 1)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   fwd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   fwd->add_option("--dtype", a->dtype, "Convert the weights to f32|f16|bf16|q8_0|q4_0|q4_k_m|q5_k_m|q6_k at load");
   fwd->add_option("--kv-cache", a->kv_cache, "KV cache element type: f32 or f16")->capture_default_str();
-  fwd->add_flag("--json", a->json, R"(Print {"rows": [{"context","new_tokens","ms"}], "weight_bytes", ...})");
+  fwd->add_flag("--json", a->json, R"(Print {"rows": [{"context","new_tokens","ms" (median),"ms_p90","ms_p99","samples"}], "weight_bytes", ...})");
   const std::function<int()> edge_cloud = add_bench_edge_cloud(*bench);
   const std::function<int()> exits = add_bench_exits(*bench);
   const std::function<int()> local = add_bench_local(*bench);

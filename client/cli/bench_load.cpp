@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/util/percentile.h"
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
 #include "client/cli/speedup_interval.h"
@@ -174,13 +175,6 @@ class ServerProcess {
   pid_t pid_ = -1;
   int port_ = 0;
 };
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size())));
-  return v[i];
-}
 
 // One phase: `sessions` clients at once against a fresh server.
 struct Phase {

@@ -144,7 +144,8 @@ void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRow
   quantize_q8k(x, n, w.cols, qk);
   auto rows = [&](int64_t r0, int64_t r1) {
 #if defined(__x86_64__)
-    if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return avx2::kquant_rows(w, r0, r1, qk, y);
+    if (isa == Isa::kAvx512) return avx512::kquant_rows(w, r0, r1, qk, y);
+    if (isa == Isa::kAvx2) return avx2::kquant_rows(w, r0, r1, qk, y);
 #endif
     SuperblockSums sums = superblock_sums;
 #if defined(__aarch64__)

@@ -39,13 +39,15 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
 // Rows [r0, r1) of K-quant `w` times every row of `x`, into y[j][r]: each
 // output kquant.h's kquant_dots, bit for bit; eight weight rows at a time,
-// one per lane (also for the avx512 body).
+// one per lane (kquant_x86.h).
 void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 }
 namespace avx512 {
 // Packed Q8_0/Q4_0 weights in whole groups of 16 rows (the rest runs the avx2
 // body), and float weights of any range.
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
+// avx2::kquant_rows with VNNI's vpdpbusd for the integer products.
+void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 }
 namespace neon {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
