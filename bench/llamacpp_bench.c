@@ -293,6 +293,14 @@ static enum llama_ftype quant_ftype(const char *name) {
   return LLAMA_FTYPE_ALL_F32;
 }
 
+/* The p-th percentile of n sorted samples by nearest rank, as SplitSpec's
+ * bench forward reports them (common/util/percentile.h). */
+static double nearest_rank(const double *sorted, int n, int p) {
+  int rank = (n * p + 99) / 100;
+  if (rank < 1) rank = 1;
+  return sorted[rank - 1];
+}
+
 /* The model's trained context, capped at 4096 as SplitSpec caps its own
  * (SPLITSPEC_MAX_CONTEXT's default): a 128K-context model's full-size batch
  * buffers would not fit in memory. */
@@ -537,11 +545,10 @@ int main(int argc, char **argv) {
     printf("{\"rows\": [");
     for (int i = 0; i < n_k; ++i) {
       qsort(samples[i], counts[i], sizeof(double), cmp_double);
-      /* Nearest rank, as SplitSpec's bench forward reports them. */
       printf("%s{\"context\": %d, \"new_tokens\": %d, \"ms\": %.5f, \"ms_p90\": %.5f, \"ms_p99\": %.5f, "
              "\"samples\": %d}",
-             i ? ", " : "", ctx_len, ks[i], samples[i][counts[i] / 2], samples[i][counts[i] * 90 / 100],
-             samples[i][counts[i] * 99 / 100], counts[i]);
+             i ? ", " : "", ctx_len, ks[i], nearest_rank(samples[i], counts[i], 50), nearest_rank(samples[i], counts[i], 90),
+             nearest_rank(samples[i], counts[i], 99), counts[i]);
     }
     printf("], \"rss_kb\": %ld, \"peak_rss_kb\": %ld, \"threads\": %d}\n", status_kb("VmRSS:"), status_kb("VmHWM:"),
            threads);

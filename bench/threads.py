@@ -71,6 +71,8 @@ def main():
     p.add_argument("--machine", default=os.environ.get("MACHINE", "this machine"))
     p.add_argument("--out", default="")
     a = p.parse_args()
+    if a.tokens < 3:
+        sys.exit("threads: --tokens must be at least 3 (the first two arrivals are the prompt's)")
     lines = [f"# Per-token latency by threads and wait policy ({a.machine})", "",
              f"`python3 bench/threads.py --models {','.join(a.models)} --configs {','.join(a.configs)} "
              f"--runs {a.runs} --tokens {a.tokens}`: each configuration {a.runs} runs of {a.tokens} greedy "

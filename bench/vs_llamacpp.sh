@@ -42,6 +42,8 @@ if [ ! -f "$L/include/llama.h" ]; then
   git -C "$tmp" archive FETCH_HEAD include ggml/include | tar -x -C "$L"
   rm -rf "$tmp"
 fi
+# The 1B-class section's vocabulary (Llama 3's) comes with the test material.
+[ -f "$L/src/models/ggml-vocab-llama-bpe.gguf" ] || ./scripts/setup_test_material.sh >&2
 libllama="$(basename "$(ls "$BINS"/libllama.v*.so)")"
 libggml="$(basename "$(ls "$BINS"/libggml.v*.so)")"
 cc -O2 -Wall -I"$L/include" -I"$L/ggml/include" bench/llamacpp_bench.c -o "$L/llamacpp_bench" \

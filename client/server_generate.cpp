@@ -44,7 +44,7 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
       else if (last_message && msg.tokens_size() > 0)
         g.token_ms.insert(g.token_ms.end(), static_cast<size_t>(msg.tokens_size()),
                           ms_between(*last_message, now) / static_cast<double>(msg.tokens_size()));
-      last_message = now;
+      if (msg.tokens_size() > 0) last_message = now;
       if (broke) {
         g.switch_ms += ms_since(*broke);
         broke.reset();

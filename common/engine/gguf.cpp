@@ -249,6 +249,8 @@ const GgufValue& GgufFile::get(const std::string& key) const {
   return it->second;
 }
 
+void GgufFile::release(const GgufTensor& t) const { file_->release(t.data, t.nbytes); }
+
 const GgufTensor* GgufFile::tensor(const std::string& name) const {
   for (const GgufTensor& t : tensors_)
     if (t.name == name) return &t;

@@ -62,6 +62,12 @@ class GgufFile {
   const GgufValue& get(const std::string& key) const;
   // A tensor by name, or null.
   const GgufTensor* tensor(const std::string& name) const;
+  // Frees the parsed metadata (a vocabulary's pieces and merges are tens of
+  // megabytes) once it has been read, for a file kept open for its tensors.
+  void forget_metadata() { std::map<std::string, GgufValue>().swap(kv_); }
+  // Drops the tensor's pages from this process's memory (the file keeps
+  // them; a later read maps them in again): for tensors a model copied.
+  void release(const GgufTensor& t) const;
 
  private:
   std::string path_;

@@ -287,7 +287,7 @@ std::string spm_model(const GgufFile& f, int64_t vocab) {
 void import_gguf(const std::string& path, const std::string& out_dir, std::optional<WType> type) {
   const GgufFile f(path);
   const ModelConfig c = gguf_model_config(f);
-  std::vector<std::vector<uint8_t>> keep;
+  std::map<std::string, std::vector<uint8_t>> keep;
   const WeightSet w = build_weight_set(c, gguf_weight_source(f, c, keep), type, true, path);
   if (f.get("tokenizer.ggml.model").str != "llama") {
     // Byte-level BPE: Hugging Face's tokenizer.json and tokenizer_config.json.

@@ -176,12 +176,21 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   return c;
 }
 
-WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::vector<std::vector<uint8_t>>& keep) {
+namespace {
+
+// Our names of the matrices a family fuses, to where they lie.
+std::map<std::string, FusedPart> fused_parts(const ModelConfig& c) {
   std::map<std::string, FusedPart> fused;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (int m = 0; m < kLayerMatrices; ++m)
       if (auto part = fused_part(l, static_cast<LayerMatrix>(m), c)) fused[layer_matrix_name(l, static_cast<LayerMatrix>(m))] = *part;
-  return [&f, &c, &keep, fused](const std::string& name, const std::vector<int64_t>& shape) -> MatrixRef {
+  return fused;
+}
+
+}  // namespace
+
+WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, std::vector<uint8_t>>& keep) {
+  return [&f, &c, &keep, fused = fused_parts(c)](const std::string& name, const std::vector<int64_t>& shape) -> MatrixRef {
     const auto part = fused.find(name);
     const bool sliced = part != fused.end();
     const std::string gname = gguf_tensor_name(sliced ? part->second.name : name, c);
@@ -201,11 +210,21 @@ WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::ve
     MatrixRef m{*wt, static_cast<const uint8_t*>(t->data) + (sliced ? part->second.row0 * rb : 0),
                 shape.size() == 2 ? shape[0] : 1, shape.back()};
     if (const int64_t heads = permuted_heads(name, c)) {
-      keep.push_back(permute_rope_rows(static_cast<const uint8_t*>(m.data), heads * c.head_dim, c.head_dim, rb, false));
-      m.data = keep.back().data();
+      std::vector<uint8_t>& copy = keep[name];
+      copy = permute_rope_rows(static_cast<const uint8_t*>(m.data), heads * c.head_dim, c.head_dim, rb, false);
+      m.data = copy.data();
+      // Only the copy is read from here on.
+      f.release(*t);
     }
     return m;
   };
+}
+
+void gguf_release_copied(const GgufFile& f, const ModelConfig& c, const std::string& name) {
+  const auto fused = fused_parts(c);
+  const auto part = fused.find(name);
+  // A fused tensor's other parts, if still to be read, map its pages in again.
+  if (const GgufTensor* t = f.tensor(gguf_tensor_name(part != fused.end() ? part->second.name : name, c))) f.release(*t);
 }
 
 }  // namespace splitspec

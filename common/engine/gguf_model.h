@@ -5,6 +5,7 @@
 // query and key rows put back from llama.cpp's interleaved RoPE order).
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,12 @@ namespace splitspec {
 ModelConfig gguf_model_config(const GgufFile& f);
 
 // Tensors by our names. The permuted query and key rows are copied into
-// `keep`, which must outlive the references.
-WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::vector<std::vector<uint8_t>>& keep);
+// `keep` (by our name), which must outlive the references.
+WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, std::vector<uint8_t>>& keep);
+// Drops the pages of the tensor our matrix `name` came from, once the model
+// holds a copy of it (converted or packed): the file's bytes are then not
+// held twice, at load or after.
+void gguf_release_copied(const GgufFile& f, const ModelConfig& c, const std::string& name);
 
 // llama.cpp's name of our tensor `name` in a model of `c`'s family.
 std::string gguf_tensor_name(const std::string& name, const ModelConfig& c);

@@ -97,7 +97,10 @@ void put_half(uint8_t* p, float v) {
   std::memcpy(p, &h, 2);
 }
 
-int clamp_round(float v, int lo, int hi) { return std::clamp(static_cast<int>(std::nearbyint(v)), lo, hi); }
+// Clamped before the conversion, which a far-off quotient would overflow.
+int clamp_round(float v, int lo, int hi) {
+  return static_cast<int>(std::nearbyint(std::clamp(v, static_cast<float>(lo), static_cast<float>(hi))));
+}
 
 void quantize_q6_k(const float* x, uint8_t* b) {
   // Per 16 weights: the scale that maps the value of largest magnitude to -32.

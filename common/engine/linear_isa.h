@@ -46,7 +46,7 @@ namespace avx512 {
 // Packed Q8_0/Q4_0 weights in whole groups of 16 rows (the rest runs the avx2
 // body), and float weights of any range.
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
-// avx2::kquant_rows with VNNI's vpdpbusd for the integer products.
+// avx2::kquant_rows with AVX-512 maddubs and VNNI's vpdpwssd for the integer products.
 void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 }
 namespace neon {

@@ -1,5 +1,9 @@
 #include "common/engine/model.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -63,14 +67,27 @@ void add_eog(ModelConfig& c, const std::vector<int32_t>& eog) {
 std::shared_ptr<Model> Model::load(const std::string& path, std::optional<WType> type) {
   namespace fs = std::filesystem;
   if (fs::is_regular_file(path) && is_gguf_file(path)) {
-    auto f = std::make_shared<const GgufFile>(path);
+    auto f = std::make_shared<GgufFile>(path);
     ModelConfig c = gguf_model_config(*f);
     apply_context_limit(c);
     // The vocabulary of the file already open, not opened again.
     if (f->has("tokenizer.ggml.model")) add_eog(c, Vocab::from_gguf(*f).eog_ids());
-    std::vector<std::vector<uint8_t>> keep;
-    WeightSet w = build_weight_set(c, gguf_weight_source(*f, c, keep), type, true, path);
-    for (auto& k : keep) w.owned.push_back(std::move(k));
+    // The metadata and the vocabulary read for its end-of-generation ids
+    // (128K pieces and their merges) are done with: free them, and hand their
+    // heap back, before the weights come in.
+    f->forget_metadata();
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+    std::map<std::string, std::vector<uint8_t>> keep;
+    WeightSet w = build_weight_set(c, gguf_weight_source(*f, c, keep), type, true, path, [&](const std::string& name) {
+      // Copied (packed or converted): neither the file's pages nor a
+      // permuted copy of them are read again, and the load's peak stays
+      // near the weights' size.
+      gguf_release_copied(*f, c, name);
+      keep.erase(name);
+    });
+    for (auto& [name, k] : keep) w.owned.push_back(std::move(k));
     if (w.borrowed) w.mapping = std::move(f);
     return std::shared_ptr<Model>(new Model(c, std::move(w), fs::path(path).stem().string()));
   }
