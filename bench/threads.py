@@ -4,8 +4,8 @@
 Issue 45: on 2-vCPU machines 2-thread runs stall now and then. For each
 model, each configuration (threads: the default, 1, 2; OpenMP's wait policy:
 as set by SplitSpec, spinning, sleeping) generates `--tokens` greedy tokens
-`--runs` times through the Python module, timing each token as it arrives
-(what a robot's controller waits on). Configurations alternate run by run,
+`--runs` times through the Python module, each token timed as the round
+loop commits it (what a robot's controller's callback waits on; Stats.token_ms). Configurations alternate run by run,
 the order reversed every other block (ABBA). Reported per configuration: the
 mean ms a token, the pooled p50 / p90 / p99 / max of per-token gaps, p99 over
 p50, and the spread of the runs' means.
@@ -33,11 +33,11 @@ c = splitspec.Client(o)
 r = splitspec.Request()
 r.max_new_tokens = int(sys.argv[4])
 r.ignore_eos = True
-ts = [time.perf_counter()]
-for _ in c.stream_ids([1, 4274, 824, 261, 615, 367], r):
-    ts.append(time.perf_counter())
-# The first gap holds the prompt's forward; the rest are decode tokens.
-print(json.dumps({"gaps_ms": [(b - a) * 1e3 for a, b in zip(ts[1:], ts[2:])]}))
+res = c.generate_ids([1, 4274, 824, 261, 615, 367], r)
+# Timed inside the round loop (verdict to verdict, the prompt's round
+# excluded), as a C++ controller's callback sees them, without this
+# interpreter's own thread wake-ups.
+print(json.dumps({"gaps_ms": list(res.stats.token_ms)}))
 """
 
 
@@ -76,8 +76,9 @@ def main():
     lines = [f"# Per-token latency by threads and wait policy ({a.machine})", "",
              f"`python3 bench/threads.py --models {','.join(a.models)} --configs {','.join(a.configs)} "
              f"--runs {a.runs} --tokens {a.tokens}`: each configuration {a.runs} runs of {a.tokens} greedy "
-             "tokens (local, no drafter), alternating ABBA; gaps between tokens as they arrive, the prompt's "
-             "excluded. `default`: SplitSpec's own choice of threads (and wait policy).", ""]
+             "tokens (local, no drafter), alternating ABBA; each token's time as the round loop commits it "
+             "(Stats.token_ms), the prompt's round excluded. `default`: SplitSpec's own choice of threads (and "
+             "wait policy).", ""]
     report = {}
     for model in a.models:
         gaps = {c: [] for c in a.configs}

@@ -424,6 +424,7 @@ void set_token_latency(Stats& s, const std::vector<double>& token_ms) {
   s.token_ms_p90 = percentile(token_ms, 90);
   s.token_ms_p99 = percentile(token_ms, 99);
   s.token_ms_max = percentile(token_ms, 100);
+  s.token_ms = token_ms;
 }
 
 }  // namespace

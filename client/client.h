@@ -217,6 +217,7 @@ struct Stats {
   // time (verdict to verdict) over the round's tokens; cloud-ar: the gap
   // between the server's messages. The worst token, not only the mean.
   double token_ms_p50 = 0, token_ms_p90 = 0, token_ms_p99 = 0, token_ms_max = 0;
+  std::vector<double> token_ms;  // the samples themselves, in order
   int64_t drafted_tokens = 0;        // draft tokens (tree nodes) sent to the target
   int64_t accepted_tokens = 0;       // of those, accepted
   double target_forward_ms = 0;      // every target forward, here or on the server

@@ -253,7 +253,8 @@ TEST(Kernels, SumExpIsTheSoftmaxDenominator) {
 
 // The property exact greedy speculation rests on: verifying k tokens in one
 // forward, as a chain or inside a tree, gives bitwise the logits of k
-// one-token decoding steps, at every weight type and thread count.
+// one-token decoding steps, at every weight type (the K-quants as our
+// quantizer's Q4_K_M, Q5_K_M and Q6_K mixes) and thread count.
 // The KV cache at either type (kv_cache.h).
 class ModelBatchInvariance : public ::testing::TestWithParam<std::tuple<WType, int, KVType>> {};
 
@@ -309,7 +310,9 @@ TEST_P(ModelBatchInvariance, ChainAndTreeEqualSingleSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryType, ModelBatchInvariance,
-                         ::testing::Combine(::testing::Values(WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0),
+                         ::testing::Combine(::testing::Values(WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0,
+                                                              // llama.cpp's mixes (Q4_K_M, Q5_K_M, Q6_K)
+                                                              WType::Q4_K, WType::Q5_K, WType::Q6_K),
                                             ::testing::Values(1, 2), ::testing::Values(KVType::F32, KVType::F16)),
                          [](const auto& info) {
                            return std::string(wtype_name(std::get<0>(info.param))) + "_" +

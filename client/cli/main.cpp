@@ -46,12 +46,20 @@ int main(int argc, char** argv) {
     if (is_training_command(word)) return run_training_program(argv);
     break;
   }
-  // Benchmarks own the machine: workers that spin between the forward's
-  // many short parallel regions instead of sleeping save their wake-up
-  // latency (measured: a 50M-parameter Q4_0 decode step on 2 threads, 1.40 ms
-  // sleeping, 0.94 ms spinning). llama.cpp's thread pool spins too. Elsewhere
-  // the default stays, since a client and a server may share the cores.
-  if (argc > 1 && std::string(argv[1]) == "bench" && !std::getenv("OMP_WAIT_POLICY")) {
+  // Benchmarks of one process own the machine: workers that spin between
+  // the forward's many short parallel regions instead of sleeping save their
+  // wake-up latency (measured: a 50M-parameter Q4_0 decode step on 2
+  // threads, 1.40 ms sleeping, 0.94 ms spinning). llama.cpp's thread pool
+  // spins too. Elsewhere the default stays: where a client and a server
+  // share the cores (bench edge-cloud, bench load and its server child), a
+  // spinning thread holds the core a preempted one needs (a 2-vCPU run beside
+  // another busy process reached 100x the time a token: bench/results/threads.md).
+  const auto own_machine = [&] {
+    if (argc < 3 || std::string(argv[1]) != "bench") return false;
+    const std::string sub = argv[2];
+    return sub == "forward" || sub == "exits" || sub == "local" || sub == "drafters";
+  };
+  if (own_machine() && !std::getenv("OMP_WAIT_POLICY")) {
     setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
     execv("/proc/self/exe", argv);
   }

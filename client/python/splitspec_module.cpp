@@ -397,6 +397,7 @@ void bind_results(py::module_& m) {
       .ro("token_ms_p90", &Stats::token_ms_p90)
       .ro("token_ms_p99", &Stats::token_ms_p99)
       .ro("token_ms_max", &Stats::token_ms_max)
+      .ro("token_ms", &Stats::token_ms)
       .ro("drafted_tokens", &Stats::drafted_tokens)
       .ro("accepted_tokens", &Stats::accepted_tokens)
       .ro("target_forward_ms", &Stats::target_forward_ms)
