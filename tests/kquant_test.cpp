@@ -36,6 +36,23 @@ std::vector<uint8_t> random_kquant(WType t, int64_t rows, int64_t cols, uint64_t
   return w;
 }
 
+// A model wide enough for K-quants' rows of 256.
+ModelConfig wide_config(int64_t layers) {
+  ModelConfig c = tiny_config(64, layers);
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.head_dim = 64;
+  return c;
+}
+
+Rows logits(const Model& m) {
+  KVCache cache = m.new_cache(16);
+  ForwardRequest r;
+  r.tokens = {1, 7, 30, 2};
+  return m.forward(r, cache).logits;
+}
+
+
 TEST(KQuant, ProductsTrackTheDequantizedWeightsAndAreBatchInvariant) {
   for (WType t : {WType::Q4_K, WType::Q5_K, WType::Q6_K}) {
     SCOPED_TRACE(wtype_name(t));
@@ -135,10 +152,7 @@ TEST(KQuant, MixesFollowLlamaCppRules) {
 // the per-tensor types of the mix, the same logits either way.
 TEST(KQuant, ConvertWritesTheMix) {
   TempDir dir;
-  ModelConfig c = tiny_config(64, 2);
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.head_dim = 64;
+  const ModelConfig c = wide_config(2);
   const auto f32 = Model::random(c, 4, WType::F32, 0.05f);
   f32->save(dir.str("f32"));
   const auto q = Model::load(dir.str("f32"), WType::Q4_K);
@@ -150,12 +164,6 @@ TEST(KQuant, ConvertWritesTheMix) {
   EXPECT_EQ(w.layers[1][static_cast<int>(LayerMatrix::kQ)].type, WType::Q4_K);
   const std::string gguf = dir.str("q.gguf");
   write_gguf(c, w, "q", [](GgufWriter&) {}, gguf, std::nullopt);
-  auto logits = [](const Model& m) {
-    KVCache cache = m.new_cache(16);
-    ForwardRequest r;
-    r.tokens = {1, 7, 30, 2};
-    return m.forward(r, cache).logits;
-  };
   const Rows want = logits(*q), got = logits(*Model::load(gguf));
   ASSERT_EQ(got.rows(), want.rows());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), want.rows() * want.cols() * sizeof(float)), 0);
@@ -166,10 +174,7 @@ TEST(KQuant, ConvertWritesTheMix) {
 // logits; and converted to Q8_0 on load.
 TEST(KQuant, ModelThroughGgufAndDirectoryIsUnchanged) {
   TempDir dir;
-  ModelConfig c = tiny_config(64, 1);
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.head_dim = 64;
+  const ModelConfig c = wide_config(1);
   const auto f32 = Model::random(c, 9, WType::F32, 0.05f);
   // The layers' matrices replaced by random K-quant bytes of their shapes.
   WeightSet w = f32->weight_set();
@@ -184,12 +189,6 @@ TEST(KQuant, ModelThroughGgufAndDirectoryIsUnchanged) {
   const auto model = Model::from_weight_set(c, w, "kq");
   const std::string gguf = dir.str("kq.gguf");
   write_gguf(c, w, "kq", [](GgufWriter&) {}, gguf, std::nullopt);
-  auto logits = [](const Model& m) {
-    KVCache cache = m.new_cache(16);
-    ForwardRequest r;
-    r.tokens = {1, 7, 30, 2};
-    return m.forward(r, cache).logits;
-  };
   const Rows want = logits(*model);
   const auto loaded = Model::load(gguf);
   EXPECT_EQ(loaded->weight_set().layers[0][2].type, WType::Q6_K);
