@@ -52,7 +52,6 @@ Rows logits(const Model& m) {
   return m.forward(r, cache).logits;
 }
 
-
 TEST(KQuant, ProductsTrackTheDequantizedWeightsAndAreBatchInvariant) {
   for (WType t : {WType::Q4_K, WType::Q5_K, WType::Q6_K}) {
     SCOPED_TRACE(wtype_name(t));
