@@ -51,11 +51,14 @@ int main(int argc, char** argv) {
   // wake-up latency (measured: a 50M-parameter Q4_0 decode step on 2
   // threads, 1.40 ms sleeping, 0.94 ms spinning). llama.cpp's thread pool
   // spins too. Elsewhere the default stays: where a client and a server
-  // share the cores (bench edge-cloud, bench load and its server child), a
-  // spinning thread holds the core a preempted one needs (a 2-vCPU run beside
-  // another busy process reached 100x the time a token: bench/results/threads.md).
+  // share the cores (bench edge-cloud, bench load and its server child,
+  // bench drafters --server), a spinning thread holds the core a preempted
+  // one needs (a 2-vCPU run beside another busy process reached 100x the
+  // time a token: bench/results/threads.md).
   const auto own_machine = [&] {
     if (argc < 3 || std::string(argv[1]) != "bench") return false;
+    for (int i = 3; i < argc; ++i)
+      if (std::string(argv[i]).rfind("--server", 0) == 0) return false;
     const std::string sub = argv[2];
     return sub == "forward" || sub == "exits" || sub == "local" || sub == "drafters";
   };
