@@ -220,11 +220,12 @@ WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::ma
   };
 }
 
-void gguf_release_copied(const GgufFile& f, const ModelConfig& c, const std::string& name) {
-  const auto fused = fused_parts(c);
-  const auto part = fused.find(name);
-  // A fused tensor's other parts, if still to be read, map its pages in again.
-  if (const GgufTensor* t = f.tensor(gguf_tensor_name(part != fused.end() ? part->second.name : name, c))) f.release(*t);
+std::function<void(const std::string&)> gguf_copied_releaser(const GgufFile& f, const ModelConfig& c) {
+  return [&f, &c, fused = fused_parts(c)](const std::string& name) {
+    const auto part = fused.find(name);
+    // A fused tensor's other parts, if still to be read, map its pages in again.
+    if (const GgufTensor* t = f.tensor(gguf_tensor_name(part != fused.end() ? part->second.name : name, c))) f.release(*t);
+  };
 }
 
 }  // namespace splitspec

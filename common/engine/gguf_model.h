@@ -5,6 +5,7 @@
 // query and key rows put back from llama.cpp's interleaved RoPE order).
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,10 +23,10 @@ ModelConfig gguf_model_config(const GgufFile& f);
 // Tensors by our names. The permuted query and key rows are copied into
 // `keep` (by our name), which must outlive the references.
 WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, std::vector<uint8_t>>& keep);
-// Drops the pages of the tensor our matrix `name` came from, once the model
-// holds a copy of it (converted or packed): the file's bytes are then not
-// held twice, at load or after.
-void gguf_release_copied(const GgufFile& f, const ModelConfig& c, const std::string& name);
+// A function dropping the pages of the tensor our matrix `name` came from,
+// once the model holds a copy of it (converted or packed): the file's bytes
+// are then not held twice, at load or after. `f` and `c` must outlive it.
+std::function<void(const std::string&)> gguf_copied_releaser(const GgufFile& f, const ModelConfig& c);
 
 // llama.cpp's name of our tensor `name` in a model of `c`'s family.
 std::string gguf_tensor_name(const std::string& name, const ModelConfig& c);

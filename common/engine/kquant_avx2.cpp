@@ -16,12 +16,10 @@ struct Block {
   const uint8_t* b;
   __m256i scales16;  // Q4_K/Q5_K: the eight scales, in both halves; Q6_K: the sixteen
 
-  explicit Block(const uint8_t* block) : b(block) {
+  Block(const uint8_t* block, const uint8_t* sc) : b(block) {
     if constexpr (T == WType::Q6_K) {
       scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
     } else {
-      uint8_t sc[8], m[8];
-      scales_mins(b + 4, sc, m);
       scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
     }
   }
@@ -80,8 +78,8 @@ void add_vector(const Block<T>& blk, const int8_t* const* xq, __m256i* a) {
 
 struct Avx2 {
   template <WType T, int N>
-  static void sums(const uint8_t* block, const int8_t* const* xq, __m256i* a) {
-    const Block<T> blk(block);
+  static void sums(const uint8_t* block, const uint8_t* sc, const int8_t* const* xq, __m256i* a) {
+    const Block<T> blk(block, sc);
     for (int i = 0; i < N; ++i) a[i] = _mm256_setzero_si256();
     add_vector<T, N, 0>(blk, xq, a);
     add_vector<T, N, 1>(blk, xq, a);

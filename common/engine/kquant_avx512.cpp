@@ -39,7 +39,7 @@ struct Avx512 {
   // into 16 bits: at most 2 x 63 x 128, no saturation), then vpdpwssd (times
   // each pair's scale, pairs summed, added to the int32 lanes).
   template <WType T, int N>
-  static void sums(const uint8_t* b, const int8_t* const* xq, __m256i* a) {
+  static void sums(const uint8_t* b, const uint8_t* sc, const int8_t* const* xq, __m256i* a) {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512i acc[N];
     for (int i = 0; i < N; ++i) acc[i] = _mm512_setzero_si512();
@@ -48,8 +48,6 @@ struct Avx512 {
     if constexpr (T == WType::Q6_K) {
       sc16 = _mm512_cvtepi8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
     } else {
-      uint8_t sc[8], m[8];
-      scales_mins(b + 4, sc, m);
       sc16 = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
     }
     for (int u = 0; u < 4; ++u) {  // weights 64u .. 64u + 63

@@ -3,7 +3,8 @@
 // included by each and so built with each body's flags: eight weight rows at
 // a time, one per lane of the float accumulators, against up to eight
 // activation rows. A body supplies only the integer products,
-// Body::sums<T, N>(block, xq, a): for each activation row i, an 8-lane int32
+// Body::sums<T, N>(block, sc, xq, a) (sc: Q4_K's and Q5_K's eight 6-bit
+// scales, decoded here once): for each activation row i, an 8-lane int32
 // vector whose lanes add up to the sum over the super-block's sub-blocks of
 // scale x (quant . input), Q6_K's quants as stored (the weights plus 32).
 // Everything else is here, once: Q6_K's offset, the mins, and the float
@@ -71,7 +72,8 @@ void rows8(const uint8_t* row0, int64_t rb, int lanes, int64_t cols, const Q8KRo
       xq[i] = x.q.data() + (j0 + i) * x.cols + b * kSuperBlock;
       sums16[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums.data() + ((j0 + i) * nb + b) * 16));
       // Each Q4_K/Q5_K min covers two 16-sums.
-      pairs[i] = _mm_hadd_epi16(_mm256_castsi256_si128(sums16[i]), _mm256_extracti128_si256(sums16[i], 1));
+      if constexpr (T != WType::Q6_K)
+        pairs[i] = _mm_hadd_epi16(_mm256_castsi256_si128(sums16[i]), _mm256_extracti128_si256(sums16[i], 1));
     }
     __m256i sums[N][8];
     __m128i mins[N][8];
@@ -85,15 +87,16 @@ void rows8(const uint8_t* row0, int64_t rb, int lanes, int64_t cols, const Q8KRo
       }
       const uint8_t* block = row0 + r * rb + b * sb;
       prefetch_ahead(block, sb);
+      // Q4_K's and Q5_K's scales and mins, decoded once for the body and the mins.
+      uint8_t sc[8] = {}, m[8] = {};
+      if constexpr (T != WType::Q6_K) scales_mins(block + 4, sc, m);
       __m256i a[N];
-      Body::template sums<T, N>(block, xq, a);
+      Body::template sums<T, N>(block, sc, xq, a);
       if constexpr (T == WType::Q6_K) {
         // The stored quants are the weights plus 32: less 32 x scale x the 16-sums.
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192)));
         for (int i = 0; i < N; ++i) a[i] = _mm256_sub_epi32(a[i], _mm256_slli_epi32(_mm256_madd_epi16(sc16, sums16[i]), 5));
       } else {
-        uint8_t sc[8], m[8];
-        scales_mins(block + 4, sc, m);
         const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
         for (int i = 0; i < N; ++i) mins[i][r] = _mm_madd_epi16(m16, pairs[i]);
       }

@@ -80,11 +80,12 @@ std::shared_ptr<Model> Model::load(const std::string& path, std::optional<WType>
     malloc_trim(0);
 #endif
     std::map<std::string, std::vector<uint8_t>> keep;
+    const auto release = gguf_copied_releaser(*f, c);
     WeightSet w = build_weight_set(c, gguf_weight_source(*f, c, keep), type, true, path, [&](const std::string& name) {
       // Copied (packed or converted): neither the file's pages nor a
       // permuted copy of them are read again, and the load's peak stays
       // near the weights' size.
-      gguf_release_copied(*f, c, name);
+      release(name);
       keep.erase(name);
     });
     for (auto& [name, k] : keep) w.owned.push_back(std::move(k));
