@@ -27,11 +27,20 @@ __m512i shift_halves(__m512i v, int lo, int hi) {
   return _mm512_srlv_epi16(v, _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(lo)), _mm256_set1_epi16(static_cast<int16_t>(hi)), 1));
 }
 
-// Lane l (of 32 16-bit lanes) holds entry `first + l / per` of `v`.
-__m512i spread(__m512i v, int first, int per) {
-  alignas(64) int16_t idx[32];
-  for (int l = 0; l < 32; ++l) idx[l] = static_cast<int16_t>(first + l / per);
-  return _mm512_permutexvar_epi16(_mm512_load_si512(idx), v);
+// Lane l (of 32 16-bit lanes) holds entry `first + l / PER` of `v`.
+// PER (8 or 16) is known at compile time, so the lane pattern l / PER is a
+// constant and only `first` is added per call.
+template <int PER>
+__m512i spread(__m512i v, int first) {
+  static constexpr auto pattern = [] {
+    struct {
+      alignas(64) int16_t lane[32];
+    } p{};
+    for (int l = 0; l < 32; ++l) p.lane[l] = static_cast<int16_t>(l / PER);
+    return p;
+  }();
+  const __m512i idx = _mm512_add_epi16(_mm512_load_si512(pattern.lane), _mm512_set1_epi16(static_cast<int16_t>(first)));
+  return _mm512_permutexvar_epi16(idx, v);
 }
 
 struct Avx512 {
@@ -61,7 +70,7 @@ struct Avx512 {
         const __m512i nib = _mm512_and_si512(u % 2 == 0 ? lo : _mm512_srli_epi16(lo, 4), low4);
         const __m512i hi = _mm512_and_si512(shift_halves(twice(b + 128 + 32 * h), 2 * k, 2 * k + 2), _mm512_set1_epi8(3));
         q = _mm512_or_si512(nib, _mm512_slli_epi16(hi, 4));
-        scale = spread(sc16, 4 * u, 8);
+        scale = spread<8>(sc16, 4 * u);
       } else {
         // qs's 32 bytes at 32u: low nibbles (sub-block 2u) in the lower half,
         // high nibbles (2u + 1) in the upper; Q5_K's fifth bits are qh's bits
@@ -72,7 +81,7 @@ struct Avx512 {
           const __m512i bit = _mm512_and_si512(shift_halves(twice(b + 16), 2 * u, 2 * u + 1), _mm512_set1_epi8(1));
           q = _mm512_or_si512(q, _mm512_slli_epi16(bit, 4));
         }
-        scale = spread(sc16, 2 * u, 16);
+        scale = spread<16>(sc16, 2 * u);
       }
       for (int i = 0; i < N; ++i)
         acc[i] = _mm512_dpwssd_epi32(acc[i], _mm512_maddubs_epi16(q, load64(xq[i] + 64 * u)), scale);
