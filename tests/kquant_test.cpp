@@ -1,7 +1,8 @@
 // K-quants (Q4_K, Q5_K, Q6_K) as llama.cpp stores them: products against
 // Q8_K activations near the dequantized weights' float product, batch
 // invariant; a model of them through GGUF and a directory unchanged; our
-// quantizer close to the values and llama.cpp's per-tensor mixes. Agreement with llama.cpp itself on files
+// quantizer close to the values and llama.cpp's per-tensor mixes; the packed
+// layout a permutation of the file's bytes. Agreement with llama.cpp itself on files
 // its quantizer wrote: tests/families/families_test.py --kquants.
 #include "common/engine/kquant.h"
 
@@ -80,6 +81,44 @@ TEST(KQuant, ProductsTrackTheDequantizedWeightsAndAreBatchInvariant) {
       }
     }
   }
+}
+
+// The packed layout (Q4_K, Q6_K) is a permutation of each group's bytes:
+// packing and unpacking give the file's bytes back, every super-block reads
+// back as stored, and a packed matrix (a tail row past the last whole group
+// included) dequantizes and multiplies exactly as the plain one.
+TEST(KQuant, PackedRowsAreThePlainRowsRegrouped) {
+  for (WType t : {WType::Q4_K, WType::Q6_K}) {
+    SCOPED_TRACE(wtype_name(t));
+    const int64_t rows = 2 * kKPackRows + 3, cols = 768, n = 3;
+    const std::vector<uint8_t> plain = random_kquant(t, rows, cols, 11);
+    std::vector<uint8_t> packed = plain, scratch;
+    kquant_regroup_rows(t, packed.data(), rows, cols, scratch, true);
+    EXPECT_NE(packed, plain);
+    std::vector<uint8_t> back = packed;
+    kquant_regroup_rows(t, back.data(), rows, cols, scratch, false);
+    EXPECT_EQ(back, plain);
+    const MatrixRef p{t, packed.data(), rows, cols, true}, w{t, plain.data(), rows, cols};
+    std::vector<uint8_t> block(static_cast<size_t>(superblock_bytes(t)));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < cols / kSuperBlock; ++b) {
+        read_superblock(p, r, b, block.data());
+        ASSERT_EQ(std::memcmp(block.data(), w.row(r) + b * superblock_bytes(t), block.size()), 0) << r << " " << b;
+      }
+    std::vector<float> a(static_cast<size_t>(rows * cols)), c(a.size());
+    dequantize_rows(w, 0, rows, a.data());
+    dequantize_rows(p, 0, rows, c.data());
+    EXPECT_EQ(a, c);
+    std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows)), z(y.size());
+    std::mt19937 rng(2);
+    std::normal_distribution<float> normal;
+    for (float& v : x) v = normal(rng);
+    kernels::linear_reference(x.data(), n, w, y.data());
+    kernels::linear(x.data(), n, p, z.data());
+    EXPECT_EQ(std::memcmp(y.data(), z.data(), y.size() * sizeof(float)), 0);
+  }
+  std::vector<uint8_t> q5 = random_kquant(WType::Q5_K, kKPackRows, 256, 1), scratch;
+  EXPECT_THROW(kquant_regroup_rows(WType::Q5_K, q5.data(), kKPackRows, 256, scratch, true), Error);
 }
 
 // Our quantizer: each weight within a step of the widest sub-block's grid

@@ -76,13 +76,18 @@ int main() {
           const MatrixRef plain{type, w.data(), out, in};
           std::vector<float> want(9 * out);
           kernels::linear_reference(x.data(), 9, plain, want.data());
-          // Quantized weights run packed, as models hold them; the reference
-          // reads the plain bytes.
+          // Packed types run packed, as models hold them; the reference
+          // reads the plain bytes, and the packed ones too.
           std::vector<uint8_t> scratch;
-          if (is_quantized(type)) pack_rows(type, w.data(), out, in, scratch);
-          const MatrixRef m{type, w.data(), out, in, is_quantized(type)};
+          if (stored_packed(type)) pack_rows(type, w.data(), out, in, scratch);
+          const MatrixRef m{type, w.data(), out, in, stored_packed(type)};
           const std::string what = std::string(kernels::isa_name(isa)) + " " + wtype_name(type) + " " +
                                    std::to_string(in) + "x" + std::to_string(out);
+          if (m.packed) {
+            std::vector<float> again(9 * out);
+            kernels::linear_reference(x.data(), 9, m, again.data());
+            expect_same(again, want, what + " reference, packed");
+          }
           for (int threads : {1, 2}) {
             kernels::set_threads(threads);
             for (int64_t n : {1, 2, 3, 4, 5, 8, 9}) {

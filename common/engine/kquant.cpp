@@ -230,7 +230,12 @@ void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out) {
         continue;
       }
       const float iscale = -127.0f / max;
-      for (int i = 0; i < kSuperBlock; ++i) q[i] = static_cast<int8_t>(std::min(127.0f, std::nearbyint(iscale * v[i])));
+      // Rounded to nearest even as std::nearbyint does in the default mode,
+      // without its library call: |iscale * v| <= 127, so adding and taking
+      // away 1.5 x 2^23 leaves it rounded (-ffp-contract=off keeps both).
+      constexpr float kRound = 12582912.0f;
+      for (int i = 0; i < kSuperBlock; ++i)
+        q[i] = static_cast<int8_t>(std::min(127.0f, (iscale * v[i] + kRound) - kRound));
       for (int g = 0; g < 16; ++g) {
         int s = 0;
         for (int i = 0; i < 16; ++i) s += q[16 * g + i];

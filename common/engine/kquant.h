@@ -47,6 +47,20 @@ using SuperblockSums = void (*)(WType t, const uint8_t* block, int n, const int8
 void superblock_sums(WType t, const uint8_t* block, int n, const int8_t* const* xq, const int16_t* const* bsums,
                      int32_t* out);
 
+// Packed Q4_K and Q6_K matrices (MatrixRef::packed; stored_packed says where),
+// each group of kKPackRows rows holds, super-block by super-block, one
+// block of the eight rows' bytes regrouped so that a 32-byte load gives
+// every row's next four bytes (one row per 32-bit lane), with the eight
+// rows' scales side by side (kquant_pack.cpp has the map). Rows past the last
+// whole group follow, plain.
+constexpr int64_t kKPackRows = 8;
+// Regroups a plain Q4_K or Q6_K matrix's whole groups in place (pack) or
+// back (unpack); `scratch` grows to one group's bytes.
+void kquant_regroup_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch,
+                         bool pack);
+// Super-block b of row r, plain or packed, in the file's layout.
+void read_superblock(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out);
+
 // Activation rows one kquant_dots call takes.
 constexpr int kMaxDotRows = 8;
 

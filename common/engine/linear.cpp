@@ -137,24 +137,54 @@ void check(const MatrixRef& w) {
                 std::to_string(block_weights(w.type)) + " columns, not " + std::to_string(w.cols));
 }
 
-// K-quant weights, as stored, against Q8_K activations: each weight row
-// decoded once per super-block for up to kMaxDotRows activation rows; every
-// output the same whatever rows or threads share the call (kquant_dots).
+// Rows [r0, r1) of plain K-quant rows starting at `first` (row r0's bytes
+// at first + (r - r0) row lengths), with kquant_dots and the body's sums.
+void kquant_plain_rows(const MatrixRef& w, const uint8_t* first, int64_t r0, int64_t r1, const Q8KRows& qk, float* y,
+                       Isa isa) {
+  SuperblockSums sums = superblock_sums;
+#if defined(__aarch64__)
+  if (isa == Isa::kNeon) sums = neon::superblock_sums;
+#endif
+  const int64_t rb = row_bytes(w.type, w.cols);
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < qk.rows; j += kMaxDotRows)
+      kquant_dots(w.type, first + (r - r0) * rb, w.cols, qk, j,
+                  static_cast<int>(std::min<int64_t>(kMaxDotRows, qk.rows - j)), y + j * w.rows + r, w.rows, sums);
+}
+
+// K-quant weights against Q8_K activations: each weight row decoded once per
+// super-block for up to kMaxDotRows activation rows (packed rows by the x86
+// bodies, eight at a time; other bodies read them unpacked a group at a
+// time); every output the same whatever rows or threads share the call
+// (kquant_dots).
 void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRows& qk, bool threaded, Isa isa) {
   quantize_q8k(x, n, w.cols, qk);
+  const int64_t grouped = w.packed ? w.rows / kKPackRows * kKPackRows : 0;
+  // Chunks are whole groups of 16 rows, so they split no packed group.
+  static_assert(kPackRows % kKPackRows == 0);
   auto rows = [&](int64_t r0, int64_t r1) {
+    if (r0 < grouped) {
+      const int64_t end = std::min(r1, grouped);
+#if defined(__x86_64__)
+      if (isa == Isa::kAvx2 || isa == Isa::kAvx512) {
+        avx2::kquant_packed_rows(w, r0, end, qk, y);
+        r0 = end;
+      }
+#endif
+      thread_local std::vector<uint8_t> plain, scratch;
+      const int64_t group = kKPackRows * row_bytes(w.type, w.cols);
+      for (; r0 < end; r0 += kKPackRows) {
+        plain.assign(w.row(r0), w.row(r0) + group);
+        kquant_regroup_rows(w.type, plain.data(), kKPackRows, w.cols, scratch, false);
+        kquant_plain_rows(w, plain.data(), r0, r0 + kKPackRows, qk, y, isa);
+      }
+    }
+    if (r0 >= r1) return;
 #if defined(__x86_64__)
     if (isa == Isa::kAvx512) return avx512::kquant_rows(w, r0, r1, qk, y);
     if (isa == Isa::kAvx2) return avx2::kquant_rows(w, r0, r1, qk, y);
 #endif
-    SuperblockSums sums = superblock_sums;
-#if defined(__aarch64__)
-    if (isa == Isa::kNeon) sums = neon::superblock_sums;
-#endif
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t j = 0; j < n; j += kMaxDotRows)
-        kquant_dots(w.type, w.row(r), w.cols, qk, j, static_cast<int>(std::min<int64_t>(kMaxDotRows, n - j)),
-                    y + j * w.rows + r, w.rows, sums);
+    kquant_plain_rows(w, w.row(r0), r0, r1, qk, y, isa);
   };
   if (threaded)
     parallel_blocks(w.rows, kPackRows, 1, rows);

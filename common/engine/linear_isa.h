@@ -41,6 +41,9 @@ void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedR
 // output kquant.h's kquant_dots, bit for bit; eight weight rows at a time,
 // one per lane (kquant_x86.h).
 void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
+// The same for rows [r0, r1) of a packed Q4_K or Q6_K matrix, in whole groups
+// of kKPackRows (kquant_packed_avx2.cpp); also the avx512 body's.
+void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 }
 namespace avx512 {
 // Packed Q8_0/Q4_0 weights in whole groups of 16 rows (the rest runs the avx2

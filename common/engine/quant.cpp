@@ -128,10 +128,12 @@ void regroup_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::ve
 }  // namespace
 
 void pack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch) {
+  if (is_kquant(type)) return kquant_regroup_rows(type, data, rows, cols, scratch, true);
   regroup_rows(type, data, rows, cols, scratch, true);
 }
 
 void unpack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch) {
+  if (is_kquant(type)) return kquant_regroup_rows(type, data, rows, cols, scratch, false);
   regroup_rows(type, data, rows, cols, scratch, false);
 }
 
@@ -152,6 +154,7 @@ void read_block(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out) {
 void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst) {
   const int64_t cols = m.cols;
   uint8_t block[2 + kQBlock];
+  uint8_t super[superblock_bytes(WType::Q6_K)];
   for (int64_t r = r0; r < r1; ++r) {
     float* y = dst + (r - r0) * cols;
     switch (m.type) {
@@ -184,8 +187,10 @@ void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst) {
       case WType::Q4_K:
       case WType::Q5_K:
       case WType::Q6_K:
-        for (int64_t b = 0; b < cols / kSuperBlock; ++b)
-          dequantize_superblock(m.type, m.row(r) + b * superblock_bytes(m.type), y + b * kSuperBlock);
+        for (int64_t b = 0; b < cols / kSuperBlock; ++b) {
+          read_superblock(m, r, b, super);
+          dequantize_superblock(m.type, super, y + b * kSuperBlock);
+        }
         break;
     }
   }
@@ -194,10 +199,13 @@ void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst) {
 int64_t first_non_finite_row(const MatrixRef& m) {
   std::vector<float> row(static_cast<size_t>(m.cols));
   uint8_t block[2 + kQBlock];
+  uint8_t super[superblock_bytes(WType::Q6_K)];
   for (int64_t r = 0; r < m.rows; ++r) {
     if (is_kquant(m.type)) {
-      for (int64_t b = 0; b < m.cols / kSuperBlock; ++b)
-        if (!superblock_scales_finite(m.type, m.row(r) + b * superblock_bytes(m.type))) return r;
+      for (int64_t b = 0; b < m.cols / kSuperBlock; ++b) {
+        read_superblock(m, r, b, super);
+        if (!superblock_scales_finite(m.type, super)) return r;
+      }
       continue;
     }
     if (is_quantized(m.type)) {

@@ -272,7 +272,7 @@ void StreamedWeights::read_span(int file, uint64_t offset, uint64_t bytes, uint6
 }
 
 void StreamedWeights::pack(const Unit& u, uint8_t* data, std::vector<uint8_t>& scratch) const {
-  if (is_quantized(u.type)) pack_rows(u.type, data, u.rows, u.cols, scratch);
+  if (stored_packed(u.type)) pack_rows(u.type, data, u.rows, u.cols, scratch);
 }
 
 uint8_t* StreamedWeights::read_raw(const Unit& u, uint8_t* dst) {

@@ -133,7 +133,7 @@ class StreamedWeights {
   std::vector<uint8_t> forward_scratch_, loader_scratch_;
   // `u`'s bytes at `data`, as read (plain) or packed for the kernels.
   MatrixRef ref(const Unit& u, const uint8_t* data, bool packed = false) const {
-    return {u.type, data, u.rows, u.cols, packed && is_quantized(u.type)};
+    return {u.type, data, u.rows, u.cols, packed && stored_packed(u.type)};
   }
   // Packs a quantized unit's bytes in place (weight_type.h); others as they are.
   void pack(const Unit& u, uint8_t* data, std::vector<uint8_t>& scratch) const;

@@ -132,8 +132,8 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
     if (bad >= 0)
       throw Error(where + ": tensor '" + name + "' contains NaN or infinite values (row " + std::to_string(bad) + ")");
     const WType to = type ? tensor_type(*type, slot) : src.type;
-    // Quantized matrices are packed for the kernels, so never borrowed.
-    if (borrow && to == src.type && !is_quantized(to)) {
+    // Packed matrices are copies, so never borrowed.
+    if (borrow && to == src.type && !stored_packed(to)) {
       w.borrowed = true;
       return src;
     }
@@ -141,9 +141,9 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
     const MatrixRef converted{to, w.owned.back().data(), src.rows, src.cols};
     if (to != src.type && first_non_finite_row(converted) >= 0)
       throw Error(where + ": tensor '" + name + "' has values beyond what " + wtype_name(to) + " can hold");
-    if (is_quantized(to)) pack_rows(to, w.owned.back().data(), src.rows, src.cols, scratch);
+    if (stored_packed(to)) pack_rows(to, w.owned.back().data(), src.rows, src.cols, scratch);
     if (copied) copied(name);
-    return {to, w.owned.back().data(), src.rows, src.cols, is_quantized(to)};
+    return {to, w.owned.back().data(), src.rows, src.cols, stored_packed(to)};
   };
   auto vector = [&](const std::string& name, int64_t size) {
     const MatrixRef src = source(name, {size});

@@ -6,7 +6,7 @@
 //   Q4_0: d (half), 16 bytes; byte i holds weight i in its low nibble and
 //         weight i + 16 in its high nibble; weight = d * (nibble - 8).
 // Q4_K, Q5_K and Q6_K are llama.cpp's K-quants, in its super-blocks of 256
-// weights (kquant.h): read and computed on as stored, never packed. Free of
+// weights (kquant.h): Q4_K and Q6_K packed on x86, the rest as stored. Free of
 // LibTorch, so the kernels build and are tested on their own (cross-compiled
 // for ARM too).
 #include <cstdint>
@@ -51,10 +51,22 @@ constexpr int64_t block_weights(WType t) { return is_kquant(t) ? kSuperBlock : i
 // Rows per group of a packed quantized matrix (below).
 constexpr int64_t kPackRows = 16;
 
+// The types the kernels read packed, so a model copies them at load: Q8_0
+// and Q4_0 everywhere, and Q4_K and Q6_K on x86, whose kernels compute eight
+// rows in the lanes of one register (kquant.h has that layout; NEON reads
+// K-quants as stored).
+constexpr bool stored_packed(WType t) {
+#if defined(__x86_64__)
+  if (t == WType::Q4_K || t == WType::Q6_K) return true;
+#endif
+  return is_quantized(t);
+}
+
 // A matrix of `rows` x `cols` weights of type `type`. Does not own `data`.
 // Plain: rows back to back, row_bytes(type, cols) apart (the file layout).
-// Packed (quantized types only): the same bytes regrouped for the kernels.
-// Each group of 16 rows holds, block by block, the 16 rows' scales, then
+// Packed (stored_packed types only): the same bytes regrouped for the
+// kernels; K-quants as kquant.h says. For Q8_0 and Q4_0, each group of 16
+// rows holds, block by block, the 16 rows' scales, then
 // their quants in 4-byte pieces: piece k of every row in turn (row 0's bytes
 // 4k..4k+3, row 1's, ...), so one 64-byte load gives 16 rows' next four
 // bytes. Rows past the last whole group follow, plain. quant.h converts.
