@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/engine/kquant.h"
+#include "common/engine/quant.h"
 #include "common/util/error.h"
 
 namespace splitspec {
@@ -64,13 +65,8 @@ void kquant_regroup_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, 
                          bool pack) {
   if (type != WType::Q4_K && type != WType::Q6_K)
     throw Error(std::string("kquant: ") + wtype_name(type) + " has no packed layout");
-  const int64_t group = kKPackRows * row_bytes(type, cols);
-  scratch.resize(static_cast<size_t>(group));
-  for (int64_t g = 0; g + kKPackRows <= rows; g += kKPackRows) {
-    uint8_t* p = data + g / kKPackRows * group;
-    regroup(type, p, scratch.data(), cols, pack);
-    std::memcpy(p, scratch.data(), static_cast<size_t>(group));
-  }
+  regroup_in_place(data, rows, kKPackRows, row_bytes(type, cols), scratch,
+                   [&](const uint8_t* in, uint8_t* out) { regroup(type, in, out, cols, pack); });
 }
 
 void read_superblock(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out) {

@@ -115,26 +115,29 @@ void regroup(WType t, const uint8_t* in, uint8_t* out, int64_t cols, bool pack) 
     }
 }
 
-void regroup_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch, bool pack) {
-  const int64_t group = kPackRows * row_bytes(type, cols);
+}  // namespace
+
+void regroup_in_place(uint8_t* data, int64_t rows, int64_t group_rows, int64_t row_bytes, std::vector<uint8_t>& scratch,
+                      const std::function<void(const uint8_t* in, uint8_t* out)>& regroup) {
+  const int64_t group = group_rows * row_bytes;
   scratch.resize(static_cast<size_t>(group));
-  for (int64_t g = 0; g + kPackRows <= rows; g += kPackRows) {
-    uint8_t* p = data + g / kPackRows * group;
-    regroup(type, p, scratch.data(), cols, pack);
+  for (int64_t g = 0; g + group_rows <= rows; g += group_rows) {
+    uint8_t* p = data + g / group_rows * group;
+    regroup(p, scratch.data());
     std::memcpy(p, scratch.data(), static_cast<size_t>(group));
   }
 }
 
-}  // namespace
-
 void pack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch) {
   if (is_kquant(type)) return kquant_regroup_rows(type, data, rows, cols, scratch, true);
-  regroup_rows(type, data, rows, cols, scratch, true);
+  regroup_in_place(data, rows, kPackRows, row_bytes(type, cols), scratch,
+                   [&](const uint8_t* in, uint8_t* out) { regroup(type, in, out, cols, true); });
 }
 
 void unpack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch) {
   if (is_kquant(type)) return kquant_regroup_rows(type, data, rows, cols, scratch, false);
-  regroup_rows(type, data, rows, cols, scratch, false);
+  regroup_in_place(data, rows, kPackRows, row_bytes(type, cols), scratch,
+                   [&](const uint8_t* in, uint8_t* out) { regroup(type, in, out, cols, false); });
 }
 
 void read_block(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out) {

@@ -2,6 +2,7 @@
 // Converting weights between float and their stored types, and quantizing
 // activations for the Q8_0/Q4_0 kernels. Free of LibTorch.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/engine/weight_type.h"
@@ -27,6 +28,11 @@ void read_block(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out);
 // packed (weight_type.h). `scratch` grows to one group's bytes.
 void pack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch);
 void unpack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch);
+// Each whole group of `group_rows` rows (`row_bytes` apart) through
+// `regroup` (into scratch, then copied back); rows past the last whole
+// group stay as they are.
+void regroup_in_place(uint8_t* data, int64_t rows, int64_t group_rows, int64_t row_bytes, std::vector<uint8_t>& scratch,
+                      const std::function<void(const uint8_t* in, uint8_t* out)>& regroup);
 
 // Whether every value (every scale, for quantized types) is finite; the
 // index of the first bad row otherwise.
