@@ -101,13 +101,19 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     drafter.verifying(spare);
     RoundResult r;
     try {
-      OnExit done{[&] { drafter.verified(); }};
       r = verifier.verify(tree, choice.use);
-    } catch (const Error&) {
+    } catch (...) {
+      // The drafter's work ends before the verifier's error goes on; that
+      // error is the one reported, not one the drafter's work also ran into.
+      try {
+        drafter.verified();
+      } catch (...) {
+      }
       if (!cancelled()) throw;
       out.finish = FinishReason::kCancelled;
       break;
     }
+    drafter.verified();  // its own error, if any, ends the generation from here
     const std::optional<SteadyClock::time_point> previous = final_at;
     final_at = SteadyClock::now();
     if (previous && !r.verdict.tokens.empty())

@@ -35,6 +35,12 @@ Seen& seen() {
   return s;
 }
 
+// Set to make every scripted drafter's work between rounds fail.
+bool& worker_fails() {
+  static bool f = false;
+  return f;
+}
+
 // Proposes, each round, the next tokens of a script (the target's own greedy
 // continuation, so that rounds accept several tokens) as a chain, with a
 // wrong sibling under the root and one under the chain's first node: a tree
@@ -53,6 +59,9 @@ class ScriptedDrafter final : public Drafter {
     return copy;
   }
   size_t memory_bytes() const override { return script_.size() * sizeof(int32_t); }
+  void verified() override {
+    if (worker_fails()) throw Error("the scripted drafter's worker failed");
+  }
 
  private:
   void on_begin(const std::vector<int32_t>& prompt) override {
@@ -190,6 +199,23 @@ TEST(RoundLoop, ARegisteredDrafterRunsThroughBothVerifiersUnchanged) {
     EXPECT_EQ(pre->generate_ids(prompt, req).ids, want.output_ids) << "pre-drafting, " << text;
   }
   EXPECT_GT(seen().forks, 0) << "pre-drafting forked the scripted drafter";
+}
+
+// A drafter's error at the end of its work between rounds ends the
+// generation with that error, and the client stays usable; it used to be
+// thrown from a destructor (implicitly noexcept) and terminate the process.
+TEST(RoundLoop, ADrafterWorkersErrorIsRaisedNotFatal) {
+  auto client = Client::connect(scripted(VerifierKind::kLocal));
+  Tokenizer tok(test::demo_target_dir());
+  const std::vector<int32_t> prompt = test::encode_prompt(tok, "The ship sailed");
+  Request req;
+  req.max_new_tokens = 8;
+  script() = std::vector<int32_t>(16, 5);
+  worker_fails() = true;
+  const std::string error = test::error_of([&] { client->generate_ids(prompt, req); });
+  worker_fails() = false;
+  EXPECT_NE(error.find("the scripted drafter's worker failed"), std::string::npos) << error;
+  EXPECT_EQ(client->generate_ids(prompt, req).ids.size(), 8u);
 }
 
 // Sampled: a tree of chosen nodes is verified as one-hot, and the same seed
