@@ -160,7 +160,18 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
         pause(std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(*broke + window() - now)));
         backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
       }
-      if (reconnect(*broke)) {
+      bool back = false;
+      try {
+        back = reconnect(*broke);
+      } catch (const Error& refused) {
+        // It answers again but refuses to resume (another target, no room
+        // for a session, ...): the fallback, when there is one, goes on.
+        if (!fallback_ || interrupted_) throw;
+        spdlog::warn("server {}: cannot resume there: {}", link_.address(), refused.what());
+        to_fallback();
+        continue;
+      }
+      if (back) {
         reopened += 1;
         continue;
       }
@@ -195,7 +206,15 @@ void ResilientVerifier::end() {
   stop_watch();
   Verifier* active = active_;
   if (active != server_.get()) server_->abort();
-  active->end();
+  try {
+    active->end();
+  } catch (const Error& e) {
+    // Every round's verdict is in: a stream lost after the last one leaves
+    // the generation whole.
+    spdlog::warn("{}; the generation had finished", e.what());
+  }
+  // The fallback's KV cache is not needed past the generation.
+  if (active == fallback_.get()) fallback_->abort();
 }
 
 void ResilientVerifier::abort() {

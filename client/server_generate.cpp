@@ -86,6 +86,9 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
       }
       const auto until = std::min(*broke + control.reconnect_budget, deadline);
       if (SteadyClock::now() < until && link.wait_connected(until, false, cancelled) && !cancelled()) {
+        // Whatever answers now must be the target this generation began on:
+        // another model would go on with its own tokens.
+        link.check_same_target(std::chrono::milliseconds(5000));
         g.resumes += 1;
         spdlog::warn("server {}: Generate broke after {} tokens; calling again", link.address(), g.ids.size());
         continue;
@@ -94,6 +97,12 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
         g.finish = FinishReason::kCancelled;
         break;
       }
+    }
+    if (!s.ok() && g.finish != FinishReason::kNone) {
+      // Every token and the finish reason arrived: the generation is whole.
+      spdlog::warn("server {}: Generate's stream ended badly after its last token ({}); keeping the {} tokens",
+                   link.address(), s.error_message(), g.ids.size());
+      break;
     }
     if (!s.ok()) throw link.error("Generate failed after " + std::to_string(g.ids.size()) + " tokens", s);
     break;

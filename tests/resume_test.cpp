@@ -4,6 +4,7 @@
 // seeded sampling alike, and the callback never sees a token twice.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 
 #include "client/client.h"
@@ -23,17 +24,29 @@ struct Run {
 
 // Generates with `drafter` against a server child; after `kill_at` streamed
 // tokens (0: never) kills it with SIGKILL and starts a new one on the same
-// port, from the callback, so the break lands mid-generation.
-Run generate_through_a_restart(const std::string& drafter, const Request& req, int kill_at) {
+// port, from the callback, so the break lands mid-generation. The new one
+// serves `restarted_target` (default: the demo target again); with
+// `fallback`, the client has the demo target as its fallback.
+Run generate_through_a_restart(const std::string& drafter, const Request& req, int kill_at,
+                               const std::string& restarted_target = "", bool fallback = false) {
   TempDir tmp;
   std::unique_ptr<test::Child> server;
   const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server);
   ClientOptions o = test::server_options(address, drafter);
   o.reconnect_budget = std::chrono::seconds(60);
+  if (fallback) o.fallback_target_dir = test::demo_target_dir();
+  const std::string next = restarted_target.empty() ? test::demo_target_dir() : restarted_target;
   auto client = Client::connect(o);
   Run run;
   std::thread restart;
   const std::vector<int32_t> prompt = test::encode_prompt(Tokenizer(test::demo_target_dir()), "Once upon a time");
+  auto join = [&] {
+    if (restart.joinable()) restart.join();
+  };
+  struct Joiner {
+    std::function<void()> f;
+    ~Joiner() { f(); }
+  } joiner{join};
   run.result = client->generate_ids(prompt, req, [&](int32_t id) {
     run.streamed.push_back(id);
     if (static_cast<int>(run.streamed.size()) == kill_at) {
@@ -41,7 +54,7 @@ Run generate_through_a_restart(const std::string& drafter, const Request& req, i
       // On another thread: the generation meanwhile finds the stream broken.
       restart = std::thread([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        run.restart_error = test::restart_server_at(address, test::demo_target_dir(), tmp, server);
+        run.restart_error = test::restart_server_at(address, next, tmp, server);
       });
     }
   });
@@ -73,6 +86,24 @@ TEST(Resume, ServerKilledAndRestartedGivesTheUninterruptedTokensSampled) {
 
 TEST(Resume, CloudArStreamCallsAgainFromTheTokensSoFar) {
   expect_resumed_run_equals_uninterrupted("none", long_request(0.8f));
+}
+
+// The server comes back serving another model (the demo draft: the same
+// tokenizer and vocabulary). With a fallback target the generation goes on
+// there with the target's own tokens; it used to fail with the check's error.
+// Without one, a clear error; never the other model's tokens.
+TEST(Resume, AServerBackWithAnotherModelHandsTheGenerationToTheFallback) {
+  const Request req = long_request(0.0f);
+  const splitspec::Run plain = generate_through_a_restart("model", req, 0);
+  const splitspec::Run moved = generate_through_a_restart("model", req, 12, test::demo_draft_dir(), true);
+  ASSERT_EQ(moved.restart_error, "");
+  EXPECT_EQ(moved.result.ids, plain.result.ids);
+  EXPECT_GE(moved.result.stats.failovers, 1);
+  for (const char* drafter : {"model", "none"}) {
+    const std::string err =
+        test::error_of([&] { generate_through_a_restart(drafter, req, 12, test::demo_draft_dir(), false); });
+    EXPECT_NE(err.find("now serves demo-draft"), std::string::npos) << drafter << ": " << err;
+  }
 }
 
 TEST(Resume, AServerThatStaysDownFailsAfterTheBudgetNamingIt) {
