@@ -157,13 +157,15 @@ struct ClientOptions {
   // for servers that require mutual TLS; `tls_server_name`: the name the
   // server's certificate must carry when it is not the address's host.
   // `auth_token`, or the first line of `auth_token_file`: a bearer token sent
-  // with every call (over TLS, or a network you trust).
+  // with every call. Only over TLS, unless `allow_insecure_tokens` says the
+  // network is trusted: on plaintext anyone on the path reads the token.
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
   std::string tls_server_name;
   std::string auth_token;
   std::string auth_token_file;
+  bool allow_insecure_tokens = false;
 };
 
 // `options` with the verifier, drafter and predraft that `mode` stands for.

@@ -88,6 +88,9 @@ LinkSecurity link_security(const ClientOptions& o) {
     while (!s.token.empty() && (s.token.back() == '\r' || s.token.back() == ' ')) s.token.pop_back();
     if (s.token.empty()) throw Error(o.auth_token_file + ": the first line holds no token");
   }
+  if (!s.token.empty() && s.ca_pem.empty() && !o.allow_insecure_tokens)
+    throw Error("a bearer token over plaintext can be read by anyone on the network: give tls_ca (TLS), or set "
+                "allow_insecure_tokens (--allow-insecure-tokens) for a network you trust");
   return s;
 }
 

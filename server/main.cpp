@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
   auto* kv_cache = app.add_option("--kv-cache", flags.kv_cache,
                                   "KV cache element type of every session: f32, or f16 for half the memory");
   auto* grace = app.add_option("--shutdown-grace-s", flags.shutdown_grace_s, "Seconds streams get to finish on SIGTERM");
+  auto* idle = app.add_option("--session-idle-timeout-s", flags.session_idle_timeout_s,
+                              "End a Session that sends nothing for this long between rounds (0: never)");
+  auto* lifetime = app.add_option("--max-session-lifetime-s", flags.max_session_lifetime_s,
+                                  "End a Session open this long (0: never)");
   auto* log_level = app.add_option("--log-level", flags.log_level, "trace|debug|info|warn|error|off");
   auto* port_file = app.add_option("--port-file", flags.port_file, "Write the bound port to this file once serving");
   auto* metrics = app.add_option("--metrics-listen", flags.metrics_listen, "HOST:PORT for Prometheus GET /metrics");
@@ -61,6 +65,8 @@ int main(int argc, char** argv) {
                                     "Look at the TLS files and the tokens file this often; changed ones are re-read (no restart)");
   auto* tokens = app.add_option("--auth-tokens-file", flags.auth_tokens_file,
                                 "Bearer tokens, one a line: every RPC but health must carry one");
+  auto* insecure_tokens = app.add_flag("--allow-insecure-tokens", flags.allow_insecure_tokens,
+                                       "Accept --auth-tokens-file without TLS (a network you trust)");
   auto* health_listen = app.add_option("--health-listen", flags.health_listen,
                                        "HOST:PORT of a plaintext grpc.health.v1-only port (probes while TLS is on)");
   bool check_config = false;
@@ -79,6 +85,8 @@ int main(int argc, char** argv) {
     if (*max_top_k) config.max_verdict_top_k = flags.max_verdict_top_k;
     if (*threads) config.compute_threads = flags.compute_threads;
     if (*grace) config.shutdown_grace_s = flags.shutdown_grace_s;
+    if (*idle) config.session_idle_timeout_s = flags.session_idle_timeout_s;
+    if (*lifetime) config.max_session_lifetime_s = flags.max_session_lifetime_s;
     if (*kv_cache) config.kv_cache = flags.kv_cache;
     if (*log_level) config.log_level = flags.log_level;
     if (*port_file) config.port_file = flags.port_file;
@@ -96,6 +104,7 @@ int main(int argc, char** argv) {
     if (*tls_client_ca) config.tls_client_ca = flags.tls_client_ca;
     if (*tls_reload) config.tls_reload_s = flags.tls_reload_s;
     if (*tokens) config.auth_tokens_file = flags.auth_tokens_file;
+    if (*insecure_tokens) config.allow_insecure_tokens = flags.allow_insecure_tokens;
     if (*health_listen) config.health_listen = flags.health_listen;
     config.validate_for_start();
     if (check_config) {

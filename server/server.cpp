@@ -1,13 +1,17 @@
 #include "server/server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -86,6 +90,21 @@ LiveServers& live_servers() {
   return *live;
 }
 
+// Takes gRPC's reflection off one server. Its library registers it on every
+// server built once the library is loaded, whatever this program asks, so a
+// port that must not answer it drops the plugin (gRPC's own extension point
+// for a builder's plugins; Debian's gRPC 1.51 ships no authorization-policy
+// engine that could answer it to authenticated callers only).
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const auto& p) { return p->name() == "proto_server_reflection"; }),
+                   plugins->end());
+  }
+};
+
 std::string read_pem(const std::string& path, const char* what) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot read the " + std::string(what));
@@ -122,8 +141,7 @@ std::shared_ptr<grpc::ServerCredentials> server_credentials(const ServerConfig& 
 void Server::start() {
   spdlog::set_level(spdlog::level::from_str(ctx_->config.log_level));
   grpc::EnableDefaultHealthCheckService(true);
-  // Reflection would answer without a token: with token auth it is off.
-  if (!ctx_->auth) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   BatchingOptions batching;
   batching.enabled = ctx_->config.batching;
   batching.max_rows = ctx_->config.max_batch_rows;
@@ -132,6 +150,9 @@ void Server::start() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(ctx_->config.listen, server_credentials(ctx_->config), &port_);
   builder.RegisterService(service_.get());
+  // Reflection would answer without a token, before any handler could check
+  // one: under bearer tokens it is off.
+  if (ctx_->auth) builder.SetOption(std::make_unique<WithoutReflection>());
   // A sampled draft carries a distribution per token, up to 4 bytes for each
   // of the vocabulary's ids (a dense q): 16 tokens of a 152K vocabulary are
   // 9.7 MB, over gRPC's 4 MiB default. The limit is sized from the model.
@@ -148,21 +169,34 @@ void Server::start() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // HTTP/2 limits (deploy/README.md, gRPC 1.51's advisories): a ping flood
+  // closes its connection, one connection holds a bounded number of
+  // streams, and a connection with no stream does not hold a socket forever.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, ctx_->config.max_ping_strikes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, ctx_->config.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(ctx_->config.max_connection_idle_s * 1000));
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     server_.reset();
     throw Error("cannot listen on " + ctx_->config.listen + " (address in use or invalid?)");
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
+  start_reaper();
   if (!ctx_->config.health_listen.empty()) {
     // Health alone, in plaintext: what Kubernetes' gRPC probes can reach
     // while the main port speaks TLS.
     grpc::ServerBuilder health;
     health.AddListeningPort(ctx_->config.health_listen, grpc::InsecureServerCredentials(), &health_port_);
+    health.SetOption(std::make_unique<WithoutReflection>());
+    // Every other method UNIMPLEMENTED, and a service for gRPC to poll (it
+    // refuses to build a server with none besides its own health service).
+    health_unknown_ = std::make_unique<grpc::CallbackGenericService>();
+    health.RegisterCallbackGenericService(health_unknown_.get());
     health_server_ = health.BuildAndStart();
     if (!health_server_ || health_port_ == 0) {
       health_server_.reset();
+      stop_reaper();
       server_->Shutdown(std::chrono::system_clock::now());
       server_.reset();
       throw Error("cannot listen on " + ctx_->config.health_listen + " for health (address in use or invalid?)");
@@ -237,12 +271,42 @@ void Server::stop(double grace_s) {
     health_server_->Wait();
     health_server_.reset();
   }
+  stop_reaper();
+  // /metrics reads the compute queue: it goes first.
+  metrics_.reset();
   // Jobs still queued belong to cancelled streams; running them releases those.
   ctx_->compute.reset();
   server_.reset();
-  metrics_.reset();
   spdlog::info("event=stopped sessions_total={} tokens_generated={}", ctx_->counters.sessions_total.load(),
                ctx_->counters.tokens_generated.load());
+}
+
+void Server::start_reaper() {
+  const ServerConfig& c = ctx_->config;
+  const double shortest = std::min(c.session_idle_timeout_s > 0 ? c.session_idle_timeout_s : 1e9,
+                                   c.max_session_lifetime_s > 0 ? c.max_session_lifetime_s : 1e9);
+  if (shortest >= 1e9) return;
+  // A limit is enforced within a quarter of itself, at most a second late.
+  const auto period = std::chrono::milliseconds(std::clamp<int64_t>(static_cast<int64_t>(shortest * 250), 50, 1000));
+  reaper_stop_ = false;
+  reaper_ = std::thread([this, period] {
+    std::unique_lock<std::mutex> lock(reaper_mu_);
+    while (!reaper_cv_.wait_for(lock, period, [this] { return reaper_stop_; })) {
+      lock.unlock();
+      enforce_session_limits(*ctx_);
+      lock.lock();
+    }
+  });
+}
+
+void Server::stop_reaper() {
+  if (!reaper_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(reaper_mu_);
+    reaper_stop_ = true;
+  }
+  reaper_cv_.notify_all();
+  reaper_.join();
 }
 
 int Server::metrics_port() const { return metrics_ ? metrics_->port() : 0; }

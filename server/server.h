@@ -2,13 +2,17 @@
 // splitspec-server as a library: loads the target, serves splitspec.v1 with
 // the grpc.health.v1 health service and server reflection. The binary and the
 // tests both run it this way.
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "server/server_config.h"
 
 namespace grpc {
 class Server;
+class CallbackGenericService;
 }
 
 namespace splitspec {
@@ -44,14 +48,23 @@ class Server {
  private:
   void stop(double grace_s);
   static void stop_all_at_exit();
+  // Ends Session streams over their idle or lifetime limit, a few times a
+  // second, until stop_reaper().
+  void start_reaper();
+  void stop_reaper();
 
   std::unique_ptr<ServiceContext> ctx_;
   std::unique_ptr<SplitSpecService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::CallbackGenericService> health_unknown_;  // declared first: outlives health_server_
   std::unique_ptr<grpc::Server> health_server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   int port_ = 0;
   int health_port_ = 0;
+  std::thread reaper_;
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  bool reaper_stop_ = false;
 };
 
 }  // namespace splitspec

@@ -29,7 +29,10 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "max_verdict_top_k", "batching",      "max_batch_rows",
                                               "batch_wait_ms",    "draft_hint",    "tls_cert",
                                               "tls_key",          "tls_client_ca", "tls_reload_s",
-                                              "auth_tokens_file", "health_listen", "kv_cache"};
+                                              "auth_tokens_file", "health_listen", "kv_cache",
+                                              "session_idle_timeout_s", "max_session_lifetime_s",
+                                              "allow_insecure_tokens", "max_concurrent_streams",
+                                              "max_connection_idle_s", "max_ping_strikes"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
@@ -41,6 +44,13 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("max_new_tokens")) c.max_new_tokens = json_integer<int32_t>(j["max_new_tokens"], "max_new_tokens");
     if (j.contains("compute_threads")) c.compute_threads = json_integer<int32_t>(j["compute_threads"], "compute_threads");
     if (j.contains("shutdown_grace_s")) c.shutdown_grace_s = j["shutdown_grace_s"].get<double>();
+    if (j.contains("max_concurrent_streams"))
+      c.max_concurrent_streams = json_integer<int32_t>(j["max_concurrent_streams"], "max_concurrent_streams");
+    if (j.contains("max_connection_idle_s")) c.max_connection_idle_s = j["max_connection_idle_s"].get<double>();
+    if (j.contains("max_ping_strikes")) c.max_ping_strikes = json_integer<int32_t>(j["max_ping_strikes"], "max_ping_strikes");
+    if (j.contains("allow_insecure_tokens")) c.allow_insecure_tokens = j["allow_insecure_tokens"].get<bool>();
+    if (j.contains("session_idle_timeout_s")) c.session_idle_timeout_s = j["session_idle_timeout_s"].get<double>();
+    if (j.contains("max_session_lifetime_s")) c.max_session_lifetime_s = j["max_session_lifetime_s"].get<double>();
     if (j.contains("max_message_bytes")) c.max_message_bytes = json_integer<int32_t>(j["max_message_bytes"], "max_message_bytes");
     if (j.contains("log_level")) c.log_level = j["log_level"].get<std::string>();
     if (j.contains("port_file")) c.port_file = j["port_file"].get<std::string>();
@@ -80,6 +90,9 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
 void ServerConfig::validate_for_start() const {
   validate();
   if (target_dir.empty()) throw Error("no target model: give --target DIR (or \"target\" in the config file)");
+  if (!auth_tokens_file.empty() && tls_cert.empty() && !allow_insecure_tokens)
+    throw Error("auth_tokens_file on a plaintext port: clients' tokens would cross the network in the clear; serve "
+                "TLS (tls_cert, tls_key), or set allow_insecure_tokens (--allow-insecure-tokens) for a network you trust");
 }
 
 void ServerConfig::validate() const {
@@ -89,7 +102,13 @@ void ServerConfig::validate() const {
   if (max_new_tokens < 1) throw Error("max_new_tokens must be at least 1");
   if (max_verdict_top_k < 0 || max_verdict_top_k > 256) throw Error("max_verdict_top_k must be in [0, 256]");
   if (compute_threads < 0) throw Error("compute_threads must be >= 0 (0: OMP_NUM_THREADS if set, else the physical cores)");
-  if (!(shutdown_grace_s >= 0)) throw Error("shutdown_grace_s must be >= 0");
+  // Finite: the grace becomes a deadline, and an infinite one is undefined.
+  if (!(shutdown_grace_s >= 0 && shutdown_grace_s <= 86400))
+    throw Error("shutdown_grace_s must be a number of seconds in [0, 86400]");
+  if (!(session_idle_timeout_s >= 0 && session_idle_timeout_s <= 604800))
+    throw Error("session_idle_timeout_s must be a number of seconds in [0, 604800] (0: never)");
+  if (!(max_session_lifetime_s >= 0 && max_session_lifetime_s <= 604800))
+    throw Error("max_session_lifetime_s must be a number of seconds in [0, 604800] (0: never)");
   if (max_message_bytes < 1024) throw Error("max_message_bytes must be at least 1024");
   if (early_exits != "auto" && early_exits != "off") throw Error("early_exits must be auto or off");
   if (early_exit_shortlist < 0) throw Error("early_exit_shortlist must be >= 0 (0: the whole vocabulary)");
@@ -101,6 +120,10 @@ void ServerConfig::validate() const {
   if (tls_cert.empty() != tls_key.empty()) throw Error("tls_cert and tls_key go together: give both, or neither for plaintext");
   if (!tls_client_ca.empty() && tls_cert.empty()) throw Error("tls_client_ca (mutual TLS) needs tls_cert and tls_key");
   if (tls_reload_s < 1) throw Error("tls_reload_s must be at least 1");
+  if (max_concurrent_streams < 1) throw Error("max_concurrent_streams must be at least 1");
+  if (!(max_connection_idle_s >= 1 && max_connection_idle_s <= 86400))
+    throw Error("max_connection_idle_s must be a number of seconds in [1, 86400]");
+  if (max_ping_strikes < 1) throw Error("max_ping_strikes must be at least 1 (each strike is a ping sooner than 1 s)");
   if (!health_listen.empty() && health_listen.find(':') == std::string::npos)
     throw Error("health_listen must be HOST:PORT, got '" + health_listen + "'");
   static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};

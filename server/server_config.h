@@ -17,6 +17,12 @@ struct ServerConfig {
   int32_t compute_threads = 0;      // threads of the target forward; 0: OMP_NUM_THREADS if set, else the physical cores
   std::string kv_cache = "f32";     // element type of the sessions' KV caches: f32 or f16 (half the memory)
   double shutdown_grace_s = 10.0;   // SIGTERM: in-flight streams get this long to finish
+  // A Session stream that sends nothing for this long while no round of it
+  // is being verified is ended with DEADLINE_EXCEEDED, its slot and KV cache
+  // freed: silent streams cannot hold every slot (0: never).
+  double session_idle_timeout_s = 60.0;
+  // A Session stream open this long is ended the same way (0: never).
+  double max_session_lifetime_s = 3600.0;
   int32_t max_message_bytes = 4 << 20;
   std::string log_level = "info";
   // Early exits run for sessions that ask for early verdicts: "auto" (those
@@ -45,9 +51,19 @@ struct ServerConfig {
   // A file of bearer tokens, one a line: every RPC but health must carry
   // "authorization: Bearer <one of them>" (UNAUTHENTICATED otherwise).
   std::string auth_tokens_file;
+  // Tokens on a plaintext port (no tls_cert) travel in the clear: refused at
+  // start unless this says the network is trusted.
+  bool allow_insecure_tokens = false;
   // HOST:PORT of a plaintext grpc.health.v1-only listener, for Kubernetes'
   // gRPC probes while the main port speaks TLS; empty: none.
   std::string health_listen;
+  // HTTP/2 limits on every connection (gRPC 1.51's pre-auth denial-of-service
+  // advisories; deploy/README.md): streams open at once on one connection,
+  // a connection with no stream closed after this long, and the pings too
+  // frequent a client may send before it is disconnected.
+  int32_t max_concurrent_streams = 100;
+  double max_connection_idle_s = 600;
+  int32_t max_ping_strikes = 2;
 
   // Throws splitspec::Error naming the file and key at fault.
   static ServerConfig from_file(const std::string& path);

@@ -3,6 +3,7 @@
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 
+#include <new>
 #include <sstream>
 
 #include "common/util/error.h"
@@ -80,6 +81,14 @@ grpc::Status start_decoder(const ServiceContext& ctx, const v1::GenerationReques
                                               options);
   } catch (const Error& e) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
+    // The session's KV cache (the whole context, allocated here) did not fit:
+    // the stream gets its status now, not at the client's deadline.
+    const ModelConfig& c = ctx.target->config();
+    spdlog::error("event=open_out_of_memory context={} kv_cache={}", c.max_position_embeddings, ctx.config.kv_cache);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "the server has no memory for another session's KV cache (" +
+                            std::to_string(c.max_position_embeddings) + " positions)");
   }
   return grpc::Status::OK;
 }
@@ -119,6 +128,9 @@ std::vector<prometheus::MetricFamily> collect_metrics(const ServiceContext& ctx)
   metric("splitspec_sessions_total", "counter", "Streams admitted.", static_cast<double>(k.sessions_total.load()));
   metric("splitspec_sessions_rejected_total", "counter", "Streams refused at the session limit.",
          static_cast<double>(k.sessions_rejected.load()));
+  metric("splitspec_sessions_expired_total", "counter",
+         "Session streams ended at session_idle_timeout_s or max_session_lifetime_s.",
+         static_cast<double>(k.sessions_expired.load()));
   metric("splitspec_unauthenticated_requests_total", "counter", "RPCs refused for a missing or wrong bearer token.",
          static_cast<double>(k.unauthenticated.load()));
   metric("splitspec_invalid_requests_total", "counter", "Streams ended for malformed or incompatible requests.",

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <prometheus/metric_family.h>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 
 #include "common/early_exit/early_exit.h"
 #include "common/engine/model.h"
@@ -25,6 +28,7 @@ struct ServerCounters {
   std::atomic<int32_t> active_sessions{0};
   std::atomic<int64_t> sessions_total{0};
   std::atomic<int64_t> sessions_rejected{0};
+  std::atomic<int64_t> sessions_expired{0};  // ended at the idle or lifetime limit
   std::atomic<int64_t> rounds_total{0};
   std::atomic<int64_t> draft_tokens_proposed{0};
   std::atomic<int64_t> draft_tokens_accepted{0};
@@ -48,6 +52,32 @@ struct ServerCounters {
 };
 
 // Everything a stream needs from the server, shared by all of them.
+struct ServiceContext;
+
+// A Session stream as the limits on idle time and lifetime see it.
+class LimitedStream {
+ public:
+  // Ends the stream with DEADLINE_EXCEEDED if it is over a limit at `now`.
+  virtual void enforce_limits(std::chrono::steady_clock::time_point now) = 0;
+  // Keep the stream's object alive across enforce_limits (StreamWriter's).
+  virtual void hold_stream() = 0;
+  virtual void release_stream() = 0;
+
+ protected:
+  ~LimitedStream() = default;
+};
+
+// The open Session streams: each registers when admitted and leaves when
+// its end is decided, so a registered stream is alive.
+struct OpenStreams {
+  std::mutex mu;
+  std::unordered_set<LimitedStream*> streams;
+};
+
+// Ends the open Session streams over session_idle_timeout_s or
+// max_session_lifetime_s (the server calls it a few times a second).
+void enforce_session_limits(ServiceContext& ctx);
+
 struct ServiceContext {
   ServerConfig config;
   std::shared_ptr<const Model> target;
@@ -63,6 +93,7 @@ struct ServiceContext {
   // Streams whose reactor still exists: a stream leaves the session count
   // when its end is decided, and this one when it is gone (shutdown drains it).
   std::atomic<int32_t> live_streams{0};
+  OpenStreams open_streams;
 };
 
 class SplitSpecService final : public v1::SplitSpec::CallbackService {

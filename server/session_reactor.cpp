@@ -73,12 +73,40 @@ Distribution dense_q(const v1::TokenDistribution& w, int64_t vocab, int32_t inde
   return q;
 }
 
-class SessionReactor final : public Base {
+class SessionReactor final : public Base, public LimitedStream {
  public:
   SessionReactor(ServiceContext& ctx, grpc::CallbackServerContext* context)
       : ctx_(ctx), id_(ctx.next_session_id.fetch_add(1)), peer_(context->peer()) {
+    {
+      std::lock_guard<std::mutex> lock(ctx_.open_streams.mu);
+      ctx_.open_streams.streams.insert(this);
+    }
     StartRead(&in_);
   }
+
+  void enforce_limits(std::chrono::steady_clock::time_point now) override {
+    const ServerConfig& c = ctx_.config;
+    bool busy;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy = busy_;
+    }
+    const double idle_s = std::chrono::duration<double>(now - last_active()).count();
+    const double open_s = std::chrono::duration<double>(now - opened_).count();
+    std::string why;
+    if (!busy && c.session_idle_timeout_s > 0 && idle_s > c.session_idle_timeout_s)
+      why = "the session sent nothing for " + seconds(idle_s) + " (the server's session_idle_timeout_s is " +
+            seconds(c.session_idle_timeout_s) + ")";
+    else if (c.max_session_lifetime_s > 0 && open_s > c.max_session_lifetime_s)
+      why = "the session was open for " + seconds(open_s) + " (the server's max_session_lifetime_s is " +
+            seconds(c.max_session_lifetime_s) + ")";
+    if (why.empty()) return;
+    spdlog::warn("session={} event=expired peer={} reason=\"{}\"", id_, peer_, why);
+    ctx_.counters.sessions_expired.fetch_add(1);
+    close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, why));
+  }
+  void hold_stream() override { hold(); }
+  void release_stream() override { release(); }
 
   ~SessionReactor() override {
     spdlog::info("session={} event=closed peer={} rounds={} generated={} proposed={} accepted={}", id_, peer_, rounds_,
@@ -88,9 +116,22 @@ class SessionReactor final : public Base {
   }
 
  private:
-  void on_closed(const grpc::Status& status) override { leave(ctx_, status); }
+  void on_closed(const grpc::Status& status) override {
+    {
+      std::lock_guard<std::mutex> lock(ctx_.open_streams.mu);
+      ctx_.open_streams.streams.erase(this);
+    }
+    leave(ctx_, status);
+  }
+
+  static std::string seconds(double s) { return fmt::format("{:.1f} s", s); }
+  std::chrono::steady_clock::time_point last_active() const {
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(last_active_.load()));
+  }
+  void touch() { last_active_.store(std::chrono::steady_clock::now().time_since_epoch().count()); }
 
   void OnReadDone(bool ok) override {
+    touch();
     if (!ok) {
       // The client half-closed (or vanished): let a round in flight finish.
       bool idle;
@@ -100,6 +141,12 @@ class SessionReactor final : public Base {
         idle = !busy_;
       }
       if (idle) close(grpc::Status::OK);
+      return;
+    }
+    if (in_.kind_case() == v1::SessionRequest::kCancel) {
+      // The client's own choice, not a bad request.
+      spdlog::info("session={} event=cancelled peer={}", id_, peer_);
+      close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
       return;
     }
     grpc::Status s = handle(in_);
@@ -117,8 +164,6 @@ class SessionReactor final : public Base {
     switch (req.kind_case()) {
       case v1::SessionRequest::kOpen: return open(req.open());
       case v1::SessionRequest::kDraft: return draft(req.draft());
-      case v1::SessionRequest::kCancel:
-        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
       default: return invalid("empty SessionRequest: set open, draft or cancel");
     }
   }
@@ -262,6 +307,7 @@ class SessionReactor final : public Base {
       busy_ = false;
       half_closed = client_closed_;
     }
+    touch();
     if (out) {
       // The round is decided: its early verdicts still queued are stale.
       if (early_) drop_queued([](const v1::SessionResponse& m) { return m.has_verdict() && !m.verdict().final(); });
@@ -330,6 +376,10 @@ class SessionReactor final : public Base {
   std::vector<std::vector<int32_t>> sent_;
   uint64_t order_ = 0;
   double exits_ms_ = 0;
+  // For the idle and lifetime limits: when the stream was admitted, and when
+  // a message last came or a round last ended (steady-clock ticks).
+  const std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now();
+  std::atomic<std::chrono::steady_clock::rep> last_active_{opened_.time_since_epoch().count()};
 };
 
 // Refuses a stream before any message is read.
@@ -340,6 +390,25 @@ class RefusedSession final : public grpc::ServerBidiReactor<v1::SessionRequest, 
 };
 
 }  // namespace
+
+void enforce_session_limits(ServiceContext& ctx) {
+  if (ctx.config.session_idle_timeout_s <= 0 && ctx.config.max_session_lifetime_s <= 0) return;
+  // Held under the registry's lock (a registered stream is alive), ended
+  // outside it: ending one takes that lock to leave the registry.
+  std::vector<LimitedStream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(ctx.open_streams.mu);
+    for (LimitedStream* s : ctx.open_streams.streams) {
+      s->hold_stream();
+      streams.push_back(s);
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (LimitedStream* s : streams) {
+    s->enforce_limits(now);
+    s->release_stream();
+  }
+}
 
 grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* new_session_reactor(
     ServiceContext& ctx, grpc::CallbackServerContext* context) {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <fstream>
 
 #include "common/util/error.h"
@@ -94,11 +95,19 @@ grpc::Status TokenAuth::check(const grpc::ServerContextBase& context) const {
   if (it == md.end())
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "this server requires a bearer token (authorization: Bearer <token>); give the client one");
-  const std::string value(it->second.data(), it->second.size());
-  static const std::string kBearer = "Bearer ";
-  if (value.compare(0, kBearer.size(), kBearer) != 0 || !accepts(value.substr(kBearer.size())))
+  const std::optional<std::string> token = bearer(std::string(it->second.data(), it->second.size()));
+  if (!token || !accepts(*token))
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the bearer token was not accepted");
   return grpc::Status::OK;
+}
+
+std::optional<std::string> TokenAuth::bearer(const std::string& value) {
+  static const std::string kScheme = "bearer";
+  if (value.size() <= kScheme.size() || value[kScheme.size()] != ' ') return std::nullopt;
+  for (size_t i = 0; i < kScheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(value[i])) != kScheme[i]) return std::nullopt;
+  const size_t start = value.find_first_not_of(' ', kScheme.size());
+  return start == std::string::npos ? std::string() : value.substr(start);
 }
 
 }  // namespace splitspec

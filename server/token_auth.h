@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ class TokenAuth {
   // Whether `given` equals one of the tokens, in time independent of where
   // it differs.
   bool accepts(const std::string& given) const;
+  // The credentials of an authorization header's value under the Bearer
+  // scheme, whose name is case-insensitive (RFC 7235), after its spaces;
+  // nullopt for another scheme.
+  static std::optional<std::string> bearer(const std::string& value);
 
  private:
   using Tokens = std::shared_ptr<const std::vector<std::string>>;

@@ -70,6 +70,8 @@ ClientOptions client_options(const std::string& address) {
   o.draft_dir = test::demo_draft_dir();
   o.threads = 1;
   o.connect_timeout = std::chrono::milliseconds(3000);
+  // The token tests run on loopback, without TLS.
+  o.allow_insecure_tokens = true;
   return o;
 }
 
@@ -197,6 +199,13 @@ TEST(TokenAuthCheck, TokensFileAndConstantTimeMatch) {
   EXPECT_FALSE(auth->accepts("alpha-12"));
   EXPECT_FALSE(auth->accepts(""));
   EXPECT_FALSE(auth->accepts("# robots"));
+  // The scheme's name in any case, as RFC 7235 has it; nothing else.
+  EXPECT_EQ(TokenAuth::bearer("Bearer alpha-1"), "alpha-1");
+  EXPECT_EQ(TokenAuth::bearer("bearer alpha-1"), "alpha-1");
+  EXPECT_EQ(TokenAuth::bearer("BEARER   alpha-1"), "alpha-1");
+  EXPECT_EQ(TokenAuth::bearer("Basic alpha-1"), std::nullopt);
+  EXPECT_EQ(TokenAuth::bearer("Beareralpha-1"), std::nullopt);
+  EXPECT_EQ(TokenAuth::bearer("alpha-1"), std::nullopt);
   std::ofstream(dir.str("empty")) << "# none yet\n";
   EXPECT_NE(test::error_of([&] { TokenAuth::from_file(dir.str("empty")); }).find("holds no token"), std::string::npos);
   EXPECT_NE(test::error_of([&] { TokenAuth::from_file(dir.str("missing")); }).find("cannot open"), std::string::npos);
@@ -241,9 +250,18 @@ TEST(TokenAuthCheck, EveryRpcButHealthNeedsAnAcceptedToken) {
   std::ofstream(dir.str("token")) << "robot-7f3a\n";
   ServerConfig c = config();
   c.auth_tokens_file = dir.str("tokens");
+  // Tokens over plaintext only when asked for, on either side.
+  EXPECT_NE(test::error_of([&] { Server refused(c); }).find("auth_tokens_file on a plaintext port"), std::string::npos);
+  c.allow_insecure_tokens = true;
   Server server(c);
   server.start();
   const std::string address = address_of(server);
+  {
+    ClientOptions careful = client_options(address);
+    careful.allow_insecure_tokens = false;
+    careful.auth_token = "robot-7f3a";
+    EXPECT_NE(test::error_of([&] { Client::connect(careful); }).find("a bearer token over plaintext"), std::string::npos);
+  }
   test::expect_connect_refused(client_options(address), "UNAUTHENTICATED");
   ClientOptions wrong = client_options(address);
   wrong.auth_token = "robot-7f3b";
@@ -276,6 +294,13 @@ TEST(TokenAuthCheck, EveryRpcButHealthNeedsAnAcceptedToken) {
     EXPECT_FALSE(stream->Read(&r));
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
+  {
+    // The scheme's name is case-insensitive.
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "bearer robot-7f3a");
+    v1::ServerInfo info;
+    EXPECT_TRUE(test::raw_stub(address)->GetInfo(&ctx, v1::GetInfoRequest{}, &info).ok());
+  }
   EXPECT_EQ(health(address), grpc::health::v1::HealthCheckResponse::SERVING);
   EXPECT_NE(server.metrics_text().find("splitspec_unauthenticated_requests_total 4"), std::string::npos)
       << server.metrics_text();
@@ -283,7 +308,11 @@ TEST(TokenAuthCheck, EveryRpcButHealthNeedsAnAcceptedToken) {
   const test::CliRun refused = test::run_cli("info --server " + address);
   EXPECT_NE(refused.status, 0);
   EXPECT_NE(refused.err.find("UNAUTHENTICATED"), std::string::npos) << refused.err;
-  const test::CliRun info = test::run_cli("info --server " + address + " --auth-token-file " + dir.str("token"));
+  const test::CliRun careless = test::run_cli("info --server " + address + " --auth-token-file " + dir.str("token"));
+  EXPECT_NE(careless.status, 0);
+  EXPECT_NE(careless.err.find("allow-insecure-tokens"), std::string::npos) << careless.err;
+  const test::CliRun info =
+      test::run_cli("info --server " + address + " --auth-token-file " + dir.str("token") + " --allow-insecure-tokens");
   EXPECT_EQ(info.status, 0) << info.err;
   EXPECT_NE(info.out.find("\"model_name\""), std::string::npos) << info.out;
   EXPECT_EQ(test::run_cli("health --server " + address).status, 0);
@@ -295,6 +324,7 @@ TEST(TokenAuthCheck, TheServerHonoursARotatedTokenWithoutARestart) {
   std::ofstream(dir.str("tokens")) << "robot-old\n";
   ServerConfig c = config();
   c.auth_tokens_file = dir.str("tokens");
+  c.allow_insecure_tokens = true;
   c.tls_reload_s = 1;
   Server server(c);
   server.start();

@@ -57,6 +57,10 @@ TEST(ServerConfig, ShippedConfigParsesAndBadOnesAreNamed) {
   EXPECT_NE(config_error("{\"log_level\": \"loud\"}").find("log_level"), std::string::npos);
   EXPECT_NE(config_error("{\"shutdown_grace_s\": -1}").find("shutdown_grace_s"), std::string::npos);
   EXPECT_NE(config_error("{\"max_message_bytes\": 10}").find("max_message_bytes"), std::string::npos);
+  EXPECT_NE(config_error("{\"max_concurrent_streams\": 0}").find("max_concurrent_streams"), std::string::npos);
+  EXPECT_NE(config_error("{\"max_connection_idle_s\": 0}").find("max_connection_idle_s"), std::string::npos);
+  EXPECT_NE(config_error("{\"max_ping_strikes\": 0}").find("max_ping_strikes"), std::string::npos);
+  EXPECT_NE(config_error("{\"session_idle_timeout_s\": -1}").find("session_idle_timeout_s"), std::string::npos);
 }
 
 TEST(ServerCli, BadStartsExitWithOneClearLine) {
@@ -72,6 +76,8 @@ TEST(ServerCli, BadStartsExitWithOneClearLine) {
       {"--config " + dir.str("bad.json"), "bad.json"},
       {"--target " + demo + " --listen 256.0.0.1:1", "cannot listen on 256.0.0.1:1"},
       {"--target " + demo + " --max-sessions 0", "max_sessions must be at least 1"},
+      {"--target " + demo + " --shutdown-grace-s inf", "shutdown_grace_s must be a number of seconds in [0, 86400]"},
+      {"--target " + demo + " --shutdown-grace-s nan", "shutdown_grace_s must be a number of seconds"},
   };
   for (const auto& c : cases) {
     const ProcessRun r = run("splitspec-server", c.args);

@@ -45,6 +45,7 @@ struct GenerateArgs {
   std::string fallback_target;
   double failback_interval_s = 0.5;
   std::string tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file;
+  bool allow_insecure_tokens = false;
   bool json = false;
   // Local modes.
   std::string memory_budget;
@@ -268,6 +269,7 @@ int run_generate(const GenerateArgs& a) {
   o.tls_key = a.tls_key;
   o.tls_server_name = a.tls_server_name;
   o.auth_token_file = a.auth_token_file;
+  o.allow_insecure_tokens = a.allow_insecure_tokens;
   if (const char* token = std::getenv("SPLITSPEC_AUTH_TOKEN"); token && a.auth_token_file.empty()) o.auth_token = token;
   std::unique_ptr<Client> client = Client::connect(o);
   Request req = a.request;
@@ -432,6 +434,8 @@ Command add_generate_command(CLI::App& app) {
                   "Server verifier: the name the server's certificate carries, when not the address's host");
   cmd->add_option("--auth-token-file", a->auth_token_file,
                   "Server verifier: a file whose first line is the bearer token to send (or set SPLITSPEC_AUTH_TOKEN)");
+  cmd->add_flag("--allow-insecure-tokens", a->allow_insecure_tokens,
+                "Send the token without TLS too (a network you trust): by default a token needs --tls-ca");
   cmd->add_flag("--json", a->json,
                 "Print one JSON object with ids, text and stats (rounds, tau, draft_ms, verify_wait_ms, "
                 "network_rtt_ms, ...) instead of streaming text");

@@ -32,6 +32,8 @@ void add_security_options(CLI::App* cmd, ServerArgs& a) {
                   "The name the server's certificate carries, when not the address's host");
   cmd->add_option("--auth-token-file", a.security.auth_token_file,
                   "A file whose first line is the bearer token (or set SPLITSPEC_AUTH_TOKEN)");
+  cmd->add_flag("--allow-insecure-tokens", a.security.allow_insecure_tokens,
+                "Send the token without TLS too (a network you trust): by default a token needs --tls-ca");
 }
 
 std::shared_ptr<grpc::Channel> channel(const ServerArgs& a) {

@@ -17,6 +17,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -250,6 +251,13 @@ class Fields {
     names_.push_back(name);
     return *this;
   }
+  // A credential: __repr__ shows that it is set, never its value (reprs end
+  // up in logs and tracebacks); as_dict() and the attribute still give it.
+  template <class M>
+  Fields& secret(const char* name, M T::*member, const char* doc = "") {
+    secrets_.push_back(name);
+    return rw(name, member, doc);
+  }
   template <class Get, class Set>
   Fields& property(const char* name, Get get, Set set, const char* doc = "") {
     cls_.def_property(name, get, set, doc);
@@ -269,11 +277,14 @@ class Fields {
       return d;
     };
     cls_.def("as_dict", as_dict, "The fields as a dict (nested ones as dicts too).");
-    cls_.def("__repr__", [names, type_name](const py::object& self) {
+    auto secrets = std::make_shared<std::vector<std::string>>(secrets_);
+    cls_.def("__repr__", [names, secrets, type_name](const py::object& self) {
       std::string out = std::string(type_name) + "(";
       for (size_t i = 0; i < names->size(); ++i) {
         const std::string& n = (*names)[i];
-        out += (i ? ", " : "") + n + "=" + py::repr(self.attr(n.c_str())).template cast<std::string>();
+        const py::object v = self.attr(n.c_str());
+        const bool hidden = std::find(secrets->begin(), secrets->end(), n) != secrets->end() && py::bool_(v);
+        out += (i ? ", " : "") + n + "=" + (hidden ? std::string("'<hidden>'") : py::repr(v).template cast<std::string>());
       }
       return out + ")";
     });
@@ -291,7 +302,7 @@ class Fields {
 
  private:
   py::class_<T>& cls_;
-  std::vector<std::string> names_;
+  std::vector<std::string> names_, secrets_;
 };
 
 void bind_options(py::module_& m) {
@@ -346,8 +357,9 @@ void bind_options(py::module_& m) {
       .rw("tls_cert", &ClientOptions::tls_cert)
       .rw("tls_key", &ClientOptions::tls_key)
       .rw("tls_server_name", &ClientOptions::tls_server_name)
-      .rw("auth_token", &ClientOptions::auth_token)
-      .rw("auth_token_file", &ClientOptions::auth_token_file);
+      .secret("auth_token", &ClientOptions::auth_token)
+      .rw("auth_token_file", &ClientOptions::auth_token_file)
+      .rw("allow_insecure_tokens", &ClientOptions::allow_insecure_tokens);
   f.finish("ClientOptions", true);
 
   m.def(

@@ -250,6 +250,13 @@ class Values(unittest.TestCase):
         self.assertEqual(o.drafter_options, {"tables": "lut.safetensors"})
         self.assertIn("drafter_options={'tables': 'lut.safetensors'}", repr(o))
 
+    def test_repr_hides_the_token(self):
+        o = splitspec.ClientOptions(auth_token="robot-7f3a")
+        self.assertNotIn("robot-7f3a", repr(o))
+        self.assertIn("auth_token='<hidden>'", repr(o))
+        self.assertEqual(o.auth_token, "robot-7f3a")
+        self.assertIn("auth_token=''", repr(splitspec.ClientOptions()))
+
     def test_as_dict(self):
         client = splitspec.Client(local_options())
         d = client.generate_ids(PROMPT_IDS, splitspec.Request(max_new_tokens=8)).as_dict()

@@ -1,0 +1,304 @@
+// What a hostile or unlucky client can make a real server process do, tried
+// over loopback: each ends in a clear status at once, and the server keeps
+// serving.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <cstdlib>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "client/client.h"
+#include "common/engine/model.h"
+#include "common/util/error.h"
+#include "server/server.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "proto/splitspec.grpc.pb.h"
+#include "tests/edge_cloud_util.h"
+#include "tests/test_util.h"
+
+namespace splitspec::test {
+namespace {
+
+// GetInfo's counters from a server that wants the test's token.
+v1::ServerStats server_stats_with_token(const std::string& address) {
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer robot-1");
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ServerInfo info;
+  const grpc::Status s = raw_stub(address)->GetInfo(&ctx, v1::GetInfoRequest{}, &info);
+  if (!s.ok()) throw std::runtime_error("GetInfo: " + s.error_message());
+  return info.stats();
+}
+
+// gRPC reflection's ListServices, by hand (its proto is not installed): the
+// call's status, and the answer's raw bytes in `raw`.
+grpc::Status list_services(const std::string& address, const std::string& token, std::string* raw = nullptr) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok;
+  auto step = [&](int n) {
+    cq.Next(&tag, &ok);
+    EXPECT_EQ(tag, reinterpret_cast<void*>(static_cast<intptr_t>(n)));
+    return ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  step(1);
+  const char request[] = {0x3a, 0x00};  // field 7, list_services: ""
+  grpc::Slice slice(request, sizeof(request));
+  call->Write(grpc::ByteBuffer(&slice, 1), reinterpret_cast<void*>(2));
+  step(2);
+  call->WritesDone(reinterpret_cast<void*>(3));
+  step(3);
+  grpc::ByteBuffer answer;
+  call->Read(&answer, reinterpret_cast<void*>(4));
+  if (step(4) && raw) {
+    std::vector<grpc::Slice> slices;
+    (void)answer.Dump(&slices);
+    for (const auto& s : slices) raw->append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  step(5);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
+}
+
+// The process's virtual size, from /proc.
+int64_t virtual_bytes(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "VmSize:") {
+      int64_t kb = 0;
+      in >> kb;
+      return kb * 1024;
+    }
+    in.ignore(1 << 12, '\n');
+  }
+  return 0;
+}
+
+// A session whose KV cache the server cannot allocate (the whole context is
+// allocated at Open) gets RESOURCE_EXHAUSTED at once; it used to wait for
+// its deadline while the server's reactor held the stream.
+TEST(ServerLimits, AnOpenThatRunsOutOfMemoryGetsAStatusAtOnce) {
+  TempDir tmp;
+  ModelConfig c = tiny_config(64, 2);
+  c.max_position_embeddings = int64_t{1} << 22;  // 2 layers x K, V x 2 heads x 8 x 4 B a position: 1 GiB
+  Model::random(c, 1)->save(tmp.str("model"));
+  std::unique_ptr<Child> server;
+  // The server runs the whole declared context (past the 4096 a load keeps).
+  ::setenv("SPLITSPEC_MAX_CONTEXT", std::to_string(c.max_position_embeddings).c_str(), 1);
+  const std::string address = spawn_server(tmp.str("model"), tmp, server, {"--max-new-tokens", "8"});
+  ::unsetenv("SPLITSPEC_MAX_CONTEXT");
+  // Room for the server's own work, not for that cache.
+  const rlimit limit{static_cast<rlim_t>(virtual_bytes(server->pid()) + (int64_t{384} << 20)), RLIM_INFINITY};
+  ASSERT_EQ(prlimit(server->pid(), RLIMIT_AS, &limit, nullptr), 0);
+
+  auto stub = raw_stub(address);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  const auto start = std::chrono::steady_clock::now();
+  auto stream = stub->Session(&ctx);
+  v1::SessionRequest open;
+  open.mutable_open()->mutable_prompt_ids()->Add(1);
+  open.mutable_open()->set_max_new_tokens(4);
+  open.mutable_open()->set_vocab_size(64);
+  ASSERT_TRUE(stream->Write(open));
+  v1::SessionResponse r;
+  while (stream->Read(&r)) {
+  }
+  const grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message() << "\n"
+                                                                  << read_file(tmp.path() / "server.err");
+  EXPECT_NE(s.error_message().find("no memory"), std::string::npos) << s.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+
+  // Generate takes the same road; and the server still answers.
+  grpc::ClientContext gctx;
+  gctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto reader = stub->Generate(&gctx, open.open());
+  v1::GenerateResponse g;
+  while (reader->Read(&g)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NO_THROW(server_stats(address));
+}
+
+
+// A client's Cancel ends its session as CANCELLED, and is not counted or
+// logged as an invalid request.
+TEST(ServerLimits, ACancelIsNotAnInvalidRequest) {
+  LocalServer srv = start_server(demo_target_dir());
+  auto stub = raw_stub(srv.address);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->Session(&ctx);
+  v1::SessionRequest open;
+  open.mutable_open()->mutable_prompt_ids()->Add(1);
+  open.mutable_open()->set_max_new_tokens(4);
+  open.mutable_open()->set_vocab_size(8000);  // the demo target's
+  ASSERT_TRUE(stream->Write(open));
+  v1::SessionResponse r;
+  ASSERT_TRUE(stream->Read(&r));  // Opened
+  v1::SessionRequest cancel;
+  cancel.mutable_cancel();
+  ASSERT_TRUE(stream->Write(cancel));
+  while (stream->Read(&r)) {
+  }
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(server_stats(srv.address).invalid_requests(), 0);
+}
+
+
+// Silent streams squatting on every slot (a token holder that opens Session
+// streams and sends nothing) are ended at session_idle_timeout_s, so another
+// robot gets a slot within that and a little more.
+TEST(ServerLimits, SilentSessionsDoNotLockOutAThirdClient) {
+  TempDir tmp;
+  write_file(tmp.path() / "tokens", "robot-1\n");
+  std::unique_ptr<Child> server;
+  const std::string address =
+      spawn_server(demo_target_dir(), tmp, server,
+                   {"--max-sessions", "2", "--session-idle-timeout-s", "1", "--auth-tokens-file", tmp.str("tokens"),
+                    "--allow-insecure-tokens"});
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = v1::SplitSpec::NewStub(channel);
+  grpc::ClientContext silent[2];
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> streams[2];
+  for (int i = 0; i < 2; ++i) {
+    silent[i].AddMetadata("authorization", "Bearer robot-1");
+    silent[i].set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    streams[i] = stub->Session(&silent[i]);
+  }
+  ASSERT_TRUE(wait_until([&] { return server_stats_with_token(address).active_sessions() == 2; }, std::chrono::seconds(10)));
+  const auto start = std::chrono::steady_clock::now();
+  ClientOptions o = server_options(address, "pld");
+  o.auth_token = "robot-1";
+  o.allow_insecure_tokens = true;
+  o.target_dir = "";
+  Request req;
+  req.max_new_tokens = 4;
+  std::string last_error;
+  bool served = false;
+  while (!served && std::chrono::steady_clock::now() - start < std::chrono::seconds(3)) {
+    try {
+      served = Client::connect(o)->generate_ids({1, 5, 9}, req).ids.size() == 4;
+    } catch (const Error& e) {
+      last_error = e.what();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  EXPECT_TRUE(served) << last_error;
+  for (auto& s : streams) {
+    v1::SessionResponse r;
+    while (s->Read(&r)) {
+    }
+    const grpc::Status status = s->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_NE(status.error_message().find("session_idle_timeout_s"), std::string::npos) << status.error_message();
+  }
+}
+
+// A session open longer than max_session_lifetime_s is ended, busy or not.
+TEST(ServerLimits, ASessionIsEndedAtItsLifetime) {
+  ServerConfig c;
+  c.target_dir = demo_target_dir();
+  c.listen = "127.0.0.1:0";
+  c.compute_threads = 1;
+  c.log_level = "warn";
+  c.session_idle_timeout_s = 0;
+  c.max_session_lifetime_s = 1;
+  Server server(c);
+  server.start();
+  auto stub = raw_stub("127.0.0.1:" + std::to_string(server.port()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  const auto start = std::chrono::steady_clock::now();
+  auto stream = stub->Session(&ctx);
+  v1::SessionResponse r;
+  while (stream->Read(&r)) {
+  }
+  const grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(s.error_message().find("max_session_lifetime_s"), std::string::npos) << s.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_NE(server.metrics_text().find("splitspec_sessions_expired_total 1"), std::string::npos);
+  server.shutdown();
+}
+
+
+// gRPC's reflection registers itself on every server once its library is
+// loaded, and answers before any handler can check a token: under bearer
+// tokens it is off on the main port, and the plaintext health port never
+// has it. Without tokens the main port answers it.
+TEST(ServerLimits, ReflectionIsOffUnderTokensAndOnTheHealthPort) {
+  TempDir tmp;
+  write_file(tmp.path() / "tokens", "robot-1\n");
+  ServerConfig c;
+  c.target_dir = demo_target_dir();
+  c.listen = "127.0.0.1:0";
+  c.health_listen = "127.0.0.1:0";
+  c.compute_threads = 1;
+  c.log_level = "warn";
+  c.auth_tokens_file = tmp.str("tokens");
+  c.allow_insecure_tokens = true;
+  Server server(c);
+  server.start();
+  const std::string main_port = "127.0.0.1:" + std::to_string(server.port());
+  const std::string health_port = "127.0.0.1:" + std::to_string(server.health_port());
+  for (const std::string& port : {main_port, health_port})
+    for (const std::string token : {"", "robot-1"}) {
+      std::string raw;
+      const grpc::Status s = list_services(port, token, &raw);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << port << " token '" << token << "'";
+      EXPECT_EQ(raw.find("splitspec.v1.SplitSpec"), std::string::npos);
+    }
+  {
+    auto health = grpc::health::v1::Health::NewStub(grpc::CreateChannel(health_port, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckResponse r;
+    EXPECT_TRUE(health->Check(&ctx, grpc::health::v1::HealthCheckRequest{}, &r).ok());
+    EXPECT_EQ(r.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  server.shutdown();
+
+  LocalServer open = start_server(demo_target_dir());
+  std::string raw;
+  const grpc::Status s = list_services(open.address, "", &raw);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(raw.find("splitspec.v1.SplitSpec"), std::string::npos);
+}
+// A connection with no stream does not hold its socket past
+// max_connection_idle_s (one of the HTTP/2 limits against gRPC 1.51's
+// connection-exhaustion advisory).
+TEST(ServerLimits, AnIdleConnectionIsClosed) {
+  ServerConfig c;
+  c.target_dir = demo_target_dir();
+  c.listen = "127.0.0.1:0";
+  c.compute_threads = 1;
+  c.log_level = "warn";
+  c.max_connection_idle_s = 1;
+  Server server(c);
+  server.start();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
+  EXPECT_TRUE(wait_until([&] { return channel->GetState(false) != GRPC_CHANNEL_READY; }, std::chrono::seconds(8)));
+  server.shutdown();
+}
+
+}  // namespace
+}  // namespace splitspec::test
