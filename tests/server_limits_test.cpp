@@ -25,6 +25,16 @@
 namespace splitspec::test {
 namespace {
 
+// An in-process server of the demo target on a free loopback port.
+ServerConfig demo_config() {
+  ServerConfig c;
+  c.target_dir = demo_target_dir();
+  c.listen = "127.0.0.1:0";
+  c.compute_threads = 1;
+  c.log_level = "warn";
+  return c;
+}
+
 // GetInfo's counters from a server that wants the test's token.
 v1::ServerStats server_stats_with_token(const std::string& address) {
   grpc::ClientContext ctx;
@@ -215,11 +225,7 @@ TEST(ServerLimits, SilentSessionsDoNotLockOutAThirdClient) {
 
 // A session open longer than max_session_lifetime_s is ended, busy or not.
 TEST(ServerLimits, ASessionIsEndedAtItsLifetime) {
-  ServerConfig c;
-  c.target_dir = demo_target_dir();
-  c.listen = "127.0.0.1:0";
-  c.compute_threads = 1;
-  c.log_level = "warn";
+  ServerConfig c = demo_config();
   c.session_idle_timeout_s = 0;
   c.max_session_lifetime_s = 1;
   Server server(c);
@@ -248,12 +254,8 @@ TEST(ServerLimits, ASessionIsEndedAtItsLifetime) {
 TEST(ServerLimits, ReflectionIsOffUnderTokensAndOnTheHealthPort) {
   TempDir tmp;
   write_file(tmp.path() / "tokens", "robot-1\n");
-  ServerConfig c;
-  c.target_dir = demo_target_dir();
-  c.listen = "127.0.0.1:0";
+  ServerConfig c = demo_config();
   c.health_listen = "127.0.0.1:0";
-  c.compute_threads = 1;
-  c.log_level = "warn";
   c.auth_tokens_file = tmp.str("tokens");
   c.allow_insecure_tokens = true;
   Server server(c);
@@ -282,15 +284,12 @@ TEST(ServerLimits, ReflectionIsOffUnderTokensAndOnTheHealthPort) {
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_NE(raw.find("splitspec.v1.SplitSpec"), std::string::npos);
 }
+
 // A connection with no stream does not hold its socket past
 // max_connection_idle_s (one of the HTTP/2 limits against gRPC 1.51's
 // connection-exhaustion advisory).
 TEST(ServerLimits, AnIdleConnectionIsClosed) {
-  ServerConfig c;
-  c.target_dir = demo_target_dir();
-  c.listen = "127.0.0.1:0";
-  c.compute_threads = 1;
-  c.log_level = "warn";
+  ServerConfig c = demo_config();
   c.max_connection_idle_s = 1;
   Server server(c);
   server.start();
