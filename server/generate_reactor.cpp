@@ -6,6 +6,7 @@
 
 #include "common/decoding/target_decoder.h"
 #include "proto/convert.h"
+#include "server/log_text.h"
 #include "server/stream_writer.h"
 
 namespace splitspec {
@@ -66,7 +67,7 @@ class GenerateReactor final : public Base {
       else
         more = true;
     } else if (!o.skipped) {
-      spdlog::error("session={} event=internal_error error=\"{}\"", id_, o.error);
+      spdlog::error("session={} event=internal_error error=\"{}\"", id_, log_text(o.error));
       close(grpc::Status(grpc::StatusCode::INTERNAL, o.error));
     }
     // The next step queues behind other sessions' work.

@@ -14,6 +14,7 @@
 #include "common/early_exit/early_verdict.h"
 #include "common/decoding/target_decoder.h"
 #include "proto/convert.h"
+#include "server/log_text.h"
 #include "server/stream_writer.h"
 
 namespace splitspec {
@@ -153,7 +154,7 @@ class SessionReactor final : public Base, public LimitedStream {
     if (!s.ok()) {
       ctx_.counters.invalid_requests.fetch_add(1);
       spdlog::warn("session={} event=rejected peer={} code={} error=\"{}\"", id_, peer_, static_cast<int>(s.error_code()),
-                   s.error_message());
+                   log_text(s.error_message()));
       close(std::move(s));
       return;
     }
@@ -295,7 +296,7 @@ class SessionReactor final : public Base, public LimitedStream {
       if (o.invalid) {
         end = invalid(o.error);
       } else {
-        spdlog::error("session={} event=internal_error error=\"{}\"", id_, o.error);
+        spdlog::error("session={} event=internal_error error=\"{}\"", id_, log_text(o.error));
         end = grpc::Status(grpc::StatusCode::INTERNAL, o.error);
       }
     }

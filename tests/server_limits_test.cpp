@@ -4,6 +4,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "client/client.h"
 #include "common/engine/model.h"
 #include "common/util/error.h"
+#include "server/log_text.h"
 #include "server/server.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/splitspec.grpc.pb.h"
@@ -297,6 +299,34 @@ TEST(ServerLimits, AnIdleConnectionIsClosed) {
   ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
   EXPECT_TRUE(wait_until([&] { return channel->GetState(false) != GRPC_CHANNEL_READY; }, std::chrono::seconds(8)));
   server.shutdown();
+}
+
+// Text a client sends, echoed in a log line, stays on that line: a
+// tokenizer fingerprint carrying a newline cannot forge a log entry.
+TEST(ServerLimits, ClientTextCannotForgeALogLine) {
+  EXPECT_EQ(log_text("a\"b\\c\nd\te\x01"), "a\\\"b\\\\c\\nd\\te\\x01");
+  TempDir tmp;
+  std::unique_ptr<Child> server;
+  const std::string address = spawn_server(demo_target_dir(), tmp, server);
+  auto stub = raw_stub(address);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->Session(&ctx);
+  v1::SessionRequest open;
+  open.mutable_open()->mutable_prompt_ids()->Add(1);
+  open.mutable_open()->set_max_new_tokens(4);
+  open.mutable_open()->set_vocab_size(8000);
+  open.mutable_open()->set_tokenizer_fingerprint("abc\nevent=forged \"x\"");
+  ASSERT_TRUE(stream->Write(open));
+  v1::SessionResponse r;
+  while (stream->Read(&r)) {
+  }
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  server->signal(SIGTERM);
+  server->wait(std::chrono::seconds(30));
+  const std::string log = read_file(tmp.path() / "server.err");
+  EXPECT_NE(log.find("abc\\nevent=forged \\\"x\\\""), std::string::npos) << log;
+  EXPECT_EQ(log.find("\nevent=forged"), std::string::npos) << log;
 }
 
 }  // namespace
