@@ -27,6 +27,25 @@
 namespace splitspec::test {
 namespace {
 
+using SessionStream = grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>;
+
+// An Open of a one-token prompt for a target of `vocab` tokens.
+v1::SessionRequest open_request(int32_t vocab) {
+  v1::SessionRequest open;
+  open.mutable_open()->mutable_prompt_ids()->Add(1);
+  open.mutable_open()->set_max_new_tokens(4);
+  open.mutable_open()->set_vocab_size(vocab);
+  return open;
+}
+
+// Reads `stream` to its end; its status.
+grpc::Status drain(SessionStream& stream) {
+  v1::SessionResponse r;
+  while (stream.Read(&r)) {
+  }
+  return stream.Finish();
+}
+
 // An in-process server of the demo target on a free loopback port.
 ServerConfig demo_config() {
   ServerConfig c;
@@ -125,15 +144,9 @@ TEST(ServerLimits, AnOpenThatRunsOutOfMemoryGetsAStatusAtOnce) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   const auto start = std::chrono::steady_clock::now();
   auto stream = stub->Session(&ctx);
-  v1::SessionRequest open;
-  open.mutable_open()->mutable_prompt_ids()->Add(1);
-  open.mutable_open()->set_max_new_tokens(4);
-  open.mutable_open()->set_vocab_size(64);
+  v1::SessionRequest open = open_request(64);
   ASSERT_TRUE(stream->Write(open));
-  v1::SessionResponse r;
-  while (stream->Read(&r)) {
-  }
-  const grpc::Status s = stream->Finish();
+  const grpc::Status s = drain(*stream);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message() << "\n"
                                                                   << read_file(tmp.path() / "server.err");
   EXPECT_NE(s.error_message().find("no memory"), std::string::npos) << s.error_message();
@@ -159,19 +172,14 @@ TEST(ServerLimits, ACancelIsNotAnInvalidRequest) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   auto stream = stub->Session(&ctx);
-  v1::SessionRequest open;
-  open.mutable_open()->mutable_prompt_ids()->Add(1);
-  open.mutable_open()->set_max_new_tokens(4);
-  open.mutable_open()->set_vocab_size(8000);  // the demo target's
+  v1::SessionRequest open = open_request(8000);  // the demo target's
   ASSERT_TRUE(stream->Write(open));
   v1::SessionResponse r;
   ASSERT_TRUE(stream->Read(&r));  // Opened
   v1::SessionRequest cancel;
   cancel.mutable_cancel();
   ASSERT_TRUE(stream->Write(cancel));
-  while (stream->Read(&r)) {
-  }
-  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(drain(*stream).error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_EQ(server_stats(srv.address).invalid_requests(), 0);
 }
 
@@ -190,7 +198,7 @@ TEST(ServerLimits, SilentSessionsDoNotLockOutAThirdClient) {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   auto stub = v1::SplitSpec::NewStub(channel);
   grpc::ClientContext silent[2];
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> streams[2];
+  std::unique_ptr<SessionStream> streams[2];
   for (int i = 0; i < 2; ++i) {
     silent[i].AddMetadata("authorization", "Bearer robot-1");
     silent[i].set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
@@ -216,10 +224,7 @@ TEST(ServerLimits, SilentSessionsDoNotLockOutAThirdClient) {
   }
   EXPECT_TRUE(served) << last_error;
   for (auto& s : streams) {
-    v1::SessionResponse r;
-    while (s->Read(&r)) {
-    }
-    const grpc::Status status = s->Finish();
+    const grpc::Status status = drain(*s);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
     EXPECT_NE(status.error_message().find("session_idle_timeout_s"), std::string::npos) << status.error_message();
   }
@@ -237,10 +242,7 @@ TEST(ServerLimits, ASessionIsEndedAtItsLifetime) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   const auto start = std::chrono::steady_clock::now();
   auto stream = stub->Session(&ctx);
-  v1::SessionResponse r;
-  while (stream->Read(&r)) {
-  }
-  const grpc::Status s = stream->Finish();
+  const grpc::Status s = drain(*stream);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_NE(s.error_message().find("max_session_lifetime_s"), std::string::npos) << s.error_message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
@@ -312,16 +314,10 @@ TEST(ServerLimits, ClientTextCannotForgeALogLine) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   auto stream = stub->Session(&ctx);
-  v1::SessionRequest open;
-  open.mutable_open()->mutable_prompt_ids()->Add(1);
-  open.mutable_open()->set_max_new_tokens(4);
-  open.mutable_open()->set_vocab_size(8000);
+  v1::SessionRequest open = open_request(8000);
   open.mutable_open()->set_tokenizer_fingerprint("abc\nevent=forged \"x\"");
   ASSERT_TRUE(stream->Write(open));
-  v1::SessionResponse r;
-  while (stream->Read(&r)) {
-  }
-  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(drain(*stream).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   server->signal(SIGTERM);
   server->wait(std::chrono::seconds(30));
   const std::string log = read_file(tmp.path() / "server.err");

@@ -58,6 +58,8 @@ constexpr int64_t kKPackRows = 8;
 // back (unpack); `scratch` grows to one group's bytes.
 void kquant_regroup_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch,
                          bool pack);
+// One packed group (kKPackRows rows at `group`) as plain rows into `out`.
+void kquant_unpack_group(WType type, const uint8_t* group, int64_t cols, uint8_t* out);
 // Super-block b of row r, plain or packed, in the file's layout.
 void read_superblock(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out);
 

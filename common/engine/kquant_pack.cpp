@@ -69,6 +69,10 @@ void kquant_regroup_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, 
                    [&](const uint8_t* in, uint8_t* out) { regroup(type, in, out, cols, pack); });
 }
 
+void kquant_unpack_group(WType type, const uint8_t* group, int64_t cols, uint8_t* out) {
+  regroup(type, group, out, cols, false);
+}
+
 void read_superblock(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out) {
   const int64_t sb = superblock_bytes(m.type);
   const int64_t full = m.rows / kKPackRows * kKPackRows;

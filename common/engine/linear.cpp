@@ -171,11 +171,10 @@ void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRow
         r0 = end;
       }
 #endif
-      thread_local std::vector<uint8_t> plain, scratch;
-      const int64_t group = kKPackRows * row_bytes(w.type, w.cols);
+      thread_local std::vector<uint8_t> plain;
+      plain.resize(static_cast<size_t>(kKPackRows * row_bytes(w.type, w.cols)));
       for (; r0 < end; r0 += kKPackRows) {
-        plain.assign(w.row(r0), w.row(r0) + group);
-        kquant_regroup_rows(w.type, plain.data(), kKPackRows, w.cols, scratch, false);
+        kquant_unpack_group(w.type, w.row(r0), w.cols, plain.data());
         kquant_plain_rows(w, plain.data(), r0, r0 + kKPackRows, qk, y, isa);
       }
     }
