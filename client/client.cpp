@@ -218,6 +218,14 @@ std::shared_ptr<Model> load_fallback(const ClientOptions& o, const v1::ServerInf
       Tokenizer(o.fallback_target_dir).fingerprint() != info.tokenizer_fingerprint())
     throw Error("fallback target " + o.fallback_target_dir + " has another tokenizer than server " + o.server +
                 "'s target; it must be the same model");
+  // Same shape and tokenizer is not enough: a Q4_0 copy of an F16 target
+  // gives other tokens after a failover.
+  const std::string digest = m->weights_digest();
+  if (!info.weights_digest().empty() && !digest.empty() && digest != info.weights_digest())
+    throw Error("fallback target " + o.fallback_target_dir + " (" + wtype_name(m->weight_type()) + ", weights digest " +
+                digest + ") is not the weights server " + o.server + " verifies with (" + info.weight_type() +
+                ", digest " + info.weights_digest() + "): give the same file at the same --dtype, or its tokens "
+                "would differ after a failover");
   return m;
 }
 
@@ -339,6 +347,8 @@ ServerInfo Client::server_info() {
   out.active_sessions = i.stats().active_sessions();
   out.version = i.version();
   out.kv_cache = i.kv_cache().empty() ? "f32" : i.kv_cache();
+  out.weight_type = i.weight_type();
+  out.weights_digest = i.weights_digest();
   return out;
 }
 

@@ -294,6 +294,8 @@ struct ServerInfo {
   int32_t active_sessions = 0;
   std::string version;
   std::string kv_cache;  // the target's KV cache type: "f32" or "f16"
+  std::string weight_type;     // the target's layer matrices' type, e.g. "q4_k"
+  std::string weights_digest;  // of its weights (empty: streamed from disk)
 };
 
 namespace detail {

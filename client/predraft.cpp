@@ -70,6 +70,7 @@ void PreDrafter::begin_round(uint32_t round, const Drafter& main, const DraftTre
     main_ = &main;
     main_round_ = round;
   }
+  released_ = false;
   std::lock_guard<std::mutex> lock(mu_);
   round_ = round;
   length_ = length;
@@ -187,6 +188,18 @@ void PreDrafter::run(int) {
     }
     done_cv_.notify_all();
   }
+}
+
+void PreDrafter::release_main() {
+  if (released_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    accepting_ = false;
+    queue_.clear();
+  }
+  // Waits out a fork in flight; a job popped but not forked finds no main.
+  std::unique_lock<std::shared_mutex> m(main_mu_);
+  main_ = nullptr;
 }
 
 std::optional<DraftTree> PreDrafter::take(const RoundOutcome& outcome, Drafter& main) {

@@ -11,6 +11,7 @@
 // Exactness does not depend on any of this: a pre-draft for verdict V is
 // what the drafter proposes after accepting V, with fresh randomness, exactly
 // what drafting after the final verdict V would have done.
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <cstdint>
@@ -66,6 +67,12 @@ class PreDrafter {
   // Stops all work (end of generation); afterwards no worker touches the
   // drafter given to begin_round.
   void stop();
+  // Lets the caller change the round's `main` before take(): no early
+  // verdict is taken any more and, once this returns, no worker reads
+  // `main` again this round (forks already made go on). The round loop
+  // calls it when the drafter's own provisional worker is about to write
+  // `main` (spare compute on a fallback). Cheap after the first call.
+  void release_main();
 
   PredraftStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -124,6 +131,7 @@ class PreDrafter {
   const Drafter* main_ = nullptr;
   uint32_t main_round_ = 0;
   std::shared_mutex main_mu_;
+  std::atomic<bool> released_{false};  // release_main() ran this round
   PredraftStats stats_;
 };
 

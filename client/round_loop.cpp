@@ -98,7 +98,16 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
       (hit ? hit_sends : miss_sends) += 1;
     }
 
-    drafter.verifying(spare);
+    // A drafter that drafts on spare compute writes its own state, which
+    // pre-draft workers fork from: they let go of it first.
+    if (choice.use && spare)
+      drafter.verifying([&pre, &spare] {
+        if (!spare()) return false;
+        pre->release_main();
+        return true;
+      });
+    else
+      drafter.verifying(spare);
     RoundResult r;
     try {
       r = verifier.verify(tree, choice.use);

@@ -188,11 +188,14 @@ void ServerLink::check_same_target(std::chrono::milliseconds timeout) {
   const v1::ServerInfo now = fetch_info(timeout);
   auto describe = [](const v1::ServerInfo& i) {
     return i.model_name() + " (vocabulary " + std::to_string(i.vocab_size()) + ", context " +
-           std::to_string(i.max_context()) + ", hidden size " + std::to_string(i.hidden_size()) + ")";
+           std::to_string(i.max_context()) + ", hidden size " + std::to_string(i.hidden_size()) +
+           (i.weight_type().empty() ? "" : ", " + i.weight_type()) +
+           (i.weights_digest().empty() ? "" : ", weights digest " + i.weights_digest()) + ")";
   };
   if (now.model_name() != info_.model_name() || now.vocab_size() != info_.vocab_size() ||
       now.tokenizer_fingerprint() != info_.tokenizer_fingerprint() || now.max_context() != info_.max_context() ||
-      now.hidden_size() != info_.hidden_size())
+      now.hidden_size() != info_.hidden_size() || now.weight_type() != info_.weight_type() ||
+      now.weights_digest() != info_.weights_digest() || now.kv_cache() != info_.kv_cache())
     throw error("now serves " + describe(now) + ", not " + describe(info_) + " as when this client connected");
 }
 

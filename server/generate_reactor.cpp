@@ -17,10 +17,16 @@ using Base = StreamWriter<grpc::ServerWriteReactor<v1::GenerateResponse>, v1::Ge
 
 class GenerateReactor final : public Base {
  public:
-  GenerateReactor(ServiceContext& ctx, grpc::CallbackServerContext* context, std::unique_ptr<TargetDecoder> decoder)
-      : ctx_(ctx), id_(ctx.next_session_id.fetch_add(1)), peer_(context->peer()), decoder_(std::move(decoder)) {
+  GenerateReactor(ServiceContext& ctx, grpc::CallbackServerContext* context, std::string identity,
+                  std::unique_ptr<KvAccount> kv, std::unique_ptr<TargetDecoder> decoder)
+      : ctx_(ctx),
+        id_(ctx.next_session_id.fetch_add(1)),
+        peer_(context->peer()),
+        identity_(std::move(identity)),
+        kv_(std::move(kv)),
+        decoder_(std::move(decoder)) {
     spdlog::info("session={} event=generate peer={} prompt_tokens={}", id_, peer_, decoder_->sequence().size());
-    ctx_.counters.kv_cache_bytes.fetch_add(static_cast<int64_t>(decoder_->cache_bytes()));
+    bound_queue(context, static_cast<size_t>(ctx_.config.max_send_queue_bytes));
     if (decoder_->finished()) {
       close(grpc::Status::OK);
       return;
@@ -28,14 +34,15 @@ class GenerateReactor final : public Base {
     post_step();
   }
 
+  void on_overflow(size_t bytes) override { note_slow_reader(ctx_, id_, peer_, bytes); }
+
   ~GenerateReactor() override {
     spdlog::info("session={} event=closed peer={} generated={}", id_, peer_, decoder_->generated());
-    ctx_.counters.kv_cache_bytes.fetch_sub(static_cast<int64_t>(decoder_->cache_bytes()));
     retire(ctx_);
   }
 
  private:
-  void on_closed(const grpc::Status& status) override { leave(ctx_, status); }
+  void on_closed(const grpc::Status& status) override { leave(ctx_, status, identity_); }
 
   // Each step is a round of an empty draft, so cloud-ar streams join the
   // batched forwards of the Session rounds (continuous batching).
@@ -55,6 +62,7 @@ class GenerateReactor final : public Base {
       const RoundResult& r = *o.result;
       ctx_.counters.target_forwards.fetch_add(1);
       ctx_.counters.tokens_generated.fetch_add(static_cast<int64_t>(r.verdict.tokens.size()));
+      kv_->track(*decoder_);
       v1::GenerateResponse out;
       out.mutable_tokens()->Add(r.verdict.tokens.begin(), r.verdict.tokens.end());
       out.set_finish_reason(to_wire(r.finish));
@@ -78,6 +86,8 @@ class GenerateReactor final : public Base {
   ServiceContext& ctx_;
   const uint64_t id_;
   const std::string peer_;
+  const std::string identity_;  // of the token the stream carried
+  std::unique_ptr<KvAccount> kv_;
   std::unique_ptr<TargetDecoder> decoder_;  // only the (single, sequential) step jobs touch it
 };
 
@@ -92,16 +102,17 @@ class RefusedGenerate final : public grpc::ServerWriteReactor<v1::GenerateRespon
 grpc::ServerWriteReactor<v1::GenerateResponse>* new_generate_reactor(ServiceContext& ctx,
                                                                     grpc::CallbackServerContext* context,
                                                                     const v1::GenerationRequest& req) {
-  if (grpc::Status a = authorize(ctx, *context); !a.ok()) return new RefusedGenerate(a);
+  auto kv = std::make_unique<KvAccount>(ctx.counters);
   std::unique_ptr<TargetDecoder> decoder;
-  grpc::Status s = start_decoder(ctx, req, decoder);
+  grpc::Status s = start_decoder(ctx, req, decoder, *kv);
   if (!s.ok()) {
-    ctx.counters.invalid_requests.fetch_add(1);
+    if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) ctx.counters.invalid_requests.fetch_add(1);
     return new RefusedGenerate(s);
   }
-  s = admit(ctx);
+  std::string identity = token_identity(ctx, *context);
+  s = admit(ctx, identity);
   if (!s.ok()) return new RefusedGenerate(s);
-  return new GenerateReactor(ctx, context, std::move(decoder));
+  return new GenerateReactor(ctx, context, std::move(identity), std::move(kv), std::move(decoder));
 }
 
 }  // namespace splitspec

@@ -36,6 +36,13 @@ int main(int argc, char** argv) {
   auto* threads = app.add_option("--threads", flags.compute_threads, "Compute threads of the target forward; default (0): OMP_NUM_THREADS if set, else the physical cores");
   auto* kv_cache = app.add_option("--kv-cache", flags.kv_cache,
                                   "KV cache element type of every session: f32, or f16 for half the memory");
+  auto* kv_budget = app.add_option("--kv-budget-bytes", flags.kv_budget_bytes,
+                                   "KV cache bytes all sessions may reserve; a session that would not fit is refused "
+                                   "(0: three quarters of the memory left after loading)");
+  auto* per_token = app.add_option("--max-sessions-per-token", flags.max_sessions_per_token,
+                                   "Streams one bearer token may hold open (0: no limit beyond --max-sessions)");
+  auto* send_queue = app.add_option("--max-send-queue-bytes", flags.max_send_queue_bytes,
+                                    "Replies a stream may queue for a client that does not read; past that it is cancelled");
   auto* grace = app.add_option("--shutdown-grace-s", flags.shutdown_grace_s, "Seconds streams get to finish on SIGTERM");
   auto* idle = app.add_option("--session-idle-timeout-s", flags.session_idle_timeout_s,
                               "End a Session that sends nothing for this long between rounds (0: never)");
@@ -61,6 +68,10 @@ int main(int argc, char** argv) {
   auto* tls_key = app.add_option("--tls-key", flags.tls_key, "PEM private key of --tls-cert");
   auto* tls_client_ca = app.add_option("--tls-client-ca", flags.tls_client_ca,
                                        "PEM CA: require client certificates it signed (mutual TLS)");
+  auto* tls_client_names = app.add_option("--tls-client-names", flags.tls_client_names,
+                                          "With --tls-client-ca: serve only client certificates with one of these "
+                                          "names (common name or subject alternative name), e.g. robot-1,robot-2")
+                               ->delimiter(',');
   auto* tls_reload = app.add_option("--tls-reload-s", flags.tls_reload_s,
                                     "Look at the TLS files and the tokens file this often; changed ones are re-read (no restart)");
   auto* tokens = app.add_option("--auth-tokens-file", flags.auth_tokens_file,
@@ -88,6 +99,9 @@ int main(int argc, char** argv) {
     if (*idle) config.session_idle_timeout_s = flags.session_idle_timeout_s;
     if (*lifetime) config.max_session_lifetime_s = flags.max_session_lifetime_s;
     if (*kv_cache) config.kv_cache = flags.kv_cache;
+    if (*kv_budget) config.kv_budget_bytes = flags.kv_budget_bytes;
+    if (*per_token) config.max_sessions_per_token = flags.max_sessions_per_token;
+    if (*send_queue) config.max_send_queue_bytes = flags.max_send_queue_bytes;
     if (*log_level) config.log_level = flags.log_level;
     if (*port_file) config.port_file = flags.port_file;
     if (*exits) config.early_exits = flags.early_exits;
@@ -102,6 +116,7 @@ int main(int argc, char** argv) {
     if (*tls_cert) config.tls_cert = flags.tls_cert;
     if (*tls_key) config.tls_key = flags.tls_key;
     if (*tls_client_ca) config.tls_client_ca = flags.tls_client_ca;
+    if (*tls_client_names) config.tls_client_names = flags.tls_client_names;
     if (*tls_reload) config.tls_reload_s = flags.tls_reload_s;
     if (*tokens) config.auth_tokens_file = flags.auth_tokens_file;
     if (*insecure_tokens) config.allow_insecure_tokens = flags.allow_insecure_tokens;

@@ -18,8 +18,10 @@
 #include <set>
 #include <thread>
 
-#include "common/util/error.h"
 #include "common/engine/tokenizer.h"
+#include "common/util/error.h"
+#include "common/util/memory_usage.h"
+#include "server/auth_gate.h"
 #include "server/metrics_http.h"
 #include "server/service.h"
 
@@ -31,6 +33,16 @@ Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
   std::shared_ptr<Model> target = Model::load(ctx_->config.target_dir);
   target->set_kv_type(parse_kv_type(ctx_->config.kv_cache));
   ctx_->target = std::move(target);
+  ctx_->weight_type = wtype_name(ctx_->target->weight_type());
+  ctx_->weights_digest = ctx_->target->weights_digest();
+  ctx_->kv_budget_bytes = ctx_->config.kv_budget_bytes;
+  if (ctx_->kv_budget_bytes == 0) {
+    // A mapped target's pages may not be resident yet: count its weights
+    // as if they were.
+    const uint64_t used = std::max<uint64_t>(memory_usage().rss_bytes, ctx_->target->weight_bytes());
+    const uint64_t limit = memory_limit_bytes();
+    ctx_->kv_budget_bytes = limit > used ? static_cast<int64_t>((limit - used) / 4 * 3) : 0;
+  }
   ctx_->model_name = std::filesystem::path(ctx_->config.target_dir).lexically_normal().filename().string();
   if (ctx_->model_name.empty())
     ctx_->model_name = std::filesystem::path(ctx_->config.target_dir).lexically_normal().parent_path().filename().string();
@@ -90,11 +102,10 @@ LiveServers& live_servers() {
   return *live;
 }
 
-// Takes gRPC's reflection off one server. Its library registers it on every
-// server built once the library is loaded, whatever this program asks, so a
-// port that must not answer it drops the plugin (gRPC's own extension point
-// for a builder's plugins; Debian's gRPC 1.51 ships no authorization-policy
-// engine that could answer it to authenticated callers only).
+// Takes gRPC's reflection off one server (the health port). Its library
+// registers it on every server built once the library is loaded, whatever
+// this program asks, so a port that must not answer it drops the plugin
+// (gRPC's own extension point for a builder's plugins).
 class WithoutReflection final : public grpc::ServerBuilderOption {
  public:
   void UpdateArguments(grpc::ChannelArguments*) override {}
@@ -148,11 +159,13 @@ void Server::start() {
   batching.wait_ms = ctx_->config.batch_wait_ms;
   ctx_->compute = std::make_unique<ComputeQueue>(ctx_->config.compute_threads, batching);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(ctx_->config.listen, server_credentials(ctx_->config), &port_);
+  // Bearer tokens and client certificate names are checked by the transport
+  // before any handler runs, reflection's included (auth_gate.h).
+  std::shared_ptr<grpc::ServerCredentials> credentials = server_credentials(ctx_->config);
+  if (ctx_->auth || !ctx_->config.tls_client_names.empty())
+    credentials = gated_credentials(ctx_->config.tls_cert.empty() ? nullptr : credentials, *ctx_);
+  builder.AddListeningPort(ctx_->config.listen, credentials, &port_);
   builder.RegisterService(service_.get());
-  // Reflection would answer without a token, before any handler could check
-  // one: under bearer tokens it is off.
-  if (ctx_->auth) builder.SetOption(std::make_unique<WithoutReflection>());
   // A sampled draft carries a distribution per token, up to 4 bytes for each
   // of the vocabulary's ids (a dense q): 16 tokens of a 152K vocabulary are
   // 9.7 MB, over gRPC's 4 MiB default. The limit is sized from the model.
@@ -218,12 +231,14 @@ void Server::start() {
   }
   const ModelConfig& c = ctx_->target->config();
   spdlog::info("event=serving listen={} port={} tls={} auth={} model={} layers={} vocab={} context={} max_sessions={} batching={} "
-               "max_batch_rows={} batch_wait_ms={} draft_hint={} kv_cache={} tokenizer={}",
+               "max_batch_rows={} batch_wait_ms={} draft_hint={} kv_cache={} kv_budget_bytes={} tokenizer={} weights={} "
+               "weights_digest={}",
                ctx_->config.listen, port_,
                ctx_->config.tls_cert.empty() ? "off" : (ctx_->config.tls_client_ca.empty() ? "on" : "mutual"),
                ctx_->auth ? "token" : "none", ctx_->model_name, c.num_hidden_layers, c.vocab_size, c.max_position_embeddings,
                ctx_->config.max_sessions, ctx_->config.batching, ctx_->config.max_batch_rows, ctx_->config.batch_wait_ms,
-               ctx_->config.draft_hint, ctx_->config.kv_cache, ctx_->tokenizer_fingerprint.empty() ? "none" : ctx_->tokenizer_fingerprint);
+               ctx_->config.draft_hint, ctx_->config.kv_cache, ctx_->kv_budget_bytes, ctx_->tokenizer_fingerprint.empty() ? "none" : ctx_->tokenizer_fingerprint,
+               ctx_->weight_type, ctx_->weights_digest.empty() ? "none" : ctx_->weights_digest);
   if (ctx_->exits) {
     std::vector<int64_t> layers;
     for (const ExitAdapter& a : ctx_->exits->adapters()) layers.push_back(a.after_layer);

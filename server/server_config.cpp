@@ -32,7 +32,9 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "auth_tokens_file", "health_listen", "kv_cache",
                                               "session_idle_timeout_s", "max_session_lifetime_s",
                                               "allow_insecure_tokens", "max_concurrent_streams",
-                                              "max_connection_idle_s", "max_ping_strikes"};
+                                              "max_connection_idle_s", "max_ping_strikes",
+                                              "kv_budget_bytes", "max_sessions_per_token",
+                                              "max_send_queue_bytes", "tls_client_names"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
@@ -70,10 +72,19 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("tls_cert")) c.tls_cert = j["tls_cert"].get<std::string>();
     if (j.contains("tls_key")) c.tls_key = j["tls_key"].get<std::string>();
     if (j.contains("tls_client_ca")) c.tls_client_ca = j["tls_client_ca"].get<std::string>();
+    if (j.contains("tls_client_names")) {
+      if (!j["tls_client_names"].is_array()) throw Error("tls_client_names must be an array of names");
+      c.tls_client_names = j["tls_client_names"].get<std::vector<std::string>>();
+    }
     if (j.contains("tls_reload_s")) c.tls_reload_s = json_integer<int32_t>(j["tls_reload_s"], "tls_reload_s");
     if (j.contains("auth_tokens_file")) c.auth_tokens_file = j["auth_tokens_file"].get<std::string>();
     if (j.contains("health_listen")) c.health_listen = j["health_listen"].get<std::string>();
     if (j.contains("kv_cache")) c.kv_cache = j["kv_cache"].get<std::string>();
+    if (j.contains("kv_budget_bytes")) c.kv_budget_bytes = json_integer<int64_t>(j["kv_budget_bytes"], "kv_budget_bytes");
+    if (j.contains("max_send_queue_bytes"))
+      c.max_send_queue_bytes = json_integer<int64_t>(j["max_send_queue_bytes"], "max_send_queue_bytes");
+    if (j.contains("max_sessions_per_token"))
+      c.max_sessions_per_token = json_integer<int32_t>(j["max_sessions_per_token"], "max_sessions_per_token");
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": " + e.what());
   } catch (const Error& e) {
@@ -110,6 +121,7 @@ void ServerConfig::validate() const {
   if (!(max_session_lifetime_s >= 0 && max_session_lifetime_s <= 604800))
     throw Error("max_session_lifetime_s must be a number of seconds in [0, 604800] (0: never)");
   if (max_message_bytes < 1024) throw Error("max_message_bytes must be at least 1024");
+  if (max_send_queue_bytes < 1024) throw Error("max_send_queue_bytes must be at least 1024");
   if (early_exits != "auto" && early_exits != "off") throw Error("early_exits must be auto or off");
   if (early_exit_shortlist < 0) throw Error("early_exit_shortlist must be >= 0 (0: the whole vocabulary)");
   if (early_exit_queue != "priority" && early_exit_queue != "fifo") throw Error("early_exit_queue must be priority or fifo");
@@ -117,8 +129,14 @@ void ServerConfig::validate() const {
   if (!(batch_wait_ms >= 0 && batch_wait_ms <= 1000)) throw Error("batch_wait_ms must be in [0, 1000]");
   if (draft_hint != "auto" && draft_hint != "off") throw Error("draft_hint must be auto or off");
   if (kv_cache != "f32" && kv_cache != "f16") throw Error("kv_cache must be f32 or f16, got '" + kv_cache + "'");
+  if (kv_budget_bytes < 0) throw Error("kv_budget_bytes must be >= 0 (0: three quarters of the memory left after loading)");
+  if (max_sessions_per_token < 0) throw Error("max_sessions_per_token must be >= 0 (0: no limit beyond max_sessions)");
   if (tls_cert.empty() != tls_key.empty()) throw Error("tls_cert and tls_key go together: give both, or neither for plaintext");
   if (!tls_client_ca.empty() && tls_cert.empty()) throw Error("tls_client_ca (mutual TLS) needs tls_cert and tls_key");
+  if (!tls_client_names.empty() && tls_client_ca.empty())
+    throw Error("tls_client_names needs tls_client_ca: only a client certificate carries a name to check");
+  for (const std::string& n : tls_client_names)
+    if (n.empty()) throw Error("tls_client_names holds an empty name");
   if (tls_reload_s < 1) throw Error("tls_reload_s must be at least 1");
   if (max_concurrent_streams < 1) throw Error("max_concurrent_streams must be at least 1");
   if (!(max_connection_idle_s >= 1 && max_connection_idle_s <= 86400))

@@ -16,6 +16,16 @@ struct ServerConfig {
   int32_t max_new_tokens = 4096;    // per generation
   int32_t compute_threads = 0;      // threads of the target forward; 0: OMP_NUM_THREADS if set, else the physical cores
   std::string kv_cache = "f32";     // element type of the sessions' KV caches: f32 or f16 (half the memory)
+  // Bytes of KV cache the open streams may reserve together. Each reserves,
+  // at Open, what its prompt, max_new_tokens and one largest draft can fill
+  // (its cache grows into that as it generates); one that would not fit is
+  // refused with RESOURCE_EXHAUSTED. 0: three quarters of the memory the
+  // server may use (its cgroup's limit, else the machine's) left once the
+  // target is loaded.
+  int64_t kv_budget_bytes = 0;
+  // Streams one bearer token may hold open at once (0: no limit beyond
+  // max_sessions), so one robot's credentials cannot take every slot.
+  int32_t max_sessions_per_token = 0;
   double shutdown_grace_s = 10.0;   // SIGTERM: in-flight streams get this long to finish
   // A Session stream that sends nothing for this long while no round of it
   // is being verified is ended with DEADLINE_EXCEEDED, its slot and KV cache
@@ -24,6 +34,10 @@ struct ServerConfig {
   // A Session stream open this long is ended the same way (0: never).
   double max_session_lifetime_s = 3600.0;
   int32_t max_message_bytes = 4 << 20;
+  // Bytes a stream's replies may queue for a client that does not read
+  // them; past that the stream is cancelled (RESOURCE_EXHAUSTED), never
+  // buffered without end.
+  int64_t max_send_queue_bytes = 4 << 20;
   std::string log_level = "info";
   // Early exits run for sessions that ask for early verdicts: "auto" (those
   // the target ships, at the layers in its early_exits.json or the subset in
@@ -47,6 +61,10 @@ struct ServerConfig {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
+  // With tls_client_ca: only client certificates whose common name or one
+  // of whose subject alternative names is listed here are served
+  // (PERMISSION_DENIED otherwise); empty: any certificate the CA signed.
+  std::vector<std::string> tls_client_names;
   int32_t tls_reload_s = 10;
   // A file of bearer tokens, one a line: every RPC but health must carry
   // "authorization: Bearer <one of them>" (UNAUTHENTICATED otherwise).

@@ -14,11 +14,28 @@
 
 namespace splitspec {
 
-grpc::Status admit(ServiceContext& ctx) {
+grpc::Status admit(ServiceContext& ctx, const std::string& identity) {
   if (!ctx.serving.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
+  const int32_t per_token = ctx.config.max_sessions_per_token;
+  if (per_token > 0 && !identity.empty()) {
+    std::lock_guard<std::mutex> lock(ctx.per_token_mu);
+    int32_t& held = ctx.per_token[identity];
+    if (held >= per_token) {
+      ctx.counters.sessions_rejected.fetch_add(1);
+      spdlog::warn("event=session_rejected token={} held={} max_sessions_per_token={}", identity, held, per_token);
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "this token already holds " + std::to_string(held) +
+                              " open sessions, the server's max_sessions_per_token");
+    }
+    held += 1;
+  }
   int32_t active = ctx.counters.active_sessions.load();
   do {
     if (active >= ctx.config.max_sessions) {
+      if (per_token > 0 && !identity.empty()) {
+        std::lock_guard<std::mutex> lock(ctx.per_token_mu);
+        if (--ctx.per_token[identity] == 0) ctx.per_token.erase(identity);
+      }
       ctx.counters.sessions_rejected.fetch_add(1);
       spdlog::warn("event=session_rejected active={} max_sessions={}", active, ctx.config.max_sessions);
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -30,23 +47,32 @@ grpc::Status admit(ServiceContext& ctx) {
   return grpc::Status::OK;
 }
 
-grpc::Status authorize(ServiceContext& ctx, const grpc::ServerContextBase& context) {
-  if (!ctx.auth) return grpc::Status::OK;
-  grpc::Status s = ctx.auth->check(context);
-  if (!s.ok()) {
-    ctx.counters.unauthenticated.fetch_add(1);
-    spdlog::warn("event=unauthenticated peer={} error=\"{}\"", context.peer(), s.error_message());
-  }
-  return s;
+std::string token_identity(const ServiceContext& ctx, const grpc::ServerContextBase& context) {
+  if (!ctx.auth) return "";
+  const auto& md = context.client_metadata();
+  const auto it = md.find("authorization");
+  if (it == md.end()) return "";
+  const std::optional<std::string> token = TokenAuth::bearer(std::string(it->second.data(), it->second.size()));
+  return token ? TokenAuth::identity(*token) : "";
 }
 
-void leave(ServiceContext& ctx, const grpc::Status& status) {
+void leave(ServiceContext& ctx, const grpc::Status& status, const std::string& identity) {
+  if (ctx.config.max_sessions_per_token > 0 && !identity.empty()) {
+    std::lock_guard<std::mutex> lock(ctx.per_token_mu);
+    if (--ctx.per_token[identity] <= 0) ctx.per_token.erase(identity);
+  }
   ctx.counters.active_sessions.fetch_sub(1);
   const auto code = static_cast<size_t>(status.error_code());
   if (code < ctx.counters.finished_by_code.size()) ctx.counters.finished_by_code[code].fetch_add(1);
 }
 
 void retire(ServiceContext& ctx) { ctx.live_streams.fetch_sub(1); }
+
+void note_slow_reader(ServiceContext& ctx, uint64_t session, const std::string& peer, size_t queued_bytes) {
+  ctx.counters.slow_readers.fetch_add(1);
+  spdlog::warn("session={} event=slow_reader peer={} queued_bytes={} max_send_queue_bytes={}", session, peer,
+               queued_bytes, ctx.config.max_send_queue_bytes);
+}
 
 int32_t draft_hint(const ServiceContext& ctx) {
   const ServerConfig& c = ctx.config;
@@ -56,8 +82,28 @@ int32_t draft_hint(const ServiceContext& ctx) {
   return share < c.max_draft_tokens ? share : 0;
 }
 
-grpc::Status start_decoder(const ServiceContext& ctx, const v1::GenerationRequest& req,
-                           std::unique_ptr<TargetDecoder>& decoder) {
+KvAccount::~KvAccount() {
+  counters_.kv_reserved_bytes.fetch_sub(reserved_);
+  counters_.kv_cache_bytes.fetch_sub(held_);
+}
+
+bool KvAccount::reserve(int64_t bytes, int64_t budget) {
+  int64_t used = counters_.kv_reserved_bytes.load();
+  do {
+    if (used + bytes > budget) return false;
+  } while (!counters_.kv_reserved_bytes.compare_exchange_weak(used, used + bytes));
+  reserved_ += bytes;
+  return true;
+}
+
+void KvAccount::track(const TargetDecoder& decoder) {
+  const int64_t now = static_cast<int64_t>(decoder.cache_bytes());
+  counters_.kv_cache_bytes.fetch_add(now - held_);
+  held_ = now;
+}
+
+grpc::Status start_decoder(ServiceContext& ctx, const v1::GenerationRequest& req,
+                           std::unique_ptr<TargetDecoder>& decoder, KvAccount& account) {
   const int64_t vocab = ctx.target->config().vocab_size;
   if (req.vocab_size() != vocab)
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -78,18 +124,31 @@ grpc::Status start_decoder(const ServiceContext& ctx, const v1::GenerationReques
   options.sampling = from_wire(req.sampling());
   try {
     decoder = std::make_unique<TargetDecoder>(*ctx.target, std::vector<int32_t>(req.prompt_ids().begin(), req.prompt_ids().end()),
-                                              options);
+                                              options, ctx.config.max_draft_tokens);
   } catch (const Error& e) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, e.what());
   } catch (const std::bad_alloc&) {
-    // The session's KV cache (the whole context, allocated here) did not fit:
-    // the stream gets its status now, not at the client's deadline.
-    const ModelConfig& c = ctx.target->config();
-    spdlog::error("event=open_out_of_memory context={} kv_cache={}", c.max_position_embeddings, ctx.config.kv_cache);
+    // The stream gets its status now, not at the client's deadline.
+    spdlog::error("event=open_out_of_memory prompt_tokens={} kv_cache={}", req.prompt_ids_size(), ctx.config.kv_cache);
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                         "the server has no memory for another session's KV cache (" +
-                            std::to_string(c.max_position_embeddings) + " positions)");
+                            std::to_string(req.prompt_ids_size()) + " prompt tokens)");
   }
+  const int64_t need = static_cast<int64_t>(decoder->reserved_bytes());
+  if (!account.reserve(need, ctx.kv_budget_bytes)) {
+    decoder.reset();
+    ctx.counters.kv_budget_refusals.fetch_add(1);
+    const int64_t used = ctx.counters.kv_reserved_bytes.load();
+    spdlog::warn("event=kv_budget_exhausted need_bytes={} reserved_bytes={} kv_budget_bytes={}", need, used,
+                 ctx.kv_budget_bytes);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "the session's KV cache (" + std::to_string(need) + " bytes for " +
+                            std::to_string(req.prompt_ids_size()) + " prompt tokens, max_new_tokens " +
+                            std::to_string(req.max_new_tokens()) + ") does not fit the server's kv_budget_bytes of " +
+                            std::to_string(ctx.kv_budget_bytes) + " (" + std::to_string(used) +
+                            " reserved by open sessions): retry later, or ask for fewer tokens");
+  }
+  account.track(*decoder);
   return grpc::Status::OK;
 }
 
@@ -149,6 +208,16 @@ std::vector<prometheus::MetricFamily> collect_metrics(const ServiceContext& ctx)
   metric("splitspec_serving", "gauge", "1 while serving, 0 while shutting down.", ctx.serving.load() ? 1.0 : 0.0);
   metric("splitspec_kv_cache_bytes", "gauge", "KV cache memory held by open streams.",
          static_cast<double>(k.kv_cache_bytes.load()));
+  metric("splitspec_kv_cache_reserved_bytes", "gauge",
+         "KV cache memory the open streams may grow to, counted against kv_budget_bytes.",
+         static_cast<double>(k.kv_reserved_bytes.load()));
+  metric("splitspec_kv_cache_budget_bytes", "gauge", "The server's kv_budget_bytes in force.",
+         static_cast<double>(ctx.kv_budget_bytes));
+  metric("splitspec_slow_readers_closed_total", "counter",
+         "Streams cancelled because their client did not read (max_send_queue_bytes).",
+         static_cast<double>(k.slow_readers.load()));
+  metric("splitspec_kv_budget_refusals_total", "counter", "Streams refused at Open because their KV cache would exceed kv_budget_bytes.",
+         static_cast<double>(k.kv_budget_refusals.load()));
   // Per draft position, as vLLM's per-position acceptance: how often a round
   // drafted that deep, and how often the target accepted it.
   const int positions = std::min(ServerCounters::kPositions, ctx.config.max_draft_tokens);
@@ -199,11 +268,6 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* SplitSpecService::Generate(grpc:
 
 grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext* context, const v1::GetInfoRequest*,
                                                     v1::ServerInfo* info) {
-  if (grpc::Status s = authorize(ctx_, *context); !s.ok()) {
-    grpc::ServerUnaryReactor* r = context->DefaultReactor();
-    r->Finish(s);
-    return r;
-  }
   const ModelConfig& c = ctx_.target->config();
   info->set_model_name(ctx_.model_name);
   info->set_vocab_size(static_cast<int32_t>(c.vocab_size));
@@ -212,6 +276,8 @@ grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext*
   info->set_max_draft_tokens(ctx_.config.max_draft_tokens);
   info->set_max_verdict_top_k(ctx_.config.max_verdict_top_k);
   info->set_kv_cache(kv_type_name(ctx_.target->kv_type()));
+  info->set_weight_type(ctx_.weight_type);
+  info->set_weights_digest(ctx_.weights_digest);
   info->set_hidden_size(static_cast<int32_t>(ctx_.target->config().hidden_size));
   info->set_max_sessions(ctx_.config.max_sessions);
   info->set_version(SPLITSPEC_VERSION);

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <prometheus/metric_family.h>
 #include <memory>
 #include <mutex>
@@ -37,7 +38,10 @@ struct ServerCounters {
   std::atomic<int64_t> invalid_requests{0};
   std::atomic<int64_t> early_verdicts{0};
   std::atomic<int64_t> unauthenticated{0};
-  std::atomic<int64_t> kv_cache_bytes{0};  // held by the open streams' decoders
+  std::atomic<int64_t> kv_cache_bytes{0};     // held by the open streams' decoders now
+  std::atomic<int64_t> kv_reserved_bytes{0};  // the most they may grow to (against kv_budget_bytes)
+  std::atomic<int64_t> kv_budget_refusals{0};
+  std::atomic<int64_t> slow_readers{0};  // streams cancelled at max_send_queue_bytes
   // Admitted streams by the gRPC status they ended with (OK at 0).
   std::array<std::atomic<int64_t>, 17> finished_by_code{};
   // Per draft position (depth 1 at index 0): rounds whose draft reached it,
@@ -80,9 +84,12 @@ void enforce_session_limits(ServiceContext& ctx);
 
 struct ServiceContext {
   ServerConfig config;
+  int64_t kv_budget_bytes = 0;  // in force: config.kv_budget_bytes, or what 0 there stands for
   std::shared_ptr<const Model> target;
   std::string model_name;
   std::string tokenizer_fingerprint;  // empty: the target ships no tokenizer
+  std::string weight_type;            // the target's layer matrices' type
+  std::string weights_digest;         // Model::weights_digest(), once at start
   std::optional<EarlyExits> exits;    // the active early exits, when any
   std::unique_ptr<TokenAuth> auth;    // bearer tokens every RPC must carry, when configured
   bool exit_priority = true;          // early verdicts go out most confident first (else FIFO)
@@ -94,6 +101,9 @@ struct ServiceContext {
   // when its end is decided, and this one when it is gone (shutdown drains it).
   std::atomic<int32_t> live_streams{0};
   OpenStreams open_streams;
+  // Open streams by token identity, for max_sessions_per_token.
+  std::mutex per_token_mu;
+  std::map<std::string, int32_t> per_token;
 };
 
 class SplitSpecService final : public v1::SplitSpec::CallbackService {
@@ -110,17 +120,21 @@ class SplitSpecService final : public v1::SplitSpec::CallbackService {
   ServiceContext& ctx_;
 };
 
-// Admission of a new stream: OK and the session counted, or the status to
-// refuse it with (UNAVAILABLE while shutting down, RESOURCE_EXHAUSTED at the
-// limit). A counted session calls leave() once its end is decided (before
-// its client can learn it, so a client that starts its next generation at
-// once finds the slot free), with the status it ends with, and retire() when
-// its reactor is destroyed.
-grpc::Status admit(ServiceContext& ctx);
-// OK unless token auth is on and `context` carries no accepted token.
-grpc::Status authorize(ServiceContext& ctx, const grpc::ServerContextBase& context);
-void leave(ServiceContext& ctx, const grpc::Status& status);
+// Admission of a new stream of the token named `identity` (empty without
+// tokens): OK and the session counted, or the status to refuse it with
+// (UNAVAILABLE while shutting down, RESOURCE_EXHAUSTED at max_sessions or
+// max_sessions_per_token). A counted session calls leave() once its end is
+// decided (before its client can learn it, so a client that starts its
+// next generation at once finds the slot free), with the status it ends
+// with, and retire() when its reactor is destroyed.
+grpc::Status admit(ServiceContext& ctx, const std::string& identity);
+// TokenAuth::identity of the token the call carried (the transport checked
+// it before any handler ran: auth_gate.h); empty when tokens are off.
+std::string token_identity(const ServiceContext& ctx, const grpc::ServerContextBase& context);
+void leave(ServiceContext& ctx, const grpc::Status& status, const std::string& identity);
 void retire(ServiceContext& ctx);
+// Counts and logs a stream cancelled at max_send_queue_bytes.
+void note_slow_reader(ServiceContext& ctx, uint64_t session, const std::string& peer, size_t queued_bytes);
 
 // The counters and histograms as Prometheus metric families, names in the
 // style of vLLM's spec_decode_* metrics; and the same in the text format.
@@ -135,7 +149,28 @@ std::string render_metrics(const ServiceContext& ctx);
 // each being the round's last committed token.
 int32_t draft_hint(const ServiceContext& ctx);
 
-grpc::Status start_decoder(const ServiceContext& ctx, const v1::GenerationRequest& req,
-                           std::unique_ptr<TargetDecoder>& decoder);
+// A stream's share of the KV budget and of the kv_cache_bytes gauge, given
+// back when it is destroyed. Owned by the stream's reactor.
+class KvAccount {
+ public:
+  explicit KvAccount(ServerCounters& counters) : counters_(counters) {}
+  KvAccount(const KvAccount&) = delete;
+  KvAccount& operator=(const KvAccount&) = delete;
+  ~KvAccount();
+  // Reserves `bytes` if the budget has them; false (nothing reserved) if not.
+  bool reserve(int64_t bytes, int64_t budget);
+  // The gauge follows the decoder's cache as it grows (after each round).
+  void track(const TargetDecoder& decoder);
+
+ private:
+  ServerCounters& counters_;
+  int64_t reserved_ = 0;
+  int64_t held_ = 0;
+};
+
+// Checks the request, reserves its KV cache in `account` and starts its
+// decoder: RESOURCE_EXHAUSTED when the reservation would exceed the budget.
+grpc::Status start_decoder(ServiceContext& ctx, const v1::GenerationRequest& req,
+                           std::unique_ptr<TargetDecoder>& decoder, KvAccount& account);
 
 }  // namespace splitspec

@@ -76,14 +76,17 @@ Distribution dense_q(const v1::TokenDistribution& w, int64_t vocab, int32_t inde
 
 class SessionReactor final : public Base, public LimitedStream {
  public:
-  SessionReactor(ServiceContext& ctx, grpc::CallbackServerContext* context)
-      : ctx_(ctx), id_(ctx.next_session_id.fetch_add(1)), peer_(context->peer()) {
+  SessionReactor(ServiceContext& ctx, grpc::CallbackServerContext* context, std::string identity)
+      : ctx_(ctx), id_(ctx.next_session_id.fetch_add(1)), peer_(context->peer()), identity_(std::move(identity)) {
     {
       std::lock_guard<std::mutex> lock(ctx_.open_streams.mu);
       ctx_.open_streams.streams.insert(this);
     }
+    bound_queue(context, static_cast<size_t>(ctx_.config.max_send_queue_bytes));
     StartRead(&in_);
   }
+
+  void on_overflow(size_t bytes) override { note_slow_reader(ctx_, id_, peer_, bytes); }
 
   void enforce_limits(std::chrono::steady_clock::time_point now) override {
     const ServerConfig& c = ctx_.config;
@@ -112,7 +115,6 @@ class SessionReactor final : public Base, public LimitedStream {
   ~SessionReactor() override {
     spdlog::info("session={} event=closed peer={} rounds={} generated={} proposed={} accepted={}", id_, peer_, rounds_,
                  decoder_ ? decoder_->generated() : 0, proposed_, accepted_);
-    if (decoder_) ctx_.counters.kv_cache_bytes.fetch_sub(static_cast<int64_t>(decoder_->cache_bytes()));
     retire(ctx_);
   }
 
@@ -122,7 +124,7 @@ class SessionReactor final : public Base, public LimitedStream {
       std::lock_guard<std::mutex> lock(ctx_.open_streams.mu);
       ctx_.open_streams.streams.erase(this);
     }
-    leave(ctx_, status);
+    leave(ctx_, status, identity_);
   }
 
   static std::string seconds(double s) { return fmt::format("{:.1f} s", s); }
@@ -152,7 +154,7 @@ class SessionReactor final : public Base, public LimitedStream {
     }
     grpc::Status s = handle(in_);
     if (!s.ok()) {
-      ctx_.counters.invalid_requests.fetch_add(1);
+      if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) ctx_.counters.invalid_requests.fetch_add(1);
       spdlog::warn("session={} event=rejected peer={} code={} error=\"{}\"", id_, peer_, static_cast<int>(s.error_code()),
                    log_text(s.error_message()));
       close(std::move(s));
@@ -171,9 +173,8 @@ class SessionReactor final : public Base, public LimitedStream {
 
   grpc::Status open(const v1::GenerationRequest& o) {
     if (decoder_) return invalid("Open sent twice in one session");
-    grpc::Status s = start_decoder(ctx_, o, decoder_);
+    grpc::Status s = start_decoder(ctx_, o, decoder_, kv_);
     if (!s.ok()) return s;
-    ctx_.counters.kv_cache_bytes.fetch_add(static_cast<int64_t>(decoder_->cache_bytes()));
     if (o.verdict_top_k() < 0 || o.verdict_top_k() > ctx_.config.max_verdict_top_k)
       return invalid("verdict_top_k " + std::to_string(o.verdict_top_k()) + " outside [0, " +
                      std::to_string(ctx_.config.max_verdict_top_k) + "] (the server's max_verdict_top_k)");
@@ -269,6 +270,7 @@ class SessionReactor final : public Base, public LimitedStream {
       c.draft_tokens_accepted.fetch_add(r.verdict.accepted);
       c.tokens_generated.fetch_add(static_cast<int64_t>(r.verdict.tokens.size()));
       c.record_acceptance(r.verdict.accepted, round_depth_);
+      kv_.track(*decoder_);
       out.emplace();
       v1::RoundVerdict* v = out->mutable_verdict();
       v->set_round(round_);
@@ -360,7 +362,9 @@ class SessionReactor final : public Base, public LimitedStream {
   ServiceContext& ctx_;
   const uint64_t id_;
   const std::string peer_;
+  const std::string identity_;  // of the token the stream carried
   v1::SessionRequest in_;
+  KvAccount kv_{ctx_.counters};
   std::unique_ptr<TargetDecoder> decoder_;  // touched by the reader until the first Draft, then by one job at a time
   bool greedy_ = true;
   bool early_ = false;  // early verdicts asked for and exits available
@@ -413,10 +417,10 @@ void enforce_session_limits(ServiceContext& ctx) {
 
 grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* new_session_reactor(
     ServiceContext& ctx, grpc::CallbackServerContext* context) {
-  if (grpc::Status a = authorize(ctx, *context); !a.ok()) return new RefusedSession(a);
-  grpc::Status s = admit(ctx);
+  std::string identity = token_identity(ctx, *context);
+  grpc::Status s = admit(ctx, identity);
   if (!s.ok()) return new RefusedSession(s);
-  return new SessionReactor(ctx, context);
+  return new SessionReactor(ctx, context, std::move(identity));
 }
 
 }  // namespace splitspec

@@ -5,7 +5,9 @@
 // moment the stream's end is decided (before the peer can learn of it), and a
 // lifetime that outlasts OnDone while compute jobs still refer to the reactor.
 // Messages wait here, not in the compute path: a slow network delays early
-// verdicts, never the forward that produces them.
+// verdicts, never the forward that produces them. The queue is bounded in
+// bytes: a peer that stops reading is cancelled once it is full, never
+// buffered without end.
 //
 // gRPC calls are never made under mu_, so a reaction that gRPC runs inline
 // cannot deadlock on it.
@@ -17,29 +19,64 @@
 #include <list>
 #include <mutex>
 #include <optional>
+#include <string>
+
+#include <google/protobuf/message_lite.h>
 
 namespace splitspec {
+
+// What a queued message costs: its wire size (tests queue plain strings).
+inline size_t message_bytes(const google::protobuf::MessageLite& m) { return m.ByteSizeLong(); }
+inline size_t message_bytes(const std::string& s) { return s.size(); }
 
 template <class Reactor, class Response>
 class StreamWriter : public Reactor {
  protected:
   static constexpr double kFirst = std::numeric_limits<double>::infinity();
 
+  // Bounds the bytes queued behind the write in flight: past `bytes` the
+  // stream ends with RESOURCE_EXHAUSTED and `call` is cancelled (a write
+  // its peer does not read never completes, so nothing else would end it).
+  void bound_queue(grpc::CallbackServerContext* call, size_t bytes) {
+    call_ = call;
+    max_queued_ = bytes;
+  }
+
+  // Called once, outside the lock, when the queue overflowed; the stream is
+  // closing.
+  virtual void on_overflow(size_t queued_bytes) { (void)queued_bytes; }
+
   // Queues `msg` ahead of queued messages of lower priority and behind the
   // rest; dropped once the stream is closing.
   void send(Response msg, double priority = kFirst) {
     const Response* start = nullptr;
+    const size_t bytes = message_bytes(msg);
+    size_t overflow = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (status_) return;
-      auto at = out_.begin();
-      if (writing_) ++at;  // the message being written stays first
-      while (at != out_.end() && at->priority >= priority) ++at;
-      out_.insert(at, Entry{priority, std::move(msg)});
-      if (!writing_) {
-        writing_ = true;
-        start = &out_.front().msg;
+      if (status_ || overflowed_) return;
+      if (queued_ + bytes > max_queued_) {
+        overflow = queued_ + bytes;
+        overflowed_ = true;
+      } else {
+        auto at = out_.begin();
+        if (writing_) ++at;  // the message being written stays first
+        while (at != out_.end() && at->priority >= priority) ++at;
+        out_.insert(at, Entry{priority, bytes, std::move(msg)});
+        queued_ += bytes;
+        if (!writing_) {
+          writing_ = true;
+          start = &out_.front().msg;
+        }
       }
+    }
+    if (overflow) {
+      on_overflow(overflow);
+      close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                         "the client did not read its stream: " + std::to_string(overflow) +
+                             " bytes were waiting to be sent, over the server's max_send_queue_bytes"));
+      if (call_) call_->TryCancel();
+      return;
     }
     if (start) this->StartWrite(start);
   }
@@ -49,7 +86,14 @@ class StreamWriter : public Reactor {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = out_.begin();
     if (writing_ && it != out_.end()) ++it;
-    while (it != out_.end()) it = stale(it->msg) ? out_.erase(it) : std::next(it);
+    while (it != out_.end()) {
+      if (stale(it->msg)) {
+        queued_ -= it->bytes;
+        it = out_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
 
   // Ends the stream with `status` once queued messages are written; the first
@@ -101,10 +145,12 @@ class StreamWriter : public Reactor {
     bool finish_now = false, closed_now = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      queued_ -= out_.front().bytes;
       out_.pop_front();
       if (!ok) {
         // The peer is gone: nothing more can be written.
         out_.clear();
+        queued_ = 0;
         if (!status_) {
           status_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
           closed_now = true;
@@ -140,9 +186,14 @@ class StreamWriter : public Reactor {
 
   struct Entry {
     double priority;
+    size_t bytes;
     Response msg;
   };
   std::list<Entry> out_;
+  size_t queued_ = 0;  // bytes of out_
+  size_t max_queued_ = std::numeric_limits<size_t>::max();
+  bool overflowed_ = false;
+  grpc::CallbackServerContext* call_ = nullptr;
   bool writing_ = false;
   std::optional<grpc::Status> status_;
   bool finished_ = false;

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/util/error.h"
+#include "common/util/fnv1a.h"
 
 namespace splitspec {
 
@@ -89,18 +90,6 @@ bool TokenAuth::accepts(const std::string& given) const {
   return ok;
 }
 
-grpc::Status TokenAuth::check(const grpc::ServerContextBase& context) const {
-  const auto& md = context.client_metadata();
-  const auto it = md.find("authorization");
-  if (it == md.end())
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "this server requires a bearer token (authorization: Bearer <token>); give the client one");
-  const std::optional<std::string> token = bearer(std::string(it->second.data(), it->second.size()));
-  if (!token || !accepts(*token))
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the bearer token was not accepted");
-  return grpc::Status::OK;
-}
-
 std::optional<std::string> TokenAuth::bearer(const std::string& value) {
   static const std::string kScheme = "bearer";
   if (value.size() <= kScheme.size() || value[kScheme.size()] != ' ') return std::nullopt;
@@ -109,5 +98,7 @@ std::optional<std::string> TokenAuth::bearer(const std::string& value) {
   const size_t start = value.find_first_not_of(' ', kScheme.size());
   return start == std::string::npos ? std::string() : value.substr(start);
 }
+
+std::string TokenAuth::identity(const std::string& token) { return fnv1a_hex(token).substr(0, 8); }
 
 }  // namespace splitspec

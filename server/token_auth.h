@@ -26,8 +26,6 @@ class TokenAuth {
                                               std::chrono::milliseconds reload = std::chrono::milliseconds(0));
   explicit TokenAuth(std::vector<std::string> tokens);
 
-  // OK, or UNAUTHENTICATED saying what was missing or wrong.
-  grpc::Status check(const grpc::ServerContextBase& context) const;
   // Whether `given` equals one of the tokens, in time independent of where
   // it differs.
   bool accepts(const std::string& given) const;
@@ -35,6 +33,9 @@ class TokenAuth {
   // scheme, whose name is case-insensitive (RFC 7235), after its spaces;
   // nullopt for another scheme.
   static std::optional<std::string> bearer(const std::string& value);
+  // A name for a token in limits and logs: half of a 64-bit digest, enough
+  // to tell tokens apart, too little to help anyone guess one.
+  static std::string identity(const std::string& token);
 
  private:
   using Tokens = std::shared_ptr<const std::vector<std::string>>;

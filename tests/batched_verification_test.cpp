@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 
 #include <atomic>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -17,6 +19,7 @@
 #include "common/engine/model.h"
 #include "common/engine/threads.h"
 #include "common/engine/tokenizer.h"
+#include "common/engine/safetensors.h"
 #include "common/util/error.h"
 #include "server/compute_queue.h"
 #include "server/server.h"
@@ -336,6 +339,82 @@ TEST(ComputeQueueBatching, ABadRoundFailsAloneAndAnUnwantedOneIsSkipped) {
   EXPECT_TRUE(out[2].skipped);
   EXPECT_EQ(bad.generated(), 0);
   EXPECT_EQ(gone.generated(), 0);
+}
+
+// A target whose embedding of token `poisoned` turns NaN on disk after it
+// was loaded (its F32 weights are mapped, not copied): a sampled round over
+// that token fails after the forward ("sampling from an empty
+// distribution"), while rounds of other sequences in the same forward are
+// fine (rows never mix). Loading checks the weights, so only a file changed
+// under a running model gets there.
+std::shared_ptr<Model> target_with_a_poisoned_token(const test::TempDir& dir, int32_t poisoned) {
+  Model::random(test::tiny_config(50, 2), 12)->save(dir.str("model"));
+  std::shared_ptr<Model> m = Model::load(dir.str("model"));
+  const std::string file = dir.str("model") + "/model.safetensors";
+  const TensorInfo embed = SafetensorsFile(file).tensors().at("model.embed_tokens.weight");
+  const int64_t hidden = embed.shape[1];
+  const std::vector<float> nan(static_cast<size_t>(hidden), std::numeric_limits<float>::quiet_NaN());
+  std::fstream out(file, std::ios::in | std::ios::out | std::ios::binary);
+  out.seekp(static_cast<std::streamoff>(embed.file_offset + poisoned * hidden * sizeof(float)));
+  out.write(reinterpret_cast<const char*>(nan.data()), static_cast<std::streamsize>(hidden * sizeof(float)));
+  return m;
+}
+
+// One round of a batch that fails after the shared forward leaves every
+// decoder of the batch as it was (none commits its round), so retrying
+// them one by one commits each once.
+TEST(BatchedVerification, ARoundThatFailsAfterTheForwardLeavesTheBatchUncommitted) {
+  test::TempDir dir;
+  auto m = target_with_a_poisoned_token(dir, 7);
+  GenerateOptions o;
+  o.max_new_tokens = 8;
+  o.sampling.temperature = 1.0f;
+  o.sampling.seed = 3;
+  TargetDecoder fine(*m, {1, 2, 3}, o), poisoned(*m, {1, 7}, o), reference(*m, {1, 2, 3}, o);
+  const DraftTree none;
+  const TargetDecoder::RoundRequest plain;
+  EXPECT_THROW(TargetDecoder::verify_batch({{&fine, &none, &plain}, {&poisoned, &none, &plain}}), Error);
+  EXPECT_EQ(fine.sequence(), reference.sequence());
+  EXPECT_EQ(fine.forwards(), 0);
+  // Its cache is back where it was: its next round is the reference's.
+  const RoundResult again = fine.verify(none), expected = reference.verify(none);
+  EXPECT_EQ(again.verdict.tokens, expected.verdict.tokens);
+  EXPECT_EQ(fine.sequence(), reference.sequence());
+}
+
+// The compute worker retries such a batch round by round: the good round is
+// committed once (it used to be committed by the batch and again alone),
+// the failing one gets its error.
+TEST(ComputeQueueBatching, ARoundFailingAfterTheForwardDoesNotCommitItsBatchTwice) {
+  test::TempDir dir;
+  auto m = target_with_a_poisoned_token(dir, 7);
+  GenerateOptions o;
+  o.max_new_tokens = 8;
+  o.sampling.temperature = 1.0f;
+  TargetDecoder fine(*m, {1, 2, 3}, o), poisoned(*m, {1, 7}, o);
+  std::vector<RoundVerified> out(2);
+  {
+    std::atomic<bool> release{false};
+    ComputeQueue q(1);
+    q.post([&] {
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    for (int i = 0; i < 2; ++i) {
+      RoundJob j;
+      j.decoder = i == 0 ? &fine : &poisoned;
+      j.tree = std::make_shared<const DraftTree>();
+      j.done = [&out, i](RoundVerified r) { out[i] = std::move(r); };
+      q.post_round(std::move(j));
+    }
+    release = true;
+  }
+  ASSERT_TRUE(out[0].result.has_value()) << out[0].error;
+  EXPECT_EQ(out[0].result->verdict.tokens.size(), 1u);
+  EXPECT_EQ(fine.generated(), 1);
+  EXPECT_EQ(fine.forwards(), 1);
+  EXPECT_FALSE(out[1].result.has_value());
+  EXPECT_NE(out[1].error.find("empty distribution"), std::string::npos) << out[1].error;
+  EXPECT_EQ(poisoned.generated(), 0);
 }
 
 // A round with a prompt longer than the row budget is prefilled in chunks,

@@ -10,6 +10,7 @@
 
 #include "client/cli/netem_proxy.h"
 #include "client/client.h"
+#include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 
@@ -200,6 +201,15 @@ TEST(Failover, AFallbackThatIsNotTheServersTargetIsRefused) {
   test::expect_connect_refused(o, "is not server");
   o.fallback_target_dir = "/nonexistent/target";
   test::expect_connect_refused(o, "/nonexistent/target");
+  // The same model at another weight type would change the tokens after a
+  // failover; a byte-identical copy is the same target.
+  TempDir copies;
+  Model::load(test::demo_target_dir())->save(copies.str("q4_0"), WType::Q4_0);
+  o.fallback_target_dir = copies.str("q4_0");
+  test::expect_connect_refused(o, "weights digest");
+  Model::load(test::demo_target_dir())->save(copies.str("f32"));
+  o.fallback_target_dir = copies.str("f32");
+  EXPECT_NO_THROW(Client::connect(o));
   o = edge_options(srv.address, "model");
   o.verifier = VerifierKind::kLocal;
   o.target_dir = test::demo_target_dir();

@@ -166,6 +166,31 @@ TEST(KVCache, PreallocatedAndBoundsChecked) {
   EXPECT_EQ(k.size(), 10);
 }
 
+// reserve() grows a cache between forwards, keeping its entries: the
+// logits that follow are bitwise those of a cache allocated large at once.
+TEST(KVCache, ReserveGrowsKeepingTheEntriesBitwise) {
+  ModelConfig c = tiny_config();
+  auto m = Model::random(c, 4);
+  for (KVType type : {KVType::F32, KVType::F16}) {
+    m->set_kv_type(type);
+    KVCache small = m->new_cache(4), large = m->new_cache();
+    const std::vector<int32_t> first = {1, 2, 3}, then = {4, 5, 6, 7, 8};
+    run(*m, small, first);
+    run(*m, large, first);
+    EXPECT_THROW(run(*m, small, then), Error) << "past its capacity";
+    EXPECT_EQ(small.size(), 3) << "a refused forward changes nothing";
+    small.reserve(2);  // never shrinks
+    EXPECT_EQ(small.capacity(), 4);
+    small.reserve(9);
+    EXPECT_EQ(small.capacity(), 9);
+    EXPECT_EQ(small.bytes(), KVCache::bytes_per_position(c, type) * 9);
+    const at::Tensor a = run(*m, small, then), b = run(*m, large, then);
+    EXPECT_TRUE(at::equal(a, b));
+    EXPECT_THROW(small.reserve(c.max_position_embeddings + 1), Error);
+    EXPECT_EQ(small.size(), 8);
+  }
+}
+
 TEST(KVCache, TypeNamesAndMismatchedForks) {
   EXPECT_EQ(parse_kv_type("F16"), KVType::F16);
   EXPECT_EQ(parse_kv_type("f32"), KVType::F32);

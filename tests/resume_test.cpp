@@ -4,10 +4,12 @@
 // seeded sampling alike, and the callback never sees a token twice.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 #include <thread>
 
 #include "client/client.h"
+#include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 
@@ -103,6 +105,28 @@ TEST(Resume, AServerBackWithAnotherModelHandsTheGenerationToTheFallback) {
     const std::string err =
         test::error_of([&] { generate_through_a_restart(drafter, req, 12, test::demo_draft_dir(), false); });
     EXPECT_NE(err.find("now serves demo-draft"), std::string::npos) << drafter << ": " << err;
+  }
+}
+
+// A server back with the same model name, vocabulary, tokenizer and shape
+// but other weights (a Q4_0 copy of the target) is told apart by its
+// weights digest: a clear error, or the fallback's exact tokens, never the
+// copy's.
+TEST(Resume, AServerBackWithAQuantizedCopyIsToldApartByItsWeights) {
+  TempDir copies;
+  const std::string copy = copies.str("q4_0") + "/demo-target";
+  Model::load(test::demo_target_dir())->save(copy, WType::Q4_0);
+  std::filesystem::copy_file(test::demo_target_dir() + "/tokenizer.model", copy + "/tokenizer.model");
+  const Request req = long_request(0.0f);
+  const splitspec::Run plain = generate_through_a_restart("model", req, 0);
+  const splitspec::Run moved = generate_through_a_restart("model", req, 12, copy, true);
+  ASSERT_EQ(moved.restart_error, "");
+  EXPECT_EQ(moved.result.ids, plain.result.ids);
+  EXPECT_GE(moved.result.stats.failovers, 1);
+  for (const char* drafter : {"model", "none"}) {
+    const std::string err = test::error_of([&] { generate_through_a_restart(drafter, req, 12, copy, false); });
+    EXPECT_NE(err.find("weights digest"), std::string::npos) << drafter << ": " << err;
+    EXPECT_NE(err.find("q4_0"), std::string::npos) << drafter << ": " << err;
   }
 }
 

@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
+#include <vector>
 #include <set>
 
 #include "common/drafting/drafter.h"
@@ -52,6 +54,33 @@ TEST(Sampling, TemperatureIsSoftmaxOfScaledLogits) {
   const auto d = filtered_distribution(logits_of({0, 2, 4}), p);
   const auto ref = at::softmax(at::tensor({0.f, 1.f, 2.f}), 0);
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(d[i], ref[i].item<float>(), 1e-6);
+}
+
+// With every token a candidate (top_k 0 or the whole vocabulary, top_p 1)
+// the distribution is the plain softmax, computed without sorting the
+// vocabulary, and equals the filtered road's (top_p just under 1 keeps them
+// all but sorts) to float precision.
+TEST(Sampling, AllCandidatesIsTheSoftmaxWithoutASort) {
+  std::vector<float> lg(5000);
+  for (size_t i = 0; i < lg.size(); ++i) lg[i] = 3.0f * std::sin(0.11f * static_cast<float>(i));
+  SamplingParams all;
+  all.temperature = 0.7f;
+  SamplingParams whole = all;
+  whole.top_k = static_cast<int32_t>(lg.size());
+  SamplingParams sorted = all;
+  sorted.top_p = 0.99999994f;  // the largest float below 1
+  const Distribution a = filtered_distribution(lg.data(), static_cast<int64_t>(lg.size()), all);
+  const Distribution b = filtered_distribution(lg.data(), static_cast<int64_t>(lg.size()), whole);
+  const Distribution c = filtered_distribution(lg.data(), static_cast<int64_t>(lg.size()), sorted);
+  const auto ref = at::softmax(at::from_blob(lg.data(), {static_cast<int64_t>(lg.size())}).to(at::kDouble) / 0.7, 0);
+  EXPECT_EQ(a, b);
+  double total = 0.0;
+  for (size_t i = 0; i < lg.size(); ++i) {
+    EXPECT_NEAR(a[i], ref[static_cast<int64_t>(i)].item<double>(), 1e-7) << i;
+    if (c[i] > 0) EXPECT_NEAR(a[i], c[i], 1e-7) << i;
+    total += a[i];
+  }
+  EXPECT_NEAR(total, 1.0, 1e-5);
 }
 
 TEST(Sampling, TopKKeepsKMostLikely) {

@@ -131,6 +131,38 @@ TEST(SecureServer, TlsServesItsCasClientsAndRefusesPlaintextAndAnotherCa) {
   server.shutdown();
 }
 
+// Tokens over TLS go through the same gate in the transport (the TLS
+// credentials' AuthMetadataProcessor): no token or a wrong one is refused
+// before any handler, health on the main port needs none.
+TEST(SecureServer, TokensOverTlsAreCheckedByTheTransport) {
+  TempDir dir;
+  make_pki(dir, "a");
+  std::ofstream(dir.str("tokens")) << "robot-7f3a\n";
+  ServerConfig c = tls_config(dir);
+  c.auth_tokens_file = dir.str("tokens");
+  Server server(c);
+  server.start();
+  ClientOptions o = client_options(address_of(server));
+  o.allow_insecure_tokens = false;
+  o.tls_ca = dir.str("a-ca.pem");
+  test::expect_connect_refused(o, "UNAUTHENTICATED");
+  o.auth_token = "robot-7f3b";
+  test::expect_connect_refused(o, "UNAUTHENTICATED: the bearer token was not accepted");
+  o.auth_token = "robot-7f3a";
+  expect_exact(o);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = test::read_file(dir.path() / "a-ca.pem");
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel("localhost:" + std::to_string(server.port()), grpc::SslCredentials(ssl)));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckResponse r;
+  const grpc::Status s = health->Check(&ctx, grpc::health::v1::HealthCheckRequest{}, &r);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(r.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  server.shutdown();
+}
+
 TEST(SecureServer, MutualTlsNeedsAClientCertificateItsCaSigned) {
   TempDir dir;
   make_pki(dir, "a");
@@ -150,6 +182,40 @@ TEST(SecureServer, MutualTlsNeedsAClientCertificateItsCaSigned) {
   o.tls_key = dir.str("a-client.key");
   expect_exact(o);
   server.shutdown();
+}
+
+// tls_client_names narrows mutual TLS from "any certificate the CA signed"
+// to certificates with a listed name: the CA's other clients are refused
+// by the transport with PERMISSION_DENIED.
+TEST(SecureServer, MutualTlsServesOnlyTheListedClientNames) {
+  TempDir dir;
+  make_pki(dir, "a");
+  ServerConfig c = tls_config(dir);
+  c.tls_client_ca = dir.str("a-ca.pem");
+  c.tls_client_names = {"robot-7"};
+  {
+    Server server(c);
+    server.start();
+    ClientOptions o = client_options(address_of(server));
+    o.tls_ca = dir.str("a-ca.pem");
+    o.tls_cert = dir.str("a-client.pem");  // CN=client
+    o.tls_key = dir.str("a-client.key");
+    test::expect_connect_refused(o, "PERMISSION_DENIED");
+    test::expect_connect_refused(o, "are not in the server's tls_client_names");
+    server.shutdown();
+  }
+  c.tls_client_names = {"robot-7", "client"};
+  Server server(c);
+  server.start();
+  ClientOptions o = client_options(address_of(server));
+  o.tls_ca = dir.str("a-ca.pem");
+  o.tls_cert = dir.str("a-client.pem");
+  o.tls_key = dir.str("a-client.key");
+  expect_exact(o);
+  server.shutdown();
+  ServerConfig no_ca = tls_config(dir);
+  no_ca.tls_client_names = {"client"};
+  EXPECT_NE(test::error_of([&] { no_ca.validate(); }).find("tls_client_names needs tls_client_ca"), std::string::npos);
 }
 
 TEST(SecureServer, ACertificateRenewedWhileServingIsServedWithoutARestart) {

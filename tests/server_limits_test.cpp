@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "common/engine/kv_cache.h"
 #include "common/engine/model.h"
 #include "common/util/error.h"
 #include "server/log_text.h"
@@ -107,12 +108,12 @@ grpc::Status list_services(const std::string& address, const std::string& token,
   return status;
 }
 
-// The process's virtual size, from /proc.
-int64_t virtual_bytes(int pid) {
+// A process's memory, from /proc: "VmSize:" (virtual) or "VmRSS:" (resident).
+int64_t status_bytes(int pid, const std::string& field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string key;
   while (in >> key) {
-    if (key == "VmSize:") {
+    if (key == field) {
       int64_t kb = 0;
       in >> kb;
       return kb * 1024;
@@ -121,30 +122,33 @@ int64_t virtual_bytes(int pid) {
   }
   return 0;
 }
+int64_t virtual_bytes(int pid) { return status_bytes(pid, "VmSize:"); }
+int64_t resident_bytes(int pid) { return status_bytes(pid, "VmRSS:"); }
 
-// A session whose KV cache the server cannot allocate (the whole context is
-// allocated at Open) gets RESOURCE_EXHAUSTED at once; it used to wait for
-// its deadline while the server's reactor held the stream.
+// A session whose KV cache the server cannot allocate (at Open the cache
+// takes the prompt and some room) gets RESOURCE_EXHAUSTED at once; it used
+// to wait for its deadline while the server's reactor held the stream.
 TEST(ServerLimits, AnOpenThatRunsOutOfMemoryGetsAStatusAtOnce) {
   TempDir tmp;
-  ModelConfig c = tiny_config(64, 2);
-  c.max_position_embeddings = int64_t{1} << 22;  // 2 layers x K, V x 2 heads x 8 x 4 B a position: 1 GiB
+  ModelConfig c = tiny_config(64, 8);
+  c.max_position_embeddings = int64_t{1} << 21;  // 8 layers x K, V x 2 heads x 8 x 4 B: 1 KiB a position
   Model::random(c, 1)->save(tmp.str("model"));
   std::unique_ptr<Child> server;
   // The server runs the whole declared context (past the 4096 a load keeps).
   ::setenv("SPLITSPEC_MAX_CONTEXT", std::to_string(c.max_position_embeddings).c_str(), 1);
   const std::string address = spawn_server(tmp.str("model"), tmp, server, {"--max-new-tokens", "8"});
   ::unsetenv("SPLITSPEC_MAX_CONTEXT");
-  // Room for the server's own work, not for that cache.
+  // Room for the server's own work and the prompt, not for its cache (1 GiB).
   const rlimit limit{static_cast<rlim_t>(virtual_bytes(server->pid()) + (int64_t{384} << 20)), RLIM_INFINITY};
   ASSERT_EQ(prlimit(server->pid(), RLIMIT_AS, &limit, nullptr), 0);
+  v1::SessionRequest open = open_request(64);
+  open.mutable_open()->mutable_prompt_ids()->Resize(1 << 20, 1);
 
   auto stub = raw_stub(address);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   const auto start = std::chrono::steady_clock::now();
   auto stream = stub->Session(&ctx);
-  v1::SessionRequest open = open_request(64);
   ASSERT_TRUE(stream->Write(open));
   const grpc::Status s = drain(*stream);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message() << "\n"
@@ -163,6 +167,95 @@ TEST(ServerLimits, AnOpenThatRunsOutOfMemoryGetsAStatusAtOnce) {
   EXPECT_NO_THROW(server_stats(address));
 }
 
+
+// kv_budget_bytes is admission control: each session reserves at Open what
+// its prompt, max_new_tokens and one largest draft can fill; one that would
+// not fit beside the open ones is refused at once, and fits once they end.
+TEST(ServerLimits, ASessionOverTheKvBudgetIsRefusedAtOpen) {
+  const ModelConfig c = Model::load(demo_target_dir())->config();
+  const int64_t per_position = static_cast<int64_t>(KVCache::bytes_per_position(c, KVType::F32));
+  const int32_t max_new = 100;
+  const int64_t one = (1 + max_new + 16) * per_position;  // one-token prompt, max_draft_tokens 16
+  TempDir tmp;
+  std::unique_ptr<Child> server;
+  const std::string address = spawn_server(demo_target_dir(), tmp, server,
+                                           {"--kv-budget-bytes", std::to_string(one * 3 / 2), "--max-draft-tokens", "16"});
+  auto stub = raw_stub(address);
+  v1::SessionRequest open = open_request(static_cast<int32_t>(c.vocab_size));
+  open.mutable_open()->set_max_new_tokens(max_new);
+  grpc::ClientContext first_ctx;
+  first_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto first = stub->Session(&first_ctx);
+  ASSERT_TRUE(first->Write(open));
+  v1::SessionResponse r;
+  ASSERT_TRUE(first->Read(&r));
+  ASSERT_TRUE(r.has_opened());
+
+  auto second_status = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto second = stub->Session(&ctx);
+    second->Write(open);
+    second->WritesDone();
+    return drain(*second);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const grpc::Status refused = second_status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("kv_budget_bytes"), std::string::npos) << refused.error_message();
+  // A smaller request fits beside the first.
+  open.mutable_open()->set_max_new_tokens(8);
+  EXPECT_TRUE(second_status().ok());
+  EXPECT_EQ(server_stats(address).invalid_requests(), 0) << "a refusal for room is not an invalid request";
+
+  // Once the first ends, its reservation is free again.
+  first->WritesDone();
+  EXPECT_TRUE(drain(*first).ok());
+  open.mutable_open()->set_max_new_tokens(max_new);
+  EXPECT_TRUE(wait_until([&] { return second_status().ok(); }, std::chrono::seconds(10)));
+}
+
+// A client that opens a long Generate and never reads it: once the replies
+// waiting for it pass max_send_queue_bytes the server cancels the stream
+// (it used to queue every token of the generation), counts it, and keeps
+// its resident memory where it was.
+TEST(ServerLimits, AClientThatStopsReadingIsClosedWithBoundedMemory) {
+  TempDir tmp;
+  ModelConfig c = tiny_config(64, 2);
+  c.max_position_embeddings = 1 << 16;
+  Model::random(c, 1)->save(tmp.str("model"));
+  std::unique_ptr<Child> server;
+  ::setenv("SPLITSPEC_MAX_CONTEXT", std::to_string(c.max_position_embeddings).c_str(), 1);
+  const std::string address =
+      spawn_server(tmp.str("model"), tmp, server, {"--max-new-tokens", "60000", "--max-send-queue-bytes", "16384"});
+  ::unsetenv("SPLITSPEC_MAX_CONTEXT");
+  const int64_t before = resident_bytes(server->pid());
+  // A small, fixed receive window (no BDP probing, which would grow it to
+  // megabytes), so the server's writes stall soon, as over a slow link.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16384);
+  auto stub = v1::SplitSpec::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  v1::GenerationRequest req = open_request(64).open();
+  req.set_max_new_tokens(60000);
+  req.set_ignore_eos(true);
+  auto reader = stub->Generate(&ctx, req);  // and never read
+  ASSERT_TRUE(wait_until([&] { return read_file(tmp.path() / "server.err").find("event=slow_reader") != std::string::npos; },
+                         std::chrono::seconds(90)))
+      << read_file(tmp.path() / "server.err");
+  EXPECT_LT(resident_bytes(server->pid()) - before, int64_t{32} << 20);
+  v1::GenerateResponse r;
+  int64_t received = 0;
+  while (reader->Read(&r)) received += r.tokens_size();
+  const grpc::Status s = reader->Finish();
+  EXPECT_TRUE(s.error_code() == grpc::StatusCode::CANCELLED || s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << s.error_message();
+  EXPECT_LT(received, 60000);
+  EXPECT_NO_THROW(server_stats(address));
+}
 
 // A client's Cancel ends its session as CANCELLED, and is not counted or
 // logged as an invalid request.
@@ -252,10 +345,11 @@ TEST(ServerLimits, ASessionIsEndedAtItsLifetime) {
 
 
 // gRPC's reflection registers itself on every server once its library is
-// loaded, and answers before any handler can check a token: under bearer
-// tokens it is off on the main port, and the plaintext health port never
-// has it. Without tokens the main port answers it.
-TEST(ServerLimits, ReflectionIsOffUnderTokensAndOnTheHealthPort) {
+// loaded, and answers before any handler could check a token. Under bearer
+// tokens the transport checks them first (auth_gate.h), so on the main port
+// reflection answers only a call with a token; the plaintext health port
+// never has it. Without tokens the main port answers it.
+TEST(ServerLimits, ReflectionAnswersOnlyATokenOnTheMainPortAndNeverOnTheHealthPort) {
   TempDir tmp;
   write_file(tmp.path() / "tokens", "robot-1\n");
   ServerConfig c = demo_config();
@@ -266,13 +360,23 @@ TEST(ServerLimits, ReflectionIsOffUnderTokensAndOnTheHealthPort) {
   server.start();
   const std::string main_port = "127.0.0.1:" + std::to_string(server.port());
   const std::string health_port = "127.0.0.1:" + std::to_string(server.health_port());
-  for (const std::string& port : {main_port, health_port})
-    for (const std::string token : {"", "robot-1"}) {
-      std::string raw;
-      const grpc::Status s = list_services(port, token, &raw);
-      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << port << " token '" << token << "'";
+  for (const std::string token : {"", "robot-2", "robot-1"}) {
+    std::string raw;
+    const grpc::Status s = list_services(main_port, token, &raw);
+    if (token == "robot-1") {
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      EXPECT_NE(raw.find("splitspec.v1.SplitSpec"), std::string::npos);
+    } else {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "token '" << token << "'";
       EXPECT_EQ(raw.find("splitspec.v1.SplitSpec"), std::string::npos);
     }
+  }
+  for (const std::string token : {"", "robot-1"}) {
+    std::string raw;
+    const grpc::Status s = list_services(health_port, token, &raw);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << "token '" << token << "'";
+    EXPECT_EQ(raw.find("splitspec.v1.SplitSpec"), std::string::npos);
+  }
   {
     auto health = grpc::health::v1::Health::NewStub(grpc::CreateChannel(health_port, grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
@@ -287,6 +391,95 @@ TEST(ServerLimits, ReflectionIsOffUnderTokensAndOnTheHealthPort) {
   const grpc::Status s = list_services(open.address, "", &raw);
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_NE(raw.find("splitspec.v1.SplitSpec"), std::string::npos);
+}
+
+// The transport checks the token before any handler runs: an
+// unauthenticated call with a body that is not even a protobuf message gets
+// UNAUTHENTICATED (a handler would first have parsed it and failed
+// otherwise), and is counted as unauthenticated, not as invalid.
+TEST(ServerLimits, AnUnauthenticatedCallIsRefusedBeforeItsBodyIsRead) {
+  TempDir tmp;
+  write_file(tmp.path() / "tokens", "robot-1\n");
+  std::unique_ptr<Child> server;
+  const std::string address = spawn_server(demo_target_dir(), tmp, server,
+                                           {"--auth-tokens-file", tmp.str("tokens"), "--allow-insecure-tokens"});
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  for (const char* method : {"/splitspec.v1.SplitSpec/GetInfo", "/splitspec.v1.SplitSpec/Generate"}) {
+    for (const std::string token : {"", "robot-2"}) {
+      grpc::ClientContext ctx;
+      if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      const std::string garbage(1 << 20, '\xff');
+      grpc::Slice slice(garbage.data(), garbage.size());
+      grpc::CompletionQueue cq;
+      auto call = stub.PrepareUnaryCall(&ctx, method, grpc::ByteBuffer(&slice, 1), &cq);
+      call->StartCall();
+      grpc::ByteBuffer answer;
+      grpc::Status status;
+      call->Finish(&answer, &status, reinterpret_cast<void*>(1));
+      void* tag;
+      bool ok;
+      ASSERT_TRUE(cq.Next(&tag, &ok));
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << ": " << status.error_message();
+      cq.Shutdown();
+      while (cq.Next(&tag, &ok)) {
+      }
+    }
+  }
+  const v1::ServerStats stats = server_stats_with_token(address);
+  EXPECT_EQ(stats.invalid_requests(), 0);
+  EXPECT_EQ(stats.sessions_total(), 0);
+}
+
+// max_sessions_per_token: one token's streams cannot take every slot; the
+// next of that token is refused at once, another token's is served, and
+// the slot is the token's again once its stream ends.
+TEST(ServerLimits, OneTokenCannotHoldMoreThanItsShareOfSessions) {
+  TempDir tmp;
+  write_file(tmp.path() / "tokens", "robot-1\nrobot-2\n");
+  std::unique_ptr<Child> server;
+  const std::string address =
+      spawn_server(demo_target_dir(), tmp, server,
+                   {"--auth-tokens-file", tmp.str("tokens"), "--allow-insecure-tokens", "--max-sessions-per-token", "1"});
+  auto stub = raw_stub(address);
+  auto open_as = [&](grpc::ClientContext& ctx, const std::string& token) {
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto stream = stub->Session(&ctx);
+    stream->Write(open_request(8000));
+    return stream;
+  };
+  grpc::ClientContext held_ctx;
+  auto held = open_as(held_ctx, "robot-1");
+  v1::SessionResponse r;
+  ASSERT_TRUE(held->Read(&r));
+  ASSERT_TRUE(r.has_opened());
+  {
+    grpc::ClientContext ctx;
+    auto second = open_as(ctx, "robot-1");
+    const grpc::Status s = drain(*second);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(s.error_message().find("max_sessions_per_token"), std::string::npos) << s.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    auto other = open_as(ctx, "robot-2");
+    ASSERT_TRUE(other->Read(&r)) << drain(*other).error_message() << read_file(tmp.path() / "server.err");
+    EXPECT_TRUE(r.has_opened());
+    other->WritesDone();
+    EXPECT_TRUE(drain(*other).ok());
+  }
+  held->WritesDone();
+  EXPECT_TRUE(drain(*held).ok());
+  EXPECT_TRUE(wait_until(
+      [&] {
+        grpc::ClientContext ctx;
+        auto again = open_as(ctx, "robot-1");
+        const bool opened = again->Read(&r) && r.has_opened();
+        again->WritesDone();
+        return drain(*again).ok() && opened;
+      },
+      std::chrono::seconds(10)));
 }
 
 // A connection with no stream does not hold its socket past

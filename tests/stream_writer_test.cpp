@@ -39,7 +39,10 @@ struct Writer final : StreamWriter<FakeReactor, std::string> {
   using StreamWriter::hold;
   using StreamWriter::kFirst;
   using StreamWriter::release;
+  using StreamWriter::bound_queue;
   using StreamWriter::send;
+  void on_overflow(size_t bytes) override { overflows.push_back(bytes); }
+  std::vector<size_t> overflows;
   bool* deleted = nullptr;
   ~Writer() override {
     if (deleted) *deleted = true;
@@ -120,6 +123,42 @@ TEST(StreamWriter, AHeldReactorOutlivesOnDoneUntilItsLastRelease) {
   EXPECT_FALSE(deleted) << "the job still refers to it";
   w->release();
   EXPECT_TRUE(deleted);
+}
+
+// A peer that stops reading: past the bound, the stream ends with
+// RESOURCE_EXHAUSTED (once, however many sends follow), nothing more is
+// queued, and the writes gRPC then fails end it.
+TEST(StreamWriter, AFullQueueEndsTheStreamInsteadOfGrowing) {
+  auto* w = new Writer;
+  w->bound_queue(nullptr, 10);
+  w->send("aaaa");  // in flight
+  w->send("bbbb");
+  w->send("cccccc");  // 14 bytes: over
+  w->send("d");
+  EXPECT_EQ(w->overflows, std::vector<size_t>{14});
+  EXPECT_EQ(w->writes, std::vector<std::string>{"aaaa"});
+  grpc_side(w).OnWriteDone(false);  // the call was cancelled
+  EXPECT_EQ(w->finished, 1);
+  EXPECT_EQ(w->status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(w->status.error_message().find("max_send_queue_bytes"), std::string::npos);
+  grpc_side(w).OnDone();
+}
+
+// Within the bound, written messages make room for new ones.
+TEST(StreamWriter, WrittenMessagesMakeRoomInTheBoundedQueue) {
+  auto* w = new Writer;
+  w->bound_queue(nullptr, 10);
+  for (int i = 0; i < 20; ++i) {
+    w->send("abcd");
+    w->send("efgh");
+    grpc_side(w).OnWriteDone(true);
+    grpc_side(w).OnWriteDone(true);
+  }
+  EXPECT_TRUE(w->overflows.empty());
+  EXPECT_EQ(w->writes.size(), 40u);
+  w->close(grpc::Status::OK);
+  EXPECT_EQ(w->finished, 1);
+  grpc_side(w).OnDone();
 }
 
 }  // namespace

@@ -116,4 +116,49 @@ TEST(TargetDecoder, RoomShrinksToTheContextsEndAndTheTapSeesEveryAskedLayer) {
   EXPECT_EQ(dec.sequence().size(), 64u);
 }
 
+// A decoder's KV cache starts at its prompt and a little more and grows as
+// the generation does, never past what reserved_bytes() promised; the
+// tokens are those of a plain greedy loop over a cache of the whole context.
+TEST(TargetDecoder, TheCacheGrowsWithTheGenerationWithinItsReservation) {
+  c10::InferenceMode guard;
+  ModelConfig c = tiny_config(30, 2);
+  c.max_position_embeddings = 1024;
+  auto m = Model::random(c, 10);
+  GenerateOptions o;
+  o.max_new_tokens = 300;
+  o.ignore_eos = true;
+  const std::vector<int32_t> prompt = {1, 4, 9};
+  const size_t per_position = KVCache::bytes_per_position(c, KVType::F32);
+  TargetDecoder dec(*m, prompt, o, /*max_tree=*/4);
+  EXPECT_EQ(dec.reserved_bytes(), (3 + 300 + 4) * per_position);
+  const size_t first = dec.cache_bytes();
+  EXPECT_LT(first, dec.reserved_bytes() / 2);
+  EXPECT_EQ(dec.room(), 3 + 300 + 4 - 3);
+  size_t most = first;
+  int32_t round = 0;
+  while (!dec.finished()) {
+    // Drafts of up to four tokens, some right, most wrong.
+    const int32_t n = std::min<int32_t>(1 + round++ % 4, dec.room());
+    std::vector<int32_t> draft;
+    for (int32_t i = 0; i < n; ++i) draft.push_back((round * 7 + i) % 30);
+    dec.verify(DraftTree::chain(draft));
+    most = std::max(most, dec.cache_bytes());
+    EXPECT_LE(dec.cache_bytes(), dec.reserved_bytes());
+  }
+  EXPECT_GT(most, first);
+  EXPECT_EQ(dec.generated(), 300);
+
+  KVCache cache = m->new_cache();
+  std::vector<int32_t> seq = prompt;
+  ForwardRequest r;
+  r.tokens = prompt;
+  while (static_cast<int64_t>(seq.size()) < 303) {
+    const Rows logits = m->forward(r, cache).logits;
+    const int32_t next = splitspec::greedy_token(logits.row(logits.rows() - 1), c.vocab_size);
+    seq.push_back(next);
+    r.tokens = {next};
+  }
+  EXPECT_EQ(dec.sequence(), seq);
+}
+
 }  // namespace splitspec::test

@@ -11,7 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
+#include "client/round_loop.h"
 #include "common/drafting/model_drafter.h"
 #include "common/util/error.h"
 #include "common/drafting/fallback_threshold.h"
@@ -154,6 +156,91 @@ TEST(TreeDrafter, ProvisionalTokensAreDraftedOnlyWhileTheVerifierHasComputeToSpa
     EXPECT_EQ(d.provisional(), spare ? 3 : 0) << "spare compute: " << spare;
     EXPECT_EQ(counter(d.stats(), "provisional_tokens"), spare ? 3 : 0) << "spare compute: " << spare;
   }
+}
+
+// A verifier scripted to stream early verdicts while it reports spare
+// compute, as a streamed fallback does in the round a failover lands in:
+// pre-draft workers (which fork the main drafter) and the drafter's
+// provisional worker (which writes it) would then run together. Pre-draft
+// workers call budget() only after a fork, from their own threads.
+class SpareComputeVerifier final : public Verifier {
+ public:
+  std::string name() const override { return "scripted"; }
+  void begin(const std::vector<int32_t>&, const GenerateOptions&, const ExtrasRequest&,
+             std::chrono::steady_clock::time_point, EarlyHandler on_early) override {
+    on_early_ = std::move(on_early);
+    main_ = std::this_thread::get_id();
+  }
+  bool finished() const override { return false; }
+  int32_t budget(int64_t) const override {
+    if (std::this_thread::get_id() != main_) forked_budget_calls += 1;
+    return 8;
+  }
+  RoundResult verify(const DraftTree&, bool) override {
+    RoundResult r;
+    if (++rounds_ == 1) {
+      spare_ = true;
+      EXPECT_TRUE(wait_until([&] { return asked_.load() >= 2; }, std::chrono::seconds(60)));
+      for (int32_t x = 0; x < 20; ++x) {
+        PredictedVerdict v;
+        v.round = 1;
+        v.verdict.tokens = {x};
+        v.confidence = 1.0 - 0.01 * x;
+        v.exit_layer = 1;
+        on_early_(v);
+      }
+      wait_until([&] { return forked_budget_calls.load() > 0; }, std::chrono::milliseconds(500));
+      spare_ = false;
+      r.verdict.tokens = {5};
+    } else {
+      r.verdict.tokens = {6};
+      r.finish = FinishReason::kLength;
+    }
+    return r;
+  }
+  bool early_verdicts() const override { return true; }
+  std::function<bool()> spare_compute() const override {
+    return [this] {
+      asked_ += 1;
+      return spare_.load();
+    };
+  }
+  VerifierStats stats() const override { return {}; }
+
+  mutable std::atomic<int> forked_budget_calls{0};
+
+ private:
+  EarlyHandler on_early_;
+  std::thread::id main_;
+  int rounds_ = 0;
+  std::atomic<bool> spare_{false};
+  mutable std::atomic<int> asked_{0};
+};
+
+// Pre-drafting lets go of the main drafter before its provisional worker
+// drafts on spare compute (issue 46, item 11): early verdicts that arrive
+// after that are not taken, so no fork reads what the worker writes. It
+// used to fork them while the worker wrote the same nodes and KV cache;
+// scripts/sanitize.sh with SANITIZER=thread runs this test under TSan.
+TEST(TreeDrafter, PreDraftForksNeverRunWhileTheProvisionalWorkerDrafts) {
+  c10::InferenceMode guard;
+  auto draft = Model::random(tiny_config(40, 2), 8);
+  TreeOptions t = children(2);
+  t.fallback = false;
+  t.tree_nodes = 4;
+  t.provisional = true;
+  t.max_provisional = 16;
+  TreeDrafter d(draft, t);
+  SpareComputeVerifier v;
+  RoundLoopOptions o;
+  o.generate.max_new_tokens = 2;
+  o.generate.ignore_eos = true;
+  o.predraft = true;
+  o.predraft_threads = 4;
+  const RoundLoopResult r = run_round_loop(d, v, {1, 5, 9}, o);
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(v.forked_budget_calls.load(), 0) << "a pre-draft forked the drafter while its provisional worker drafted";
+  EXPECT_GT(counter(d.stats(), "provisional_tokens"), 0);
 }
 
 TEST(TreeDrafter, KeptProvisionalTokensContinueAsAFreshDraftWould) {

@@ -89,6 +89,20 @@ Distribution filtered_distribution(const float* lg, int64_t n, const SamplingPar
     out[greedy_token(lg, n)] = 1.0f;
     return out;
   }
+  const double inv_t = 1.0 / params.temperature;
+  if (params.top_p >= 1.0f && (params.top_k <= 0 || params.top_k >= n)) {
+    // Every token stays a candidate: a softmax, with no sort of the
+    // vocabulary at every position a round verifies.
+    const double max_logit = *std::max_element(lg, lg + n);
+    std::vector<double> w(static_cast<size_t>(n));
+    double total = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      w[i] = std::exp((lg[i] - max_logit) * inv_t);
+      total += w[i];
+    }
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(w[i] / total);
+    return out;
+  }
   // Candidate set as indices, so ties resolve by index and stay deterministic.
   std::vector<int32_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
@@ -99,7 +113,6 @@ Distribution filtered_distribution(const float* lg, int64_t n, const SamplingPar
     keep = params.top_k;
   }
   std::sort(idx.begin(), idx.begin() + keep, by_logit);
-  const double inv_t = 1.0 / params.temperature;
   const double max_logit = lg[idx[0]];
   std::vector<double> w(keep);
   double total = 0.0;

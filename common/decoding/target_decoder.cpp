@@ -19,12 +19,23 @@ std::string finish_reason_name(FinishReason reason) {
   return "";
 }
 
-TargetDecoder::TargetDecoder(const Model& target, std::vector<int32_t> prompt, const GenerateOptions& options)
+namespace {
+
+// Positions a fresh cache holds before its first reserve_rows(): the prompt
+// and a few rounds, so a short generation never reallocates.
+constexpr int64_t kInitialHeadroom = 128;
+
+}  // namespace
+
+TargetDecoder::TargetDecoder(const Model& target, std::vector<int32_t> prompt, const GenerateOptions& options,
+                             int32_t max_tree)
     : target_(target),
       options_(options),
       prompt_len_(static_cast<int64_t>(prompt.size())),
       context_(target.config().max_position_embeddings),
-      cache_(target.new_cache(context_)),
+      budget_(std::clamp<int64_t>(options.max_new_tokens, 0, std::max<int64_t>(0, context_ - prompt_len_))),
+      capacity_limit_(max_tree < 0 ? context_ : std::min<int64_t>(context_, prompt_len_ + budget_ + max_tree)),
+      cache_(target.new_cache(std::clamp<int64_t>(prompt_len_ + kInitialHeadroom, 1, std::max<int64_t>(1, capacity_limit_)))),
       seq_(std::move(prompt)) {
   const ModelConfig& c = target.config();
   options.sampling.validate();
@@ -36,13 +47,24 @@ TargetDecoder::TargetDecoder(const Model& target, std::vector<int32_t> prompt, c
   for (int32_t t : seq_)
     if (t < 0 || t >= c.vocab_size)
       throw Error("prompt token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-  budget_ = std::min<int64_t>(options.max_new_tokens, context_ - prompt_len_);
   if (budget_ == 0) finish_ = options.max_new_tokens == 0 ? FinishReason::kLength : FinishReason::kContext;
+}
+
+size_t TargetDecoder::reserved_bytes() const {
+  return static_cast<size_t>(capacity_limit_) * KVCache::bytes_per_position(target_.config(), cache_.type());
+}
+
+void TargetDecoder::reserve_rows(int64_t rows) {
+  const int64_t need = cache_.size() + rows;
+  if (need <= cache_.capacity()) return;
+  // Doubling keeps the copies amortised; the limit keeps the cache within
+  // what reserved_bytes() promised.
+  cache_.reserve(std::max(need, std::min(capacity_limit_, 2 * cache_.capacity())));
 }
 
 int32_t TargetDecoder::room() const {
   // The round's forward holds the last committed token plus the tree.
-  return static_cast<int32_t>(std::max<int64_t>(0, context_ - static_cast<int64_t>(seq_.size())));
+  return static_cast<int32_t>(std::max<int64_t>(0, capacity_limit_ - static_cast<int64_t>(seq_.size())));
 }
 
 ForwardRequest TargetDecoder::pending_request(const DraftTree& tree, const RoundRequest& request) const {
@@ -118,37 +140,57 @@ std::vector<RoundResult> TargetDecoder::verify_batch(const std::vector<BatchRoun
   for (size_t i = 0; i < rounds.size(); ++i) items.push_back({&requests[i], &rounds[i].decoder->cache_});
   for (size_t i = 0; i < prefills.size(); ++i)
     items.push_back({&requests[rounds.size() + i], &prefills[i].decoder->cache_});
+  for (size_t i = 0; i < items.size(); ++i) {
+    TargetDecoder& d = i < rounds.size() ? *rounds[i].decoder : *prefills[i - rounds.size()].decoder;
+    d.reserve_rows(static_cast<int64_t>(requests[i].tokens.size()));
+  }
   const auto tf = SteadyClock::now();
+  // forward_batch commits every cache or none.
   const std::vector<ForwardResult> outs = target.forward_batch(items);
   const double forward_ms = ms_since(tf);
-  std::vector<RoundResult> results;
-  results.reserve(rounds.size());
+  // Every round is judged before any commits, so one that throws leaves all
+  // the batch's decoders as they were: a caller that retries the rounds one
+  // by one never verifies a committed round twice.
+  std::vector<RoundResult> results(rounds.size());
+  try {
+    for (size_t i = 0; i < rounds.size(); ++i)
+      results[i] = rounds[i].decoder->judge_round(*rounds[i].tree, rounds[i].request->extras, outs[i]);
+  } catch (...) {
+    for (const Model::BatchItem& item : items)
+      item.cache->truncate(item.cache->size() - static_cast<int64_t>(item.request->tokens.size()));
+    throw;
+  }
   for (size_t i = 0; i < rounds.size(); ++i) {
     TargetDecoder& d = *rounds[i].decoder;
+    const auto tv = SteadyClock::now();
     d.forwards_ += 1;
-    results.push_back(d.finish_round(*rounds[i].tree, *rounds[i].request, outs[i], pasts[i]));
-    results.back().forward_ms = forward_ms;
+    d.apply_round(results[i], pasts[i]);
+    results[i].forward_ms = forward_ms;
+    results[i].verify_ms += ms_since(tv);
   }
   return results;
 }
 
-RoundResult TargetDecoder::finish_round(const DraftTree& tree, const RoundRequest& request, const ForwardResult& out,
-                                        int64_t past) {
+RoundResult TargetDecoder::judge_round(const DraftTree& tree, const ExtrasRequest& extras,
+                                       const ForwardResult& out) const {
   RoundResult r;
   const auto tv = SteadyClock::now();
-  const int64_t pending = static_cast<int64_t>(seq_.size()) - past;
   Rng rng = round_rng();
   r.verdict = verify_tree(tree, out.logits, options_.sampling, rng);
+  add_extras(r, out, extras);
+  r.verify_ms = ms_since(tv);
+  return r;
+}
+
+void TargetDecoder::apply_round(RoundResult& r, int64_t past) {
   // Keep the pending tokens and the accepted path: the cache again holds
   // every committed token but the new last one.
+  const int64_t pending = static_cast<int64_t>(seq_.size()) - past;
   std::vector<int64_t> rows;
   for (int64_t i = 0; i < pending; ++i) rows.push_back(i);
   for (int32_t node : r.verdict.path) rows.push_back(pending + node);
   cache_.keep(past, rows);
   commit(r);
-  add_extras(r, out, request.extras);
-  r.verify_ms = ms_since(tv);
-  return r;
 }
 
 void TargetDecoder::add_extras(RoundResult& r, const ForwardResult& out, const ExtrasRequest& want) const {

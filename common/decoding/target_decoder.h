@@ -29,7 +29,11 @@ class TargetDecoder {
  public:
   // Throws splitspec::Error for an empty prompt, out-of-vocabulary ids, a
   // prompt that leaves no room in the context, or invalid options.
-  TargetDecoder(const Model& target, std::vector<int32_t> prompt, const GenerateOptions& options);
+  // `max_tree` bounds the draft nodes of a round (-1: only the context
+  // does); the KV cache grows as the generation does, up to the prompt, the
+  // budget and one largest tree, and never past that.
+  TargetDecoder(const Model& target, std::vector<int32_t> prompt, const GenerateOptions& options,
+                int32_t max_tree = -1);
 
   // Calls `tap` during a round's forward after each layer count in
   // `tap_layers` with the rows verification will read ([tree.size()+1,
@@ -86,19 +90,27 @@ class TargetDecoder {
 
   bool finished() const { return finish_ != FinishReason::kNone; }
   FinishReason finish() const { return finish_; }
-  // Most draft nodes the next round may carry without overrunning the context.
+  // Most draft nodes the next round may carry without overrunning the context
+  // or the cache's limit.
   int32_t room() const;
   const std::vector<int32_t>& sequence() const { return seq_; }
   int64_t generated() const { return static_cast<int64_t>(seq_.size()) - prompt_len_; }
   int64_t forwards() const { return forwards_; }
+  // Bytes the KV cache holds now, and the most it will ever hold.
   size_t cache_bytes() const { return cache_.bytes(); }
+  size_t reserved_bytes() const;
   const Model& model() const { return target_; }
 
  private:
   // The round's forward: the tokens not yet in the cache plus the tree.
   ForwardRequest pending_request(const DraftTree& tree, const RoundRequest& request) const;
-  // Verification of the round's logits, cache compaction and commit.
-  RoundResult finish_round(const DraftTree& tree, const RoundRequest& request, const ForwardResult& out, int64_t past);
+  // The round's verdict and extras from its logits, changing nothing.
+  RoundResult judge_round(const DraftTree& tree, const ExtrasRequest& extras, const ForwardResult& out) const;
+  // Commits a judged round: the cache compacted to the accepted path, the
+  // tokens appended up to the first stop.
+  void apply_round(RoundResult& r, int64_t past);
+  // Grows the cache so the next forward's `rows` fit (see capacity_limit_).
+  void reserve_rows(int64_t rows);
   void commit(RoundResult& r);
   void add_extras(RoundResult& r, const ForwardResult& out, const ExtrasRequest& want) const;
   // This round's draws: keyed by the committed length, so that a generation
@@ -109,7 +121,8 @@ class TargetDecoder {
   GenerateOptions options_;
   int64_t prompt_len_;
   int64_t context_;
-  int64_t budget_;  // new tokens this generation may produce
+  int64_t budget_;          // new tokens this generation may produce
+  int64_t capacity_limit_;  // the most positions the cache may grow to
   KVCache cache_;   // every committed token but the last (none before the first round)
   std::vector<int32_t> seq_;
   FinishReason finish_ = FinishReason::kNone;

@@ -24,6 +24,7 @@ KVCache::KVCache(const ModelConfig& c, int64_t capacity, KVType type)
       kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim),
       capacity_(capacity),
+      max_capacity_(c.max_position_embeddings),
       type_(type) {
   if (capacity <= 0 || capacity > c.max_position_embeddings)
     throw Error("KV cache capacity " + std::to_string(capacity) + " must be in [1, max_position_embeddings=" +
@@ -41,6 +42,22 @@ bool KVCache::fits(const ModelConfig& c) const {
 }
 
 size_t KVCache::bytes() const { return 2 * static_cast<size_t>(layers_ * layer_bytes()); }
+
+size_t KVCache::bytes_per_position(const ModelConfig& c, KVType type) {
+  return 2 * static_cast<size_t>(c.num_hidden_layers * c.num_key_value_heads * c.head_dim) *
+         (type == KVType::F16 ? 2 : 4);
+}
+
+void KVCache::reserve(int64_t n) {
+  if (n <= capacity_) return;
+  if (n > max_capacity_)
+    throw Error("KV cache capacity " + std::to_string(n) + " exceeds max_position_embeddings=" +
+                std::to_string(max_capacity_));
+  KVCache bigger = empty_like(n);
+  bigger.move_entries(*this, 0, 0, size_);
+  bigger.size_ = size_;
+  *this = std::move(bigger);
+}
 
 void KVCache::write_rows(int64_t layer, const float* k, const float* v, int64_t n) {
   if (size_ + n > capacity_)
@@ -99,14 +116,20 @@ void KVCache::keep(int64_t base, const std::vector<int64_t>& rows) {
   size_ = base + static_cast<int64_t>(rows.size());
 }
 
-KVCache KVCache::fork(int64_t n) const {
+KVCache KVCache::empty_like(int64_t capacity) const {
   KVCache out;
   out.layers_ = layers_;
   out.kv_heads_ = kv_heads_;
   out.head_dim_ = head_dim_;
-  out.capacity_ = capacity_;
+  out.capacity_ = capacity;
+  out.max_capacity_ = max_capacity_;
   out.type_ = type_;
   out.allocate();
+  return out;
+}
+
+KVCache KVCache::fork(int64_t n) const {
+  KVCache out = empty_like(capacity_);
   out.copy_prefix_from(*this, n);
   return out;
 }

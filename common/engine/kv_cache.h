@@ -1,7 +1,8 @@
 #pragma once
-// Per-sequence key/value cache, preallocated to its capacity so decoding never
-// reallocates. Layout per layer: [kv_heads, capacity, head_dim], so the live
-// prefix of every head is one strided view with no copy.
+// Per-sequence key/value cache, allocated to a capacity that reserve() grows
+// between forwards (never during one). Layout per layer: [kv_heads,
+// capacity, head_dim], so the live prefix of every head is one strided view
+// with no copy.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,8 +34,13 @@ class KVCache {
   KVType type() const { return type_; }
   // Whether this cache has `config`'s layers, key-value heads and head size.
   bool fits(const ModelConfig& config) const;
-  // Bytes held by the preallocated storage (keys and values).
+  // Bytes held by the allocated storage (keys and values).
   size_t bytes() const;
+  // Bytes one position takes (keys and values of every layer).
+  static size_t bytes_per_position(const ModelConfig& config, KVType type);
+  // Grows the capacity to at least n (at most max_position_embeddings),
+  // keeping the live entries; nothing changes if the allocation fails.
+  void reserve(int64_t n);
 
   // Used by the forward pass: stores k, v ([n, kv_heads, head_dim], as the
   // forward has them) of `layer` at positions [size(), size()+n); they
@@ -66,12 +72,15 @@ class KVCache {
   KVCache() = default;
   // Uninitialised storage for the shape and capacity set.
   void allocate();
+  // An empty cache of this one's shape and type, allocated to `capacity`.
+  KVCache empty_like(int64_t capacity) const;
   int64_t elem_bytes() const { return type_ == KVType::F16 ? 2 : 4; }
   int64_t layer_bytes() const { return kv_heads_ * capacity_ * head_dim_ * elem_bytes(); }
   // Copies entries [from, from+n) of every layer and head to `to`.
   void move_entries(const KVCache& src, int64_t from, int64_t to, int64_t n);
   int64_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
   int64_t capacity_ = 0;
+  int64_t max_capacity_ = 0;  // the model's max_position_embeddings
   int64_t size_ = 0;
   KVType type_ = KVType::F32;
   // [layers, kv_heads, capacity, head_dim] of type_, uninitialised: pages

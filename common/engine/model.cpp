@@ -147,6 +147,8 @@ WType Model::weight_type() const {
   return weights_.type();
 }
 
+std::string Model::weights_digest() const { return stream_ ? "" : weights_.digest(); }
+
 const float* Model::final_norm() const { return stream_ ? stream_->final_norm() : weights_.final_norm(); }
 
 Rows Model::head_rows(const std::vector<int64_t>& ids) const {
@@ -357,8 +359,6 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
       if (req.on_layer) req.on_layer(l, rows);
     }
   }
-  for (const Sequence& s : seqs) s.cache->commit(s.n);
-
   // The final norm and the head, once over every sequence's logits rows.
   std::vector<int64_t> rows;
   std::vector<int64_t> counts;
@@ -393,6 +393,9 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     }
     first += counts[b];
   }
+  // Only now, with nothing left to throw, do the new entries become part of
+  // the caches: a forward that fails anywhere leaves every cache as it was.
+  for (const Sequence& s : seqs) s.cache->commit(s.n);
   return out;
 }
 

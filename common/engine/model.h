@@ -86,6 +86,10 @@ class Model {
   const WeightSet& weight_set() const { return weights_; }
   // The layer matrices' type.
   WType weight_type() const;
+  // WeightSet::digest() of the weights, computed on each call (it reads
+  // them all); empty for a streamed model, whose weights are never all in
+  // memory.
+  std::string weights_digest() const;
   // The final norm's gains [hidden].
   const float* final_norm() const;
   // LM-head rows `ids` as floats [ids.size(), hidden]. In-memory models only.
@@ -118,8 +122,9 @@ class Model {
   // under its own mask. The kernels are batch-invariant, so result i is
   // bitwise what forward() returns for item i alone (forward() is a batch of
   // one). Each item's on_layer sees its own rows. Throws splitspec::Error on
-  // invalid input in any item (or two items sharing a cache), leaving every
-  // cache unchanged.
+  // invalid input in any item (or two items sharing a cache); whatever it
+  // throws (an on_layer's error, bad_alloc, a failed read of a streamed
+  // unit), every cache is left as it was.
   std::vector<ForwardResult> forward_batch(const std::vector<BatchItem>& items) const;
 
   // The final norm and LM head on hidden rows [m, hidden]: logits [m, vocab].

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -87,6 +88,70 @@ uint64_t WeightSet::bytes() const {
     for (const MatrixRef& m : l) n += m.bytes();
   if (lm_head.data != embed.data) n += lm_head.bytes();
   return n;
+}
+
+namespace {
+
+// Eight bytes at a time (a multiply and a shift each), so a billion-parameter
+// model is digested in well under a second.
+class Digest {
+ public:
+  void add(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      mix(w);
+    }
+    uint64_t tail = n;
+    for (; i < n; ++i) tail = (tail << 8) | p[i];
+    mix(tail);
+  }
+  void add(int64_t v) { mix(static_cast<uint64_t>(v)); }
+  std::string hex() const {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h_));
+    return buf;
+  }
+
+ private:
+  void mix(uint64_t w) {
+    h_ = (h_ ^ w) * 0x9e3779b97f4a7c15ull;
+    h_ ^= h_ >> 29;
+  }
+  uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+}  // namespace
+
+std::string WeightSet::digest() const {
+  Digest d;
+  std::vector<uint8_t> plain, scratch;
+  auto matrix = [&](const MatrixRef& m) {
+    d.add(static_cast<int64_t>(m.type));
+    d.add(m.rows);
+    d.add(m.cols);
+    if (!m.packed) {
+      d.add(m.data, static_cast<size_t>(m.bytes()));
+      return;
+    }
+    const auto* bytes = static_cast<const uint8_t*>(m.data);
+    plain.assign(bytes, bytes + m.bytes());
+    unpack_rows(m.type, plain.data(), m.rows, m.cols, scratch);
+    d.add(plain.data(), plain.size());
+  };
+  matrix(embed);
+  for (const auto& l : layers)
+    for (const MatrixRef& m : l) matrix(m);
+  matrix(lm_head);
+  d.add(norms.data(), norms.size() * sizeof(float));
+  for (const auto& l : vectors)
+    for (const auto& v : l) {
+      d.add(static_cast<int64_t>(v.size()));
+      d.add(v.data(), v.size() * sizeof(float));
+    }
+  return d.hex();
 }
 
 uint64_t WeightSet::owned_bytes() const {

@@ -48,6 +48,11 @@ struct WeightSet {
   uint64_t bytes() const;
   // Bytes of `owned` alone: what was converted rather than mapped.
   uint64_t owned_bytes() const;
+  // A 64-bit digest (16 hex digits) of every matrix's type, shape and plain
+  // bytes (packed ones unpacked, so every machine gets the same) and every
+  // norm and vector: two models with one digest compute the same logits.
+  // Not cryptographic: it tells copies apart, it does not resist forgery.
+  std::string digest() const;
 };
 
 // Where a matrix sits, for the types of a converted model's tensors.

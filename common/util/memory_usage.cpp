@@ -1,5 +1,8 @@
 #include "common/util/memory_usage.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -19,6 +22,17 @@ MemoryUsage memory_usage() {
     if (key == "VmHWM:") m.peak_rss_bytes = kb * 1024;
   }
   return m;
+}
+
+uint64_t memory_limit_bytes() {
+  const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  // "max" (v2) or a huge number (v1) when no limit is set: RAM bounds it.
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    uint64_t limit = 0;
+    if (in >> limit && limit > 0) return std::min(limit, ram);
+  }
+  return ram;
 }
 
 }  // namespace splitspec
