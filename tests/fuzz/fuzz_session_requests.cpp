@@ -10,8 +10,10 @@
 //
 // Properties: the server never crashes (ASan, UBSan, aborts); every stream
 // ends with a status, within a deadline, and that status is OK,
-// INVALID_ARGUMENT, FAILED_PRECONDITION or CANCELLED (INTERNAL, UNKNOWN,
-// RESOURCE_EXHAUSTED or a missed deadline is a finding); verdicts name tokens
+// INVALID_ARGUMENT, FAILED_PRECONDITION, CANCELLED or a server limit that
+// names itself (the KV budget, the send queue, the idle and lifetime limits,
+// all set tight here; INTERNAL, UNKNOWN, any other RESOURCE_EXHAUSTED or a
+// missed deadline is a finding); verdicts name tokens
 // of the vocabulary and rounds that were sent; afterwards the server answers
 // GetInfo and grpc.health.v1 (SERVING) and counts no open session.
 //
@@ -45,6 +47,8 @@
 
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/splitspec.grpc.pb.h"
+#include "common/engine/kv_cache.h"
+#include "common/engine/model_config.h"
 #include "server/server.h"
 
 namespace {
@@ -109,6 +113,15 @@ Live& live() {
     c.compute_threads = 1;
     c.shutdown_grace_s = 1;
     c.log_level = "error";  // rejected requests log warnings: one per input
+    // The server's limits, tight enough for inputs to reach them: a KV
+    // budget of half the context (a long prompt or max_new_tokens is
+    // refused at Open), a small send queue, short idle and lifetime limits.
+    const splitspec::ModelConfig mc = splitspec::load_model_config((demo / "config.json").string());
+    c.kv_budget_bytes = static_cast<int64_t>(splitspec::KVCache::bytes_per_position(mc, splitspec::KVType::F32)) *
+                        mc.max_position_embeddings / 2;
+    c.max_send_queue_bytes = 64 << 10;
+    c.session_idle_timeout_s = 5;
+    c.max_session_lifetime_s = 50;
     x->server = new splitspec::Server(c);
     x->server->start();
     // libFuzzer ends with exit(), the server still serving: Server stops
@@ -165,7 +178,15 @@ Outcome run_stream(Live& l, const std::vector<v1::SessionRequest>& msgs, bool lo
 void check_outcome(Live& l, const std::vector<v1::SessionRequest>& msgs, const Outcome& o, bool cancel) {
   using grpc::StatusCode;
   const StatusCode code = o.status.error_code();
-  const bool expected = code == StatusCode::OK || code == StatusCode::INVALID_ARGUMENT ||
+  const std::string& why = o.status.error_message();
+  // A limit reached says which: the KV budget or the send queue
+  // (RESOURCE_EXHAUSTED), the idle or lifetime limit (DEADLINE_EXCEEDED).
+  const bool limit =
+      (code == StatusCode::RESOURCE_EXHAUSTED && (why.find("kv_budget_bytes") != std::string::npos ||
+                                                  why.find("max_send_queue_bytes") != std::string::npos)) ||
+      (code == StatusCode::DEADLINE_EXCEEDED && (why.find("session_idle_timeout_s") != std::string::npos ||
+                                                 why.find("max_session_lifetime_s") != std::string::npos));
+  const bool expected = limit || code == StatusCode::OK || code == StatusCode::INVALID_ARGUMENT ||
                         code == StatusCode::FAILED_PRECONDITION || code == StatusCode::CANCELLED;
   if (!expected)
     fail("stream ended with unexpected status " + std::to_string(code) + ": " + o.status.error_message());
