@@ -158,6 +158,27 @@ TEST(TreeDrafter, ProvisionalTokensAreDraftedOnlyWhileTheVerifierHasComputeToSpa
   }
 }
 
+// A draft whose context is shorter than the target's drafts while it has
+// room, then leaves the rounds to the target (empty trees): the generation
+// runs to the target's length with the target's tokens (issue 46, item 15).
+TEST(TreeDrafter, ADraftWithAShorterContextStopsDraftingNotTheGeneration) {
+  c10::InferenceMode guard;
+  ModelConfig tc = tiny_config(40, 2);
+  tc.max_position_embeddings = 256;
+  auto target = Model::random(tc, 3);
+  auto draft = Model::random(tiny_config(40, 2), 4);  // context 64
+  ASSERT_LT(draft->config().max_position_embeddings, 150);
+  GenerateOptions o;
+  o.max_new_tokens = 150;
+  o.ignore_eos = true;
+  const std::vector<int32_t> prompt = {1, 5, 9};
+  const std::vector<int32_t> want = target_alone(*target, prompt, o).output_ids;
+  TreeDrafter tree(draft, children(2));
+  EXPECT_EQ(decode_locally(target, tree, prompt, o).ids, want);
+  ModelDrafter chain(draft);
+  EXPECT_EQ(decode_locally(target, chain, prompt, o).ids, want) << "the chain drafter";
+}
+
 // A verifier scripted to stream early verdicts while it reports spare
 // compute, as a streamed fallback does in the round a failover lands in:
 // pre-draft workers (which fork the main drafter) and the drafter's

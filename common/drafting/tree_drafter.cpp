@@ -134,7 +134,19 @@ void TreeDrafter::on_begin(const std::vector<int32_t>& prompt) {
   stats_.counters["alpha"] = threshold_.alpha();
 }
 
+bool TreeDrafter::outgrown() const {
+  return static_cast<int64_t>(seq_.size()) >
+         std::min<int64_t>(cache_.capacity(), draft_->config().max_position_embeddings);
+}
+
 DraftTree TreeDrafter::on_propose(int32_t budget, const std::function<bool()>& stop) {
+  if (outgrown()) {
+    // The generation has outgrown the draft's context: the target goes on
+    // alone, one token a round.
+    anchor_ = -1;
+    frozen_ = true;
+    return DraftTree{};
+  }
   const TreeOptions& o = options_;
   const int32_t cap = std::min(budget, o.fallback ? o.max_tree_nodes : o.tree_nodes);
   start_round(cap, o.fallback ? threshold_.alpha() : 0.0);
@@ -406,6 +418,7 @@ DraftTree TreeDrafter::tree() {
 
 bool TreeDrafter::extend_provisional() {
   if (!frozen_) throw Error("tree drafter: provisional tokens extend a frozen tree; call tree() first");
+  if (outgrown()) return false;
   if (cache_.size() + 1 > cache_.capacity() ||
       base_ + static_cast<int64_t>(nodes_.size()) >= draft_->config().max_position_embeddings)
     return false;
@@ -447,6 +460,13 @@ BranchOutcome TreeDrafter::outcome(const Verdict& v) const {
 }
 
 int32_t TreeDrafter::commit(const Verdict& v) {
+  if (outgrown()) {
+    // Nothing was drafted (on_propose): the tokens are only recorded.
+    if (!v.path.empty()) throw Error("tree drafter: a verdict accepts nodes of an empty tree");
+    seq_.insert(seq_.end(), v.tokens.begin(), v.tokens.end());
+    frozen_ = false;
+    return 0;
+  }
   const int32_t tree_size = size();
   for (int32_t node : v.path)
     if (node < 0 || node >= tree_size)

@@ -83,6 +83,9 @@ class TreeDrafter final : public Drafter {
   // Tc: the highest cumulative confidence of any branch (1 for no tree).
   double tree_confidence() const;
   int32_t size() const { return static_cast<int32_t>(nodes_.size()) - provisional_; }
+  // The committed tokens no longer fit the draft's context (shorter than
+  // the target's): it drafts nothing more this generation.
+  bool outgrown() const;
   // The tree to verify (q filled under sampling). Freezes it: from now until
   // commit(), only extend_provisional() grows anything.
   DraftTree tree();
