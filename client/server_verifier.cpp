@@ -2,73 +2,11 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
-#include <cstring>
-
-#include "common/engine/kernels.h"
 #include "common/util/stopwatch.h"
 #include "proto/convert.h"
+#include "proto/round_codec.h"
 
 namespace splitspec {
-
-namespace {
-
-// A drafted node's q on the wire: sparse, or one-hot for a node chosen
-// deterministically.
-v1::TokenDistribution wire_q(const DraftTree& tree, int32_t i) {
-  v1::TokenDistribution w;
-  const Distribution* q = tree.q_of(i);
-  if (!q) {
-    w.add_ids(tree.tokens[i]);
-    w.add_probs(1.0f);
-    return w;
-  }
-  size_t support = 0;
-  for (float p : *q) support += p > 0.0f;
-  // A sparse entry costs about 7 bytes (a varint id and an fp32), a dense one 4.
-  if (support * 7 > q->size() * 4) {
-    w.set_dense(reinterpret_cast<const char*>(q->data()), q->size() * sizeof(float));
-    return w;
-  }
-  for (size_t t = 0; t < q->size(); ++t)
-    if ((*q)[t] > 0.0f) {
-      w.add_ids(static_cast<int32_t>(t));
-      w.add_probs((*q)[t]);
-    }
-  return w;
-}
-
-// Why `v` cannot be a verdict on `tree` over `vocab`; empty if it can. A
-// chain's verdict may leave out its path (it is then the first nodes).
-std::string malformed_verdict(const v1::RoundVerdict& v, const DraftTree& tree, int64_t vocab, Verdict& out) {
-  if (v.tokens_size() == 0) return "no tokens";
-  // The accepted drafts, then the target's token; a final verdict that ends
-  // the generation stops at its last token (EOS, or the length reached).
-  const bool ends = v.final() && v.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
-  if (v.accepted() < 0 || v.tokens_size() > v.accepted() + 1 || (!ends && v.tokens_size() != v.accepted() + 1))
-    return std::to_string(v.tokens_size()) + " tokens for " + std::to_string(v.accepted()) + " accepted";
-  const int32_t depth = tree.max_depth();
-  if (v.accepted() > depth)
-    return "accepts " + std::to_string(v.accepted()) + " of a " +
-           (tree.is_chain() ? std::to_string(tree.size()) + "-token draft"
-                            : std::to_string(tree.size()) + "-node tree of depth " + std::to_string(depth));
-  for (int32_t id : v.tokens())
-    if (id < 0 || id >= vocab) return "token " + std::to_string(id) + " outside the vocabulary";
-  out.accepted = v.accepted();
-  out.tokens.assign(v.tokens().begin(), v.tokens().end());
-  out.path.assign(v.path().begin(), v.path().end());
-  if (out.path.empty() && tree.is_chain())
-    for (int32_t i = 0; i < v.accepted(); ++i) out.path.push_back(i);
-  if (static_cast<int32_t>(out.path.size()) != v.accepted())
-    return "a path of " + std::to_string(out.path.size()) + " nodes for " + std::to_string(v.accepted()) + " accepted";
-  int32_t parent = -1;
-  for (int32_t node : out.path) {
-    if (node < 0 || node >= tree.size() || tree.parents[node] != parent) return "a path that is not a branch of the tree";
-    parent = node;
-  }
-  return "";
-}
-
-}  // namespace
 
 ServerVerifier::ServerVerifier(ServerLink& link, int64_t vocab, std::string tokenizer_fingerprint)
     : link_(link), vocab_(vocab), fingerprint_(std::move(tokenizer_fingerprint)) {}
@@ -123,24 +61,6 @@ int32_t ServerVerifier::budget(int64_t length) const {
   return static_cast<int32_t>(std::min<int64_t>(room, most));
 }
 
-namespace {
-
-// A verdict's hidden state (half precision, little-endian) into `out`; an
-// error message if it is not `hidden_size` values (0: not known).
-std::string decode_hidden(const std::string& bytes, int64_t hidden_size, std::vector<float>& out) {
-  out.clear();
-  if (bytes.empty()) return "";
-  if (bytes.size() % sizeof(uint16_t) != 0 ||
-      (hidden_size > 0 && bytes.size() != static_cast<size_t>(hidden_size) * sizeof(uint16_t)))
-    return std::to_string(bytes.size()) + " bytes for a hidden size of " + std::to_string(hidden_size);
-  std::vector<uint16_t> half(bytes.size() / sizeof(uint16_t));
-  std::memcpy(half.data(), bytes.data(), bytes.size());
-  out.resize(half.size());
-  kernels::half_to_float(half.data(), static_cast<int64_t>(half.size()), out.data());
-  return "";
-}
-
-}  // namespace
 
 bool ServerVerifier::check_early(const v1::RoundVerdict& v) {
   // At most one per exit the server runs: each may cost a pre-draft.
@@ -154,7 +74,7 @@ bool ServerVerifier::check_early(const v1::RoundVerdict& v) {
     if (v.round() != shape_round_) {
       bad = "it is not for the open round " + std::to_string(shape_round_);
     } else {
-      bad = malformed_verdict(v, shape_, vocab_, p.verdict);
+      bad = decode_verdict(v, shape_, vocab_, p.verdict);
       if (bad.empty()) bad = decode_hidden(v.hidden_state(), link_.info().hidden_size(), p.hidden);
       if (bad.empty() && early_in_round_ > exits)
         bad = "more than one per exit (the server runs " + std::to_string(exits) + ")";
@@ -213,10 +133,7 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
   v1::SessionRequest msg;
   v1::Draft* d = msg.mutable_draft();
   d->set_round(round);
-  d->mutable_tokens()->Add(tree.tokens.begin(), tree.tokens.end());
-  if (!tree.is_chain()) d->mutable_parents()->Add(tree.parents.begin(), tree.parents.end());
-  if (!greedy_)
-    for (int32_t i = 0; i < tree.size(); ++i) *d->add_q() = wire_q(tree, i);
+  encode_draft(tree, !greedy_, *d);
   d->set_early_verdicts(early && handler_);
   const auto sent = SteadyClock::now();
   stream_->send(std::move(msg));
@@ -239,7 +156,7 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
   if (v.round() != round)
     throw link_.error("verdict for round " + std::to_string(v.round()) + " in round " + std::to_string(round));
   RoundResult r;
-  const std::string bad = malformed_verdict(v, tree, vocab_, r.verdict);
+  const std::string bad = decode_verdict(v, tree, vocab_, r.verdict);
   if (!bad.empty()) throw link_.error("malformed verdict for round " + std::to_string(round) + ": " + bad);
   for (size_t i = 0; i < r.verdict.path.size() && i < r.verdict.tokens.size(); ++i)
     if (r.verdict.tokens[i] != tree.tokens[r.verdict.path[i]]) throw link_.error("verdict contradicts the draft");
@@ -248,17 +165,13 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
   r.forward_ms = v.timings().forward_ms();
   r.verify_ms = v.timings().verify_ms();
   if (want_extras_) {
+    if (const std::string bad = decode_top_k(v, vocab_, r.extras.top_k); !bad.empty())
+      throw link_.error("malformed top-K in the verdict for round " + std::to_string(round) + ": " + bad);
     for (const v1::TokenDistribution& k : v.top_k()) {
-      TopK t{std::vector<int32_t>(k.ids().begin(), k.ids().end()), std::vector<float>(k.probs().begin(), k.probs().end())};
-      bool ok = t.ids.size() == t.probs.size();
-      for (size_t i = 0; ok && i < t.ids.size(); ++i)
-        ok = t.ids[i] >= 0 && t.ids[i] < vocab_ && t.probs[i] >= 0.0f && t.probs[i] <= 1.0f;
-      if (!ok) throw link_.error("malformed top-K in the verdict for round " + std::to_string(round));
       // What the top K add to the verdict on the wire: each entry, its tag and its length.
       const size_t entry = k.ByteSizeLong();
       stats_.top_k_bytes += static_cast<int64_t>(
           entry + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(entry)));
-      r.extras.top_k.push_back(std::move(t));
     }
     std::string bad = decode_hidden(v.hidden_state(), link_.info().hidden_size(), r.extras.hidden);
     if (bad.empty() && want_hidden_ && !v.tokens().empty() && r.extras.hidden.empty()) bad = "none was sent";

@@ -3,17 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <cmath>
-#include <cstring>
 #include <optional>
-#include <unordered_set>
 
 #include "common/util/error.h"
-#include "common/engine/kernels.h"
 #include "common/util/stopwatch.h"
 #include "common/early_exit/early_verdict.h"
 #include "common/decoding/target_decoder.h"
 #include "proto/convert.h"
+#include "proto/round_codec.h"
 #include "server/log_text.h"
 #include "server/stream_writer.h"
 
@@ -21,58 +18,9 @@ namespace splitspec {
 
 namespace {
 
-// A hidden state as the wire carries it: IEEE half, little-endian.
-void set_hidden_state(v1::RoundVerdict& v, const std::vector<float>& hidden) {
-  if (hidden.empty()) return;
-  std::vector<uint16_t> half(hidden.size());
-  kernels::float_to_half(hidden.data(), static_cast<int64_t>(half.size()), half.data());
-  v.mutable_hidden_state()->assign(reinterpret_cast<const char*>(half.data()), half.size() * sizeof(uint16_t));
-}
-
 using Base = StreamWriter<grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>, v1::SessionResponse>;
 
 grpc::Status invalid(const std::string& msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg); }
-
-// A wire q as the dense distribution verification needs (empty for a one-hot
-// q at the node's own token: a deterministic choice), or an error naming what
-// is wrong with it.
-Distribution dense_q(const v1::TokenDistribution& w, int64_t vocab, int32_t index, int32_t token) {
-  if (w.ids_size() == 1 && w.probs_size() == 1 && w.ids(0) == token && w.probs(0) == 1.0f) return {};
-  const std::string at = "draft token " + std::to_string(index) + ": q ";
-  if (!w.dense().empty()) {
-    if (w.ids_size() != 0 || w.probs_size() != 0) throw Error(at + "is both dense and sparse");
-    if (w.dense().size() != static_cast<size_t>(vocab) * sizeof(float))
-      throw Error(at + "is dense with " + std::to_string(w.dense().size()) + " bytes, not 4 for each of " +
-                  std::to_string(vocab) + " tokens");
-    Distribution q(vocab);
-    std::memcpy(q.data(), w.dense().data(), w.dense().size());
-    double total = 0.0;
-    for (int64_t id = 0; id < vocab; ++id) {
-      const float p = q[id];
-      if (!std::isfinite(p) || p < 0.0f || p > 1.0f)
-        throw Error(at + "has probability " + std::to_string(p) + " outside [0, 1] at token " + std::to_string(id));
-      total += p;
-    }
-    if (std::abs(total - 1.0) > 1e-3) throw Error(at + "sums to " + std::to_string(total) + ", not 1");
-    return q;
-  }
-  if (w.ids_size() != w.probs_size())
-    throw Error(at + "has " + std::to_string(w.ids_size()) + " ids but " + std::to_string(w.probs_size()) + " probabilities");
-  Distribution q(vocab, 0.0f);
-  std::unordered_set<int32_t> seen;
-  double total = 0.0;
-  for (int i = 0; i < w.ids_size(); ++i) {
-    const int32_t id = w.ids(i);
-    const float p = w.probs(i);
-    if (id < 0 || id >= vocab) throw Error(at + "names token " + std::to_string(id) + " outside the vocabulary");
-    if (!seen.insert(id).second) throw Error(at + "names token " + std::to_string(id) + " twice");
-    if (!std::isfinite(p) || p < 0.0f || p > 1.0f) throw Error(at + "has probability " + std::to_string(p) + " outside [0, 1]");
-    q[id] = p;
-    total += p;
-  }
-  if (std::abs(total - 1.0) > 1e-3) throw Error(at + "sums to " + std::to_string(total) + ", not 1");
-  return q;
-}
 
 class SessionReactor final : public Base, public LimitedStream {
  public:
@@ -207,27 +155,9 @@ class SessionReactor final : public Base, public LimitedStream {
     if (d.tokens_size() > ctx_.config.max_draft_tokens)
       return invalid("Draft of " + std::to_string(d.tokens_size()) + " tokens exceeds the server's maximum of " +
                      std::to_string(ctx_.config.max_draft_tokens));
-    if (d.parents_size() != 0 && d.parents_size() != d.tokens_size())
-      return invalid("Draft has " + std::to_string(d.parents_size()) + " parents for " + std::to_string(d.tokens_size()) + " tokens");
-    if (!greedy_ && d.q_size() != d.tokens_size())
-      return invalid("sampling needs the q of every draft token: got " + std::to_string(d.q_size()) + " for " +
-                     std::to_string(d.tokens_size()) + " tokens");
-    if (greedy_ && d.q_size() != 0 && d.q_size() != d.tokens_size())
-      return invalid("Draft has " + std::to_string(d.q_size()) + " q for " + std::to_string(d.tokens_size()) + " tokens");
-    const int64_t vocab = ctx_.target->config().vocab_size;
     DraftTree tree;
     try {
-      tree.tokens.assign(d.tokens().begin(), d.tokens().end());
-      if (d.parents_size())
-        tree.parents.assign(d.parents().begin(), d.parents().end());
-      else
-        for (int32_t i = 0; i < tree.size(); ++i) tree.parents.push_back(i - 1);
-      // Greedy verification never reads q, but malformed q is still malformed.
-      for (int i = 0; i < d.q_size(); ++i) {
-        Distribution q = dense_q(d.q(i), vocab, i, tree.tokens[i]);
-        if (!greedy_) tree.q.push_back(std::move(q));
-      }
-      tree.validate(vocab, !greedy_);
+      tree = decode_draft(d, ctx_.target->config().vocab_size, greedy_);
       if (tree.size() > decoder_->room())
         throw Error("Draft of " + std::to_string(tree.size()) + " tokens does not fit the context (room for " +
                     std::to_string(decoder_->room()) + ")");
@@ -274,18 +204,12 @@ class SessionReactor final : public Base, public LimitedStream {
       out.emplace();
       v1::RoundVerdict* v = out->mutable_verdict();
       v->set_round(round_);
-      v->set_accepted(r.verdict.accepted);
-      v->mutable_tokens()->Add(r.verdict.tokens.begin(), r.verdict.tokens.end());
-      v->mutable_path()->Add(r.verdict.path.begin(), r.verdict.path.end());
+      encode_verdict(r.verdict, *v);
       v->set_finish_reason(to_wire(r.finish));
       v->set_final(true);
       v->set_exit_layer(static_cast<int32_t>(ctx_.target->config().num_hidden_layers));
-      for (const TopK& k : r.extras.top_k) {
-        v1::TokenDistribution* w = v->add_top_k();
-        w->mutable_ids()->Add(k.ids.begin(), k.ids.end());
-        w->mutable_probs()->Add(k.probs.begin(), k.probs.end());
-      }
-      set_hidden_state(*v, r.extras.hidden);
+      encode_top_k(r.extras.top_k, *v);
+      encode_hidden(r.extras.hidden, *v);
       v1::ServerTimings* t = v->mutable_timings();
       t->set_queue_ms(o.queue_ms);
       t->set_forward_ms(r.forward_ms);
@@ -346,13 +270,11 @@ class SessionReactor final : public Base, public LimitedStream {
       v1::SessionResponse out;
       v1::RoundVerdict* v = out.mutable_verdict();
       v->set_round(round_);
-      v->set_accepted(e.verdict.accepted);
-      v->mutable_tokens()->Add(e.verdict.tokens.begin(), e.verdict.tokens.end());
-      v->mutable_path()->Add(e.verdict.path.begin(), e.verdict.path.end());
+      encode_verdict(e.verdict, *v);
       v->set_final(false);
       v->set_exit_layer(static_cast<int32_t>(after));
       v->set_confidence(e.confidence);
-      set_hidden_state(*v, e.hidden);
+      encode_hidden(e.hidden, *v);
       ctx_.counters.early_verdicts.fetch_add(1);
       // FIFO: later exits rank below earlier ones, as they were produced.
       send(std::move(out), ctx_.exit_priority ? e.confidence : -static_cast<double>(++order_));
