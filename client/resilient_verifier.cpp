@@ -49,6 +49,7 @@ void ResilientVerifier::begin(const std::vector<int32_t>& prompt, const Generate
   deadline_ = deadline;
   on_early_ = std::move(on_early);
   interrupted_ = false;
+  reconnector_.start(window(), deadline);
   faults_ = FaultStats{};
   banked_ = VerifierStats{};
   active_ = server_.get();
@@ -86,11 +87,9 @@ void ResilientVerifier::restart_on(Verifier& v, bool early) {
   v.begin(committed, left, extras_, deadline_, handler);
 }
 
-bool ResilientVerifier::reconnect(std::chrono::steady_clock::time_point broke) {
-  const auto until = std::min(broke + window(), deadline_);
+bool ResilientVerifier::reconnect() {
   // With a fallback, a server that refuses connections is not waited for.
-  if (SteadyClock::now() >= until || interrupted_ ||
-      !link_.wait_connected(until, fallback_ != nullptr, [this] { return interrupted_.load(); }) || interrupted_)
+  if (!reconnector_.reconnect(fallback_ != nullptr, [this] { return interrupted_.load(); }) || interrupted_)
     return false;
   restart_on(*server_, true);
   return true;
@@ -123,9 +122,7 @@ void ResilientVerifier::to_server_if_serving() {
 
 RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
   if (active_ == fallback_.get()) to_server_if_serving();
-  std::optional<SteadyClock::time_point> broke;
-  auto backoff = std::chrono::milliseconds(20);
-  int reopened = 0;  // sessions opened again for this round
+  bool reopened = false;  // a session opened again for this round
   RoundResult r;
   while (true) {
     if (active_ == fallback_.get()) {
@@ -149,20 +146,13 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
     } catch (const VerifierUnavailable& e) {
       failing_back_ = false;
       if (interrupted_) throw;
-      const auto now = SteadyClock::now();
-      if (!broke) {
-        broke = now;
+      if (reconnector_.broke()) {
         faults_.retried_rounds += 1;
         spdlog::warn("{}", e.what());
       }
-      // A server that came back but broke again: do not hammer it.
-      if (reopened > 0 && now - *broke < window()) {
-        pause(std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(*broke + window() - now)));
-        backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-      }
       bool back = false;
       try {
-        back = reconnect(*broke);
+        back = reconnect();
       } catch (const Error& refused) {
         // It answers again but refuses to resume (another target, no room
         // for a session, ...): the fallback, when there is one, goes on.
@@ -172,7 +162,7 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
         continue;
       }
       if (back) {
-        reopened += 1;
+        reopened = true;
         continue;
       }
       if (!fallback_ || interrupted_)
@@ -191,15 +181,10 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
       start_watch();
     }
   }
-  if (broke) faults_.switch_ms += ms_since(*broke);
+  if (const auto broke = reconnector_.since()) faults_.switch_ms += ms_since(*broke);
+  reconnector_.answered();
   generated_.insert(generated_.end(), r.verdict.tokens.begin(), r.verdict.tokens.end());
   return r;
-}
-
-void ResilientVerifier::pause(std::chrono::milliseconds d) {
-  // interrupt() wakes it: a cancel is not held up by a backoff.
-  std::unique_lock<std::mutex> lock(watch_mu_);
-  watch_cv_.wait_for(lock, d, [&] { return interrupted_.load(); });
 }
 
 void ResilientVerifier::end() {

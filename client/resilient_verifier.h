@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "client/reconnector.h"
 #include "client/server_link.h"
 #include "client/server_verifier.h"
 #include "client/verifier.h"
@@ -61,15 +62,14 @@ class ResilientVerifier final : public Verifier {
  private:
   // The same generation, from its committed tokens, on `v`.
   void restart_on(Verifier& v, bool early);
-  // After a break: the server back within the budget (true), or not.
-  bool reconnect(std::chrono::steady_clock::time_point broke);
+  // After a break: the server back within the window and this generation
+  // started on it again (true), or not.
+  bool reconnect();
   void to_fallback();
   void to_server_if_serving();
   void start_watch();
   void stop_watch();
   void bank(const Verifier& v);
-  // Sleeps `d` unless interrupted first.
-  void pause(std::chrono::milliseconds d);
   // How long a break waits for the server to be back.
   std::chrono::milliseconds window() const {
     return fallback_ ? std::min(reconnect_budget_, failback_interval_) : reconnect_budget_;
@@ -91,6 +91,7 @@ class ResilientVerifier final : public Verifier {
   std::chrono::steady_clock::time_point deadline_;
   EarlyHandler on_early_;
   std::atomic<bool> interrupted_{false};
+  Reconnector reconnector_{link_};
   FaultStats faults_;
   VerifierStats banked_;  // of sessions that ended
   // The health watch while on the fallback.

@@ -3,8 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <optional>
-#include <thread>
 
+#include "client/reconnector.h"
 #include "common/util/stopwatch.h"
 #include "proto/convert.h"
 
@@ -16,10 +16,10 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
   const auto t0 = SteadyClock::now();
   const auto deadline = t0 + control.deadline;
   StreamedGeneration g;
-  std::optional<SteadyClock::time_point> broke;
+  Reconnector again(link);
+  again.start(control.reconnect_budget, deadline);
   std::optional<SteadyClock::time_point> last_message;
   const auto cancelled = [&] { return control.cancel && control.cancel->requested(); };
-  auto backoff = std::chrono::milliseconds(20);
   while (true) {
     // Again from the tokens so far: every draw is keyed by its position, so
     // the server continues exactly where the broken call stopped.
@@ -45,9 +45,9 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
         g.token_ms.insert(g.token_ms.end(), static_cast<size_t>(msg.tokens_size()),
                           ms_between(*last_message, now) / static_cast<double>(msg.tokens_size()));
       if (msg.tokens_size() > 0) last_message = now;
-      if (broke) {
+      if (const auto broke = again.since()) {
         g.switch_ms += ms_since(*broke);
-        broke.reset();
+        again.answered();
       }
       for (int32_t id : msg.tokens()) {
         if (id < 0 || id >= vocab) {
@@ -74,18 +74,8 @@ StreamedGeneration stream_generate(ServerLink& link, const std::vector<int32_t>&
       break;
     }
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE && g.finish == FinishReason::kNone) {
-      const auto now = SteadyClock::now();
-      if (!broke) {
-        broke = now;
-      } else {
-        // Called again and broken again (a server that listens but refuses):
-        // do not hammer it.
-        const auto wake = now + std::min<SteadyClock::duration>(backoff, deadline - now);
-        while (SteadyClock::now() < wake && !cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-      }
-      const auto until = std::min(*broke + control.reconnect_budget, deadline);
-      if (SteadyClock::now() < until && link.wait_connected(until, false, cancelled) && !cancelled()) {
+      again.broke();
+      if (again.reconnect(false, cancelled) && !cancelled()) {
         // Whatever answers now must be the target this generation began on:
         // another model would go on with its own tokens.
         link.check_same_target(std::chrono::milliseconds(5000));
