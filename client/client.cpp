@@ -156,7 +156,7 @@ struct Client::Impl {
   // Plain decoding on the server runs its own loop, unless a fallback target
   // must be able to take over a round.
   bool server_streams() const {
-    return options.verifier == VerifierKind::kServer && drafter.name == "none" && options.fallback_target_dir.empty();
+    return options.verifier == VerifierKind::kServer && drafter.has(kDraftsNothing) && options.fallback_target_dir.empty();
   }
   std::string fingerprint() const { return tokenizer ? tokenizer->fingerprint() : ""; }
 
@@ -180,7 +180,8 @@ void check_combination(const ClientOptions& o, const DrafterInfo& d, const std::
   const bool local = o.verifier == VerifierKind::kLocal;
   if (o.predraft && local)
     throw Error(label + ": pre-drafting needs the server verifier: early verdicts come from the server's early exits");
-  if (o.predraft && d.name == "none") throw Error(label + ": pre-drafting needs a drafter; none drafts nothing");
+  if (o.predraft && d.has(kDraftsNothing))
+    throw Error(label + ": pre-drafting needs a drafter; " + d.name + " drafts nothing");
   if (!local && !o.memory_budget.empty() && o.fallback_target_dir.empty())
     throw Error(label + ": a memory budget streams the local target; the server verifier has none here "
                 "(unless a fallback target is given)");
@@ -193,7 +194,7 @@ void check_combination(const ClientOptions& o, const DrafterInfo& d, const std::
   if (o.failback_interval.count() <= 0) throw Error(label + ": failback_interval must be > 0");
   if (local && o.target_dir.empty()) throw Error(label + " needs a target model (--target DIR)");
   if (!local && o.server.empty()) throw Error(label + " needs a server (--server HOST:PORT)");
-  if (d.needs_draft_model && o.draft_dir.empty()) throw Error(label + " needs a draft model (--draft DIR)");
+  if (d.has(kNeedsDraftModel) && o.draft_dir.empty()) throw Error(label + " needs a draft model (--draft DIR)");
   if (o.predraft) parse_queue_policy(o.predraft_queue);
 }
 
@@ -243,7 +244,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
 
   std::string tok_path = o.tokenizer;
   if (tok_path.empty()) tok_path = local ? o.target_dir : o.draft_dir;
-  if (impl->drafter.needs_draft_model) impl->spec.draft = Model::load(o.draft_dir);
+  if (impl->drafter.has(kNeedsDraftModel)) impl->spec.draft = Model::load(o.draft_dir);
   if (local) {
     impl->target = load_local_target(o, o.target_dir, options_kv_type(o));
     if (impl->spec.draft && impl->spec.draft->config().vocab_size != impl->target->config().vocab_size)
@@ -548,7 +549,7 @@ Result Client::Impl::run_streamed(const std::vector<int32_t>& prompt, const Requ
 Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Request& req, const GenerateOptions& o,
                                 const std::function<bool(int32_t)>& on_token) {
   const bool server = options.verifier == VerifierKind::kServer;
-  if (drafter.name == "model") {
+  if (drafter.has(kChainOfGamma)) {
     if (req.gamma < 1) throw Error("gamma must be at least 1");
     if (server && req.gamma > link->info().max_draft_tokens())
       throw Error("gamma " + std::to_string(req.gamma) + " exceeds the server's max_draft_tokens of " +

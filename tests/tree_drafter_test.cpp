@@ -201,7 +201,9 @@ class SpareComputeVerifier final : public Verifier {
     RoundResult r;
     if (++rounds_ == 1) {
       spare_ = true;
-      EXPECT_TRUE(wait_until([&] { return asked_.load() >= 2; }, std::chrono::seconds(60)));
+      // The worker is drafting now (each step asks first): the verdicts
+      // arrive while it writes.
+      EXPECT_TRUE(wait_until([&] { return asked_.load() >= 1; }, std::chrono::seconds(60)));
       for (int32_t x = 0; x < 20; ++x) {
         PredictedVerdict v;
         v.round = 1;
@@ -245,12 +247,16 @@ class SpareComputeVerifier final : public Verifier {
 // scripts/sanitize.sh with SANITIZER=thread runs this test under TSan.
 TEST(TreeDrafter, PreDraftForksNeverRunWhileTheProvisionalWorkerDrafts) {
   c10::InferenceMode guard;
-  auto draft = Model::random(tiny_config(40, 2), 8);
+  // Room for many provisional steps, so they are still running when the
+  // early verdicts come in.
+  ModelConfig c = tiny_config(40, 4);
+  c.max_position_embeddings = 512;
+  auto draft = Model::random(c, 8);
   TreeOptions t = children(2);
   t.fallback = false;
   t.tree_nodes = 4;
   t.provisional = true;
-  t.max_provisional = 16;
+  t.max_provisional = 256;
   TreeDrafter d(draft, t);
   SpareComputeVerifier v;
   RoundLoopOptions o;

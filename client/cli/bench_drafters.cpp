@@ -68,7 +68,7 @@ ClientOptions options_for(const DrafterBenchArgs& a, const std::string& spec) {
   }
   if (o.drafter == "lut" && !a.lut.empty() && !o.drafter_options.count("tables")) o.drafter_options["tables"] = a.lut;
   const DrafterInfo info = find_drafter(o.drafter);
-  if (info.needs_draft_model) o.draft_dir = a.draft_dir;
+  if (info.has(kNeedsDraftModel)) o.draft_dir = a.draft_dir;
   o.threads = a.threads;
   return o;
 }
@@ -94,7 +94,8 @@ nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, 
     } else {
       o.verifier = VerifierKind::kServer;
       o.server = address;
-      if (o.drafter != "model" && o.drafter != "model-tree") o.tokenizer = a.target_dir;
+      // Without a draft model beside it, the client finds the tokenizer with the target.
+      if (!find_drafter(o.drafter).has(kNeedsDraftModel)) o.tokenizer = a.target_dir;
     }
     clients.push_back(Client::connect(o));
     // The weights drafting reads on this device: a draft model's (fp32 in

@@ -15,6 +15,7 @@
 #include "client/cli/prompts.h"
 #include "client/cli/speedup_interval.h"
 #include "client/client.h"
+#include "common/drafting/registry.h"
 #include "common/util/error.h"
 #include "common/engine/tokenizer.h"
 
@@ -169,7 +170,7 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
                           {"target_forwards_per_token", t.per_token(static_cast<double>(t.target_forwards))},
                           {"tokens", t.tokens},
                           {"prompts", t.prompts}};
-      if (modes[m].drafter == "none") {
+      if (find_drafter(modes[m].drafter).has(kDraftsNothing)) {
         const double tq = t.server_forward_ms / static_cast<double>(std::max<int64_t>(t.target_forwards, 1));
         j["T_q_ms"] = tq;
         // Table 4: AR = 2 T_c + n T_q per generation.

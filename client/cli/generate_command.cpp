@@ -81,12 +81,13 @@ nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
                       {"threads", compute_threads()}};
   if (o.verifier == VerifierKind::kLocal || !o.kv_cache.empty()) j["kv_cache"] = o.kv_cache.empty() ? "f32" : o.kv_cache;
   const bool server = o.verifier == VerifierKind::kServer;
-  const bool streamed = server && o.drafter == "none" && o.fallback_target_dir.empty();  // cloud-ar
+  const bool drafts = !find_drafter(o.drafter).has(kDraftsNothing);
+  const bool streamed = server && !drafts && o.fallback_target_dir.empty();  // cloud-ar
   if (!streamed) {
     j["rounds"] = s.rounds;
     j["tau"] = s.tau;
   }
-  if (o.drafter != "none") {
+  if (drafts) {
     j["acceptance_rate"] = s.acceptance_rate;
     j["acceptance_per_position"] = s.acceptance_per_position;
     j["accepted_per_round"] = s.accepted_per_round;
@@ -122,7 +123,9 @@ nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
     j["predraft_waited_hits"] = s.predraft_waited_hits;
   }
   if (streamed) j["server_forward_ms"] = s.server_forward_ms;
-  if (o.drafter == "model-tree") {
+  // A drafter with EdgeLLM's fallback threshold and provisional tokens
+  // reports them as counters.
+  if (s.drafter_counters.count("alpha")) {
     j["final_alpha"] = s.final_alpha;
     j["provisional_tokens"] = s.provisional_tokens;
     j["provisional_kept"] = s.provisional_kept;
@@ -192,10 +195,10 @@ void print_summary(const Result& r, const ClientOptions& o, const std::string& m
   const Stats& s = r.stats;
   std::cerr << "[" << mode << "] " << s.new_tokens << " tokens, " << s.wall_ms << " ms, " << s.ms_per_token
             << " ms/token, " << s.target_forwards << " target forwards";
-  if (o.drafter != "none")
+  if (!find_drafter(o.drafter).has(kDraftsNothing))
     std::cerr << ", " << s.rounds << " rounds, tau " << s.tau << ", acceptance " << s.acceptance_rate << ", "
               << s.tree_nodes << " nodes/round";
-  if (o.drafter == "model-tree" && s.provisional_tokens)
+  if (s.provisional_tokens)
     std::cerr << ", " << s.provisional_kept << "/" << s.provisional_tokens << " provisional tokens kept";
   if (s.weight_memory_peak)
     std::cerr << ", " << s.weight_bytes_read / 1e6 << " MB of weights read, peak weight memory "

@@ -6,7 +6,7 @@
 
 namespace splitspec {
 
-#define DRAFTER(name, summary, needs_model, factory) std::unique_ptr<Drafter> factory(const DrafterSpec&);
+#define DRAFTER(name, summary, traits, factory) std::unique_ptr<Drafter> factory(const DrafterSpec&);
 #include "common/drafting/drafters.inc"
 #undef DRAFTER
 
@@ -26,7 +26,7 @@ std::vector<DrafterInfo>& registered() {
 
 std::vector<DrafterInfo> drafters() {
   std::vector<DrafterInfo> out = {
-#define DRAFTER(name, summary, needs_model, factory) {name, summary, needs_model, factory},
+#define DRAFTER(name, summary, traits, factory) {name, summary, traits, factory},
 #include "common/drafting/drafters.inc"
 #undef DRAFTER
   };

@@ -48,11 +48,20 @@ struct DrafterSpec {
 
 using DrafterFactory = std::function<std::unique_ptr<Drafter>(const DrafterSpec&)>;
 
+// What a technique is, for the client and the CLI, which never single a
+// drafter out by name.
+enum DrafterTrait : unsigned {
+  kNeedsDraftModel = 1u << 0,  // drafts with the draft model (ClientOptions::draft_dir)
+  kDraftsNothing = 1u << 1,    // plain decoding: each round is one target token
+  kChainOfGamma = 1u << 2,     // drafts Request::gamma tokens a round
+};
+
 struct DrafterInfo {
   std::string name;
   std::string summary;  // one line, for help texts
-  bool needs_draft_model = false;
+  unsigned traits = 0;  // DrafterTrait flags
   DrafterFactory make;
+  bool has(DrafterTrait t) const { return (traits & t) != 0; }
 };
 
 // Built-in drafters, then registered ones, by name.
