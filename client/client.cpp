@@ -291,14 +291,6 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
                 " pieces but the model's vocabulary has " + std::to_string(impl->vocab));
 
   DrafterSpec& spec = impl->spec;
-  spec.tree.fallback = o.tree_fallback;
-  spec.tree.provisional = o.tree_provisional;
-  spec.tree.tree_nodes = o.tree_nodes;
-  spec.tree.max_tree_nodes = o.max_tree_nodes;
-  spec.tree.initial_alpha = o.tree_alpha;
-  spec.tree.max_provisional = o.max_provisional;
-  spec.tree.max_children = o.tree_max_children;
-  spec.tree.draft_width = o.tree_draft_width;
   spec.options = o.drafter_options;
   // A drafter's own worker threads (model-tree's provisional drafting) run
   // beside the target's forward: one each unless asked for more.

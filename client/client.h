@@ -113,17 +113,9 @@ struct ClientOptions {
   std::string kv_cache;
   bool stream_pipeline = true;
   std::string stream_read_ahead;
-  // model-tree, each switch for ablation: the self-adaptive fallback (off:
-  // trees of `tree_nodes`), provisional drafting while weights load.
-  bool tree_fallback = true;
-  bool tree_provisional = true;
-  int tree_nodes = 32;
-  int max_tree_nodes = 32;
-  double tree_alpha = 0.01;
-  int max_provisional = 16;
-  int tree_max_children = 2;  // greedy alternatives a node offers
-  int tree_draft_width = 8;    // tree nodes drafted together in one draft forward
-  // Settings of drafters that take their own ("key" -> "value").
+  // Settings of drafters that take their own ("key" -> "value"): lut's
+  // tables, or model-tree's fallback, provisional (1/0), nodes, max_nodes,
+  // alpha, max_provisional, max_children and draft_width (docs/local-mode.md).
   std::map<std::string, std::string> drafter_options;
   // Tokenizer (model directory or tokenizer.model) for text prompts; default:
   // the target's with the local verifier, else the draft's.

@@ -67,7 +67,7 @@ TEST(EdgeTree, GreedyMatchesTargetWithAPoorDraftAndAtTheContextEnd) {
   LocalServer srv = test::start_server(dir.str("target"));
   auto target = Model::load(dir.str("target"));
   ClientOptions o = tree_options(srv.address, dir.str("draft"));
-  o.tree_max_children = 3;
+  o.drafter_options["max_children"] = "3";
   auto client = Client::connect(o);
   int64_t branched = 0;
   for (int p = 0; p < 6; ++p) {
@@ -96,8 +96,8 @@ TEST(EdgeTree, SampledOutputHasTheTargetsDistribution) {
   Model::random(test::tiny_config(kVocab, 1), 22)->save(dir.str("draft"));
   LocalServer srv = test::start_server(dir.str("target"));
   ClientOptions o = tree_options(srv.address, dir.str("draft"));
-  o.max_tree_nodes = 6;
-  o.tree_alpha = 0.05;
+  o.drafter_options["max_nodes"] = "6";
+  o.drafter_options["alpha"] = "0.05";
   auto client = Client::connect(o);
   auto target = Model::load(dir.str("target"));
   const std::vector<int32_t> prompt = {1, 5, 7};
@@ -127,7 +127,7 @@ TEST(EdgeTree, SampledWithPredraftingHasTheTargetsDistribution) {
   Model::random(test::tiny_config(kVocab, 1), 32)->save(dir.str("draft"));
   LocalServer srv = test::start_server(dir.str("target"));
   ClientOptions o = tree_options(srv.address, dir.str("draft"), true);
-  o.max_tree_nodes = 3;
+  o.drafter_options["max_nodes"] = "3";
   auto client = Client::connect(o);
   auto target = Model::load(dir.str("target"));
   const std::vector<int32_t> prompt = {1, 4, 9};

@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "client/round_loop.h"
+#include "common/drafting/drafter_options.h"
 #include "common/drafting/model_drafter.h"
+#include "common/drafting/registry.h"
 #include "common/util/error.h"
 #include "common/drafting/fallback_threshold.h"
 #include "common/engine/tokenizer.h"
@@ -177,6 +179,33 @@ TEST(TreeDrafter, ADraftWithAShorterContextStopsDraftingNotTheGeneration) {
   EXPECT_EQ(decode_locally(target, tree, prompt, o).ids, want);
   ModelDrafter chain(draft);
   EXPECT_EQ(decode_locally(target, chain, prompt, o).ids, want) << "the chain drafter";
+}
+
+// model-tree's settings are drafter options, as lut's are: they reach the
+// drafter, round-trip through TreeOptions::options(), and an unknown key or
+// a bad value is refused by name.
+TEST(TreeDrafter, ItsSettingsAreDrafterOptions) {
+  c10::InferenceMode guard;
+  DrafterSpec spec;
+  spec.draft = Model::random(tiny_config(40, 2), 5);
+  spec.options = {{"fallback", "0"}, {"nodes", "5"}, {"provisional", "0"}};
+  const auto d = find_drafter("model-tree").make(spec);
+  d->begin({1, 5, 9}, DraftParams{});
+  EXPECT_EQ(d->propose(32).size(), 5) << "fixed trees of the nodes asked for";
+  TreeOptions t;
+  t.tree_nodes = 7;
+  t.initial_alpha = 0.125;
+  t.provisional = false;
+  DrafterOptions back("model-tree", t.options());
+  const TreeOptions read = TreeOptions::read(back);
+  back.finish();
+  EXPECT_EQ(read.tree_nodes, 7);
+  EXPECT_EQ(read.initial_alpha, 0.125);
+  EXPECT_FALSE(read.provisional);
+  spec.options = {{"nodez", "5"}};
+  EXPECT_NE(error_of([&] { find_drafter("model-tree").make(spec); }).find("nodez"), std::string::npos);
+  spec.options = {{"max_children", "0"}};
+  EXPECT_NE(error_of([&] { find_drafter("model-tree").make(spec); }).find("max-children"), std::string::npos);
 }
 
 // A verifier scripted to stream early verdicts while it reports spare

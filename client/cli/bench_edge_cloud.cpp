@@ -16,6 +16,7 @@
 #include "client/cli/speedup_interval.h"
 #include "client/client.h"
 #include "common/drafting/registry.h"
+#include "common/drafting/tree_options.h"
 #include "common/util/error.h"
 #include "common/engine/tokenizer.h"
 
@@ -31,11 +32,11 @@ struct EdgeBenchArgs {
   int32_t max_new_tokens = 128;
   int32_t gamma = 4;
   // Tree modes.
-  int tree_nodes = ClientOptions{}.tree_nodes;
-  int max_tree_nodes = ClientOptions{}.max_tree_nodes;
-  int max_children = ClientOptions{}.tree_max_children;
-  int draft_width = ClientOptions{}.tree_draft_width;
-  double alpha = ClientOptions{}.tree_alpha;
+  int tree_nodes = TreeOptions{}.tree_nodes;
+  int max_tree_nodes = TreeOptions{}.max_tree_nodes;
+  int max_children = TreeOptions{}.max_children;
+  int draft_width = TreeOptions{}.draft_width;
+  double alpha = TreeOptions{}.initial_alpha;
   bool no_fallback = false;
   std::vector<double> delays_ms = {0, 2, 10, 50};
   double jitter_ms = 0;
@@ -99,12 +100,16 @@ double median(std::vector<double> v) {
 std::unique_ptr<Client> connect_mode(const ClientOptions& mode, const EdgeBenchArgs& a, const std::string& address) {
   ClientOptions o = mode;
   o.server = address;
-  o.tree_nodes = a.tree_nodes;
-  o.max_tree_nodes = a.max_tree_nodes;
-  o.tree_max_children = a.max_children;
-  o.tree_draft_width = a.draft_width;
-  o.tree_alpha = a.alpha;
-  o.tree_fallback = !a.no_fallback;
+  if (o.drafter == "model-tree") {
+    TreeOptions t;
+    t.tree_nodes = a.tree_nodes;
+    t.max_tree_nodes = a.max_tree_nodes;
+    t.max_children = a.max_children;
+    t.draft_width = a.draft_width;
+    t.initial_alpha = a.alpha;
+    t.fallback = !a.no_fallback;
+    o.drafter_options = t.options();
+  }
   o.draft_dir = a.draft_dir;
   o.threads = a.threads;
   o.predraft_threads = a.predraft_threads;

@@ -13,6 +13,7 @@
 #include "client/cli/prompts.h"
 #include "client/cli/row_spec.h"
 #include "client/client.h"
+#include "common/drafting/tree_options.h"
 #include "common/util/error.h"
 #include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
@@ -28,12 +29,12 @@ struct LocalBenchArgs {
   std::vector<std::string> budgets = {"10%", "25%", "50%"};
   std::vector<std::string> configs = {"std", "stdpl", "local-sd", "tree", "tree+fallback", "tree+fallback+provisional"};
   int32_t gamma = 4;
-  int tree_nodes = ClientOptions{}.tree_nodes;
-  int max_tree_nodes = ClientOptions{}.max_tree_nodes;
-  int max_children = ClientOptions{}.tree_max_children;
-  int draft_width = ClientOptions{}.tree_draft_width;
-  double alpha = ClientOptions{}.tree_alpha;
-  int max_provisional = ClientOptions{}.max_provisional;
+  int tree_nodes = TreeOptions{}.tree_nodes;
+  int max_tree_nodes = TreeOptions{}.max_tree_nodes;
+  int max_children = TreeOptions{}.max_children;
+  int draft_width = TreeOptions{}.draft_width;
+  double alpha = TreeOptions{}.initial_alpha;
+  int max_provisional = TreeOptions{}.max_provisional;
   std::string read_ahead;
   int threads = 0;  // default_threads()
   bool json = false;
@@ -65,7 +66,7 @@ struct Totals {
 // "tree/nodes=8/width=1": the paper's decoder (one node per draft forward)
 // beside ours in the same interleaved run. Applies the settings to `o` and
 // returns the name.
-std::string apply_row_settings(const std::string& spec, ClientOptions& o) {
+std::string apply_row_settings(const std::string& spec, TreeOptions& t) {
   const RowSpec row = parse_row_spec(spec);
   for (const RowSetting& setting : row.settings) {
     int value = 0;
@@ -76,27 +77,31 @@ std::string apply_row_settings(const std::string& spec, ClientOptions& o) {
                   "' (tree configurations only: nodes=N sets tree nodes and most tree nodes, width=W nodes per draft "
                   "forward; N, W >= 1)");
     if (setting.key == "nodes")
-      o.tree_nodes = o.max_tree_nodes = value;
+      t.tree_nodes = t.max_tree_nodes = value;
     else
-      o.tree_draft_width = value;
+      t.draft_width = value;
   }
   return row.name;
 }
 
-ClientOptions options_for(const LocalBenchArgs& a, const std::string& spec, const std::string& budget) {
+// A configuration's client; `tree` gets its tree settings (model-tree's
+// drafter options).
+ClientOptions options_for(const LocalBenchArgs& a, const std::string& spec, const std::string& budget,
+                          TreeOptions* tree = nullptr) {
   ClientOptions o;
   o.target_dir = a.target_dir;
   o.draft_dir = a.draft_dir;
   o.memory_budget = budget;
   o.stream_read_ahead = a.read_ahead;
   o.threads = a.threads;
-  o.tree_nodes = a.tree_nodes;
-  o.max_tree_nodes = a.max_tree_nodes;
-  o.tree_max_children = a.max_children;
-  o.tree_draft_width = a.draft_width;
-  o.tree_alpha = a.alpha;
-  o.max_provisional = a.max_provisional;
-  const std::string config = apply_row_settings(spec, o);
+  TreeOptions t;
+  t.tree_nodes = a.tree_nodes;
+  t.max_tree_nodes = a.max_tree_nodes;
+  t.max_children = a.max_children;
+  t.draft_width = a.draft_width;
+  t.initial_alpha = a.alpha;
+  t.max_provisional = a.max_provisional;
+  const std::string config = apply_row_settings(spec, t);
   if (config == "std" || config == "stdpl") {
     o = with_mode(o, Mode::kLocalAr);
     o.stream_pipeline = config == "stdpl";
@@ -105,12 +110,14 @@ ClientOptions options_for(const LocalBenchArgs& a, const std::string& spec, cons
   } else if (config == "tree" || config == "tree+fallback" || config == "tree+provisional" ||
              config == "tree+fallback+provisional") {
     o = with_mode(o, Mode::kLocalTree);
-    o.tree_fallback = config.find("fallback") != std::string::npos;
-    o.tree_provisional = config.find("provisional") != std::string::npos;
+    t.fallback = config.find("fallback") != std::string::npos;
+    t.provisional = config.find("provisional") != std::string::npos;
+    o.drafter_options = t.options();
   } else {
     throw Error("bench local: unknown configuration '" + spec +
                 "' (std, stdpl, local-sd, tree, tree+fallback, tree+provisional, tree+fallback+provisional)");
   }
+  if (tree) *tree = t;
   return o;
 }
 
@@ -120,8 +127,9 @@ int run_bench_local(const LocalBenchArgs& a) {
   const ModelConfig target_config = load_model_config(a.target_dir);
   int64_t largest_round = a.gamma;
   for (const std::string& c : a.configs) {
-    const ClientOptions o = options_for(a, c, "");
-    largest_round = std::max<int64_t>(largest_round, std::max(o.tree_nodes, o.max_tree_nodes));
+    TreeOptions t;
+    options_for(a, c, "", &t);
+    largest_round = std::max<int64_t>(largest_round, std::max(t.tree_nodes, t.max_tree_nodes));
   }
   const int64_t keep = target_config.max_position_embeddings - a.max_new_tokens - largest_round - 1;
   if (keep < 2) throw Error("bench local: max-new-tokens leaves no room for a prompt in the target's context");

@@ -9,6 +9,7 @@
 #include "client/cli/prompts.h"
 #include "client/client.h"
 #include "common/drafting/registry.h"
+#include "common/drafting/tree_options.h"
 #include "common/engine/threads.h"
 #include "common/util/error.h"
 
@@ -54,12 +55,12 @@ struct GenerateArgs {
   std::string read_ahead;
   bool no_fallback = false;
   bool no_provisional = false;
-  int tree_nodes = ClientOptions{}.tree_nodes;
-  int max_tree_nodes = ClientOptions{}.max_tree_nodes;
-  double alpha = ClientOptions{}.tree_alpha;
-  int max_provisional = ClientOptions{}.max_provisional;
-  int max_children = ClientOptions{}.tree_max_children;
-  int draft_width = ClientOptions{}.tree_draft_width;
+  int tree_nodes = TreeOptions{}.tree_nodes;
+  int max_tree_nodes = TreeOptions{}.max_tree_nodes;
+  double alpha = TreeOptions{}.initial_alpha;
+  int max_provisional = TreeOptions{}.max_provisional;
+  int max_children = TreeOptions{}.max_children;
+  int draft_width = TreeOptions{}.draft_width;
 };
 
 nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
@@ -256,14 +257,19 @@ int run_generate(const GenerateArgs& a) {
   o.kv_cache = a.kv_cache;
   o.stream_pipeline = !a.no_pipeline;
   o.stream_read_ahead = a.read_ahead;
-  o.tree_fallback = !a.no_fallback;
-  o.tree_provisional = !a.no_provisional;
-  o.tree_nodes = a.tree_nodes;
-  o.max_tree_nodes = a.max_tree_nodes;
-  o.tree_alpha = a.alpha;
-  o.max_provisional = a.max_provisional;
-  o.tree_max_children = a.max_children;
-  o.tree_draft_width = a.draft_width;
+  if (o.drafter == "model-tree") {
+    // The tree flags are model-tree's drafter options; --drafter-option wins.
+    TreeOptions t;
+    t.fallback = !a.no_fallback;
+    t.provisional = !a.no_provisional;
+    t.tree_nodes = a.tree_nodes;
+    t.max_tree_nodes = a.max_tree_nodes;
+    t.initial_alpha = a.alpha;
+    t.max_provisional = a.max_provisional;
+    t.max_children = a.max_children;
+    t.draft_width = a.draft_width;
+    for (auto& [key, value] : t.options()) o.drafter_options.insert({key, value});
+  }
   o.reconnect_budget = std::chrono::milliseconds(static_cast<int64_t>(a.reconnect_budget_s * 1000));
   o.fallback_target_dir = a.fallback_target;
   o.failback_interval = std::chrono::milliseconds(static_cast<int64_t>(a.failback_interval_s * 1000));

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "common/drafting/drafter.h"
-#include "common/drafting/tree_options.h"
 
 namespace splitspec {
 
@@ -31,7 +30,6 @@ enum class VerifyCost { kCompute, kWeightReads, kRoundTrip };
 // Everything a drafter may be built from.
 struct DrafterSpec {
   std::shared_ptr<const Model> draft;  // the draft model, for drafters that need one
-  TreeOptions tree;                    // model-tree
   // Settings of techniques that take their own ("key" -> "value").
   std::map<std::string, std::string> options;
   int threads = 1;  // compute threads of any worker thread the drafter runs

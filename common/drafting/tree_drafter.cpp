@@ -1,6 +1,5 @@
 #include "common/drafting/tree_drafter.h"
 
-
 #include <pthread.h>
 #include <sched.h>
 
@@ -8,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <sstream>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -29,6 +29,34 @@ void TreeOptions::validate() const {
   if (max_children < 1) throw Error("max-children must be at least 1");
   if (draft_width < 1) throw Error("draft-width must be at least 1");
   FallbackThreshold check(initial_alpha);  // throws on an alpha outside (0, 1]
+}
+
+TreeOptions TreeOptions::read(DrafterOptions& o) {
+  TreeOptions t;
+  t.fallback = o.integer("fallback", t.fallback) != 0;
+  t.provisional = o.integer("provisional", t.provisional) != 0;
+  t.tree_nodes = o.integer("nodes", t.tree_nodes);
+  t.max_tree_nodes = o.integer("max_nodes", t.max_tree_nodes);
+  t.initial_alpha = o.real("alpha", t.initial_alpha);
+  t.max_provisional = o.integer("max_provisional", t.max_provisional);
+  t.max_children = o.integer("max_children", t.max_children);
+  t.draft_width = o.integer("draft_width", t.draft_width);
+  t.validate();
+  return t;
+}
+
+std::map<std::string, std::string> TreeOptions::options() const {
+  std::ostringstream alpha;
+  alpha.precision(17);
+  alpha << initial_alpha;
+  return {{"fallback", fallback ? "1" : "0"},
+          {"provisional", provisional ? "1" : "0"},
+          {"nodes", std::to_string(tree_nodes)},
+          {"max_nodes", std::to_string(max_tree_nodes)},
+          {"alpha", alpha.str()},
+          {"max_provisional", std::to_string(max_provisional)},
+          {"max_children", std::to_string(max_children)},
+          {"draft_width", std::to_string(draft_width)}};
 }
 
 // Provisional generation (§III-D) on its own thread. It drafts only while
@@ -224,8 +252,10 @@ size_t TreeDrafter::memory_bytes() const {
 }
 
 std::unique_ptr<Drafter> make_tree_drafter(const DrafterSpec& spec) {
-  DrafterOptions("model-tree", spec.options).finish();
-  return std::make_unique<TreeDrafter>(spec.draft, spec.tree, spec.threads);
+  DrafterOptions options("model-tree", spec.options);
+  const TreeOptions tree = TreeOptions::read(options);
+  options.finish();
+  return std::make_unique<TreeDrafter>(spec.draft, tree, spec.threads);
 }
 
 void TreeDrafter::expand(Node& n, const float* row) {

@@ -1,8 +1,12 @@
 #pragma once
 // Settings of the `model-tree` drafter (EdgeLLM's width-adaptive token tree).
 #include <cstdint>
+#include <map>
+#include <string>
 
 namespace splitspec {
+
+class DrafterOptions;
 
 struct TreeOptions {
   // Off: every tree has `tree_nodes` nodes ("tree only"). On: the tree grows
@@ -26,6 +30,13 @@ struct TreeOptions {
   int32_t draft_width = 8;
   // Throws splitspec::Error for values out of range.
   void validate() const;
+
+  // As the drafter's own settings (`--drafter-option KEY=VALUE`, lut's
+  // road): fallback and provisional (1 or 0), nodes, max_nodes, alpha,
+  // max_provisional, max_children, draft_width; a key not given keeps its
+  // default. read() takes them, validated; options() writes them all.
+  static TreeOptions read(DrafterOptions& options);
+  std::map<std::string, std::string> options() const;
 };
 
 }  // namespace splitspec
