@@ -32,11 +32,7 @@ struct EdgeBenchArgs {
   int32_t max_new_tokens = 128;
   int32_t gamma = 4;
   // Tree modes.
-  int tree_nodes = TreeOptions{}.tree_nodes;
-  int max_tree_nodes = TreeOptions{}.max_tree_nodes;
-  int max_children = TreeOptions{}.max_children;
-  int draft_width = TreeOptions{}.draft_width;
-  double alpha = TreeOptions{}.initial_alpha;
+  TreeOptions tree;  // the tree modes' flags
   bool no_fallback = false;
   std::vector<double> delays_ms = {0, 2, 10, 50};
   double jitter_ms = 0;
@@ -101,12 +97,7 @@ std::unique_ptr<Client> connect_mode(const ClientOptions& mode, const EdgeBenchA
   ClientOptions o = mode;
   o.server = address;
   if (o.drafter == "model-tree") {
-    TreeOptions t;
-    t.tree_nodes = a.tree_nodes;
-    t.max_tree_nodes = a.max_tree_nodes;
-    t.max_children = a.max_children;
-    t.draft_width = a.draft_width;
-    t.initial_alpha = a.alpha;
+    TreeOptions t = a.tree;
     t.fallback = !a.no_fallback;
     o.drafter_options = t.options();
   }
@@ -298,13 +289,13 @@ std::function<int()> add_bench_edge_cloud(CLI::App& bench) {
   cmd->add_option("--predraft-threads", a->predraft_threads, "Pre-drafting modes: worker threads")->capture_default_str();
   cmd->add_option("--predraft-queue", a->predraft_queue, "Pre-drafting modes: priority, fifo or random")->capture_default_str();
   cmd->add_flag("--predraft-adaptive", a->predraft_adaptive, "Pre-drafting modes: only while it measurably pays");
-  cmd->add_option("--tree-nodes", a->tree_nodes, "Tree modes without fallback: nodes per tree")->capture_default_str();
-  cmd->add_option("--max-tree-nodes", a->max_tree_nodes, "Tree modes: most nodes per tree (the server's max_draft_tokens caps it)")
+  cmd->add_option("--tree-nodes", a->tree.tree_nodes, "Tree modes without fallback: nodes per tree")->capture_default_str();
+  cmd->add_option("--max-tree-nodes", a->tree.max_tree_nodes, "Tree modes: most nodes per tree (the server's max_draft_tokens caps it)")
       ->capture_default_str();
-  cmd->add_option("--max-children", a->max_children, "Tree modes: greedy alternatives per node")->capture_default_str();
-  cmd->add_option("--draft-width", a->draft_width, "Tree modes: nodes drafted together in one draft forward")
+  cmd->add_option("--max-children", a->tree.max_children, "Tree modes: greedy alternatives per node")->capture_default_str();
+  cmd->add_option("--draft-width", a->tree.draft_width, "Tree modes: nodes drafted together in one draft forward")
       ->capture_default_str();
-  cmd->add_option("--alpha", a->alpha, "Tree modes: initial fallback threshold")->capture_default_str();
+  cmd->add_option("--alpha", a->tree.initial_alpha, "Tree modes: initial fallback threshold")->capture_default_str();
   cmd->add_flag("--no-fallback", a->no_fallback, "Tree modes: trees of --tree-nodes, no fallback");
   cmd->add_flag("--json", a->json, "Print the rows as JSON");
   return [a]() { return run_bench_edge_cloud(*a); };

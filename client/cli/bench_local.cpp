@@ -29,12 +29,7 @@ struct LocalBenchArgs {
   std::vector<std::string> budgets = {"10%", "25%", "50%"};
   std::vector<std::string> configs = {"std", "stdpl", "local-sd", "tree", "tree+fallback", "tree+fallback+provisional"};
   int32_t gamma = 4;
-  int tree_nodes = TreeOptions{}.tree_nodes;
-  int max_tree_nodes = TreeOptions{}.max_tree_nodes;
-  int max_children = TreeOptions{}.max_children;
-  int draft_width = TreeOptions{}.draft_width;
-  double alpha = TreeOptions{}.initial_alpha;
-  int max_provisional = TreeOptions{}.max_provisional;
+  TreeOptions tree;  // the tree configurations' flags
   std::string read_ahead;
   int threads = 0;  // default_threads()
   bool json = false;
@@ -94,13 +89,7 @@ ClientOptions options_for(const LocalBenchArgs& a, const std::string& spec, cons
   o.memory_budget = budget;
   o.stream_read_ahead = a.read_ahead;
   o.threads = a.threads;
-  TreeOptions t;
-  t.tree_nodes = a.tree_nodes;
-  t.max_tree_nodes = a.max_tree_nodes;
-  t.max_children = a.max_children;
-  t.draft_width = a.draft_width;
-  t.initial_alpha = a.alpha;
-  t.max_provisional = a.max_provisional;
+  TreeOptions t = a.tree;
   const std::string config = apply_row_settings(spec, t);
   if (config == "std" || config == "stdpl") {
     o = with_mode(o, Mode::kLocalAr);
@@ -217,14 +206,14 @@ std::function<int()> add_bench_local(CLI::App& bench) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--gamma", a->gamma, "local-sd: draft tokens per round")->capture_default_str();
-  cmd->add_option("--tree-nodes", a->tree_nodes, "tree without fallback: nodes per tree")->capture_default_str();
-  cmd->add_option("--max-tree-nodes", a->max_tree_nodes, "tree with fallback: most nodes per tree")->capture_default_str();
-  cmd->add_option("--max-children", a->max_children, "tree: greedy alternatives per node")->capture_default_str();
-  cmd->add_option("--draft-width", a->draft_width, "tree: nodes drafted together in one draft forward")
+  cmd->add_option("--tree-nodes", a->tree.tree_nodes, "tree without fallback: nodes per tree")->capture_default_str();
+  cmd->add_option("--max-tree-nodes", a->tree.max_tree_nodes, "tree with fallback: most nodes per tree")->capture_default_str();
+  cmd->add_option("--max-children", a->tree.max_children, "tree: greedy alternatives per node")->capture_default_str();
+  cmd->add_option("--draft-width", a->tree.draft_width, "tree: nodes drafted together in one draft forward")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--alpha", a->alpha, "tree with fallback: initial alpha")->capture_default_str();
-  cmd->add_option("--max-provisional", a->max_provisional, "provisional tokens per verification at most")
+  cmd->add_option("--alpha", a->tree.initial_alpha, "tree with fallback: initial alpha")->capture_default_str();
+  cmd->add_option("--max-provisional", a->tree.max_provisional, "provisional tokens per verification at most")
       ->capture_default_str();
   cmd->add_option("--read-ahead", a->read_ahead,
                   "pipelined configurations: file bytes the loader may read ahead (2MiB, 8%); default two layers as "

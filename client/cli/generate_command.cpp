@@ -55,12 +55,7 @@ struct GenerateArgs {
   std::string read_ahead;
   bool no_fallback = false;
   bool no_provisional = false;
-  int tree_nodes = TreeOptions{}.tree_nodes;
-  int max_tree_nodes = TreeOptions{}.max_tree_nodes;
-  double alpha = TreeOptions{}.initial_alpha;
-  int max_provisional = TreeOptions{}.max_provisional;
-  int max_children = TreeOptions{}.max_children;
-  int draft_width = TreeOptions{}.draft_width;
+  TreeOptions tree;  // model-tree's flags; the two switches above turn its own off
 };
 
 nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
@@ -259,15 +254,9 @@ int run_generate(const GenerateArgs& a) {
   o.stream_read_ahead = a.read_ahead;
   if (o.drafter == "model-tree") {
     // The tree flags are model-tree's drafter options; --drafter-option wins.
-    TreeOptions t;
+    TreeOptions t = a.tree;
     t.fallback = !a.no_fallback;
     t.provisional = !a.no_provisional;
-    t.tree_nodes = a.tree_nodes;
-    t.max_tree_nodes = a.max_tree_nodes;
-    t.initial_alpha = a.alpha;
-    t.max_provisional = a.max_provisional;
-    t.max_children = a.max_children;
-    t.draft_width = a.draft_width;
     for (auto& [key, value] : t.options()) o.drafter_options.insert({key, value});
   }
   o.reconnect_budget = std::chrono::milliseconds(static_cast<int64_t>(a.reconnect_budget_s * 1000));
@@ -364,20 +353,20 @@ Command add_generate_command(CLI::App& app) {
                 "model-tree: verify trees of --tree-nodes instead of when the tree's confidence falls below alpha");
   cmd->add_flag("--no-provisional", a->no_provisional,
                 "model-tree: do not draft on while the target's weights load");
-  cmd->add_option("--tree-nodes", a->tree_nodes, "model-tree without fallback: nodes per tree")
+  cmd->add_option("--tree-nodes", a->tree.tree_nodes, "model-tree without fallback: nodes per tree")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--max-tree-nodes", a->max_tree_nodes, "model-tree: most nodes per tree (the server's max_draft_tokens caps it there)")
+  cmd->add_option("--max-tree-nodes", a->tree.max_tree_nodes, "model-tree: most nodes per tree (the server's max_draft_tokens caps it there)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--alpha", a->alpha, "model-tree: initial fallback threshold alpha, in (0, 1]")->capture_default_str();
-  cmd->add_option("--max-children", a->max_children, "model-tree: greedy alternatives a node offers")
+  cmd->add_option("--alpha", a->tree.initial_alpha, "model-tree: initial fallback threshold alpha, in (0, 1]")->capture_default_str();
+  cmd->add_option("--max-children", a->tree.max_children, "model-tree: greedy alternatives a node offers")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--draft-width", a->draft_width, "model-tree: tree nodes drafted together in one draft forward")
+  cmd->add_option("--draft-width", a->tree.draft_width, "model-tree: tree nodes drafted together in one draft forward")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--max-provisional", a->max_provisional, "model-tree: most provisional tokens per verification")
+  cmd->add_option("--max-provisional", a->tree.max_provisional, "model-tree: most provisional tokens per verification")
       ->capture_default_str()
       ->check(CLI::Range(0, 256));
   cmd->add_option("--server", a->server, "Server verifier: splitspec-server HOST:PORT");
