@@ -4,7 +4,7 @@ their servers are killed and restarted under them, every generation checked
 token for token.
 
 Real processes on loopback: two splitspec-server replicas of the demo target,
-each behind a `splitspec netem` proxy (one-way delay and jitter), and
+each behind a `splitspec netem` proxy (one-way delay, jitter and packet loss), and
 --clients client threads through the Python module, half on each replica.
 Each client runs generations back to back, alternating greedy and seeded
 sampling and edge-sd (the demo draft model) and cloud-ar, all with the
@@ -72,7 +72,7 @@ class Replica:
         self.proxy = subprocess.Popen(
             [os.path.join(args.build, "bin", "splitspec"), "netem", "--listen", "127.0.0.1:0", "--upstream",
              "127.0.0.1:%d" % self.port, "--delay-ms", str(args.delay_ms), "--jitter-ms", str(args.jitter_ms),
-             "--seed", str(ord(name[0])), "--port-file", port_file],
+             "--loss", str(args.loss), "--seed", str(ord(name[0])), "--port-file", port_file],
             stdout=subprocess.DEVNULL, stderr=open(self.log + ".netem", "a"))
         self.address = "127.0.0.1:%d" % wait_for_file(port_file, self.proxy, "netem", self.log + ".netem")
 
@@ -140,6 +140,8 @@ def main():
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--delay-ms", type=float, default=5.0)
     p.add_argument("--jitter-ms", type=float, default=3.0)
+    p.add_argument("--loss", type=float, default=0.01,
+                   help="packet loss of each link; a lost packet arrives one 200 ms retransmission timeout late")
     p.add_argument("--fault-every-s", type=float, default=4.0, help="mean seconds between kills")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", help="write the report here (markdown) as well")
@@ -252,10 +254,10 @@ def main():
         by_kind[key][1] += r["ids"] == solo[r["plan"]]
     lines = [
         "Chaos soak, %.1f min: %d clients (Python module) on two splitspec-server replicas of the demo target, each "
-        "behind `splitspec netem` (%.0f ms one way, +/- %.0f ms jitter, no loss), fallbacks on; a replica SIGKILLed "
+        "behind `splitspec netem` (%.0f ms one way, +/- %.0f ms jitter, %.1f%% packet loss, each a 200 ms retransmission), fallbacks on; a replica SIGKILLed "
         "every %.0f s on average and restarted after 0.2-2 s. %d new tokens a generation, gamma 4; the servers give no "
         "draft hint. All on one 2-vCPU machine." % (elapsed / 60, args.clients, args.delay_ms, args.jitter_ms,
-                                                   args.fault_every_s, args.max_new_tokens),
+                                                   100 * args.loss, args.fault_every_s, args.max_new_tokens),
         "",
         "| generations | faults injected | tokens lost or duplicated | differ from solo run | errors (rate) | "
         "of those, at connect | latency p50 / p99, ms | resumes | failovers | failbacks |",

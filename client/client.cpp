@@ -1,6 +1,8 @@
 #include "client/client.h"
 
 #include <filesystem>
+#include <limits>
+#include <optional>
 
 #include "client/local_verifier.h"
 #include "client/resilient_verifier.h"
@@ -13,10 +15,10 @@
 #include "common/engine/model.h"
 #include "common/engine/threads.h"
 #include "common/engine/tokenizer.h"
+#include "common/engine/weight_type.h"
 #include "common/tokenizer/chat_template.h"
 #include "client/stop_strings.h"
 #include "common/util/error.h"
-#include "common/util/percentile.h"
 #include "common/util/stopwatch.h"
 
 namespace splitspec {
@@ -64,8 +66,12 @@ constexpr Alias kAliases[] = {
 // The options with an alias resolved into its choices.
 ClientOptions resolved(const ClientOptions& o) { return o.mode ? with_mode(o, *o.mode) : o; }
 
-std::shared_ptr<Model> load_weights(const ClientOptions& o, const std::string& dir) {
-  if (o.memory_budget.empty()) return Model::load(dir);
+// `type`: converted to it at load (ClientOptions::dtype).
+std::shared_ptr<Model> load_weights(const ClientOptions& o, const std::string& dir, std::optional<WType> type) {
+  if (o.memory_budget.empty()) return Model::load(dir, type);
+  if (type)
+    throw Error("dtype converts weights held in memory; a memory budget streams them as stored: write the type with "
+                "splitspec convert --dtype " + o.dtype + " --out DIR first");
   if (!std::filesystem::is_directory(dir))
     throw Error(dir + (std::filesystem::exists(dir) ? ": a memory budget streams a model directory; convert the file "
                                                       "with splitspec convert --target FILE --out DIR first"
@@ -78,13 +84,18 @@ std::shared_ptr<Model> load_weights(const ClientOptions& o, const std::string& d
   return Model::load_streamed(dir, s);
 }
 
-std::shared_ptr<Model> load_local_target(const ClientOptions& o, const std::string& dir, KVType kv) {
-  std::shared_ptr<Model> m = load_weights(o, dir);
+std::shared_ptr<Model> load_local_target(const ClientOptions& o, const std::string& dir, KVType kv,
+                                         std::optional<WType> type) {
+  std::shared_ptr<Model> m = load_weights(o, dir, type);
   m->set_kv_type(kv);
   return m;
 }
 
 KVType options_kv_type(const ClientOptions& o) { return o.kv_cache.empty() ? KVType::F32 : parse_kv_type(o.kv_cache); }
+
+std::optional<WType> options_weight_type(const ClientOptions& o) {
+  return o.dtype.empty() ? std::nullopt : std::optional<WType>(parse_weight_type(o.dtype));
+}
 
 }  // namespace
 
@@ -159,6 +170,10 @@ struct Client::Impl {
     return options.verifier == VerifierKind::kServer && drafter.has(kDraftsNothing) && options.fallback_target_dir.empty();
   }
   std::string fingerprint() const { return tokenizer ? tokenizer->fingerprint() : ""; }
+  // What connecting refuses of a server: a target the draft or the drafter
+  // cannot work with. An offline-started client asks it when it first
+  // reaches the server.
+  void check_server(const ExtrasRequest& wants, const v1::ServerInfo& info) const;
 
   // Both leave the cancel flag as the caller set it.
   Result generate(const std::vector<int32_t>& prompt_ids, const Request& request, const OnToken& on_token,
@@ -196,6 +211,7 @@ void check_combination(const ClientOptions& o, const DrafterInfo& d, const std::
   if (!local && o.server.empty()) throw Error(label + " needs a server (--server HOST:PORT)");
   if (d.has(kNeedsDraftModel) && o.draft_dir.empty()) throw Error(label + " needs a draft model (--draft DIR)");
   if (o.predraft) parse_queue_policy(o.predraft_queue);
+  if (!o.dtype.empty()) parse_weight_type(o.dtype);
 }
 
 }  // namespace
@@ -203,14 +219,14 @@ void check_combination(const ClientOptions& o, const DrafterInfo& d, const std::
 namespace {
 
 // The server's target, here: a fallback that verified with another model
-// would change the output, so it must be the same one.
-std::shared_ptr<Model> load_fallback(const ClientOptions& o, const v1::ServerInfo& info) {
+// would change the output, so it must be the same one. It goes on with the
+// server's KV cache type.
+void check_fallback(const ClientOptions& o, const v1::ServerInfo& info, Model& m) {
   const KVType server_kv = info.kv_cache().empty() ? KVType::F32 : parse_kv_type(info.kv_cache());
   if (!o.kv_cache.empty() && parse_kv_type(o.kv_cache) != server_kv)
     throw Error(std::string("kv_cache ") + o.kv_cache + " is not server " + o.server + "'s (" + kv_type_name(server_kv) +
                 "): a fallback target goes on with the server's cache type, or its tokens would differ");
-  std::shared_ptr<Model> m = load_local_target(o, o.fallback_target_dir, server_kv);
-  const ModelConfig& c = m->config();
+  const ModelConfig& c = m.config();
   if (c.vocab_size != info.vocab_size() || (info.hidden_size() > 0 && c.hidden_size != info.hidden_size()))
     throw Error("fallback target " + o.fallback_target_dir + " (vocab_size " + std::to_string(c.vocab_size) +
                 ", hidden_size " + std::to_string(c.hidden_size) + ") is not server " + o.server + "'s target (" +
@@ -221,16 +237,58 @@ std::shared_ptr<Model> load_fallback(const ClientOptions& o, const v1::ServerInf
                 "'s target; it must be the same model");
   // Same shape and tokenizer is not enough: a Q4_0 copy of an F16 target
   // gives other tokens after a failover.
-  const std::string digest = m->weights_digest();
+  const std::string digest = m.weights_digest();
   if (!info.weights_digest().empty() && !digest.empty() && digest != info.weights_digest())
-    throw Error("fallback target " + o.fallback_target_dir + " (" + wtype_name(m->weight_type()) + ", weights digest " +
+    throw Error("fallback target " + o.fallback_target_dir + " (" + wtype_name(m.weight_type()) + ", weights digest " +
                 digest + ") is not the weights server " + o.server + " verifies with (" + info.weight_type() +
                 ", digest " + info.weights_digest() + "): give the same file at the same --dtype, or its tokens "
                 "would differ after a failover");
-  return m;
+  m.set_kv_type(server_kv);
+}
+
+// What an offline-started link says of the server until it is reached: the
+// fallback's own identity, which the server must then match.
+v1::ServerInfo fallback_identity(const ClientOptions& o, const Model& m) {
+  v1::ServerInfo i;
+  i.set_vocab_size(static_cast<int32_t>(m.config().vocab_size));
+  i.set_hidden_size(static_cast<int32_t>(m.config().hidden_size));
+  i.set_max_context(static_cast<int32_t>(m.config().max_position_embeddings));
+  // No limit of the server's yet: the fallback's budget governs until the
+  // server's own takes over (a larger round drafted before is verified here).
+  i.set_max_draft_tokens(std::numeric_limits<int32_t>::max());
+  if (tokenizer_available(o.fallback_target_dir))
+    i.set_tokenizer_fingerprint(Tokenizer(o.fallback_target_dir).fingerprint());
+  i.set_weight_type(wtype_name(m.weight_type()));
+  i.set_weights_digest(m.weights_digest());
+  i.set_kv_cache(kv_type_name(options_kv_type(o)));
+  i.set_serving(true);
+  return i;
 }
 
 }  // namespace
+
+void Client::Impl::check_server(const ExtrasRequest& wants, const v1::ServerInfo& info) const {
+  const ClientOptions& o = options;
+  if (o.predraft && info.early_exit_layers().empty())
+    throw Error("server " + o.server + " runs no early exits, which pre-drafting (" + label +
+                ") needs (its target ships no early_exits.json, or early_exits is off): drop it (edge-sd)");
+  // Refuse a mismatched pair now rather than decode garbage later.
+  if (spec.draft && spec.draft->config().vocab_size != info.vocab_size())
+    throw Error("draft " + o.draft_dir + " has vocab_size " + std::to_string(spec.draft->config().vocab_size) +
+                " but server " + o.server + " serves a target with " + std::to_string(info.vocab_size()));
+  if (tokenizer && !info.tokenizer_fingerprint().empty() &&
+      tokenizer->fingerprint() != info.tokenizer_fingerprint())
+    throw Error("tokenizer mismatch: ours (" + tokenizer_path + ") has fingerprint " +
+                tokenizer->fingerprint() + ", server " + o.server + "'s target has " +
+                info.tokenizer_fingerprint() + "; draft and target must share one tokenizer");
+  if (wants.hidden && info.hidden_size() == 0)
+    throw Error(label + ": drafter " + o.drafter + " drafts from the target's hidden state, which server " +
+                o.server + " does not send (it reports no hidden_size: an older release)");
+  if (wants.top_k > info.max_verdict_top_k())
+    throw Error(label + ": drafter " + o.drafter + " asks for the target's top " + std::to_string(wants.top_k) +
+                " with each verdict, but server " + o.server + " sends at most " +
+                std::to_string(info.max_verdict_top_k()) + " (its max_verdict_top_k)");
+}
 
 std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   auto impl = std::make_unique<Impl>();
@@ -244,9 +302,9 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
 
   std::string tok_path = o.tokenizer;
   if (tok_path.empty()) tok_path = local ? o.target_dir : o.draft_dir;
-  if (impl->drafter.has(kNeedsDraftModel)) impl->spec.draft = Model::load(o.draft_dir);
+  if (impl->drafter.has(kNeedsDraftModel)) impl->spec.draft = Model::load(o.draft_dir, options_weight_type(o));
   if (local) {
-    impl->target = load_local_target(o, o.target_dir, options_kv_type(o));
+    impl->target = load_local_target(o, o.target_dir, options_kv_type(o), options_weight_type(o));
     if (impl->spec.draft && impl->spec.draft->config().vocab_size != impl->target->config().vocab_size)
       throw Error("draft " + o.draft_dir + " has vocab_size " + std::to_string(impl->spec.draft->config().vocab_size) +
                   " but target " + o.target_dir + " has " + std::to_string(impl->target->config().vocab_size));
@@ -262,21 +320,15 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   }
 
   if (!local) {
-    impl->link = std::make_unique<ServerLink>(o.server, o.connect_timeout, link_security(o));
-    const v1::ServerInfo& info = impl->link->info();
-    if (o.predraft && info.early_exit_layers().empty())
-      throw Error("server " + o.server + " runs no early exits, which pre-drafting (" + impl->label +
-                  ") needs (its target ships no early_exits.json, or early_exits is off): drop it (edge-sd)");
-    // Refuse a mismatched pair now rather than decode garbage later.
-    if (impl->spec.draft && impl->spec.draft->config().vocab_size != info.vocab_size())
-      throw Error("draft " + o.draft_dir + " has vocab_size " + std::to_string(impl->spec.draft->config().vocab_size) +
-                  " but server " + o.server + " serves a target with " + std::to_string(info.vocab_size()));
-    if (impl->tokenizer && !info.tokenizer_fingerprint().empty() &&
-        impl->tokenizer->fingerprint() != info.tokenizer_fingerprint())
-      throw Error("tokenizer mismatch: ours (" + tok_path + ") has fingerprint " + impl->tokenizer->fingerprint() +
-                  ", server " + o.server + "'s target has " + info.tokenizer_fingerprint() +
-                  "; draft and target must share one tokenizer");
-    if (!o.fallback_target_dir.empty()) impl->fallback = load_fallback(o, info);
+    if (o.fallback_target_dir.empty()) {
+      impl->link = std::make_unique<ServerLink>(o.server, o.connect_timeout, link_security(o));
+    } else {
+      // The server's target as stored: its digest must be the server's.
+      impl->fallback = load_local_target(o, o.fallback_target_dir, options_kv_type(o), std::nullopt);
+      impl->link = std::make_unique<ServerLink>(o.server, o.connect_timeout, link_security(o),
+                                                fallback_identity(o, *impl->fallback));
+      if (impl->link->confirmed()) check_fallback(o, impl->link->info(), *impl->fallback);
+    }
   }
   if (local && impl->spec.draft && o.tokenizer.empty() &&
       tokenizer_available(o.draft_dir) && impl->tokenizer &&
@@ -306,14 +358,14 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   const std::unique_ptr<Drafter> probe = impl->drafter.make(spec);
   if (o.predraft && !probe->can_fork())
     throw Error(impl->label + ": pre-drafting needs a drafter that can fork; " + o.drafter + " cannot");
-  if (impl->link && probe->wants().hidden && impl->link->info().hidden_size() == 0)
-    throw Error(impl->label + ": drafter " + o.drafter + " drafts from the target's hidden state, which server " +
-                o.server + " does not send (it reports no hidden_size: an older release)");
-  if (impl->link && probe->wants().top_k > impl->link->info().max_verdict_top_k())
-    throw Error(impl->label + ": drafter " + o.drafter + " asks for the target's top " +
-                std::to_string(probe->wants().top_k) + " with each verdict, but server " + o.server +
-                " sends at most " + std::to_string(impl->link->info().max_verdict_top_k()) +
-                " (its max_verdict_top_k)");
+  if (impl->link) {
+    const Client::Impl* checked = impl.get();
+    auto check = [checked, wants = probe->wants()](const v1::ServerInfo& info) { checked->check_server(wants, info); };
+    if (impl->link->confirmed())
+      check(impl->link->info());
+    else
+      impl->link->on_confirm(check);
+  }
 
   if (local)
     impl->verifier = std::make_unique<LocalVerifier>(impl->target);
@@ -422,14 +474,6 @@ std::string names(const std::vector<std::string>& v) {
   return s;
 }
 
-void set_token_latency(Stats& s, const std::vector<double>& token_ms) {
-  s.token_ms_p50 = percentile(token_ms, 50);
-  s.token_ms_p90 = percentile(token_ms, 90);
-  s.token_ms_p99 = percentile(token_ms, 99);
-  s.token_ms_max = percentile(token_ms, 100);
-  s.token_ms = token_ms;
-}
-
 }  // namespace
 
 Result Client::Impl::generate_text(const std::string& prompt, const Request& request, const OnText& on_text) {
@@ -508,11 +552,7 @@ Result Client::Impl::generate(const std::vector<int32_t>& prompt_ids, const Requ
   }
   Stats& s = r.stats;
   s.new_tokens = static_cast<int64_t>(r.ids.size());
-  s.ms_per_token = s.new_tokens ? s.wall_ms / static_cast<double>(s.new_tokens) : 0.0;
-  if (s.rounds) {
-    s.tau = static_cast<double>(s.new_tokens) / static_cast<double>(s.rounds);
-    s.network_rtt_ms = (s.verify_wait_ms - s.server_ms) / static_cast<double>(s.rounds);
-  }
+  s.derive();
   return r;
 }
 
@@ -532,9 +572,8 @@ Result Client::Impl::run_streamed(const std::vector<int32_t>& prompt, const Requ
   r.stats.target_forward_ms = g.forward_ms;
   r.stats.wall_ms = g.wall_ms;
   r.stats.decode_ms = g.wall_ms - g.first_token_ms;
-  set_token_latency(r.stats, g.token_ms);
-  if (r.stats.decode_ms > 0 && g.ids.size() > 1)
-    r.stats.decode_tokens_per_s = static_cast<double>(g.ids.size() - 1) * 1000.0 / r.stats.decode_ms;
+  r.stats.decode_tokens = g.ids.empty() ? 0 : static_cast<int64_t>(g.ids.size()) - 1;
+  r.stats.token_ms = g.token_ms;
   return r;
 }
 
@@ -570,20 +609,15 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   s.first_token_ms = ls.first_token_ms;
   s.prefill_ms = ls.prefill_ms;
   s.decode_ms = ls.wall_ms - ls.first_token_ms;
-  set_token_latency(s, ls.token_ms);
-  const int64_t later = static_cast<int64_t>(g.ids.size()) - ls.first_round_tokens;
-  if (s.decode_ms > 0 && later > 0) s.decode_tokens_per_s = static_cast<double>(later) * 1000.0 / s.decode_ms;
+  s.decode_tokens = std::max<int64_t>(0, static_cast<int64_t>(g.ids.size()) - ls.first_round_tokens);
+  s.token_ms = ls.token_ms;
   s.drafted_tokens = ls.nodes;
   s.accepted_tokens = ls.accepted;
   s.target_forward_ms = vs.forward_ms;
   s.rounds = ls.rounds;
   s.target_forwards = vs.forwards;
-  s.acceptance_rate = ls.nodes ? static_cast<double>(ls.accepted) / static_cast<double>(ls.nodes) : 0.0;
-  s.acceptance_per_position = ds.acceptance_per_depth();
-  if (ls.rounds) {
-    s.accepted_per_round = static_cast<double>(ls.accepted) / static_cast<double>(ls.rounds);
-    s.tree_nodes = static_cast<double>(ls.nodes) / static_cast<double>(ls.rounds);
-  }
+  s.proposed_per_position = ds.proposed;
+  s.accepted_per_position = ds.accepted;
   s.branched_trees = ls.branched;
   s.draft_ms = ds.draft_ms;
   s.draft_forwards = ds.forwards;
@@ -596,16 +630,7 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   s.final_alpha = counter("alpha");
   s.provisional_tokens = static_cast<int64_t>(counter("provisional_tokens"));
   s.provisional_kept = static_cast<int64_t>(counter("provisional_kept"));
-  if (resilient) {
-    const FaultStats& f = resilient->fault_stats();
-    s.resumes = f.resumes;
-    s.failovers = f.failovers;
-    s.failbacks = f.failbacks;
-    s.server_rounds = f.server_rounds;
-    s.fallback_rounds = f.fallback_rounds;
-    s.retried_rounds = f.retried_rounds;
-    s.switch_ms = f.switch_ms;
-  }
+  if (resilient) static_cast<FaultStats&>(s) = resilient->fault_stats();
   if (server) {
     s.verify_wait_ms = vs.wait_ms;
     s.server_ms = vs.server_ms;
@@ -621,19 +646,7 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   s.weight_bytes_read = vs.weight_bytes_read;
   s.weight_memory_peak = vs.weight_memory_peak;
   s.weight_stall_ms = vs.weight_stall_ms;
-  const PredraftStats& ps = ls.predraft;
-  s.early_verdicts = ps.early_verdicts;
-  s.predrafts = ps.predrafts;
-  s.predraft_rounds = ls.predraft_rounds;
-  s.predraft_lookups = ps.rounds;
-  s.predraft_hits = ps.hits;
-  s.predraft_waited_hits = ps.waited_hits;
-  s.cache_miss_rate = ps.rounds ? 1.0 - static_cast<double>(ps.hits) / static_cast<double>(ps.rounds) : 0.0;
-  s.avg_exit_layer = ps.hits ? static_cast<double>(ps.exit_layer_sum) / static_cast<double>(ps.hits) : 0.0;
-  s.predraft_ms = ps.predraft_ms;
-  s.sync_wait_ms = ps.wait_ms;
-  s.hit_send_ms = ls.hit_send_ms;
-  s.miss_send_ms = ls.miss_send_ms;
+  static_cast<PredraftStats&>(s) = ls.predraft;
   return r;
 }
 

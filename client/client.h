@@ -42,7 +42,11 @@
 // committed tokens; with `fallback_target_dir` it goes on with the local
 // verifier at the next round boundary once the server is unreachable or a
 // round outlasts `Request::round_timeout`, and returns to the server when its
-// health says SERVING. Every random draw is keyed by the seed and the
+// health says SERVING. With a fallback, connect() to a server that cannot be
+// reached succeeds: generations start locally and move to the server once it
+// answers with the fallback's model. A generation whose server rounds, at
+// their measured pace, would miss `Request::deadline` finishes on the
+// fallback. Every random draw is keyed by the seed and the
 // position, so either way the tokens are those of an uninterrupted run, and
 // the callback never sees a token twice.
 //
@@ -102,15 +106,21 @@ struct ClientOptions {
   // llama2, gemma) instead of the one the model's files name.
   std::string chat_template;
   // Local verifier: most memory the target's weights may take ("8MiB", "25%"
-  // of its fp32 size, bytes); empty loads it whole. `stream_pipeline` reads
-  // ahead on a loader thread (StdPL) rather than at each matrix (Std), as
-  // far as `stream_read_ahead` file bytes ("1MiB", "5%"; part of the budget;
-  // empty: two layers as stored, or what the budget has left).
+  // of its weights as stored in its files, bytes); empty loads it whole.
+  // `stream_pipeline` reads ahead on a loader thread (StdPL) rather than at
+  // each matrix (Std), as far as `stream_read_ahead` file bytes ("1MiB",
+  // "5%"; part of the budget; empty: two layers as stored, or what the
+  // budget has left).
   std::string memory_budget;
   // The local target's KV cache: "f32", or "f16" for half its memory (and
   // outputs exact for that cache, not the f32 one's). Empty: f32, and a
   // fallback target takes the server's (ServerInfo.kv_cache).
   std::string kv_cache;
+  // The local target's and the draft model's weights converted to this type
+  // at load ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m",
+  // "q6_k"); empty: as stored. A fallback target stays as stored, since it
+  // must be the server's weights; a streamed target cannot be converted.
+  std::string dtype;
   bool stream_pipeline = true;
   std::string stream_read_ahead;
   // Settings of drafters that take their own ("key" -> "value"): lut's
@@ -137,11 +147,13 @@ struct ClientOptions {
   // the break, before it fails over (or fails); 0: never.
   std::chrono::milliseconds reconnect_budget{10000};
   // Server verifier: a local target to go on with when the server is
-  // unreachable, streamed under `memory_budget` when one is given: it must be
-  // the server's target. A break then goes local at once when the server
-  // refuses connections, and waits at most `failback_interval` for a silent one. While a generation runs here, the
-  // server's health is asked every `failback_interval`; when it says SERVING,
-  // later rounds return to it.
+  // unreachable or too slow for a request's deadline, streamed under
+  // `memory_budget` when one is given: it must be the server's target. A
+  // break then goes local at once when the server refuses connections, and
+  // waits at most `failback_interval` for a silent one. While a generation
+  // runs here, the server's health is asked every `failback_interval`; when
+  // it says SERVING, later rounds return to it. With a fallback, connect()
+  // succeeds though the server cannot be reached (an offline start).
   std::string fallback_target_dir;
   std::chrono::milliseconds failback_interval{500};
   // Server verifier security. `tls_ca` (a PEM file): speak TLS and trust
@@ -197,7 +209,26 @@ struct Request {
   std::chrono::milliseconds round_timeout{0};
 };
 
-struct Stats {
+// What a generation measured, in parts: the clock, the drafting, the
+// target's forwards, the link to the server, pre-drafting and faults. Each
+// part lists its fields once (fields()), which is what sums it, what the
+// CLI prints as JSON and what Python shows. Stats derives from the parts, so
+// each field is reached as before (stats.tau, stats.resumes).
+//
+// Sums: `total += r.stats` adds a generation to a total the way each field
+// adds up (Merge), then recomputes the means, rates and percentiles from
+// the sums, so a total's tau is its tokens over its rounds, not a mean of
+// means.
+enum class Merge {
+  kSum,      // counts and totals
+  kMax,      // peaks and sizes
+  kLast,     // a level at the end: the later generation's
+  kAppend,   // samples
+  kDerived,  // a mean, rate or percentile of the others (Stats::derive)
+};
+
+// The clock.
+struct TimingStats {
   int64_t new_tokens = 0;
   double wall_ms = 0;          // the whole call
   double ms_per_token = 0;
@@ -206,60 +237,174 @@ struct Stats {
   // as the server reports it; cloud-ar: the time to the first token).
   double prefill_ms = 0;
   double decode_ms = 0;              // after the first round: wall_ms - first_token_ms
-  double decode_tokens_per_s = 0;    // tokens after the first round's, per second of decode_ms
+  int64_t decode_tokens = 0;         // tokens after the first round's
+  double decode_tokens_per_s = 0;    // decode_tokens per second of decode_ms
   // Per-token latency after the first round: each token charged its round's
   // time (verdict to verdict) over the round's tokens; cloud-ar: the gap
   // between the server's messages. The worst token, not only the mean.
   double token_ms_p50 = 0, token_ms_p90 = 0, token_ms_p99 = 0, token_ms_max = 0;
   std::vector<double> token_ms;  // the samples themselves, in order
-  int64_t drafted_tokens = 0;        // draft tokens (tree nodes) sent to the target
-  int64_t accepted_tokens = 0;       // of those, accepted
-  double target_forward_ms = 0;      // every target forward, here or on the server
-  int64_t target_forwards = 0; // on the server, or here with the local verifier
-  // Rounds of drafting and verification.
+
+  template <class V>
+  static void fields(V&& v) {
+    using T = TimingStats;
+    v("new_tokens", &T::new_tokens, Merge::kSum);
+    v("wall_ms", &T::wall_ms, Merge::kSum);
+    v("ms_per_token", &T::ms_per_token, Merge::kDerived);
+    v("first_token_ms", &T::first_token_ms, Merge::kSum);
+    v("prefill_ms", &T::prefill_ms, Merge::kSum);
+    v("decode_ms", &T::decode_ms, Merge::kSum);
+    v("decode_tokens", &T::decode_tokens, Merge::kSum);
+    v("decode_tokens_per_s", &T::decode_tokens_per_s, Merge::kDerived);
+    v("token_ms_p50", &T::token_ms_p50, Merge::kDerived);
+    v("token_ms_p90", &T::token_ms_p90, Merge::kDerived);
+    v("token_ms_p99", &T::token_ms_p99, Merge::kDerived);
+    v("token_ms_max", &T::token_ms_max, Merge::kDerived);
+    v("token_ms", &T::token_ms, Merge::kAppend);
+  }
+};
+
+// Rounds of drafting and verification, and the drafter on this device.
+struct DraftStats {
   int64_t rounds = 0;
   double tau = 0;                     // tokens per round
+  int64_t drafted_tokens = 0;         // draft tokens (tree nodes) sent to the target
+  int64_t accepted_tokens = 0;        // of those, accepted
   double acceptance_rate = 0;         // accepted / drafted tokens
-  std::vector<double> acceptance_per_position;  // per depth of the tree (a chain's position)
+  // Per depth of the tree (a chain's position): rounds whose draft reached
+  // it, rounds that accepted a token there, and their ratio.
+  std::vector<int64_t> proposed_per_position;
+  std::vector<int64_t> accepted_per_position;
+  std::vector<double> acceptance_per_position;
   double accepted_per_round = 0;      // draft tokens accepted per verification
   double tree_nodes = 0;              // mean draft nodes per round
   int64_t branched_trees = 0;         // rounds whose draft was not a chain
   double draft_ms = 0;                // drafting on this device
   int64_t draft_forwards = 0;
   uint64_t drafter_memory_bytes = 0;  // what the drafter holds (KV cache, trees), at the end
-  std::map<std::string, double> drafter_counters;  // technique-specific
-  double verify_wait_ms = 0;          // from sending drafts to their verdict, summed
-  double server_ms = 0;               // of that, time the server reports (queue, forward, verify)
-  int64_t verdict_bytes = 0;          // final verdicts received, serialized
-  int64_t verdict_top_k_bytes = 0;    //   of those, the target's top K (the lut drafter asks for them)
-  int64_t verdict_hidden_bytes = 0;   //   of those, the target's hidden state (the recurrent drafter's)
-  double server_forward_ms = 0;       // of that, target forwards
-  double server_exits_ms = 0;         // of that, early exits (edge-fsd)
-  double network_rtt_ms = 0;          // mean per round: verify wait minus server time
-  // Pre-drafting (edge-fsd).
-  int64_t early_verdicts = 0;         // received for rounds still open
-  int64_t predrafts = 0;              // pre-drafts started
-  double cache_miss_rate = 0;         // r: final verdicts with no pre-draft
-  double avg_exit_layer = 0;          // "Avg EE": the exit whose verdict produced each hit
-  double predraft_ms = 0;             // worker drafting time
-  double sync_wait_ms = 0;            // T_r: waiting for a hit's pre-draft to finish
-  double hit_send_ms = 0;             // mean, final verdict to next draft sent, on hits
-  double miss_send_ms = 0;            // the same on misses (drafting included)
-  int64_t predraft_rounds = 0;        // rounds that asked for early verdicts
-  int64_t predraft_lookups = 0;       // final verdicts looked up in the pre-draft cache
-  int64_t predraft_hits = 0;          // of those, found (r = 1 - hits / lookups)
-  int64_t predraft_waited_hits = 0;   // of those, still being drafted (waited T_r)
-  // Local verifier.
-  double target_ms = 0;               // target forwards (verifications)
+  // Technique-specific. Summed, except levels ("alpha" and sizes ending
+  // "_bytes"), which are the later generation's.
+  std::map<std::string, double> drafter_counters;
   // model-tree.
   double final_alpha = 0;             // the fallback threshold at the end
   int64_t provisional_tokens = 0;     // drafted while weights loaded
   int64_t provisional_kept = 0;       //   of those, kept for the next tree
+
+  template <class V>
+  static void fields(V&& v) {
+    using T = DraftStats;
+    v("rounds", &T::rounds, Merge::kSum);
+    v("tau", &T::tau, Merge::kDerived);
+    v("drafted_tokens", &T::drafted_tokens, Merge::kSum);
+    v("accepted_tokens", &T::accepted_tokens, Merge::kSum);
+    v("acceptance_rate", &T::acceptance_rate, Merge::kDerived);
+    v("proposed_per_position", &T::proposed_per_position, Merge::kSum);
+    v("accepted_per_position", &T::accepted_per_position, Merge::kSum);
+    v("acceptance_per_position", &T::acceptance_per_position, Merge::kDerived);
+    v("accepted_per_round", &T::accepted_per_round, Merge::kDerived);
+    v("tree_nodes", &T::tree_nodes, Merge::kDerived);
+    v("branched_trees", &T::branched_trees, Merge::kSum);
+    v("draft_ms", &T::draft_ms, Merge::kSum);
+    v("draft_forwards", &T::draft_forwards, Merge::kSum);
+    v("drafter_memory_bytes", &T::drafter_memory_bytes, Merge::kMax);
+    v("drafter_counters", &T::drafter_counters, Merge::kSum);
+    v("final_alpha", &T::final_alpha, Merge::kLast);
+    v("provisional_tokens", &T::provisional_tokens, Merge::kSum);
+    v("provisional_kept", &T::provisional_kept, Merge::kSum);
+  }
+};
+
+// The target's forwards, here or on the server.
+struct TargetStats {
+  double target_forward_ms = 0;       // every target forward, here or on the server
+  int64_t target_forwards = 0;
+  double target_ms = 0;               // the local verifier's forwards
   uint64_t weight_bytes_read = 0;     // streamed target: read from disk
   uint64_t weight_memory_peak = 0;    // streamed target: most weight memory held
   double weight_stall_ms = 0;         // streamed target: forwards waiting for weights
-  // Faults (server verifier): a round whose stream broke is verified again,
-  // on a new session or by the fallback target.
+
+  template <class V>
+  static void fields(V&& v) {
+    using T = TargetStats;
+    v("target_forward_ms", &T::target_forward_ms, Merge::kSum);
+    v("target_forwards", &T::target_forwards, Merge::kSum);
+    v("target_ms", &T::target_ms, Merge::kSum);
+    v("weight_bytes_read", &T::weight_bytes_read, Merge::kSum);
+    v("weight_memory_peak", &T::weight_memory_peak, Merge::kMax);
+    v("weight_stall_ms", &T::weight_stall_ms, Merge::kSum);
+  }
+};
+
+// The server verifier's link.
+struct LinkStats {
+  double verify_wait_ms = 0;          // from sending drafts to their verdict, summed
+  double server_ms = 0;               // of that, time the server reports (queue, forward, verify)
+  double server_forward_ms = 0;       // of that, target forwards
+  double server_exits_ms = 0;         // of that, early exits (edge-fsd)
+  double network_rtt_ms = 0;          // mean per round: verify wait minus server time
+  int64_t verdict_bytes = 0;          // final verdicts received, serialized
+  int64_t verdict_top_k_bytes = 0;    //   of those, the target's top K (the lut drafter asks for them)
+  int64_t verdict_hidden_bytes = 0;   //   of those, the target's hidden state (the recurrent drafter's)
+
+  template <class V>
+  static void fields(V&& v) {
+    using T = LinkStats;
+    v("verify_wait_ms", &T::verify_wait_ms, Merge::kSum);
+    v("server_ms", &T::server_ms, Merge::kSum);
+    v("server_forward_ms", &T::server_forward_ms, Merge::kSum);
+    v("server_exits_ms", &T::server_exits_ms, Merge::kSum);
+    v("network_rtt_ms", &T::network_rtt_ms, Merge::kDerived);
+    v("verdict_bytes", &T::verdict_bytes, Merge::kSum);
+    v("verdict_top_k_bytes", &T::verdict_top_k_bytes, Merge::kSum);
+    v("verdict_hidden_bytes", &T::verdict_hidden_bytes, Merge::kSum);
+  }
+};
+
+// Pre-drafting (edge-fsd).
+struct PredraftStats {
+  int64_t early_verdicts = 0;         // received for rounds still open
+  int64_t predrafts = 0;              // pre-drafts started
+  int64_t predraft_rounds = 0;        // rounds that asked for early verdicts
+  int64_t predraft_lookups = 0;       // final verdicts looked up in the pre-draft cache
+  int64_t predraft_hits = 0;          // of those, found (r = 1 - hits / lookups)
+  int64_t predraft_waited_hits = 0;   // of those, still being drafted (waited T_r)
+  double cache_miss_rate = 0;         // r: final verdicts with no pre-draft
+  int64_t exit_layer_sum = 0;         // over hits: the exit whose verdict produced each
+  double avg_exit_layer = 0;          // "Avg EE": exit_layer_sum / hits
+  double predraft_ms = 0;             // worker drafting time
+  double sync_wait_ms = 0;            // T_r: waiting for a hit's pre-draft to finish
+  // From a final verdict to the next draft sent, on hits and on misses
+  // (drafting included): how many, their sum and their mean.
+  int64_t hit_sends = 0, miss_sends = 0;
+  double hit_send_total_ms = 0, miss_send_total_ms = 0;
+  double hit_send_ms = 0, miss_send_ms = 0;
+
+  template <class V>
+  static void fields(V&& v) {
+    using T = PredraftStats;
+    v("early_verdicts", &T::early_verdicts, Merge::kSum);
+    v("predrafts", &T::predrafts, Merge::kSum);
+    v("predraft_rounds", &T::predraft_rounds, Merge::kSum);
+    v("predraft_lookups", &T::predraft_lookups, Merge::kSum);
+    v("predraft_hits", &T::predraft_hits, Merge::kSum);
+    v("predraft_waited_hits", &T::predraft_waited_hits, Merge::kSum);
+    v("cache_miss_rate", &T::cache_miss_rate, Merge::kDerived);
+    v("exit_layer_sum", &T::exit_layer_sum, Merge::kSum);
+    v("avg_exit_layer", &T::avg_exit_layer, Merge::kDerived);
+    v("predraft_ms", &T::predraft_ms, Merge::kSum);
+    v("sync_wait_ms", &T::sync_wait_ms, Merge::kSum);
+    v("hit_sends", &T::hit_sends, Merge::kSum);
+    v("miss_sends", &T::miss_sends, Merge::kSum);
+    v("hit_send_total_ms", &T::hit_send_total_ms, Merge::kSum);
+    v("miss_send_total_ms", &T::miss_send_total_ms, Merge::kSum);
+    v("hit_send_ms", &T::hit_send_ms, Merge::kDerived);
+    v("miss_send_ms", &T::miss_send_ms, Merge::kDerived);
+  }
+};
+
+// Faults (server verifier): a round whose stream broke is verified again,
+// on a new session or by the fallback target.
+struct FaultStats {
   int64_t resumes = 0;                // breaks after which the server verified again (a new session)
   int64_t failovers = 0;              // switches to the fallback target
   int64_t failbacks = 0;              // switches back to the server
@@ -267,6 +412,43 @@ struct Stats {
   int64_t fallback_rounds = 0;        // from the fallback target
   int64_t retried_rounds = 0;         // rounds sent again after a break: lost work
   double switch_ms = 0;               // from each break to the verdict that followed it, summed
+  // Generations that started on the fallback, the server not reached since
+  // connect (an offline start).
+  int64_t offline_starts = 0;
+  // Of the failovers, moves made because the server's measured round times
+  // said the rest would miss the request's deadline.
+  int64_t deadline_failovers = 0;
+
+  template <class V>
+  static void fields(V&& v) {
+    using T = FaultStats;
+    v("resumes", &T::resumes, Merge::kSum);
+    v("failovers", &T::failovers, Merge::kSum);
+    v("failbacks", &T::failbacks, Merge::kSum);
+    v("server_rounds", &T::server_rounds, Merge::kSum);
+    v("fallback_rounds", &T::fallback_rounds, Merge::kSum);
+    v("retried_rounds", &T::retried_rounds, Merge::kSum);
+    v("switch_ms", &T::switch_ms, Merge::kSum);
+    v("offline_starts", &T::offline_starts, Merge::kSum);
+    v("deadline_failovers", &T::deadline_failovers, Merge::kSum);
+  }
+};
+
+struct Stats : TimingStats, DraftStats, TargetStats, LinkStats, PredraftStats, FaultStats {
+  // Each part in turn: f(name, part), e.g. f("timing", static_cast<TimingStats&>(s)).
+  template <class S, class F>
+  static void parts(S& s, F&& f) {
+    f("timing", static_cast<std::conditional_t<std::is_const_v<S>, const TimingStats, TimingStats>&>(s));
+    f("drafting", static_cast<std::conditional_t<std::is_const_v<S>, const DraftStats, DraftStats>&>(s));
+    f("target", static_cast<std::conditional_t<std::is_const_v<S>, const TargetStats, TargetStats>&>(s));
+    f("link", static_cast<std::conditional_t<std::is_const_v<S>, const LinkStats, LinkStats>&>(s));
+    f("predraft", static_cast<std::conditional_t<std::is_const_v<S>, const PredraftStats, PredraftStats>&>(s));
+    f("faults", static_cast<std::conditional_t<std::is_const_v<S>, const FaultStats, FaultStats>&>(s));
+  }
+  // Adds a generation (Merge), then derive().
+  Stats& operator+=(const Stats& other);
+  // Recomputes every Merge::kDerived field from the sums.
+  void derive();
 };
 
 struct Result {

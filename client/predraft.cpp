@@ -205,7 +205,7 @@ void PreDrafter::release_main() {
 std::optional<DraftTree> PreDrafter::take(const RoundOutcome& outcome, Drafter& main) {
   const Key key = key_of(outcome.verdict);
   std::unique_lock<std::mutex> lock(mu_);
-  stats_.rounds += 1;
+  stats_.predraft_lookups += 1;
   epoch_ += 1;
   winner_ = key;
   accepting_ = false;
@@ -229,11 +229,11 @@ std::optional<DraftTree> PreDrafter::take(const RoundOutcome& outcome, Drafter& 
     out = std::move(it->second.tree);
     slot = it->second.slot;
     state = slots_[slot].get();
-    stats_.hits += 1;
+    stats_.predraft_hits += 1;
     stats_.exit_layer_sum += it->second.exit_layer;
     if (waited_ms) {
-      stats_.waited_hits += 1;
-      stats_.wait_ms += *waited_ms;
+      stats_.predraft_waited_hits += 1;
+      stats_.sync_wait_ms += *waited_ms;
     }
     cache_.erase(it);
   }

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/client.h"
 #include "client/verifier.h"
 #include "common/drafting/drafter.h"
 
@@ -35,16 +36,6 @@ enum class QueuePolicy { kPriority, kFifo, kRandom };
 // "priority", "fifo", "random"; throws splitspec::Error otherwise.
 QueuePolicy parse_queue_policy(const std::string& name);
 
-struct PredraftStats {
-  int64_t rounds = 0;          // final verdicts looked up
-  int64_t hits = 0;            // found done or running
-  int64_t waited_hits = 0;     // of those, still running (waited T_r)
-  int64_t early_verdicts = 0;  // received for live rounds
-  int64_t predrafts = 0;       // started
-  int64_t exit_layer_sum = 0;  // over hits: the exit that predicted them
-  double wait_ms = 0;          // T_r summed over waited hits
-  double predraft_ms = 0;      // worker drafting time
-};
 
 class PreDrafter {
  public:

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/util/stopwatch.h"
 
@@ -55,6 +56,23 @@ void ResilientVerifier::begin(const std::vector<int32_t>& prompt, const Generate
   active_ = server_.get();
   fallback_used_ = false;
   failing_back_ = false;
+  pace_ = {};
+  for_deadline_ = false;
+  if (!link_.confirmed()) {
+    // An offline start: the server has not been reached since connect. Asked
+    // once, briefly; otherwise the fallback starts the generation and the
+    // health watch brings it to the server.
+    try {
+      link_.check_same_target(failback_interval_);
+    } catch (const Error& e) {
+      spdlog::info("server {}: starting on the fallback target: {}", link_.address(), e.what());
+      faults_.offline_starts = 1;
+      restart_on(*fallback_, false);
+      active_ = fallback_.get();
+      start_watch();
+      return;
+    }
+  }
   server_->begin(prompt, options, extras, deadline, on_early_);
 }
 
@@ -112,7 +130,7 @@ void ResilientVerifier::to_server_if_serving() {
   } catch (const Error& e) {
     // A server that refuses the generation (a different target now): stay here.
     spdlog::warn("server {}: staying local: {}", link_.address(), e.what());
-    start_watch();
+    start_watch(true);
     return;
   }
   active_ = server_.get();
@@ -120,8 +138,36 @@ void ResilientVerifier::to_server_if_serving() {
   spdlog::info("server {} serving again: verifying there from token {}", link_.address(), generated_.size());
 }
 
+bool ResilientVerifier::server_would_miss_deadline() const {
+  // Two rounds at least, and the first (the prompt's prefill) left out.
+  if (!fallback_ || pace_.server_rounds < 3) return false;
+  const double round_ms = pace_.server_ms / static_cast<double>(pace_.server_rounds - 1);
+  const double tokens_per_round =
+      static_cast<double>(pace_.server_tokens) / static_cast<double>(pace_.server_rounds - 1);
+  const auto left = static_cast<double>(options_.max_new_tokens - static_cast<int64_t>(generated_.size()));
+  if (left <= 0 || tokens_per_round <= 0) return false;
+  const double needed_ms = std::ceil(left / tokens_per_round) * round_ms;
+  const double remaining_ms =
+      std::chrono::duration<double, std::milli>(deadline_ - std::chrono::steady_clock::now()).count();
+  return needed_ms > remaining_ms;
+}
+
 RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
-  if (active_ == fallback_.get()) to_server_if_serving();
+  if (active_ == fallback_.get() && !for_deadline_) to_server_if_serving();
+  if (active_ == server_.get() && !failing_back_ && server_would_miss_deadline()) {
+    // The server answers, but at its measured pace the rest of the
+    // generation would end after the deadline; the fallback verifies here,
+    // without the round trip, and the generation stays with it.
+    spdlog::warn("server {}: {} rounds at {:.1f} ms would miss the deadline; verifying locally from token {}",
+                 link_.address(), pace_.server_rounds, pace_.server_ms / static_cast<double>(pace_.server_rounds),
+                 generated_.size());
+    server_->abort();
+    restart_on(*fallback_, false);
+    active_ = fallback_.get();
+    for_deadline_ = true;
+    faults_.failovers += 1;
+    faults_.deadline_failovers += 1;
+  }
   bool reopened = false;  // a session opened again for this round
   RoundResult r;
   while (true) {
@@ -131,8 +177,16 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
       break;
     }
     try {
+      const auto sent = std::chrono::steady_clock::now();
       r = server_->verify(tree, early);
       faults_.server_rounds += 1;
+      if (!reopened && !failing_back_) {
+        pace_.server_rounds += 1;
+        if (pace_.server_rounds > 1) {
+          pace_.server_ms += ms_since(sent);
+          pace_.server_tokens += static_cast<int64_t>(r.verdict.tokens.size());
+        }
+      }
       if (failing_back_) {
         failing_back_ = false;
         faults_.failbacks += 1;
@@ -178,7 +232,7 @@ RoundResult ResilientVerifier::verify(const DraftTree& tree, bool early) {
       spdlog::warn("server {}: staying local: {}", link_.address(), e.what());
       server_->abort();
       active_ = fallback_.get();
-      start_watch();
+      start_watch(true);
     }
   }
   if (const auto broke = reconnector_.since()) faults_.switch_ms += ms_since(*broke);
@@ -232,12 +286,13 @@ VerifierStats ResilientVerifier::stats() const {
   return s;
 }
 
-void ResilientVerifier::start_watch() {
+void ResilientVerifier::start_watch(bool wait_first) {
   stop_watch();
   serving_ = false;
   watch_stop_ = false;
-  watch_ = std::thread([this] {
+  watch_ = std::thread([this, wait_first] {
     std::unique_lock<std::mutex> lock(watch_mu_);
+    if (wait_first) watch_cv_.wait_for(lock, failback_interval_, [&] { return watch_stop_; });
     while (!watch_stop_) {
       lock.unlock();
       const bool up = link_.serving(failback_interval_);

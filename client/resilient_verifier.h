@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "client/client.h"
 #include "client/reconnector.h"
 #include "client/server_link.h"
 #include "client/server_verifier.h"
@@ -21,15 +22,6 @@
 
 namespace splitspec {
 
-struct FaultStats {
-  int64_t resumes = 0;          // breaks after which the server verified again
-  int64_t failovers = 0;        // moves to the fallback
-  int64_t failbacks = 0;        // moves back to the server
-  int64_t server_rounds = 0;
-  int64_t fallback_rounds = 0;
-  int64_t retried_rounds = 0;   // rounds whose first verification broke
-  double switch_ms = 0;         // from each break to the verdict after it
-};
 
 class ResilientVerifier final : public Verifier {
  public:
@@ -67,7 +59,12 @@ class ResilientVerifier final : public Verifier {
   bool reconnect();
   void to_fallback();
   void to_server_if_serving();
-  void start_watch();
+  // Whether the rest of the generation, at the server's measured pace,
+  // would end after the deadline.
+  bool server_would_miss_deadline() const;
+  // `wait_first`: after a server refused to take the generation over, ask
+  // again only a failback interval later.
+  void start_watch(bool wait_first = false);
   void stop_watch();
   void bank(const Verifier& v);
   // How long a break waits for the server to be back.
@@ -93,6 +90,14 @@ class ResilientVerifier final : public Verifier {
   std::atomic<bool> interrupted_{false};
   Reconnector reconnector_{link_};
   FaultStats faults_;
+  // The server's pace this generation: rounds verified there in a row, and
+  // the time and tokens of those after the first.
+  struct Pace {
+    int64_t server_rounds = 0;
+    double server_ms = 0;
+    int64_t server_tokens = 0;
+  } pace_;
+  bool for_deadline_ = false;  // on the fallback to make the deadline: no failback
   VerifierStats banked_;  // of sessions that ended
   // The health watch while on the fallback.
   std::thread watch_;

@@ -66,7 +66,7 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
   std::optional<SteadyClock::time_point> last_sent;
   PredraftSwitch::Choice last_choice;
   int64_t last_tokens = 0;
-  int64_t hit_sends = 0, miss_sends = 0;
+  PredraftStats sends;  // predraft_rounds and the sends after hits and misses
   const std::function<bool()> spare = verifier.spare_compute();
   while (true) {
     if (cancelled()) {
@@ -92,10 +92,10 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     if (last_sent && o.predraft_switch) o.predraft_switch->observe(last_choice, ms_between(*last_sent, sent), last_tokens);
     last_sent = sent;
     last_choice = choice;
-    if (choice.use) s.predraft_rounds += 1;
+    if (choice.use) sends.predraft_rounds += 1;
     if (final_at && pre) {
-      (hit ? s.hit_send_ms : s.miss_send_ms) += ms_between(*final_at, sent);
-      (hit ? hit_sends : miss_sends) += 1;
+      (hit ? sends.hit_send_total_ms : sends.miss_send_total_ms) += ms_between(*final_at, sent);
+      (hit ? sends.hit_sends : sends.miss_sends) += 1;
     }
 
     // A drafter that drafts on spare compute writes its own state, which
@@ -162,6 +162,11 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
   if (pre) {
     pre->stop();
     s.predraft = pre->stats();
+    s.predraft.predraft_rounds = sends.predraft_rounds;
+    s.predraft.hit_sends = sends.hit_sends;
+    s.predraft.miss_sends = sends.miss_sends;
+    s.predraft.hit_send_total_ms = sends.hit_send_total_ms;
+    s.predraft.miss_send_total_ms = sends.miss_send_total_ms;
   }
   // Cancelled: give_up aborts, freeing a server's session at once. A cancel
   // that came after the last verdict leaves the result as it is, but its
@@ -170,8 +175,6 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     give_up.armed = false;
     verifier.end();
   }
-  if (hit_sends) s.hit_send_ms /= static_cast<double>(hit_sends);
-  if (miss_sends) s.miss_send_ms /= static_cast<double>(miss_sends);
   s.wall_ms = ms_since(t0);
   return out;
 }

@@ -47,10 +47,8 @@ struct RoundLoopStats {
   // Each token after the first round's: its round's time (verdict to
   // verdict) over the round's tokens, as a controller waiting on them sees it.
   std::vector<double> token_ms;
-  // Pre-drafting.
-  int64_t predraft_rounds = 0;  // rounds that asked for early verdicts
-  double hit_send_ms = 0;       // mean, final verdict to next round sent, on hits
-  double miss_send_ms = 0;      // the same on misses (drafting included)
+  // The pre-drafter's counts, with the rounds that asked for early verdicts
+  // and the sends after hits and misses.
   PredraftStats predraft;
 };
 

@@ -1,5 +1,7 @@
 #include "client/server_link.h"
 
+#include <spdlog/spdlog.h>
+
 #include "proto/convert.h"
 
 #include <fstream>
@@ -10,6 +12,13 @@
 namespace splitspec {
 
 namespace {
+
+// No server answers at the address (or it is draining): what an offline
+// start goes on from. Anything else (a bad token, a refused request) is not.
+class Unreachable : public Error {
+ public:
+  using Error::Error;
+};
 
 // Adds "authorization: Bearer <token>" to every call of the channel.
 class BearerToken final : public grpc::experimental::Interceptor {
@@ -113,7 +122,29 @@ std::shared_ptr<grpc::Channel> secure_channel(const std::string& address, const 
 
 ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds timeout, const LinkSecurity& security)
     : address_(address) {
+  open_channel(security);
+  reach(timeout, security);
+}
+
+ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds timeout, const LinkSecurity& security,
+                       v1::ServerInfo stand_in)
+    : address_(address) {
+  open_channel(security);
+  try {
+    reach(timeout, security);
+  } catch (const Unreachable& e) {
+    spdlog::warn("{}: starting on the fallback target; generations move to the server once it answers", e.what());
+    info_ = std::move(stand_in);
+    confirmed_ = false;
+  }
+}
+
+void ServerLink::open_channel(const LinkSecurity& security) {
+  security_ = security;
   grpc::ChannelArguments args;
+  // Subchannels of its own: a channel opened again after an offline start
+  // must not inherit one that gRPC's shared pool keeps failing.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // Sessions spread over every replica the target names, and a replica
   // whose health is not SERVING (draining on SIGTERM) gets no new stream.
   args.SetServiceConfigJSON(R"({"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}})");
@@ -127,7 +158,13 @@ ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds tim
   // connect timeout, which a slow link needs long.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 250);
-  channel_ = secure_channel(address, security, args);
+  channel_ = secure_channel(address_, security, args);
+  stub_ = v1::SplitSpec::NewStub(channel_);
+  health_ = grpc::health::v1::Health::NewStub(channel_);
+}
+
+void ServerLink::reach(std::chrono::milliseconds timeout, const LinkSecurity& security) {
+  const std::string& address = address_;
   const std::string hint = security.ca_pem.empty()
                                ? "is it running? is the address right? a server with TLS needs the client's tls_ca"
                                : "is it running? does it speak TLS, with a certificate the given CA signed and "
@@ -145,17 +182,20 @@ ServerLink::ServerLink(const std::string& address, std::chrono::milliseconds tim
       grpc::health::v1::HealthCheckResponse r;
       if (health->Check(&ctx, grpc::health::v1::HealthCheckRequest{}, &r).ok() &&
           r.status() != grpc::health::v1::HealthCheckResponse::SERVING)
-        throw Error("server " + address + " is shutting down (its health is not SERVING)");
-      throw Error("cannot reach server " + address + ": connection failed (" + hint + ")");
+        throw Unreachable("server " + address + " is shutting down (its health is not SERVING)");
+      throw Unreachable("cannot reach server " + address + ": connection failed (" + hint + ")");
     }
     if (!channel_->WaitForStateChange(state, deadline))
-      throw Error("cannot reach server " + address + " within " + std::to_string(timeout.count()) + " ms (" + hint + ")");
+      throw Unreachable("cannot reach server " + address + " within " + std::to_string(timeout.count()) + " ms (" + hint + ")");
     state = channel_->GetState(true);
   }
-  stub_ = v1::SplitSpec::NewStub(channel_);
-  health_ = grpc::health::v1::Health::NewStub(channel_);
-  info_ = fetch_info(timeout);
-  if (!info_.serving()) throw Error("server " + address + " is shutting down");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  const grpc::Status s = stub_->GetInfo(&ctx, v1::GetInfoRequest{}, &info_);
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+    throw Unreachable(error("GetInfo failed", s).what());
+  if (!s.ok()) throw error("GetInfo failed", s);
+  if (!info_.serving()) throw Unreachable("server " + address + " is shutting down");
 }
 
 v1::ServerInfo ServerLink::fetch_info(std::chrono::milliseconds timeout) {
@@ -185,6 +225,9 @@ bool ServerLink::wait_connected(std::chrono::steady_clock::time_point until, boo
 }
 
 void ServerLink::check_same_target(std::chrono::milliseconds timeout) {
+  // A channel that never reached the server stays failed in gRPC 1.51 after
+  // the server comes up; a new one connects.
+  if (!confirmed_) open_channel(security_);
   const v1::ServerInfo now = fetch_info(timeout);
   auto describe = [](const v1::ServerInfo& i) {
     return i.model_name() + " (vocabulary " + std::to_string(i.vocab_size()) + ", context " +
@@ -192,6 +235,22 @@ void ServerLink::check_same_target(std::chrono::milliseconds timeout) {
            (i.weight_type().empty() ? "" : ", " + i.weight_type()) +
            (i.weights_digest().empty() ? "" : ", weights digest " + i.weights_digest()) + ")";
   };
+  if (!confirmed_) {
+    // First contact after an offline start: the server must serve the
+    // fallback's model, which is all the stand-in knows of.
+    if (!now.serving()) throw error("is shutting down");
+    const auto differs = [](const std::string& a, const std::string& b) { return !a.empty() && !b.empty() && a != b; };
+    if (now.vocab_size() != info_.vocab_size() || now.hidden_size() != info_.hidden_size() ||
+        differs(now.tokenizer_fingerprint(), info_.tokenizer_fingerprint()) ||
+        differs(now.weights_digest(), info_.weights_digest()) ||
+        (now.kv_cache().empty() ? "f32" : now.kv_cache()) != info_.kv_cache())
+      throw error("serves " + describe(now) + ", not the fallback target " + describe(info_) +
+                  " this client started on: it must be the same model");
+    if (confirm_check_) confirm_check_(now);
+    info_ = now;
+    confirmed_ = true;
+    return;
+  }
   if (now.model_name() != info_.model_name() || now.vocab_size() != info_.vocab_size() ||
       now.tokenizer_fingerprint() != info_.tokenizer_fingerprint() || now.max_context() != info_.max_context() ||
       now.hidden_size() != info_.hidden_size() || now.weight_type() != info_.weight_type() ||
@@ -203,7 +262,11 @@ bool ServerLink::serving(std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   grpc::health::v1::HealthCheckResponse r;
-  const grpc::Status s = health_->Check(&ctx, grpc::health::v1::HealthCheckRequest{}, &r);
+  // Unconfirmed, the link's channel may never connect (check_same_target):
+  // ask on a channel of this call's own.
+  std::unique_ptr<grpc::health::v1::Health::Stub> fresh;
+  if (!confirmed_) fresh = grpc::health::v1::Health::NewStub(secure_channel(address_, security_));
+  const grpc::Status s = (fresh ? *fresh : *health_).Check(&ctx, grpc::health::v1::HealthCheckRequest{}, &r);
   return s.ok() && r.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 

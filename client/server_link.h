@@ -3,6 +3,7 @@
 // wire form of a generation request, and errors that name the server.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -46,11 +47,23 @@ class ServerLink {
   // replicas round robin, skipping those whose health is not SERVING (a
   // draining one), and each stream stays on its replica.
   ServerLink(const std::string& address, std::chrono::milliseconds timeout, const LinkSecurity& security = {});
+  // Offline start: as above, but a server that cannot be reached is no
+  // error. The link then stands in with `stand_in` (what the fallback target
+  // says of itself) until the server is first reached, and check_same_target
+  // confirms it then.
+  ServerLink(const std::string& address, std::chrono::milliseconds timeout, const LinkSecurity& security,
+             v1::ServerInfo stand_in);
 
   const std::string& address() const { return address_; }
   v1::SplitSpec::Stub& stub() { return *stub_; }
-  // As of connecting.
+  // As of connecting, or the stand-in while the server is unconfirmed.
   const v1::ServerInfo& info() const { return info_; }
+  // Whether the server has been reached and its target checked.
+  bool confirmed() const { return confirmed_.load(); }
+  // Checks run on the server's GetInfo when an offline-started link first
+  // reaches it (what connecting would have refused); they throw
+  // splitspec::Error.
+  void on_confirm(std::function<void(const v1::ServerInfo&)> check) { confirm_check_ = std::move(check); }
   // Asks again.
   v1::ServerInfo fetch_info(std::chrono::milliseconds timeout);
   // Whether the channel is (or gets, before `until`) connected: after a
@@ -61,8 +74,10 @@ class ServerLink {
                       const std::function<bool()>& stop);
   // Asks GetInfo again and throws splitspec::Error unless the server still
   // serves the target it served at connect (name, vocabulary, tokenizer,
-  // context, hidden size): a generation moved back to a restarted server must
-  // not go on with another model.
+  // context, hidden size, weights): a generation moved back to a restarted
+  // server must not go on with another model. An unconfirmed link compares
+  // what its stand-in knows (vocabulary, tokenizer, hidden size, weights, KV
+  // cache), runs the on_confirm checks, and is confirmed.
   void check_same_target(std::chrono::milliseconds timeout);
   // Whether grpc.health.v1 says SERVING within `timeout`.
   bool serving(std::chrono::milliseconds timeout);
@@ -73,11 +88,18 @@ class ServerLink {
   Error error(const std::string& what) const;
 
  private:
+  void open_channel(const LinkSecurity& security);
+  // Waits for the channel and asks GetInfo; throws as the constructor does.
+  void reach(std::chrono::milliseconds timeout, const LinkSecurity& security);
+
   std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::SplitSpec::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   v1::ServerInfo info_;
+  LinkSecurity security_;
+  std::atomic<bool> confirmed_{true};
+  std::function<void(const v1::ServerInfo&)> confirm_check_;
 };
 
 // What to generate, as Open and Generate carry it.

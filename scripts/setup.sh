@@ -20,7 +20,8 @@ PACKAGES=(
   libsleef-dev
   nlohmann-json3-dev libcli11-dev
   # The Python module `splitspec` (client/python); without them it is skipped.
-  pybind11-dev python3-dev
+  # pip, venv and setuptools: `pip install ./client/python`, offline.
+  pybind11-dev python3-dev python3-pip python3-venv python3-setuptools python3-wheel-whl
   # The ARM kernels are built and checked here too, under emulation
   # (scripts/test_arm_kernels.sh).
   g++-aarch64-linux-gnu qemu-user

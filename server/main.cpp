@@ -48,6 +48,14 @@ int main(int argc, char** argv) {
                               "End a Session that sends nothing for this long between rounds (0: never)");
   auto* lifetime = app.add_option("--max-session-lifetime-s", flags.max_session_lifetime_s,
                                   "End a Session open this long (0: never)");
+  auto* streams = app.add_option("--max-concurrent-streams", flags.max_concurrent_streams,
+                                 "HTTP/2 streams one connection may have open at once");
+  auto* conn_idle = app.add_option("--max-connection-idle-s", flags.max_connection_idle_s,
+                                   "Close a connection with no stream open for this long");
+  auto* strikes = app.add_option("--max-ping-strikes", flags.max_ping_strikes,
+                                 "Pings sooner than 1 s apart before a connection is closed");
+  auto* rpc_threads = app.add_option("--max-rpc-threads", flags.max_rpc_threads,
+                                     "Threads for synchronous handlers (server reflection's streams)");
   auto* log_level = app.add_option("--log-level", flags.log_level, "trace|debug|info|warn|error|off");
   auto* port_file = app.add_option("--port-file", flags.port_file, "Write the bound port to this file once serving");
   auto* metrics = app.add_option("--metrics-listen", flags.metrics_listen, "HOST:PORT for Prometheus GET /metrics");
@@ -84,7 +92,12 @@ int main(int argc, char** argv) {
   app.add_flag("--check-config", check_config,
                "Check the configuration (file and flags) and exit: 0 if the server would start with it, else 1 with "
                "the key named; loads no model and opens no port");
-  CLI11_PARSE(app, argc, argv);
+  app.set_version_flag("--version", std::string("splitspec-server ") + SPLITSPEC_VERSION);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 1;  // usage errors exit 1, as the client's
+  }
 
   try {
     splitspec::ServerConfig config = config_file.empty() ? splitspec::ServerConfig{} : splitspec::ServerConfig::from_file(config_file);
@@ -102,6 +115,10 @@ int main(int argc, char** argv) {
     if (*kv_budget) config.kv_budget_bytes = flags.kv_budget_bytes;
     if (*per_token) config.max_sessions_per_token = flags.max_sessions_per_token;
     if (*send_queue) config.max_send_queue_bytes = flags.max_send_queue_bytes;
+    if (*streams) config.max_concurrent_streams = flags.max_concurrent_streams;
+    if (*conn_idle) config.max_connection_idle_s = flags.max_connection_idle_s;
+    if (*strikes) config.max_ping_strikes = flags.max_ping_strikes;
+    if (*rpc_threads) config.max_rpc_threads = flags.max_rpc_threads;
     if (*log_level) config.log_level = flags.log_level;
     if (*port_file) config.port_file = flags.port_file;
     if (*exits) config.early_exits = flags.early_exits;

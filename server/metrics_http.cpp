@@ -56,10 +56,12 @@ MetricsHttpServer::MetricsHttpServer(const std::string& listen, Collect collect)
   const std::string address = civetweb_address(listen);
   auto collector = std::make_shared<Collector>(std::move(collect));
   try {
-    // Two workers: one may sit on a silent client until the timeout while
-    // the other answers the scraper.
+    // A worker sits on a client that sends nothing (or a request a byte at
+    // a time) until the timeout, which bounds the whole request: three such
+    // clients at once still leave a worker for the scraper. deploy/'s
+    // network policy lets only the monitoring namespace reach this port.
     exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", address, "num_threads", "2", "request_timeout_ms", "2000"});
+        "listening_ports", address, "num_threads", "4", "request_timeout_ms", "2000"});
   } catch (const std::exception& e) {
     throw Error("cannot listen for metrics on " + listen + " (address in use or invalid?): " + e.what());
   }

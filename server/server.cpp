@@ -6,6 +6,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
@@ -189,6 +190,9 @@ void Server::start() {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, ctx_->config.max_concurrent_streams);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(ctx_->config.max_connection_idle_s * 1000));
+  grpc::ResourceQuota quota("splitspec-server");
+  quota.SetMaxThreads(ctx_->config.max_rpc_threads);
+  builder.SetResourceQuota(quota);
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     server_.reset();

@@ -32,7 +32,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "auth_tokens_file", "health_listen", "kv_cache",
                                               "session_idle_timeout_s", "max_session_lifetime_s",
                                               "allow_insecure_tokens", "max_concurrent_streams",
-                                              "max_connection_idle_s", "max_ping_strikes",
+                                              "max_connection_idle_s", "max_ping_strikes", "max_rpc_threads",
                                               "kv_budget_bytes", "max_sessions_per_token",
                                               "max_send_queue_bytes", "tls_client_names"};
   for (const auto& [key, value] : j.items())
@@ -50,6 +50,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
       c.max_concurrent_streams = json_integer<int32_t>(j["max_concurrent_streams"], "max_concurrent_streams");
     if (j.contains("max_connection_idle_s")) c.max_connection_idle_s = j["max_connection_idle_s"].get<double>();
     if (j.contains("max_ping_strikes")) c.max_ping_strikes = json_integer<int32_t>(j["max_ping_strikes"], "max_ping_strikes");
+    if (j.contains("max_rpc_threads")) c.max_rpc_threads = json_integer<int32_t>(j["max_rpc_threads"], "max_rpc_threads");
     if (j.contains("allow_insecure_tokens")) c.allow_insecure_tokens = j["allow_insecure_tokens"].get<bool>();
     if (j.contains("session_idle_timeout_s")) c.session_idle_timeout_s = j["session_idle_timeout_s"].get<double>();
     if (j.contains("max_session_lifetime_s")) c.max_session_lifetime_s = j["max_session_lifetime_s"].get<double>();
@@ -142,6 +143,7 @@ void ServerConfig::validate() const {
   if (!(max_connection_idle_s >= 1 && max_connection_idle_s <= 86400))
     throw Error("max_connection_idle_s must be a number of seconds in [1, 86400]");
   if (max_ping_strikes < 1) throw Error("max_ping_strikes must be at least 1 (each strike is a ping sooner than 1 s)");
+  if (max_rpc_threads < 2) throw Error("max_rpc_threads must be at least 2 (gRPC keeps one polling)");
   if (!health_listen.empty() && health_listen.find(':') == std::string::npos)
     throw Error("health_listen must be HOST:PORT, got '" + health_listen + "'");
   static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};

@@ -82,6 +82,11 @@ struct ServerConfig {
   int32_t max_concurrent_streams = 100;
   double max_connection_idle_s = 600;
   int32_t max_ping_strikes = 2;
+  // Threads gRPC may run handlers of synchronous services on (server
+  // reflection's: each of its streams holds one for its whole life). A call
+  // past them waits or gets RESOURCE_EXHAUSTED; the splitspec service and
+  // health are callback-based and do not count.
+  int32_t max_rpc_threads = 8;
 
   // Throws splitspec::Error naming the file and key at fault.
   static ServerConfig from_file(const std::string& path);

@@ -11,7 +11,10 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "common/engine/model.h"
@@ -391,4 +394,90 @@ TEST(CliBenchmarker, PromptsFileTimingsTokenizeAndConvert) {
   EXPECT_EQ(b["threads"], 1);
 }
 
+}  // namespace splitspec::test
+
+namespace splitspec::test {
+namespace {
+
+// One version number: every program's --version, and the image tags
+// deploy/ builds and deploys.
+TEST(Cli, EveryProgramSaysTheOneVersion) {
+  const std::string version = SPLITSPEC_VERSION;
+  for (const std::string program : {"splitspec", "splitspec-train", "splitspec-server"}) {
+    const CliRun r = run_binary(program, "--version");
+    EXPECT_EQ(r.status, 0) << program << ": " << r.err;
+    EXPECT_EQ(r.out, program + " " + version + "\n") << program;
+  }
+  const std::filesystem::path deploy = std::filesystem::path(SPLITSPEC_SOURCE_DIR) / "deploy";
+  for (const auto& [file, tag] : std::vector<std::pair<std::string, std::string>>{
+           {"kubernetes/base/kustomization.yaml", "newTag: \"" + version + "\""},
+           {"kubernetes/overlays/gpu/kustomization.yaml", "newTag: \"" + version + "-gpu\""},
+           {"image/build.sh", "TAG=\"${2:-" + version + "}\""},
+           {"image/smoke.sh", "TAG=\"${2:-" + version + "}\""}})
+    EXPECT_NE(read_file(deploy / file).find(tag), std::string::npos) << file << " should hold " << tag;
+}
+
+// A usage error (an unknown flag, a missing value, a subcommand missing)
+// exits 1, as every other error does; --help exits 0.
+TEST(Cli, UsageErrorsExitWithStatusOne) {
+  for (const std::string args : {"generate --no-such-flag", "generate --max-new-tokens", "", "frobnicate"})
+    EXPECT_EQ(run_cli(args).status, 1) << "'" << args << "'";
+  EXPECT_EQ(run_binary("splitspec-server", "--no-such-flag").status, 1);
+  EXPECT_EQ(run_binary("splitspec-train", "--no-such-flag").status, 1);
+  EXPECT_EQ(run_cli("generate --help").status, 0);
+}
+
+}  // namespace
+}  // namespace splitspec::test
+
+namespace splitspec::test {
+namespace {
+
+// generate --dtype converts at load what convert --dtype writes: the same
+// tokens either way; a streamed target and unknown types are refused.
+TEST(Cli, GenerateDtypeConvertsAtLoadAsConvertWrites) {
+  TempDir dir;
+  const std::string target = demo_target_dir();
+  ASSERT_EQ(run_cli("convert --target " + target + " --dtype q8_0 --out " + dir.str("q8")).status, 0);
+  const std::string common = " --prompt-ids 1,345,1046 --max-new-tokens 16 --ignore-eos --json --threads 1";
+  const CliRun at_load = run_cli("generate --target " + target + " --dtype q8_0 --draft " + demo_draft_dir() + common);
+  const CliRun written = run_cli("generate --target " + dir.str("q8") + " --draft " + demo_draft_dir() +
+                                 " --dtype q8_0" + common);
+  ASSERT_EQ(at_load.status, 0) << at_load.err;
+  ASSERT_EQ(written.status, 0) << written.err;
+  EXPECT_EQ(nlohmann::json::parse(at_load.out)["output_ids"], nlohmann::json::parse(written.out)["output_ids"]);
+  const CliRun streamed = run_cli("generate --target " + target + " --dtype q8_0 --memory-budget 50%" + common);
+  EXPECT_EQ(streamed.status, 1);
+  EXPECT_NE(streamed.err.find("convert --dtype q8_0"), std::string::npos) << streamed.err;
+  const CliRun bad = run_cli("generate --target " + target + " --dtype q3_x" + common);
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("q3_x"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace splitspec::test
+
+namespace splitspec::test {
+namespace {
+
+// convert --random-init writes GGUF with a SentencePiece tokenizer too (it
+// failed with ": cannot open"), and the file generates.
+TEST(Cli, ARandomModelWithASentencePieceTokenizerGoesToGguf) {
+  TempDir dir;
+  const std::string config = demo_target_dir() + "/config.json";
+  const CliRun w = run_cli("convert --random-init " + config + " --tokenizer " + demo_target_dir() + " --to-gguf " +
+                           dir.str("random.gguf"));
+  ASSERT_EQ(w.status, 0) << w.err;
+  const CliRun g = run_cli("generate --target " + dir.str("random.gguf") +
+                           " --prompt 'Once upon' --max-new-tokens 4 --ignore-eos --json --threads 1");
+  ASSERT_EQ(g.status, 0) << g.err;
+  EXPECT_EQ(nlohmann::json::parse(g.out)["output_ids"].size(), 4u);
+  EXPECT_FALSE(std::filesystem::exists(dir.str("random.gguf.dir.tmp")));
+  const CliRun none = run_cli("convert --random-init " + config + " --tokenizer " + dir.str("nothing") + " --to-gguf " +
+                              dir.str("other.gguf"));
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("nothing: tokenizer file not found"), std::string::npos) << none.err;
+}
+
+}  // namespace
 }  // namespace splitspec::test

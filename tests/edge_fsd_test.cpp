@@ -273,7 +273,7 @@ TEST(PreDrafter, HitGivesTheDraftThatDraftingAfterTheVerdictGives) {
   reference.accept(RoundOutcome{want, round2, none});
   const DraftTree round3 = main.propose(8);
   EXPECT_EQ(round3.tokens, reference.propose(8).tokens);
-  EXPECT_EQ(pre.stats().hits, 1);
+  EXPECT_EQ(pre.stats().predraft_hits, 1);
   EXPECT_EQ(pre.stats().exit_layer_sum, 5);
 
   // A verdict nobody predicted is a miss and leaves main untouched.
@@ -281,7 +281,7 @@ TEST(PreDrafter, HitGivesTheDraftThatDraftingAfterTheVerdictGives) {
   const auto before = main.sequence();
   EXPECT_FALSE(pre.take(RoundOutcome{round3, verdict({4}, 0), none}, main).has_value());
   EXPECT_EQ(main.sequence(), before);
-  EXPECT_EQ(pre.stats().rounds, 2);
+  EXPECT_EQ(pre.stats().predraft_lookups, 2);
 }
 
 }  // namespace

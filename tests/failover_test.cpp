@@ -5,14 +5,18 @@
 // run, greedy and seeded sampling alike.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <atomic>
 #include <thread>
 
 #include "client/cli/netem_proxy.h"
 #include "client/client.h"
+#include "client/request_options.h"
 #include "common/engine/model.h"
 #include "common/engine/tokenizer.h"
 #include "tests/edge_cloud_util.h"
+#include "tests/test_util.h"
 
 namespace splitspec {
 namespace {
@@ -73,6 +77,120 @@ TEST(Failover, ServerKilledGoesLocalAndComesBackGreedy) { expect_failover_and_ba
 TEST(Failover, ServerKilledGoesLocalAndComesBackSampled) { expect_failover_and_back("model", 0.8f); }
 
 TEST(Failover, PlainDecodingRunsRoundsThatCanMove) { expect_failover_and_back("none", 0.0f); }
+
+// An offline start: with a fallback, connecting to a server that is down
+// succeeds, generations run on the fallback with the server's tokens, and
+// when the server comes up mid-generation the later rounds move to it.
+void expect_offline_start(float temperature) {
+  TempDir tmp;
+  std::unique_ptr<test::Child> server;
+  const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server);
+  const Request req = long_request(temperature);
+  const Result online = Client::connect(edge_options(address, "model"))->generate_ids(prompt(), req);
+  ASSERT_EQ(online.stats.offline_starts, 0);
+  test::kill_server(*server);
+
+  auto client = Client::connect(edge_options(address, "model"));
+  const Result offline = client->generate_ids(prompt(), req);
+  EXPECT_EQ(offline.ids, online.ids) << "temperature " << temperature;
+  EXPECT_EQ(offline.stats.offline_starts, 1);
+  EXPECT_EQ(offline.stats.server_rounds, 0);
+  EXPECT_EQ(offline.stats.fallback_rounds, offline.stats.rounds);
+
+  std::vector<int32_t> streamed;
+  std::string restart_error;
+  const Result moved = client->generate_ids(prompt(), req, [&](int32_t id) {
+    streamed.push_back(id);
+    if (streamed.size() == 20) {
+      restart_error = test::restart_server_at(address, test::demo_target_dir(), tmp, server);
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the health watch sees it
+    }
+  });
+  ASSERT_EQ(restart_error, "");
+  EXPECT_EQ(moved.ids, online.ids) << "temperature " << temperature;
+  EXPECT_EQ(streamed, moved.ids) << "a token streamed twice or lost";
+  EXPECT_EQ(moved.stats.offline_starts, 1);
+  EXPECT_GE(moved.stats.failbacks, 1);
+  EXPECT_GT(moved.stats.server_rounds, 0);
+  EXPECT_EQ(moved.stats.server_rounds + moved.stats.fallback_rounds, moved.stats.rounds);
+
+  // Confirmed now: the next generation starts on the server.
+  const Result after = client->generate_ids(prompt(), req);
+  EXPECT_EQ(after.ids, online.ids);
+  EXPECT_EQ(after.stats.offline_starts, 0);
+  EXPECT_EQ(after.stats.fallback_rounds, 0);
+}
+
+TEST(Failover, AnOfflineStartRunsOnTheFallbackAndMovesToTheServerGreedy) { expect_offline_start(0.0f); }
+
+TEST(Failover, AnOfflineStartRunsOnTheFallbackAndMovesToTheServerSampled) { expect_offline_start(0.8f); }
+
+// The same from the command line: a closed port and a fallback target give
+// the target's own tokens.
+TEST(Failover, GenerateAtAClosedPortWithAFallbackGivesTheTargetsTokens) {
+  const std::string common = " --prompt-ids 1,345,1046 --max-new-tokens 24 --ignore-eos --json --threads 1";
+  const test::CliRun local = test::run_cli("generate --target " + test::demo_target_dir() + common);
+  ASSERT_EQ(local.status, 0) << local.err;
+  const test::CliRun offline = test::run_cli("generate --server 127.0.0.1:1 --fallback-target " +
+                                             test::demo_target_dir() + " --draft " + test::demo_draft_dir() + common);
+  ASSERT_EQ(offline.status, 0) << offline.err;
+  const auto l = nlohmann::json::parse(local.out), o = nlohmann::json::parse(offline.out);
+  EXPECT_EQ(o["output_ids"], l["output_ids"]);
+  EXPECT_EQ(o["stats"]["offline_starts"], 1);
+  EXPECT_EQ(o["stats"]["server_rounds"], 0);
+}
+
+// An offline-started client that then reaches a server with another model
+// stays on the fallback, as a failback to one does.
+TEST(Failover, AnOfflineStartNeverMovesToAServerWithAnotherModel) {
+  TempDir tmp;
+  std::unique_ptr<test::Child> server;
+  const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server);
+  test::kill_server(*server);
+  auto client = Client::connect(edge_options(address, "model"));
+  // The draft model shares the target's tokenizer and vocabulary: only its
+  // weights tell it apart.
+  ASSERT_EQ(test::restart_server_at(address, test::demo_draft_dir(), tmp, server), "");
+  const Request req = long_request(0.0f);
+  const Result r = client->generate_ids(prompt(), req);
+  EXPECT_EQ(r.ids, test::target_alone(*Model::load(test::demo_target_dir()), prompt(), to_generate_options(req)).output_ids);
+  EXPECT_EQ(r.stats.server_rounds, 0);
+  EXPECT_EQ(r.stats.offline_starts, 1);
+}
+
+// A server behind a slow link answers every round, but at its measured pace
+// the generation would end after its deadline: with a fallback the client
+// finishes locally in time, with the target's tokens; without one the
+// deadline passes.
+TEST(Failover, AServerTooSlowForTheDeadlineHandsTheRestToTheFallback) {
+  test::LocalServer srv = test::start_server(test::demo_target_dir());
+  NetemOptions n;
+  n.upstream = srv.address;
+  n.delay_ms = 100;  // 200 ms a round trip: about 4 s for the whole generation
+  NetemProxy proxy(n);
+  proxy.start();
+  const std::string address = "127.0.0.1:" + std::to_string(proxy.port());
+  Request req = test::fixed_length_request(64, 0.0f, 5);
+  req.deadline = std::chrono::milliseconds(2000);
+  const auto want = test::target_alone(*Model::load(test::demo_target_dir()), prompt(), to_generate_options(req));
+
+  auto with_fallback = Client::connect(edge_options(address, "model"));
+  const Result r = with_fallback->generate_ids(prompt(), req);
+  EXPECT_EQ(r.ids, want.output_ids);
+  EXPECT_EQ(r.stats.deadline_failovers, 1);
+  EXPECT_EQ(r.stats.failovers, 1);
+  EXPECT_GE(r.stats.server_rounds, 3) << "the pace is measured on the server's rounds first";
+  EXPECT_GT(r.stats.fallback_rounds, 0);
+  EXPECT_LT(r.stats.wall_ms, 2000.0);
+
+  auto without = Client::connect(test::server_options(address, "model"));
+  try {
+    without->generate_ids(prompt(), req);
+    FAIL() << "a 4 s generation met a 2 s deadline";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DEADLINE_EXCEEDED"), std::string::npos) << e.what();
+  }
+}
 
 TEST(Failover, ServerNeverBackCompletesLocallyWithTheTargetsTokens) {
   TempDir tmp;

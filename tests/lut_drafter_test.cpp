@@ -23,8 +23,31 @@ ClientOptions local_lut(const std::string& budget, bool warm) {
   o.target_dir = demo_target_dir();
   o.drafter = "lut";
   o.memory_budget = budget;
-  if (warm) o.drafter_options["tables"] = demo_lut();
+  // Warm: the tables shipped beside the target, found there.
+  if (!warm) o.drafter_options["tables"] = "none";
   return o;
+}
+
+// Tables beside the target are found as the recurrent head is: no option
+// drafts as naming them does, and tables=none starts cold.
+TEST(LutDrafter, TablesBesideTheTargetAreFoundThere) {
+  Request req;
+  req.max_new_tokens = 1;
+  req.ignore_eos = true;
+  ClientOptions named = local_lut("", true);
+  named.drafter_options["tables"] = demo_lut();
+  auto found = Client::connect(local_lut("", true));
+  auto given = Client::connect(named);
+  auto cold = Client::connect(local_lut("", false));
+  // One round after three distinct tokens: cold tables know only the
+  // prompt's pairs, none of which starts at its last token.
+  const std::vector<int32_t> prompt = {1, 345, 1046};
+  const Stats f = found->generate_ids(prompt, req).stats;
+  const Stats g = given->generate_ids(prompt, req).stats;
+  const Stats c = cold->generate_ids(prompt, req).stats;
+  EXPECT_GT(f.drafted_tokens, 0);
+  EXPECT_EQ(f.drafted_tokens, g.drafted_tokens);
+  EXPECT_EQ(c.drafted_tokens, 0);
 }
 
 TEST(LutDrafter, GreedyEqualsTheTargetAloneInMemoryAndStreamed) {
@@ -136,6 +159,7 @@ TEST(LutDrafter, ClearErrors) {
   o.drafter_options["tables"] = dir.str("other.safetensors");
   expect_connect_refused(o, "tokenizer 0123456789abcdef");
   o = local_lut("", true);
+  o.drafter_options["tables"] = demo_lut();
   o.drafter_options["k"] = "4";
   expect_connect_refused(o, "start cold");
   o = local_lut("", false);

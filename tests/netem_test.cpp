@@ -156,6 +156,38 @@ TEST(Netem, RoundTripIsAtLeastTwiceTheDelay) {
   close(fd);
 }
 
+// A lost packet costs its chunk a retransmission timeout and holds back
+// what follows; nothing is dropped, doubled or reordered.
+TEST(Netem, LossDelaysByTheRetransmissionTimeoutAndKeepsEveryByte) {
+  EchoServer echo;
+  NetemOptions o;
+  o.upstream = echo.address();
+  o.loss = 0.3;
+  o.rto_ms = 40;
+  o.seed = 7;
+  NetemProxy proxy(o);
+  proxy.start();
+  const int fd = connect_to(proxy.port());
+  ASSERT_GE(fd, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string sent = letters(20, 7);
+  std::string got;
+  for (const char c : sent) {
+    ASSERT_EQ(send(fd, &c, 1, MSG_NOSIGNAL), 1);
+    char back = 0;
+    ASSERT_EQ(recv(fd, &back, 1, 0), 1);
+    got.push_back(back);
+  }
+  const double elapsed = ms_since(t0);
+  close(fd);
+  EXPECT_EQ(got, sent);
+  // 40 one-packet chunks at 30%: about 12; seeded, so never none.
+  EXPECT_GT(proxy.retransmissions(), 0);
+  EXPECT_LT(proxy.retransmissions(), 40);
+  // One round trip at a time: each retransmission's timeout is waited out in full.
+  EXPECT_GE(elapsed, 40.0 * static_cast<double>(proxy.retransmissions()));
+}
+
 TEST(Netem, EdgeSdThroughTheProxyIsStillExact) {
   test::LocalServer srv = test::start_server(test::demo_target_dir());
   NetemOptions o;
@@ -189,6 +221,9 @@ TEST(Netem, BadOptionsAreClearErrors) {
   o.delay_ms = -1;
   EXPECT_THROW(NetemProxy{o}, Error);
   o.delay_ms = 0;
+  o.loss = 1;  // every packet lost: nothing would arrive
+  EXPECT_THROW(NetemProxy{o}, Error);
+  o.loss = 0;
   o.listen = "256.1.1.1:0";
   EXPECT_THROW(NetemProxy{o}, Error);
   // An unreachable upstream: the proxied connection is closed at once.

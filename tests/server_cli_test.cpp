@@ -41,6 +41,7 @@ TEST(ServerConfig, ShippedConfigParsesAndBadOnesAreNamed) {
   EXPECT_EQ(c.target_dir, "models/demo-target");
   EXPECT_EQ(c.max_sessions, 8);
   EXPECT_EQ(c.max_verdict_top_k, 16);
+  EXPECT_EQ(c.compute_threads, ServerConfig{}.compute_threads) << "the shipped config keeps the default";
   EXPECT_NE(config_error("{\"max_verdict_top_k\": 300}").find("max_verdict_top_k must be in [0, 256]"), std::string::npos);
   EXPECT_NE(config_error("{\"max_sessions\": ").find("not valid JSON"), std::string::npos);
   EXPECT_NE(config_error("[1]").find("must be a JSON object"), std::string::npos);
@@ -190,6 +191,9 @@ TEST(ServerCli, ServerModesWithoutTheirPartsAreClearErrors) {
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <thread>
+#include <vector>
+
 #include "client/client.h"
 
 namespace splitspec {
@@ -265,15 +269,27 @@ TEST(ServerMetrics, PrometheusEndpointCountsRoundsAndRefusesGarbage) {
   EXPECT_EQ(sample("splitspec_round_latency_ms_count"), static_cast<double>(r.stats.rounds));
   EXPECT_EQ(http(metrics_port, "GET /other HTTP/1.1\r\nConnection: close\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
   EXPECT_NE(http(metrics_port, "\x16\x03\x01 garbage\r\n\r\n").find(" 400 Bad Request"), std::string::npos);
-  // A client that connects and says nothing does not stop the next scrape.
-  const int idle = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(metrics_port));
-  ASSERT_EQ(connect(idle, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  // Three clients that hold a worker each (two silent, one sending half a
+  // request) do not stop the next scrape: it is answered while all three
+  // are still open, not after the server timed them out.
+  std::vector<int> slow;
+  for (int i = 0; i < 3; ++i) {
+    slow.push_back(socket(AF_INET, SOCK_STREAM, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(metrics_port));
+    ASSERT_EQ(connect(slow.back(), reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  }
+  const std::string half = "GET /metrics HTTP/1.1\r\nHost:";
+  send(slow.back(), half.data(), half.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // each taken by a worker
   EXPECT_EQ(http(metrics_port, "GET /metrics HTTP/1.0\r\n\r\n").rfind("HTTP/1.1 200 OK", 0), 0u);
-  close(idle);
+  for (const int fd : slow) {
+    char c;
+    EXPECT_EQ(recv(fd, &c, 1, MSG_DONTWAIT), -1) << "closed by its timeout before the scrape was answered";
+    close(fd);
+  }
 }
 
 }  // namespace

@@ -393,6 +393,82 @@ TEST(ServerLimits, ReflectionAnswersOnlyATokenOnTheMainPortAndNeverOnTheHealthPo
   EXPECT_NE(raw.find("splitspec.v1.SplitSpec"), std::string::npos);
 }
 
+// This process's threads, from /proc.
+int thread_count() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "Threads:") {
+      int n = 0;
+      in >> n;
+      return n;
+    }
+    in.ignore(1 << 12, '\n');
+  }
+  return 0;
+}
+
+// How many more threads this process has once `streams` reflection streams
+// with a token are open and silent on a server with `max_rpc_threads`; each
+// holds a handler thread until it ends. A GetInfo must still be answered.
+int threads_held_by_silent_reflection_streams(int32_t max_rpc_threads, int streams) {
+  TempDir tmp;
+  write_file(tmp.path() / "tokens", "robot-1\n");
+  ServerConfig c = demo_config();
+  c.auth_tokens_file = tmp.str("tokens");
+  c.allow_insecure_tokens = true;
+  c.max_rpc_threads = max_rpc_threads;
+  Server server(c);
+  server.start();
+  const std::string address = "127.0.0.1:" + std::to_string(server.port());
+  server_stats_with_token(address);  // the channel's and the server's own threads first
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const int before = thread_count();
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::GenericClientAsyncReaderWriter>> calls;
+  for (int i = 0; i < streams; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->AddMetadata("authorization", "Bearer robot-1");
+    calls.push_back(stub.PrepareCall(contexts.back().get(), "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq));
+    calls.back()->StartCall(reinterpret_cast<void*>(static_cast<intptr_t>(i + 1)));
+  }
+  void* tag;
+  bool ok;
+  for (int i = 0; i < streams; ++i) cq.Next(&tag, &ok);
+  // Handlers start as the calls arrive; give the server time to take them all.
+  const int most = before + streams + 8;
+  int held = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    held = std::max(held, thread_count() - before);
+    if (thread_count() >= most) break;
+  }
+  EXPECT_NO_THROW(server_stats_with_token(address)) << "the splitspec service does not wait on reflection's threads";
+  for (auto& ctx : contexts) ctx->TryCancel();
+  for (int i = 0; i < streams; ++i) {
+    grpc::Status status;
+    calls[static_cast<size_t>(i)]->Finish(&status, reinterpret_cast<void*>(static_cast<intptr_t>(1000 + i)));
+  }
+  for (int i = 0; i < streams; ++i) cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  server.shutdown();
+  return held;
+}
+
+// Each silent reflection stream held a thread of the server's, without
+// bound; max_rpc_threads bounds them.
+TEST(ServerLimits, SilentReflectionStreamsHoldNoMoreThanTheThreadQuota) {
+  const int streams = 24;
+  const int unbounded = threads_held_by_silent_reflection_streams(64, streams);
+  const int bounded = threads_held_by_silent_reflection_streams(4, streams);
+  EXPECT_GE(unbounded, streams - 2) << "a quota above the streams lets each hold a thread";
+  EXPECT_LE(bounded, 4 + 2) << "four handler threads, and gRPC's own";
+}
+
 // The transport checks the token before any handler runs: an
 // unauthenticated call with a body that is not even a protobuf message gets
 // UNAUTHENTICATED (a handler would first have parsed it and failed

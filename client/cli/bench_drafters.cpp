@@ -75,7 +75,7 @@ ClientOptions options_for(const DrafterBenchArgs& a, const std::string& spec) {
 
 struct Row {
   std::vector<PromptCost> costs;  // per prompt, in order
-  std::map<std::string, double> sum;
+  Stats sum;
 };
 
 nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, const std::string& address,
@@ -117,22 +117,7 @@ nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, 
       const Stats s = clients[c]->generate_ids(prompts[p], req).stats;
       for (Row* r : {&task[c], &all[c]}) {
         r->costs.push_back({s.wall_ms, static_cast<double>(s.new_tokens)});
-        r->sum["tokens"] += static_cast<double>(s.new_tokens);
-        r->sum["wall_ms"] += s.wall_ms;
-        r->sum["rounds"] += static_cast<double>(s.rounds);
-        r->sum["accepted"] += s.accepted_per_round * static_cast<double>(s.rounds);
-        r->sum["nodes"] += s.tree_nodes * static_cast<double>(s.rounds);
-        r->sum["draft_ms"] += s.draft_ms;
-        r->sum["memory"] = std::max(r->sum["memory"], static_cast<double>(s.drafter_memory_bytes));
-        r->sum["top_k_bytes"] += static_cast<double>(s.verdict_top_k_bytes);
-        r->sum["hidden_bytes"] += static_cast<double>(s.verdict_hidden_bytes);
-        r->sum["verdict_bytes"] += static_cast<double>(s.verdict_bytes);
-        auto head = s.drafter_counters.find("recurrent_head_bytes");
-        r->sum["weights"] = head != s.drafter_counters.end() ? head->second : model_bytes[c];
-        for (const char* k : {"lut_update_ms", "lut_update_wait_ms", "recurrent_beam_tokens", "recurrent_tree_nodes"}) {
-          auto it = s.drafter_counters.find(k);
-          if (it != s.drafter_counters.end()) r->sum[k] += it->second;
-        }
+        r->sum += s;
       }
     }
     std::fprintf(stderr, "\r%s: prompt %zu/%zu", where.c_str(), p + 1, prompts.size());
@@ -148,29 +133,36 @@ nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, 
                 where.c_str(), prompts.size(), a.max_new_tokens, a.drafters[0].c_str());
   for (auto& [task, rs] : rows) {
     for (size_t c = 0; c < n; ++c) {
-      std::map<std::string, double>& s = rs[c].sum;
-      const double rounds = s["rounds"];
+      const Stats& s = rs[c].sum;
+      const double rounds = static_cast<double>(s.rounds);
+      const auto per_round = [rounds](double v) { return rounds > 0 ? v / rounds : 0.0; };
+      const auto counter = [&s](const char* name) {
+        const auto it = s.drafter_counters.find(name);
+        return it == s.drafter_counters.end() ? 0.0 : it->second;
+      };
       // Tokens per verification, bonus included; plain decoding's is 1.
-      const double mat = rounds > 0 ? (s["accepted"] + rounds) / rounds : 1.0;
-      const double ms = s["tokens"] > 0 ? s["wall_ms"] / s["tokens"] : 0.0;
+      const double mat = rounds > 0 ? s.accepted_per_round + 1.0 : 1.0;
       const double sp = speedup(rs[0].costs, rs[c].costs);
+      // The weights drafting reads: the recurrent head's as it counts them,
+      // else the draft model's.
+      const double head = counter("recurrent_head_bytes");
       nlohmann::json j = {{"where", where},
                           {"task", task},
                           {"drafter", a.drafters[c]},
                           {"prompts", rs[c].costs.size()},
                           {"mat", mat},
-                          {"ms_per_token", ms},
+                          {"ms_per_token", s.ms_per_token},
                           {"speedup", sp},
-                          {"draft_ms_per_round", rounds > 0 ? s["draft_ms"] / rounds : 0.0},
-                          {"tree_nodes", rounds > 0 ? s["nodes"] / rounds : 0.0},
-                          {"drafter_memory_bytes", s["memory"]},
-                          {"draft_weight_bytes", s["weights"]},
-                          {"top_k_bytes_per_round", rounds > 0 ? s["top_k_bytes"] / rounds : 0.0},
-                          {"hidden_bytes_per_round", rounds > 0 ? s["hidden_bytes"] / rounds : 0.0},
-                          {"verdict_bytes_per_round", rounds > 0 ? s["verdict_bytes"] / rounds : 0.0},
-                          {"lut_update_ms_per_round", rounds > 0 ? s["lut_update_ms"] / rounds : 0.0},
-                          {"lut_update_wait_ms_per_round", rounds > 0 ? s["lut_update_wait_ms"] / rounds : 0.0},
-                          {"wall_ms_per_round", rounds > 0 ? s["wall_ms"] / rounds : 0.0}};
+                          {"draft_ms_per_round", per_round(s.draft_ms)},
+                          {"tree_nodes", s.tree_nodes},
+                          {"drafter_memory_bytes", s.drafter_memory_bytes},
+                          {"draft_weight_bytes", head > 0 ? head : model_bytes[c]},
+                          {"top_k_bytes_per_round", per_round(static_cast<double>(s.verdict_top_k_bytes))},
+                          {"hidden_bytes_per_round", per_round(static_cast<double>(s.verdict_hidden_bytes))},
+                          {"verdict_bytes_per_round", per_round(static_cast<double>(s.verdict_bytes))},
+                          {"lut_update_ms_per_round", per_round(counter("lut_update_ms"))},
+                          {"lut_update_wait_ms_per_round", per_round(counter("lut_update_wait_ms"))},
+                          {"wall_ms_per_round", per_round(s.wall_ms)}};
       std::string interval;
       if (task == "all" && c > 0 && rs[c].costs.size() > 1) {
         const Interval iv = speedup_interval(rs[0].costs, rs[c].costs);
@@ -181,10 +173,12 @@ nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, 
       }
       // ReDrafter's dynamic tree attention: verified nodes against the W x L
       // beam tokens they pack.
-      if (s["recurrent_beam_tokens"] > 0) j["packed_share"] = s["recurrent_tree_nodes"] / s["recurrent_beam_tokens"];
+      if (counter("recurrent_beam_tokens") > 0)
+        j["packed_share"] = counter("recurrent_tree_nodes") / counter("recurrent_beam_tokens");
       out.push_back(j);
       if (!a.json)
-        std::printf("| %s | %s | %.2f | %.3f | %.2fx%s | %.3f | %.1f |\n", task.c_str(), a.drafters[c].c_str(), mat, ms,
+        std::printf("| %s | %s | %.2f | %.3f | %.2fx%s | %.3f | %.1f |\n", task.c_str(), a.drafters[c].c_str(), mat,
+                    s.ms_per_token,
                     sp, interval.c_str(), j["draft_ms_per_round"].get<double>(), j["tree_nodes"].get<double>());
     }
   }

@@ -46,46 +46,20 @@ struct EdgeBenchArgs {
   bool json = false;
 };
 
-// Sums over every prompt of one mode at one delay.
+// Every prompt of one mode at one delay: the sum of their Stats, and each
+// prompt's cost for the speedups' intervals.
 struct ModeTotals {
-  int64_t prompts = 0, tokens = 0, rounds = 0, target_forwards = 0, draft_forwards = 0;
-  double nodes = 0, accepted_nodes = 0;
-  double wall_ms = 0, server_forward_ms = 0, server_exits_ms = 0, draft_ms = 0, verify_wait_ms = 0, server_ms = 0, accepted = 0;
-  double lookups = 0, hits = 0, exit_layer_sum = 0, sync_wait_ms = 0, hit_send_ms = 0, miss_send_ms = 0;
-  double hit_sends = 0, miss_sends = 0, predraft_rounds = 0;
-  std::vector<PromptCost> per_prompt;  // in prompt order, for the speedups' intervals
+  int64_t prompts = 0;
+  Stats sum;
+  std::vector<PromptCost> per_prompt;  // in prompt order
 
   void add(const Result& r) {
-    const Stats& s = r.stats;
     prompts += 1;
-    per_prompt.push_back({s.wall_ms, static_cast<double>(s.new_tokens)});
-    tokens += s.new_tokens;
-    rounds += s.rounds;
-    target_forwards += s.target_forwards;
-    draft_forwards += s.draft_forwards;  // one drafted token each
-    wall_ms += s.wall_ms;
-    server_forward_ms += s.server_forward_ms;
-    server_exits_ms += s.server_exits_ms;
-    draft_ms += s.draft_ms;
-    verify_wait_ms += s.verify_wait_ms;
-    server_ms += s.server_ms;
-    accepted += s.acceptance_rate * static_cast<double>(s.draft_forwards);
-    nodes += s.tree_nodes * static_cast<double>(s.rounds);
-    accepted_nodes += s.accepted_per_round * static_cast<double>(s.rounds);
-    const double looked = static_cast<double>(s.predraft_lookups);
-    const double h = static_cast<double>(s.predraft_hits);
-    lookups += looked;
-    hits += h;
-    exit_layer_sum += s.avg_exit_layer * h;
-    sync_wait_ms += s.sync_wait_ms;
-    hit_send_ms += s.hit_send_ms * h;
-    miss_send_ms += s.miss_send_ms * (looked - h);
-    hit_sends += h;
-    miss_sends += looked - h;
-    predraft_rounds += static_cast<double>(s.predraft_rounds);
+    per_prompt.push_back({r.stats.wall_ms, static_cast<double>(r.stats.new_tokens)});
+    sum += r.stats;
   }
-  double miss_rate() const { return lookups > 0 ? 1.0 - hits / lookups : 0.0; }
-  double per_token(double total) const { return tokens ? total / static_cast<double>(tokens) : 0.0; }
+  double per_token(double total) const { return sum.new_tokens ? total / static_cast<double>(sum.new_tokens) : 0.0; }
+  double per_round(double total) const { return sum.rounds ? total / static_cast<double>(sum.rounds) : 0.0; }
 };
 
 double median(std::vector<double> v) {
@@ -156,52 +130,49 @@ int run_bench_edge_cloud(const EdgeBenchArgs& a) {
     // T_p comes from edge-sd, which drafts every round on the main thread.
     double tp = 0;
     for (size_t m = 0; m < modes.size(); ++m)
-      if (is(m, Mode::kEdgeSd) && totals[m].draft_forwards)
-        tp = totals[m].draft_ms / static_cast<double>(totals[m].draft_forwards);
+      if (is(m, Mode::kEdgeSd) && totals[m].sum.draft_forwards)
+        tp = totals[m].sum.draft_ms / static_cast<double>(totals[m].sum.draft_forwards);
     for (size_t m = 0; m < modes.size(); ++m) {
       const ModeTotals& t = totals[m];
-      const double n_tokens = static_cast<double>(t.tokens);
-      const double measured = t.per_token(t.wall_ms);
-      nlohmann::json j = {{"ms_per_token", measured},
-                          {"target_forwards_per_token", t.per_token(static_cast<double>(t.target_forwards))},
-                          {"tokens", t.tokens},
+      const Stats& s = t.sum;
+      nlohmann::json j = {{"ms_per_token", s.ms_per_token},
+                          {"target_forwards_per_token", t.per_token(static_cast<double>(s.target_forwards))},
+                          {"tokens", s.new_tokens},
                           {"prompts", t.prompts}};
       if (find_drafter(modes[m].drafter).has(kDraftsNothing)) {
-        const double tq = t.server_forward_ms / static_cast<double>(std::max<int64_t>(t.target_forwards, 1));
+        const double tq = s.server_forward_ms / static_cast<double>(std::max<int64_t>(s.target_forwards, 1));
         j["T_q_ms"] = tq;
         // Table 4: AR = 2 T_c + n T_q per generation.
-        j["model_ms_per_token"] = (2.0 * tc * static_cast<double>(t.prompts) + t.server_forward_ms) / n_tokens;
+        j["model_ms_per_token"] = t.per_token(2.0 * tc * static_cast<double>(t.prompts) + s.server_forward_ms);
       } else {
-        const double tq = t.server_forward_ms / static_cast<double>(std::max<int64_t>(t.rounds, 1));
-        const double tau = t.rounds ? n_tokens / static_cast<double>(t.rounds) : 0.0;
+        const double tq = t.per_round(s.server_forward_ms);
         j["T_q_ms"] = tq;
-        j["tau"] = tau;
-        j["acceptance_rate"] = t.nodes > 0 ? t.accepted_nodes / t.nodes : 0.0;
-        j["nodes_per_round"] = t.rounds ? t.nodes / static_cast<double>(t.rounds) : 0.0;
-        j["network_rtt_ms"] = t.rounds ? (t.verify_wait_ms - t.server_ms) / static_cast<double>(t.rounds) : 0.0;
+        j["tau"] = s.tau;
+        j["acceptance_rate"] = s.acceptance_rate;
+        j["nodes_per_round"] = s.tree_nodes;
+        j["network_rtt_ms"] = s.network_rtt_ms;
         // This mode's own drafting on the main thread (edge-fsd: misses only);
         // T_p above is edge-sd's.
-        j["draft_ms_per_forward"] = t.draft_forwards ? t.draft_ms / static_cast<double>(t.draft_forwards) : 0.0;
+        j["draft_ms_per_forward"] = s.draft_forwards ? s.draft_ms / static_cast<double>(s.draft_forwards) : 0.0;
         if (is(m, Mode::kEdgeSd)) {
           // Table 4: SD = (n / tau)(2 T_c + gamma T_p + T_q).
-          j["model_ms_per_token"] = (2.0 * tc + a.gamma * tp + tq) / tau;
+          j["model_ms_per_token"] = (2.0 * tc + a.gamma * tp + tq) / s.tau;
         } else if (!modes[m].predraft) {
           // Table 4's SD with this mode's own drafting per round (a tree's
           // is not gamma draft steps).
-          const double drafting = t.rounds ? t.draft_ms / static_cast<double>(t.rounds) : 0.0;
-          j["model_ms_per_token"] = (2.0 * tc + drafting + tq) / tau;
+          j["model_ms_per_token"] = (2.0 * tc + t.per_round(s.draft_ms) + tq) / s.tau;
         } else {
-          const double r = t.miss_rate();
-          const double tr = t.hit_sends > 0 ? t.sync_wait_ms / t.hit_sends : 0.0;
+          const double r = s.cache_miss_rate;
+          const double tr = s.predraft_hits ? s.sync_wait_ms / static_cast<double>(s.predraft_hits) : 0.0;
           // Table 4: FSD = (n / tau)(2 T_c + r gamma T_p + (1 - r) T_r + T_q).
-          j["model_ms_per_token"] = (2.0 * tc + r * a.gamma * tp + (1.0 - r) * tr + tq) / tau;
+          j["model_ms_per_token"] = (2.0 * tc + r * a.gamma * tp + (1.0 - r) * tr + tq) / s.tau;
           j["cache_miss_rate"] = r;
           j["T_r_ms"] = tr;
-          j["T_e_ms"] = t.server_exits_ms / static_cast<double>(std::max<int64_t>(t.rounds, 1));
-          j["avg_exit_layer"] = t.hits > 0 ? t.exit_layer_sum / t.hits : 0.0;
-          j["hit_send_ms"] = t.hit_sends > 0 ? t.hit_send_ms / t.hit_sends : 0.0;
-          j["miss_send_ms"] = t.miss_sends > 0 ? t.miss_send_ms / t.miss_sends : 0.0;
-          j["predraft_round_share"] = t.rounds ? t.predraft_rounds / static_cast<double>(t.rounds) : 0.0;
+          j["T_e_ms"] = t.per_round(s.server_exits_ms);
+          j["avg_exit_layer"] = s.avg_exit_layer;
+          j["hit_send_ms"] = s.hit_send_ms;
+          j["miss_send_ms"] = s.miss_send_ms;
+          j["predraft_round_share"] = t.per_round(static_cast<double>(s.predraft_rounds));
         }
       }
       row[a.modes[m]] = j;

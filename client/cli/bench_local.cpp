@@ -35,28 +35,6 @@ struct LocalBenchArgs {
   bool json = false;
 };
 
-struct Totals {
-  int64_t tokens = 0, rounds = 0, forwards = 0, provisional = 0, kept = 0;
-  double wall_ms = 0, target_ms = 0, accepted = 0, nodes = 0, stall_ms = 0, bytes_read = 0;
-  uint64_t peak = 0;
-  void add(const Stats& s) {
-    tokens += s.new_tokens;
-    rounds += s.rounds;
-    forwards += s.target_forwards;
-    provisional += s.provisional_tokens;
-    kept += s.provisional_kept;
-    wall_ms += s.wall_ms;
-    target_ms += s.target_ms;
-    accepted += s.accepted_per_round * static_cast<double>(s.rounds);
-    nodes += s.tree_nodes * static_cast<double>(s.rounds);
-    stall_ms += s.weight_stall_ms;
-    bytes_read += static_cast<double>(s.weight_bytes_read);
-    peak = std::max(peak, s.weight_memory_peak);
-  }
-  double per_token(double v) const { return tokens ? v / static_cast<double>(tokens) : 0.0; }
-  double per_round(double v) const { return rounds ? v / static_cast<double>(rounds) : 0.0; }
-};
-
 // A configuration is a name with optional per-row settings, e.g.
 // "tree/nodes=8/width=1": the paper's decoder (one node per draft forward)
 // beside ours in the same interleaved run. Applies the settings to `o` and
@@ -133,13 +111,13 @@ int run_bench_local(const LocalBenchArgs& a) {
     const uint64_t bytes = parse_bytes(budget, weights);
     std::vector<std::unique_ptr<Client>> clients;
     for (const std::string& c : a.configs) clients.push_back(Client::connect(options_for(a, c, budget)));
-    std::vector<Totals> totals(a.configs.size());
+    std::vector<Stats> totals(a.configs.size());
     for (size_t p = 0; p < prompts.size(); ++p) {
-      for (size_t c = 0; c < clients.size(); ++c) totals[c].add(clients[c]->generate_ids(prompts[p], req).stats);
+      for (size_t c = 0; c < clients.size(); ++c) totals[c] += clients[c]->generate_ids(prompts[p], req).stats;
       std::fprintf(stderr, "\rbudget %s: prompt %zu/%zu", budget.c_str(), p + 1, prompts.size());
     }
     std::fprintf(stderr, "\n");
-    const double std_ms = totals[0].per_token(totals[0].wall_ms);
+    const double std_ms = totals[0].ms_per_token;
     if (!a.json) {
       std::printf("\nbudget %s = %.2f MB of the target's %.2f MB of weights as stored; %zu prompts x %d tokens; ms per token\n\n",
                   budget.c_str(), bytes / 1e6, weights / 1e6, prompts.size(), a.max_new_tokens);
@@ -149,35 +127,38 @@ int run_bench_local(const LocalBenchArgs& a) {
                   a.configs[0].c_str());
     }
     for (size_t c = 0; c < clients.size(); ++c) {
-      const Totals& t = totals[c];
-      const double ms = t.per_token(t.wall_ms);
-      const double target_ms_per_forward = t.forwards ? t.target_ms / static_cast<double>(t.forwards) : 0.0;
+      const Stats& t = totals[c];
+      const double ms = t.ms_per_token;
+      const auto per_token = [&t](double v) { return t.new_tokens ? v / static_cast<double>(t.new_tokens) : 0.0; };
+      const double forwards = static_cast<double>(t.target_forwards);
+      const double target_ms_per_forward = forwards > 0 ? t.target_ms / forwards : 0.0;
       // A verification's own compute: its forward less the time it waited
       // for weights. Provisional drafting must not raise it.
       const double compute_ms_per_forward =
-          t.forwards && t.target_ms > 0 ? (t.target_ms - t.stall_ms) / static_cast<double>(t.forwards) : 0.0;
+          forwards > 0 && t.target_ms > 0 ? (t.target_ms - t.weight_stall_ms) / forwards : 0.0;
       nlohmann::json j = {{"budget", budget},
                           {"budget_bytes", bytes},
                           {"configuration", a.configs[c]},
                           {"ms_per_token", ms},
                           {"speedup", ms > 0 ? std_ms / ms : 0.0},
-                          {"verifications_per_token", t.per_token(static_cast<double>(t.forwards))},
-                          {"accepted_per_verification", t.per_round(t.accepted)},
-                          {"tree_nodes", t.per_round(t.nodes)},
-                          {"provisional_tokens", t.provisional},
-                          {"provisional_kept", t.kept},
+                          {"verifications_per_token", per_token(forwards)},
+                          {"accepted_per_verification", t.accepted_per_round},
+                          {"tree_nodes", t.tree_nodes},
+                          {"provisional_tokens", t.provisional_tokens},
+                          {"provisional_kept", t.provisional_kept},
                           {"target_ms_per_forward", target_ms_per_forward},
                           {"compute_ms_per_forward", compute_ms_per_forward},
-                          {"stall_ms_per_token", t.per_token(t.stall_ms)},
-                          {"mb_read_per_token", t.per_token(t.bytes_read) / 1e6},
-                          {"peak_weight_bytes", t.peak}};
+                          {"stall_ms_per_token", per_token(t.weight_stall_ms)},
+                          {"mb_read_per_token", per_token(static_cast<double>(t.weight_bytes_read)) / 1e6},
+                          {"peak_weight_bytes", t.weight_memory_peak}};
       all.push_back(j);
       if (!a.json)
         std::printf("| %s | %.2f | %.2fx | %.3f | %.2f | %.1f | %lld/%lld | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
-                    a.configs[c].c_str(), ms, ms > 0 ? std_ms / ms : 0.0, t.per_token(static_cast<double>(t.forwards)),
-                    t.per_round(t.accepted), t.per_round(t.nodes), static_cast<long long>(t.kept),
-                    static_cast<long long>(t.provisional), target_ms_per_forward, compute_ms_per_forward,
-                    t.per_token(t.stall_ms), t.per_token(t.bytes_read) / 1e6, t.peak / 1e6);
+                    a.configs[c].c_str(), ms, ms > 0 ? std_ms / ms : 0.0, per_token(forwards), t.accepted_per_round,
+                    t.tree_nodes, static_cast<long long>(t.provisional_kept),
+                    static_cast<long long>(t.provisional_tokens), target_ms_per_forward, compute_ms_per_forward,
+                    per_token(t.weight_stall_ms), per_token(static_cast<double>(t.weight_bytes_read)) / 1e6,
+                    t.weight_memory_peak / 1e6);
     }
     std::fflush(stdout);
   }

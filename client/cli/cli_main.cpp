@@ -14,11 +14,12 @@ namespace {
 std::shared_ptr<std::string> log_level = std::make_shared<std::string>("warn");
 }  // namespace
 
-void setup_cli(CLI::App& app) {
+void setup_cli(CLI::App& app, const std::string& program) {
   // stdout carries generated text or JSON only; every log line goes to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("splitspec"));
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
   app.require_subcommand(1);
+  app.set_version_flag("--version", program + " " + SPLITSPEC_VERSION);
   app.add_option("--log-level", *log_level, "trace|debug|info|warn|error|off")->capture_default_str();
 }
 
@@ -26,7 +27,9 @@ int run_cli(CLI::App& app, const std::vector<Command>& commands, int argc, char*
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every usage error 1, as any other error
+    // (CLI11's own codes distinguish kinds nobody scripts against).
+    return app.exit(e) == 0 ? 0 : 1;
   }
   spdlog::set_level(spdlog::level::from_str(*log_level));
   for (const auto& cmd : commands) {

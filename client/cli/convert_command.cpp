@@ -56,9 +56,26 @@ int run_convert(const ConvertArgs& a) {
       throw Error("convert: the tokenizer has " + std::to_string(tok.vocab_size()) + " pieces, the config a vocabulary of " +
                   std::to_string(c.vocab_size));
     const auto m = Model::random(c, a.seed, WType::F32, a.scale);
+    if (!a.to_gguf.empty() && !is_gguf_file(a.tokenizer)) {
+      // A SentencePiece tokenizer goes into GGUF the way a model directory's
+      // does: through one, written aside.
+      const fs::path src = fs::is_directory(a.tokenizer) ? fs::path(a.tokenizer) / "tokenizer.model" : fs::path(a.tokenizer);
+      if (!fs::is_regular_file(src))
+        throw Error("convert: --random-init --to-gguf takes a GGUF vocabulary or a tokenizer.model; " + src.string() +
+                    " is neither");
+      const fs::path aside = fs::path(a.to_gguf).concat(".dir.tmp");
+      struct Remove {
+        fs::path p;
+        ~Remove() { std::error_code ec; fs::remove_all(p, ec); }
+      } remove{aside};
+      fs::create_directories(aside);
+      m->save(aside.string());
+      fs::copy_file(src, aside / "tokenizer.model", fs::copy_options::overwrite_existing);
+      export_gguf(aside.string(), a.to_gguf, type);
+      std::cerr << "wrote " << a.to_gguf << ": random weights (seed " << a.seed << ") for " << a.random_config << "\n";
+      return 0;
+    }
     if (!a.to_gguf.empty()) {
-      if (!is_gguf_file(a.tokenizer))
-        throw Error("convert: a random model is written to GGUF with the tokenizer of a GGUF file (--tokenizer VOCAB.gguf)");
       const GgufFile vocab(a.tokenizer);
       write_gguf(m->config(), m->weight_set(), fs::path(a.to_gguf).stem().string(),
                  [&](GgufWriter& g) { copy_gguf_tokenizer(vocab, g); }, a.to_gguf, type);

@@ -7,6 +7,7 @@
 
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
+#include "client/cli/stats_json.h"
 #include "client/client.h"
 #include "common/drafting/registry.h"
 #include "common/drafting/tree_options.h"
@@ -51,6 +52,7 @@ struct GenerateArgs {
   // Local modes.
   std::string memory_budget;
   std::string kv_cache;
+  std::string dtype;
   bool no_pipeline = false;
   std::string read_ahead;
   bool no_fallback = false;
@@ -58,91 +60,20 @@ struct GenerateArgs {
   TreeOptions tree;  // model-tree's flags; the two switches above turn its own off
 };
 
+// The parts that the mode measures.
 nlohmann::json stats_json(const Stats& s, const ClientOptions& o) {
-  nlohmann::json j = {{"new_tokens", s.new_tokens},
-                      {"wall_ms", s.wall_ms},
-                      {"ms_per_token", s.ms_per_token},
-                      {"first_token_ms", s.first_token_ms},
-                      {"prefill_ms", s.prefill_ms},
-                      {"decode_ms", s.decode_ms},
-                      {"decode_tokens_per_s", s.decode_tokens_per_s},
-                      {"token_ms_p50", s.token_ms_p50},
-                      {"token_ms_p90", s.token_ms_p90},
-                      {"token_ms_p99", s.token_ms_p99},
-                      {"token_ms_max", s.token_ms_max},
-                      {"drafted_tokens", s.drafted_tokens},
-                      {"accepted_tokens", s.accepted_tokens},
-                      {"target_forward_ms", s.target_forward_ms},
-                      {"target_forwards", s.target_forwards},
-                      {"threads", compute_threads()}};
+  nlohmann::json j = {{"threads", compute_threads()}};
   if (o.verifier == VerifierKind::kLocal || !o.kv_cache.empty()) j["kv_cache"] = o.kv_cache.empty() ? "f32" : o.kv_cache;
   const bool server = o.verifier == VerifierKind::kServer;
-  const bool drafts = !find_drafter(o.drafter).has(kDraftsNothing);
-  const bool streamed = server && !drafts && o.fallback_target_dir.empty();  // cloud-ar
-  if (!streamed) {
-    j["rounds"] = s.rounds;
-    j["tau"] = s.tau;
-  }
-  if (drafts) {
-    j["acceptance_rate"] = s.acceptance_rate;
-    j["acceptance_per_position"] = s.acceptance_per_position;
-    j["accepted_per_round"] = s.accepted_per_round;
-    j["tree_nodes"] = s.tree_nodes;
-    j["branched_trees"] = s.branched_trees;
-    j["draft_ms"] = s.draft_ms;
-    j["draft_forwards"] = s.draft_forwards;
-    j["drafter_memory_bytes"] = s.drafter_memory_bytes;
-    if (!s.drafter_counters.empty()) j["drafter_counters"] = s.drafter_counters;
-  }
-  if (server && !streamed) {
-    j["verify_wait_ms"] = s.verify_wait_ms;
-    j["server_ms"] = s.server_ms;
-    j["server_forward_ms"] = s.server_forward_ms;
-    j["network_rtt_ms"] = s.network_rtt_ms;
-    j["verdict_bytes"] = s.verdict_bytes;
-    j["verdict_top_k_bytes"] = s.verdict_top_k_bytes;
-    j["verdict_hidden_bytes"] = s.verdict_hidden_bytes;
-  }
-  if (o.predraft) {
-    j["cache_miss_rate"] = s.cache_miss_rate;
-    j["avg_exit_layer"] = s.avg_exit_layer;
-    j["server_exits_ms"] = s.server_exits_ms;
-    j["early_verdicts"] = s.early_verdicts;
-    j["predrafts"] = s.predrafts;
-    j["predraft_ms"] = s.predraft_ms;
-    j["sync_wait_ms"] = s.sync_wait_ms;
-    j["hit_send_ms"] = s.hit_send_ms;
-    j["miss_send_ms"] = s.miss_send_ms;
-    j["predraft_rounds"] = s.predraft_rounds;
-    j["predraft_lookups"] = s.predraft_lookups;
-    j["predraft_hits"] = s.predraft_hits;
-    j["predraft_waited_hits"] = s.predraft_waited_hits;
-  }
-  if (streamed) j["server_forward_ms"] = s.server_forward_ms;
-  // A drafter with EdgeLLM's fallback threshold and provisional tokens
-  // reports them as counters.
-  if (s.drafter_counters.count("alpha")) {
-    j["final_alpha"] = s.final_alpha;
-    j["provisional_tokens"] = s.provisional_tokens;
-    j["provisional_kept"] = s.provisional_kept;
-  }
-  if (server && !streamed) {
-    j["server_rounds"] = s.server_rounds;
-    j["fallback_rounds"] = s.fallback_rounds;
-    j["failovers"] = s.failovers;
-    j["failbacks"] = s.failbacks;
-    j["retried_rounds"] = s.retried_rounds;
-  }
+  const bool streamed = server && find_drafter(o.drafter).has(kDraftsNothing) && o.fallback_target_dir.empty();  // cloud-ar
+  add_json<TimingStats>(j, s);
+  add_json<TargetStats>(j, s);
+  if (!streamed) add_json<DraftStats>(j, s);
   if (server) {
-    j["resumes"] = s.resumes;
-    j["switch_ms"] = s.switch_ms;
+    add_json<LinkStats>(j, s);
+    add_json<FaultStats>(j, s);
   }
-  if (!server) {
-    j["target_ms"] = s.target_ms;
-    j["weight_bytes_read"] = s.weight_bytes_read;
-    j["weight_memory_peak"] = s.weight_memory_peak;
-    j["weight_stall_ms"] = s.weight_stall_ms;
-  }
+  if (o.predraft) add_json<PredraftStats>(j, s);
   return j;
 }
 
@@ -250,6 +181,7 @@ int run_generate(const GenerateArgs& a) {
   o.predraft_adaptive = a.predraft_adaptive;
   o.memory_budget = a.memory_budget;
   o.kv_cache = a.kv_cache;
+  o.dtype = a.dtype;
   o.stream_pipeline = !a.no_pipeline;
   o.stream_read_ahead = a.read_ahead;
   if (o.drafter == "model-tree") {
@@ -328,8 +260,8 @@ Command add_generate_command(CLI::App& app) {
                 "Server verifier: pre-draft the next round on the server's early-exit verdicts (edge-fsd)");
   cmd->add_option("--drafter-option", a->drafter_options, "A drafter's own setting, KEY=VALUE (repeatable)");
   cmd->add_option("--lut", a->lut,
-                  "lut: look-up tables to start from (splitspec train lut; models/demo-target/lut.safetensors); "
-                  "without, the tables start empty");
+                  "lut: look-up tables to start from (splitspec train lut); default: lut.safetensors beside the "
+                  "target (or the tokenizer's directory) if there, else empty; none: empty");
   cmd->add_option("--mode", a->mode,
                   "An alias instead: local-ar (local+none), local-sd (local+model), local-tree (local+model-tree), "
                   "cloud-ar (server+none), edge-sd (server+model), edge-fsd (server+model --predraft)")
@@ -339,8 +271,12 @@ Command add_generate_command(CLI::App& app) {
                                 "model.safetensors, tokenizer.json or tokenizer.model)");
   cmd->add_option("--draft", a->draft_dir, "Drafters with a draft model (model, model-tree): its .gguf file or directory");
   cmd->add_option("--memory-budget", a->memory_budget,
-                  "Local verifier: most memory the target's weights may take, e.g. 8MiB, 4MB or 25% (of its fp32 size); "
+                  "Local verifier: most memory the target's weights may take, e.g. 8MiB, 4MB or 25% (of its weights as "
+                  "stored in its files); "
                   "the rest streams from disk per forward with O_DIRECT. Default: load it whole");
+  cmd->add_option("--dtype", a->dtype,
+                  "Convert the local target's and the draft's weights at load: f32, f16, bf16, q8_0, q4_0, q4_k_m, "
+                  "q5_k_m or q6_k (default: as stored; a --fallback-target stays as stored, as the server's)");
   cmd->add_option("--kv-cache", a->kv_cache,
                   "The local target's KV cache: f32 (default) or f16, half the memory; greedy output is then exactly "
                   "the target's with an f16 cache. A --fallback-target takes the server's type");

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     execv("/proc/self/exe", argv);
   }
   CLI::App app{"SplitSpec: exact speculative decoding for edge devices and servers"};
-  splitspec::cli::setup_cli(app);
+  splitspec::cli::setup_cli(app, "splitspec");
   std::vector<splitspec::cli::Command> commands = {
       splitspec::cli::add_generate_command(app),
       splitspec::cli::add_bench_command(app),

@@ -24,7 +24,7 @@ int run_netem(const NetemOptions& o, const std::string& port_file) {
   proxy.start();
   std::cout << "netem listening on port " << proxy.port() << " -> " << o.upstream << ", one-way delay " << o.delay_ms
             << " ms, jitter " << o.jitter_ms << " ms, rate " << (o.rate_kbps > 0 ? std::to_string(o.rate_kbps) + " kbit/s" : "unlimited")
-            << std::endl;
+            << ", loss " << o.loss * 100 << "% (rto " << o.rto_ms << " ms)" << std::endl;
   if (!port_file.empty()) {
     // Whole file or none: written aside, then renamed.
     std::ofstream(port_file + ".tmp") << proxy.port() << "\n";
@@ -33,7 +33,7 @@ int run_netem(const NetemOptions& o, const std::string& port_file) {
   int sig = 0;
   sigwait(&signals, &sig);
   proxy.stop();
-  spdlog::info("netem: stopped after {} connections", proxy.connections());
+  spdlog::info("netem: stopped after {} connections, {} retransmissions", proxy.connections(), proxy.retransmissions());
   return 0;
 }
 
@@ -53,7 +53,14 @@ Command add_netem_command(CLI::App& app) {
   cmd->add_option("--rate-kbps", o->rate_kbps, "Bandwidth per direction in kbit/s; 0 is unlimited")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", o->seed, "Seed of the jitter")->capture_default_str();
+  cmd->add_option("--loss", o->loss,
+                  "Probability that a packet is lost; TCP delivers it one --rto-ms late and holds back what follows")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999));
+  cmd->add_option("--rto-ms", o->rto_ms, "Retransmission timeout a lost packet costs")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", o->seed, "Seed of the jitter and the losses")->capture_default_str();
   cmd->add_option("--port-file", *port_file, "Write the listening port to this file once accepting");
   return {cmd, [o, port_file]() { return run_netem(*o, *port_file); }};
 }

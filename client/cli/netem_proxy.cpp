@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -82,8 +83,8 @@ struct NetemProxy::Connection {
     std::thread reader, writer;
   };
 
-  Connection(int client_fd, int upstream_fd, const NetemOptions& o, uint64_t seed)
-      : client(client_fd), upstream(upstream_fd), options(o) {
+  Connection(int client_fd, int upstream_fd, const NetemOptions& o, uint64_t seed, std::atomic<int64_t>* lost)
+      : client(client_fd), upstream(upstream_fd), options(o), retransmissions(lost) {
     up.from = client;
     up.to = upstream;
     up.rng.seed(seed);
@@ -144,6 +145,13 @@ struct NetemProxy::Connection {
         double delay = options.delay_ms;
         if (options.jitter_ms > 0)
           delay += std::uniform_real_distribution<double>(-options.jitter_ms, options.jitter_ms)(d.rng);
+        if (n > 0 && options.loss > 0) {
+          const double segments = std::ceil(static_cast<double>(n) / 1448.0);
+          if (std::uniform_real_distribution<double>(0, 1)(d.rng) < 1.0 - std::pow(1.0 - options.loss, segments)) {
+            delay += options.rto_ms;
+            *retransmissions += 1;
+          }
+        }
         c.release = ready + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(std::max(0.0, delay)));
         // TCP delivers in order: jitter never lets a chunk overtake another.
         c.release = std::max(c.release, d.last_release);
@@ -198,14 +206,16 @@ struct NetemProxy::Connection {
 
   int client, upstream;
   NetemOptions options;
+  std::atomic<int64_t>* retransmissions;  // the proxy's count
   Direction up, down;
   std::atomic<bool> closing{false};
   std::atomic<int> done_directions{0};
 };
 
 NetemProxy::NetemProxy(NetemOptions options) : options_(std::move(options)) {
-  if (options_.delay_ms < 0 || options_.jitter_ms < 0 || options_.rate_kbps < 0)
-    throw Error("netem: delay, jitter and rate must be >= 0");
+  if (options_.delay_ms < 0 || options_.jitter_ms < 0 || options_.rate_kbps < 0 || options_.rto_ms < 0)
+    throw Error("netem: delay, jitter, rate and rto must be >= 0");
+  if (!(options_.loss >= 0 && options_.loss < 1)) throw Error("netem: loss must be a probability in [0, 1)");
   addrinfo* up = resolve(options_.upstream, "upstream", false);  // fail early on a bad upstream
   freeaddrinfo(up);
   addrinfo* res = resolve(options_.listen, "listen", true);
@@ -274,7 +284,7 @@ void NetemProxy::accept_loop() {
       continue;
     }
     no_delay(upstream);
-    auto conn = std::make_shared<Connection>(client, upstream, options_, options_.seed + 2 * n++);
+    auto conn = std::make_shared<Connection>(client, upstream, options_, options_.seed + 2 * n++, &retransmissions_);
     connections_ += 1;
     std::lock_guard<std::mutex> lock(mu_);
     // Reap finished connections so a long run does not accumulate them.

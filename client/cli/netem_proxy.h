@@ -4,6 +4,9 @@
 // to stand in for Wi-Fi or a WAN, the way Linux netem would without needing
 // root. Byte order is preserved (it is TCP); each chunk read is released
 // `delay` (+ jitter) after it finished serialising at the configured rate.
+// A lost packet is what TCP makes of it: its chunk arrives one
+// retransmission timeout late, and everything behind it waits for it
+// (head-of-line blocking). No byte is ever dropped.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -20,6 +23,10 @@ struct NetemOptions {
   double delay_ms = 0;                 // one way, each direction
   double jitter_ms = 0;                // uniform in [-jitter, +jitter], never below zero delay
   double rate_kbps = 0;                // per direction; 0: unlimited
+  // Each packet (1448-byte TCP segment) of a chunk is lost with this
+  // probability; a chunk with a lost packet arrives `rto_ms` late.
+  double loss = 0;
+  double rto_ms = 200;  // Linux's minimum retransmission timeout
   uint64_t seed = 1;
 };
 
@@ -37,6 +44,8 @@ class NetemProxy {
   // Closes the listener and every proxied connection.
   void stop();
   int64_t connections() const { return connections_.load(); }
+  // Chunks held back a retransmission timeout, both directions.
+  int64_t retransmissions() const { return retransmissions_.load(); }
 
  private:
   struct Connection;
@@ -47,6 +56,7 @@ class NetemProxy {
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> connections_{0};
+  std::atomic<int64_t> retransmissions_{0};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Connection>> live_;

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"SplitSpec training and evaluation (also run as splitspec train|eval)"};
   app.name("splitspec");
-  splitspec::cli::setup_cli(app);
+  splitspec::cli::setup_cli(app, "splitspec-train");
   std::vector<splitspec::cli::Command> commands = {
       splitspec::cli::add_train_command(app),
       splitspec::cli::add_eval_command(app),

@@ -245,8 +245,9 @@ class Fields {
     names_.push_back(name);
     return *this;
   }
-  template <class M>
-  Fields& ro(const char* name, M T::*member, const char* doc = "") {
+  // A member of T or of one of its bases (Stats' parts).
+  template <class M, class B>
+  Fields& ro(const char* name, M B::*member, const char* doc = "") {
     cls_.def_readonly(name, member, doc);
     names_.push_back(name);
     return *this;
@@ -331,6 +332,8 @@ void bind_options(py::module_& m) {
       .rw("memory_budget", &ClientOptions::memory_budget)
       .rw("kv_cache", &ClientOptions::kv_cache, "the local target's KV cache: \"f32\" or \"f16\" (\"\": f32; a "
           "fallback target takes the server's)")
+      .rw("dtype", &ClientOptions::dtype, "convert the local target's and the draft's weights at load: \"q4_0\", "
+          "\"q4_k_m\", ... (\"\": as stored)")
       .rw("stream_pipeline", &ClientOptions::stream_pipeline)
       .rw("stream_read_ahead", &ClientOptions::stream_read_ahead)
       .rw("drafter_options", &ClientOptions::drafter_options,
@@ -389,69 +392,18 @@ void bind_request(py::module_& m) {
 
 void bind_results(py::module_& m) {
   py::class_<Stats> stats(m, "Stats", "What a generation measured (client.h documents each field).");
-  Fields<Stats>(stats)
-      .ro("new_tokens", &Stats::new_tokens)
-      .ro("wall_ms", &Stats::wall_ms)
-      .ro("ms_per_token", &Stats::ms_per_token)
-      .ro("first_token_ms", &Stats::first_token_ms)
-      .ro("prefill_ms", &Stats::prefill_ms)
-      .ro("decode_ms", &Stats::decode_ms)
-      .ro("decode_tokens_per_s", &Stats::decode_tokens_per_s)
-      .ro("token_ms_p50", &Stats::token_ms_p50)
-      .ro("token_ms_p90", &Stats::token_ms_p90)
-      .ro("token_ms_p99", &Stats::token_ms_p99)
-      .ro("token_ms_max", &Stats::token_ms_max)
-      .ro("token_ms", &Stats::token_ms)
-      .ro("drafted_tokens", &Stats::drafted_tokens)
-      .ro("accepted_tokens", &Stats::accepted_tokens)
-      .ro("target_forward_ms", &Stats::target_forward_ms)
-      .ro("target_forwards", &Stats::target_forwards)
-      .ro("rounds", &Stats::rounds)
-      .ro("tau", &Stats::tau)
-      .ro("acceptance_rate", &Stats::acceptance_rate)
-      .ro("acceptance_per_position", &Stats::acceptance_per_position)
-      .ro("accepted_per_round", &Stats::accepted_per_round)
-      .ro("tree_nodes", &Stats::tree_nodes)
-      .ro("branched_trees", &Stats::branched_trees)
-      .ro("draft_ms", &Stats::draft_ms)
-      .ro("draft_forwards", &Stats::draft_forwards)
-      .ro("drafter_memory_bytes", &Stats::drafter_memory_bytes)
-      .ro("drafter_counters", &Stats::drafter_counters)
-      .ro("verify_wait_ms", &Stats::verify_wait_ms)
-      .ro("server_ms", &Stats::server_ms)
-      .ro("verdict_bytes", &Stats::verdict_bytes)
-      .ro("verdict_top_k_bytes", &Stats::verdict_top_k_bytes)
-      .ro("verdict_hidden_bytes", &Stats::verdict_hidden_bytes)
-      .ro("server_forward_ms", &Stats::server_forward_ms)
-      .ro("server_exits_ms", &Stats::server_exits_ms)
-      .ro("network_rtt_ms", &Stats::network_rtt_ms)
-      .ro("early_verdicts", &Stats::early_verdicts)
-      .ro("predrafts", &Stats::predrafts)
-      .ro("cache_miss_rate", &Stats::cache_miss_rate)
-      .ro("avg_exit_layer", &Stats::avg_exit_layer)
-      .ro("predraft_ms", &Stats::predraft_ms)
-      .ro("sync_wait_ms", &Stats::sync_wait_ms)
-      .ro("hit_send_ms", &Stats::hit_send_ms)
-      .ro("miss_send_ms", &Stats::miss_send_ms)
-      .ro("predraft_rounds", &Stats::predraft_rounds)
-      .ro("predraft_lookups", &Stats::predraft_lookups)
-      .ro("predraft_hits", &Stats::predraft_hits)
-      .ro("predraft_waited_hits", &Stats::predraft_waited_hits)
-      .ro("target_ms", &Stats::target_ms)
-      .ro("final_alpha", &Stats::final_alpha)
-      .ro("provisional_tokens", &Stats::provisional_tokens)
-      .ro("provisional_kept", &Stats::provisional_kept)
-      .ro("weight_bytes_read", &Stats::weight_bytes_read)
-      .ro("weight_memory_peak", &Stats::weight_memory_peak)
-      .ro("weight_stall_ms", &Stats::weight_stall_ms)
-      .ro("resumes", &Stats::resumes)
-      .ro("failovers", &Stats::failovers)
-      .ro("failbacks", &Stats::failbacks)
-      .ro("server_rounds", &Stats::server_rounds)
-      .ro("fallback_rounds", &Stats::fallback_rounds)
-      .ro("retried_rounds", &Stats::retried_rounds)
-      .ro("switch_ms", &Stats::switch_ms)
-      .finish("Stats", false);
+  Fields<Stats> fields(stats);
+  const Stats layout;
+  Stats::parts(layout, [&fields](const char*, const auto& part) {
+    std::decay_t<decltype(part)>::fields([&fields](const char* name, auto member, Merge) { fields.ro(name, member); });
+  });
+  fields.finish("Stats", false);
+  stats.def(py::init<>())
+      .def(
+          "__iadd__", [](Stats& total, const Stats& s) -> Stats& { return total += s; },
+          "Adds a generation: counts and times summed, means, rates and percentiles recomputed from the sums.")
+      .def(
+          "__add__", [](Stats a, const Stats& b) { return a += b; }, "The sum of two (see __iadd__).");
 
   py::class_<Result> result(m, "Result", "A generation's tokens, text, finish reason and stats.");
   Fields<Result>(result)

@@ -7,10 +7,11 @@
 // Computation overlap: a round's table updates are not needed to build the
 // next tree (its keys end before the new last token), so they wait and are
 // applied on a worker thread while the next round is verified.
-#include <utility>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "common/drafting/drafter_options.h"
 #include "common/drafting/dynamic_tree.h"
@@ -179,7 +180,16 @@ class LutDrafter final : public Drafter {
 
 std::unique_ptr<Drafter> make_lut_drafter(const DrafterSpec& spec) {
   DrafterOptions opt("lut", spec.options);
-  const std::string path = opt.text("tables", "");
+  // As the recurrent head is: tables shipped beside the target are found
+  // there, unless the options ask for cold tables (tables=none, or their
+  // own k, order or slots).
+  const bool cold_shape = spec.options.count("k") || spec.options.count("order") || spec.options.count("slots");
+  std::string beside;
+  if (!spec.target_dir.empty() && !cold_shape &&
+      std::filesystem::exists(std::filesystem::path(spec.target_dir) / "lut.safetensors"))
+    beside = (std::filesystem::path(spec.target_dir) / "lut.safetensors").string();
+  std::string path = opt.text("tables", beside);
+  if (path == "none") path.clear();
   LutOptions lo;
   lo.k = opt.integer("k", lo.k);
   lo.order = opt.integer("order", lo.order);
@@ -214,7 +224,7 @@ std::unique_ptr<Drafter> make_lut_drafter(const DrafterSpec& spec) {
     if (path.empty()) {
       spec.state->value = std::make_shared<LutTables>(spec.vocab_size, lo);
     } else {
-      if (spec.options.count("k") || spec.options.count("order") || spec.options.count("slots"))
+      if (cold_shape)
         throw Error("drafter lut: k, order and slots come from the tables file " + path + "; give them only to start cold");
       spec.state->value =
           std::make_shared<LutTables>(LutTables::load(path, spec.vocab_size, spec.tokenizer_fingerprint));

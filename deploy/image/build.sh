@@ -3,18 +3,18 @@
 # binaries, with two Debian tools: mmdebstrap makes the root file system
 # (Debian bookworm, the essential set plus the packages the binaries link),
 # umoci packs it as an OCI image layout. No Dockerfile, no daemon.
-#   deploy/image/build.sh [OUT_DIR (build/image)] [TAG (0.2.0)]
+#   deploy/image/build.sh [OUT_DIR (build/image)] [TAG (0.3.0)]
 # Needs root (mmdebstrap's root mode; `sudo`), scripts/build.sh's binaries,
 # and the Debian mirror. Afterwards:
-#   skopeo copy oci:build/image/splitspec-server:0.2.0 docker://REGISTRY/splitspec-server:0.2.0
-#   podman run --read-only -v ./models/demo-target:/models/target:ro oci:build/image/splitspec-server:0.2.0 ...
+#   skopeo copy oci:build/image/splitspec-server:0.3.0 docker://REGISTRY/splitspec-server:0.3.0
+#   podman run --read-only -v ./models/demo-target:/models/target:ro oci:build/image/splitspec-server:0.3.0 ...
 # The image: user 10001 (no root), splitspec-server as entrypoint, the
 # splitspec CLI beside it (info and health from `kubectl exec`), no model
 # (mounted at /models/target), nothing written outside /tmp.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${1:-build/image}"
-TAG="${2:-0.2.0}"
+TAG="${2:-0.3.0}"
 BINARIES=(build/bin/splitspec-server build/bin/splitspec)
 # The tokenizer's SentencePiece module, which the binaries dlopen from ../lib.
 MODULES=(build/lib/libsplitspec_sentencepiece.so)

@@ -6,7 +6,7 @@
 # the Secrets go. Then, from outside: health on the plaintext port, a TLS and
 # token generation through the image's server whose ids must equal the local
 # target's, writes refused, and SIGTERM draining to exit code 0.
-#   deploy/image/smoke.sh [--runtime crun|runc] [OUT_DIR (build/image)] [TAG (0.2.0)]
+#   deploy/image/smoke.sh [--runtime crun|runc] [OUT_DIR (build/image)] [TAG (0.3.0)]
 # Without --runtime it starts the process itself, in a private mount
 # namespace with chroot. With one, an OCI runtime (Debian's crun or runc, the
 # ones CRI-O and containerd call) runs the bundle that umoci unpacks, with
@@ -27,7 +27,7 @@ if [ "${1:-}" = "--runtime" ]; then
   python3 -c 'import yaml' 2>/dev/null || { echo "smoke: --runtime needs python3-yaml"; exit 2; }
 fi
 OUT="${1:-build/image}"
-TAG="${2:-0.2.0}"
+TAG="${2:-0.3.0}"
 layout="$OUT/splitspec-server"
 [ -d "$layout" ] || { echo "smoke: no image at $layout: run deploy/image/build.sh"; exit 1; }
 CLI=build/bin/splitspec

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The installed package as a robot project sees it (registered in
 # tests/CMakeLists.txt as Package.ConsumerBuildsAgainstInstall):
-#   1. `cmake --install` the build into an empty prefix; it holds the library,
+#   0. `cmake --install` installs every program, each answering --version,
+#      and configs/ under share/splitspec;
+#   1. its client and python components, into an empty prefix, hold the library,
 #      the sentencepiece module, <splitspec/client.h>, the CMake package files
 #      (and the Python module) and nothing else: no static library, no
 #      internal header;
@@ -36,8 +38,26 @@ fail() {
   exit 1
 }
 
-echo "== cmake --install into $prefix"
-"$cmake" --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; fail "install"; }
+echo "== cmake --install, the programs and configs: every program runs from the prefix"
+whole=$tmp/whole
+"$cmake" --install "$build" --prefix "$whole" >"$tmp/install-all.log" || { cat "$tmp/install-all.log"; fail "install"; }
+for p in splitspec splitspec-train splitspec-server; do
+  [ -x "$whole/bin/$p" ] || fail "cmake --install installs no bin/$p"
+  "$whole/bin/$p" --version | grep -q "^$p [0-9]" || fail "$p --version"
+done
+[ -f "$whole/share/splitspec/configs/server.json" ] || fail "cmake --install installs no share/splitspec/configs/server.json"
+# Text needs the sentencepiece module and its helper, found from the prefix.
+[ "$("$whole/bin/splitspec" tokenize --target "$source/models/demo-target" --text "Once upon a time")" = \
+  "$("$build/bin/splitspec" tokenize --target "$source/models/demo-target" --text "Once upon a time")" ] ||
+  fail "the installed splitspec tokenizes otherwise than the build's"
+"$whole/bin/splitspec-server" --config "$whole/share/splitspec/configs/server.json" \
+  --target "$source/models/demo-target" --check-config >/dev/null || fail "the installed server refuses its own config"
+
+echo "== cmake --install of the client package (components client and python) into $prefix"
+for component in client python; do
+  "$cmake" --install "$build" --prefix "$prefix" --component "$component" >>"$tmp/install.log" ||
+    { cat "$tmp/install.log"; fail "install $component"; }
+done
 
 echo "== installed files"
 (cd "$prefix" && find . -type f -o -type l | sed 's|^\./||' | sort) | tee "$tmp/files"
@@ -61,7 +81,7 @@ bad=$(grep -E '^\s*#\s*include' "$prefix/include/splitspec/client.h" | grep -v -
 
 echo "== libsplitspec.so exports the API alone"
 nm -D --defined-only "$lib" | awk '{print $3}' | c++filt >"$tmp/exports"
-api='^splitspec::(Client::|Generation::|(parse_verifier|verifier_name|parse_mode|mode_name|with_mode)(\[abi:cxx11\])?\()'
+api='^splitspec::(Client::|Generation::|Stats::|(parse_verifier|verifier_name|parse_mode|mode_name|with_mode)(\[abi:cxx11\])?\()'
 grep -E "$api" "$tmp/exports" | sed 's/^/  /'
 others=$(grep -v -E "$api" "$tmp/exports" | grep -v -E '^(_init|_fini|SPLITSPEC_[0-9.]+)$' || true)
 [ -z "$others" ] || fail "libsplitspec.so exports more than the API: $(echo "$others" | head -5)"

@@ -60,6 +60,14 @@ class SameAsCli(unittest.TestCase):
         self.assertEqual(r.finish_reason, cli["finish_reason"])
         self.assertEqual(r.stats.new_tokens, 24)
         self.assertEqual(r.stats.rounds, cli["stats"]["rounds"])
+        # The CLI prints the parts its mode measures, by the same names; and
+        # two generations sum.
+        self.assertLessEqual(set(cli["stats"]) - {"threads", "kv_cache"}, set(r.stats.as_dict()))
+        total = splitspec.Stats()
+        total += r.stats
+        total += r.stats
+        self.assertEqual(total.new_tokens, 48)
+        self.assertAlmostEqual(total.tau, r.stats.tau)
 
     def test_seeded_sampling_ids(self):
         req = splitspec.Request(max_new_tokens=32, temperature=0.8, seed=7)
