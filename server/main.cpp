@@ -59,6 +59,12 @@ int main(int argc, char** argv) {
   auto* log_level = app.add_option("--log-level", flags.log_level, "trace|debug|info|warn|error|off");
   auto* port_file = app.add_option("--port-file", flags.port_file, "Write the bound port to this file once serving");
   auto* metrics = app.add_option("--metrics-listen", flags.metrics_listen, "HOST:PORT for Prometheus GET /metrics");
+  auto* http = app.add_option("--http-listen", flags.http_listen,
+                              "HOST:PORT of an OpenAI-compatible HTTP endpoint: /v1/models, /v1/completions, "
+                              "/v1/chat/completions (plaintext)");
+  auto* chat_template = app.add_option("--chat-template", flags.chat_template,
+                                       "The HTTP endpoint's chat template: llama3, chatml, phi3, llama2 or gemma "
+                                       "(default: the one the model names)");
   auto* exits = app.add_option("--early-exits", flags.early_exits, "auto (the target's early_exits.json) or off");
   auto* exit_layers = app.add_option("--early-exit-layers", flags.early_exit_layers, "Run only these exits (layer counts, e.g. 4,6)")
                           ->delimiter(',');
@@ -123,6 +129,8 @@ int main(int argc, char** argv) {
     if (*port_file) config.port_file = flags.port_file;
     if (*exits) config.early_exits = flags.early_exits;
     if (*metrics) config.metrics_listen = flags.metrics_listen;
+    if (*http) config.http_listen = flags.http_listen;
+    if (*chat_template) config.chat_template = flags.chat_template;
     if (*exit_layers) config.early_exit_layers = flags.early_exit_layers;
     if (*exit_queue) config.early_exit_queue = flags.early_exit_queue;
     if (*exit_shortlist) config.early_exit_shortlist = flags.early_exit_shortlist;

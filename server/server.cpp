@@ -24,6 +24,7 @@
 #include "common/util/memory_usage.h"
 #include "server/auth_gate.h"
 #include "server/metrics_http.h"
+#include "server/openai_http.h"
 #include "server/service.h"
 
 namespace splitspec {
@@ -221,6 +222,20 @@ void Server::start() {
     health_server_->GetHealthCheckService()->SetServingStatus(true);
     spdlog::info("event=health listen={} port={}", ctx_->config.health_listen, health_port_);
   }
+  if (!ctx_->config.http_listen.empty()) {
+    // Its requests are Generate calls on an in-process channel: the same
+    // loop, limits and metrics as gRPC's, without a socket or credentials
+    // (the endpoint checks the bearer token itself and passes it on).
+    try {
+      http_ = std::make_unique<OpenAiHttp>(ctx_->config.http_listen, *ctx_,
+                                           server_->InProcessChannel(grpc::ChannelArguments()));
+    } catch (...) {
+      stop(0);
+      throw;
+    }
+    spdlog::info("event=http listen={} port={} paths=/v1/models,/v1/completions,/v1/chat/completions",
+                 ctx_->config.http_listen, http_->port());
+  }
   if (!ctx_->config.metrics_listen.empty()) {
     ServiceContext* ctx = ctx_.get();
     metrics_ = std::make_unique<MetricsHttpServer>(ctx_->config.metrics_listen, [ctx] { return collect_metrics(*ctx); });
@@ -285,6 +300,8 @@ void Server::stop(double grace_s) {
   if (left > 0) spdlog::warn("event=grace_expired cancelling={}", left);
   server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
+  // Its requests in flight have just been cancelled with the calls they ran.
+  http_.reset();
   if (health_server_) {
     health_server_->Shutdown(std::chrono::system_clock::now());
     health_server_->Wait();
@@ -329,6 +346,7 @@ void Server::stop_reaper() {
 }
 
 int Server::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+int Server::http_port() const { return http_ ? http_->port() : 0; }
 
 std::string Server::metrics_text() const { return render_metrics(*ctx_); }
 

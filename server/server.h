@@ -20,6 +20,7 @@ namespace splitspec {
 struct ServiceContext;
 class SplitSpecService;
 class MetricsHttpServer;
+class OpenAiHttp;
 
 class Server {
  public:
@@ -36,6 +37,8 @@ class Server {
   int metrics_port() const;
   // The plaintext health port, when config.health_listen is set (else 0).
   int health_port() const { return health_port_; }
+  // The OpenAI-compatible HTTP port, when config.http_listen is set (else 0).
+  int http_port() const;
   // Graceful stop: health turns NOT_SERVING, new streams are refused, streams
   // in flight get config.shutdown_grace_s to finish before they are cancelled.
   // A program that calls exit() with a server still serving gets it stopped
@@ -59,6 +62,7 @@ class Server {
   std::unique_ptr<grpc::CallbackGenericService> health_unknown_;  // declared first: outlives health_server_
   std::unique_ptr<grpc::Server> health_server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
+  std::unique_ptr<OpenAiHttp> http_;
   int port_ = 0;
   int health_port_ = 0;
   std::thread reaper_;

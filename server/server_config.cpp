@@ -1,10 +1,12 @@
 #include "server/server_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <limits>
 #include <set>
 
+#include "common/tokenizer/chat_template.h"
 #include "common/util/error.h"
 #include "common/util/json_integer.h"
 
@@ -34,7 +36,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "allow_insecure_tokens", "max_concurrent_streams",
                                               "max_connection_idle_s", "max_ping_strikes", "max_rpc_threads",
                                               "kv_budget_bytes", "max_sessions_per_token",
-                                              "max_send_queue_bytes", "tls_client_names"};
+                                              "max_send_queue_bytes", "tls_client_names", "http_listen", "chat_template"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
@@ -58,6 +60,8 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("log_level")) c.log_level = j["log_level"].get<std::string>();
     if (j.contains("port_file")) c.port_file = j["port_file"].get<std::string>();
     if (j.contains("metrics_listen")) c.metrics_listen = j["metrics_listen"].get<std::string>();
+    if (j.contains("http_listen")) c.http_listen = j["http_listen"].get<std::string>();
+    if (j.contains("chat_template")) c.chat_template = j["chat_template"].get<std::string>();
     if (j.contains("early_exits")) c.early_exits = j["early_exits"].get<std::string>();
     if (j.contains("early_exit_layers")) {
       if (!j["early_exit_layers"].is_array()) throw Error("early_exit_layers must be an array of layer counts");
@@ -144,6 +148,17 @@ void ServerConfig::validate() const {
     throw Error("max_connection_idle_s must be a number of seconds in [1, 86400]");
   if (max_ping_strikes < 1) throw Error("max_ping_strikes must be at least 1 (each strike is a ping sooner than 1 s)");
   if (max_rpc_threads < 2) throw Error("max_rpc_threads must be at least 2 (gRPC keeps one polling)");
+  if (!chat_template.empty()) {
+    const std::vector<std::string> names = chat_template_names();
+    if (std::find(names.begin(), names.end(), chat_template) == names.end())
+      throw Error("chat_template must be a built-in template's name (llama3, chatml, phi3, llama2, gemma), got '" +
+                  chat_template + "'");
+  }
+  if (!http_listen.empty() && http_listen.find(':') == std::string::npos)
+    throw Error("http_listen must be HOST:PORT, got '" + http_listen + "'");
+  if (!http_listen.empty() && !auth_tokens_file.empty() && !allow_insecure_tokens)
+    throw Error("http_listen speaks plaintext HTTP, which would carry the bearer tokens in the clear: set "
+                "allow_insecure_tokens (a network you trust, or a TLS-terminating proxy in front)");
   if (!health_listen.empty() && health_listen.find(':') == std::string::npos)
     throw Error("health_listen must be HOST:PORT, got '" + health_listen + "'");
   static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};

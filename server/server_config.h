@@ -75,6 +75,13 @@ struct ServerConfig {
   // HOST:PORT of a plaintext grpc.health.v1-only listener, for Kubernetes'
   // gRPC probes while the main port speaks TLS; empty: none.
   std::string health_listen;
+  // HOST:PORT of the OpenAI-compatible HTTP endpoint (openai_http.h); empty:
+  // none. Plaintext: with bearer tokens it needs allow_insecure_tokens (put
+  // a TLS-terminating proxy in front).
+  std::string http_listen;
+  // The endpoint's chat template: a built-in name (llama3, chatml, phi3,
+  // llama2, gemma); empty: the one the model names.
+  std::string chat_template;
   // HTTP/2 limits on every connection (gRPC 1.51's pre-auth denial-of-service
   // advisories; deploy/README.md): streams open at once on one connection,
   // a connection with no stream closed after this long, and the pings too

@@ -61,6 +61,13 @@ TEST(ServerConfig, ShippedConfigParsesAndBadOnesAreNamed) {
   EXPECT_NE(config_error("{\"max_concurrent_streams\": 0}").find("max_concurrent_streams"), std::string::npos);
   EXPECT_NE(config_error("{\"max_connection_idle_s\": 0}").find("max_connection_idle_s"), std::string::npos);
   EXPECT_NE(config_error("{\"max_ping_strikes\": 0}").find("max_ping_strikes"), std::string::npos);
+  EXPECT_NE(config_error("{\"max_rpc_threads\": 1}").find("max_rpc_threads"), std::string::npos);
+  EXPECT_NE(config_error("{\"http_listen\": \"8080\"}").find("http_listen must be HOST:PORT"), std::string::npos);
+  EXPECT_NE(config_error("{\"http_listen\": \"0.0.0.0:8080\", \"auth_tokens_file\": \"t\", \"tls_cert\": \"c\", "
+                         "\"tls_key\": \"k\"}")
+                .find("plaintext HTTP"),
+            std::string::npos);
+  EXPECT_NE(config_error("{\"chat_template\": \"jinja\"}").find("chat_template must be a built-in"), std::string::npos);
   EXPECT_NE(config_error("{\"session_idle_timeout_s\": -1}").find("session_idle_timeout_s"), std::string::npos);
 }
 

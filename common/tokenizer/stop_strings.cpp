@@ -1,4 +1,4 @@
-#include "client/stop_strings.h"
+#include "common/tokenizer/stop_strings.h"
 
 #include <algorithm>
 

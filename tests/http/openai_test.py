@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""splitspec-server's OpenAI-compatible endpoint end to end (ctest
+Http.OpenAiClientAgainstTheServer): a real server process with bearer tokens
+and --http-listen; the official `openai` npm client (scripts/
+setup_test_material.sh installs it under build/) streams a greedy completion
+whose text must equal `splitspec generate --mode cloud-ar`'s, gets the same
+text whole with its usage, runs a chat completion streamed and whole, lists
+the model, and gets 401 with a wrong token. Bad requests are tried with
+urllib: each gets its status and an OpenAI error object. Exit 77 (skip)
+without node or the npm package.
+
+usage: openai_test.py BIN_DIR SOURCE_DIR MATERIAL_DIR
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+BIN, SOURCE, MATERIAL = sys.argv[1:4]
+PACKAGE = os.path.abspath(os.path.join(MATERIAL, "npm", "node_modules", "openai"))
+TARGET = os.path.join(SOURCE, "models", "demo-target")
+PROMPT = "Once upon a time, there was a little robot"
+MAX_TOKENS = 24
+
+
+def fail(message):
+    print("FAIL:", message)
+    sys.exit(1)
+
+
+def request(url, body=None, token="robot-1", method=None):
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    req = urllib.request.Request(url, data=data, method=method or ("POST" if data is not None else "GET"))
+    req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def main():
+    if not shutil.which("node") or not os.path.isfile(os.path.join(PACKAGE, "package.json")):
+        print("SKIP: node or the openai npm package is missing (scripts/setup_test_material.sh installs it)")
+        return 77
+    tmp = tempfile.mkdtemp()
+    tokens = os.path.join(tmp, "tokens")
+    with open(tokens, "w") as f:
+        f.write("robot-1\n")
+    err = open(os.path.join(tmp, "server.err"), "w+")
+    server = subprocess.Popen([os.path.join(BIN, "splitspec-server"), "--target", TARGET, "--listen", "127.0.0.1:0",
+                               "--http-listen", "127.0.0.1:0", "--auth-tokens-file", tokens,
+                               "--allow-insecure-tokens", "--chat-template", "chatml", "--threads", "1",
+                               "--log-level", "info"], stderr=err)
+    try:
+        ports = {}
+        for _ in range(600):
+            err.seek(0)
+            log = err.read()
+            for name in ("serving", "http"):
+                m = re.search(r"event=%s listen=\S+ port=(\d+)" % name, log)
+                if m:
+                    ports[name] = int(m.group(1))
+            if len(ports) == 2:
+                break
+            if server.poll() is not None:
+                fail("the server exited: " + log)
+            time.sleep(0.1)
+        else:
+            fail("the server did not start: " + log)
+        base = "http://127.0.0.1:%d/v1" % ports["http"]
+
+        cli = subprocess.run([os.path.join(BIN, "splitspec"), "generate", "--mode", "cloud-ar", "--server",
+                              "127.0.0.1:%d" % ports["serving"], "--tokenizer", TARGET, "--auth-token-file", tokens,
+                              "--allow-insecure-tokens", "--prompt", PROMPT, "--max-new-tokens", str(MAX_TOKENS),
+                              "--json"], capture_output=True, text=True)
+        if cli.returncode != 0:
+            fail("splitspec generate: " + cli.stderr)
+        want = json.loads(cli.stdout)
+
+        node = subprocess.run(["node", os.path.join(SOURCE, "tests", "http", "openai_client.mjs"), PACKAGE, base,
+                               "robot-1", PROMPT, str(MAX_TOKENS)], capture_output=True, text=True, timeout=300)
+        if node.returncode != 0:
+            fail("the openai client: " + node.stderr + node.stdout)
+        got = json.loads(node.stdout)
+        print("cli:     ", json.dumps(want["text"]))
+        print("streamed:", json.dumps(got["streamed"]), "in", got["streamed_chunks"], "chunks")
+        print("chat:    ", json.dumps(got["chat"]))
+        checks = [
+            (got["streamed"] == want["text"], "the streamed text is not generate's"),
+            (got["streamed_chunks"] > 1, "the completion was not streamed in pieces"),
+            (got["whole"] == want["text"], "the whole text is not generate's"),
+            (got["usage"]["completion_tokens"] == MAX_TOKENS, "usage.completion_tokens"),
+            (got["usage"]["prompt_tokens"] == len(want["prompt_ids"]), "usage.prompt_tokens"),
+            (got["usage"]["total_tokens"] == len(want["prompt_ids"]) + MAX_TOKENS, "usage.total_tokens"),
+            (got.get("streamed_usage") == got["usage"], "stream_options.include_usage"),
+            (got["whole_finish"] == "length" and got["streamed_finish"] == "length", "finish_reason"),
+            (got["chat_role"] == "assistant" and got["chat"] == got["chat_streamed"] and got["chat"] != "",
+             "the chat completion"),
+            (got["models"] == ["demo-target"], "the model list"),
+            (got["unauthorized"] == 401, "a wrong token"),
+        ]
+        for ok, what in checks:
+            if not ok:
+                fail(what + ": " + json.dumps(got))
+
+        # Bad requests: a status and an OpenAI error object each.
+        cases = [
+            (base + "/models", None, None, 401),
+            (base + "/completions", {"prompt": "x"}, "", 401),
+            (base + "/completions", b"{not json", "robot-1", 400),
+            (base + "/completions", {"prompt": "x", "n": 2}, "robot-1", 400),
+            (base + "/completions", {"prompt": "x", "max_tokens": 0}, "robot-1", 400),
+            (base + "/completions", {"prompt": "x", "temperature": 9}, "robot-1", 400),
+            (base + "/completions", {"prompt": [1, 99999]}, "robot-1", 400),
+            (base + "/completions", {"prompt": "x" * 20000}, "robot-1", 400),
+            (base + "/chat/completions", {"messages": []}, "robot-1", 400),
+            (base + "/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "robot-1", 400),
+            (base + "/nowhere", None, "robot-1", 404),
+        ]
+        for url, body, token, status in cases:
+            code, answer = request(url, body, token=token)
+            if code != status or "message" not in answer.get("error", {}):
+                fail("%s %s: %d %s, expected %d with an error" % (url, str(body)[:40], code, answer, status))
+        # A stop string ends the text before it.
+        code, answer = request(base + "/completions", {"prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0,
+                                                       "stop": [want["text"][10:14]]})
+        text = answer["choices"][0]["text"]
+        if code != 200 or answer["choices"][0]["finish_reason"] != "stop" or text != want["text"][:len(text)] or \
+                want["text"][10:14] in text:
+            fail("stop: %s" % answer)
+        # The requests ran as the server's own Generate calls.
+        code, info = request(base + "/models")
+        if code != 200:
+            fail("models: %s" % info)
+        print("PASS")
+        return 0
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
