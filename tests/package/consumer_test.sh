@@ -43,8 +43,12 @@ whole=$tmp/whole
 "$cmake" --install "$build" --prefix "$whole" >"$tmp/install-all.log" || { cat "$tmp/install-all.log"; fail "install"; }
 for p in splitspec splitspec-train splitspec-server; do
   [ -x "$whole/bin/$p" ] || fail "cmake --install installs no bin/$p"
-  "$whole/bin/$p" --version | grep -q "^$p [0-9]" || fail "$p --version"
 done
+# Every program in bin/ says its version (the helpers live in lib/).
+for p in "$whole"/bin/*; do
+  "$p" --version | grep -q "^$(basename "$p") [0-9]" || fail "$(basename "$p") --version"
+done
+[ -x "$whole/lib/splitspec-spm-serve" ] || fail "the tokenizer's helper is not installed beside the libraries"
 [ -f "$whole/share/splitspec/configs/server.json" ] || fail "cmake --install installs no share/splitspec/configs/server.json"
 # Text needs the sentencepiece module and its helper, found from the prefix.
 [ "$("$whole/bin/splitspec" tokenize --target "$source/models/demo-target" --text "Once upon a time")" = \
