@@ -18,8 +18,8 @@
 #   SANITIZE_LEAKS   0: no leak detection (default 1, with tests/sanitizers/lsan.supp)
 #
 # Not run here (ctest -E): the Python tests (an instrumented module in an
-# uninstrumented python3 needs libasan preloaded), the package consumer test
-# (it builds examples against the install without sanitizer flags) and the
+# uninstrumented python3 needs libasan preloaded), the package tests (they
+# build examples, a client-only build and .debs without sanitizer flags) and the
 # AArch64 kernels under QEMU (a cross build of its own, no sanitizers), and
 # the test that makes a server's KV allocation fail: ASan's operator new
 # reports out-of-memory and aborts instead of throwing std::bad_alloc, whose
@@ -36,7 +36,7 @@ esac
 case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$ROOT/$BUILD_DIR" ;; esac
 BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}"
 LOGS="$BUILD_DIR/sanitizer-logs"
-EXCLUDE='^(Python\.|Package\.ConsumerBuildsAgainstInstall$|LinearCheck\.Aarch64BodiesUnderQemu$|ServerLimits\.AnOpenThatRunsOutOfMemoryGetsAStatusAtOnce$)'
+EXCLUDE='^(Python\.|Package\.|LinearCheck\.Aarch64BodiesUnderQemu$|ServerLimits\.AnOpenThatRunsOutOfMemoryGetsAStatusAtOnce$)'
 
 # Reports go to $LOGS/<tool>.<pid> (so that those of child processes are
 # kept too) and end the process; UBSan prints a stack.

@@ -447,10 +447,11 @@ int threads_held_by_silent_reflection_streams(int32_t max_rpc_threads, int strea
   }
   EXPECT_NO_THROW(server_stats_with_token(address)) << "the splitspec service does not wait on reflection's threads";
   for (auto& ctx : contexts) ctx->TryCancel();
-  for (int i = 0; i < streams; ++i) {
-    grpc::Status status;
-    calls[static_cast<size_t>(i)]->Finish(&status, reinterpret_cast<void*>(static_cast<intptr_t>(1000 + i)));
-  }
+  // Each Finish writes its status when the call completes: they outlive the waits below.
+  std::vector<grpc::Status> statuses(static_cast<size_t>(streams));
+  for (int i = 0; i < streams; ++i)
+    calls[static_cast<size_t>(i)]->Finish(&statuses[static_cast<size_t>(i)],
+                                          reinterpret_cast<void*>(static_cast<intptr_t>(1000 + i)));
   for (int i = 0; i < streams; ++i) cq.Next(&tag, &ok);
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
