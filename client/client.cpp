@@ -218,34 +218,6 @@ void check_combination(const ClientOptions& o, const DrafterInfo& d, const std::
 
 namespace {
 
-// The server's target, here: a fallback that verified with another model
-// would change the output, so it must be the same one. It goes on with the
-// server's KV cache type.
-void check_fallback(const ClientOptions& o, const v1::ServerInfo& info, Model& m) {
-  const KVType server_kv = info.kv_cache().empty() ? KVType::F32 : parse_kv_type(info.kv_cache());
-  if (!o.kv_cache.empty() && parse_kv_type(o.kv_cache) != server_kv)
-    throw Error(std::string("kv_cache ") + o.kv_cache + " is not server " + o.server + "'s (" + kv_type_name(server_kv) +
-                "): a fallback target goes on with the server's cache type, or its tokens would differ");
-  const ModelConfig& c = m.config();
-  if (c.vocab_size != info.vocab_size() || (info.hidden_size() > 0 && c.hidden_size != info.hidden_size()))
-    throw Error("fallback target " + o.fallback_target_dir + " (vocab_size " + std::to_string(c.vocab_size) +
-                ", hidden_size " + std::to_string(c.hidden_size) + ") is not server " + o.server + "'s target (" +
-                std::to_string(info.vocab_size()) + ", " + std::to_string(info.hidden_size()) + ")");
-  if (!info.tokenizer_fingerprint().empty() && tokenizer_available(o.fallback_target_dir) &&
-      Tokenizer(o.fallback_target_dir).fingerprint() != info.tokenizer_fingerprint())
-    throw Error("fallback target " + o.fallback_target_dir + " has another tokenizer than server " + o.server +
-                "'s target; it must be the same model");
-  // Same shape and tokenizer is not enough: a Q4_0 copy of an F16 target
-  // gives other tokens after a failover.
-  const std::string digest = m.weights_digest();
-  if (!info.weights_digest().empty() && !digest.empty() && digest != info.weights_digest())
-    throw Error("fallback target " + o.fallback_target_dir + " (" + wtype_name(m.weight_type()) + ", weights digest " +
-                digest + ") is not the weights server " + o.server + " verifies with (" + info.weight_type() +
-                ", digest " + info.weights_digest() + "): give the same file at the same --dtype, or its tokens "
-                "would differ after a failover");
-  m.set_kv_type(server_kv);
-}
-
 // What an offline-started link says of the server until it is reached: the
 // fallback's own identity, which the server must then match.
 v1::ServerInfo fallback_identity(const ClientOptions& o, const Model& m) {
@@ -263,6 +235,33 @@ v1::ServerInfo fallback_identity(const ClientOptions& o, const Model& m) {
   i.set_kv_cache(kv_type_name(options_kv_type(o)));
   i.set_serving(true);
   return i;
+}
+
+// The server's target, here: a fallback that verified with another model
+// would change the output, so it must be the same one. `own` is the
+// fallback's identity (fallback_identity), computed once: its weights digest
+// reads every tensor. It goes on with the server's KV cache type.
+void check_fallback(const ClientOptions& o, const v1::ServerInfo& info, const v1::ServerInfo& own, Model& m) {
+  const KVType server_kv = info.kv_cache().empty() ? KVType::F32 : parse_kv_type(info.kv_cache());
+  if (!o.kv_cache.empty() && parse_kv_type(o.kv_cache) != server_kv)
+    throw Error(std::string("kv_cache ") + o.kv_cache + " is not server " + o.server + "'s (" + kv_type_name(server_kv) +
+                "): a fallback target goes on with the server's cache type, or its tokens would differ");
+  if (own.vocab_size() != info.vocab_size() || (info.hidden_size() > 0 && own.hidden_size() != info.hidden_size()))
+    throw Error("fallback target " + o.fallback_target_dir + " (vocab_size " + std::to_string(own.vocab_size()) +
+                ", hidden_size " + std::to_string(own.hidden_size()) + ") is not server " + o.server + "'s target (" +
+                std::to_string(info.vocab_size()) + ", " + std::to_string(info.hidden_size()) + ")");
+  if (!info.tokenizer_fingerprint().empty() && !own.tokenizer_fingerprint().empty() &&
+      own.tokenizer_fingerprint() != info.tokenizer_fingerprint())
+    throw Error("fallback target " + o.fallback_target_dir + " has another tokenizer than server " + o.server +
+                "'s target; it must be the same model");
+  // Same shape and tokenizer is not enough: a Q4_0 copy of an F16 target
+  // gives other tokens after a failover.
+  if (!info.weights_digest().empty() && !own.weights_digest().empty() && own.weights_digest() != info.weights_digest())
+    throw Error("fallback target " + o.fallback_target_dir + " (" + own.weight_type() + ", weights digest " +
+                own.weights_digest() + ") is not the weights server " + o.server + " verifies with (" +
+                info.weight_type() + ", digest " + info.weights_digest() + "): give the same file at the same --dtype, "
+                "or its tokens would differ after a failover");
+  m.set_kv_type(server_kv);
 }
 
 }  // namespace
@@ -325,9 +324,9 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
     } else {
       // The server's target as stored: its digest must be the server's.
       impl->fallback = load_local_target(o, o.fallback_target_dir, options_kv_type(o), std::nullopt);
-      impl->link = std::make_unique<ServerLink>(o.server, o.connect_timeout, link_security(o),
-                                                fallback_identity(o, *impl->fallback));
-      if (impl->link->confirmed()) check_fallback(o, impl->link->info(), *impl->fallback);
+      const v1::ServerInfo own = fallback_identity(o, *impl->fallback);
+      impl->link = std::make_unique<ServerLink>(o.server, o.connect_timeout, link_security(o), own);
+      if (impl->link->confirmed()) check_fallback(o, impl->link->info(), own, *impl->fallback);
     }
   }
   if (local && impl->spec.draft && o.tokenizer.empty() &&

@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "common/util/error.h"
+#include "common/util/host_port.h"
 
 namespace splitspec {
 
@@ -26,14 +27,8 @@ class Collector : public prometheus::Collectable {
 // HOST:PORT as civetweb's listening_ports takes it: a numeric address
 // ([v6] bracketed) and the port.
 std::string civetweb_address(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0) throw Error("metrics_listen must be HOST:PORT, got '" + listen + "'");
-  std::string host = listen.substr(0, colon);
-  const std::string port = listen.substr(colon + 1);
-  if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 ||
-      std::stoi(port) > 65535)
-    throw Error("metrics_listen " + listen + ": port must be a number in [0, 65535]");
+  const auto [host, port_number] = split_host_port(listen, "metrics_listen");
+  const std::string port = std::to_string(port_number);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

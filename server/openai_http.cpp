@@ -16,6 +16,7 @@
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/stop_strings.h"
 #include "common/util/error.h"
+#include "common/util/host_port.h"
 #include "proto/splitspec.grpc.pb.h"
 #include "server/service.h"
 #include "server/token_auth.h"
@@ -33,10 +34,13 @@ struct HttpError {
   std::string type = "invalid_request_error";
 };
 
+json error_json(const HttpError& e) {
+  return {{"error", {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}}}};
+}
+
 void send_error(httplib::Response& res, const HttpError& e) {
   res.status = e.status;
-  res.set_content(json{{"error", {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}}}}.dump(),
-                  "application/json");
+  res.set_content(error_json(e).dump(), "application/json");
 }
 
 HttpError from_status(const grpc::Status& s) {
@@ -309,8 +313,7 @@ class Endpoint {
           return send(chunk(*job, choice));
         });
         if (!o.status.ok()) {
-          const HttpError e = from_status(o.status);
-          send({{"error", {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}}}});
+          send(error_json(from_status(o.status)));
         } else {
           json last = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", o.finish}};
           if (job->chat)
@@ -353,16 +356,7 @@ OpenAiHttp::OpenAiHttp(const std::string& listen, ServiceContext& ctx, std::shar
     throw Error("http_listen: the OpenAI endpoint speaks text, and the target " + ctx.config.target_dir +
                 " ships no tokenizer");
   tokenizer_ = std::make_unique<Tokenizer>(ctx.config.target_dir);
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) throw Error("http_listen must be HOST:PORT, got '" + listen + "'");
-  std::string host = listen.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = 0;
-  try {
-    port = std::stoi(listen.substr(colon + 1));
-  } catch (const std::exception&) {
-    throw Error("http_listen must be HOST:PORT, got '" + listen + "'");
-  }
+  const auto [host, port] = split_host_port(listen, "http_listen");
   auto endpoint = std::make_shared<Endpoint>(ctx, *tokenizer_, std::move(channel));
   http_ = std::make_unique<httplib::Server>();
   http_->set_payload_max_length(static_cast<size_t>(ctx.config.max_message_bytes));

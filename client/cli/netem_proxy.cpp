@@ -15,6 +15,7 @@
 #include <random>
 
 #include "common/util/error.h"
+#include "common/util/host_port.h"
 
 namespace splitspec {
 
@@ -22,17 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::pair<std::string, std::string> split_host_port(const std::string& address, const char* what) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size())
-    throw Error(std::string(what) + " must be HOST:PORT, got '" + address + "'");
-  std::string host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return {host, address.substr(colon + 1)};
-}
-
 addrinfo* resolve(const std::string& address, const char* what, bool passive) {
-  const auto [host, port] = split_host_port(address, what);
+  const auto [host, port_number] = split_host_port(address, what);
+  const std::string port = std::to_string(port_number);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
