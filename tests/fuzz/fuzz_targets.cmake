@@ -4,6 +4,9 @@
 # project(), and defers adding the targets to the end of the top-level
 # CMakeLists.txt, when splitspec_common and splitspec_server exist. The
 # project's own CMake files stay as they are.
+if(CMAKE_VERSION VERSION_LESS 3.19)
+  message(FATAL_ERROR "scripts/fuzz.sh needs CMake 3.19 or newer (cmake_language DEFER); this is ${CMAKE_VERSION}")
+endif()
 cmake_language(DEFER CALL _splitspec_add_fuzz_targets)
 
 function(_splitspec_add_fuzz_targets)

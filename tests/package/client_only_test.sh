@@ -6,9 +6,10 @@
 #   - neither the library, the CLI nor the module needs LibTorch (ldd), and no
 #     server or trainer was built;
 #   - the client-only CLI generates exactly what the full build's does.
-# The build stays in BUILD_DIR/client-only, so a second run is incremental.
+# The build stays in BUILD_DIR/OUT_NAME (default client-only), so a second
+# run is incremental. CMAKE names another CMake, e.g. the oldest supported.
 #
-# usage: [CMAKE=cmake] client_only_test.sh BUILD_DIR SOURCE_DIR GENERATOR CXX_COMPILER
+# usage: [CMAKE=cmake] client_only_test.sh BUILD_DIR SOURCE_DIR GENERATOR CXX_COMPILER [OUT_NAME]
 set -euo pipefail
 
 build=$1
@@ -16,13 +17,13 @@ source=$2
 generator=$3
 cxx=$4
 cmake=${CMAKE:-cmake}
-out=$build/client-only
+out=$build/${5:-client-only}
 fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
 
-echo "== configure: client only, LibTorch forbidden"
+echo "== configure: client only, LibTorch forbidden ($("$cmake" --version | head -1))"
 "$cmake" -S "$source" -B "$out" -G "$generator" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" \
   -DSPLITSPEC_CLIENT_ONLY=ON -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >"$out.configure.log" 2>&1 ||
   { cat "$out.configure.log"; fail "configure"; }
