@@ -11,6 +11,7 @@
 #include "client/server_generate.h"
 #include "client/server_link.h"
 #include "client/server_verifier.h"
+#include "common/decoding/forward_emulation.h"
 #include "common/drafting/registry.h"
 #include "common/engine/model.h"
 #include "common/engine/threads.h"
@@ -207,6 +208,8 @@ void check_combination(const ClientOptions& o, const DrafterInfo& d, const std::
     throw Error(label + ": kv_cache sets the local target's cache; the server's is its own kv_cache setting");
   if (o.reconnect_budget.count() < 0) throw Error(label + ": reconnect_budget must be >= 0");
   if (o.failback_interval.count() <= 0) throw Error(label + ": failback_interval must be > 0");
+  if (!(o.emulate_draft_factor >= 1 && o.emulate_draft_factor <= 1000))
+    throw Error(label + ": emulate_draft_factor must be in [1, 1000] (1: the real device)");
   if (local && o.target_dir.empty()) throw Error(label + " needs a target model (--target DIR)");
   if (!local && o.server.empty()) throw Error(label + " needs a server (--server HOST:PORT)");
   if (d.has(kNeedsDraftModel) && o.draft_dir.empty()) throw Error(label + " needs a draft model (--draft DIR)");
@@ -393,6 +396,7 @@ ServerInfo Client::server_info() {
   out.kv_cache = i.kv_cache().empty() ? "f32" : i.kv_cache();
   out.weight_type = i.weight_type();
   out.weights_digest = i.weights_digest();
+  out.emulated_forward_ms = i.emulated_forward_ms();
   return out;
 }
 
@@ -551,6 +555,12 @@ Result Client::Impl::generate(const std::vector<int32_t>& prompt_ids, const Requ
   }
   Stats& s = r.stats;
   s.new_tokens = static_cast<int64_t>(r.ids.size());
+  if (!drafter.has(kDraftsNothing)) s.emulated_draft_factor = options.emulate_draft_factor;
+  if (link && options.verifier == VerifierKind::kServer) {
+    const ForwardEmulation e = ForwardEmulation::parse(link->info().emulated_forward_ms());
+    s.emulated_forward_fixed_ms = e.fixed_ms;
+    s.emulated_forward_per_row_ms = e.per_row_ms;
+  }
   s.derive();
   return r;
 }
@@ -592,6 +602,7 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   lo.deadline = std::chrono::steady_clock::now() + req.deadline;
   lo.predraft = options.predraft;
   lo.predraft_threads = options.predraft_threads;
+  lo.draft_slowdown = options.emulate_draft_factor;
   if (options.predraft) lo.predraft_queue = parse_queue_policy(options.predraft_queue);
   if (options.predraft_adaptive) lo.predraft_switch = &predraft_switch;
   lo.cancel = &cancel;
@@ -634,6 +645,7 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
     s.verify_wait_ms = vs.wait_ms;
     s.server_ms = vs.server_ms;
     s.verdict_bytes = vs.verdict_bytes;
+    s.draft_bytes = vs.draft_bytes;
     s.verdict_top_k_bytes = vs.top_k_bytes;
     s.verdict_hidden_bytes = vs.hidden_bytes;
     s.server_forward_ms = vs.forward_ms;

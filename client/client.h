@@ -142,6 +142,11 @@ struct ClientOptions {
   // probe; for hardware shared with the server, or exits that rarely agree
   // with the final layer.
   bool predraft_adaptive = false;
+  // Emulates a slower edge device (a Jetson on a workstation): every
+  // drafting step (a draft model's forward, a table look-up, a head's beam
+  // search) takes this many times its measured time. 1: real. Tokens are
+  // unchanged; times are reported as emulated (Stats::emulated_draft_factor).
+  double emulate_draft_factor = 1;
   std::chrono::milliseconds connect_timeout{5000};
   // Server verifier: how long a broken generation may try to reconnect, from
   // the break, before it fails over (or fails); 0: never.
@@ -289,6 +294,7 @@ struct DraftStats {
   double final_alpha = 0;             // the fallback threshold at the end
   int64_t provisional_tokens = 0;     // drafted while weights loaded
   int64_t provisional_kept = 0;       //   of those, kept for the next tree
+  double emulated_draft_factor = 1;   // ClientOptions::emulate_draft_factor: above 1, draft times are emulated
 
   template <class V>
   static void fields(V&& v) {
@@ -311,6 +317,7 @@ struct DraftStats {
     v("final_alpha", &T::final_alpha, Merge::kLast);
     v("provisional_tokens", &T::provisional_tokens, Merge::kSum);
     v("provisional_kept", &T::provisional_kept, Merge::kSum);
+    v("emulated_draft_factor", &T::emulated_draft_factor, Merge::kMax);
   }
 };
 
@@ -345,6 +352,11 @@ struct LinkStats {
   int64_t verdict_bytes = 0;          // final verdicts received, serialized
   int64_t verdict_top_k_bytes = 0;    //   of those, the target's top K (the lut drafter asks for them)
   int64_t verdict_hidden_bytes = 0;   //   of those, the target's hidden state (the recurrent drafter's)
+  int64_t draft_bytes = 0;            // drafts sent upstream, serialized
+  // The server's --emulate-forward-ms (ServerInfo): nonzero, its forward
+  // times, and every time measured through it, are emulated.
+  double emulated_forward_fixed_ms = 0;
+  double emulated_forward_per_row_ms = 0;
 
   template <class V>
   static void fields(V&& v) {
@@ -357,6 +369,9 @@ struct LinkStats {
     v("verdict_bytes", &T::verdict_bytes, Merge::kSum);
     v("verdict_top_k_bytes", &T::verdict_top_k_bytes, Merge::kSum);
     v("verdict_hidden_bytes", &T::verdict_hidden_bytes, Merge::kSum);
+    v("draft_bytes", &T::draft_bytes, Merge::kSum);
+    v("emulated_forward_fixed_ms", &T::emulated_forward_fixed_ms, Merge::kMax);
+    v("emulated_forward_per_row_ms", &T::emulated_forward_per_row_ms, Merge::kMax);
   }
 };
 
@@ -470,6 +485,9 @@ struct ServerInfo {
   std::string kv_cache;  // the target's KV cache type: "f32" or "f16"
   std::string weight_type;     // the target's layer matrices' type, e.g. "q4_k"
   std::string weights_digest;  // of its weights (empty: streamed from disk)
+  // "FIXED:PER_ROW" ms when the server emulates a slower accelerator
+  // (--emulate-forward-ms): its times are emulated. Empty: real.
+  std::string emulated_forward_ms;
 };
 
 namespace detail {

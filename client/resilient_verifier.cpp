@@ -18,6 +18,7 @@ void add(VerifierStats& into, const VerifierStats& s) {
   into.server_ms += s.server_ms;
   into.exits_ms += s.exits_ms;
   into.verdict_bytes += s.verdict_bytes;
+  into.draft_bytes += s.draft_bytes;
   into.top_k_bytes += s.top_k_bytes;
   into.hidden_bytes += s.hidden_bytes;
   into.weight_bytes_read += s.weight_bytes_read;

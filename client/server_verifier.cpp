@@ -135,6 +135,7 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
   d->set_round(round);
   encode_draft(tree, !greedy_, *d);
   d->set_early_verdicts(early && handler_);
+  stats_.draft_bytes += static_cast<int64_t>(msg.ByteSizeLong());
   const auto sent = SteadyClock::now();
   stream_->send(std::move(msg));
 

@@ -41,6 +41,7 @@ struct VerifierStats {
   double server_ms = 0;    // of that, the server's own: queue, forward, verify
   double exits_ms = 0;     // of forward_ms: early exits
   int64_t verdict_bytes = 0;  // final verdicts as serialized (server)
+  int64_t draft_bytes = 0;    // drafts sent upstream as serialized (server)
   int64_t top_k_bytes = 0;    // of those, the top K asked for (server)
   int64_t hidden_bytes = 0;   // of those, the hidden state asked for (server)
   // A target streamed from disk (local).

@@ -5,8 +5,8 @@
 
 namespace splitspec {
 
-ComputeQueue::ComputeQueue(int compute_threads, BatchingOptions batching)
-    : batching_(batching), worker_([this, compute_threads] { run(compute_threads); }) {}
+ComputeQueue::ComputeQueue(int compute_threads, BatchingOptions batching, ForwardEmulation emulation)
+    : batching_(batching), emulation_(emulation), worker_([this, compute_threads] { run(compute_threads); }) {}
 
 ComputeQueue::~ComputeQueue() {
   {
@@ -178,7 +178,7 @@ void ComputeQueue::run_rounds(std::vector<RoundJob> jobs, std::vector<Chunk> chu
   std::string batch_error;
   const auto forward_start = SteadyClock::now();
   try {
-    results = TargetDecoder::verify_batch(batch, prefills);
+    results = TargetDecoder::verify_batch(batch, prefills, emulation_);
   } catch (const std::exception& e) {
     batch_error = e.what();
   }
@@ -202,7 +202,7 @@ void ComputeQueue::run_rounds(std::vector<RoundJob> jobs, std::vector<Chunk> chu
     const int64_t r = j.decoder->round_rows(*j.tree);
     RoundVerified o = outcome(j, 1, r);
     try {
-      o.result = j.decoder->verify(*j.tree, j.request);
+      o.result = std::move(TargetDecoder::verify_batch({{j.decoder, j.tree.get(), &j.request}}, {}, emulation_)[0]);
       stats_.batch_rounds.Observe(1);
       stats_.batch_rows.Observe(static_cast<double>(r));
       stats_.forward_ms.Observe(o.result->forward_ms);

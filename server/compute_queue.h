@@ -74,7 +74,8 @@ struct ComputeStats {
 class ComputeQueue {
  public:
   // `compute_threads` is the worker's LibTorch/OpenMP thread count.
-  explicit ComputeQueue(int compute_threads, BatchingOptions batching = {});
+  // `emulation` pads every forward to its modeled time (forward_emulation.h).
+  explicit ComputeQueue(int compute_threads, BatchingOptions batching = {}, ForwardEmulation emulation = {});
   // Runs every job still queued, then stops the worker.
   ~ComputeQueue();
   // A job that runs alone, in its turn.
@@ -102,6 +103,7 @@ class ComputeQueue {
   void run_rounds(std::vector<RoundJob> jobs, std::vector<Chunk> chunks);
 
   const BatchingOptions batching_;
+  const ForwardEmulation emulation_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;

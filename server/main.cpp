@@ -76,6 +76,10 @@ int main(int argc, char** argv) {
   auto* batch_rows = app.add_option("--max-batch-rows", flags.max_batch_rows, "Rows of one batched forward");
   auto* batch_wait = app.add_option("--batch-wait-ms", flags.batch_wait_ms,
                                     "How long a round may wait for others to join its forward (0: only those waiting)");
+  std::string emulate_forward;
+  auto* emulate = app.add_option("--emulate-forward-ms", emulate_forward,
+                                 "Emulate a slower accelerator: each target forward takes at least FIXED + PER_ROW x "
+                                 "rows ms (FIXED[:PER_ROW], e.g. 30:0.3); tokens stay real, times are labelled emulated");
   auto* hint = app.add_option("--draft-hint", flags.draft_hint,
                               "auto: advise clients' draft length from the load; off: no advice");
   auto* tls_cert = app.add_option("--tls-cert", flags.tls_cert, "PEM certificate chain: serve TLS (with --tls-key)");
@@ -137,6 +141,7 @@ int main(int argc, char** argv) {
     if (*batching) config.batching = flags.batching;
     if (*batch_rows) config.max_batch_rows = flags.max_batch_rows;
     if (*batch_wait) config.batch_wait_ms = flags.batch_wait_ms;
+    if (*emulate) config.emulate_forward = splitspec::ForwardEmulation::parse(emulate_forward);
     if (*hint) config.draft_hint = flags.draft_hint;
     if (*tls_cert) config.tls_cert = flags.tls_cert;
     if (*tls_key) config.tls_key = flags.tls_key;

@@ -159,7 +159,7 @@ void Server::start() {
   batching.enabled = ctx_->config.batching;
   batching.max_rows = ctx_->config.max_batch_rows;
   batching.wait_ms = ctx_->config.batch_wait_ms;
-  ctx_->compute = std::make_unique<ComputeQueue>(ctx_->config.compute_threads, batching);
+  ctx_->compute = std::make_unique<ComputeQueue>(ctx_->config.compute_threads, batching, ctx_->config.emulate_forward);
   grpc::ServerBuilder builder;
   // Bearer tokens and client certificate names are checked by the transport
   // before any handler runs, reflection's included (auth_gate.h).
@@ -251,13 +251,18 @@ void Server::start() {
   const ModelConfig& c = ctx_->target->config();
   spdlog::info("event=serving listen={} port={} tls={} auth={} model={} layers={} vocab={} context={} max_sessions={} batching={} "
                "max_batch_rows={} batch_wait_ms={} draft_hint={} kv_cache={} kv_budget_bytes={} tokenizer={} weights={} "
-               "weights_digest={}",
+               "weights_digest={} emulate_forward_ms={}",
                ctx_->config.listen, port_,
                ctx_->config.tls_cert.empty() ? "off" : (ctx_->config.tls_client_ca.empty() ? "on" : "mutual"),
                ctx_->auth ? "token" : "none", ctx_->model_name, c.num_hidden_layers, c.vocab_size, c.max_position_embeddings,
                ctx_->config.max_sessions, ctx_->config.batching, ctx_->config.max_batch_rows, ctx_->config.batch_wait_ms,
                ctx_->config.draft_hint, ctx_->config.kv_cache, ctx_->kv_budget_bytes, ctx_->tokenizer_fingerprint.empty() ? "none" : ctx_->tokenizer_fingerprint,
-               ctx_->weight_type, ctx_->weights_digest.empty() ? "none" : ctx_->weights_digest);
+               ctx_->weight_type, ctx_->weights_digest.empty() ? "none" : ctx_->weights_digest,
+               ctx_->config.emulate_forward.spec());
+  if (ctx_->config.emulate_forward.enabled())
+    spdlog::warn("event=emulation forward_ms={} note=\"target forwards are padded to FIXED + PER_ROW x rows ms; every "
+                 "time this server reports is emulated\"",
+                 ctx_->config.emulate_forward.spec());
   if (ctx_->exits) {
     std::vector<int64_t> layers;
     for (const ExitAdapter& a : ctx_->exits->adapters()) layers.push_back(a.after_layer);

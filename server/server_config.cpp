@@ -36,7 +36,8 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "allow_insecure_tokens", "max_concurrent_streams",
                                               "max_connection_idle_s", "max_ping_strikes", "max_rpc_threads",
                                               "kv_budget_bytes", "max_sessions_per_token",
-                                              "max_send_queue_bytes", "tls_client_names", "http_listen", "chat_template"};
+                                              "max_send_queue_bytes", "tls_client_names", "http_listen", "chat_template",
+                                              "emulate_forward_ms"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
@@ -73,6 +74,11 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("batching")) c.batching = j["batching"].get<bool>();
     if (j.contains("max_batch_rows")) c.max_batch_rows = json_integer<int32_t>(j["max_batch_rows"], "max_batch_rows");
     if (j.contains("batch_wait_ms")) c.batch_wait_ms = j["batch_wait_ms"].get<double>();
+    // "30:0.3", or a number for a fixed time alone.
+    if (j.contains("emulate_forward_ms"))
+      c.emulate_forward = ForwardEmulation::parse(j["emulate_forward_ms"].is_number()
+                                                      ? std::to_string(j["emulate_forward_ms"].get<double>())
+                                                      : j["emulate_forward_ms"].get<std::string>());
     if (j.contains("draft_hint")) c.draft_hint = j["draft_hint"].get<std::string>();
     if (j.contains("tls_cert")) c.tls_cert = j["tls_cert"].get<std::string>();
     if (j.contains("tls_key")) c.tls_key = j["tls_key"].get<std::string>();

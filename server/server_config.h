@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "common/decoding/forward_emulation.h"
+
 namespace splitspec {
 
 struct ServerConfig {
@@ -52,6 +54,9 @@ struct ServerConfig {
   bool batching = true;
   int32_t max_batch_rows = 64;  // rows (draft tokens plus one per round) of one batched forward
   double batch_wait_ms = 0;     // how long a round may wait for others to join its forward
+  // A slower accelerator, emulated (forward_emulation.h): "FIXED[:PER_ROW]"
+  // milliseconds a forward takes at least; "off" for real times only.
+  ForwardEmulation emulate_forward;
   // "auto": each final verdict advises the next round's draft length from the
   // load (the row budget shared by the open sessions); "off": no advice.
   std::string draft_hint = "auto";

@@ -206,6 +206,12 @@ std::vector<prometheus::MetricFamily> collect_metrics(const ServiceContext& ctx)
     }
   }
   metric("splitspec_serving", "gauge", "1 while serving, 0 while shutting down.", ctx.serving.load() ? 1.0 : 0.0);
+  // Dashboards of an emulated run must not pass for real ones.
+  metric("splitspec_emulated_forward_fixed_ms", "gauge",
+         "--emulate-forward-ms FIXED: each forward takes at least this (0: real times).",
+         ctx.config.emulate_forward.fixed_ms);
+  metric("splitspec_emulated_forward_per_row_ms", "gauge", "--emulate-forward-ms PER_ROW: added per row of a forward.",
+         ctx.config.emulate_forward.per_row_ms);
   metric("splitspec_kv_cache_bytes", "gauge", "KV cache memory held by open streams.",
          static_cast<double>(k.kv_cache_bytes.load()));
   metric("splitspec_kv_cache_reserved_bytes", "gauge",
@@ -278,6 +284,7 @@ grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext*
   info->set_kv_cache(kv_type_name(ctx_.target->kv_type()));
   info->set_weight_type(ctx_.weight_type);
   info->set_weights_digest(ctx_.weights_digest);
+  if (ctx_.config.emulate_forward.enabled()) info->set_emulated_forward_ms(ctx_.config.emulate_forward.spec());
   info->set_hidden_size(static_cast<int32_t>(ctx_.target->config().hidden_size));
   info->set_max_sessions(ctx_.config.max_sessions);
   info->set_version(SPLITSPEC_VERSION);

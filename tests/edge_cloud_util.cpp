@@ -12,9 +12,13 @@ namespace splitspec::test {
 LocalServer start_server(const std::string& target_dir, int max_sessions, int max_draft_tokens) {
   ServerConfig c;
   c.target_dir = target_dir;
-  c.listen = "127.0.0.1:0";
   c.max_sessions = max_sessions;
   c.max_draft_tokens = max_draft_tokens;
+  return start_server(std::move(c));
+}
+
+LocalServer start_server(ServerConfig c) {
+  c.listen = "127.0.0.1:0";
   c.compute_threads = 1;
   c.shutdown_grace_s = 5;
   c.log_level = "warn";

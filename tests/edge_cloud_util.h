@@ -24,6 +24,9 @@ struct LocalServer {
 
 // Listens on a free loopback port; one compute thread.
 LocalServer start_server(const std::string& target_dir, int max_sessions = 8, int max_draft_tokens = 16);
+// The same with the rest of `c` as given (its listen, threads, grace and log
+// level are the tests').
+LocalServer start_server(ServerConfig c);
 
 // splitspec-server as a child process; returns its address once it serves.
 std::string spawn_server(const std::string& target_dir, const TempDir& tmp, std::unique_ptr<Child>& child,

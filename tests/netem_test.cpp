@@ -6,8 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "client/client.h"
 #include "client/cli/netem_proxy.h"
@@ -186,6 +188,63 @@ TEST(Netem, LossDelaysByTheRetransmissionTimeoutAndKeepsEveryByte) {
   EXPECT_LT(proxy.retransmissions(), 40);
   // One round trip at a time: each retransmission's timeout is waited out in full.
   EXPECT_GE(elapsed, 40.0 * static_cast<double>(proxy.retransmissions()));
+}
+
+// One-byte round trips through a link of `o`: each its time in ms.
+std::vector<double> round_trips(NetemOptions o, int count) {
+  EchoServer echo;
+  o.upstream = echo.address();
+  NetemProxy proxy(o);
+  proxy.start();
+  const int fd = connect_to(proxy.port());
+  std::vector<double> out;
+  for (int i = 0; i < count && fd >= 0; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    char c = 'x';
+    if (send(fd, &c, 1, MSG_NOSIGNAL) != 1 || recv(fd, &c, 1, 0) != 1) break;
+    out.push_back(ms_since(t0));
+  }
+  if (fd >= 0) close(fd);
+  return out;
+}
+
+// Jitter's distributions: pareto only ever adds (and has a tail past the
+// mean), normal spreads both ways around the delay.
+TEST(Netem, JitterDistributionsHaveTheirShapes) {
+  NetemOptions o;
+  o.delay_ms = 10;
+  o.jitter_ms = 6;
+  o.seed = 3;
+  o.jitter_distribution = "pareto";
+  const std::vector<double> pareto = round_trips(o, 40);
+  ASSERT_EQ(pareto.size(), 40u);
+  for (double ms : pareto) EXPECT_GE(ms, 20.0) << "pareto jitter never arrives early";
+  o.jitter_distribution = "normal";
+  const std::vector<double> normal = round_trips(o, 40);
+  ASSERT_EQ(normal.size(), 40u);
+  EXPECT_LT(*std::min_element(normal.begin(), normal.end()), 20.0) << "normal jitter also arrives early";
+  o.jitter_distribution = "gamma";
+  EXPECT_THROW(round_trips(o, 1), Error);
+}
+
+TEST(Netem, LinkProfilesSetTheWholeLinkAndUnknownOnesAreNamed) {
+  NetemOptions o;
+  apply_link_profile("satellite", o);
+  EXPECT_EQ(o.delay_ms, 25);
+  EXPECT_GT(o.loss, 0);
+  EXPECT_EQ(o.jitter_distribution, "normal");
+  for (const char* name : {"wifi", "lte", "5g"}) {
+    NetemOptions p;
+    apply_link_profile(name, p);
+    EXPECT_GT(p.delay_ms, 0) << name;
+    EXPECT_GT(p.rate_kbps, 0) << name;
+  }
+  try {
+    apply_link_profile("dialup", o);
+    ADD_FAILURE() << "an unknown profile was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("wifi, lte, 5g, satellite"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Netem, EdgeSdThroughTheProxyIsStillExact) {

@@ -69,6 +69,9 @@ TEST(ServerConfig, ShippedConfigParsesAndBadOnesAreNamed) {
             std::string::npos);
   EXPECT_NE(config_error("{\"chat_template\": \"jinja\"}").find("chat_template must be a built-in"), std::string::npos);
   EXPECT_NE(config_error("{\"session_idle_timeout_s\": -1}").find("session_idle_timeout_s"), std::string::npos);
+  EXPECT_NE(config_error("{\"emulate_forward_ms\": \"fast\"}").find("server.json: emulate_forward_ms 'fast'"),
+            std::string::npos);
+  EXPECT_NE(config_error("{\"emulate_forward_ms\": -5}").find("emulate_forward_ms"), std::string::npos);
 }
 
 TEST(ServerCli, BadStartsExitWithOneClearLine) {
@@ -86,6 +89,7 @@ TEST(ServerCli, BadStartsExitWithOneClearLine) {
       {"--target " + demo + " --max-sessions 0", "max_sessions must be at least 1"},
       {"--target " + demo + " --shutdown-grace-s inf", "shutdown_grace_s must be a number of seconds in [0, 86400]"},
       {"--target " + demo + " --shutdown-grace-s nan", "shutdown_grace_s must be a number of seconds"},
+      {"--target " + demo + " --emulate-forward-ms 30:x", "emulate_forward_ms '30:x': expected FIXED[:PER_ROW]"},
   };
   for (const auto& c : cases) {
     const ProcessRun r = run("splitspec-server", c.args);

@@ -213,13 +213,16 @@ Command add_bench_command(CLI::App& app) {
   const std::function<int()> local = add_bench_local(*bench);
   const std::function<int()> drafters = add_bench_drafters(*bench);
   const std::function<int()> load = add_bench_load(*bench);
+  const std::function<int()> regimes = add_bench_regimes(*bench);
   CLI::App* load_cmd = bench->get_subcommand("load");
+  CLI::App* regimes_cmd = bench->get_subcommand("regimes");
   CLI::App* exits_cmd = bench->get_subcommand("exits");
   CLI::App* local_cmd = bench->get_subcommand("local");
   CLI::App* drafters_cmd = bench->get_subcommand("drafters");
   return {bench, [a, model, random, fwd, edge_cloud, exits, exits_cmd, local, local_cmd, drafters, drafters_cmd, load,
-                  load_cmd]() {
+                  load_cmd, regimes, regimes_cmd]() {
             if (load_cmd->parsed()) return load();
+            if (regimes_cmd->parsed()) return regimes();
             if (exits_cmd->parsed()) return exits();
             if (local_cmd->parsed()) return local();
             if (drafters_cmd->parsed()) return drafters();

@@ -5,13 +5,6 @@
 // the same machine drift. Reports the server's tokens per second, per-round
 // and per-token latency percentiles as the client sees them, errors by
 // status, and the server's peak RSS.
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,14 +24,13 @@
 #include "common/util/percentile.h"
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
+#include "client/cli/server_process.h"
 #include "client/cli/speedup_interval.h"
 #include "client/client.h"
 #include "common/engine/model_config.h"
 #include "common/engine/tokenizer.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
-
-extern char** environ;
 
 namespace splitspec::cli {
 
@@ -65,115 +57,6 @@ struct LoadArgs {
   std::string draft_hint = "auto";
   int repeats = 1;  // ABBA blocks
   bool json = false;
-};
-
-// A splitspec-server child process, stopped with SIGTERM.
-// A free loopback port (bound, read, released): where the server's /metrics
-// will listen.
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) close(fd);
-    throw Error("bench load: cannot find a free port for the server's metrics");
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// GET /metrics from 127.0.0.1:port; "" when it cannot be read.
-std::string scrape(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  std::string body;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[8192];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof buf)) > 0) body.append(buf, static_cast<size_t>(n));
-    }
-  }
-  close(fd);
-  return body;
-}
-
-// The value of the sample `name` (with its labels) in a scrape, else 0.
-double sample(const std::string& metrics, const std::string& name) {
-  const std::string key = "\n" + name + " ";
-  const size_t at = metrics.find(key);
-  return at == std::string::npos ? 0.0 : std::strtod(metrics.c_str() + at + key.size(), nullptr);
-}
-
-class ServerProcess {
- public:
-  ServerProcess(const LoadArgs& a, bool batching, int32_t max_sessions, const fs::path& dir)
-      : metrics_port_(free_port()) {
-    const fs::path port_file = dir / "port";
-    fs::remove(port_file);
-    std::vector<std::string> args = {a.server_bin,
-                                     "--target", a.target_dir,
-                                     "--listen", "127.0.0.1:0",
-                                     "--port-file", port_file.string(),
-                                     "--threads", std::to_string(a.server_threads),
-                                     "--max-sessions", std::to_string(std::max(max_sessions, 1)),
-                                     "--batching", batching ? "true" : "false",
-                                     "--batch-wait-ms", std::to_string(a.batch_wait_ms),
-                                     "--max-batch-rows", std::to_string(a.max_batch_rows),
-                                     "--draft-hint", a.draft_hint,
-                                     "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_),
-                                     "--log-level", "warn"};
-    std::vector<char*> argv;
-    for (std::string& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    const std::string log = (dir / "server.log").string();
-    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int rc = posix_spawn(&pid_, a.server_bin.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw Error("bench load: cannot start " + a.server_bin + ": " + std::strerror(rc));
-    const auto until = SteadyClock::now() + std::chrono::seconds(60);
-    while (!fs::exists(port_file)) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        throw Error("bench load: the server exited at start; its log is " + log);
-      }
-      if (SteadyClock::now() > until) throw Error("bench load: the server did not start within 60 s; its log is " + log);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    std::ifstream(port_file) >> port_;
-  }
-  ~ServerProcess() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  std::string metrics() const { return scrape(metrics_port_); }
-  // The process's peak resident memory so far, from /proc.
-  double peak_rss_mb() const {
-    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
-    std::string line;
-    while (std::getline(in, line))
-      if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-    return 0;
-  }
-
- private:
-  int metrics_port_;
-  pid_t pid_ = -1;
-  int port_ = 0;
 };
 
 // One phase: `sessions` clients at once against a fresh server.
@@ -203,7 +86,12 @@ std::string status_of(const std::string& what) {
 constexpr double kRoundGapMs = 0.25;
 
 void run_phase(const LoadArgs& a, const std::vector<std::vector<int32_t>>& prompts, Phase& p, const fs::path& dir) {
-  ServerProcess server(a, p.batching, p.sessions, dir);
+  ServerProcess server(a.server_bin,
+                       {"--target", a.target_dir, "--threads", std::to_string(a.server_threads), "--max-sessions",
+                        std::to_string(std::max(p.sessions, 1)), "--batching", p.batching ? "true" : "false",
+                        "--batch-wait-ms", std::to_string(a.batch_wait_ms), "--max-batch-rows",
+                        std::to_string(a.max_batch_rows), "--draft-hint", a.draft_hint},
+                       dir, "bench load");
   ClientOptions o;
   o.verifier = VerifierKind::kServer;
   o.drafter = a.drafter;
@@ -264,14 +152,13 @@ void run_phase(const LoadArgs& a, const std::vector<std::vector<int32_t>>& promp
   p.wall_s = ms_since(start) / 1000.0;
   p.rss_mb = server.peak_rss_mb();
   const std::string m = server.metrics();
-  p.forwards = sample(m, "splitspec_batch_size_rounds_count");
-  p.batched_rounds = sample(m, "splitspec_batch_size_rounds_sum");
-  p.forward_ms = sample(m, "splitspec_batch_forward_time_ms_sum");
+  p.forwards = metric_sample(m, "splitspec_batch_size_rounds_count");
+  p.batched_rounds = metric_sample(m, "splitspec_batch_size_rounds_sum");
+  p.forward_ms = metric_sample(m, "splitspec_batch_forward_time_ms_sum");
 }
 
 int run_bench_load(LoadArgs a) {
-  if (a.server_bin.empty()) a.server_bin = (fs::read_symlink("/proc/self/exe").parent_path() / "splitspec-server").string();
-  if (!fs::exists(a.server_bin)) throw Error("bench load: no server binary at " + a.server_bin + " (give --server-bin)");
+  a.server_bin = find_server_bin(a.server_bin, "bench load");
   for (const std::string& b : a.batching)
     if (b != "on" && b != "off") throw Error("bench load: --batching takes on and/or off, got '" + b + "'");
   for (int32_t s : a.sessions)

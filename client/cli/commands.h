@@ -23,6 +23,8 @@ Command add_tokenize_command(CLI::App& app);
 std::vector<Command> add_server_commands(CLI::App& app);
 // `bench edge-cloud`, registered under `bench`.
 std::function<int()> add_bench_edge_cloud(CLI::App& bench);
+// `bench regimes`: emulated accelerators, links and devices; who wins where.
+std::function<int()> add_bench_regimes(CLI::App& bench);
 // `bench exits`, registered under `bench`.
 std::function<int()> add_bench_exits(CLI::App& bench);
 // `bench local`, registered under `bench`.

@@ -41,6 +41,7 @@ struct GenerateArgs {
   int predraft_threads = 1;
   std::string predraft_queue = "priority";
   bool predraft_adaptive = false;
+  double emulate_draft_factor = 1;
   double deadline_s = 120;
   double round_timeout_s = 0;
   double reconnect_budget_s = 10;
@@ -115,6 +116,7 @@ nlohmann::json result_json(const Result& r, const ClientOptions& o, const std::s
       {"text", has_text ? nlohmann::json(r.text) : nlohmann::json(nullptr)},
       {"finish_reason", r.finish_reason},
       {"stats", stats_json(r.stats, o)},
+      {"emulated", emulation_note(r.stats)},
   };
 }
 
@@ -131,7 +133,9 @@ void print_summary(const Result& r, const ClientOptions& o, const std::string& m
     std::cerr << ", " << s.weight_bytes_read / 1e6 << " MB of weights read, peak weight memory "
               << s.weight_memory_peak / 1e6 << " MB";
   if (o.predraft) std::cerr << ", cache miss rate " << s.cache_miss_rate << ", avg exit " << s.avg_exit_layer;
-  std::cerr << ", finish: " << r.finish_reason << "\n";
+  std::cerr << ", finish: " << r.finish_reason;
+  if (const std::string note = emulation_note(s); !note.empty()) std::cerr << " [" << note << "]";
+  std::cerr << "\n";
 }
 
 // One generation per line of a prompts file, with one client (models loaded
@@ -179,6 +183,7 @@ int run_generate(const GenerateArgs& a) {
   o.predraft_threads = a.predraft_threads;
   o.predraft_queue = a.predraft_queue;
   o.predraft_adaptive = a.predraft_adaptive;
+  o.emulate_draft_factor = a.emulate_draft_factor;
   o.memory_budget = a.memory_budget;
   o.kv_cache = a.kv_cache;
   o.dtype = a.dtype;
@@ -338,6 +343,11 @@ Command add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"priority", "fifo", "random"}));
   cmd->add_flag("--predraft-adaptive", a->predraft_adaptive,
                 "--predraft: only while it measurably pays, not every round");
+  cmd->add_option("--emulate-draft-factor", a->emulate_draft_factor,
+                  "Emulate a slower edge device: every drafting step takes this many times its measured time "
+                  "(1: real); tokens are unchanged, times are labelled emulated")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1000.0));
   cmd->add_option("--temperature", a->request.temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
   cmd->add_option("--top-k", a->request.top_k, "Keep the k most likely tokens; 0 keeps all")->capture_default_str();
   cmd->add_option("--top-p", a->request.top_p, "Nucleus sampling mass in (0, 1]; 1 keeps all")->capture_default_str();

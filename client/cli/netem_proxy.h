@@ -21,7 +21,11 @@ struct NetemOptions {
   std::string listen = "127.0.0.1:0";  // HOST:PORT; port 0 picks a free one
   std::string upstream;                // HOST:PORT
   double delay_ms = 0;                 // one way, each direction
-  double jitter_ms = 0;                // uniform in [-jitter, +jitter], never below zero delay
+  double jitter_ms = 0;                // spread of the delay, by `jitter_distribution`; never below zero delay
+  // "uniform": in [-jitter, +jitter]; "normal": a standard deviation of
+  // jitter; "pareto": only ever later, a heavy tail (shape 3, mean
+  // jitter / 2), as queues in a congested radio link make it.
+  std::string jitter_distribution = "uniform";
   double rate_kbps = 0;                // per direction; 0: unlimited
   // Each packet (1448-byte TCP segment) of a chunk is lost with this
   // probability; a chunk with a lost packet arrives `rto_ms` late.
@@ -29,6 +33,13 @@ struct NetemOptions {
   double rto_ms = 200;  // Linux's minimum retransmission timeout
   uint64_t seed = 1;
 };
+
+// Named links (docs/edge-cloud.md gives each figure's source): wifi, lte,
+// 5g, satellite. Sets delay, jitter and its distribution, loss and rate;
+// throws splitspec::Error naming the profiles for an unknown name.
+void apply_link_profile(const std::string& name, NetemOptions& options);
+// The names, for help text: "wifi, lte, 5g, satellite".
+std::string link_profile_names();
 
 class NetemProxy {
  public:

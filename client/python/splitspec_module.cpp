@@ -344,6 +344,8 @@ void bind_options(py::module_& m) {
       .rw("predraft_threads", &ClientOptions::predraft_threads)
       .rw("predraft_queue", &ClientOptions::predraft_queue, "priority, fifo or random")
       .rw("predraft_adaptive", &ClientOptions::predraft_adaptive)
+      .rw("emulate_draft_factor", &ClientOptions::emulate_draft_factor,
+          "an emulated slower edge device: drafting takes this many times its measured time (1: real)")
       .rw("connect_timeout", &ClientOptions::connect_timeout, "timedelta (or float seconds)")
       .rw("reconnect_budget", &ClientOptions::reconnect_budget, "timedelta (or float seconds); 0: never reconnect")
       .rw("fallback_target_dir", &ClientOptions::fallback_target_dir)
@@ -424,6 +426,7 @@ void bind_results(py::module_& m) {
       .ro("active_sessions", &ServerInfo::active_sessions)
       .ro("version", &ServerInfo::version)
       .ro("kv_cache", &ServerInfo::kv_cache)
+      .ro("emulated_forward_ms", &ServerInfo::emulated_forward_ms, "FIXED:PER_ROW when the server's times are emulated")
       .finish("ServerInfo", false);
 }
 

@@ -1,7 +1,7 @@
 #include "common/decoding/target_decoder.h"
 
-
 #include <algorithm>
+#include <thread>
 
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
@@ -113,7 +113,8 @@ RoundResult TargetDecoder::verify(const DraftTree& tree, const RoundRequest& req
 }
 
 std::vector<RoundResult> TargetDecoder::verify_batch(const std::vector<BatchRound>& rounds,
-                                                    const std::vector<Prefill>& prefills) {
+                                                    const std::vector<Prefill>& prefills,
+                                                    const ForwardEmulation& emulation) {
   if (rounds.empty() && prefills.empty()) return {};
   const Model& target = rounds.empty() ? prefills[0].decoder->target_ : rounds[0].decoder->target_;
   std::vector<ForwardRequest> requests;
@@ -144,9 +145,26 @@ std::vector<RoundResult> TargetDecoder::verify_batch(const std::vector<BatchRoun
     TargetDecoder& d = i < rounds.size() ? *rounds[i].decoder : *prefills[i - rounds.size()].decoder;
     d.reserve_rows(static_cast<int64_t>(requests[i].tokens.size()));
   }
-  const auto tf = SteadyClock::now();
+  SteadyClock::time_point tf;
+  std::chrono::duration<double, std::milli> modeled{0};
+  if (emulation.enabled()) {
+    int64_t rows = 0;
+    for (const ForwardRequest& r : requests) rows += static_cast<int64_t>(r.tokens.size());
+    modeled = std::chrono::duration<double, std::milli>(emulation.modeled_ms(rows));
+    // The first sequence's hook runs first after each layer (forward_batch
+    // is layer-major), before any tap of that layer.
+    const double layers = static_cast<double>(target.config().num_hidden_layers);
+    requests[0].on_layer = [&tf, &modeled, layers, inner = std::move(requests[0].on_layer)](int64_t layer,
+                                                                                          RowsView hidden) {
+      std::this_thread::sleep_until(tf + std::chrono::duration_cast<SteadyClock::duration>(
+                                             modeled * (static_cast<double>(layer + 1) / layers)));
+      if (inner) inner(layer, hidden);
+    };
+  }
+  tf = SteadyClock::now();
   // forward_batch commits every cache or none.
   const std::vector<ForwardResult> outs = target.forward_batch(items);
+  if (emulation.enabled()) std::this_thread::sleep_until(tf + std::chrono::duration_cast<SteadyClock::duration>(modeled));
   const double forward_ms = ms_since(tf);
   // Every round is judged before any commits, so one that throws leaves all
   // the batch's decoders as they were: a caller that retries the rounds one

@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "common/decoding/forward_emulation.h"
 #include "common/decoding/generate_options.h"
 #include "common/engine/model.h"
 #include "common/decoding/verify.h"
@@ -72,8 +73,12 @@ class TargetDecoder {
     TargetDecoder* decoder;
     int64_t tokens;
   };
+  // With `emulation` on, the forward takes at least its modeled time for the
+  // batch's rows, its layers (and so its taps) paced across it; forward_ms
+  // reports that time.
   static std::vector<RoundResult> verify_batch(const std::vector<BatchRound>& rounds,
-                                               const std::vector<Prefill>& prefills = {});
+                                               const std::vector<Prefill>& prefills = {},
+                                               const ForwardEmulation& emulation = {});
   // Tokens a Prefill may take now.
   int64_t prefill_left() const {
     return std::max<int64_t>(0, static_cast<int64_t>(seq_.size()) - cache_.size() - 1);

@@ -1,6 +1,8 @@
 #include "common/drafting/drafter.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
@@ -21,13 +23,28 @@ void Drafter::begin(const std::vector<int32_t>& prompt, const DraftParams& param
   params_ = params;
   position_ = static_cast<int64_t>(prompt.size());
   on_begin(prompt);
+  emulate_slowdown(t0);
   stats_.prefill_ms += ms_since(t0);
+}
+
+void Drafter::emulate_slowdown(SteadyClock::time_point t0, const std::function<bool()>& stop) const {
+  if (params_.slowdown <= 1) return;
+  const auto until = t0 + std::chrono::duration_cast<SteadyClock::duration>((SteadyClock::now() - t0) * params_.slowdown);
+  if (!stop) {
+    std::this_thread::sleep_until(until);
+    return;
+  }
+  // A pre-draft may be called off while the slow device would still be
+  // computing: look, as the drafters do between steps.
+  while (SteadyClock::now() < until && !stop())
+    std::this_thread::sleep_for(std::min<SteadyClock::duration>(std::chrono::milliseconds(1), until - SteadyClock::now()));
 }
 
 DraftTree Drafter::propose(int32_t budget, const std::function<bool()>& stop) {
   const auto t0 = SteadyClock::now();
   rng_ = Rng::keyed(draft_seed(params_.sampling.seed), position_);
   DraftTree tree = on_propose(std::max(budget, 0), stop);
+  emulate_slowdown(t0, stop);
   stats_.draft_ms += ms_since(t0);
   if (tree.size() > std::max(budget, 0))
     throw Error("drafter " + name() + " proposed " + std::to_string(tree.size()) + " nodes over a budget of " +
@@ -55,7 +72,9 @@ void Drafter::record(const RoundOutcome& o) {
 void Drafter::accept(const RoundOutcome& outcome) {
   record(outcome);
   position_ += static_cast<int64_t>(outcome.verdict.tokens.size());
+  const auto t0 = SteadyClock::now();
   on_accept(outcome);
+  emulate_slowdown(t0);
 }
 
 void Drafter::assign_state(const Drafter& other) {

@@ -15,6 +15,7 @@
 // accepts a predicted verdict and proposes the round after it on a worker
 // thread. When the real verdict matches, the main drafter takes the copy's
 // state with swap_state(): its counters stay its own.
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -32,6 +33,9 @@ namespace splitspec {
 struct DraftParams {
   SamplingParams sampling;  // greedy: choose greedily; else draw, reporting q
   int32_t gamma = 4;        // chain drafters: tokens per round
+  // Emulated slower device: begin, propose and accept each take this many
+  // times their measured time (ClientOptions::emulate_draft_factor).
+  double slowdown = 1;
 };
 
 // A drafter's seed for a generation seeded `seed`: its draws stay independent
@@ -109,6 +113,9 @@ class Drafter {
   virtual void on_swap(Drafter& other);
 
   const DraftParams& params() const { return params_; }
+  // Sleeps off the rest of params().slowdown x the time since t0 (an
+  // emulated slower device), sooner if `stop` says so.
+  void emulate_slowdown(std::chrono::steady_clock::time_point t0, const std::function<bool()>& stop = {}) const;
   Rng& rng() { return rng_; }
   // Techniques add draft forwards, background drafting time and their own counters.
   DrafterStats stats_;
