@@ -175,6 +175,35 @@ TEST(ServerCli, BenchLoadRunsBothBatchingSettingsAndReportsTheirRatio) {
   EXPECT_NE(bad.err.find("--batching takes on and/or off"), std::string::npos) << bad.err;
 }
 
+// bench regimes end to end, small: one emulated server, one cell, two modes;
+// every cell says it is emulated, and the map is drawn. Bad sweeps are refused.
+TEST(ServerCli, BenchRegimesRunsACellPerEmulatedServerAndDrawsTheMap) {
+  TempDir dir;
+  test::write_file(dir.path() / "prompts.jsonl", "{\"prompt\": \"Once upon a time\"}\n{\"prompt\": \"The robot\"}\n");
+  const std::string common = "bench regimes --target " + test::demo_target_dir() + " --draft " +
+                             test::demo_draft_dir() + " --prompts " + dir.str("prompts.jsonl");
+  const test::CliRun r =
+      test::run_cli(common + " --forward-ms 2 --per-row-ms 0.1 --delays-ms 0 --draft-factors 1,3 --num-prompts 2 "
+                             "--max-new-tokens 8 --modes cloud-ar,edge-sd --json --svg " + dir.str("map.svg"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json out = nlohmann::json::parse(r.out);
+  EXPECT_NE(out["note"].get<std::string>().find("EMULATED"), std::string::npos);
+  ASSERT_EQ(out["cells"].size(), 2u) << r.out;
+  for (const auto& cell : out["cells"]) {
+    EXPECT_EQ(cell["emulate_forward_ms"], "2:0.1");
+    EXPECT_NE(cell["emulated"].get<std::string>().find("server forwards 2:0.1 ms"), std::string::npos) << cell;
+    EXPECT_EQ(cell["edge-sd"]["tokens"].get<int64_t>(), 16) << cell;
+    EXPECT_GE(cell["cloud-ar"]["T_q_ms"].get<double>(), 2.0) << "an emulated forward is never shorter";
+  }
+  EXPECT_NE(out["cells"][1]["emulated"].get<std::string>().find("drafting x3"), std::string::npos);
+  EXPECT_NE(test::read_file(dir.path() / "map.svg").find("<svg"), std::string::npos);
+  const test::CliRun no_base = test::run_cli(common + " --modes edge-sd,edge-fsd");
+  EXPECT_EQ(no_base.status, 1);
+  EXPECT_NE(no_base.err.find("--modes must include cloud-ar"), std::string::npos) << no_base.err;
+  const test::CliRun negative = test::run_cli(common + " --forward-ms -5");
+  EXPECT_EQ(negative.status, 1) << negative.err;
+}
+
 TEST(ServerCli, ServerModesWithoutTheirPartsAreClearErrors) {
   const std::string ids = " --prompt-ids 1,5 --threads 1";
   const struct {

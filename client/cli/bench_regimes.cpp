@@ -8,6 +8,7 @@
 // prediction. Every figure is labelled emulated.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -46,10 +47,20 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-// The fastest mode of a cell and its speedup over cloud-ar (0 without it).
+// The fastest mode of a cell and its speedup over cloud-ar with its 95%
+// interval (0 without cloud-ar; 1 and no interval when cloud-ar wins).
 struct Winner {
   size_t mode = 0;
   double speedup = 0;
+  double lo = 0, hi = 0;
+  std::string text(const std::vector<std::string>& modes) const {
+    char buf[96];
+    if (lo > 0)
+      std::snprintf(buf, sizeof buf, "%s %.2fx (%.2f-%.2f)", modes[mode].c_str(), speedup, lo, hi);
+    else
+      std::snprintf(buf, sizeof buf, "%s %.2fx", modes[mode].c_str(), speedup);
+    return buf;
+  }
 };
 
 Winner winner_of(const nlohmann::json& row, const std::vector<std::string>& modes) {
@@ -59,12 +70,20 @@ Winner winner_of(const nlohmann::json& row, const std::vector<std::string>& mode
   for (size_t m = 0; m < modes.size(); ++m)
     if (modes[m] == "cloud-ar")
       w.speedup = row[modes[m]]["ms_per_token"].get<double>() / row[modes[w.mode]]["ms_per_token"].get<double>();
+  for (const auto& s : row["speedups"])
+    if (s["from"] == "cloud-ar" && s["to"] == modes[w.mode]) {
+      w.speedup = s["speedup"].get<double>();
+      w.lo = s["ci95"][0].get<double>();
+      w.hi = s["ci95"][1].get<double>();
+    }
   return w;
 }
 
 int run_bench_regimes(RegimeArgs a) {
   a.server_bin = find_server_bin(a.server_bin, "bench regimes");
   const std::vector<std::string>& modes = a.edge.modes;
+  if (std::find(modes.begin(), modes.end(), "cloud-ar") == modes.end())
+    throw Error("bench regimes: --modes must include cloud-ar, the base of every cell's speedup");
   const std::string dir = fs::temp_directory_path() / ("splitspec-regimes-" + std::to_string(getpid()));
   fs::create_directories(dir);
   nlohmann::json cells = nlohmann::json::array();
@@ -102,7 +121,7 @@ int run_bench_regimes(RegimeArgs a) {
               << std::endl;
   } else {
     std::printf("%s\n\n%zu prompts x %d new tokens, gamma %d; per cell the fastest mode and its speedup over cloud-ar "
-                "(ms/token over ms/token)\n",
+                "(ms/token over ms/token; 95%% interval from a paired bootstrap over the prompts)\n",
                 note.c_str(), prompts.size(), a.edge.max_new_tokens, a.edge.gamma);
     for (double factor : a.draft_factors) {
       std::printf("\n### drafting x%g\n\n| T_q (emulated) |", factor);
@@ -115,8 +134,7 @@ int run_bench_regimes(RegimeArgs a) {
         for (const auto& c : cells)
           if (c["emulate_draft_factor"].get<double>() == factor &&
               c["emulate_forward_ms"].get<std::string>() == fmt("%g", tq) + ":" + fmt("%g", a.per_row_ms)) {
-            const Winner w = winner_of(c, modes);
-            std::printf(" %s %.2fx |", modes[w.mode].c_str(), w.speedup);
+            std::printf(" %s |", winner_of(c, modes).text(modes).c_str());
           }
         std::printf("\n");
       }
@@ -182,9 +200,15 @@ std::function<int()> add_bench_regimes(CLI::App& bench) {
   cmd->add_option("--server-bin", a->server_bin, "splitspec-server binary (default: beside this one)");
   cmd->add_option("--forward-ms", a->forward_ms, "Emulated forward times (FIXED of --emulate-forward-ms), one server each")
       ->delimiter(',')
-      ->capture_default_str();
-  cmd->add_option("--per-row-ms", a->per_row_ms, "Emulated time per row of a forward (PER_ROW)")->capture_default_str();
-  cmd->add_option("--delays-ms", a->edge.delays_ms, "One-way delays")->delimiter(',')->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10000.0));
+  cmd->add_option("--per-row-ms", a->per_row_ms, "Emulated time per row of a forward (PER_ROW)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10000.0));
+  cmd->add_option("--delays-ms", a->edge.delays_ms, "One-way delays")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--draft-factors", a->draft_factors, "Emulated edge-device slowdowns (--emulate-draft-factor)")
       ->delimiter(',')
       ->capture_default_str()
