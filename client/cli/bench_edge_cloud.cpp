@@ -286,14 +286,14 @@ std::function<int()> add_bench_edge_cloud(CLI::App& bench) {
   cmd->add_option("--jitter-ms", a->jitter_ms, "Jitter of the emulated link")->capture_default_str();
   cmd->add_option("--jitter-distribution", a->jitter_distribution, "uniform, normal or pareto (splitspec netem)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"uniform", "normal", "pareto"}));
+      ->check(CLI::IsMember(jitter_distributions()));
   cmd->add_option("--loss", a->loss, "Packet loss of the emulated link (a retransmission timeout late)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.999));
   cmd->add_option("--rate-kbps", a->rate_kbps, "Bandwidth of the emulated link; 0 is unlimited")->capture_default_str();
   cmd->add_option("--link-profile", a->link_profile,
                   "A named link instead of --delays-ms, --jitter-ms, --loss and --rate-kbps: " + link_profile_names())
-      ->check(CLI::IsMember({"wifi", "lte", "5g", "satellite"}));
+      ->check(CLI::IsMember(link_profiles()));
   cmd->add_option("--threads", a->threads, "Compute threads of the draft; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   cmd->add_option("--modes", a->modes,
                   "Modes to compare, interleaved per prompt: aliases (cloud-ar, edge-sd, edge-fsd) or "

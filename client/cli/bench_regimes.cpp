@@ -114,6 +114,15 @@ int run_bench_regimes(RegimeArgs a) {
   const std::string note = "EMULATED: server forwards FIXED:" + fmt("%g", a.per_row_ms) +
                            " ms per row (--emulate-forward-ms), drafting at the factor shown (--emulate-draft-factor); "
                            "links by the netem proxy; tokens and acceptance are real";
+  // The cell of one draft factor and emulated T_q at each delay, in order.
+  auto row_of = [&](double factor, double tq) {
+    const std::string emulation = fmt("%g", tq) + ":" + fmt("%g", a.per_row_ms);
+    std::vector<const nlohmann::json*> row;
+    for (const auto& c : cells)
+      if (c["emulate_draft_factor"].get<double>() == factor && c["emulate_forward_ms"].get<std::string>() == emulation)
+        row.push_back(&c);
+    return row;
+  };
   if (a.edge.json) {
     std::cout << nlohmann::json{{"note", note}, {"gamma", a.edge.gamma}, {"max_new_tokens", a.edge.max_new_tokens},
                                 {"prompts", prompts.size()}, {"cells", cells}}
@@ -131,11 +140,7 @@ int run_bench_regimes(RegimeArgs a) {
       std::printf("\n");
       for (double tq : a.forward_ms) {
         std::printf("| %g ms |", tq);
-        for (const auto& c : cells)
-          if (c["emulate_draft_factor"].get<double>() == factor &&
-              c["emulate_forward_ms"].get<std::string>() == fmt("%g", tq) + ":" + fmt("%g", a.per_row_ms)) {
-            std::printf(" %s |", winner_of(c, modes).text(modes).c_str());
-          }
+        for (const nlohmann::json* c : row_of(factor, tq)) std::printf(" %s |", winner_of(*c, modes).text(modes).c_str());
         std::printf("\n");
       }
     }
@@ -165,12 +170,10 @@ int run_bench_regimes(RegimeArgs a) {
       for (double tq : a.forward_ms) {
         p.rows.push_back(fmt("%g ms", tq));
         std::vector<HeatCell> row;
-        for (const auto& c : cells)
-          if (c["emulate_draft_factor"].get<double>() == factor &&
-              c["emulate_forward_ms"].get<std::string>() == fmt("%g", tq) + ":" + fmt("%g", a.per_row_ms)) {
-            const Winner w = winner_of(c, modes);
-            row.push_back({static_cast<int>(w.mode), modes[w.mode], fmt("%.2fx", w.speedup)});
-          }
+        for (const nlohmann::json* c : row_of(factor, tq)) {
+          const Winner w = winner_of(*c, modes);
+          row.push_back({static_cast<int>(w.mode), modes[w.mode], fmt("%.2fx", w.speedup)});
+        }
         p.cells.push_back(row);
       }
       panels.push_back(p);

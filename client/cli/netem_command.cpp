@@ -55,12 +55,12 @@ Command add_netem_command(CLI::App& app) {
       cmd->add_option("--jitter-distribution", o->jitter_distribution,
                       "uniform (+/- jitter), normal (standard deviation jitter) or pareto (later only, heavy tail)")
           ->capture_default_str()
-          ->check(CLI::IsMember({"uniform", "normal", "pareto"}));
+          ->check(CLI::IsMember(jitter_distributions()));
   cmd->add_option("--profile", *profile,
                   "A named link: " + link_profile_names() +
                       " (delay, jitter, loss and rate; docs/edge-cloud.md gives their sources); flags given as well "
                       "override its values")
-      ->check(CLI::IsMember({"wifi", "lte", "5g", "satellite"}));
+      ->check(CLI::IsMember(link_profiles()));
   CLI::Option* rate = cmd->add_option("--rate-kbps", o->rate_kbps, "Bandwidth per direction in kbit/s; 0 is unlimited")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -245,9 +246,20 @@ void apply_link_profile(const std::string& name, NetemOptions& o) {
   throw Error("netem: no link profile '" + name + "'; there are " + link_profile_names());
 }
 
+std::vector<std::string> link_profiles() {
+  std::vector<std::string> names;
+  for (const LinkProfile& p : kProfiles) names.emplace_back(p.name);
+  return names;
+}
+
 std::string link_profile_names() {
   std::string names;
-  for (const LinkProfile& p : kProfiles) names += (names.empty() ? "" : ", ") + std::string(p.name);
+  for (const std::string& p : link_profiles()) names += (names.empty() ? "" : ", ") + p;
+  return names;
+}
+
+const std::vector<std::string>& jitter_distributions() {
+  static const std::vector<std::string> names = {"uniform", "normal", "pareto"};
   return names;
 }
 
@@ -255,8 +267,8 @@ NetemProxy::NetemProxy(NetemOptions options) : options_(std::move(options)) {
   if (options_.delay_ms < 0 || options_.jitter_ms < 0 || options_.rate_kbps < 0 || options_.rto_ms < 0)
     throw Error("netem: delay, jitter, rate and rto must be >= 0");
   if (!(options_.loss >= 0 && options_.loss < 1)) throw Error("netem: loss must be a probability in [0, 1)");
-  if (options_.jitter_distribution != "uniform" && options_.jitter_distribution != "normal" &&
-      options_.jitter_distribution != "pareto")
+  const std::vector<std::string>& distributions = jitter_distributions();
+  if (std::find(distributions.begin(), distributions.end(), options_.jitter_distribution) == distributions.end())
     throw Error("netem: jitter distribution must be uniform, normal or pareto, not '" + options_.jitter_distribution + "'");
   addrinfo* up = resolve(options_.upstream, "upstream", false);  // fail early on a bad upstream
   freeaddrinfo(up);

@@ -38,8 +38,11 @@ struct NetemOptions {
 // 5g, satellite. Sets delay, jitter and its distribution, loss and rate;
 // throws splitspec::Error naming the profiles for an unknown name.
 void apply_link_profile(const std::string& name, NetemOptions& options);
-// The names, for help text: "wifi, lte, 5g, satellite".
+// The names, for flag checks, and joined for help text ("wifi, lte, 5g, satellite").
+std::vector<std::string> link_profiles();
 std::string link_profile_names();
+// What NetemOptions::jitter_distribution takes.
+const std::vector<std::string>& jitter_distributions();
 
 class NetemProxy {
  public:
