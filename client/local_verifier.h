@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "client/verifier.h"
-#include "common/engine/model.h"
+#include "common/model/model.h"
 
 namespace splitspec {
 

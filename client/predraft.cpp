@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/engine/threads.h"
+#include "common/kernels/threads.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
 

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "common/engine/kernels.h"
+#include "common/kernels/kernels.h"
 #include "common/util/error.h"
 
 namespace splitspec {

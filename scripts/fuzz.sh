@@ -36,10 +36,10 @@ CXX="clang++-14 -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,addr
 
 # Targets compiled directly, with the sources they need.
 declare -A SOURCES=(
-  [fuzz_safetensors]="common/engine/safetensors.cpp common/util/mapped_file.cpp"
-  [fuzz_model_config]="common/engine/model_config.cpp"
+  [fuzz_safetensors]="common/weights/safetensors.cpp common/util/mapped_file.cpp"
+  [fuzz_model_config]="common/model/model_config.cpp"
   [fuzz_server_config]="server/server_config.cpp"
-  [fuzz_lut_tables]="common/drafting/lut_tables.cpp common/engine/safetensors.cpp common/util/mapped_file.cpp common/engine/weight_type.cpp"
+  [fuzz_lut_tables]="common/drafting/lut_tables.cpp common/weights/safetensors.cpp common/util/mapped_file.cpp common/kernels/weight_type.cpp"
 )
 # clang-14 has no _Float16 on x86-64, which weight_type.cpp converts halves
 # with: __fp16 converts the same way, through compiler-rt's builtins (as

@@ -1,6 +1,6 @@
 #include "server/compute_queue.h"
 
-#include "common/engine/threads.h"
+#include "common/kernels/threads.h"
 #include "common/util/error.h"
 
 namespace splitspec {

@@ -11,10 +11,10 @@
 #include <optional>
 #include <vector>
 
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/stop_strings.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
 #include "common/util/host_port.h"
 #include "proto/splitspec.grpc.pb.h"

@@ -19,7 +19,7 @@
 #include <set>
 #include <thread>
 
-#include "common/engine/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
 #include "common/util/memory_usage.h"
 #include "server/auth_gate.h"

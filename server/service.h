@@ -14,9 +14,9 @@
 #include <string>
 #include <unordered_set>
 
-#include "common/early_exit/early_exit.h"
-#include "common/engine/model.h"
 #include "common/decoding/target_decoder.h"
+#include "common/early_exit/early_exit.h"
+#include "common/model/model.h"
 #include "proto/splitspec.grpc.pb.h"
 #include "server/compute_queue.h"
 #include "server/server_config.h"

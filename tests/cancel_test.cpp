@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "client/client.h"
-#include "common/engine/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 
 namespace splitspec {

@@ -3,7 +3,7 @@
 # whole project with clang-14, and intrinsics headers differ between the two
 # compilers (GCC's _mm_prefetch takes an enum, clang's is a macro), so a
 # GCC-only build let a clang-only break stand from ef8765e to 8c3de5e. Each
-# kernel source under common/engine is checked with its own compile command
+# kernel source under common/kernels is checked with its own compile command
 # from compile_commands.json, the compiler swapped for clang++-14 and the
 # fuzz build's clang-14 shim force-included (tests/fuzz/clang14_compat.h).
 #   tests/clang_compile_test.sh BUILD_DIR
@@ -15,7 +15,7 @@ python3 - "$BUILD/compile_commands.json" "$SRC/tests/fuzz/clang14_compat.h" <<'P
 import json, re, shlex, subprocess, sys
 shim = sys.argv[2]
 entries = [e for e in json.load(open(sys.argv[1]))
-           if re.search(r"/common/engine/(kernels|linear|kquant|quant)[a-z0-9_]*\.cpp$", e["file"])]
+           if re.search(r"/common/kernels/(kernels|linear|kquant|quant)[a-z0-9_]*\.cpp$", e["file"])]
 if not entries:
     sys.exit("clang_compile_test: no kernel sources in compile_commands.json")
 failed = []

@@ -17,7 +17,7 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
-#include "common/engine/model.h"
+#include "common/model/model.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

@@ -8,8 +8,8 @@
 
 #include "client/cli/prompts.h"
 #include "common/drafting/model_drafter.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

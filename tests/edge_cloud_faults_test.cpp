@@ -11,9 +11,9 @@
 #include <utility>
 
 #include "client/client.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "tests/edge_cloud_util.h"
 

@@ -6,8 +6,8 @@
 
 #include "client/client.h"
 #include "client/request_options.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 
 namespace splitspec {

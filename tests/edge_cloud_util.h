@@ -8,9 +8,9 @@
 #include <string>
 
 #include "client/client.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
 #include "common/decoding/sampling.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "proto/splitspec.grpc.pb.h"
 #include "server/server.h"
 #include "tests/test_util.h"

@@ -9,12 +9,12 @@
 
 #include "client/client.h"
 #include "client/predraft.h"
-#include "common/drafting/model_drafter.h"
 #include "client/predraft_switch.h"
 #include "client/request_options.h"
+#include "common/drafting/model_drafter.h"
 #include "common/early_exit/early_exit.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/train/exit_trainer.h"
-#include "common/engine/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 
 namespace splitspec {

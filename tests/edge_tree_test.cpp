@@ -8,9 +8,9 @@
 #include "client/client.h"
 #include "client/request_options.h"
 #include "common/early_exit/early_exit.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/train/exit_trainer.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 
 namespace splitspec {

@@ -10,7 +10,7 @@
 #include "client/request_options.h"
 #include "common/decoding/forward_emulation.h"
 #include "common/decoding/target_decoder.h"
-#include "common/engine/model.h"
+#include "common/model/model.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
 #include "tests/edge_cloud_util.h"

@@ -13,8 +13,8 @@
 #include "client/cli/netem_proxy.h"
 #include "client/client.h"
 #include "client/request_options.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

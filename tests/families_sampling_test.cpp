@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "client/client.h"
-#include "common/engine/gguf_convert.h"
-#include "common/engine/model.h"
+#include "common/model/model.h"
+#include "common/weights/gguf_convert.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

@@ -2,7 +2,7 @@
 // weight type (tensors, greedy tokens, tokenizer bytes); a GGUF vocabulary
 // without our tokenizer file rebuilds one that tokenizes identically; bad
 // files are clear errors. (llama.cpp running the files: bench/vs_llamacpp.sh.)
-#include "common/engine/gguf.h"
+#include "common/weights/gguf.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -12,11 +12,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/engine/gguf_convert.h"
-#include "common/engine/safetensors.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
+#include "common/weights/gguf_convert.h"
+#include "common/weights/safetensors.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

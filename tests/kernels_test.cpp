@@ -2,7 +2,7 @@
 // same whether it is computed alone or with others, since exact greedy
 // speculative decoding relies on it. Runs on whichever path this CPU uses;
 // the ctest entries with SPLITSPEC_KERNELS=scalar cover the portable one.
-#include "common/engine/kernels.h"
+#include "common/kernels/kernels.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -14,10 +14,10 @@
 #include <limits>
 #include <random>
 
-#include "common/engine/model.h"
-#include "common/engine/quant.h"
-#include "common/engine/threads.h"
 #include "common/decoding/token_tree.h"
+#include "common/kernels/quant.h"
+#include "common/kernels/threads.h"
+#include "common/model/model.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

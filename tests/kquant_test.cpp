@@ -4,7 +4,7 @@
 // quantizer close to the values and llama.cpp's per-tensor mixes; the packed
 // layout a permutation of the file's bytes. Agreement with llama.cpp itself on files
 // its quantizer wrote: tests/families/families_test.py --kquants.
-#include "common/engine/kquant.h"
+#include "common/kernels/kquant.h"
 
 #include <gtest/gtest.h>
 
@@ -12,12 +12,12 @@
 #include <cstring>
 #include <random>
 
-#include "common/engine/gguf.h"
-#include "common/engine/gguf_convert.h"
-#include "common/engine/linear.h"
-#include "common/engine/model.h"
-#include "common/engine/quant.h"
+#include "common/kernels/linear.h"
+#include "common/kernels/quant.h"
+#include "common/model/model.h"
 #include "common/util/error.h"
+#include "common/weights/gguf.h"
+#include "common/weights/gguf_convert.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

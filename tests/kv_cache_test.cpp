@@ -1,13 +1,13 @@
 // KV-cache correctness: every way of reaching a cache state must give the
 // logits a full recompute gives.
-#include "common/engine/kv_cache.h"
+#include "common/model/kv_cache.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "common/util/error.h"
-#include "common/engine/model.h"
 #include "common/decoding/token_tree.h"
+#include "common/model/model.h"
+#include "common/util/error.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "common/engine/linear.h"
-#include "common/engine/parallel.h"
-#include "common/engine/quant.h"
+#include "common/kernels/linear.h"
+#include "common/kernels/parallel.h"
+#include "common/kernels/quant.h"
 
 using namespace splitspec;
 

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "client/client.h"
+#include "common/model/model.h"
 #include "common/util/error.h"
-#include "common/engine/model.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

@@ -6,8 +6,8 @@
 #include <random>
 #include <set>
 
-#include "common/engine/safetensors.h"
 #include "common/util/error.h"
+#include "common/weights/safetensors.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

@@ -1,4 +1,4 @@
-#include "common/engine/model_config.h"
+#include "common/model/model_config.h"
 
 #include <gtest/gtest.h>
 

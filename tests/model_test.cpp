@@ -1,4 +1,4 @@
-#include "common/engine/model.h"
+#include "common/model/model.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 
 #include "common/drafting/registry.h"
 #include "common/util/error.h"
-#include "common/engine/safetensors.h"
+#include "common/weights/safetensors.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

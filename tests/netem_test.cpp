@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include "client/client.h"
 #include "client/cli/netem_proxy.h"
+#include "client/client.h"
+#include "common/model/model.h"
 #include "common/util/error.h"
-#include "common/engine/model.h"
 #include "tests/edge_cloud_util.h"
 
 namespace splitspec {

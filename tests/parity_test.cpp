@@ -5,8 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

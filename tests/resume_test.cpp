@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "client/client.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 
 namespace splitspec {

@@ -15,8 +15,8 @@
 #include "client/local_verifier.h"
 #include "client/request_options.h"
 #include "common/drafting/registry.h"
-#include "common/engine/kernels.h"
-#include "common/engine/tokenizer.h"
+#include "common/kernels/kernels.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
 #include "tests/edge_cloud_util.h"
 

@@ -1,4 +1,4 @@
-#include "common/engine/safetensors.h"
+#include "common/weights/safetensors.h"
 
 #include <gtest/gtest.h>
 

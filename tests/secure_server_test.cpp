@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "client/client.h"
-#include "common/engine/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/server.h"
 #include "server/token_auth.h"

@@ -15,13 +15,13 @@
 #include <thread>
 
 #include "client/client.h"
-#include "common/engine/kv_cache.h"
-#include "common/engine/model.h"
+#include "common/model/kv_cache.h"
+#include "common/model/model.h"
 #include "common/util/error.h"
-#include "server/log_text.h"
-#include "server/server.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/splitspec.grpc.pb.h"
+#include "server/log_text.h"
+#include "server/server.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

@@ -2,7 +2,7 @@
 // budget, with and without the pipeline; weight memory never above the
 // budget; the bytes each forward reads are the ones not resident; bad budgets
 // and files give clear errors.
-#include "common/engine/streamed_weights.h"
+#include "common/weights/streamed_weights.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/util/error.h"
-#include "common/engine/model.h"
 #include "common/decoding/token_tree.h"
+#include "common/model/model.h"
+#include "common/util/error.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

@@ -11,10 +11,10 @@
 #include <string>
 
 #include "client/round_loop.h"
-#include "common/decoding/verify.h"
 #include "common/decoding/generate_options.h"
-#include "common/engine/model.h"
-#include "common/engine/model_config.h"
+#include "common/decoding/verify.h"
+#include "common/model/model.h"
+#include "common/model/model_config.h"
 #include "common/train/model_weights.h"
 
 namespace splitspec::test {

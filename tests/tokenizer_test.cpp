@@ -12,7 +12,7 @@
 #include <optional>
 #include <thread>
 
-#include "common/engine/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
 #include "common/util/sanitizers.h"
 #include "tests/test_util.h"

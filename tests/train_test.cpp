@@ -10,11 +10,11 @@
 #include <functional>
 #include <random>
 
-#include "common/util/error.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/train/trainable_llama.h"
 #include "common/train/trainer.h"
+#include "common/util/error.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;

@@ -15,11 +15,11 @@
 
 #include "client/round_loop.h"
 #include "common/drafting/drafter_options.h"
+#include "common/drafting/fallback_threshold.h"
 #include "common/drafting/model_drafter.h"
 #include "common/drafting/registry.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
-#include "common/drafting/fallback_threshold.h"
-#include "common/engine/tokenizer.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

@@ -15,8 +15,8 @@
 #include <functional>
 #include <random>
 
+#include "common/model/model.h"
 #include "common/util/error.h"
-#include "common/engine/model.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

@@ -8,9 +8,9 @@
 #include <filesystem>
 
 #include "client/client.h"
-#include "common/engine/model.h"
-#include "common/engine/quant.h"
-#include "common/engine/weight_set.h"
+#include "common/kernels/quant.h"
+#include "common/model/model.h"
+#include "common/weights/weight_set.h"
 #include "server/server.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"

@@ -11,14 +11,14 @@
 #include <random>
 #include <vector>
 
-#include "common/util/percentile.h"
 #include "client/cli/commands.h"
+#include "common/kernels/kernels.h"
+#include "common/kernels/parallel.h"
+#include "common/kernels/threads.h"
+#include "common/model/model.h"
 #include "common/util/error.h"
 #include "common/util/memory_usage.h"
-#include "common/engine/model.h"
-#include "common/engine/kernels.h"
-#include "common/engine/parallel.h"
-#include "common/engine/threads.h"
+#include "common/util/percentile.h"
 
 namespace splitspec::cli {
 

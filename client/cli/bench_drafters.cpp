@@ -19,8 +19,8 @@
 #include "client/cli/speedup_interval.h"
 #include "client/client.h"
 #include "common/drafting/registry.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
 
 namespace splitspec::cli {

@@ -19,8 +19,8 @@
 #include "client/client.h"
 #include "common/drafting/registry.h"
 #include "common/drafting/tree_options.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
-#include "common/engine/tokenizer.h"
 
 namespace splitspec::cli {
 

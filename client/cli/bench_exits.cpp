@@ -8,9 +8,9 @@
 
 #include "client/cli/commands.h"
 #include "common/early_exit/early_verdict.h"
+#include "common/kernels/threads.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
-#include "common/engine/threads.h"
 
 namespace splitspec::cli {
 

@@ -21,15 +21,15 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "common/util/percentile.h"
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
 #include "client/cli/server_process.h"
 #include "client/cli/speedup_interval.h"
 #include "client/client.h"
-#include "common/engine/model_config.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model_config.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
+#include "common/util/percentile.h"
 #include "common/util/stopwatch.h"
 
 namespace splitspec::cli {

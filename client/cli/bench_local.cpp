@@ -14,9 +14,9 @@
 #include "client/cli/row_spec.h"
 #include "client/client.h"
 #include "common/drafting/tree_options.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
 
 namespace splitspec::cli {
 

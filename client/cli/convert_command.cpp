@@ -7,13 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
-#include "common/engine/gguf.h"
-#include "common/engine/gguf_convert.h"
-#include "common/engine/gguf_model.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/vocab.h"
 #include "common/util/error.h"
+#include "common/weights/gguf.h"
+#include "common/weights/gguf_convert.h"
+#include "common/weights/gguf_model.h"
 
 namespace fs = std::filesystem;
 

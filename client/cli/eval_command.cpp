@@ -13,12 +13,12 @@
 #include "client/round_loop.h"
 #include "common/drafting/model_drafter.h"
 #include "common/early_exit/early_exit_eval.h"
-#include "common/util/error.h"
-#include "common/engine/model.h"
-#include "common/train/train_threads.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/train/corpus.h"
 #include "common/train/perplexity.h"
+#include "common/train/train_threads.h"
+#include "common/util/error.h"
 
 namespace splitspec::cli {
 

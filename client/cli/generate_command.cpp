@@ -11,7 +11,7 @@
 #include "client/client.h"
 #include "common/drafting/registry.h"
 #include "common/drafting/tree_options.h"
-#include "common/engine/threads.h"
+#include "common/kernels/threads.h"
 #include "common/util/error.h"
 
 namespace splitspec::cli {

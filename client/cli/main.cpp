@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "client/cli/cli_main.h"
-#include "common/engine/shipped_files.h"
 #include "common/util/error.h"
+#include "common/util/shipped_files.h"
 
 namespace {
 

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
-#include "common/engine/tokenizer.h"
 
 namespace splitspec::cli {
 

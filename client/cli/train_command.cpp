@@ -5,13 +5,13 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "client/cli/commands.h"
-#include "common/util/error.h"
-#include "common/train/train_threads.h"
-#include "common/engine/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/train/exit_trainer.h"
 #include "common/train/lut_builder.h"
 #include "common/train/recurrent_trainer.h"
+#include "common/train/train_threads.h"
 #include "common/train/trainer.h"
+#include "common/util/error.h"
 
 namespace splitspec::cli {
 

@@ -11,8 +11,8 @@
 
 #include "common/decoding/forward_emulation.h"
 #include "common/decoding/generate_options.h"
-#include "common/engine/model.h"
 #include "common/decoding/verify.h"
+#include "common/model/model.h"
 
 namespace splitspec {
 

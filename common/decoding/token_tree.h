@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/decoding/sampling.h"
-#include "common/engine/attention_mask.h"
+#include "common/model/attention_mask.h"
 
 namespace splitspec {
 

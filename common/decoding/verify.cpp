@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "common/engine/kernels.h"
+#include "common/kernels/kernels.h"
 #include "common/util/error.h"
 
 namespace splitspec {

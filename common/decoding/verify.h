@@ -10,7 +10,7 @@
 
 #include "common/decoding/sampling.h"
 #include "common/decoding/token_tree.h"
-#include "common/engine/rows.h"
+#include "common/model/rows.h"
 
 namespace splitspec {
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "common/drafting/recurrent_head.h"
-#include "common/engine/kernels.h"
+#include "common/kernels/kernels.h"
 #include "common/util/error.h"
 
 namespace splitspec {

@@ -7,10 +7,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "common/engine/safetensors.h"
-#include "common/engine/weight_type.h"
+#include "common/kernels/weight_type.h"
 #include "common/util/error.h"
 #include "common/util/json_integer.h"
+#include "common/weights/safetensors.h"
 
 namespace splitspec {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/drafting/drafter.h"
-#include "common/engine/model.h"
+#include "common/model/model.h"
 
 namespace splitspec {
 

@@ -22,7 +22,7 @@
 #include "common/drafting/drafter_options.h"
 #include "common/drafting/recurrent_head.h"
 #include "common/drafting/registry.h"
-#include "common/engine/kernels.h"
+#include "common/kernels/kernels.h"
 #include "common/util/error.h"
 
 namespace splitspec {

@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "common/engine/kernels.h"
-#include "common/engine/safetensors.h"
+#include "common/kernels/kernels.h"
 #include "common/util/error.h"
 #include "common/util/json_integer.h"
+#include "common/weights/safetensors.h"
 
 namespace splitspec {
 

@@ -12,11 +12,11 @@
 #include <thread>
 #include <utility>
 
-#include "common/drafting/model_drafter.h"
-#include "common/drafting/drafter_options.h"
-#include "common/drafting/registry.h"
 #include "common/decoding/verify.h"
-#include "common/engine/threads.h"
+#include "common/drafting/drafter_options.h"
+#include "common/drafting/model_drafter.h"
+#include "common/drafting/registry.h"
+#include "common/kernels/threads.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
 

@@ -46,7 +46,7 @@
 #include "common/drafting/drafter.h"
 #include "common/drafting/fallback_threshold.h"
 #include "common/drafting/tree_options.h"
-#include "common/engine/model.h"
+#include "common/model/model.h"
 
 namespace splitspec {
 

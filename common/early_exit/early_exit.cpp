@@ -8,11 +8,11 @@
 #include <sstream>
 #include <tuple>
 
+#include "common/kernels/kernels.h"
 #include "common/util/error.h"
 #include "common/util/json_integer.h"
-#include "common/engine/kernels.h"
-#include "common/engine/safetensors.h"
-#include "common/engine/weight_set.h"
+#include "common/weights/safetensors.h"
+#include "common/weights/weight_set.h"
 
 namespace splitspec {
 

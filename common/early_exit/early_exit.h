@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/engine/model.h"
+#include "common/model/model.h"
 
 namespace splitspec {
 

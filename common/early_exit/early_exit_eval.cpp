@@ -1,7 +1,7 @@
 #include "common/early_exit/early_exit_eval.h"
 
 #include "common/decoding/sampling.h"
-#include "common/engine/kernels.h"
+#include "common/kernels/kernels.h"
 #include "common/util/error.h"
 
 namespace splitspec {

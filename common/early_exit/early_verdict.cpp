@@ -1,7 +1,7 @@
 #include "common/early_exit/early_verdict.h"
 
-#include "common/engine/kernels.h"
 #include "common/decoding/sampling.h"
+#include "common/kernels/kernels.h"
 
 namespace splitspec {
 

@@ -14,10 +14,10 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "common/engine/gguf.h"
 #include "common/tokenizer/pre_tokenizer.h"
 #include "common/util/error.h"
 #include "common/util/fnv1a.h"
+#include "common/weights/gguf.h"
 
 namespace fs = std::filesystem;
 

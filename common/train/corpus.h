@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/engine/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace splitspec {
 

@@ -9,12 +9,12 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "common/util/error.h"
-#include "common/engine/model.h"
-#include "common/engine/model_config.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/model/model_config.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/train/corpus.h"
 #include "common/train/model_weights.h"
+#include "common/util/error.h"
 
 namespace splitspec {
 

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/train/corpus.h"
 #include "common/train/model_weights.h"
 #include "common/util/error.h"

@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "common/engine/quant.h"
+#include "common/kernels/quant.h"
 #include "common/util/error.h"
 
 namespace splitspec {

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/engine/model.h"
+#include "common/model/model.h"
 
 namespace splitspec {
 

@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/engine/model.h"
+#include "common/model/model.h"
 
 namespace splitspec {
 

@@ -17,9 +17,9 @@
 #include <sstream>
 
 #include "common/decoding/sampling.h"
-#include "common/engine/kernels.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/kernels/kernels.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/train/checkpoint.h"
 #include "common/train/corpus.h"
 #include "common/util/error.h"

@@ -2,7 +2,7 @@
 
 #include <ATen/Parallel.h>
 
-#include "common/engine/threads.h"
+#include "common/kernels/threads.h"
 
 namespace splitspec {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/engine/model.h"
+#include "common/model/model.h"
 #include "common/train/model_weights.h"
 
 namespace splitspec {

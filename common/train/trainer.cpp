@@ -16,13 +16,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/util/error.h"
-#include "common/engine/model.h"
-#include "common/engine/tokenizer.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/train/checkpoint.h"
 #include "common/train/corpus.h"
 #include "common/train/perplexity.h"
 #include "common/train/trainable_llama.h"
+#include "common/util/error.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "common/engine/model_config.h"
-#include "common/engine/safetensors.h"
-#include "common/engine/weight_type.h"
+#include "common/kernels/weight_type.h"
+#include "common/model/model_config.h"
+#include "common/weights/safetensors.h"
 
 namespace splitspec {
 

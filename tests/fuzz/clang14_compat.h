@@ -1,5 +1,5 @@
 #pragma once
-// Force-included (-include) into common/engine/linear.cpp by the fuzz build
+// Force-included (-include) into common/kernels/linear.cpp by the fuzz build
 // only (tests/fuzz/fuzz_targets.cmake): clang-14 does not know
 // __builtin_cpu_supports("f16c") (GCC does, and clang 15). Every feature
 // linear.cpp asks about is answered here, f16c by CPUID leaf 1 (ECX bit 29).

@@ -21,9 +21,9 @@
 #include <string>
 
 #include "common/early_exit/early_exit.h"
-#include "common/engine/rows.h"
-#include "common/engine/model.h"
-#include "common/engine/model_config.h"
+#include "common/model/model.h"
+#include "common/model/model_config.h"
+#include "common/model/rows.h"
 #include "common/util/error.h"
 #include "tests/fuzz/fuzz_util.h"
 

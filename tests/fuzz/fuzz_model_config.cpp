@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/engine/model_config.h"
+#include "common/model/model_config.h"
 #include "common/util/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

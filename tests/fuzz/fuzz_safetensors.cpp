@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <string>
 
-#include "common/engine/safetensors.h"
 #include "common/util/error.h"
+#include "common/weights/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = "/tmp/splitspec-fuzz-" + std::to_string(getpid()) + ".safetensors";

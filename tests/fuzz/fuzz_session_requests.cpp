@@ -45,10 +45,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/model/kv_cache.h"
+#include "common/model/model_config.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/splitspec.grpc.pb.h"
-#include "common/engine/kv_cache.h"
-#include "common/engine/model_config.h"
 #include "server/server.h"
 
 namespace {

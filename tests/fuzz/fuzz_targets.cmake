@@ -15,9 +15,9 @@ function(_splitspec_add_fuzz_targets)
   # __fp16 converts the same way, with correct rounding, through
   # compiler-rt's builtins, linked below. __builtin_cpu_supports("f16c") in
   # linear.cpp: clang14_compat.h answers it from CPUID.
-  set_property(SOURCE ${PROJECT_SOURCE_DIR}/common/engine/weight_type.cpp
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/common/kernels/weight_type.cpp
     DIRECTORY ${PROJECT_SOURCE_DIR}/common APPEND PROPERTY COMPILE_DEFINITIONS "_Float16=__fp16")
-  set_property(SOURCE ${PROJECT_SOURCE_DIR}/common/engine/linear.cpp
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/common/kernels/linear.cpp
     DIRECTORY ${PROJECT_SOURCE_DIR}/common APPEND PROPERTY COMPILE_OPTIONS
     -include ${PROJECT_SOURCE_DIR}/tests/fuzz/clang14_compat.h)
   execute_process(COMMAND ${CMAKE_CXX_COMPILER} --rtlib=compiler-rt --print-libgcc-file-name

@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/engine/gguf.h"
-#include "common/engine/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/vocab.h"
 #include "common/util/error.h"
+#include "common/weights/gguf.h"
 
 namespace fs = std::filesystem;
 using splitspec::Vocab;

@@ -1,0 +1,300 @@
+// Built with -ffp-contract=off: the dequantized values and the dot products'
+// multiply-adds are exactly as written (kquant.h).
+#include "common/kernels/kquant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace splitspec {
+
+namespace {
+
+float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return half_to_float(h);
+}
+
+// Q4_K's and Q5_K's packing of eight 6-bit scales and eight 6-bit mins.
+void scale_min(int j, const uint8_t* s, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// A super-block's quants as integers in weight order, with the scales of
+// its sub-blocks (32 weights for Q4_K/Q5_K, which also have mins; 16 for
+// Q6_K) and its half-precision scales.
+struct Unpacked {
+  int8_t q[kSuperBlock];
+  int sc[16], m[8];
+  float d, dmin;
+};
+
+void unpack(WType t, const uint8_t* b, Unpacked& u) {
+  if (t == WType::Q6_K) {
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+    for (int s = 0; s < 16; ++s) u.sc[s] = sc[s];
+    u.d = half_at(b + 208);
+    u.dmin = 0.0f;
+    for (int h = 0; h < 2; ++h)
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t lo0 = ql[64 * h + l], lo1 = ql[64 * h + l + 32], hi = qh[32 * h + l];
+        int8_t* q = u.q + 128 * h + l;
+        q[0] = static_cast<int8_t>(((lo0 & 0xF) | (((hi >> 0) & 3) << 4)) - 32);
+        q[32] = static_cast<int8_t>(((lo1 & 0xF) | (((hi >> 2) & 3) << 4)) - 32);
+        q[64] = static_cast<int8_t>(((lo0 >> 4) | (((hi >> 4) & 3) << 4)) - 32);
+        q[96] = static_cast<int8_t>(((lo1 >> 4) | (((hi >> 6) & 3) << 4)) - 32);
+      }
+    return;
+  }
+  u.d = half_at(b);
+  u.dmin = half_at(b + 2);
+  const uint8_t* scales = b + 4;
+  for (int s = 0; s < 8; ++s) scale_min(s, scales, &u.sc[s], &u.m[s]);
+  const bool five = t == WType::Q5_K;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + (five ? 48 : 16);
+  for (int j = 0; j < 4; ++j)
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t byte = qs[32 * j + l];
+      int lo = byte & 0xF, hi = byte >> 4;
+      if (five) {
+        lo += (qh[l] >> (2 * j)) & 1 ? 16 : 0;
+        hi += (qh[l] >> (2 * j + 1)) & 1 ? 16 : 0;
+      }
+      u.q[64 * j + l] = static_cast<int8_t>(lo);
+      u.q[64 * j + 32 + l] = static_cast<int8_t>(hi);
+    }
+}
+
+}  // namespace
+
+void dequantize_superblock(WType t, const uint8_t* block, float* y) {
+  Unpacked u;
+  unpack(t, block, u);
+  if (t == WType::Q6_K) {
+    for (int i = 0; i < kSuperBlock; ++i) y[i] = u.d * static_cast<float>(u.sc[i / 16]) * static_cast<float>(u.q[i]);
+    return;
+  }
+  for (int s = 0; s < 8; ++s) {
+    const float d = u.d * static_cast<float>(u.sc[s]), m = u.dmin * static_cast<float>(u.m[s]);
+    for (int i = 32 * s; i < 32 * s + 32; ++i) y[i] = d * static_cast<float>(u.q[i]) - m;
+  }
+}
+
+namespace {
+
+void put_half(uint8_t* p, float v) {
+  const uint16_t h = float_to_half(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Clamped before the conversion, which a far-off quotient would overflow.
+int clamp_round(float v, int lo, int hi) {
+  return static_cast<int>(std::nearbyint(std::clamp(v, static_cast<float>(lo), static_cast<float>(hi))));
+}
+
+void quantize_q6_k(const float* x, uint8_t* b) {
+  // Per 16 weights: the scale that maps the value of largest magnitude to -32.
+  float scales[16], max_scale = 0.0f, amax_scale = 0.0f;
+  for (int s = 0; s < 16; ++s) {
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 16 * s; i < 16 * s + 16; ++i)
+      if (std::fabs(x[i]) > amax) {
+        amax = std::fabs(x[i]);
+        max = x[i];
+      }
+    scales[s] = max / -32.0f;
+    if (std::fabs(scales[s]) > amax_scale) {
+      amax_scale = std::fabs(scales[s]);
+      max_scale = scales[s];
+    }
+  }
+  std::memset(b, 0, 210);
+  if (amax_scale == 0.0f) return;
+  const float iscale = -128.0f / max_scale;
+  put_half(b + 208, 1.0f / iscale);
+  const float d = half_at(b + 208);
+  int8_t q[kSuperBlock];
+  for (int s = 0; s < 16; ++s) {
+    const int sc = std::min(127, static_cast<int>(std::nearbyint(iscale * scales[s])));
+    b[192 + s] = static_cast<uint8_t>(static_cast<int8_t>(sc));
+    const float step = d * static_cast<float>(sc);
+    for (int i = 16 * s; i < 16 * s + 16; ++i) q[i] = static_cast<int8_t>(step != 0.0f ? clamp_round(x[i] / step, -32, 31) : 0);
+  }
+  uint8_t* ql = b;
+  uint8_t* qh = b + 128;
+  for (int h = 0; h < 2; ++h)
+    for (int l = 0; l < 32; ++l) {
+      const int q0 = q[128 * h + l] + 32, q1 = q[128 * h + l + 32] + 32, q2 = q[128 * h + l + 64] + 32,
+                q3 = q[128 * h + l + 96] + 32;
+      ql[64 * h + l] = static_cast<uint8_t>((q0 & 0xF) | ((q2 & 0xF) << 4));
+      ql[64 * h + l + 32] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
+      qh[32 * h + l] = static_cast<uint8_t>((q0 >> 4) | ((q1 >> 4) << 2) | ((q2 >> 4) << 4) | ((q3 >> 4) << 6));
+    }
+}
+
+// Q4_K (top 15) and Q5_K (top 31): per 32 weights a scale and a min (the
+// negated lower end of the range, never below zero), each quantized to 6 bits
+// against the super-block's d and dmin.
+void quantize_q45_k(const float* x, uint8_t* b, int top) {
+  float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
+  for (int s = 0; s < 8; ++s) {
+    float lo = 0.0f, hi = x[32 * s];
+    for (int i = 32 * s; i < 32 * s + 32; ++i) {
+      lo = std::min(lo, x[i]);
+      hi = std::max(hi, x[i]);
+    }
+    scale[s] = (hi - lo) / static_cast<float>(top);
+    min[s] = -lo;
+    max_scale = std::max(max_scale, scale[s]);
+    max_min = std::max(max_min, min[s]);
+  }
+  const bool five = top == 31;
+  std::memset(b, 0, five ? 176 : 144);
+  put_half(b, max_scale / 63.0f);
+  put_half(b + 2, max_min / 63.0f);
+  const float d = half_at(b), dmin = half_at(b + 2);
+  int sc[8], m[8];
+  for (int s = 0; s < 8; ++s) {
+    sc[s] = d > 0.0f ? clamp_round(scale[s] / d, 0, 63) : 0;
+    m[s] = dmin > 0.0f ? clamp_round(min[s] / dmin, 0, 63) : 0;
+  }
+  uint8_t* packed = b + 4;
+  for (int j = 0; j < 4; ++j) {
+    packed[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    packed[j + 4] = static_cast<uint8_t>((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+    packed[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+  }
+  uint8_t q[kSuperBlock];
+  for (int s = 0; s < 8; ++s) {
+    const float step = d * static_cast<float>(sc[s]), offset = dmin * static_cast<float>(m[s]);
+    for (int i = 32 * s; i < 32 * s + 32; ++i)
+      q[i] = static_cast<uint8_t>(step > 0.0f ? clamp_round((x[i] + offset) / step, 0, top) : 0);
+  }
+  uint8_t* qh = b + 16;
+  uint8_t* qs = b + (five ? 48 : 16);
+  for (int j = 0; j < 4; ++j)
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t lo = q[64 * j + l], hi = q[64 * j + 32 + l];
+      qs[32 * j + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+      if (five) qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * j)) | ((hi >> 4) << (2 * j + 1)));
+    }
+}
+
+}  // namespace
+
+void quantize_superblock(WType t, const float* x, uint8_t* block) {
+  if (t == WType::Q6_K)
+    quantize_q6_k(x, block);
+  else
+    quantize_q45_k(x, block, t == WType::Q5_K ? 31 : 15);
+}
+
+bool superblock_scales_finite(WType t, const uint8_t* block) {
+  if (t == WType::Q6_K) return std::isfinite(half_at(block + 208));
+  return std::isfinite(half_at(block)) && std::isfinite(half_at(block + 2));
+}
+
+void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out) {
+  const int64_t nb = cols / kSuperBlock;
+  out.rows = rows;
+  out.cols = cols;
+  out.blocks = nb;
+  out.q.resize(static_cast<size_t>(rows * cols));
+  out.d.resize(static_cast<size_t>(rows * nb));
+  out.bsums.resize(static_cast<size_t>(rows * nb * 16));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* v = x + r * cols + b * kSuperBlock;
+      int8_t* q = out.q.data() + r * cols + b * kSuperBlock;
+      int16_t* sums = out.bsums.data() + (r * nb + b) * 16;
+      float max = 0.0f, amax = 0.0f;
+      for (int i = 0; i < kSuperBlock; ++i)
+        if (std::fabs(v[i]) > amax) {
+          amax = std::fabs(v[i]);
+          max = v[i];
+        }
+      if (amax == 0.0f) {
+        out.d[r * nb + b] = 0.0f;
+        std::fill(q, q + kSuperBlock, 0);
+        std::fill(sums, sums + 16, 0);
+        continue;
+      }
+      const float iscale = -127.0f / max;
+      // Rounded to nearest even as std::nearbyint does in the default mode,
+      // without its library call: |iscale * v| <= 127, so adding and taking
+      // away 1.5 x 2^23 leaves it rounded (-ffp-contract=off keeps both).
+      constexpr float kRound = 12582912.0f;
+      for (int i = 0; i < kSuperBlock; ++i)
+        q[i] = static_cast<int8_t>(std::min(127.0f, (iscale * v[i] + kRound) - kRound));
+      for (int g = 0; g < 16; ++g) {
+        int s = 0;
+        for (int i = 0; i < 16; ++i) s += q[16 * g + i];
+        sums[g] = static_cast<int16_t>(s);
+      }
+      out.d[r * nb + b] = 1.0f / iscale;
+    }
+}
+
+void superblock_sums(WType t, const uint8_t* block, int n, const int8_t* const* xq, const int16_t* const*,
+                     int32_t* out) {
+  Unpacked u;
+  unpack(t, block, u);
+  const int width = t == WType::Q6_K ? 16 : 32;
+  for (int j = 0; j < n; ++j) {
+    int32_t sumi = 0;
+    for (int s = 0; s < kSuperBlock / width; ++s) {
+      int32_t part = 0;
+      for (int i = width * s; i < width * (s + 1); ++i) part += static_cast<int32_t>(u.q[i]) * xq[j][i];
+      sumi += u.sc[s] * part;
+    }
+    out[j] = sumi;
+  }
+}
+
+void kquant_dots(WType t, const uint8_t* row, int64_t cols, const Q8KRows& x, int64_t j0, int n, float* out,
+                 int64_t stride, SuperblockSums sums) {
+  const int64_t nb = cols / kSuperBlock, sb = superblock_bytes(t);
+  float acc[kMaxDotRows] = {};
+  const int8_t* xq[kMaxDotRows];
+  const int16_t* bs[kMaxDotRows];
+  int32_t sumi[kMaxDotRows];
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* block = row + b * sb;
+    for (int i = 0; i < n; ++i) {
+      xq[i] = x.q.data() + (j0 + i) * x.cols + b * kSuperBlock;
+      bs[i] = x.bsums.data() + ((j0 + i) * nb + b) * 16;
+    }
+    sums(t, block, n, xq, bs, sumi);
+    if (t == WType::Q6_K) {
+      const float d = half_at(block + 208);
+      for (int i = 0; i < n; ++i) acc[i] = std::fma(d * x.d[(j0 + i) * nb + b], static_cast<float>(sumi[i]), acc[i]);
+      continue;
+    }
+    int m[8];
+    for (int s = 0; s < 8; ++s) {
+      int sc;
+      scale_min(s, block + 4, &sc, &m[s]);
+    }
+    const float d = half_at(block), dmin = half_at(block + 2);
+    for (int i = 0; i < n; ++i) {
+      const float xd = x.d[(j0 + i) * nb + b];
+      acc[i] = std::fma(d * xd, static_cast<float>(sumi[i]), acc[i]);
+      int32_t summ = 0;
+      for (int s = 0; s < 8; ++s) summ += m[s] * (bs[i][2 * s] + bs[i][2 * s + 1]);
+      acc[i] = std::fma(-(dmin * xd), static_cast<float>(summ), acc[i]);
+    }
+  }
+  for (int i = 0; i < n; ++i) out[i * stride] = acc[i];
+}
+
+}  // namespace splitspec

@@ -1,0 +1,77 @@
+#pragma once
+// llama.cpp's K-quants, read as its files store them: super-blocks of 256
+// weights with 6- or 8-bit sub-block scales under a half-precision scale.
+//   Q4_K (144 bytes): d, dmin (halves), 12 bytes of eight 6-bit scales and
+//     mins, 128 bytes of 4-bit quants; w = d * sc * q - dmin * m per 32.
+//   Q5_K (176 bytes): as Q4_K, with a fifth bit per weight (32 bytes).
+//   Q6_K (210 bytes): 128 bytes of low 4 bits, 64 of high 2 bits, sixteen
+//     int8 scales, d; w = d * sc * (q - 32) per 16.
+// Their products take activations quantized as llama.cpp's Q8_K: per row and
+// super-block, d = max / -127 (max the signed value of largest magnitude),
+// q = round-to-even(x * -127 / max) capped at 127, and each 16 q's sum.
+// Free of LibTorch; built with -ffp-contract=off.
+#include <cstdint>
+#include <vector>
+
+#include "common/kernels/weight_type.h"
+
+namespace splitspec {
+
+// One super-block as 256 floats, exactly as llama.cpp's dequantize_row_*.
+void dequantize_superblock(WType t, const uint8_t* block, float* y);
+// 256 floats as one super-block of type t (Q4_K, Q5_K or Q6_K), in llama.cpp's
+// layout: sub-block scales (and, for Q4_K/Q5_K, mins) from each sub-block's
+// range, themselves quantized against the super-block's half scales, then
+// every weight rounded to nearest against its sub-block's stored scale.
+// A simpler search than llama-quantize's iterative one (its files are read
+// as stored); deterministic.
+void quantize_superblock(WType t, const float* x, uint8_t* block);
+// Whether the super-block's half-precision scales are finite.
+bool superblock_scales_finite(WType t, const uint8_t* block);
+
+struct Q8KRows {
+  int64_t rows = 0, cols = 0, blocks = 0;
+  std::vector<int8_t> q;       // [rows][cols]
+  std::vector<float> d;        // [rows][blocks]
+  std::vector<int16_t> bsums;  // [rows][blocks][16]
+};
+void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out);
+
+// One super-block's exact integer sums against the same super-block of n
+// activation rows (inputs xq[i], their 16-sums bsums[i]), into out[i]: over
+// its sub-blocks, scale x (quant . input), the quants as weights (Q6_K's
+// minus 32). The block is decoded once for all n. Any order gives the same
+// integers, so a vector body may compute them its own way.
+using SuperblockSums = void (*)(WType t, const uint8_t* block, int n, const int8_t* const* xq,
+                                const int16_t* const* bsums, int32_t* out);
+void superblock_sums(WType t, const uint8_t* block, int n, const int8_t* const* xq, const int16_t* const* bsums,
+                     int32_t* out);
+
+// Packed Q4_K and Q6_K matrices (MatrixRef::packed; stored_packed says where),
+// each group of kKPackRows rows holds, super-block by super-block, one
+// block of the eight rows' bytes regrouped so that a 32-byte load gives
+// every row's next four bytes (one row per 32-bit lane), with the eight
+// rows' scales side by side (kquant_pack.cpp has the map). Rows past the last
+// whole group follow, plain.
+constexpr int64_t kKPackRows = 8;
+// Regroups a plain Q4_K or Q6_K matrix's whole groups in place (pack) or
+// back (unpack); `scratch` grows to one group's bytes.
+void kquant_regroup_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch,
+                         bool pack);
+// One packed group (kKPackRows rows at `group`) as plain rows into `out`.
+void kquant_unpack_group(WType type, const uint8_t* group, int64_t cols, uint8_t* out);
+// Super-block b of row r, plain or packed, in the file's layout.
+void read_superblock(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out);
+
+// Activation rows one kquant_dots call takes.
+constexpr int kMaxDotRows = 8;
+
+// Row `row` (plain bytes of `cols` weights) times rows j0 .. j0 + n - 1 of
+// `x` (n <= kMaxDotRows), into out[i * stride]. Each output, super-block by
+// super-block in order: its integer sum (and, for Q4_K/Q5_K, the integer sum
+// of min x the inputs' 16-sums), each added with one fused multiply-add by
+// d_w * d_x (and -dmin_w * d_x). An output does not depend on n or j0.
+void kquant_dots(WType t, const uint8_t* row, int64_t cols, const Q8KRows& x, int64_t j0, int n, float* out,
+                 int64_t stride, SuperblockSums sums = superblock_sums);
+
+}  // namespace splitspec

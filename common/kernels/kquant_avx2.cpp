@@ -1,0 +1,101 @@
+// The K-quant integer products with AVX2 (maddubs, madd), in the x86
+// skeleton (kquant_x86.h): the same integers as the reference, so the same
+// bits. Built with -mavx2 -mfma -mf16c and called only after linear.cpp's
+// check for them.
+#include "common/kernels/kquant_x86.h"
+
+namespace splitspec::kernels::avx2 {
+
+namespace {
+
+// One super-block, decoded a vector at a time: vector v holds weights
+// 32v .. 32v + 31 as unsigned quants (Q6_K's plus 32), and its scales as
+// 16-bit lanes, each lane the scale of its weight pair.
+template <WType T>
+struct Block {
+  const uint8_t* b;
+  __m256i scales16;  // Q4_K/Q5_K: the eight scales, in both halves; Q6_K: the sixteen
+
+  Block(const uint8_t* block, const uint8_t* sc) : b(block) {
+    if constexpr (T == WType::Q6_K) {
+      scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+    } else {
+      scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    }
+  }
+
+  template <int V>
+  __m256i quants() const {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    if constexpr (T == WType::Q6_K) {
+      // Vector 4h + k: low nibbles (k < 2) or high nibbles of ql's 32 bytes at
+      // 64h + 32(k & 1), with bits 2k, 2k + 1 of qh's 32 bytes at 32h on top.
+      constexpr int h = V / 4, k = V % 4;
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32 * (k & 1)));
+      const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+      const __m256i nib = k < 2 ? _mm256_and_si256(lo, low4) : _mm256_and_si256(_mm256_srli_epi16(lo, 4), low4);
+      return _mm256_or_si256(nib, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2 * k), _mm256_set1_epi8(3)), 4));
+    } else {
+      // Vector 2j (low nibbles) and 2j + 1 (high) of qs's 32 bytes at 32j; for
+      // Q5_K, bit V of qh's bytes on top.
+      constexpr bool five = T == WType::Q5_K;
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (five ? 48 : 16) + 32 * (V / 2)));
+      __m256i q = V % 2 == 0 ? _mm256_and_si256(bytes, low4) : _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+      if constexpr (five) {
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+        q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, V), _mm256_set1_epi8(1)), 4));
+      }
+      return q;
+    }
+  }
+
+  template <int V>
+  __m256i scales() const {
+    if constexpr (T == WType::Q6_K) {
+      // Sub-blocks 2V (first 16 lanes) and 2V + 1: dword V of the sixteen.
+      const __m256i pair = _mm256_permutevar8x32_epi32(scales16, _mm256_set1_epi32(V));
+      return _mm256_shuffle_epi8(pair, _mm256_set_epi8(3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 1, 0, 1, 0, 1, 0, 1,
+                                                       0, 1, 0, 1, 0, 1, 0, 1, 0));
+    } else {
+      return _mm256_shuffle_epi8(scales16, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * V)));
+    }
+  }
+};
+
+// 32 unsigned quants times 32 inputs, each pair of products summed (at most
+// 63 * 127 * 2: no int16 saturation), then times the pairs' scales and summed
+// in pairs again into 8 int32 lanes.
+__m256i scaled(__m256i q, const int8_t* x, __m256i scales16) {
+  const __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  return _mm256_madd_epi16(p, scales16);
+}
+
+template <WType T, int N, int V>
+void add_vector(const Block<T>& blk, const int8_t* const* xq, __m256i* a) {
+  const __m256i q = blk.template quants<V>(), s = blk.template scales<V>();
+  for (int i = 0; i < N; ++i) a[i] = _mm256_add_epi32(a[i], scaled(q, xq[i] + 32 * V, s));
+}
+
+struct Avx2 {
+  template <WType T, int N>
+  static void sums(const uint8_t* block, const uint8_t* sc, const int8_t* const* xq, __m256i* a) {
+    const Block<T> blk(block, sc);
+    for (int i = 0; i < N; ++i) a[i] = _mm256_setzero_si256();
+    add_vector<T, N, 0>(blk, xq, a);
+    add_vector<T, N, 1>(blk, xq, a);
+    add_vector<T, N, 2>(blk, xq, a);
+    add_vector<T, N, 3>(blk, xq, a);
+    add_vector<T, N, 4>(blk, xq, a);
+    add_vector<T, N, 5>(blk, xq, a);
+    add_vector<T, N, 6>(blk, xq, a);
+    add_vector<T, N, 7>(blk, xq, a);
+  }
+};
+
+}  // namespace
+
+void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y) {
+  kquant_rows_with<Avx2>(w, r0, r1, x, y);
+}
+
+}  // namespace splitspec::kernels::avx2

@@ -1,0 +1,285 @@
+// Built with -ffp-contract=off: every multiply-add is fused, or not, exactly
+// as written (linear.h).
+#include "common/kernels/linear.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/kernels/kquant.h"
+#include "common/kernels/linear_isa.h"
+#include "common/kernels/parallel.h"
+#include "common/util/error.h"
+
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
+namespace splitspec::kernels {
+
+namespace {
+
+// Each thread's own count, as OpenMP's is: a pre-drafting worker that runs
+// on one thread must not change the main thread's. Threads that never set
+// one use the first count set in the process.
+std::atomic<int> g_default_threads{0};
+thread_local int t_threads = 0;
+
+bool cpu_has(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return true;
+#if defined(__x86_64__)
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::kAvx512:
+      return cpu_has(Isa::kAvx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#endif
+#if defined(__aarch64__)
+    case Isa::kNeon: return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
+    default: return false;
+  }
+}
+
+Isa best_isa() {
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon})
+    if (cpu_has(isa)) return isa;
+  return Isa::kScalar;
+}
+
+// SPLITSPEC_KERNELS names a path to use instead of the best (one this CPU
+// has), so tests and comparisons can run the others.
+Isa initial_isa() {
+  const char* force = std::getenv("SPLITSPEC_KERNELS");
+  if (force)
+    for (int i = 0; i < kIsas; ++i)
+      if (std::string(force) == isa_name(static_cast<Isa>(i)) && cpu_has(static_cast<Isa>(i)))
+        return static_cast<Isa>(i);
+  return best_isa();
+}
+
+std::atomic<Isa>& current() {
+  static std::atomic<Isa> isa{initial_isa()};
+  return isa;
+}
+
+// The exact order linear.h defines, for the lanes' final sum.
+float hsum8(const float* a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
+
+float weight_at(const MatrixRef& w, const uint8_t* row, int64_t i) {
+  uint16_t h;
+  switch (w.type) {
+    case WType::F32: {
+      float f;
+      std::memcpy(&f, row + 4 * i, 4);
+      return f;
+    }
+    case WType::F16: std::memcpy(&h, row + 2 * i, 2); return half_to_float(h);
+    default: std::memcpy(&h, row + 2 * i, 2); return bf16_to_float(h);
+  }
+}
+
+float float_dot(const MatrixRef& w, const uint8_t* row, const float* x) {
+  float acc[8] = {};
+  for (int64_t i0 = 0; i0 < w.cols; i0 += 8)
+    for (int l = 0; l < 8; ++l) {
+      const int64_t i = i0 + l;
+      const float wv = i < w.cols ? weight_at(w, row, i) : 0.0f, xv = i < w.cols ? x[i] : 0.0f;
+      acc[l] = std::fma(wv, xv, acc[l]);
+    }
+  return hsum8(acc);
+}
+
+float quant_dot(const MatrixRef& w, int64_t r, const QuantizedRows& qx, int64_t j) {
+  float acc = 0.0f;
+  const int8_t* xq = qx.q.data() + j * qx.cols;
+  const float* xd = qx.d.data() + j * qx.blocks;
+  uint8_t blk[2 + kQBlock];
+  for (int64_t b = 0; b < qx.blocks; ++b) {
+    read_block(w, r, b, blk);
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    const float d = half_to_float(h) * xd[b];
+    const int8_t* xb = xq + b * kQBlock;
+    int32_t s = 0;
+    for (int i = 0; i < kQBlock; ++i) {
+      const int wq = w.type == WType::Q8_0 ? static_cast<int8_t>(blk[2 + i])
+                                           : (i < 16 ? blk[2 + i] & 0x0f : blk[2 + i - 16] >> 4) - 8;
+      s += wq * xb[i];
+    }
+    acc = std::fma(static_cast<float>(s), d, acc);
+  }
+  return acc;
+}
+
+void quantize_for(Isa isa, const float* x, int64_t n, int64_t cols, QuantizedRows& qx) {
+  switch (isa) {
+#if defined(__x86_64__)
+    case Isa::kAvx2:
+    case Isa::kAvx512: avx2::quantize_activations(x, n, cols, qx); return;
+#endif
+#if defined(__aarch64__)
+    case Isa::kNeon: neon::quantize_activations(x, n, cols, qx); return;
+#endif
+    default: quantize_activations(x, n, cols, qx); return;
+  }
+}
+
+void check(const MatrixRef& w) {
+  if (w.cols % block_weights(w.type) != 0)
+    throw Error(std::string("linear: ") + wtype_name(w.type) + " weights need a multiple of " +
+                std::to_string(block_weights(w.type)) + " columns, not " + std::to_string(w.cols));
+}
+
+// Rows [r0, r1) of plain K-quant rows starting at `first` (row r0's bytes
+// at first + (r - r0) row lengths), with kquant_dots and the body's sums.
+void kquant_plain_rows(const MatrixRef& w, const uint8_t* first, int64_t r0, int64_t r1, const Q8KRows& qk, float* y,
+                       Isa isa) {
+  SuperblockSums sums = superblock_sums;
+#if defined(__aarch64__)
+  if (isa == Isa::kNeon) sums = neon::superblock_sums;
+#endif
+  const int64_t rb = row_bytes(w.type, w.cols);
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < qk.rows; j += kMaxDotRows)
+      kquant_dots(w.type, first + (r - r0) * rb, w.cols, qk, j,
+                  static_cast<int>(std::min<int64_t>(kMaxDotRows, qk.rows - j)), y + j * w.rows + r, w.rows, sums);
+}
+
+// K-quant weights against Q8_K activations: each weight row decoded once per
+// super-block for up to kMaxDotRows activation rows (packed rows by the x86
+// bodies, eight at a time; other bodies read them unpacked a group at a
+// time); every output the same whatever rows or threads share the call
+// (kquant_dots).
+void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRows& qk, bool threaded, Isa isa) {
+  quantize_q8k(x, n, w.cols, qk);
+  const int64_t grouped = w.packed ? w.rows / kKPackRows * kKPackRows : 0;
+  // Chunks are whole groups of 16 rows, so they split no packed group.
+  static_assert(kPackRows % kKPackRows == 0);
+  auto rows = [&](int64_t r0, int64_t r1) {
+    if (r0 < grouped) {
+      const int64_t end = std::min(r1, grouped);
+#if defined(__x86_64__)
+      if (isa == Isa::kAvx2 || isa == Isa::kAvx512) {
+        avx2::kquant_packed_rows(w, r0, end, qk, y);
+        r0 = end;
+      }
+#endif
+      thread_local std::vector<uint8_t> plain;
+      plain.resize(static_cast<size_t>(kKPackRows * row_bytes(w.type, w.cols)));
+      for (; r0 < end; r0 += kKPackRows) {
+        kquant_unpack_group(w.type, w.row(r0), w.cols, plain.data());
+        kquant_plain_rows(w, plain.data(), r0, r0 + kKPackRows, qk, y, isa);
+      }
+    }
+    if (r0 >= r1) return;
+#if defined(__x86_64__)
+    if (isa == Isa::kAvx512) return avx512::kquant_rows(w, r0, r1, qk, y);
+    if (isa == Isa::kAvx2) return avx2::kquant_rows(w, r0, r1, qk, y);
+#endif
+    kquant_plain_rows(w, w.row(r0), r0, r1, qk, y, isa);
+  };
+  if (threaded)
+    parallel_blocks(w.rows, kPackRows, 1, rows);
+  else
+    rows(0, w.rows);
+}
+
+}  // namespace
+
+void set_threads(int n) {
+  t_threads = std::max(1, n);
+  int unset = 0;
+  g_default_threads.compare_exchange_strong(unset, t_threads);
+}
+
+int threads() {
+  if (t_threads > 0) return t_threads;
+  const int d = g_default_threads.load(std::memory_order_relaxed);
+  return d > 0 ? d : 1;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+    case Isa::kNeon: return "neon";
+  }
+  return "?";
+}
+
+bool isa_available(Isa isa) { return cpu_has(isa); }
+Isa isa_in_use() { return current().load(std::memory_order_relaxed); }
+
+void use_isa(Isa isa) {
+  if (!cpu_has(isa)) throw Error(std::string("kernels: this CPU cannot run the ") + isa_name(isa) + " path");
+  current().store(isa);
+}
+
+void reference_rows(const LinearCall& c, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t j = 0; j < c.n; ++j)
+      c.y[j * c.w.rows + r] =
+          is_quantized(c.w.type) ? quant_dot(c.w, r, *c.qx, j) : float_dot(c.w, c.w.row(r), c.x + j * c.w.cols);
+  }
+}
+
+void linear_reference(const float* x, int64_t n, const MatrixRef& w, float* y) {
+  check(w);
+  if (is_kquant(w.type)) {
+    Q8KRows qk;
+    kquant_rows(x, n, w, y, qk, false, Isa::kScalar);
+    return;
+  }
+  QuantizedRows qx;
+  if (is_quantized(w.type)) quantize_activations(x, n, w.cols, qx);
+  reference_rows({x, n, w, y, &qx}, 0, w.rows);
+}
+
+void linear(const float* x, int64_t n, const MatrixRef& w, float* y) {
+  if (n == 0 || w.rows == 0) return;
+  check(w);
+  if (is_kquant(w.type)) {
+    thread_local Q8KRows qk;
+    kquant_rows(x, n, w, y, qk, true, isa_in_use());
+    return;
+  }
+  const Isa isa = isa_in_use();
+  thread_local QuantizedRows qx;
+  const bool quantized = is_quantized(w.type);
+  if (quantized) quantize_for(isa, x, n, w.cols, qx);
+  const LinearCall call{x, n, w, y, &qx};
+  if (quantized && (!w.packed || isa == Isa::kScalar)) {
+    parallel_blocks(w.rows, kPackRows, 1, [&](int64_t r0, int64_t r1) { reference_rows(call, r0, r1); });
+    return;
+  }
+  // Chunks are whole groups of 16 rows for packed matrices, and ranges of 12
+  // weight rows otherwise (a multiple of every float body's row blocking),
+  // with enough work each to amortise handing them out.
+  const int64_t rows_per_chunk = quantized ? kPackRows : 12;
+  const int64_t work = std::max<int64_t>(1, row_bytes(w.type, w.cols) * n * rows_per_chunk);
+  const int64_t min_blocks = std::max<int64_t>(1, (int64_t{1} << 17) / work);
+  const int64_t grouped = quantized ? w.rows / kPackRows * kPackRows : w.rows;
+  parallel_blocks(grouped, rows_per_chunk, min_blocks, [&](int64_t r0, int64_t r1) {
+    switch (isa) {
+#if defined(__x86_64__)
+      case Isa::kAvx512: avx512::linear_rows(call, r0, r1); return;
+      case Isa::kAvx2: avx2::linear_rows(call, r0, r1); return;
+#endif
+#if defined(__aarch64__)
+      case Isa::kNeon: neon::linear_rows(call, r0, r1); return;
+#endif
+      default: reference_rows(call, r0, r1); return;
+    }
+  });
+  if (grouped < w.rows) reference_rows(call, grouped, w.rows);
+}
+
+}  // namespace splitspec::kernels

@@ -1,0 +1,292 @@
+// linear() with AVX-512: F32/F16/BF16 weights two rows a register, and
+// packed Q8_0/Q4_0 weights with VNNI. Built with -mavx512f -mavx512bw
+// -mavx512dq -mavx512vl -mavx512vnni (plus the avx2 flags) and
+// -ffp-contract=off.
+//
+// Float weights: linear.h defines each output over 8 lanes, so a 16-lane
+// register holds two weight rows' 8 lanes side by side (row a low, row b
+// high) against the same 8 inputs broadcast to both halves. Every lane keeps
+// its defined sequence of fused multiply-adds, and each half ends in the same
+// horizontal sum as the avx2 body: the same bits at twice the work per
+// instruction, which is what a k-row product (verification) is bound by. A
+// k-row block sums its outputs eight registers at a time (sum_lanes8), and its
+// main loop is unrolled by pragma, so -O2 keeps the accumulators in registers
+// too (without it, 3x slower than -O3; with it, within 0.6-0.9x of -O3).
+//
+// Quantized weights: a register holds one 4-byte piece of 16 rows
+// (weight_type.h's packing), vpdpbusd adds its products with the input's
+// matching 4 bytes into each row's lane, and eight pieces make each row's
+// exact block sum (linear.h), with no horizontal step. vpdpbusd multiplies
+// unsigned by signed bytes, so the weights go in unsigned (Q8_0 + 128, Q4_0's
+// nibbles as they are) and each sum starts from -offset times the input
+// block's sum.
+#include <immintrin.h>
+
+// GCC 12's AVX-512 headers build their "undefined" vectors as `__Y = __Y`,
+// which -Wall reports at every inlined conversion.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <cstring>
+
+#include "common/kernels/avx2_reduce.h"
+#include "common/kernels/avx512_reduce.h"
+#include "common/kernels/linear_isa.h"
+
+namespace splitspec::kernels::avx512 {
+
+namespace {
+
+using avx2::hsum;
+using avx2::tail_mask;
+using avx512_reduce::sum_lanes8;
+
+// Eight weights of row a (low half) and of row b (high half), as floats,
+// exactly (half and bfloat16 widen without rounding).
+template <WType T>
+struct Pair;
+template <>
+struct Pair<WType::F32> {
+  using E = float;
+  static __m512 load(const E* a, const E* b) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(a)), _mm256_loadu_ps(b), 1);
+  }
+};
+inline __m256i halves(const uint16_t* a, const uint16_t* b) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+}
+template <>
+struct Pair<WType::F16> {
+  using E = uint16_t;
+  static __m512 load(const E* a, const E* b) { return _mm512_cvtph_ps(halves(a, b)); }
+};
+template <>
+struct Pair<WType::BF16> {
+  using E = uint16_t;
+  static __m512 load(const E* a, const E* b) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves(a, b)), 16));
+  }
+};
+
+// The last 1-7 weights of both rows, zero-padded to eight.
+template <WType T>
+__m512 load_tail(const typename Pair<T>::E* a, const typename Pair<T>::E* b, int64_t rem) {
+  typename Pair<T>::E pa[8] = {}, pb[8] = {};
+  std::memcpy(pa, a, rem * sizeof(pa[0]));
+  std::memcpy(pb, b, rem * sizeof(pb[0]));
+  return Pair<T>::load(pa, pb);
+}
+
+// Partial sums for y[j][r] over inputs [k0, k1) of 2P weight rows and N
+// input rows, continuing from `partial` unless `first`, ending in y if
+// `last`, as the avx2 body's float_block. Partial sums round-trip through
+// memory exactly, so the k-blocking does not change a lane's sequence.
+template <WType T, int P, int N>
+void float_block(const float* x, int64_t in, const typename Pair<T>::E* w, int64_t k0, int64_t k1, float* partial,
+                 bool first, bool last, float* y, int64_t out) {
+  using E = typename Pair<T>::E;
+  constexpr int kRows = 2 * P;
+  __m512 acc[P][N];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
+    for (int j = 0; j < N; ++j) acc[p][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + (p * N + j) * 16);
+  const int64_t full = k0 + ((k1 - k0) & ~int64_t{7});
+  // The row block after the next: requested early, it keeps memory busy
+  // while this one computes.
+  const char* next = reinterpret_cast<const char*>(w + 2 * kRows * in);
+  constexpr int kLines = (kRows * 8 * sizeof(E) + 63) / 64;
+  for (int64_t i = k0; i < full; i += 8) {
+    for (int l = 0; l < kLines; ++l) _mm_prefetch(next + sizeof(E) * kRows * i + 64 * l, _MM_HINT_T1);
+    __m512 wv[P];
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) wv[p] = Pair<T>::load(w + 2 * p * in + i, w + (2 * p + 1) * in + i);
+#pragma GCC unroll 8
+    for (int j = 0; j < N; ++j) {
+      const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + j * in + i));
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) acc[p][j] = _mm512_fmadd_ps(wv[p], xv, acc[p][j]);
+    }
+  }
+  if (full < k1) {
+    const __m256i m = tail_mask(k1 - full);
+    __m512 wv[P];
+    for (int p = 0; p < P; ++p) wv[p] = load_tail<T>(w + 2 * p * in + full, w + (2 * p + 1) * in + full, k1 - full);
+    for (int j = 0; j < N; ++j) {
+      const __m512 xv = _mm512_broadcast_f32x8(_mm256_maskload_ps(x + j * in + full, m));
+      for (int p = 0; p < P; ++p) acc[p][j] = _mm512_fmadd_ps(wv[p], xv, acc[p][j]);
+    }
+  }
+  if (!last) {
+    for (int p = 0; p < P; ++p)
+      for (int j = 0; j < N; ++j) _mm512_storeu_ps(partial + (p * N + j) * 16, acc[p][j]);
+    return;
+  }
+  if constexpr (P * N < 4) {
+    for (int p = 0; p < P; ++p)
+      for (int j = 0; j < N; ++j) {
+        y[j * out + 2 * p] = hsum(_mm512_castps512_ps256(acc[p][j]));
+        y[j * out + 2 * p + 1] = hsum(_mm512_extractf32x8_ps(acc[p][j], 1));
+      }
+  } else {
+    // Eight registers at a time, the last group padded with zeros.
+    constexpr int kRegs = P * N, kGroups = (kRegs + 7) / 8;
+    __m512 regs[kGroups * 8];
+    for (int p = 0; p < P; ++p)
+      for (int j = 0; j < N; ++j) regs[p * N + j] = acc[p][j];
+    for (int g = kRegs; g < kGroups * 8; ++g) regs[g] = _mm512_setzero_ps();
+    alignas(64) float sums[kGroups * 16];
+    for (int g = 0; g < kGroups; ++g) sum_lanes8(regs + 8 * g, sums + 16 * g);
+    for (int g = 0; g < kGroups; ++g)
+      for (int c = 0; c < 4; ++c)
+        for (int m = 0; m < 4; ++m) {
+          const int reg = 8 * g + 2 * m + (c >= 2);
+          if (reg >= kRegs) continue;
+          const int p = reg / N, j = reg % N;
+          y[j * out + 2 * p + (c & 1)] = sums[16 * g + 4 * c + m];
+        }
+  }
+}
+
+// Register blocking: P row pairs x N input rows of accumulators. Several
+// input rows (verification) reuse each loaded pair N times: 3 x 8
+// accumulators, 3 weights and 1 input take 28 of the 32 registers. A single
+// input row (a decode step) is bandwidth-bound and streams 2 pairs.
+constexpr int kInputsPerBlock = 8;
+// Inputs per k-block; a multiple of 8, so each lane's inputs stay its own.
+constexpr int64_t kBlockIn = 512;
+
+// For each block of up to 8 input rows, the whole width in k-blocks: the
+// partial sums of one block fit on the stack, so this file (built for
+// AVX-512) instantiates no library code that a CPU without it could be
+// linked to.
+template <WType T, int P, int N>
+void float_rows_of(const float* x, int64_t in, const typename Pair<T>::E* w, int64_t out, float* y) {
+  alignas(64) float partial[P * N * 16];
+  for (int64_t k0 = 0; k0 < in; k0 += kBlockIn) {
+    const int64_t k1 = in - k0 < kBlockIn ? in : k0 + kBlockIn;
+    float_block<T, P, N>(x, in, w, k0, k1, partial, k0 == 0, k1 == in, y, out);
+  }
+}
+
+template <WType T, int P>
+void float_rows(const float* x, int64_t n, int64_t in, const typename Pair<T>::E* w, int64_t out, float* y) {
+  for (int64_t j = 0; j < n; j += kInputsPerBlock) {
+    const float* xj = x + j * in;
+    float* yj = y + j * out;
+    switch (n - j < kInputsPerBlock ? n - j : kInputsPerBlock) {
+      case 1: float_rows_of<T, P, 1>(xj, in, w, out, yj); break;
+      case 2: float_rows_of<T, P, 2>(xj, in, w, out, yj); break;
+      case 3: float_rows_of<T, P, 3>(xj, in, w, out, yj); break;
+      case 4: float_rows_of<T, P, 4>(xj, in, w, out, yj); break;
+      case 5: float_rows_of<T, P, 5>(xj, in, w, out, yj); break;
+      case 6: float_rows_of<T, P, 6>(xj, in, w, out, yj); break;
+      case 7: float_rows_of<T, P, 7>(xj, in, w, out, yj); break;
+      default: float_rows_of<T, P, 8>(xj, in, w, out, yj); break;
+    }
+  }
+}
+
+template <WType T>
+void float_linear(const LinearCall& c, int64_t r0, int64_t r1) {
+  const auto* w = static_cast<const typename Pair<T>::E*>(c.w.data);
+  const int64_t in = c.w.cols, out = c.w.rows;
+  const int64_t step = c.n == 1 ? 4 : 6;
+  int64_t r = r0;
+  for (; r + step <= r1; r += step) {
+    if (step == 4)  // a decode step: one input row
+      float_rows_of<T, 2, 1>(c.x, in, w + r * in, out, c.y + r);
+    else
+      float_rows<T, 3>(c.x, c.n, in, w + r * in, out, c.y + r);
+  }
+// The last rows of a matrix whose row count is not a multiple of the step.
+  if (r < r1) avx2::linear_rows(c, r, r1);
+}
+
+template <WType T>
+constexpr int32_t kOffset = T == WType::Q8_0 ? 128 : 8;
+
+// The block's eight 4-byte weight pieces of 16 rows, unsigned.
+template <WType T>
+inline void weights(const uint8_t* quants, __m512i w[8]) {
+  if (T == WType::Q8_0) {
+    const __m512i flip = _mm512_set1_epi8(-128);
+    for (int k = 0; k < 8; ++k) w[k] = _mm512_xor_si512(_mm512_loadu_si512(quants + 64 * k), flip);
+    return;
+  }
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  for (int k = 0; k < 4; ++k) {
+    const __m512i p = _mm512_loadu_si512(quants + 64 * k);
+    w[k] = _mm512_and_si512(p, low4);
+    w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low4);
+  }
+}
+
+// Output rows [r, r + 16) (one packed group) for N input rows.
+template <WType T, int N>
+void group(const LinearCall& c, int64_t r, int64_t j) {
+  const QuantizedRows& qx = *c.qx;
+  const int64_t nb = qx.blocks;
+  constexpr int64_t bb = block_bytes(T);
+  const uint8_t* g = static_cast<const uint8_t*>(c.w.data) + r * row_bytes(T, c.w.cols);
+  __m512 acc[N];
+  for (int jj = 0; jj < N; ++jj) acc[jj] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = g + b * kPackRows * bb;
+    prefetch_ahead(blk, kPackRows * bb);
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    __m512i w[8];
+    weights<T>(blk + 2 * kPackRows, w);
+    // Unrolled in full, or GCC keeps acc[] in memory from N = 8 on.
+#pragma GCC unroll 8
+    for (int jj = 0; jj < N; ++jj) {
+      const int64_t row = (j + jj) * nb + b;
+      const auto* x = reinterpret_cast<const int32_t*>(qx.q.data() + row * kQBlock);
+      // Two chains of four, added at the end: exact, and half the latency.
+      __m512i s0 = _mm512_set1_epi32(-kOffset<T> * qx.sum[row]), s1 = _mm512_setzero_si512();
+      for (int k = 0; k < 8; k += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(x[k]));
+        s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(x[k + 1]));
+      }
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(qx.d[row]));
+      acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc[jj]);
+    }
+  }
+  for (int jj = 0; jj < N; ++jj) _mm512_storeu_ps(c.y + (j + jj) * c.w.rows + r, acc[jj]);
+}
+
+template <WType T>
+void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; r += kPackRows) {
+    // Up to 8 input rows share each block's unpacked weights: 8 weight
+    // registers and 8 accumulators leave room for the sums.
+    for (int64_t j = 0; j < c.n; j += 8) {
+      switch (c.n - j < 8 ? c.n - j : 8) {
+        case 1: group<T, 1>(c, r, j); break;
+        case 2: group<T, 2>(c, r, j); break;
+        case 3: group<T, 3>(c, r, j); break;
+        case 4: group<T, 4>(c, r, j); break;
+        case 5: group<T, 5>(c, r, j); break;
+        case 6: group<T, 6>(c, r, j); break;
+        case 7: group<T, 7>(c, r, j); break;
+        default: group<T, 8>(c, r, j); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
+  switch (c.w.type) {
+    case WType::F32: float_linear<WType::F32>(c, r0, r1); break;
+    case WType::F16: float_linear<WType::F16>(c, r0, r1); break;
+    case WType::BF16: float_linear<WType::BF16>(c, r0, r1); break;
+    case WType::Q8_0: quant_linear<WType::Q8_0>(c, r0, r1); break;
+    case WType::Q4_0: quant_linear<WType::Q4_0>(c, r0, r1); break;
+    default: break;  // K-quants never come here: linear() runs them itself
+  }
+}
+
+}  // namespace splitspec::kernels::avx512

@@ -1,0 +1,62 @@
+#pragma once
+// The instruction-set bodies of linear() (linear.h), one file each, built
+// with their own target flags and called only when the CPU has them. Each
+// computes output columns [r0, r1) of one call, exactly as linear_reference;
+// for quantized weights, of a packed matrix, [r0, r1) in whole groups of 16
+// below its plain tail.
+#include <cstdint>
+
+#include "common/kernels/kquant.h"
+#include "common/kernels/linear.h"
+#include "common/kernels/quant.h"
+#include "common/kernels/weight_type.h"
+
+namespace splitspec::kernels {
+
+struct LinearCall {
+  const float* x;           // [n, w.cols]
+  int64_t n;
+  MatrixRef w;
+  float* y;                 // [n, w.rows]
+  const QuantizedRows* qx;  // x quantized, for Q8_0/Q4_0 weights
+};
+
+// Requests the `bytes` 8 KB past `block`, one packed block of a quantized
+// body: the hardware prefetcher alone left memory idle while a k-row block
+// computed, so k rows cost the 1-row time plus their compute instead of the
+// larger of the two. An address, not a pointer: it may lie past the matrix.
+// Internal linkage: each body's copy is built with that body's flags.
+static inline void prefetch_ahead(const uint8_t* block, int64_t bytes) {
+  constexpr uintptr_t kAhead = 8192;
+  for (int64_t l = 0; l < bytes; l += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(block) + kAhead + l), 0, 3);
+}
+
+void reference_rows(const LinearCall& c, int64_t r0, int64_t r1);
+namespace avx2 {
+void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
+// quantize_activations, vectorised (also for the avx512 body).
+void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
+// Rows [r0, r1) of K-quant `w` times every row of `x`, into y[j][r]: each
+// output kquant.h's kquant_dots, bit for bit; eight weight rows at a time,
+// one per lane (kquant_x86.h).
+void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
+// The same for rows [r0, r1) of a packed Q4_K or Q6_K matrix, in whole groups
+// of kKPackRows (kquant_packed_avx2.cpp); also the avx512 body's.
+void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
+}
+namespace avx512 {
+// Packed Q8_0/Q4_0 weights in whole groups of 16 rows (the rest runs the avx2
+// body), and float weights of any range.
+void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
+// avx2::kquant_rows with AVX-512 maddubs and VNNI's vpdpwssd for the integer products.
+void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
+}
+namespace neon {
+void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
+void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
+void superblock_sums(WType t, const uint8_t* block, int n, const int8_t* const* xq, const int16_t* const* bsums,
+                     int32_t* out);
+}
+
+}  // namespace splitspec::kernels

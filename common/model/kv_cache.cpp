@@ -1,0 +1,149 @@
+#include "common/model/kv_cache.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+#include "common/kernels/kernels.h"
+#include "common/util/error.h"
+
+namespace splitspec {
+
+KVType parse_kv_type(const std::string& name) {
+  std::string n = name;
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (n == "f32") return KVType::F32;
+  if (n == "f16") return KVType::F16;
+  throw Error("unknown KV cache type '" + name + "' (choose f32 or f16)");
+}
+
+const char* kv_type_name(KVType type) { return type == KVType::F16 ? "f16" : "f32"; }
+
+KVCache::KVCache(const ModelConfig& c, int64_t capacity, KVType type)
+    : layers_(c.num_hidden_layers),
+      kv_heads_(c.num_key_value_heads),
+      head_dim_(c.head_dim),
+      capacity_(capacity),
+      max_capacity_(c.max_position_embeddings),
+      type_(type) {
+  if (capacity <= 0 || capacity > c.max_position_embeddings)
+    throw Error("KV cache capacity " + std::to_string(capacity) + " must be in [1, max_position_embeddings=" +
+                std::to_string(c.max_position_embeddings) + "]");
+  allocate();
+}
+
+void KVCache::allocate() {
+  keys_.reset(new uint8_t[layers_ * layer_bytes()]);
+  values_.reset(new uint8_t[layers_ * layer_bytes()]);
+}
+
+bool KVCache::fits(const ModelConfig& c) const {
+  return layers_ == c.num_hidden_layers && kv_heads_ == c.num_key_value_heads && head_dim_ == c.head_dim;
+}
+
+size_t KVCache::bytes() const { return 2 * static_cast<size_t>(layers_ * layer_bytes()); }
+
+size_t KVCache::bytes_per_position(const ModelConfig& c, KVType type) {
+  return 2 * static_cast<size_t>(c.num_hidden_layers * c.num_key_value_heads * c.head_dim) *
+         (type == KVType::F16 ? 2 : 4);
+}
+
+void KVCache::reserve(int64_t n) {
+  if (n <= capacity_) return;
+  if (n > max_capacity_)
+    throw Error("KV cache capacity " + std::to_string(n) + " exceeds max_position_embeddings=" +
+                std::to_string(max_capacity_));
+  KVCache bigger = empty_like(n);
+  bigger.move_entries(*this, 0, 0, size_);
+  bigger.size_ = size_;
+  *this = std::move(bigger);
+}
+
+void KVCache::write_rows(int64_t layer, const float* k, const float* v, int64_t n) {
+  if (size_ + n > capacity_)
+    throw Error("KV cache full: " + std::to_string(size_) + " + " + std::to_string(n) + " > capacity " +
+                std::to_string(capacity_));
+  const int64_t heads = kv_heads_, D = head_dim_;
+  uint8_t* kb = keys_.get() + layer * layer_bytes();
+  uint8_t* vb = values_.get() + layer * layer_bytes();
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t dst = (h * capacity_ + size_ + i) * D * elem_bytes(), src = (i * heads + h) * D;
+      if (type_ == KVType::F16) {
+        kernels::float_to_half(k + src, D, reinterpret_cast<uint16_t*>(kb + dst));
+        kernels::float_to_half(v + src, D, reinterpret_cast<uint16_t*>(vb + dst));
+      } else {
+        std::memcpy(kb + dst, k + src, D * sizeof(float));
+        std::memcpy(vb + dst, v + src, D * sizeof(float));
+      }
+    }
+}
+
+void KVCache::commit(int64_t n) { size_ += n; }
+
+void KVCache::truncate(int64_t n) {
+  if (n < 0 || n > size_)
+    throw Error("KV cache truncate to " + std::to_string(n) + " outside [0, " + std::to_string(size_) + "]");
+  size_ = n;
+}
+
+void KVCache::move_entries(const KVCache& src, int64_t from, int64_t to, int64_t n) {
+  const int64_t row = head_dim_ * elem_bytes();
+  const size_t bytes = static_cast<size_t>(n * row);
+  for (int64_t l = 0; l < layers_; ++l)
+    for (int64_t h = 0; h < kv_heads_; ++h) {
+      const int64_t head = l * layer_bytes() + h * capacity_ * row;
+      const int64_t src_head = l * src.layer_bytes() + h * src.capacity_ * row;
+      std::memmove(keys_.get() + head + to * row, src.keys_.get() + src_head + from * row, bytes);
+      std::memmove(values_.get() + head + to * row, src.values_.get() + src_head + from * row, bytes);
+    }
+}
+
+void KVCache::keep(int64_t base, const std::vector<int64_t>& rows) {
+  if (base < 0 || base > size_) throw Error("KV cache keep: base " + std::to_string(base) + " out of range");
+  const int64_t appended = size_ - base;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= appended || (i > 0 && rows[i] <= rows[i - 1]))
+      throw Error("KV cache keep: rows must be strictly increasing offsets in [0, " + std::to_string(appended) + ")");
+  }
+  // Rows increase and row i lands at i <= rows[i], so copying in order never
+  // overwrites a row that is still to be read.
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t src = base + rows[i];
+    const int64_t dst = base + static_cast<int64_t>(i);
+    if (src != dst) move_entries(*this, src, dst, 1);
+  }
+  size_ = base + static_cast<int64_t>(rows.size());
+}
+
+KVCache KVCache::empty_like(int64_t capacity) const {
+  KVCache out;
+  out.layers_ = layers_;
+  out.kv_heads_ = kv_heads_;
+  out.head_dim_ = head_dim_;
+  out.capacity_ = capacity;
+  out.max_capacity_ = max_capacity_;
+  out.type_ = type_;
+  out.allocate();
+  return out;
+}
+
+KVCache KVCache::fork(int64_t n) const {
+  KVCache out = empty_like(capacity_);
+  out.copy_prefix_from(*this, n);
+  return out;
+}
+
+void KVCache::copy_prefix_from(const KVCache& src, int64_t n) {
+  if (n < 0 || n > src.size_) throw Error("KV cache fork: prefix " + std::to_string(n) + " longer than the source");
+  if (layers_ != src.layers_ || kv_heads_ != src.kv_heads_ || head_dim_ != src.head_dim_)
+    throw Error("KV cache fork: caches belong to different model shapes");
+  if (type_ != src.type_)
+    throw Error(std::string("KV cache fork: an ") + kv_type_name(src.type_) + " cache into an " + kv_type_name(type_) +
+                " one");
+  if (n > capacity_) throw Error("KV cache fork: prefix " + std::to_string(n) + " exceeds capacity");
+  move_entries(src, 0, 0, n);
+  size_ = n;
+}
+
+}  // namespace splitspec

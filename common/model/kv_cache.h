@@ -1,0 +1,92 @@
+#pragma once
+// Per-sequence key/value cache, allocated to a capacity that reserve() grows
+// between forwards (never during one). Layout per layer: [kv_heads,
+// capacity, head_dim], so the live prefix of every head is one strided view
+// with no copy.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/model/model_config.h"
+
+namespace splitspec {
+
+// The cache's element type. F16 halves the cache's bytes: each key and value
+// is rounded to half once, when written, and attention widens it exactly, so
+// a row's result still depends only on what it may see (batch-invariant),
+// but differs from an F32 cache's in the last bits.
+enum class KVType : uint8_t { F32, F16 };
+// "f32" or "f16" (any case); throws splitspec::Error naming the choices.
+KVType parse_kv_type(const std::string& name);
+const char* kv_type_name(KVType type);
+
+class KVCache {
+ public:
+  KVCache(const ModelConfig& config, int64_t capacity, KVType type = KVType::F32);
+  // Moves only: a copy of the entries is fork() or copy_prefix_from().
+  KVCache(KVCache&&) = default;
+  KVCache& operator=(KVCache&&) = default;
+
+  int64_t size() const { return size_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t num_layers() const { return layers_; }
+  KVType type() const { return type_; }
+  // Whether this cache has `config`'s layers, key-value heads and head size.
+  bool fits(const ModelConfig& config) const;
+  // Bytes held by the allocated storage (keys and values).
+  size_t bytes() const;
+  // Bytes one position takes (keys and values of every layer).
+  static size_t bytes_per_position(const ModelConfig& config, KVType type);
+  // Grows the capacity to at least n (at most max_position_embeddings),
+  // keeping the live entries; nothing changes if the allocation fails.
+  void reserve(int64_t n);
+
+  // Used by the forward pass: stores k, v ([n, kv_heads, head_dim], as the
+  // forward has them) of `layer` at positions [size(), size()+n); they
+  // become visible to size() only with commit(n), once every layer has been
+  // written.
+  void write_rows(int64_t layer, const float* k, const float* v, int64_t n);
+  void commit(int64_t n);
+  // Keys/values of `layer`: [kv_heads][capacity][head_dim], the live
+  // entries first in each head (head_stride() elements apart), as `type()`:
+  // float for F32, IEEE half bits for F16.
+  const void* keys(int64_t layer) const { return keys_.get() + layer * layer_bytes(); }
+  const void* values(int64_t layer) const { return values_.get() + layer * layer_bytes(); }
+  int64_t head_stride() const { return capacity_ * head_dim_; }
+
+  // Rollback: forget everything after the first n entries.
+  void truncate(int64_t n);
+  // Tree compaction: of the entries appended after `base`, keep `rows`
+  // (offsets from base, strictly increasing) so that they end up at base,
+  // base+1, ...; everything else after base is dropped.
+  void keep(int64_t base, const std::vector<int64_t>& rows);
+  // A new cache, with this one's capacity, holding a copy of the first n entries.
+  KVCache fork(int64_t n) const;
+  // Reuses this cache's storage to hold a copy of src's first n entries, so a
+  // worker thread can re-fork every round without allocating. Both caches
+  // must have one type.
+  void copy_prefix_from(const KVCache& src, int64_t n);
+
+ private:
+  KVCache() = default;
+  // Uninitialised storage for the shape and capacity set.
+  void allocate();
+  // An empty cache of this one's shape and type, allocated to `capacity`.
+  KVCache empty_like(int64_t capacity) const;
+  int64_t elem_bytes() const { return type_ == KVType::F16 ? 2 : 4; }
+  int64_t layer_bytes() const { return kv_heads_ * capacity_ * head_dim_ * elem_bytes(); }
+  // Copies entries [from, from+n) of every layer and head to `to`.
+  void move_entries(const KVCache& src, int64_t from, int64_t to, int64_t n);
+  int64_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
+  int64_t capacity_ = 0;
+  int64_t max_capacity_ = 0;  // the model's max_position_embeddings
+  int64_t size_ = 0;
+  KVType type_ = KVType::F32;
+  // [layers, kv_heads, capacity, head_dim] of type_, uninitialised: pages
+  // become resident as the context grows.
+  std::unique_ptr<uint8_t[]> keys_;
+  std::unique_ptr<uint8_t[]> values_;
+};
+
+}  // namespace splitspec

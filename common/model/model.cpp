@@ -1,0 +1,442 @@
+#include "common/model/model.h"
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <fstream>
+#include <random>
+
+#include "common/kernels/kernels.h"
+#include "common/kernels/linear.h"
+#include "common/kernels/quant.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/vocab.h"
+#include "common/util/error.h"
+#include "common/weights/gguf_model.h"
+#include "common/weights/safetensors.h"
+
+namespace splitspec {
+
+Model::Model(ModelConfig config, WeightSet weights, std::string name)
+    : config_(std::move(config)), weights_(std::move(weights)), name_(std::move(name)) {
+  rope_tables(config_, rope_cos_, rope_sin_);
+}
+
+void rope_tables(const ModelConfig& c, std::vector<float>& cos, std::vector<float>& sin) {
+  const int64_t half = c.head_dim / 2;
+  std::vector<double> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(c.rope_theta, -static_cast<double>(i) * 2.0 / static_cast<double>(c.head_dim));
+    if (!c.rope_freq_factors.empty()) inv_freq[i] /= static_cast<double>(c.rope_freq_factors[i]);
+  }
+  cos.resize(c.max_position_embeddings * half);
+  sin.resize(cos.size());
+  for (int64_t p = 0; p < c.max_position_embeddings; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p) * inv_freq[i];
+      cos[p * half + i] = static_cast<float>(std::cos(angle));
+      sin[p * half + i] = static_cast<float>(std::sin(angle));
+    }
+}
+
+std::string model_side_dir(const std::string& model_path) {
+  namespace fs = std::filesystem;
+  if (!fs::is_regular_file(model_path)) return model_path;
+  fs::path p(model_path);
+  return p.replace_extension(".splitspec").string();
+}
+
+namespace {
+
+// Generation ends at every end-of-generation token of the model's tokenizer
+// (Llama 3's <|eot_id|>, Qwen's <|im_end|>, Phi-3's <|end|>), not only at the
+// one EOS id its config names.
+void add_eog(ModelConfig& c, const std::vector<int32_t>& eog) {
+  for (int32_t id : eog)
+    if (id < c.vocab_size && !is_end_of_generation(c, id)) c.eos_token_ids.push_back(id);
+  if (c.eos_token_id < 0 && !c.eos_token_ids.empty()) c.eos_token_id = c.eos_token_ids[0];
+}
+
+}  // namespace
+
+std::shared_ptr<Model> Model::load(const std::string& path, std::optional<WType> type) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(path) && is_gguf_file(path)) {
+    auto f = std::make_shared<GgufFile>(path);
+    ModelConfig c = gguf_model_config(*f);
+    apply_context_limit(c);
+    // The vocabulary of the file already open, not opened again.
+    if (f->has("tokenizer.ggml.model")) add_eog(c, Vocab::from_gguf(*f).eog_ids());
+    // The metadata and the vocabulary read for its end-of-generation ids
+    // (128K pieces and their merges) are done with: free them, and hand their
+    // heap back, before the weights come in.
+    f->forget_metadata();
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+    std::map<std::string, std::vector<uint8_t>> keep;
+    const auto release = gguf_copied_releaser(*f, c);
+    WeightSet w = build_weight_set(c, gguf_weight_source(*f, c, keep), type, true, path, [&](const std::string& name) {
+      // Copied (packed or converted): neither the file's pages nor a
+      // permuted copy of them are read again, and the load's peak stays
+      // near the weights' size.
+      release(name);
+      keep.erase(name);
+    });
+    for (auto& [name, k] : keep) w.owned.push_back(std::move(k));
+    if (w.borrowed) w.mapping = std::move(f);
+    return std::shared_ptr<Model>(new Model(c, std::move(w), fs::path(path).stem().string()));
+  }
+  if (!fs::is_directory(path))
+    throw Error(path + (fs::exists(path) ? ": neither a model directory nor a GGUF file"
+                                         : ": model directory does not exist (nor a GGUF file of that name)"));
+  ModelConfig c = load_model_config(path);
+  apply_context_limit(c);
+  if (tokenizer_available(path)) add_eog(c, Tokenizer(path).eog_ids());
+  return std::shared_ptr<Model>(new Model(c, load_weight_set(path, c, type), fs::path(path).filename().string()));
+}
+
+std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const StreamOptions& options) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(dir) && is_gguf_file(dir))
+    throw Error(dir + ": a GGUF file is not streamed from disk yet; convert it to a directory first (splitspec convert "
+                "--target FILE.gguf --out DIR)");
+  if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
+  ModelConfig c = load_model_config(dir);
+  apply_context_limit(c);
+  if (tokenizer_available(dir)) add_eog(c, Tokenizer(dir).eog_ids());
+  auto stream = std::make_unique<StreamedWeights>(dir, c, options);
+  std::shared_ptr<Model> m(new Model(c, WeightSet{}, fs::path(dir).filename().string()));
+  m->stream_ = std::move(stream);
+  return m;
+}
+
+std::shared_ptr<Model> Model::from_weight_set(const ModelConfig& c, WeightSet weights, std::string name) {
+  c.validate(name);
+  return std::shared_ptr<Model>(new Model(c, std::move(weights), std::move(name)));
+}
+
+std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed, WType type, float scale) {
+  c.validate("random model config");
+  std::mt19937_64 engine(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<std::vector<float>> keep;
+  auto source = [&](const std::string&, const std::vector<int64_t>& shape) {
+    const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
+    keep.emplace_back(static_cast<size_t>(rows * cols));
+    // Norm gains near 1 but not exactly, so tests notice a norm applied wrongly.
+    for (float& v : keep.back()) v = shape.size() == 1 ? 1.0f + normal(engine) * 5.0f : normal(engine);
+    return MatrixRef{WType::F32, keep.back().data(), rows, cols};
+  };
+  std::string name = "random-" + std::to_string(seed);
+  return from_weight_set(c, build_weight_set(c, source, type, false, name), name);
+}
+
+void Model::save(const std::string& dir, std::optional<WType> type) const {
+  if (stream_) throw Error("save: " + name_ + " is streamed from disk; convert its directory instead");
+  save_weight_set(weights_, config_, dir, type);
+}
+
+WType Model::weight_type() const {
+  if (stream_) return stream_->weight_type();
+  return weights_.type();
+}
+
+std::string Model::weights_digest() const { return stream_ ? "" : weights_.digest(); }
+
+const float* Model::final_norm() const { return stream_ ? stream_->final_norm() : weights_.final_norm(); }
+
+Rows Model::head_rows(const std::vector<int64_t>& ids) const {
+  if (stream_) throw Error("head_rows: " + name_ + " is streamed from disk");
+  Rows out(static_cast<int64_t>(ids.size()), config_.hidden_size);
+  for (size_t i = 0; i < ids.size(); ++i) dequantize_rows(weights_.lm_head, ids[i], ids[i] + 1, out.row(i));
+  return out;
+}
+
+size_t Model::weight_bytes() const {
+  if (stream_) return stream_->stats().weight_bytes;
+  return weights_.bytes();
+}
+
+KVCache Model::new_cache(int64_t capacity) const {
+  return KVCache(config_, capacity > 0 ? capacity : config_.max_position_embeddings, kv_type_);
+}
+
+ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
+  return std::move(forward_batch({{&req, &cache}})[0]);
+}
+
+namespace {
+
+// One sequence of a batch, checked, with its place in the batch's rows.
+struct Sequence {
+  const ForwardRequest* req;
+  KVCache* cache;
+  int64_t offset;  // first row in the batch
+  int64_t n;
+  std::vector<std::vector<int32_t>> visible;  // row i attends to these cache slots, increasing
+};
+
+Sequence check_sequence(const ModelConfig& c, const std::string& name, const ForwardRequest& req, KVCache& cache,
+                        int64_t offset) {
+  const int64_t n = static_cast<int64_t>(req.tokens.size());
+  const int64_t past = cache.size();
+  const int64_t total = past + n;
+  if (n == 0) throw Error("forward: no tokens given");
+  if (!cache.fits(c))
+    throw Error("forward: the KV cache was made for a model of another shape than " + name);
+  if (total > cache.capacity())
+    throw Error("forward: context of " + std::to_string(total) + " tokens exceeds the KV cache capacity of " +
+                std::to_string(cache.capacity()));
+  for (int32_t t : req.tokens)
+    if (t < 0 || t >= c.vocab_size)
+      throw Error("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                  std::to_string(c.vocab_size) + ")");
+  if (!req.positions.empty() && static_cast<int64_t>(req.positions.size()) != n)
+    throw Error("forward: " + std::to_string(req.positions.size()) + " positions for " + std::to_string(n) + " tokens");
+  for (int64_t p : req.positions)
+    if (p < 0 || p >= c.max_position_embeddings)
+      throw Error("forward: position " + std::to_string(p) + " outside [0, " +
+                  std::to_string(c.max_position_embeddings) + ")");
+  if (req.logits_rows)
+    for (int64_t r : *req.logits_rows)
+      if (r < 0 || r >= n) throw Error("forward: logits row " + std::to_string(r) + " outside the " + std::to_string(n) + " new tokens");
+  for (int64_t l : req.hidden_layers)
+    if (l < 0 || l >= c.num_hidden_layers) throw Error("forward: hidden layer " + std::to_string(l) + " does not exist");
+
+  Sequence s{&req, &cache, offset, n, std::vector<std::vector<int32_t>>(n)};
+  if (!req.mask.empty()) {
+    if (req.mask.rows != n || req.mask.cols != total ||
+        static_cast<int64_t>(req.mask.allowed.size()) != n * total)
+      throw Error("forward: mask must be [" + std::to_string(n) + ", " + std::to_string(total) + "]");
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* row = req.mask.row(i);
+      for (int64_t j = 0; j < total; ++j)
+        if (row[j]) s.visible[i].push_back(static_cast<int32_t>(j));
+      if (s.visible[i].empty()) throw Error("forward: mask row " + std::to_string(i) + " attends to nothing");
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      s.visible[i].resize(past + i + 1);
+      std::iota(s.visible[i].begin(), s.visible[i].end(), 0);
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& items) const {
+  const ModelConfig& c = config_;
+  if (items.empty()) throw Error("forward: an empty batch");
+  std::vector<Sequence> seqs;
+  int64_t n = 0;  // rows of the whole batch
+  for (size_t b = 0; b < items.size(); ++b) {
+    for (size_t a = 0; a < b; ++a)
+      if (items[a].cache == items[b].cache) throw Error("forward: two sequences of one batch share a KV cache");
+    seqs.push_back(check_sequence(c, name_, *items[b].request, *items[b].cache, n));
+    n += seqs.back().n;
+  }
+
+  // Each row's RoPE angles, copied from the tables (contiguous [n, D/2]).
+  const int64_t half = c.head_dim / 2;
+  Rows cos(n, half), sin(n, half);
+  std::vector<int64_t> ids;
+  ids.reserve(n);
+  for (const Sequence& s : seqs) {
+    const int64_t past = s.cache->size();
+    for (int64_t i = 0; i < s.n; ++i) {
+      const int64_t p = s.req->positions.empty() ? past + i : s.req->positions[i];
+      const int64_t row = s.offset + i;
+      std::memcpy(cos.row(row), rope_cos_.data() + p * half, half * sizeof(float));
+      std::memcpy(sin.row(row), rope_sin_.data() + p * half, half * sizeof(float));
+    }
+    ids.insert(ids.end(), s.req->tokens.begin(), s.req->tokens.end());
+  }
+  // A streamed forward passes over every weight unit once, even when cut
+  // short by an exception, so the next one starts in step.
+  struct Pass {
+    StreamedWeights* s;
+    explicit Pass(StreamedWeights* s) : s(s) { if (s) s->begin_forward(); }
+    ~Pass() { if (s) s->end_forward(); }
+  } pass(stream_.get());
+  Rows x(n, c.hidden_size);
+  if (stream_) {
+    stream_->embed(ids.data(), n, x.data());
+  } else {
+    for (int64_t i = 0; i < n; ++i) dequantize_rows(weights_.embed, ids[i], ids[i] + 1, x.row(i));
+  }
+
+  const int64_t H = c.hidden_size, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+  const int64_t I = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  Rows h(n, H), q(n, Hq * D), k(n, Hkv * D), v(n, Hkv * D), attn(n, Hq * D);
+  Rows delta(n, H), gate(n, I), up(n, I);
+  Rows head_normed(c.qk_norm ? n : 0, Hq * D);
+  auto f = [](Rows& t) { return t.data(); };
+  auto vector = [&](int64_t l, LayerVector which) {
+    return stream_ ? stream_->vector(l, which) : weights_.vector(l, which);
+  };
+  // Row by row, so a row's sums do not depend on the batch.
+  auto add_bias = [](float* x, int64_t rows, int64_t cols, const float* bias) {
+    for (int64_t r = 0; r < rows; ++r) kernels::add_inplace(x + r * cols, bias, cols);
+  };
+
+  std::vector<ForwardResult> out(seqs.size());
+  // Each matrix is taken just before its use and given back right after,
+  // so a streamed model can reuse its read buffer at once.
+  auto matrix = [&](int64_t l, LayerMatrix m) -> MatrixRef {
+    if (stream_) return stream_->acquire(l, m);
+    return weights_.layers[l][static_cast<int>(m)];
+  };
+  auto done = [&] {
+    if (stream_) stream_->release();
+  };
+  // Every kernel but attention treats rows independently and is
+  // batch-invariant, so it runs once over the whole batch; attention reads
+  // each sequence's own cache under its own mask.
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const float* input_norm = stream_ ? stream_->input_norm(l) : weights_.input_norm(l);
+    const float* post_norm = stream_ ? stream_->post_norm(l) : weights_.post_norm(l);
+    kernels::rms_norm(f(x), n, H, input_norm, eps, f(h));
+    kernels::linear(f(h), n, matrix(l, LayerMatrix::kQ), f(q));
+    done();
+    kernels::linear(f(h), n, matrix(l, LayerMatrix::kK), f(k));
+    done();
+    kernels::linear(f(h), n, matrix(l, LayerMatrix::kV), f(v));
+    done();
+    if (c.attention_bias) {
+      add_bias(f(q), n, Hq * D, vector(l, LayerVector::kQBias));
+      add_bias(f(k), n, Hkv * D, vector(l, LayerVector::kKBias));
+      add_bias(f(v), n, Hkv * D, vector(l, LayerVector::kVBias));
+    }
+    if (c.qk_norm) {
+      // Each head's query and key rows, normed as rows of their own.
+      kernels::rms_norm(f(q), n * Hq, D, vector(l, LayerVector::kQNorm), eps, f(head_normed));
+      std::memcpy(f(q), f(head_normed), n * Hq * D * sizeof(float));
+      kernels::rms_norm(f(k), n * Hkv, D, vector(l, LayerVector::kKNorm), eps, f(head_normed));
+      std::memcpy(f(k), f(head_normed), n * Hkv * D * sizeof(float));
+    }
+    kernels::rope(f(q), n, Hq, D, f(cos), f(sin));
+    kernels::rope(f(k), n, Hkv, D, f(cos), f(sin));
+    for (const Sequence& s : seqs) {
+      s.cache->write_rows(l, f(k) + s.offset * Hkv * D, f(v) + s.offset * Hkv * D, s.n);
+      const kernels::AttentionShape shape{s.n, Hq, Hkv, D, s.cache->head_stride()};
+      float* const qs = f(q) + s.offset * Hq * D;
+      float* const os = f(attn) + s.offset * Hq * D;
+      if (s.cache->type() == KVType::F16)
+        kernels::attention(qs, static_cast<const uint16_t*>(s.cache->keys(l)),
+                           static_cast<const uint16_t*>(s.cache->values(l)), shape, s.visible, scale, os);
+      else
+        kernels::attention(qs, static_cast<const float*>(s.cache->keys(l)),
+                           static_cast<const float*>(s.cache->values(l)), shape, s.visible, scale, os);
+    }
+    kernels::linear(f(attn), n, matrix(l, LayerMatrix::kO), f(delta));
+    done();
+    kernels::add_inplace(f(x), f(delta), n * H);
+    kernels::rms_norm(f(x), n, H, post_norm, eps, f(h));
+    kernels::linear(f(h), n, matrix(l, LayerMatrix::kGate), f(gate));
+    done();
+    kernels::linear(f(h), n, matrix(l, LayerMatrix::kUp), f(up));
+    done();
+    kernels::silu_mul(f(gate), f(up), n * I, f(gate));
+    kernels::linear(f(gate), n, matrix(l, LayerMatrix::kDown), f(delta));
+    done();
+    kernels::add_inplace(f(x), f(delta), n * H);
+    for (size_t b = 0; b < seqs.size(); ++b) {
+      const Sequence& s = seqs[b];
+      const ForwardRequest& req = *s.req;
+      if (req.hidden_layers.empty() && !req.on_layer) continue;
+      const RowsView rows = x.view().slice(s.offset, s.n);
+      for (int64_t hl : req.hidden_layers)
+        if (hl == l) out[b].hidden[l] = Rows::copy_of(rows);
+      if (req.on_layer) req.on_layer(l, rows);
+    }
+  }
+  // The final norm and the head, once over every sequence's logits rows.
+  std::vector<int64_t> rows;
+  std::vector<int64_t> counts;
+  for (const Sequence& s : seqs) {
+    const size_t before = rows.size();
+    if (s.req->logits_rows) {
+      for (int64_t r : *s.req->logits_rows) rows.push_back(s.offset + r);
+    } else {
+      for (int64_t i = 0; i < s.n; ++i) rows.push_back(s.offset + i);
+    }
+    counts.push_back(static_cast<int64_t>(rows.size() - before));
+  }
+  Rows normed, logits;
+  if (rows.empty()) {
+    // Only prefills: no row wants logits.
+    normed = Rows(0, c.hidden_size);
+    // A streamed model still passes over its head, to stay in step.
+    logits = stream_ ? streamed_head_logits(normed) : Rows(0, c.vocab_size);
+  } else {
+    normed = final_norm_rows(x.select(rows));
+    logits = stream_ ? streamed_head_logits(normed) : head_logits_normed(normed);
+  }
+  int64_t first = 0;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    // A lone sequence keeps the whole matrices; a batch's are split by copy.
+    if (seqs.size() == 1) {
+      out[b].logits = std::move(logits);
+      if (seqs[b].req->final_hidden) out[b].final_hidden = std::move(normed);
+    } else {
+      out[b].logits = logits.slice(first, counts[b]);
+      if (seqs[b].req->final_hidden) out[b].final_hidden = normed.slice(first, counts[b]);
+    }
+    first += counts[b];
+  }
+  // Only now, with nothing left to throw, do the new entries become part of
+  // the caches: a forward that fails anywhere leaves every cache as it was.
+  for (const Sequence& s : seqs) s.cache->commit(s.n);
+  return out;
+}
+
+Rows Model::final_norm_rows(RowsView hidden) const {
+  const ModelConfig& c = config_;
+  Rows normed(hidden.rows, c.hidden_size);
+  kernels::rms_norm(hidden.data, hidden.rows, c.hidden_size, final_norm(), static_cast<float>(c.rms_norm_eps),
+                    normed.data());
+  return normed;
+}
+
+Rows Model::streamed_head_logits(RowsView normed) const {
+  const ModelConfig& c = config_;
+  const int64_t m = normed.rows;
+  Rows logits(m, c.vocab_size);
+  // Slice by slice of vocabulary rows; every logit is the same dot product
+  // the whole-matrix call computes, so the values are bitwise the same.
+  std::vector<float> part;
+  for (int64_t chunk = 0; chunk < stream_->head_chunks(); ++chunk) {
+    int64_t row0 = 0, count = 0;
+    const MatrixRef w = stream_->acquire_head(chunk, &row0, &count);
+    if (m > 0) {
+      part.resize(static_cast<size_t>(m * count));
+      kernels::linear(normed.data, m, w, part.data());
+      for (int64_t r = 0; r < m; ++r)
+        std::memcpy(logits.row(r) + row0, part.data() + r * count, count * sizeof(float));
+    }
+    stream_->release();
+  }
+  return logits;
+}
+
+Rows Model::head_logits(RowsView hidden) const {
+  if (stream_) throw Error("head_logits: " + name_ + " is streamed from disk; its head runs inside forward()");
+  return head_logits_normed(final_norm_rows(hidden));
+}
+
+Rows Model::head_logits_normed(RowsView normed) const {
+  Rows logits(normed.rows, config_.vocab_size);
+  kernels::linear(normed.data, normed.rows, weights_.lm_head, logits.data());
+  return logits;
+}
+
+}  // namespace splitspec

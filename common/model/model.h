@@ -1,0 +1,154 @@
+#pragma once
+// LLaMA-family decoder (RMSNorm, rotate-half RoPE, grouped-query attention,
+// SwiGLU, tied or separate LM head): weights in any WType (weight_type.h),
+// activations in fp32. Free of LibTorch (the trainer's float weights, which
+// are LibTorch tensors, are in common/train/model_weights.h).
+//
+// One forward call takes any set of new tokens with explicit positions and an
+// explicit attention mask over cached plus new tokens, so the same call runs a
+// prompt prefill, one decode step, a causal draft chain or a token tree.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/model/attention_mask.h"
+#include "common/model/kv_cache.h"
+#include "common/model/model_config.h"
+#include "common/model/rows.h"
+#include "common/weights/safetensors.h"
+#include "common/weights/streamed_weights.h"
+#include "common/weights/weight_set.h"
+
+namespace splitspec {
+
+// Where the files trained for a model live (early exits, LUT tables, a
+// recurrent head): its directory, or beside a GGUF file FILE.gguf the
+// directory FILE.splitspec, which need not exist until something is trained.
+std::string model_side_dir(const std::string& model_path);
+
+struct ForwardRequest {
+  std::vector<int32_t> tokens;
+  // Absolute positions of `tokens`; empty means cache.size(), cache.size()+1, ...
+  std::vector<int64_t> positions;
+  // [n, cache.size()+n], true where row i may attend. Empty means causal.
+  // Tree masks come from tree_attention_mask() (token_tree.h).
+  AttentionMask mask;
+  // Rows of `tokens` whose logits are wanted; nullopt means every row.
+  std::optional<std::vector<int64_t>> logits_rows;
+  // Layers (0-based) whose output hidden states ([n, hidden]) are returned.
+  std::vector<int64_t> hidden_layers;
+  // Called after each layer (0-based) with its output [n, hidden], while the
+  // forward goes on: early exits verify there. The rows are only valid
+  // during the call. An exception leaves the cache unchanged.
+  std::function<void(int64_t layer, RowsView hidden)> on_layer;
+  // Also return the logits rows' hidden states after the final norm: what
+  // the LM head reads (a drafter conditioned on the target reads it too).
+  bool final_hidden = false;
+};
+
+struct ForwardResult {
+  Rows logits;                     // [rows, vocab]
+  std::map<int64_t, Rows> hidden;  // layer -> [n, hidden]
+  Rows final_hidden;               // [rows, hidden] when asked for
+};
+
+// RoPE angle tables [max_position_embeddings, head_dim/2], computed in double
+// as the reference implementations do, so far positions keep their precision.
+void rope_tables(const ModelConfig& config, std::vector<float>& cos, std::vector<float>& sin);
+
+class Model {
+ public:
+  // Loads a model as it was downloaded: a GGUF file, or a directory of
+  // config.json and model.safetensors (or shards), Hugging Face's or ours.
+  // Weights stay in their stored types, mapped from the file; with `type`,
+  // the matrices are converted to it in memory instead. The context is
+  // capped at model_context_limit() (model_config.h).
+  static std::shared_ptr<Model> load(const std::string& path, std::optional<WType> type = std::nullopt);
+  // A model on weights already built (the trainer's: model_weights.h).
+  static std::shared_ptr<Model> from_weight_set(const ModelConfig& config, WeightSet weights, std::string name);
+  // The model in `dir` with its weights streamed from disk under
+  // options.budget_bytes (streamed_weights.h): same forward, bitwise the same
+  // logits, one forward at a time. weights() then holds no tensors.
+  static std::shared_ptr<Model> load_streamed(const std::string& dir, const StreamOptions& options);
+  // Random weights, for tests and benchmarks of any size, the matrices
+  // stored as `type`, normal with deviation `scale` (larger ones give a
+  // random model confident logits, whose greedy tokens rounding does not
+  // flip).
+  static std::shared_ptr<Model> random(const ModelConfig& config, uint64_t seed, WType type = WType::F32,
+                                       float scale = 0.02f);
+
+  const ModelConfig& config() const { return config_; }
+  // The weights as the forward reads them (empty for a streamed model).
+  const WeightSet& weight_set() const { return weights_; }
+  // The layer matrices' type.
+  WType weight_type() const;
+  // WeightSet::digest() of the weights, computed on each call (it reads
+  // them all); empty for a streamed model, whose weights are never all in
+  // memory.
+  std::string weights_digest() const;
+  // The final norm's gains [hidden].
+  const float* final_norm() const;
+  // LM-head rows `ids` as floats [ids.size(), hidden]. In-memory models only.
+  Rows head_rows(const std::vector<int64_t>& ids) const;
+  // Bytes of the weights at their types (for a streamed model: if it were
+  // all loaded).
+  size_t weight_bytes() const;
+  // The streaming state of a streamed model, else null.
+  const StreamedWeights* stream() const { return stream_.get(); }
+  const std::string& name() const { return name_; }
+
+  // The element type of the caches new_cache() makes (default F32). Set it
+  // before the model is shared: a decoder and its verifier must agree on it
+  // for their outputs to match (kv_cache.h).
+  void set_kv_type(KVType type) { kv_type_ = type; }
+  KVType kv_type() const { return kv_type_; }
+  KVCache new_cache(int64_t capacity = 0) const;  // 0: max_position_embeddings
+
+  // Appends the new tokens to `cache` and returns the requested logits. On
+  // invalid input it throws splitspec::Error and leaves the cache unchanged.
+  ForwardResult forward(const ForwardRequest& request, KVCache& cache) const;
+
+  // One sequence of a batched forward: its request and its own KV cache.
+  struct BatchItem {
+    const ForwardRequest* request;
+    KVCache* cache;
+  };
+  // The forwards of several sequences as one: each weight matrix is read once
+  // for every sequence's rows, while attention reads each sequence's own cache
+  // under its own mask. The kernels are batch-invariant, so result i is
+  // bitwise what forward() returns for item i alone (forward() is a batch of
+  // one). Each item's on_layer sees its own rows. Throws splitspec::Error on
+  // invalid input in any item (or two items sharing a cache); whatever it
+  // throws (an on_layer's error, bad_alloc, a failed read of a streamed
+  // unit), every cache is left as it was.
+  std::vector<ForwardResult> forward_batch(const std::vector<BatchItem>& items) const;
+
+  // The final norm and LM head on hidden rows [m, hidden]: logits [m, vocab].
+  // In-memory models only (a streamed one reads its head inside forward()).
+  Rows head_logits(RowsView hidden) const;
+
+  // Writes the model to `dir`, converted to `type` if given. In-memory
+  // models only.
+  void save(const std::string& dir, std::optional<WType> type = std::nullopt) const;
+
+ private:
+  Model(ModelConfig config, WeightSet weights, std::string name);
+  // The final norm on hidden rows [m, hidden].
+  Rows final_norm_rows(RowsView hidden) const;
+  // The LM head on rows already through the final norm.
+  Rows streamed_head_logits(RowsView normed) const;
+  Rows head_logits_normed(RowsView normed) const;
+  ModelConfig config_;
+  WeightSet weights_;
+  std::string name_;
+  std::vector<float> rope_cos_;  // [max_positions, head_dim/2]
+  std::vector<float> rope_sin_;
+  std::unique_ptr<StreamedWeights> stream_;
+  KVType kv_type_ = KVType::F32;
+};
+
+}  // namespace splitspec

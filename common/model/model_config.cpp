@@ -1,0 +1,335 @@
+#include "common/model/model_config.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/kernels/kernels.h"
+#include "common/util/error.h"
+#include "common/weights/gguf_model.h"
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace splitspec {
+
+namespace {
+
+template <typename T>
+T required(const json& j, const char* key, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) throw Error(source + ": missing required field '" + key + "'");
+  try {
+    return j[key].get<T>();
+  } catch (const json::exception&) {
+    throw Error(source + ": field '" + key + "' has the wrong type (" + j[key].dump() + ")");
+  }
+}
+
+int64_t integer(const json& j, const char* key, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) throw Error(source + ": missing required field '" + key + "'");
+  if (!j[key].is_number_integer()) throw Error(source + ": field '" + key + "' must be an integer, got " + j[key].dump());
+  return j[key].get<int64_t>();
+}
+
+}  // namespace
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t attn = hidden_size * head_dim * (2 * num_attention_heads + 2 * num_key_value_heads);
+  const int64_t mlp = 3 * hidden_size * intermediate_size;
+  const int64_t norms = 2 * hidden_size + (qk_norm ? 2 * head_dim : 0) +
+                        (attention_bias ? head_dim * (num_attention_heads + 2 * num_key_value_heads) : 0);
+  const int64_t emb = vocab_size * hidden_size;
+  return num_hidden_layers * (attn + mlp + norms) + hidden_size + emb * (tie_word_embeddings ? 1 : 2);
+}
+
+void ModelConfig::validate(const std::string& source) const {
+  auto positive = [&](int64_t v, const char* name) {
+    if (v <= 0) throw Error(source + ": '" + name + "' must be positive, got " + std::to_string(v));
+  };
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  positive(num_key_value_heads, "num_key_value_heads");
+  positive(head_dim, "head_dim");
+  positive(vocab_size, "vocab_size");
+  positive(max_position_embeddings, "max_position_embeddings");
+  if (num_attention_heads % num_key_value_heads != 0)
+    throw Error(source + ": num_attention_heads (" + std::to_string(num_attention_heads) +
+                ") must be a multiple of num_key_value_heads (" + std::to_string(num_key_value_heads) + ")");
+  if (head_dim % 2 != 0) throw Error(source + ": head_dim must be even for rotary embeddings");
+  if (head_dim > kernels::kMaxHeadDim)
+    throw Error(source + ": head_dim " + std::to_string(head_dim) + " exceeds the supported " +
+                std::to_string(kernels::kMaxHeadDim));
+  if (!(rms_norm_eps > 0)) throw Error(source + ": 'rms_norm_eps' must be positive");
+  if (!(rope_theta > 0)) throw Error(source + ": 'rope_theta' must be positive");
+  if (bos_token_id < -1 || bos_token_id >= vocab_size)
+    throw Error(source + ": bos_token_id " + std::to_string(bos_token_id) + " outside the vocabulary");
+  for (int64_t id : eos_token_ids)
+    if (id < 0 || id >= vocab_size) throw Error(source + ": eos_token_id " + std::to_string(id) + " outside the vocabulary");
+  if (eos_token_id < -1 || eos_token_id >= vocab_size)
+    throw Error(source + ": eos_token_id " + std::to_string(eos_token_id) + " outside the vocabulary");
+  if (!rope_freq_factors.empty() && static_cast<int64_t>(rope_freq_factors.size()) != head_dim / 2)
+    throw Error(source + ": " + std::to_string(rope_freq_factors.size()) + " RoPE frequency factors for a head of " +
+                std::to_string(head_dim));
+  for (float f : rope_freq_factors)
+    if (!(f > 0) || !std::isfinite(f)) throw Error(source + ": RoPE frequency factors must be positive and finite");
+}
+
+namespace {
+
+struct Family {
+  const char* architecture;  // ours (llama.cpp's)
+  const char* model_type;    // config.json's
+  double rms_norm_eps;       // Hugging Face's defaults for the keys a config may omit
+  int64_t max_positions;
+  int64_t bos, eos;
+};
+
+// config.json "architectures" entries SplitSpec runs, and their families.
+const std::pair<const char*, Family> kFamilies[] = {
+    {"LlamaForCausalLM", {"llama", "llama", 1e-6, 2048, 1, 2}},
+    {"MistralForCausalLM", {"llama", "mistral", 1e-6, 4096 * 32, 1, 2}},
+    {"Qwen2ForCausalLM", {"qwen2", "qwen2", 1e-6, 32768, -1, -1}},
+    {"Qwen3ForCausalLM", {"qwen3", "qwen3", 1e-6, 32768, -1, -1}},
+    {"Phi3ForCausalLM", {"phi3", "phi3", 1e-5, 4096, 1, 32000}},
+};
+
+std::string supported_list() {
+  std::string s;
+  for (const auto& [name, f] : kFamilies) s += std::string(s.empty() ? "" : ", ") + name;
+  return s;
+}
+
+const Family& family_of(const json& j, const std::string& source) {
+  std::string arch, type;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()) {
+    if (j["architectures"].size() != 1 || !j["architectures"][0].is_string())
+      throw Error(source + ": 'architectures' must name one architecture, got " + j["architectures"].dump());
+    arch = j["architectures"][0].get<std::string>();
+  }
+  if (j.contains("model_type") && j["model_type"].is_string()) type = j["model_type"].get<std::string>();
+  // Our own configs (the trainer's, the benchmarks') name no architecture.
+  if (arch.empty() && type.empty()) return kFamilies[0].second;
+  for (const auto& [name, f] : kFamilies)
+    if ((!arch.empty() && arch == name) || (arch.empty() && type == f.model_type)) return f;
+  const std::string what = !arch.empty() ? "architecture \"" + arch + "\"" : "model_type \"" + type + "\"";
+  throw Error(source + ": unsupported " + what + "; SplitSpec runs " + supported_list());
+}
+
+int64_t integer_or(const json& j, const char* key, int64_t fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  return integer(j, key, source);
+}
+
+double number_or(const json& j, const char* key, double fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number()) throw Error(source + ": field '" + key + "' must be a number, got " + j[key].dump());
+  return j[key].get<double>();
+}
+
+// Every id of an "eos_token_id" that may be one id or a list.
+std::vector<int64_t> token_ids(const json& j, const char* key, int64_t fallback, const std::string& source) {
+  if (!j.contains(key)) return fallback >= 0 ? std::vector<int64_t>{fallback} : std::vector<int64_t>{};
+  if (j[key].is_null()) return {};
+  if (j[key].is_array()) {
+    std::vector<int64_t> out;
+    for (const auto& v : j[key]) {
+      if (!v.is_number_integer()) throw Error(source + ": field '" + key + "' must hold integers, got " + j[key].dump());
+      out.push_back(v.get<int64_t>());
+    }
+    return out;
+  }
+  return {integer(j, key, source)};
+}
+
+std::vector<float> rope_factors(const json& r, const ModelConfig& c, const std::string& source) {
+  if (!r.is_object()) throw Error(source + ": 'rope_scaling' must be an object or null");
+  std::string type = r.value("rope_type", r.value("type", std::string("default")));
+  if (type == "default") return {};
+  auto num = [&](const char* key) {
+    if (!r.contains(key) || !r[key].is_number()) throw Error(source + ": rope_scaling of type '" + type + "' needs a number '" + key + "'");
+    return r[key].get<double>();
+  };
+  if (type == "linear") return std::vector<float>(static_cast<size_t>(c.head_dim / 2), static_cast<float>(num("factor")));
+  if (type == "llama3")
+    return llama3_rope_factors(c.rope_theta, c.head_dim, num("factor"), num("low_freq_factor"), num("high_freq_factor"),
+                               static_cast<int64_t>(num("original_max_position_embeddings")));
+  throw Error(source + ": rope_scaling type '" + type + "' is not supported (llama3, linear and none are)");
+}
+
+}  // namespace
+
+std::vector<float> llama3_rope_factors(double theta, int64_t head_dim, double factor, double low_freq_factor,
+                                       double high_freq_factor, int64_t original_context) {
+  const double pi = 3.14159265358979323846;
+  const double low_wavelen = original_context / low_freq_factor, high_wavelen = original_context / high_freq_factor;
+  std::vector<float> out;
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    const double wavelen = 2 * pi / inv_freq;
+    double divisor = 1.0;
+    if (wavelen > low_wavelen) {
+      divisor = factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      divisor = 1.0 / ((1 - smooth) / factor + smooth);
+    }
+    out.push_back(static_cast<float>(divisor));
+  }
+  return out;
+}
+
+bool is_end_of_generation(const ModelConfig& c, int64_t token) {
+  if (token == c.eos_token_id) return true;
+  for (int64_t id : c.eos_token_ids)
+    if (id == token) return true;
+  return false;
+}
+
+int64_t model_context_limit() {
+  if (const char* env = std::getenv("SPLITSPEC_MAX_CONTEXT")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (end == env || *end != '\0' || v <= 0) throw Error(std::string("SPLITSPEC_MAX_CONTEXT=") + env + ": expected a positive integer");
+    return v;
+  }
+  return 4096;
+}
+
+void apply_context_limit(ModelConfig& c) {
+  const int64_t limit = model_context_limit();
+  if (c.max_position_embeddings > limit) {
+    if (c.declared_context == 0) c.declared_context = c.max_position_embeddings;
+    c.max_position_embeddings = limit;
+  }
+}
+
+ModelConfig parse_model_config(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(source + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw Error(source + ": expected a JSON object");
+  const Family& fam = family_of(j, source);
+  // Anything below would load and silently compute another function.
+  const std::string act = j.contains("hidden_act") ? j["hidden_act"].dump() : j.value("hidden_activation", json("silu")).dump();
+  if (act != "\"silu\"") throw Error(source + ": unsupported hidden_act " + act + " (only \"silu\")");
+  if (j.contains("mlp_bias") && j["mlp_bias"] == true) throw Error(source + ": 'mlp_bias' = true is not supported");
+  if (number_or(j, "partial_rotary_factor", 1.0, source) != 1.0)
+    throw Error(source + ": partial rotary embeddings (partial_rotary_factor < 1) are not supported");
+
+  ModelConfig c;
+  c.architecture = fam.architecture;
+  c.hidden_size = integer(j, "hidden_size", source);
+  c.intermediate_size = integer(j, "intermediate_size", source);
+  c.num_hidden_layers = integer(j, "num_hidden_layers", source);
+  c.num_attention_heads = integer(j, "num_attention_heads", source);
+  c.num_key_value_heads = integer_or(j, "num_key_value_heads", c.num_attention_heads, source);
+  c.vocab_size = integer(j, "vocab_size", source);
+  c.rms_norm_eps = number_or(j, "rms_norm_eps", fam.rms_norm_eps, source);
+  c.rope_theta = number_or(j, "rope_theta", 10000.0, source);
+  c.max_position_embeddings = integer_or(j, "max_position_embeddings", fam.max_positions, source);
+  if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_null())
+    c.tie_word_embeddings = required<bool>(j, "tie_word_embeddings", source);
+  const std::vector<int64_t> bos = token_ids(j, "bos_token_id", fam.bos, source);
+  c.bos_token_id = bos.empty() ? -1 : bos[0];
+  c.eos_token_ids = token_ids(j, "eos_token_id", fam.eos, source);
+  c.eos_token_id = c.eos_token_ids.empty() ? -1 : c.eos_token_ids[0];
+  if (c.num_attention_heads <= 0) throw Error(source + ": 'num_attention_heads' must be positive");
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    c.head_dim = integer(j, "head_dim", source);
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      throw Error(source + ": hidden_size must be divisible by num_attention_heads");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  const bool bias = j.contains("attention_bias") && j["attention_bias"] == true;
+  if (c.architecture == "qwen2") {
+    c.attention_bias = true;  // Qwen2's attention always has them; its config does not say
+  } else if (c.architecture == "qwen3") {
+    c.qk_norm = true;
+    c.attention_bias = bias;
+  } else if (bias) {
+    // LLaMA's attention_bias also puts one on the output projection.
+    throw Error(source + ": 'attention_bias' = true is not supported for " + c.architecture);
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    c.rope_freq_factors = rope_factors(j["rope_scaling"], c, source);
+    if (!c.rope_freq_factors.empty()) c.rope_scaling_json = j["rope_scaling"].dump();
+  }
+  // Past its window a sliding-window model attends differently; within it,
+  // as every other. Phi-3 mini's is 2047.
+  const bool sliding = !j.contains("use_sliding_window") || j["use_sliding_window"] == true;
+  if (sliding && j.contains("sliding_window") && j["sliding_window"].is_number_integer()) {
+    const int64_t window = j["sliding_window"].get<int64_t>();
+    if (window > 0) c.sliding_window = window;
+  }
+  if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings) {
+    c.declared_context = c.max_position_embeddings;
+    c.max_position_embeddings = c.sliding_window;
+  }
+  if (j.contains("splitspec_rope_freq_factors") && j["splitspec_rope_freq_factors"].is_array()) {
+    c.rope_freq_factors.clear();
+    for (const auto& v : j["splitspec_rope_freq_factors"]) {
+      if (!v.is_number()) throw Error(source + ": 'splitspec_rope_freq_factors' must hold numbers");
+      c.rope_freq_factors.push_back(v.get<float>());
+    }
+  }
+  c.validate(source);
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  if (fs::is_regular_file(path) && is_gguf_file(path)) return gguf_model_config(GgufFile(path));
+  fs::path p(path);
+  if (fs::is_directory(p)) p /= "config.json";
+  std::ifstream in(p);
+  if (!in) throw Error(p.string() + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_model_config(ss.str(), p.string());
+}
+
+std::string model_config_to_json(const ModelConfig& c) {
+  std::string arch = "LlamaForCausalLM", type = "llama";
+  for (const auto& [name, f] : kFamilies)
+    if (c.architecture == f.architecture && std::string(f.model_type) == f.architecture) arch = name, type = f.model_type;
+  json j = {
+      {"architectures", {arch}},
+      {"model_type", type},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.head_dim},
+      {"vocab_size", c.vocab_size},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"max_position_embeddings", c.declared_context > 0 ? c.declared_context : c.max_position_embeddings},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"hidden_act", "silu"},
+      {"rope_scaling", nullptr},
+  };
+  j["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
+  if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
+  else j["eos_token_id"] = c.eos_token_id >= 0 ? json(c.eos_token_id) : json(nullptr);
+  if (c.architecture == "qwen3") j["attention_bias"] = c.attention_bias;
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (!c.rope_scaling_json.empty()) {
+    j["rope_scaling"] = json::parse(c.rope_scaling_json);
+  } else if (!c.rope_freq_factors.empty()) {
+    // Divisors read from a GGUF file's rope_freqs: no Hugging Face key holds
+    // them as they are.
+    j["splitspec_rope_freq_factors"] = c.rope_freq_factors;
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace splitspec

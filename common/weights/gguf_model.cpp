@@ -1,0 +1,231 @@
+#include "common/weights/gguf_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+
+#include "common/util/error.h"
+#include "common/weights/weight_names.h"
+
+namespace splitspec {
+
+uint32_t gguf_u32(const GgufFile& f, const std::string& key, std::optional<uint32_t> fallback) {
+  if (!f.has(key)) {
+    if (fallback) return *fallback;
+    f.get(key);  // throws, naming the key
+  }
+  const GgufValue& v = f.get(key);
+  if (v.type == GgufType::kString || v.type == GgufType::kArray || v.i64 < 0 || v.i64 > UINT32_MAX ||
+      v.num != static_cast<double>(v.i64))
+    throw Error(f.path() + ": GGUF metadata '" + key + "' is not a count");
+  return static_cast<uint32_t>(v.i64);
+}
+
+namespace {
+
+double meta_f(const GgufFile& f, const std::string& key, double fallback) {
+  if (!f.has(key)) return fallback;
+  const GgufValue& v = f.get(key);
+  if (v.type == GgufType::kString || v.type == GgufType::kArray || !std::isfinite(v.num))
+    throw Error(f.path() + ": GGUF metadata '" + key + "' is not a number");
+  return v.num;
+}
+
+std::string supported() {
+  std::string s;
+  for (const auto& a : supported_architectures()) s += (s.empty() ? "" : ", ") + a;
+  return s;
+}
+
+std::optional<WType> wtype_of(uint32_t ggml) {
+  switch (static_cast<GgmlType>(ggml)) {
+    case GgmlType::kF32: return WType::F32;
+    case GgmlType::kF16: return WType::F16;
+    case GgmlType::kBF16: return WType::BF16;
+    case GgmlType::kQ8_0: return WType::Q8_0;
+    case GgmlType::kQ4_0: return WType::Q4_0;
+    case GgmlType::kQ4_K: return WType::Q4_K;
+    case GgmlType::kQ5_K: return WType::Q5_K;
+    case GgmlType::kQ6_K: return WType::Q6_K;
+  }
+  return std::nullopt;
+}
+
+// Query rows permute by attention heads, key rows by key-value heads; only
+// llama.cpp's llama architecture stores them interleaved.
+int64_t permuted_heads(const std::string& name, const ModelConfig& c) {
+  if (c.architecture != "llama") return 0;
+  if (name.find("self_attn.q_proj.weight") != std::string::npos) return c.num_attention_heads;
+  if (name.find("self_attn.k_proj.weight") != std::string::npos) return c.num_key_value_heads;
+  return 0;
+}
+
+}  // namespace
+
+bool is_gguf_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+std::vector<uint8_t> permute_rope_rows(const uint8_t* rows, int64_t count, int64_t head_dim, int64_t rb, bool to_gguf) {
+  std::vector<uint8_t> out(static_cast<size_t>(count * rb));
+  for (int64_t h = 0; h < count / head_dim; ++h)
+    for (int64_t i = 0; i < head_dim / 2; ++i)
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t gguf = h * head_dim + 2 * i + j, hf = h * head_dim + j * head_dim / 2 + i;
+        const int64_t from = to_gguf ? hf : gguf, to = to_gguf ? gguf : hf;
+        std::memcpy(out.data() + to * rb, rows + from * rb, static_cast<size_t>(rb));
+      }
+  return out;
+}
+
+std::string gguf_tensor_name(const std::string& name, const ModelConfig& c) {
+  if (name == kEmbedName) return "token_embd.weight";
+  if (name == kHeadName) return "output.weight";
+  if (name == kFinalNormName) return "output_norm.weight";
+  static const std::pair<const char*, const char*> kParts[] = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      // Phi-3's ffn_up holds the gate's rows, then the up projection's.
+      {"mlp.gate_up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+  };
+  const std::string prefix = "model.layers.";
+  if (name.compare(0, prefix.size(), prefix) == 0) {
+    const size_t dot = name.find('.', prefix.size());
+    const std::string layer = name.substr(prefix.size(), dot - prefix.size()), part = name.substr(dot + 1);
+    for (const auto& [from, to] : kParts)
+      if (part == from) return "blk." + layer + "." + to;
+  }
+  throw Error("gguf: no GGUF name for '" + name + "' in a " + c.architecture + " model");
+}
+
+ModelConfig gguf_model_config(const GgufFile& f) {
+  const std::string& path = f.path();
+  const std::string arch = f.get("general.architecture").str;
+  bool known = false;
+  for (const auto& a : supported_architectures()) known |= a == arch;
+  if (!known) throw Error(path + ": architecture '" + arch + "' is not supported; SplitSpec runs " + supported());
+  const GgufTensor* embed = f.tensor("token_embd.weight");
+  if (!embed || embed->ne.size() != 2) throw Error(path + ": tensor 'token_embd.weight' is missing or not a matrix");
+  const std::string k = arch + ".";
+  ModelConfig c;
+  c.architecture = arch;
+  c.hidden_size = gguf_u32(f, k + "embedding_length");
+  c.intermediate_size = gguf_u32(f, k + "feed_forward_length");
+  c.num_hidden_layers = gguf_u32(f, k + "block_count");
+  c.num_attention_heads = gguf_u32(f, k + "attention.head_count");
+  c.num_key_value_heads = gguf_u32(f, k + "attention.head_count_kv", static_cast<uint32_t>(c.num_attention_heads));
+  if (c.num_attention_heads <= 0) throw Error(path + ": " + k + "attention.head_count must be positive");
+  c.head_dim = gguf_u32(f, k + "attention.key_length", static_cast<uint32_t>(c.hidden_size / c.num_attention_heads));
+  if (gguf_u32(f, k + "attention.value_length", static_cast<uint32_t>(c.head_dim)) != c.head_dim)
+    throw Error(path + ": key and value heads of different sizes are not supported");
+  if (gguf_u32(f, k + "rope.dimension_count", static_cast<uint32_t>(c.head_dim)) != c.head_dim)
+    throw Error(path + ": partial rotary embeddings (" + k + "rope.dimension_count below the head size) are not supported");
+  c.vocab_size = embed->ne[1];
+  c.rms_norm_eps = meta_f(f, k + "attention.layer_norm_rms_epsilon", 1e-5);
+  c.rope_theta = meta_f(f, k + "rope.freq_base", 10000.0);
+  c.max_position_embeddings = gguf_u32(f, k + "context_length");
+  c.tie_word_embeddings = f.tensor("output.weight") == nullptr;
+  c.bos_token_id = f.has("tokenizer.ggml.bos_token_id") ? static_cast<int64_t>(gguf_u32(f, "tokenizer.ggml.bos_token_id")) : -1;
+  c.eos_token_id = f.has("tokenizer.ggml.eos_token_id") ? static_cast<int64_t>(gguf_u32(f, "tokenizer.ggml.eos_token_id")) : -1;
+  if (c.eos_token_id >= 0) c.eos_token_ids.push_back(c.eos_token_id);
+  c.attention_bias = f.tensor("blk.0.attn_q.bias") != nullptr;
+  if (f.tensor("blk.0.attn_output.bias"))
+    throw Error(path + ": a bias on the attention output (blk.0.attn_output.bias) is not supported");
+  c.qk_norm = f.tensor("blk.0.attn_q_norm.weight") != nullptr;
+  if (arch == "qwen3" && !c.qk_norm) throw Error(path + ": a qwen3 model without blk.0.attn_q_norm.weight");
+  if (f.tensor("rope_factors_long.weight") || f.tensor("rope_factors_short.weight"))
+    throw Error(path + ": LongRoPE (rope_factors_long/short, as Phi-3.5 and Phi-3 128K have) is not supported");
+  const std::string scaling = f.has(k + "rope.scaling.type") ? f.get(k + "rope.scaling.type").str : "none";
+  if (scaling == "linear") {
+    c.rope_freq_factors.assign(static_cast<size_t>(c.head_dim / 2),
+                               static_cast<float>(meta_f(f, k + "rope.scaling.factor", 1.0)));
+  } else if (scaling != "none") {
+    throw Error(path + ": RoPE scaling '" + scaling + "' is not supported (llama3's rope_freqs and linear are)");
+  }
+  if (const GgufTensor* freqs = f.tensor("rope_freqs.weight")) {
+    if (freqs->type != static_cast<uint32_t>(GgmlType::kF32) || freqs->ne.size() != 1 || freqs->ne[0] != c.head_dim / 2)
+      throw Error(path + ": rope_freqs.weight must be " + std::to_string(c.head_dim / 2) + " F32 values");
+    c.rope_freq_factors.resize(static_cast<size_t>(c.head_dim / 2));
+    std::memcpy(c.rope_freq_factors.data(), freqs->data, c.rope_freq_factors.size() * sizeof(float));
+  }
+  if (f.has(k + "attention.sliding_window")) {
+    c.sliding_window = gguf_u32(f, k + "attention.sliding_window");
+    if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings) {
+      c.declared_context = c.max_position_embeddings;
+      c.max_position_embeddings = c.sliding_window;
+    }
+  }
+  c.validate(path);
+  return c;
+}
+
+namespace {
+
+// Our names of the matrices a family fuses, to where they lie.
+std::map<std::string, FusedPart> fused_parts(const ModelConfig& c) {
+  std::map<std::string, FusedPart> fused;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (int m = 0; m < kLayerMatrices; ++m)
+      if (auto part = fused_part(l, static_cast<LayerMatrix>(m), c)) fused[layer_matrix_name(l, static_cast<LayerMatrix>(m))] = *part;
+  return fused;
+}
+
+}  // namespace
+
+WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, std::vector<uint8_t>>& keep) {
+  return [&f, &c, &keep, fused = fused_parts(c)](const std::string& name, const std::vector<int64_t>& shape) -> MatrixRef {
+    const auto part = fused.find(name);
+    const bool sliced = part != fused.end();
+    const std::string gname = gguf_tensor_name(sliced ? part->second.name : name, c);
+    const GgufTensor* t = f.tensor(gname);
+    if (!t) throw Error(f.path() + ": tensor '" + gname + "' is missing");
+    const int64_t rows = shape.size() == 2 ? (sliced ? part->second.fused_rows : shape[0]) : 1;
+    const std::vector<int64_t> want = shape.size() == 2 ? std::vector<int64_t>{shape[1], rows} : shape;
+    if (t->ne != want)
+      throw Error(f.path() + ": tensor '" + gname + "' has shape " + shape_str(t->ne) + " (ggml order), expected " +
+                  shape_str(want));
+    const auto wt = wtype_of(t->type);
+    if (!wt)
+      throw Error(f.path() + ": tensor '" + gname + "' is " + ggml_type_name(t->type) +
+                  ", which SplitSpec does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are); "
+                  "requantize it with llama.cpp's llama-quantize (Q4_K_M, Q5_K_M, Q6_K, Q8_0, Q4_0) first");
+    const int64_t rb = row_bytes(*wt, shape.back());
+    MatrixRef m{*wt, static_cast<const uint8_t*>(t->data) + (sliced ? part->second.row0 * rb : 0),
+                shape.size() == 2 ? shape[0] : 1, shape.back()};
+    if (const int64_t heads = permuted_heads(name, c)) {
+      std::vector<uint8_t>& copy = keep[name];
+      copy = permute_rope_rows(static_cast<const uint8_t*>(m.data), heads * c.head_dim, c.head_dim, rb, false);
+      m.data = copy.data();
+      // Only the copy is read from here on.
+      f.release(*t);
+    }
+    return m;
+  };
+}
+
+std::function<void(const std::string&)> gguf_copied_releaser(const GgufFile& f, const ModelConfig& c) {
+  return [&f, &c, fused = fused_parts(c)](const std::string& name) {
+    const auto part = fused.find(name);
+    // A fused tensor's other parts, if still to be read, map its pages in again.
+    if (const GgufTensor* t = f.tensor(gguf_tensor_name(part != fused.end() ? part->second.name : name, c))) f.release(*t);
+  };
+}
+
+}  // namespace splitspec

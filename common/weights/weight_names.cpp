@@ -1,0 +1,75 @@
+#include "common/weights/weight_names.h"
+
+namespace splitspec {
+
+std::string layer_matrix_name(int64_t layer, LayerMatrix m) {
+  const char* suffix = "";
+  switch (m) {
+    case LayerMatrix::kQ: suffix = "self_attn.q_proj.weight"; break;
+    case LayerMatrix::kK: suffix = "self_attn.k_proj.weight"; break;
+    case LayerMatrix::kV: suffix = "self_attn.v_proj.weight"; break;
+    case LayerMatrix::kO: suffix = "self_attn.o_proj.weight"; break;
+    case LayerMatrix::kGate: suffix = "mlp.gate_proj.weight"; break;
+    case LayerMatrix::kUp: suffix = "mlp.up_proj.weight"; break;
+    case LayerMatrix::kDown: suffix = "mlp.down_proj.weight"; break;
+  }
+  return "model.layers." + std::to_string(layer) + "." + suffix;
+}
+
+std::vector<int64_t> layer_matrix_shape(LayerMatrix m, const ModelConfig& c) {
+  const int64_t H = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  switch (m) {
+    case LayerMatrix::kQ: return {q, H};
+    case LayerMatrix::kK:
+    case LayerMatrix::kV: return {kv, H};
+    case LayerMatrix::kO: return {H, q};
+    case LayerMatrix::kGate:
+    case LayerMatrix::kUp: return {c.intermediate_size, H};
+    case LayerMatrix::kDown: return {H, c.intermediate_size};
+  }
+  return {};
+}
+
+std::string layer_norm_name(int64_t layer, bool post) {
+  return "model.layers." + std::to_string(layer) + (post ? ".post_attention_layernorm.weight" : ".input_layernorm.weight");
+}
+
+std::string layer_vector_name(int64_t layer, LayerVector v) {
+  const char* suffix = "";
+  switch (v) {
+    case LayerVector::kQBias: suffix = "self_attn.q_proj.bias"; break;
+    case LayerVector::kKBias: suffix = "self_attn.k_proj.bias"; break;
+    case LayerVector::kVBias: suffix = "self_attn.v_proj.bias"; break;
+    case LayerVector::kQNorm: suffix = "self_attn.q_norm.weight"; break;
+    case LayerVector::kKNorm: suffix = "self_attn.k_norm.weight"; break;
+  }
+  return "model.layers." + std::to_string(layer) + "." + suffix;
+}
+
+std::optional<FusedPart> fused_part(int64_t layer, LayerMatrix m, const ModelConfig& c) {
+  if (c.architecture != "phi3") return std::nullopt;
+  const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  switch (m) {
+    case LayerMatrix::kQ: return FusedPart{prefix + "self_attn.qkv_proj.weight", q + 2 * kv, 0};
+    case LayerMatrix::kK: return FusedPart{prefix + "self_attn.qkv_proj.weight", q + 2 * kv, q};
+    case LayerMatrix::kV: return FusedPart{prefix + "self_attn.qkv_proj.weight", q + 2 * kv, q + kv};
+    case LayerMatrix::kGate: return FusedPart{prefix + "mlp.gate_up_proj.weight", 2 * c.intermediate_size, 0};
+    case LayerMatrix::kUp:
+      return FusedPart{prefix + "mlp.gate_up_proj.weight", 2 * c.intermediate_size, c.intermediate_size};
+    default: return std::nullopt;
+  }
+}
+
+int64_t layer_vector_size(LayerVector v, const ModelConfig& c) {
+  switch (v) {
+    case LayerVector::kQBias: return c.attention_bias ? c.num_attention_heads * c.head_dim : 0;
+    case LayerVector::kKBias:
+    case LayerVector::kVBias: return c.attention_bias ? c.num_key_value_heads * c.head_dim : 0;
+    case LayerVector::kQNorm:
+    case LayerVector::kKNorm: return c.qk_norm ? c.head_dim : 0;
+  }
+  return 0;
+}
+
+}  // namespace splitspec

@@ -1,0 +1,388 @@
+#include "common/weights/weight_set.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "common/kernels/quant.h"
+#include "common/util/error.h"
+
+namespace splitspec {
+
+namespace {
+
+std::string dims(const std::vector<int64_t>& shape) { return shape_str(shape); }
+
+}  // namespace
+
+std::vector<uint8_t> plain_bytes(const MatrixRef& src, WType to, const std::string& name) {
+  if (src.cols % block_weights(to) != 0)
+    throw Error(std::string("cannot store ") + name + " as " + wtype_name(to) + ": its rows of " +
+                std::to_string(src.cols) + " weights are not a multiple of " + std::to_string(block_weights(to)));
+  std::vector<uint8_t> out(static_cast<size_t>(src.rows * row_bytes(to, src.cols)));
+  if (src.type == to) {
+    std::memcpy(out.data(), src.data, out.size());
+    std::vector<uint8_t> scratch;
+    if (src.packed) unpack_rows(to, out.data(), src.rows, src.cols, scratch);
+    return out;
+  }
+  constexpr int64_t kRows = 64;
+  std::vector<float> rows(static_cast<size_t>(kRows * src.cols));
+  for (int64_t r = 0; r < src.rows; r += kRows) {
+    const int64_t r1 = std::min(src.rows, r + kRows);
+    dequantize_rows(src, r, r1, rows.data());
+    quantize_rows(to, rows.data(), r1 - r, src.cols, out.data() + r * row_bytes(to, src.cols));
+  }
+  return out;
+}
+
+namespace {
+
+DType file_dtype(WType t) {
+  switch (t) {
+    case WType::F32: return DType::F32;
+    case WType::F16: return DType::F16;
+    case WType::BF16: return DType::BF16;
+    default: return DType::U8;
+  }
+}
+
+}  // namespace
+
+TensorSlot embed_slot(const ModelConfig& c) {
+  return {c.tie_word_embeddings ? TensorSlot::kHead : TensorSlot::kEmbed, 0, c.num_hidden_layers, c.hidden_size};
+}
+
+TensorSlot head_slot(const ModelConfig& c) { return {TensorSlot::kHead, 0, c.num_hidden_layers, c.hidden_size}; }
+
+TensorSlot layer_slot(const ModelConfig& c, int64_t layer, LayerMatrix m) {
+  const bool fused_qkv = fused_part(layer, LayerMatrix::kV, c).has_value();
+  TensorSlot::Kind kind = TensorSlot::kOther;
+  if (m == LayerMatrix::kV || (fused_qkv && (m == LayerMatrix::kQ || m == LayerMatrix::kK))) kind = TensorSlot::kAttnV;
+  if (m == LayerMatrix::kDown) kind = TensorSlot::kFfnDown;
+  return {kind, layer, c.num_hidden_layers, layer_matrix_shape(m, c)[1]};
+}
+
+WType tensor_type(WType model_type, const TensorSlot& slot) {
+  const bool head = slot.kind == TensorSlot::kHead;
+  if (model_type == WType::Q4_0) return head ? WType::Q8_0 : model_type;
+  if (!is_kquant(model_type)) return model_type;
+  WType t = model_type;
+  const int64_t i = slot.layer, n = slot.layers;
+  const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+  if (head || ((slot.kind == TensorSlot::kAttnV || slot.kind == TensorSlot::kFfnDown) && more_bits)) t = WType::Q6_K;
+  if (slot.cols % kSuperBlock != 0) t = slot.cols % kQBlock == 0 ? WType::Q8_0 : WType::F16;
+  return t;
+}
+
+uint64_t WeightSet::bytes() const {
+  uint64_t n = norms.size() * sizeof(float) + embed.bytes();
+  for (const auto& l : vectors)
+    for (const auto& v : l) n += v.size() * sizeof(float);
+  for (const auto& l : layers)
+    for (const MatrixRef& m : l) n += m.bytes();
+  if (lm_head.data != embed.data) n += lm_head.bytes();
+  return n;
+}
+
+namespace {
+
+// Eight bytes at a time (a multiply and a shift each), so a billion-parameter
+// model is digested in well under a second.
+class Digest {
+ public:
+  void add(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      mix(w);
+    }
+    uint64_t tail = n;
+    for (; i < n; ++i) tail = (tail << 8) | p[i];
+    mix(tail);
+  }
+  void add(int64_t v) { mix(static_cast<uint64_t>(v)); }
+  std::string hex() const {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h_));
+    return buf;
+  }
+
+ private:
+  void mix(uint64_t w) {
+    h_ = (h_ ^ w) * 0x9e3779b97f4a7c15ull;
+    h_ ^= h_ >> 29;
+  }
+  uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+}  // namespace
+
+std::string WeightSet::digest() const {
+  Digest d;
+  std::vector<uint8_t> plain, scratch;
+  auto matrix = [&](const MatrixRef& m) {
+    d.add(static_cast<int64_t>(m.type));
+    d.add(m.rows);
+    d.add(m.cols);
+    if (!m.packed) {
+      d.add(m.data, static_cast<size_t>(m.bytes()));
+      return;
+    }
+    const auto* bytes = static_cast<const uint8_t*>(m.data);
+    plain.assign(bytes, bytes + m.bytes());
+    unpack_rows(m.type, plain.data(), m.rows, m.cols, scratch);
+    d.add(plain.data(), plain.size());
+  };
+  matrix(embed);
+  for (const auto& l : layers)
+    for (const MatrixRef& m : l) matrix(m);
+  matrix(lm_head);
+  d.add(norms.data(), norms.size() * sizeof(float));
+  for (const auto& l : vectors)
+    for (const auto& v : l) {
+      d.add(static_cast<int64_t>(v.size()));
+      d.add(v.data(), v.size() * sizeof(float));
+    }
+  return d.hex();
+}
+
+uint64_t WeightSet::owned_bytes() const {
+  uint64_t n = 0;
+  for (const auto& o : owned) n += o.size();
+  return n;
+}
+
+WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape) {
+  auto mismatch = [&](const std::string& stored) {
+    return Error(t.file + ": tensor '" + t.name + "' has shape " + dims(t.shape) + stored + ", expected " + dims(shape));
+  };
+  if (!t.wtype.empty()) {
+    const auto q = parse_wtype(t.wtype);
+    if (!q || !is_block_type(*q) || t.dtype != DType::U8)
+      throw Error(t.file + ": tensor '" + t.name + "' is marked '" + t.wtype +
+                  "'; only U8 tensors marked q8_0, q4_0, q4_k, q5_k or q6_k are read");
+    if (shape.size() != 2 || shape[1] % block_weights(*q) != 0 || t.shape.size() != 2 || t.shape[0] != shape[0] ||
+        t.shape[1] != row_bytes(*q, shape[1]))
+      throw mismatch(std::string(" (bytes of ") + wtype_name(*q) + ")");
+    return *q;
+  }
+  if (t.shape != shape) throw mismatch("");
+  switch (t.dtype) {
+    case DType::F32: return WType::F32;
+    case DType::F16: return WType::F16;
+    case DType::BF16: return WType::BF16;
+    default:
+      throw Error(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
+                  "; weights must be F32, F16, BF16, or U8 marked q8_0 or q4_0");
+  }
+}
+
+WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std::optional<WType> type, bool borrow,
+                           const std::string& where, const std::function<void(const std::string& name)>& copied) {
+  const int64_t H = c.hidden_size;
+  WeightSet w;
+  w.hidden = H;
+  std::vector<uint8_t> scratch;
+  auto take = [&](const std::string& name, const std::vector<int64_t>& shape, const TensorSlot& slot) -> MatrixRef {
+    const MatrixRef src = source(name, shape);
+    const int64_t bad = first_non_finite_row(src);
+    if (bad >= 0)
+      throw Error(where + ": tensor '" + name + "' contains NaN or infinite values (row " + std::to_string(bad) + ")");
+    const WType to = type ? tensor_type(*type, slot) : src.type;
+    // Packed matrices are copies, so never borrowed.
+    if (borrow && to == src.type && !stored_packed(to)) {
+      w.borrowed = true;
+      return src;
+    }
+    w.owned.push_back(plain_bytes(src, to, where + ": " + name));
+    const MatrixRef converted{to, w.owned.back().data(), src.rows, src.cols};
+    if (to != src.type && first_non_finite_row(converted) >= 0)
+      throw Error(where + ": tensor '" + name + "' has values beyond what " + wtype_name(to) + " can hold");
+    if (stored_packed(to)) pack_rows(to, w.owned.back().data(), src.rows, src.cols, scratch);
+    if (copied) copied(name);
+    return {to, w.owned.back().data(), src.rows, src.cols, stored_packed(to)};
+  };
+  auto vector = [&](const std::string& name, int64_t size) {
+    const MatrixRef src = source(name, {size});
+    if (is_block_type(src.type)) throw Error(where + ": vector '" + name + "' must be F32, F16 or BF16");
+    std::vector<float> v(static_cast<size_t>(size));
+    dequantize_rows(src, 0, 1, v.data());
+    for (float x : v)
+      if (!std::isfinite(x)) throw Error(where + ": tensor '" + name + "' contains NaN or infinite values");
+    return v;
+  };
+  auto norm = [&](const std::string& name) {
+    const std::vector<float> v = vector(name, H);
+    w.norms.insert(w.norms.end(), v.begin(), v.end());
+  };
+  w.embed = take(kEmbedName, {c.vocab_size, H}, embed_slot(c));
+  w.layers.resize(c.num_hidden_layers);
+  w.vectors.resize(c.num_hidden_layers);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    norm(layer_norm_name(l, false));
+    for (int v = 0; v < kLayerVectors; ++v)
+      if (const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c))
+        w.vectors[l][v] = vector(layer_vector_name(l, static_cast<LayerVector>(v)), size);
+    for (int m = 0; m < kLayerMatrices; ++m) {
+      const auto lm = static_cast<LayerMatrix>(m);
+      w.layers[l][m] = take(layer_matrix_name(l, lm), layer_matrix_shape(lm, c), layer_slot(c, l, lm));
+    }
+    norm(layer_norm_name(l, true));
+  }
+  norm(kFinalNormName);
+  w.lm_head = c.tie_word_embeddings ? w.embed : take(kHeadName, {c.vocab_size, H}, head_slot(c));
+  return w;
+}
+
+WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c) {
+  // Our names of the matrices a family fuses, to where they lie.
+  std::map<std::string, FusedPart> fused;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (int m = 0; m < kLayerMatrices; ++m)
+      if (auto part = fused_part(l, static_cast<LayerMatrix>(m), c)) fused[layer_matrix_name(l, static_cast<LayerMatrix>(m))] = *part;
+  return [&st, fused](const std::string& name, const std::vector<int64_t>& shape) {
+    const int64_t rows = shape.size() == 2 ? shape[0] : 1;
+    const auto f = fused.find(name);
+    if (f == fused.end() || st.has(name)) {
+      const TensorInfo& t = st.get(name);
+      return MatrixRef{stored_wtype(t, shape), t.data, rows, shape.back()};
+    }
+    const TensorInfo& t = st.get(f->second.name);
+    const WType wt = stored_wtype(t, {f->second.fused_rows, shape[1]});
+    return MatrixRef{wt, t.data + f->second.row0 * row_bytes(wt, shape[1]), rows, shape[1]};
+  };
+}
+
+WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::optional<WType> type) {
+  auto st = std::make_shared<const SafetensorsModel>(dir);
+  WeightSet w = build_weight_set(
+      c, safetensors_source(*st, c), type, true, st->description(),
+      // Each copied tensor's pages go as soon as it is copied, so that loading
+      // a converted or packed model never holds the file and the copies at once.
+      [&](const std::string& name) { st->release(name); });
+  // Unmapped when nothing was borrowed.
+  if (w.borrowed) w.mapping = std::move(st);
+  return w;
+}
+
+void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string& dir, std::optional<WType> type) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir + ": cannot create directory: " + ec.message());
+  std::vector<std::vector<uint8_t>> bytes;  // alive until written
+  std::vector<TensorToWrite> out;
+  std::map<std::string, std::string> metadata{{"format", "pt"}};
+  auto add = [&](const std::string& name, const MatrixRef& m, WType to, bool matrix) {
+    bytes.push_back(plain_bytes(m, to, name));
+    std::vector<int64_t> shape = matrix ? std::vector<int64_t>{m.rows, m.cols} : std::vector<int64_t>{m.cols};
+    if (is_block_type(to)) {
+      shape = {m.rows, row_bytes(to, m.cols)};
+      metadata[wtype_metadata_key(name)] = wtype_name(to);
+    }
+    out.push_back({name, file_dtype(to), shape, bytes.back().data(), bytes.back().size()});
+  };
+  auto norm = [&](const std::string& name, const float* v) {
+    add(name, MatrixRef{WType::F32, v, 1, w.hidden}, WType::F32, false);
+  };
+  auto matrix_type = [&](const MatrixRef& m, const TensorSlot& slot) { return type ? tensor_type(*type, slot) : m.type; };
+  add(kEmbedName, w.embed, matrix_type(w.embed, embed_slot(c)), true);
+  for (int64_t l = 0; l < static_cast<int64_t>(w.layers.size()); ++l) {
+    norm(layer_norm_name(l, false), w.input_norm(l));
+    for (int v = 0; v < kLayerVectors; ++v) {
+      const std::vector<float>& x = w.vectors[l][v];
+      if (!x.empty())
+        add(layer_vector_name(l, static_cast<LayerVector>(v)),
+            MatrixRef{WType::F32, x.data(), 1, static_cast<int64_t>(x.size())}, WType::F32, false);
+    }
+    // A family's fused matrices are written fused, as its Hugging Face files
+    // hold them (Phi-3's qkv_proj and gate_up_proj): the parts' rows in turn.
+    std::map<std::string, std::vector<int>> fused;
+    for (int m = 0; m < kLayerMatrices; ++m) {
+      const auto part = fused_part(l, static_cast<LayerMatrix>(m), c);
+      if (!part) {
+        add(layer_matrix_name(l, static_cast<LayerMatrix>(m)), w.layers[l][m],
+            matrix_type(w.layers[l][m], layer_slot(c, l, static_cast<LayerMatrix>(m))), true);
+        continue;
+      }
+      std::vector<int>& parts = fused[part->name];
+      parts.push_back(m);
+      int64_t rows = 0;
+      for (int p : parts) rows += w.layers[l][p].rows;
+      if (rows < part->fused_rows) continue;
+      const WType to = matrix_type(w.layers[l][parts[0]], layer_slot(c, l, static_cast<LayerMatrix>(parts[0])));
+      std::vector<uint8_t> all;
+      for (int p : parts) {
+        const std::vector<uint8_t> b = plain_bytes(w.layers[l][p], to, layer_matrix_name(l, static_cast<LayerMatrix>(p)));
+        all.insert(all.end(), b.begin(), b.end());
+      }
+      bytes.push_back(std::move(all));
+      const int64_t cols = w.layers[l][parts[0]].cols;
+      std::vector<int64_t> shape{rows, cols};
+      if (is_block_type(to)) {
+        shape = {rows, row_bytes(to, cols)};
+        metadata[wtype_metadata_key(part->name)] = wtype_name(to);
+      }
+      out.push_back({part->name, file_dtype(to), shape, bytes.back().data(), bytes.back().size()});
+    }
+    norm(layer_norm_name(l, true), w.post_norm(l));
+  }
+  norm(kFinalNormName, w.final_norm());
+  if (!c.tie_word_embeddings) add(kHeadName, w.lm_head, matrix_type(w.lm_head, head_slot(c)), true);
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), out, metadata);
+  const fs::path cfg = fs::path(dir) / "config.json";
+  std::ofstream f(cfg);
+  f << model_config_to_json(c);
+  if (!f) throw Error(cfg.string() + ": write failed");
+}
+
+uint64_t stored_weight_bytes(const std::string& dir) {
+  const ModelConfig c = load_model_config(dir);
+  const SafetensorsModel st(dir);
+  uint64_t n = 0;
+  auto add = [&](const std::string& name) { n += st.get(name).nbytes; };
+  add(kEmbedName);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    add(layer_norm_name(l, false));
+    add(layer_norm_name(l, true));
+    for (int v = 0; v < kLayerVectors; ++v)
+      if (layer_vector_size(static_cast<LayerVector>(v), c) > 0) add(layer_vector_name(l, static_cast<LayerVector>(v)));
+    std::set<std::string> fused;
+    for (int m = 0; m < kLayerMatrices; ++m) {
+      const auto lm = static_cast<LayerMatrix>(m);
+      const auto part = fused_part(l, lm, c);
+      if (!part || st.has(layer_matrix_name(l, lm))) add(layer_matrix_name(l, lm));
+      else if (fused.insert(part->name).second) add(part->name);
+    }
+  }
+  add(kFinalNormName);
+  if (!c.tie_word_embeddings) add(kHeadName);
+  return n;
+}
+
+std::vector<float> load_float_values(const TensorInfo& t) {
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    throw Error(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) + "; weights must be F32, F16 or BF16");
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t.dtype == DType::F32) {
+      std::memcpy(&out[i], t.data + i * 4, 4);
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, t.data + i * 2, 2);
+      out[i] = t.dtype == DType::F16 ? half_to_float(bits) : bf16_to_float(bits);
+    }
+    if (!std::isfinite(out[i])) throw Error(t.file + ": tensor '" + t.name + "' contains NaN or infinite values");
+  }
+  return out;
+}
+
+}  // namespace splitspec
