@@ -12,7 +12,10 @@ each k with a 95% bootstrap interval.
 
   python3 bench/k_token.py --a OLD/splitspec --b build/bin/splitspec
       [--reps 4] [--threads 1,2] [--types f32,f16,bf16,q8_0,q4_0] [--context 128]
-      [--out bench/results/k_token.md]
+      [--model FILE.gguf] [--out bench/results/k_token.md]
+
+--model measures one model file (a GGUF from llama.cpp's quantizer, say)
+instead of the 50M model at each of --types.
 """
 import argparse
 import json
@@ -50,16 +53,23 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--types", default="f32,f16,bf16,q8_0,q4_0")
     ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--model", default="", help="one model file or directory instead of the 50M model per type")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
-    types = args.types.split(",")
     threads = [int(t) for t in args.threads.split(",")]
-    work = tempfile.mkdtemp(prefix="k-token-")
     models = {}
-    for t in types:
-        models[t] = os.path.join(work, f"bench-50m-{t}")
-        run([args.b, "convert", "--random-init", "configs/bench-50m.json", "--tokenizer", "models/demo-target",
-             "--dtype", t, "--out", models[t]])
+    if args.model:
+        types = [os.path.basename(args.model.rstrip("/"))]
+        models[types[0]] = args.model
+        described = f"`{args.model}`"
+    else:
+        types = args.types.split(",")
+        described = "50M model (configs/bench-50m.json)"
+        work = tempfile.mkdtemp(prefix="k-token-")
+        for t in types:
+            models[t] = os.path.join(work, f"bench-50m-{t}")
+            run([args.b, "convert", "--random-init", "configs/bench-50m.json", "--tokenizer", "models/demo-target",
+                 "--dtype", t, "--out", models[t]])
     # samples[(type, threads, build)][k] = list of ms
     samples = {}
     kernels = {}
@@ -74,7 +84,7 @@ def main():
         print(f"block {rep + 1}/{args.reps} done", file=sys.stderr)
 
     lines = [f"# k-token forward over 1-token: A = `{args.a}`, B = `{args.b}`", "",
-             f"50M model (configs/bench-50m.json), context {args.context}, {args.reps} ABBA blocks, "
+             f"{described}, context {args.context}, {args.reps} ABBA blocks, "
              f"kernels A {kernels.get('a')}, B {kernels.get('b')}. Ratios of medians; B/A with a 95% bootstrap "
              "interval. Goal: k=5 at most 1.3x and k=8 at most 1.5x the 1-token forward.", "",
              "| type | threads | A 1-token ms | A k=5, k=8 over k=1 | B 1-token ms | B k=5, k=8 over k=1 | "

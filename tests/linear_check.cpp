@@ -90,7 +90,7 @@ int main() {
           }
           for (int threads : {1, 2}) {
             kernels::set_threads(threads);
-            for (int64_t n : {1, 2, 3, 4, 5, 8, 9}) {
+            for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
               std::vector<float> got(n * out);
               kernels::linear(x.data(), n, m, got.data());
               expect_same(got, std::vector<float>(want.begin(), want.begin() + n * out),

@@ -22,12 +22,9 @@ __m256i load(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<cons
 // them into a tree whose products, all live at once, spill to the stack.
 inline void in_order(__m256i& v) { asm("" : "+x"(v)); }
 
-// Sixteen activation bytes in both 128-bit halves.
-__m256i sixteen(const int8_t* x) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))); }
-
-// 32-bit piece K (0..3) of `v`'s halves in every lane.
-template <int K>
-__m256i piece(__m256i v) { return _mm256_shuffle_epi32(v, K * 0x55); }
+// Four activation bytes in every lane, straight from memory: a broadcast
+// load takes no shuffle port, which the products need.
+__m256i four(const int8_t* x) { return _mm256_castps_si256(_mm256_broadcast_ss(reinterpret_cast<const float*>(x))); }
 
 // Byte `b` (0..3) of each 32-bit lane as that lane's two 16-bit halves.
 __m256i byte_pair(__m256i v, int b) {
@@ -80,23 +77,14 @@ void q4k_group(const uint8_t* g, int64_t nb, const Q8KRows& x, int64_t j0, float
       const __m256i s = byte_pair(j < 4 ? sa : sb, j % 4);
       __m256i sum16[R];
       for (int i = 0; i < R; ++i) sum16[i] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-      for (int k4 = 0; k4 < 8; k4 += 4) {
-        __m256i xv[R];
-        for (int i = 0; i < R; ++i) xv[i] = sixteen(xq[i] + 32 * j + 4 * k4);
-        auto step = [&](auto kk) {
-          constexpr int K = decltype(kk)::value;
-          const __m256i raw = load(p + 128 + 32 * (8 * (j / 2) + k4 + K));
-          const __m256i q = j % 2 == 0 ? _mm256_and_si256(raw, low4) : _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-          for (int i = 0; i < R; ++i) {
-            sum16[i] = _mm256_add_epi16(sum16[i], _mm256_maddubs_epi16(q, piece<K>(xv[i])));
-            in_order(sum16[i]);
-          }
-        };
-        step(std::integral_constant<int, 0>());
-        step(std::integral_constant<int, 1>());
-        step(std::integral_constant<int, 2>());
-        step(std::integral_constant<int, 3>());
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m256i raw = load(p + 128 + 32 * (8 * (j / 2) + k));
+        const __m256i q = j % 2 == 0 ? _mm256_and_si256(raw, low4) : _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        for (int i = 0; i < R; ++i) {
+          sum16[i] = _mm256_add_epi16(sum16[i], _mm256_maddubs_epi16(q, four(xq[i] + 32 * j + 4 * k)));
+          in_order(sum16[i]);
+        }
       }
       for (int i = 0; i < R; ++i) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(sum16[i], s));
     }
@@ -157,22 +145,16 @@ void q6k_group(const uint8_t* g, int64_t nb, const Q8KRows& x, int64_t j0, float
     for (int h = 0; h < 2; ++h)
 #pragma GCC unroll 4
       for (int Q = 0; Q < 4; ++Q)
-#pragma GCC unroll 2
-        for (int k4 = 0; k4 < 8; k4 += 4) {
-          __m256i xv[R];
-          for (int i = 0; i < R; ++i) xv[i] = sixteen(xq[i] + 128 * h + 32 * Q + 4 * k4);
-          const __m256i& s = sc[8 * h + 2 * Q + k4 / 4];
-          auto two = [&](auto kk) {
-            constexpr int K = decltype(kk)::value;
-            const __m256i a = quants(h, Q, k4 + K), c = quants(h, Q, k4 + K + 1);
-            for (int i = 0; i < R; ++i) {
-              __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(a, piece<K>(xv[i])), _mm256_maddubs_epi16(c, piece<K + 1>(xv[i])));
-              isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(t, s));
-              in_order(isum[i]);
-            }
-          };
-          two(std::integral_constant<int, 0>());
-          two(std::integral_constant<int, 2>());
+#pragma GCC unroll 4
+        for (int k = 0; k < 8; k += 2) {
+          const __m256i& s = sc[8 * h + 2 * Q + k / 4];
+          const __m256i a = quants(h, Q, k), c = quants(h, Q, k + 1);
+          const int64_t at = 128 * h + 32 * Q + 4 * k;
+          for (int i = 0; i < R; ++i) {
+            __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(a, four(xq[i] + at)), _mm256_maddubs_epi16(c, four(xq[i] + at + 4)));
+            isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(t, s));
+            in_order(isum[i]);
+          }
         }
     // Scales 2m and 2m + 1 of each row as its lane's halves, against the
     // activations' 16-sums 2m and 2m + 1.
@@ -208,9 +190,10 @@ void group(WType t, const uint8_t* g, int64_t nb, const Q8KRows& x, int64_t j0, 
 
 void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y) {
   const int64_t nb = w.cols / kSuperBlock;
-  // Up to four activation rows share each decoded quant vector: more would
-  // spill the inner loop's registers.
-  const int most = 4;
+  // Up to eight activation rows share each decoded quant vector: with the
+  // inputs broadcast from memory, eight rows' 16-bit sums fit the registers,
+  // and a verification of 5-8 tokens decodes each super-block once.
+  const int most = 8;
   for (int64_t r = r0; r < r1; r += kKPackRows) {
     const uint8_t* g = w.row(r);
     // Passes as even as they can be: one wider pass costs less than a
@@ -223,7 +206,11 @@ void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRow
         case 1: group<1>(w.type, g, nb, x, j, out, w.rows); break;
         case 2: group<2>(w.type, g, nb, x, j, out, w.rows); break;
         case 3: group<3>(w.type, g, nb, x, j, out, w.rows); break;
-        default: group<4>(w.type, g, nb, x, j, out, w.rows); break;
+        case 4: group<4>(w.type, g, nb, x, j, out, w.rows); break;
+        case 5: group<5>(w.type, g, nb, x, j, out, w.rows); break;
+        case 6: group<6>(w.type, g, nb, x, j, out, w.rows); break;
+        case 7: group<7>(w.type, g, nb, x, j, out, w.rows); break;
+        default: group<8>(w.type, g, nb, x, j, out, w.rows); break;
       }
       j += R;
     }
