@@ -143,74 +143,91 @@ void float_linear(const LinearCall& c, int64_t r0, int64_t r1) {
   for (; r < r1; ++r) float_rows<T, 1>(c.x, c.n, in, w + r * in, out, c.y + r, partial);
 }
 
-// Packed Q8_0/Q4_0 (weight_type.h), eight rows a register: half `h` of the
-// group at `r`. Each row's lane gathers its exact block sum over the eight
-// 4-byte pieces. Q4_0 multiplies its nibbles (unsigned, 0..15) by the input
-// with maddubs, whose 16-bit pair sums stay exact across all eight pieces
-// (at most 8 x 2 x 15 x 127), and starts from -8 times the input block's
-// sum; Q8_0 multiplies |w| by the input carrying w's sign, one piece at a
-// time (a pair can reach 2 x 128 x 127).
-template <WType T, int N>
-void quant_half(const LinearCall& c, int64_t r, int h, int64_t j) {
+// Packed Q8_0/Q4_0 (weight_type.h), eight rows a register: halves h0 ..
+// h0 + H - 1 of the group at `r`, block by block. Each row's lane gathers its
+// exact block sum over the eight 4-byte pieces. Q4_0 multiplies its nibbles
+// (unsigned, 0..15) by the input with maddubs, whose 16-bit pair sums stay
+// exact across all eight pieces (at most 8 x 2 x 15 x 127), and starts from
+// -8 times the input block's sum; Q8_0 multiplies |w| by the input carrying
+// w's sign, one piece at a time (a pair can reach 2 x 128 x 127).
+template <WType T, int N, int H>
+void quant_halves(const LinearCall& c, int64_t r, int h0, int64_t j) {
   const QuantizedRows& qx = *c.qx;
   const int64_t nb = qx.blocks;
   constexpr int64_t bb = block_bytes(T);
   const uint8_t* g = static_cast<const uint8_t*>(c.w.data) + r * row_bytes(T, c.w.cols);
   const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0f);
-  __m256 acc[N];
-  for (int jj = 0; jj < N; ++jj) acc[jj] = _mm256_setzero_ps();
+  __m256 acc[H][N];
+  for (int hh = 0; hh < H; ++hh)
+    for (int jj = 0; jj < N; ++jj) acc[hh][jj] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = g + b * kPackRows * bb;
     // On the group's first pass only: the later ones find the bytes cached.
-    if (h == 0 && j == 0) prefetch_ahead(blk, kPackRows * bb);
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-    const uint8_t* quants = blk + 2 * kPackRows + 32 * h;
-    __m256i w[8];
-    if (T == WType::Q8_0) {
-      for (int k = 0; k < 8; ++k) w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * k));
-    } else {
-      for (int k = 0; k < 4; ++k) {
-        const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * k));
-        w[k] = _mm256_and_si256(p, low4);
-        w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), low4);
-      }
-    }
-    for (int jj = 0; jj < N; ++jj) {
-      const int64_t row = (j + jj) * nb + b;
-      const auto* x = reinterpret_cast<const int32_t*>(qx.q.data() + row * kQBlock);
-      __m256i sums;
-      if (T == WType::Q4_0) {
-        __m256i pairs = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(x[0]));
-        for (int k = 1; k < 8; ++k) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(x[k])));
-        sums = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(-8 * qx.sum[row]));
+    if (h0 == 0 && j == 0) prefetch_ahead(blk, kPackRows * bb);
+    for (int hh = 0; hh < H; ++hh) {
+      const int h = h0 + hh;
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+      const uint8_t* quants = blk + 2 * kPackRows + 32 * h;
+      __m256i w[8];
+      if (T == WType::Q8_0) {
+        for (int k = 0; k < 8; ++k) w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * k));
       } else {
-        sums = _mm256_setzero_si256();
-        for (int k = 0; k < 8; ++k) {
-          const __m256i xk = _mm256_set1_epi32(x[k]);
-          const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w[k], w[k]), _mm256_sign_epi8(xk, w[k]));
-          sums = _mm256_add_epi32(sums, _mm256_madd_epi16(p, ones));
+        for (int k = 0; k < 4; ++k) {
+          const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * k));
+          w[k] = _mm256_and_si256(p, low4);
+          w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), low4);
         }
       }
-      const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(qx.d[row]));
-      acc[jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc[jj]);
+      for (int jj = 0; jj < N; ++jj) {
+        const int64_t row = (j + jj) * nb + b;
+        const auto* x = reinterpret_cast<const int32_t*>(qx.q.data() + row * kQBlock);
+        __m256i sums;
+        if (T == WType::Q4_0) {
+          __m256i pairs = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(x[0]));
+          for (int k = 1; k < 8; ++k) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(x[k])));
+          sums = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(-8 * qx.sum[row]));
+        } else {
+          sums = _mm256_setzero_si256();
+          for (int k = 0; k < 8; ++k) {
+            const __m256i xk = _mm256_set1_epi32(x[k]);
+            const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w[k], w[k]), _mm256_sign_epi8(xk, w[k]));
+            sums = _mm256_add_epi32(sums, _mm256_madd_epi16(p, ones));
+          }
+        }
+        const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(qx.d[row]));
+        acc[hh][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc[hh][jj]);
+      }
     }
   }
-  for (int jj = 0; jj < N; ++jj) _mm256_storeu_ps(c.y + (j + jj) * c.w.rows + r + 8 * h, acc[jj]);
+  for (int hh = 0; hh < H; ++hh)
+    for (int jj = 0; jj < N; ++jj) _mm256_storeu_ps(c.y + (j + jj) * c.w.rows + r + 8 * (h0 + hh), acc[hh][jj]);
 }
 
 template <WType T>
 void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; r += kPackRows)
+  for (int64_t r = r0; r < r1; r += kPackRows) {
+    // One or two activation rows take both halves of each block in turn,
+    // so the weights stream from memory once while the products run; more
+    // rows would spill the accumulators, and take a pass per half (the
+    // second finds the group in the cache).
+    if (c.n <= 2) {
+      if (c.n == 1)
+        quant_halves<T, 1, 2>(c, r, 0, 0);
+      else
+        quant_halves<T, 2, 2>(c, r, 0, 0);
+      continue;
+    }
     for (int h = 0; h < 2; ++h) {
       int64_t j = 0;
-      for (; j + 4 <= c.n; j += 4) quant_half<T, 4>(c, r, h, j);
+      for (; j + 4 <= c.n; j += 4) quant_halves<T, 4, 1>(c, r, h, j);
       switch (c.n - j) {
-        case 3: quant_half<T, 3>(c, r, h, j); break;
-        case 2: quant_half<T, 2>(c, r, h, j); break;
-        case 1: quant_half<T, 1>(c, r, h, j); break;
+        case 3: quant_halves<T, 3, 1>(c, r, h, j); break;
+        case 2: quant_halves<T, 2, 1>(c, r, h, j); break;
+        case 1: quant_halves<T, 1, 1>(c, r, h, j); break;
         default: break;
       }
     }
+  }
 }
 
 }  // namespace
