@@ -491,7 +491,12 @@ def main():
         for row in b.report.get("forwards", []) + b.report.get("billion", []):  # JSON made the k keys strings
             for field in ["ours_ms", "llama_ms", "ours_k_over_1", "llama_k_over_1"]:
                 row[field] = {int(k): v for k, v in row[field].items()}
-    for s in a.sections.split(","):
+    # The report's header names llama.cpp's version and CPU features, so
+    # every run asks for them, whatever its sections.
+    sections = a.sections.split(",")
+    if "info" not in sections:
+        sections.insert(0, "info")
+    for s in sections:
         before = b.report.get(s.replace("info", "llama_cpp"))
         getattr(b, s)()
         if a.merge and isinstance(before, list) and s in ("exactness", "forwards"):
