@@ -193,7 +193,7 @@ void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRow
   // Up to eight activation rows share each decoded quant vector: with the
   // inputs broadcast from memory, eight rows' 16-bit sums fit the registers,
   // and a verification of 5-8 tokens decodes each super-block once.
-  const int most = 8;
+  constexpr int most = 8;
   for (int64_t r = r0; r < r1; r += kKPackRows) {
     const uint8_t* g = w.row(r);
     // Passes as even as they can be: one wider pass costs less than a

@@ -210,11 +210,12 @@ void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
     // so the weights stream from memory once while the products run; more
     // rows would spill the accumulators, and take a pass per half (the
     // second finds the group in the cache).
-    if (c.n <= 2) {
-      if (c.n == 1)
-        quant_halves<T, 1, 2>(c, r, 0, 0);
-      else
-        quant_halves<T, 2, 2>(c, r, 0, 0);
+    if (c.n == 1) {
+      quant_halves<T, 1, 2>(c, r, 0, 0);
+      continue;
+    }
+    if (c.n == 2) {
+      quant_halves<T, 2, 2>(c, r, 0, 0);
       continue;
     }
     for (int h = 0; h < 2; ++h) {
