@@ -166,7 +166,10 @@ void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRow
     if (r0 < grouped) {
       const int64_t end = std::min(r1, grouped);
 #if defined(__x86_64__)
-      if (isa == Isa::kAvx2 || isa == Isa::kAvx512) {
+      if (isa == Isa::kAvx512) {
+        avx512::kquant_packed_rows(w, r0, end, qk, y);
+        r0 = end;
+      } else if (isa == Isa::kAvx2) {
         avx2::kquant_packed_rows(w, r0, end, qk, y);
         r0 = end;
       }

@@ -42,7 +42,7 @@ void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedR
 // one per lane (kquant_x86.h).
 void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 // The same for rows [r0, r1) of a packed Q4_K or Q6_K matrix, in whole groups
-// of kKPackRows (kquant_packed_avx2.cpp); also the avx512 body's.
+// of kKPackRows (kquant_packed_x86.h).
 void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 }
 namespace avx512 {
@@ -51,6 +51,8 @@ namespace avx512 {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 // avx2::kquant_rows with AVX-512 maddubs and VNNI's vpdpwssd for the integer products.
 void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
+// avx2::kquant_packed_rows with VNNI's vpdpbusd.
+void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 }
 namespace neon {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
