@@ -67,16 +67,23 @@ const char* isa() { return isa_name(isa_in_use()); }
 void rms_norm(const float* x, int64_t n, int64_t dim, const float* weight, float eps, float* y) {
   // A row's sum of squares is one chain of additions in index order (its
   // defined sequence); rows go eight at a time, so their chains overlap
-  // instead of each waiting out the adder's latency.
+  // instead of each waiting out the adder's latency. The float squares are
+  // summed in double and the mean rounded to float, as llama.cpp's
+  // rms_norm does: a float sum rounds the scale an ulp away, and under
+  // K-quants, whose activations are rounded to 8 bits, an ulp can move an
+  // input across a rounding boundary and a near-tie's greedy token with it
+  // (docs/model-families.md, "Where we and llama.cpp differ").
   constexpr int64_t kRows = 8;
   for (int64_t j0 = 0; j0 < n; j0 += kRows) {
     const int64_t rows = std::min(kRows, n - j0);
-    float ss[kRows] = {};
+    double ss[kRows] = {};
     for (int64_t i = 0; i < dim; ++i)
-      for (int64_t j = 0; j < rows; ++j) ss[j] += x[(j0 + j) * dim + i] * x[(j0 + j) * dim + i];
+      for (int64_t j = 0; j < rows; ++j)
+        ss[j] += static_cast<double>(x[(j0 + j) * dim + i] * x[(j0 + j) * dim + i]);
     for (int64_t j = j0; j < j0 + rows; ++j) {
       const float* xj = x + j * dim;
-      const float inv = 1.0f / std::sqrt(ss[j - j0] / static_cast<float>(dim) + eps);
+      const float mean = static_cast<float>(ss[j - j0] / static_cast<double>(dim));
+      const float inv = 1.0f / std::sqrt(mean + eps);
       for (int64_t i = 0; i < dim; ++i) y[j * dim + i] = xj[i] * inv * weight[i];
     }
   }
