@@ -286,10 +286,11 @@ static enum llama_ftype quant_ftype(const char *name) {
       {"q4_k_m", LLAMA_FTYPE_MOSTLY_Q4_K_M}, {"q5_k_m", LLAMA_FTYPE_MOSTLY_Q5_K_M},
       {"q6_k", LLAMA_FTYPE_MOSTLY_Q6_K},     {"q4_k_s", LLAMA_FTYPE_MOSTLY_Q4_K_S},
       {"q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},     {"q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},
+      {"q3_k_m", LLAMA_FTYPE_MOSTLY_Q3_K_M}, {"q2_k", LLAMA_FTYPE_MOSTLY_Q2_K},
   };
   for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i)
     if (strcmp(name, types[i].name) == 0) return types[i].ftype;
-  die("unknown quantization type (want q4_k_m, q5_k_m, q6_k, q4_k_s, q8_0 or q4_0)");
+  die("unknown quantization type (want q4_k_m, q5_k_m, q6_k, q4_k_s, q8_0, q4_0, q3_k_m or q2_k)");
   return LLAMA_FTYPE_ALL_F32;
 }
 

@@ -150,14 +150,14 @@ TEST(Gguf, BadFilesAreClearErrors) {
   bad = good;
   bad[4] = 7;  // version
   EXPECT_NE(import_error(bad).find("GGUF version 7 is not supported"), std::string::npos);
-  // A tensor of a type we do not read (Q3_K is 11): its type field follows
+  // A tensor of a type we do not read (Q5_0 is 6): its type field follows
   // the name, the dimension count and two dimensions.
   bad = good;
   const std::string name = "blk.0.attn_v.weight";
   const size_t at = bad.find(name) + name.size() + 4 + 2 * 8;
-  const uint32_t q3_k = 11;
-  std::memcpy(&bad[at], &q3_k, 4);
-  EXPECT_NE(import_error(bad).find("is Q3_K, which SplitSpec does not read"), std::string::npos);
+  const uint32_t q5_0 = 6;
+  std::memcpy(&bad[at], &q5_0, 4);
+  EXPECT_NE(import_error(bad).find("is Q5_0, which SplitSpec does not read"), std::string::npos);
   rewrite(dir.str("good.gguf"), dir.str("gpt2.gguf"), "", "gpt2");
   EXPECT_NE(error_of([&] { import_gguf(dir.str("gpt2.gguf"), dir.str("out"), std::nullopt); })
                 .find("architecture 'gpt2' is not supported"),

@@ -1,4 +1,4 @@
-// K-quants (Q4_K, Q5_K, Q6_K) as llama.cpp stores them: products against
+// K-quants (Q4_K, Q5_K, Q6_K; Q2_K and Q3_K read only) as llama.cpp stores them: products against
 // Q8_K activations near the dequantized weights' float product, batch
 // invariant; a model of them through GGUF and a directory unchanged; our
 // quantizer close to the values and llama.cpp's per-tensor mixes; the packed
@@ -31,8 +31,9 @@ std::vector<uint8_t> random_kquant(WType t, int64_t rows, int64_t cols, uint64_t
   std::uniform_real_distribution<float> scale(0.0005f, 0.01f);
   for (size_t at = 0; at < w.size(); at += static_cast<size_t>(superblock_bytes(t))) {
     const uint16_t d = float_to_half(scale(rng)), dmin = float_to_half(scale(rng));
-    std::memcpy(&w[at + (t == WType::Q6_K ? 208 : 0)], &d, 2);
-    if (t != WType::Q6_K) std::memcpy(&w[at + 2], &dmin, 2);
+    const size_t d_at = t == WType::Q6_K ? 208 : t == WType::Q3_K ? 108 : t == WType::Q2_K ? 80 : 0;
+    std::memcpy(&w[at + d_at], &d, 2);
+    if (t != WType::Q6_K && t != WType::Q3_K) std::memcpy(&w[at + d_at + 2], &dmin, 2);
   }
   return w;
 }
@@ -54,7 +55,7 @@ Rows logits(const Model& m) {
 }
 
 TEST(KQuant, ProductsTrackTheDequantizedWeightsAndAreBatchInvariant) {
-  for (WType t : {WType::Q4_K, WType::Q5_K, WType::Q6_K}) {
+  for (WType t : {WType::Q4_K, WType::Q5_K, WType::Q6_K, WType::Q2_K, WType::Q3_K}) {
     SCOPED_TRACE(wtype_name(t));
     const int64_t rows = 24, cols = 512, n = 5;
     const std::vector<uint8_t> bytes = random_kquant(t, rows, cols, 3);
@@ -159,6 +160,14 @@ TEST(KQuant, MixesFollowLlamaCppRules) {
   EXPECT_EQ(parse_weight_type("q5_k_m"), WType::Q5_K);
   EXPECT_EQ(parse_weight_type("Q6_K"), WType::Q6_K);
   EXPECT_NE(error_of([] { parse_weight_type("q3_k_m"); }).find("q4_k_m, q5_k_m or q6_k"), std::string::npos);
+  // Q2_K and Q3_K are read, never written: a conversion to them is refused
+  // by name, and the quantizer refuses them too.
+  EXPECT_NE(error_of([] { parse_weight_type("Q3_K"); }).find("read from GGUF files but not written"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_weight_type("q2_k"); }).find("read from GGUF files but not written"), std::string::npos);
+  float zeros[kSuperBlock] = {};
+  uint8_t block[110];
+  EXPECT_NE(error_of([&] { quantize_superblock(WType::Q3_K, zeros, block); }).find("q3_k is read but not written"),
+            std::string::npos);
   ModelConfig c = tiny_config(64, 16);
   c.hidden_size = 256;
   c.intermediate_size = 512;

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+
+#include "common/util/error.h"
 
 namespace splitspec {
 
@@ -28,15 +31,53 @@ void scale_min(int j, const uint8_t* s, int* sc, int* m) {
 }
 
 // A super-block's quants as integers in weight order, with the scales of
-// its sub-blocks (32 weights for Q4_K/Q5_K, which also have mins; 16 for
-// Q6_K) and its half-precision scales.
+// its sub-blocks (32 weights for Q4_K/Q5_K; 16 for Q2_K, Q3_K and Q6_K;
+// Q2_K, Q4_K and Q5_K also have mins) and its half-precision scales.
 struct Unpacked {
   int8_t q[kSuperBlock];
-  int sc[16], m[8];
+  int sc[16], m[16];
   float d, dmin;
 };
 
+// Sub-blocks per super-block: 16 of 16 weights, or Q4_K's and Q5_K's 8 of 32.
+int sub_blocks(WType t) { return t == WType::Q4_K || t == WType::Q5_K ? 8 : 16; }
+bool has_mins(WType t) { return t == WType::Q4_K || t == WType::Q5_K || t == WType::Q2_K; }
+// Where the half-precision d lies (dmin follows it where there is one).
+int d_offset(WType t) { return t == WType::Q6_K ? 208 : t == WType::Q3_K ? 108 : t == WType::Q2_K ? 80 : 0; }
+
 void unpack(WType t, const uint8_t* b, Unpacked& u) {
+  if (t == WType::Q2_K) {
+    // Weight 128h + 32j + l: bits 2j, 2j + 1 of quant byte 32h + l.
+    for (int s = 0; s < 16; ++s) {
+      u.sc[s] = b[s] & 0xF;
+      u.m[s] = b[s] >> 4;
+    }
+    u.d = half_at(b + 80);
+    u.dmin = half_at(b + 82);
+    for (int w = 0; w < kSuperBlock; ++w)
+      u.q[w] = static_cast<int8_t>((b[16 + 32 * (w / 128) + w % 32] >> (2 * (w % 128 / 32))) & 3);
+    return;
+  }
+  if (t == WType::Q3_K) {
+    // Sixteen 6-bit scales: low 4 bits in bytes 0-7 (low nibbles for 0-7,
+    // high for 8-15), top 2 bits in bytes 8-11 (2 bits a scale, in turn).
+    const uint8_t* s = b + 96;
+    for (int j = 0; j < 16; ++j) {
+      const int low = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+      const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+      u.sc[j] = (low | (high << 4)) - 32;
+    }
+    u.d = half_at(b + 108);
+    u.dmin = 0.0f;
+    // Weight 128h + 32j + l: bits 2j, 2j + 1 of quant byte 32 + 32h + l,
+    // less 4 unless bit 4h + j of high-bit byte l is set.
+    for (int w = 0; w < kSuperBlock; ++w) {
+      const int h = w / 128, j = w % 128 / 32, l = w % 32;
+      const int q = (b[32 + 32 * h + l] >> (2 * j)) & 3;
+      u.q[w] = static_cast<int8_t>(q - ((b[l] >> (4 * h + j)) & 1 ? 0 : 4));
+    }
+    return;
+  }
   if (t == WType::Q6_K) {
     const uint8_t* ql = b;
     const uint8_t* qh = b + 128;
@@ -80,8 +121,15 @@ void unpack(WType t, const uint8_t* b, Unpacked& u) {
 void dequantize_superblock(WType t, const uint8_t* block, float* y) {
   Unpacked u;
   unpack(t, block, u);
-  if (t == WType::Q6_K) {
+  if (t == WType::Q6_K || t == WType::Q3_K) {
     for (int i = 0; i < kSuperBlock; ++i) y[i] = u.d * static_cast<float>(u.sc[i / 16]) * static_cast<float>(u.q[i]);
+    return;
+  }
+  if (t == WType::Q2_K) {
+    for (int s = 0; s < 16; ++s) {
+      const float d = u.d * static_cast<float>(u.sc[s]), m = u.dmin * static_cast<float>(u.m[s]);
+      for (int i = 16 * s; i < 16 * s + 16; ++i) y[i] = d * static_cast<float>(u.q[i]) - m;
+    }
     return;
   }
   for (int s = 0; s < 8; ++s) {
@@ -193,6 +241,8 @@ void quantize_q45_k(const float* x, uint8_t* b, int top) {
 }  // namespace
 
 void quantize_superblock(WType t, const float* x, uint8_t* block) {
+  if (!is_writable(t))
+    throw Error(std::string("kquant: ") + wtype_name(t) + " is read but not written (write q4_k, q5_k or q6_k)");
   if (t == WType::Q6_K)
     quantize_q6_k(x, block);
   else
@@ -200,8 +250,8 @@ void quantize_superblock(WType t, const float* x, uint8_t* block) {
 }
 
 bool superblock_scales_finite(WType t, const uint8_t* block) {
-  if (t == WType::Q6_K) return std::isfinite(half_at(block + 208));
-  return std::isfinite(half_at(block)) && std::isfinite(half_at(block + 2));
+  const uint8_t* d = block + d_offset(t);
+  return std::isfinite(half_at(d)) && (!has_mins(t) || std::isfinite(half_at(d + 2)));
 }
 
 void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out) {
@@ -249,7 +299,7 @@ void superblock_sums(WType t, const uint8_t* block, int n, const int8_t* const* 
                      int32_t* out) {
   Unpacked u;
   unpack(t, block, u);
-  const int width = t == WType::Q6_K ? 16 : 32;
+  const int width = kSuperBlock / sub_blocks(t);
   for (int j = 0; j < n; ++j) {
     int32_t sumi = 0;
     for (int s = 0; s < kSuperBlock / width; ++s) {
@@ -275,22 +325,33 @@ void kquant_dots(WType t, const uint8_t* row, int64_t cols, const Q8KRows& x, in
       bs[i] = x.bsums.data() + ((j0 + i) * nb + b) * 16;
     }
     sums(t, block, n, xq, bs, sumi);
-    if (t == WType::Q6_K) {
-      const float d = half_at(block + 208);
+    const float d = half_at(block + d_offset(t));
+    if (!has_mins(t)) {
       for (int i = 0; i < n; ++i) acc[i] = std::fma(d * x.d[(j0 + i) * nb + b], static_cast<float>(sumi[i]), acc[i]);
       continue;
     }
-    int m[8];
-    for (int s = 0; s < 8; ++s) {
-      int sc;
-      scale_min(s, block + 4, &sc, &m[s]);
+    // Each min covers one sub-block: one of the activations' 16-sums (Q2_K)
+    // or two (Q4_K, Q5_K).
+    const int subs = sub_blocks(t), per = 16 / subs;
+    int m[16];
+    if (t == WType::Q2_K) {
+      for (int s = 0; s < 16; ++s) m[s] = block[s] >> 4;
+    } else {
+      for (int s = 0; s < 8; ++s) {
+        int sc;
+        scale_min(s, block + 4, &sc, &m[s]);
+      }
     }
-    const float d = half_at(block), dmin = half_at(block + 2);
+    const float dmin = half_at(block + d_offset(t) + 2);
     for (int i = 0; i < n; ++i) {
       const float xd = x.d[(j0 + i) * nb + b];
       acc[i] = std::fma(d * xd, static_cast<float>(sumi[i]), acc[i]);
       int32_t summ = 0;
-      for (int s = 0; s < 8; ++s) summ += m[s] * (bs[i][2 * s] + bs[i][2 * s + 1]);
+      for (int s = 0; s < subs; ++s) {
+        int32_t bsum = 0;
+        for (int k = 0; k < per; ++k) bsum += bs[i][per * s + k];
+        summ += m[s] * bsum;
+      }
       acc[i] = std::fma(-(dmin * xd), static_cast<float>(summ), acc[i]);
     }
   }

@@ -6,6 +6,13 @@
 //   Q5_K (176 bytes): as Q4_K, with a fifth bit per weight (32 bytes).
 //   Q6_K (210 bytes): 128 bytes of low 4 bits, 64 of high 2 bits, sixteen
 //     int8 scales, d; w = d * sc * (q - 32) per 16.
+//   Q2_K (84 bytes): sixteen bytes of a 4-bit scale and a 4-bit min, 64
+//     bytes of 2-bit quants, d, dmin; w = d * sc * q - dmin * m per 16.
+//   Q3_K (110 bytes): 32 bytes of high bits, 64 of low 2 bits, twelve bytes
+//     of sixteen 6-bit scales, d; w = d * (sc - 32) * (q - 4 unless the
+//     high bit is set) per 16.
+// Q2_K and Q3_K are read and computed (the scalar reference on every CPU),
+// not written: quantize_superblock refuses them.
 // Their products take activations quantized as llama.cpp's Q8_K: per row and
 // super-block, d = max / -127 (max the signed value of largest magnitude),
 // q = round-to-even(x * -127 / max) capped at 127, and each 16 q's sum.

@@ -76,6 +76,8 @@ void quantize_rows(WType type, const float* src, int64_t rows, int64_t cols, voi
       case WType::Q4_K:
       case WType::Q5_K:
       case WType::Q6_K:
+      case WType::Q2_K:
+      case WType::Q3_K:
         for (int64_t b = 0; b < cols / kSuperBlock; ++b)
           quantize_superblock(type, x + b * kSuperBlock, o + b * superblock_bytes(type));
         break;
@@ -190,6 +192,8 @@ void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst) {
       case WType::Q4_K:
       case WType::Q5_K:
       case WType::Q6_K:
+      case WType::Q2_K:
+      case WType::Q3_K:
         for (int64_t b = 0; b < cols / kSuperBlock; ++b) {
           read_superblock(m, r, b, super);
           dequantize_superblock(m.type, super, y + b * kSuperBlock);

@@ -18,6 +18,8 @@ const char* wtype_name(WType t) {
     case WType::Q4_K: return "q4_k";
     case WType::Q5_K: return "q5_k";
     case WType::Q6_K: return "q6_k";
+    case WType::Q2_K: return "q2_k";
+    case WType::Q3_K: return "q3_k";
   }
   return "?";
 }
@@ -36,7 +38,9 @@ WType parse_weight_type(const std::string& name) {
   // llama.cpp's names of its mixes: a model of type q4_k or q5_k is one.
   if (s == "q4_k_m") return WType::Q4_K;
   if (s == "q5_k_m") return WType::Q5_K;
-  if (const auto t = parse_wtype(s)) return *t;
+  const auto t = parse_wtype(s);
+  if (t && is_writable(*t)) return *t;
+  if (t) throw Error("weight type '" + name + "' is read from GGUF files but not written: use f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m or q6_k");
   throw Error("unknown weight type '" + name + "': use f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m or q6_k");
 }
 

@@ -6,7 +6,9 @@
 //   Q4_0: d (half), 16 bytes; byte i holds weight i in its low nibble and
 //         weight i + 16 in its high nibble; weight = d * (nibble - 8).
 // Q4_K, Q5_K and Q6_K are llama.cpp's K-quants, in its super-blocks of 256
-// weights (kquant.h): Q4_K and Q6_K packed on x86, the rest as stored. Free of
+// weights (kquant.h): Q4_K and Q6_K packed on x86, the rest as stored. Q2_K
+// and Q3_K are read (from GGUF files, computed by the scalar reference) but
+// not written. Free of
 // LibTorch, so the kernels build and are tested on their own (cross-compiled
 // for ARM too).
 #include <cstdint>
@@ -15,25 +17,33 @@
 
 namespace splitspec {
 
-enum class WType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K };
-constexpr int kWTypes = 8;
+enum class WType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K };
+constexpr int kWTypes = 10;
 constexpr int64_t kQBlock = 32;  // weights per Q8_0 / Q4_0 block
 constexpr int64_t kSuperBlock = 256;  // weights per K-quant super-block
 
-const char* wtype_name(WType t);  // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"
+const char* wtype_name(WType t);  // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k"
 // Accepts those names in any case; nullopt otherwise.
 std::optional<WType> parse_wtype(const std::string& name);
 // parse_wtype, also taking llama.cpp's mix names q4_k_m and q5_k_m (for
 // q4_k and q5_k: tensor_type gives such a model's per-tensor types), or a
-// splitspec::Error listing the names.
+// splitspec::Error listing the names: the types a model is converted to,
+// so not q2_k or q3_k (is_writable).
 WType parse_weight_type(const std::string& name);
 // The 32-weight block types, which the kernels read packed.
 constexpr bool is_quantized(WType t) { return t == WType::Q8_0 || t == WType::Q4_0; }
-constexpr bool is_kquant(WType t) { return t == WType::Q4_K || t == WType::Q5_K || t == WType::Q6_K; }
+constexpr bool is_kquant(WType t) {
+  return t == WType::Q4_K || t == WType::Q5_K || t == WType::Q6_K || t == WType::Q2_K || t == WType::Q3_K;
+}
+// The K-quants with vector bodies and a quantizer; Q2_K and Q3_K run the
+// scalar reference on every CPU and are never written.
+constexpr bool is_writable(WType t) { return t != WType::Q2_K && t != WType::Q3_K; }
 // Stored in blocks with their own scales (rows of bytes in a safetensors file).
 constexpr bool is_block_type(WType t) { return is_quantized(t) || is_kquant(t); }
 // Bytes per K-quant super-block of 256 weights.
-constexpr int64_t superblock_bytes(WType t) { return t == WType::Q4_K ? 144 : t == WType::Q5_K ? 176 : 210; }
+constexpr int64_t superblock_bytes(WType t) {
+  return t == WType::Q4_K ? 144 : t == WType::Q5_K ? 176 : t == WType::Q2_K ? 84 : t == WType::Q3_K ? 110 : 210;
+}
 // Bytes per 32 weights (Q8_0 34, Q4_0 18, F16 64, F32 128).
 constexpr int64_t block_bytes(WType t) {
   return t == WType::F32 ? 4 * kQBlock : t == WType::Q8_0 ? 2 + kQBlock : t == WType::Q4_0 ? 2 + kQBlock / 2 : 2 * kQBlock;

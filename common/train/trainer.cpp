@@ -36,7 +36,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 WType parse_out_dtype(const std::string& s, const std::string& source) {
-  if (const auto t = parse_wtype(s)) return *t;
+  if (const auto t = parse_wtype(s); t && is_writable(*t)) return *t;
   throw Error(source + ": train.dtype must be F32, F16, BF16, Q8_0 or Q4_0, got '" + s + "'");
 }
 

@@ -112,6 +112,8 @@ uint64_t ggml_nbytes(uint32_t type, uint64_t elements) {
     case GgmlType::kBF16: return elements * 2;
     case GgmlType::kQ8_0: return elements / 32 * 34;
     case GgmlType::kQ4_0: return elements / 32 * 18;
+    case GgmlType::kQ2_K: return elements / 256 * 84;
+    case GgmlType::kQ3_K: return elements / 256 * 110;
     case GgmlType::kQ4_K: return elements / 256 * 144;
     case GgmlType::kQ5_K: return elements / 256 * 176;
     case GgmlType::kQ6_K: return elements / 256 * 210;

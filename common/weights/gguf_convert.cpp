@@ -34,6 +34,8 @@ GgmlType ggml_of(WType t) {
     case WType::Q4_K: return GgmlType::kQ4_K;
     case WType::Q5_K: return GgmlType::kQ5_K;
     case WType::Q6_K: return GgmlType::kQ6_K;
+    case WType::Q2_K: return GgmlType::kQ2_K;
+    case WType::Q3_K: return GgmlType::kQ3_K;
   }
   return GgmlType::kF32;
 }
@@ -50,6 +52,8 @@ uint32_t file_type(WType t) {  // llama.cpp's general.file_type
     case WType::Q4_K: return 15;  // Q4_K_M
     case WType::Q5_K: return 17;  // Q5_K_M
     case WType::Q6_K: return 18;
+    case WType::Q2_K: return 10;
+    case WType::Q3_K: return 12;  // Q3_K_M
   }
   return 0;
 }

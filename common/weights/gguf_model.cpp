@@ -46,6 +46,8 @@ std::optional<WType> wtype_of(uint32_t ggml) {
     case GgmlType::kBF16: return WType::BF16;
     case GgmlType::kQ8_0: return WType::Q8_0;
     case GgmlType::kQ4_0: return WType::Q4_0;
+    case GgmlType::kQ2_K: return WType::Q2_K;
+    case GgmlType::kQ3_K: return WType::Q3_K;
     case GgmlType::kQ4_K: return WType::Q4_K;
     case GgmlType::kQ5_K: return WType::Q5_K;
     case GgmlType::kQ6_K: return WType::Q6_K;
@@ -204,7 +206,7 @@ WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::ma
     const auto wt = wtype_of(t->type);
     if (!wt)
       throw Error(f.path() + ": tensor '" + gname + "' is " + ggml_type_name(t->type) +
-                  ", which SplitSpec does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are); "
+                  ", which SplitSpec does not read (F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K are); "
                   "requantize it with llama.cpp's llama-quantize (Q4_K_M, Q5_K_M, Q6_K, Q8_0, Q4_0) first");
     const int64_t rb = row_bytes(*wt, shape.back());
     MatrixRef m{*wt, static_cast<const uint8_t*>(t->data) + (sliced ? part->second.row0 * rb : 0),

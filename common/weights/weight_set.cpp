@@ -168,7 +168,7 @@ WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape) {
     const auto q = parse_wtype(t.wtype);
     if (!q || !is_block_type(*q) || t.dtype != DType::U8)
       throw Error(t.file + ": tensor '" + t.name + "' is marked '" + t.wtype +
-                  "'; only U8 tensors marked q8_0, q4_0, q4_k, q5_k or q6_k are read");
+                  "'; only U8 tensors marked q8_0, q4_0, q2_k, q3_k, q4_k, q5_k or q6_k are read");
     if (shape.size() != 2 || shape[1] % block_weights(*q) != 0 || t.shape.size() != 2 || t.shape[0] != shape[0] ||
         t.shape[1] != row_bytes(*q, shape[1]))
       throw mismatch(std::string(" (bytes of ") + wtype_name(*q) + ")");

@@ -174,9 +174,10 @@ def family_configs(r):
 
 def kquants(r, work):
     """Each family at 256 wide (K-quants take rows of 256), quantized by
-    llama.cpp's llama_model_quantize, and by our own `convert --dtype ...
-    --to-gguf` (which llama.cpp must load): each file, its greedy tokens
-    are llama.cpp's on at least 90% of the prompts."""
+    llama.cpp's llama_model_quantize (Q4_K_M, Q5_K_M, Q6_K, and Q3_K_M and
+    Q2_K, which we read but do not write), and by our own `convert --dtype
+    ... --to-gguf` (which llama.cpp must load): each file, its greedy
+    tokens are llama.cpp's on at least 90% of the prompts."""
     prompts = PROMPTS[:10]
     n_new = 12
     failed = False
@@ -188,7 +189,7 @@ def kquants(r, work):
         # Q8_0, read here since before the K-quants, is the control: where
         # it too departs from llama.cpp, float sums in another order break
         # a near-tie, whatever the weight type.
-        for qtype in ("q4_k_m", "q5_k_m", "q6_k", "q8_0", "ours-q4_k_m", "ours-q5_k_m", "ours-q6_k"):
+        for qtype in ("q4_k_m", "q5_k_m", "q6_k", "q3_k_m", "q2_k", "q8_0", "ours-q4_k_m", "ours-q5_k_m", "ours-q6_k"):
             q = os.path.join(work, f"{name}-{qtype}.gguf")
             if qtype.startswith("ours-"):
                 r.run([r.splitspec, "convert", "--target", f32, "--dtype", qtype[5:], "--to-gguf", q])
