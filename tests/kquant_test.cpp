@@ -31,9 +31,9 @@ std::vector<uint8_t> random_kquant(WType t, int64_t rows, int64_t cols, uint64_t
   std::uniform_real_distribution<float> scale(0.0005f, 0.01f);
   for (size_t at = 0; at < w.size(); at += static_cast<size_t>(superblock_bytes(t))) {
     const uint16_t d = float_to_half(scale(rng)), dmin = float_to_half(scale(rng));
-    const size_t d_at = t == WType::Q6_K ? 208 : t == WType::Q3_K ? 108 : t == WType::Q2_K ? 80 : 0;
+    const size_t d_at = static_cast<size_t>(superblock_d_offset(t));
     std::memcpy(&w[at + d_at], &d, 2);
-    if (t != WType::Q6_K && t != WType::Q3_K) std::memcpy(&w[at + d_at + 2], &dmin, 2);
+    if (superblock_has_mins(t)) std::memcpy(&w[at + d_at + 2], &dmin, 2);
   }
   return w;
 }

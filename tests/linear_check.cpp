@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kernels/kquant.h"
 #include "common/kernels/linear.h"
 #include "common/kernels/parallel.h"
 #include "common/kernels/quant.h"
@@ -38,9 +39,9 @@ void random_superblocks(WType type, std::mt19937& rng, std::vector<uint8_t>& w) 
   std::uniform_real_distribution<float> scale(0.0005f, 0.01f);
   for (size_t at = 0; at < w.size(); at += static_cast<size_t>(sb)) {
     const uint16_t d = float_to_half(scale(rng)), dmin = float_to_half(scale(rng));
-    const size_t d_at = type == WType::Q6_K ? 208 : type == WType::Q3_K ? 108 : type == WType::Q2_K ? 80 : 0;
+    const size_t d_at = static_cast<size_t>(superblock_d_offset(type));
     std::memcpy(&w[at + d_at], &d, 2);
-    if (type != WType::Q6_K && type != WType::Q3_K) std::memcpy(&w[at + d_at + 2], &dmin, 2);
+    if (superblock_has_mins(type)) std::memcpy(&w[at + d_at + 2], &dmin, 2);
   }
 }
 

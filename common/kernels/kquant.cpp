@@ -41,17 +41,24 @@ struct Unpacked {
 
 // Sub-blocks per super-block: 16 of 16 weights, or Q4_K's and Q5_K's 8 of 32.
 int sub_blocks(WType t) { return t == WType::Q4_K || t == WType::Q5_K ? 8 : 16; }
-bool has_mins(WType t) { return t == WType::Q4_K || t == WType::Q5_K || t == WType::Q2_K; }
-// Where the half-precision d lies (dmin follows it where there is one).
-int d_offset(WType t) { return t == WType::Q6_K ? 208 : t == WType::Q3_K ? 108 : t == WType::Q2_K ? 80 : 0; }
+
+// The sub-blocks' mins of a type that has them (superblock_has_mins).
+void read_mins(WType t, const uint8_t* b, int m[16]) {
+  if (t == WType::Q2_K) {
+    for (int s = 0; s < 16; ++s) m[s] = b[s] >> 4;
+    return;
+  }
+  for (int s = 0; s < 8; ++s) {
+    int sc;
+    scale_min(s, b + 4, &sc, &m[s]);
+  }
+}
 
 void unpack(WType t, const uint8_t* b, Unpacked& u) {
   if (t == WType::Q2_K) {
     // Weight 128h + 32j + l: bits 2j, 2j + 1 of quant byte 32h + l.
-    for (int s = 0; s < 16; ++s) {
-      u.sc[s] = b[s] & 0xF;
-      u.m[s] = b[s] >> 4;
-    }
+    for (int s = 0; s < 16; ++s) u.sc[s] = b[s] & 0xF;
+    read_mins(t, b, u.m);
     u.d = half_at(b + 80);
     u.dmin = half_at(b + 82);
     for (int w = 0; w < kSuperBlock; ++w)
@@ -250,8 +257,8 @@ void quantize_superblock(WType t, const float* x, uint8_t* block) {
 }
 
 bool superblock_scales_finite(WType t, const uint8_t* block) {
-  const uint8_t* d = block + d_offset(t);
-  return std::isfinite(half_at(d)) && (!has_mins(t) || std::isfinite(half_at(d + 2)));
+  const uint8_t* d = block + superblock_d_offset(t);
+  return std::isfinite(half_at(d)) && (!superblock_has_mins(t) || std::isfinite(half_at(d + 2)));
 }
 
 void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out) {
@@ -325,8 +332,8 @@ void kquant_dots(WType t, const uint8_t* row, int64_t cols, const Q8KRows& x, in
       bs[i] = x.bsums.data() + ((j0 + i) * nb + b) * 16;
     }
     sums(t, block, n, xq, bs, sumi);
-    const float d = half_at(block + d_offset(t));
-    if (!has_mins(t)) {
+    const float d = half_at(block + superblock_d_offset(t));
+    if (!superblock_has_mins(t)) {
       for (int i = 0; i < n; ++i) acc[i] = std::fma(d * x.d[(j0 + i) * nb + b], static_cast<float>(sumi[i]), acc[i]);
       continue;
     }
@@ -334,15 +341,8 @@ void kquant_dots(WType t, const uint8_t* row, int64_t cols, const Q8KRows& x, in
     // or two (Q4_K, Q5_K).
     const int subs = sub_blocks(t), per = 16 / subs;
     int m[16];
-    if (t == WType::Q2_K) {
-      for (int s = 0; s < 16; ++s) m[s] = block[s] >> 4;
-    } else {
-      for (int s = 0; s < 8; ++s) {
-        int sc;
-        scale_min(s, block + 4, &sc, &m[s]);
-      }
-    }
-    const float dmin = half_at(block + d_offset(t) + 2);
+    read_mins(t, block, m);
+    const float dmin = half_at(block + superblock_d_offset(t) + 2);
     for (int i = 0; i < n; ++i) {
       const float xd = x.d[(j0 + i) * nb + b];
       acc[i] = std::fma(d * xd, static_cast<float>(sumi[i]), acc[i]);

@@ -24,6 +24,13 @@
 
 namespace splitspec {
 
+// Where a super-block's half-precision d lies; dmin follows it in the types
+// with mins (Q2_K, Q4_K, Q5_K).
+constexpr int64_t superblock_d_offset(WType t) {
+  return t == WType::Q6_K ? 208 : t == WType::Q3_K ? 108 : t == WType::Q2_K ? 80 : 0;
+}
+constexpr bool superblock_has_mins(WType t) { return t == WType::Q4_K || t == WType::Q5_K || t == WType::Q2_K; }
+
 // One super-block as 256 floats, exactly as llama.cpp's dequantize_row_*.
 void dequantize_superblock(WType t, const uint8_t* block, float* y);
 // 256 floats as one super-block of type t (Q4_K, Q5_K or Q6_K), in llama.cpp's
