@@ -11,8 +11,8 @@
 //   Q3_K (110 bytes): 32 bytes of high bits, 64 of low 2 bits, twelve bytes
 //     of sixteen 6-bit scales, d; w = d * (sc - 32) * (q - 4 unless the
 //     high bit is set) per 16.
-// Q2_K and Q3_K are read and computed (the scalar reference on every CPU),
-// not written: quantize_superblock refuses them.
+// Q2_K and Q3_K are read and computed (every body but AVX-512's own: AVX-512
+// machines run the avx2 one), not written: quantize_superblock refuses them.
 // Their products take activations quantized as llama.cpp's Q8_K: per row and
 // super-block, d = max / -127 (max the signed value of largest magnitude),
 // q = round-to-even(x * -127 / max) capped at 127, and each 16 q's sum.

@@ -9,16 +9,24 @@ namespace splitspec::kernels::avx2 {
 namespace {
 
 // One super-block, decoded a vector at a time: vector v holds weights
-// 32v .. 32v + 31 as unsigned quants (Q6_K's plus 32), and its scales as
-// 16-bit lanes, each lane the scale of its weight pair.
+// 32v .. 32v + 31 as unsigned quants (Q6_K's plus 32, Q3_K's plus 4), and
+// its scales as 16-bit lanes, each lane the scale of its weight pair.
 template <WType T>
 struct Block {
+  // Sub-blocks of 16 weights, two a vector.
+  static constexpr bool kSixteens = T == WType::Q6_K || T == WType::Q3_K || T == WType::Q2_K;
   const uint8_t* b;
-  __m256i scales16;  // Q4_K/Q5_K: the eight scales, in both halves; Q6_K: the sixteen
+  __m256i scales16;  // Q4_K/Q5_K: the eight scales, in both halves; the others: the sixteen
 
   Block(const uint8_t* block, const uint8_t* sc) : b(block) {
     if constexpr (T == WType::Q6_K) {
       scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+    } else if constexpr (T == WType::Q3_K) {
+      scales16 = _mm256_cvtepi8_epi16(q3k_scales(b + 96));
+    } else if constexpr (T == WType::Q2_K) {
+      // The scale bytes' low nibbles.
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+      scales16 = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, _mm_set1_epi8(0x0F)));
     } else {
       scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
     }
@@ -27,7 +35,19 @@ struct Block {
   template <int V>
   __m256i quants() const {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    if constexpr (T == WType::Q6_K) {
+    if constexpr (T == WType::Q2_K || T == WType::Q3_K) {
+      // Vector 4h + j: bits 2j, 2j + 1 of the 32 quant bytes at 32h; for
+      // Q3_K, bit 4h + j of the 32 high-bit bytes as bit 2.
+      constexpr int h = V / 4, j = V % 4;
+      constexpr bool three = T == WType::Q3_K;
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (three ? 32 : 16) + 32 * h));
+      __m256i q = _mm256_and_si256(_mm256_srli_epi16(bytes, 2 * j), _mm256_set1_epi8(3));
+      if constexpr (three) {
+        const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+        q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 4 * h + j), _mm256_set1_epi8(1)), 2));
+      }
+      return q;
+    } else if constexpr (T == WType::Q6_K) {
       // Vector 4h + k: low nibbles (k < 2) or high nibbles of ql's 32 bytes at
       // 64h + 32(k & 1), with bits 2k, 2k + 1 of qh's 32 bytes at 32h on top.
       constexpr int h = V / 4, k = V % 4;
@@ -51,7 +71,7 @@ struct Block {
 
   template <int V>
   __m256i scales() const {
-    if constexpr (T == WType::Q6_K) {
+    if constexpr (kSixteens) {
       // Sub-blocks 2V (first 16 lanes) and 2V + 1: dword V of the sixteen.
       const __m256i pair = _mm256_permutevar8x32_epi32(scales16, _mm256_set1_epi32(V));
       return _mm256_shuffle_epi8(pair, _mm256_set_epi8(3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 1, 0, 1, 0, 1, 0, 1,
@@ -77,6 +97,7 @@ void add_vector(const Block<T>& blk, const int8_t* const* xq, __m256i* a) {
 }
 
 struct Avx2 {
+  static constexpr bool kLowBits = true;
   template <WType T, int N>
   static void sums(const uint8_t* block, const uint8_t* sc, const int8_t* const* xq, __m256i* a) {
     const Block<T> blk(block, sc);

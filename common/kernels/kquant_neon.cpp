@@ -46,6 +46,29 @@ void superblock_sums(WType t, const uint8_t* b, int n, const int8_t* const* xq, 
         q[8 * h + 6 + half] = vorrq_u8(vshrq_n_u8(lo1, 4), high_bits(hi, 6, 3));
       }
     for (int v = 0; v < 16; ++v) scale[v] = sc[v];
+  } else if (t == WType::Q2_K || t == WType::Q3_K) {
+    // Vector v: weights 128h + 32j + 16half .. (h = v / 8, j = v / 2 % 4,
+    // half = v % 2), bits 2j, 2j + 1 of quant bytes 32h + 16half ..; Q3_K's
+    // with bit 4h + j of the high-bit bytes 16half .. as bit 2 (the weights
+    // plus 4).
+    const bool three = t == WType::Q3_K;
+    const uint8_t* qs = b + (three ? 32 : 16);
+    for (int v = 0; v < 16; ++v) {
+      const int h = v / 8, j = v / 2 % 4, half = v % 2;
+      const uint8x16_t bytes = vld1q_u8(qs + 32 * h + 16 * half);
+      q[v] = vandq_u8(vshlq_u8(bytes, vdupq_n_s8(static_cast<int8_t>(-2 * j))), vdupq_n_u8(3));
+      if (three) {
+        const uint8x16_t high = vandq_u8(vshlq_u8(vld1q_u8(b + 16 * half), vdupq_n_s8(static_cast<int8_t>(-(4 * h + j)))), vdupq_n_u8(1));
+        q[v] = vorrq_u8(q[v], vshlq_n_u8(high, 2));
+      }
+    }
+    // Q3_K's 6-bit scales: low 4 bits in bytes 0-7 (low nibbles for 0-7,
+    // high for 8-15), top 2 bits in bytes 8-11; less 32. Q2_K's: the low
+    // nibbles of bytes 0-15.
+    const uint8_t* sc = b + 96;
+    for (int v = 0; v < 16; ++v)
+      scale[v] = three ? ((v < 8 ? sc[v] & 0xF : sc[v - 8] >> 4) | (((sc[8 + v % 4] >> (2 * (v / 4))) & 3) << 4)) - 32
+                       : b[v] & 0xF;
   } else {
     const bool five = t == WType::Q5_K;
     const uint8_t* qs = b + (five ? 48 : 16);
@@ -70,11 +93,11 @@ void superblock_sums(WType t, const uint8_t* b, int n, const int8_t* const* xq, 
     int32x4_t acc = vdupq_n_s32(0);
     for (int v = 0; v < 16; ++v) acc = scaled(acc, q[v], xq[j] + 16 * v, scale[v]);
     int32_t sum = vaddvq_s32(acc);
-    if (t == WType::Q6_K) {
-      // The stored quants are the weights plus 32.
+    if (t == WType::Q6_K || t == WType::Q3_K) {
+      // The quants are the weights plus 32 (Q6_K, as stored) or 4 (Q3_K).
       int32_t offset = 0;
       for (int s = 0; s < 16; ++s) offset += scale[s] * bsums[j][s];
-      sum -= 32 * offset;
+      sum -= (t == WType::Q6_K ? 32 : 4) * offset;
     }
     out[j] = sum;
   }

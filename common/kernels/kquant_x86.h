@@ -6,8 +6,9 @@
 // Body::sums<T, N>(block, sc, xq, a) (sc: Q4_K's and Q5_K's eight 6-bit
 // scales, decoded here once): for each activation row i, an 8-lane int32
 // vector whose lanes add up to the sum over the super-block's sub-blocks of
-// scale x (quant . input), Q6_K's quants as stored (the weights plus 32).
-// Everything else is here, once: Q6_K's offset, the mins, and the float
+// scale x (quant . input), Q6_K's quants as stored (the weights plus 32)
+// and Q3_K's as the weights plus 4. Everything else is here, once: those
+// offsets, the mins, and the float
 // operations, lane-wise the ones of kquant.h's kquant_dots in its order, so
 // every body gives the reference's bits. Internal to those two files.
 #include <immintrin.h>
@@ -31,6 +32,21 @@ inline void scales_mins(const uint8_t* s, uint8_t sc[8], uint8_t m[8]) {
                          ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4)};
   std::memcpy(sc, v, 8);
   std::memcpy(m, v + 2, 8);
+}
+
+// Q3_K's sixteen 6-bit scales as signed bytes: low 4 bits from bytes 0-7
+// (low nibbles for scales 0-7, high for 8-15), top 2 bits from bytes 8-11
+// (scale j's in byte 8 + j % 4, bits 2(j / 4)), less 32. In registers
+// throughout: bytes stored in parts and loaded whole are not forwarded, and
+// that stall was half this type's time.
+inline __m128i q3k_scales(const uint8_t* s) {
+  const __m128i low = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)), nib = _mm_set1_epi8(0x0F);
+  const __m128i low4 = _mm_unpacklo_epi64(_mm_and_si128(low, nib), _mm_and_si128(_mm_srli_epi16(low, 4), nib));
+  uint32_t top;
+  std::memcpy(&top, s + 8, 4);
+  const __m128i top2 = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(top)), _mm_setr_epi32(0, 2, 4, 6)),
+                                     _mm_set1_epi8(3));
+  return _mm_sub_epi8(_mm_or_si128(low4, _mm_slli_epi16(top2, 4)), _mm_set1_epi8(32));
 }
 
 // Lane r: the sum of v[r]'s eight lanes (integer adds: exact in any order).
@@ -72,7 +88,7 @@ void rows8(const uint8_t* row0, int64_t rb, int lanes, int64_t cols, const Q8KRo
       xq[i] = x.q.data() + (j0 + i) * x.cols + b * kSuperBlock;
       sums16[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums.data() + ((j0 + i) * nb + b) * 16));
       // Each Q4_K/Q5_K min covers two 16-sums.
-      if constexpr (T != WType::Q6_K)
+      if constexpr (T == WType::Q4_K || T == WType::Q5_K)
         pairs[i] = _mm_hadd_epi16(_mm256_castsi256_si128(sums16[i]), _mm256_extracti128_si256(sums16[i], 1));
     }
     __m256i sums[N][8];
@@ -89,13 +105,25 @@ void rows8(const uint8_t* row0, int64_t rb, int lanes, int64_t cols, const Q8KRo
       prefetch_ahead(block, sb);
       // Q4_K's and Q5_K's scales and mins, decoded once for the body and the mins.
       uint8_t sc[8] = {}, m[8] = {};
-      if constexpr (T != WType::Q6_K) scales_mins(block + 4, sc, m);
+      if constexpr (T == WType::Q4_K || T == WType::Q5_K) scales_mins(block + 4, sc, m);
       __m256i a[N];
       Body::template sums<T, N>(block, sc, xq, a);
-      if constexpr (T == WType::Q6_K) {
-        // The stored quants are the weights plus 32: less 32 x scale x the 16-sums.
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192)));
-        for (int i = 0; i < N; ++i) a[i] = _mm256_sub_epi32(a[i], _mm256_slli_epi32(_mm256_madd_epi16(sc16, sums16[i]), 5));
+      if constexpr (T == WType::Q6_K || T == WType::Q3_K) {
+        // The body's quants are the weights plus 32 (Q6_K, as stored) or 4
+        // (Q3_K): less that x scale x the 16-sums.
+        const __m256i sc16 = _mm256_cvtepi8_epi16(T == WType::Q6_K ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192))
+                                                                   : q3k_scales(block + 96));
+        constexpr int shift = T == WType::Q6_K ? 5 : 2;
+        for (int i = 0; i < N; ++i)
+          a[i] = _mm256_sub_epi32(a[i], _mm256_slli_epi32(_mm256_madd_epi16(sc16, sums16[i]), shift));
+      } else if constexpr (T == WType::Q2_K) {
+        // Sixteen 4-bit mins (the scale bytes' high nibbles), one a 16-sum.
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block));
+        const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F)));
+        for (int i = 0; i < N; ++i) {
+          const __m256i mm = _mm256_madd_epi16(m16, sums16[i]);
+          mins[i][r] = _mm_add_epi32(_mm256_castsi256_si128(mm), _mm256_extracti128_si256(mm, 1));
+        }
       } else {
         const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
         for (int i = 0; i < N; ++i) mins[i][r] = _mm_madd_epi16(m16, pairs[i]);
@@ -103,13 +131,13 @@ void rows8(const uint8_t* row0, int64_t rb, int lanes, int64_t cols, const Q8KRo
       for (int i = 0; i < N; ++i) sums[i][r] = a[i];
     }
     const uint8_t* first = row0 + b * sb;
-    const __m256 d = halves(T == WType::Q6_K ? first + 208 : first, rb, lanes);
+    const __m256 d = halves(first + superblock_d_offset(T), rb, lanes);
     for (int i = 0; i < N; ++i) {
       const __m256 xd = _mm256_set1_ps(x.d[(j0 + i) * nb + b]);
       acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(sum_each(sums[i])), acc[i]);
     }
-    if constexpr (T != WType::Q6_K) {
-      const __m256 dmin = halves(first + 2, rb, lanes);
+    if constexpr (superblock_has_mins(T)) {
+      const __m256 dmin = halves(first + superblock_d_offset(T) + 2, rb, lanes);
       for (int i = 0; i < N; ++i) {
         const __m256 xd = _mm256_set1_ps(x.d[(j0 + i) * nb + b]);
         acc[i] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dmin, xd), _mm256_set1_ps(-0.0f)),
@@ -149,13 +177,19 @@ void typed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, fl
   }
 }
 
-// Rows [r0, r1) of `w` times every row of `x`, with Body's integers.
+// Rows [r0, r1) of `w` times every row of `x`, with Body's integers; Q2_K
+// and Q3_K where Body has them (Body::kLowBits).
 template <class Body>
 void kquant_rows_with(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y) {
   switch (w.type) {
     case WType::Q4_K: return typed_rows<Body, WType::Q4_K>(w, r0, r1, x, y);
     case WType::Q5_K: return typed_rows<Body, WType::Q5_K>(w, r0, r1, x, y);
-    default: return typed_rows<Body, WType::Q6_K>(w, r0, r1, x, y);
+    case WType::Q6_K: return typed_rows<Body, WType::Q6_K>(w, r0, r1, x, y);
+    default:
+      if constexpr (Body::kLowBits) {
+        if (w.type == WType::Q2_K) return typed_rows<Body, WType::Q2_K>(w, r0, r1, x, y);
+        return typed_rows<Body, WType::Q3_K>(w, r0, r1, x, y);
+      }
   }
 }
 

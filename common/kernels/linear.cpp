@@ -143,7 +143,7 @@ void kquant_plain_rows(const MatrixRef& w, const uint8_t* first, int64_t r0, int
                        Isa isa) {
   SuperblockSums sums = superblock_sums;
 #if defined(__aarch64__)
-  if (isa == Isa::kNeon && is_writable(w.type)) sums = neon::superblock_sums;
+  if (isa == Isa::kNeon) sums = neon::superblock_sums;
 #endif
   const int64_t rb = row_bytes(w.type, w.cols);
   for (int64_t r = r0; r < r1; ++r)
@@ -182,11 +182,10 @@ void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRow
       }
     }
     if (r0 >= r1) return;
-    // Q2_K and Q3_K have the reference's body alone.
-    if (!is_writable(w.type)) return kquant_plain_rows(w, w.row(r0), r0, r1, qk, y, Isa::kScalar);
 #if defined(__x86_64__)
-    if (isa == Isa::kAvx512) return avx512::kquant_rows(w, r0, r1, qk, y);
-    if (isa == Isa::kAvx2) return avx2::kquant_rows(w, r0, r1, qk, y);
+    // Q2_K and Q3_K have the avx2 body on AVX-512 machines too.
+    if (isa == Isa::kAvx512 && is_writable(w.type)) return avx512::kquant_rows(w, r0, r1, qk, y);
+    if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return avx2::kquant_rows(w, r0, r1, qk, y);
 #endif
     kquant_plain_rows(w, w.row(r0), r0, r1, qk, y, isa);
   };

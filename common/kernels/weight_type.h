@@ -7,8 +7,7 @@
 //         weight i + 16 in its high nibble; weight = d * (nibble - 8).
 // Q4_K, Q5_K and Q6_K are llama.cpp's K-quants, in its super-blocks of 256
 // weights (kquant.h): Q4_K and Q6_K packed on x86, the rest as stored. Q2_K
-// and Q3_K are read (from GGUF files, computed by the scalar reference) but
-// not written. Free of
+// and Q3_K are read (from GGUF files) and computed, but not written. Free of
 // LibTorch, so the kernels build and are tested on their own (cross-compiled
 // for ARM too).
 #include <cstdint>
@@ -35,8 +34,7 @@ constexpr bool is_quantized(WType t) { return t == WType::Q8_0 || t == WType::Q4
 constexpr bool is_kquant(WType t) {
   return t == WType::Q4_K || t == WType::Q5_K || t == WType::Q6_K || t == WType::Q2_K || t == WType::Q3_K;
 }
-// The K-quants with vector bodies and a quantizer; Q2_K and Q3_K run the
-// scalar reference on every CPU and are never written.
+// The K-quants with a quantizer; Q2_K and Q3_K are never written.
 constexpr bool is_writable(WType t) { return t != WType::Q2_K && t != WType::Q3_K; }
 // Stored in blocks with their own scales (rows of bytes in a safetensors file).
 constexpr bool is_block_type(WType t) { return is_quantized(t) || is_kquant(t); }
