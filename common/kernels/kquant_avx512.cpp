@@ -44,7 +44,7 @@ __m512i spread(__m512i v, int first) {
 }
 
 struct Avx512 {
-  // Q2_K and Q3_K run the avx2 body (linear.cpp).
+  // Q2_K and Q3_K run the avx2 body.
   static constexpr bool kLowBits = false;
   // Per 64 weights and activation row: maddubs (quant x input, pairs summed
   // into 16 bits: at most 2 x 63 x 128, no saturation), then vpdpwssd (times

@@ -8,9 +8,9 @@
 // vector whose lanes add up to the sum over the super-block's sub-blocks of
 // scale x (quant . input), Q6_K's quants as stored (the weights plus 32)
 // and Q3_K's as the weights plus 4. Everything else is here, once: those
-// offsets, the mins, and the float
-// operations, lane-wise the ones of kquant.h's kquant_dots in its order, so
-// every body gives the reference's bits. Internal to those two files.
+// offsets, the mins, and the float operations, lane-wise the ones of
+// kquant.h's kquant_dots in its order, so every body gives the reference's
+// bits. Internal to those two files.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -177,19 +177,22 @@ void typed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, fl
   }
 }
 
-// Rows [r0, r1) of `w` times every row of `x`, with Body's integers; Q2_K
-// and Q3_K where Body has them (Body::kLowBits).
+// Rows [r0, r1) of K-quant `w` times every row of `x`, with Body's integers;
+// Q2_K and Q3_K with the avx2 body's where Body has none (Body::kLowBits).
 template <class Body>
 void kquant_rows_with(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y) {
+  if constexpr (!Body::kLowBits)
+    if (w.type == WType::Q2_K || w.type == WType::Q3_K) return avx2::kquant_rows(w, r0, r1, x, y);
   switch (w.type) {
     case WType::Q4_K: return typed_rows<Body, WType::Q4_K>(w, r0, r1, x, y);
     case WType::Q5_K: return typed_rows<Body, WType::Q5_K>(w, r0, r1, x, y);
     case WType::Q6_K: return typed_rows<Body, WType::Q6_K>(w, r0, r1, x, y);
+    case WType::Q2_K:
+      if constexpr (Body::kLowBits) return typed_rows<Body, WType::Q2_K>(w, r0, r1, x, y);
+      break;
     default:
-      if constexpr (Body::kLowBits) {
-        if (w.type == WType::Q2_K) return typed_rows<Body, WType::Q2_K>(w, r0, r1, x, y);
-        return typed_rows<Body, WType::Q3_K>(w, r0, r1, x, y);
-      }
+      if constexpr (Body::kLowBits) return typed_rows<Body, WType::Q3_K>(w, r0, r1, x, y);
+      break;
   }
 }
 

@@ -183,9 +183,8 @@ void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRow
     }
     if (r0 >= r1) return;
 #if defined(__x86_64__)
-    // Q2_K and Q3_K have the avx2 body on AVX-512 machines too.
-    if (isa == Isa::kAvx512 && is_writable(w.type)) return avx512::kquant_rows(w, r0, r1, qk, y);
-    if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return avx2::kquant_rows(w, r0, r1, qk, y);
+    if (isa == Isa::kAvx512) return avx512::kquant_rows(w, r0, r1, qk, y);
+    if (isa == Isa::kAvx2) return avx2::kquant_rows(w, r0, r1, qk, y);
 #endif
     kquant_plain_rows(w, w.row(r0), r0, r1, qk, y, isa);
   };

@@ -49,7 +49,8 @@ namespace avx512 {
 // Packed Q8_0/Q4_0 weights in whole groups of 16 rows (the rest runs the avx2
 // body), and float weights of any range.
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
-// avx2::kquant_rows with AVX-512 maddubs and VNNI's vpdpwssd for the integer products.
+// avx2::kquant_rows with AVX-512 maddubs and VNNI's vpdpwssd for the integer
+// products (Q2_K and Q3_K: the avx2 body's).
 void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 // avx2::kquant_packed_rows with VNNI's vpdpbusd.
 void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
