@@ -66,14 +66,7 @@ void unpack(WType t, const uint8_t* b, Unpacked& u) {
     return;
   }
   if (t == WType::Q3_K) {
-    // Sixteen 6-bit scales: low 4 bits in bytes 0-7 (low nibbles for 0-7,
-    // high for 8-15), top 2 bits in bytes 8-11 (2 bits a scale, in turn).
-    const uint8_t* s = b + 96;
-    for (int j = 0; j < 16; ++j) {
-      const int low = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
-      const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-      u.sc[j] = (low | (high << 4)) - 32;
-    }
+    for (int j = 0; j < 16; ++j) u.sc[j] = q3k_scale(b + 96, j);
     u.d = half_at(b + 108);
     u.dmin = 0.0f;
     // Weight 128h + 32j + l: bits 2j, 2j + 1 of quant byte 32 + 32h + l,

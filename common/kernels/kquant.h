@@ -30,6 +30,12 @@ constexpr int64_t superblock_d_offset(WType t) {
   return t == WType::Q6_K ? 208 : t == WType::Q3_K ? 108 : t == WType::Q2_K ? 80 : 0;
 }
 constexpr bool superblock_has_mins(WType t) { return t == WType::Q4_K || t == WType::Q5_K || t == WType::Q2_K; }
+// Q3_K's scale j (0..15) from its twelve scale bytes s: the low 4 bits in
+// bytes 0-7 (low nibbles for 0-7, high for 8-15), the top 2 in bytes 8-11
+// (byte 8 + j % 4, bits 2(j / 4)); less 32.
+constexpr int q3k_scale(const uint8_t* s, int j) {
+  return ((j < 8 ? s[j] & 0xF : s[j - 8] >> 4) | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+}
 
 // One super-block as 256 floats, exactly as llama.cpp's dequantize_row_*.
 void dequantize_superblock(WType t, const uint8_t* block, float* y);

@@ -62,13 +62,8 @@ void superblock_sums(WType t, const uint8_t* b, int n, const int8_t* const* xq, 
         q[v] = vorrq_u8(q[v], vshlq_n_u8(high, 2));
       }
     }
-    // Q3_K's 6-bit scales: low 4 bits in bytes 0-7 (low nibbles for 0-7,
-    // high for 8-15), top 2 bits in bytes 8-11; less 32. Q2_K's: the low
-    // nibbles of bytes 0-15.
-    const uint8_t* sc = b + 96;
-    for (int v = 0; v < 16; ++v)
-      scale[v] = three ? ((v < 8 ? sc[v] & 0xF : sc[v - 8] >> 4) | (((sc[8 + v % 4] >> (2 * (v / 4))) & 3) << 4)) - 32
-                       : b[v] & 0xF;
+    // Q2_K's scales: the low nibbles of bytes 0-15.
+    for (int v = 0; v < 16; ++v) scale[v] = three ? q3k_scale(b + 96, v) : b[v] & 0xF;
   } else {
     const bool five = t == WType::Q5_K;
     const uint8_t* qs = b + (five ? 48 : 16);

@@ -181,18 +181,16 @@ void typed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, fl
 // Q2_K and Q3_K with the avx2 body's where Body has none (Body::kLowBits).
 template <class Body>
 void kquant_rows_with(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y) {
-  if constexpr (!Body::kLowBits)
-    if (w.type == WType::Q2_K || w.type == WType::Q3_K) return avx2::kquant_rows(w, r0, r1, x, y);
+  if constexpr (Body::kLowBits) {
+    if (w.type == WType::Q2_K) return typed_rows<Body, WType::Q2_K>(w, r0, r1, x, y);
+    if (w.type == WType::Q3_K) return typed_rows<Body, WType::Q3_K>(w, r0, r1, x, y);
+  } else if (w.type == WType::Q2_K || w.type == WType::Q3_K) {
+    return avx2::kquant_rows(w, r0, r1, x, y);
+  }
   switch (w.type) {
     case WType::Q4_K: return typed_rows<Body, WType::Q4_K>(w, r0, r1, x, y);
     case WType::Q5_K: return typed_rows<Body, WType::Q5_K>(w, r0, r1, x, y);
-    case WType::Q6_K: return typed_rows<Body, WType::Q6_K>(w, r0, r1, x, y);
-    case WType::Q2_K:
-      if constexpr (Body::kLowBits) return typed_rows<Body, WType::Q2_K>(w, r0, r1, x, y);
-      break;
-    default:
-      if constexpr (Body::kLowBits) return typed_rows<Body, WType::Q3_K>(w, r0, r1, x, y);
-      break;
+    default: return typed_rows<Body, WType::Q6_K>(w, r0, r1, x, y);
   }
 }
 

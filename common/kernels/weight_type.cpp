@@ -40,8 +40,9 @@ WType parse_weight_type(const std::string& name) {
   if (s == "q5_k_m") return WType::Q5_K;
   const auto t = parse_wtype(s);
   if (t && is_writable(*t)) return *t;
-  if (t) throw Error("weight type '" + name + "' is read from GGUF files but not written: use f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m or q6_k");
-  throw Error("unknown weight type '" + name + "': use f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m or q6_k");
+  const std::string use = ": use f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m or q6_k";
+  if (t) throw Error("weight type '" + name + "' is read from GGUF files but not written" + use);
+  throw Error("unknown weight type '" + name + "'" + use);
 }
 
 // The compiler's half type converts with correct rounding, in hardware
