@@ -14,7 +14,8 @@ namespace {
 struct Maddubs {
   static constexpr int q4k_run = 8, q6k_run = 2;
   static __m256i step(__m256i part, __m256i q, __m256i x) { return _mm256_add_epi16(part, _mm256_maddubs_epi16(q, x)); }
-  static __m256i apply(__m256i isum, __m256i part, __m256i s) { return _mm256_add_epi32(isum, _mm256_madd_epi16(part, s)); }
+  static __m256i q4k_apply(__m256i isum, __m256i part, __m256i s) { return _mm256_add_epi32(isum, _mm256_madd_epi16(part, s)); }
+  static __m256i q6k_apply(__m256i isum, __m256i part, __m256i s) { return q4k_apply(isum, part, s); }
   // Byte b of each lane in both of its 16-bit halves.
   static __m256i q4k_scale(__m256i u, int b) {
     const char i = static_cast<char>(b), z = static_cast<char>(0x80);

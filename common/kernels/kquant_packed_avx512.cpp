@@ -17,12 +17,17 @@ namespace splitspec::kernels::avx512 {
 
 namespace {
 
-// A part is a lane's exact 32-bit sum (a Q4_K sub-block, at most 32 x 15 x
-// 127; a Q6_K one, 16 x 63 x 127), multiplied once by its scale.
+// A part is a lane's exact 32-bit sum. Half a Q4_K sub-block's (at most 16
+// x 15 x 127 = 30480) fits the lane's low 16 bits, sign-extended, so one
+// vpdpwssd against the scale in the low half (0 in the high) multiplies and
+// adds it: a Q4_K sub-block takes two, one micro-op each, where one vpmulld
+// (two on the ports vpdpbusd uses) and an add took three. A Q6_K
+// sub-block's (16 x 63 x 127) needs the full 32 bits, so vpmulld.
 struct Dpbusd {
-  static constexpr int q4k_run = 8, q6k_run = 4;
+  static constexpr int q4k_run = 4, q6k_run = 4;
   static __m256i step(__m256i part, __m256i q, __m256i x) { return _mm256_dpbusd_epi32(part, q, x); }
-  static __m256i apply(__m256i isum, __m256i part, __m256i s) { return _mm256_add_epi32(isum, _mm256_mullo_epi32(part, s)); }
+  static __m256i q4k_apply(__m256i isum, __m256i part, __m256i s) { return _mm256_dpwssd_epi32(isum, part, s); }
+  static __m256i q6k_apply(__m256i isum, __m256i part, __m256i s) { return _mm256_add_epi32(isum, _mm256_mullo_epi32(part, s)); }
   static __m256i q4k_scale(__m256i u, int b) { return _mm256_and_si256(_mm256_srli_epi32(u, 8 * b), _mm256_set1_epi32(0xff)); }
   static __m256i q6k_scale(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
 };

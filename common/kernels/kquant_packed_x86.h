@@ -12,9 +12,11 @@
 // A Products type P has:
 //   step(part, q, x): part plus each lane's four quant bytes q (unsigned)
 //     times the four activation bytes x (signed), in P's partial form;
-//   apply(isum, part, s): isum (int32 lanes) plus part times scale s;
-//   q4k_scale(u, b): byte b (0..3) of each lane of u as apply's scale;
-//   q6k_scale(p): the eight signed bytes at p, one a lane, as apply's scale;
+//   q4k_apply, q6k_apply(isum, part, s): isum (int32 lanes) plus part
+//     times scale s;
+//   q4k_scale(u, b): byte b (0..3) of each lane of u as q4k_apply's scale;
+//   q6k_scale(p): the eight signed bytes at p, one a lane, as q6k_apply's
+//     scale;
 //   q4k_run, q6k_run: how many steps one part takes before it is applied
 //     (a partial form of 16 bits holds fewer than one of 32).
 #include <immintrin.h>
@@ -91,7 +93,7 @@ void q4k_group(const uint8_t* g, int64_t nb, const Q8KRows& x, int64_t j0, float
             in_order(part[i]);
           }
         }
-        for (int i = 0; i < R; ++i) isum[i] = P::apply(isum[i], part[i], s);
+        for (int i = 0; i < R; ++i) isum[i] = P::q4k_apply(isum[i], part[i], s);
       }
     }
     const __m256i m01 = bytes_two(ma, 0), m23 = bytes_two(ma, 2), m45 = bytes_two(mb, 0), m67 = bytes_two(mb, 2);
@@ -158,7 +160,7 @@ void q6k_group(const uint8_t* g, int64_t nb, const Q8KRows& x, int64_t j0, float
           for (int i = 0; i < R; ++i) {
             __m256i part = _mm256_setzero_si256();
             for (int k = 0; k < P::q6k_run; ++k) part = P::step(part, q[k], four(xq[i] + at + 4 * k));
-            isum[i] = P::apply(isum[i], part, s);
+            isum[i] = P::q6k_apply(isum[i], part, s);
             in_order(isum[i]);
           }
         }

@@ -21,15 +21,28 @@ struct LinearCall {
   const QuantizedRows* qx;  // x quantized, for Q8_0/Q4_0 weights
 };
 
-// Requests the `bytes` 8 KB past `block`, one packed block of a quantized
-// body: the hardware prefetcher alone left memory idle while a k-row block
-// computed, so k rows cost the 1-row time plus their compute instead of the
-// larger of the two. An address, not a pointer: it may lie past the matrix.
-// Internal linkage: each body's copy is built with that body's flags.
+// Requests the `bytes` past `block` (one packed block of a quantized body)
+// ahead of their use: the hardware prefetcher alone left memory idle while a
+// k-row block computed, so k rows cost the 1-row time plus their compute
+// instead of the larger of the two. The AVX-512 bodies ask 16 KB ahead into
+// L2 (prefetcht1): into L1 (prefetcht0, 8 KB ahead, as first written) each
+// request holds one of L1's few fill buffers for a whole memory latency, and
+// on a Sapphire Rapids VM that made the 1B-class Q4_K_M 1-token forward 1.26x
+// the time of this form (bench/results/k_token.md, "Prefetch into L2"). The
+// other bodies keep the L1 form, measured on the Zen 5 VMs (no AVX-512
+// exposed) that run the AVX2 ones. An address, not a pointer: it may lie
+// past the matrix. Internal linkage: each body's copy is built with that
+// body's flags.
 static inline void prefetch_ahead(const uint8_t* block, int64_t bytes) {
+#if defined(__AVX512F__)
+  constexpr uintptr_t kAhead = 16384;
+  constexpr int kLocality = 2;
+#else
   constexpr uintptr_t kAhead = 8192;
+  constexpr int kLocality = 3;
+#endif
   for (int64_t l = 0; l < bytes; l += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(block) + kAhead + l), 0, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(block) + kAhead + l), 0, kLocality);
 }
 
 void reference_rows(const LinearCall& c, int64_t r0, int64_t r1);
