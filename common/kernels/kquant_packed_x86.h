@@ -18,7 +18,8 @@
 //   q6k_scale(p): the eight signed bytes at p, one a lane, as q6k_apply's
 //     scale;
 //   q4k_run, q6k_run: how many steps one part takes before it is applied
-//     (a partial form of 16 bits holds fewer than one of 32).
+//     (a part that is kept, or applied, as 16 bits holds fewer steps than
+//     one of 32).
 #include <immintrin.h>
 
 #include <cstring>
