@@ -11,6 +11,8 @@
 #include "client/server_generate.h"
 #include "client/server_link.h"
 #include "client/server_verifier.h"
+#include "common/backend/cpu_backend.h"
+#include "common/backend/registry.h"
 #include "common/decoding/forward_emulation.h"
 #include "common/drafting/registry.h"
 #include "common/kernels/threads.h"
@@ -98,6 +100,17 @@ std::optional<WType> options_weight_type(const ClientOptions& o) {
   return o.dtype.empty() ? std::nullopt : std::optional<WType>(parse_weight_type(o.dtype));
 }
 
+// The local verifier's target on its device.
+std::shared_ptr<const Backend> local_backend(const ClientOptions& o) {
+  const Device device = parse_device(o.device.empty() ? "cpu" : o.device);
+  if (device.cpu())
+    return std::make_shared<CpuBackend>(load_local_target(o, o.target_dir, options_kv_type(o), options_weight_type(o)));
+  if (!o.memory_budget.empty())
+    throw Error("memory_budget streams the target's weights from disk to the CPU; device " + device.str() +
+                " holds the whole model: drop one of them");
+  return open_backend(o.target_dir, {device, options_kv_type(o), options_weight_type(o)});
+}
+
 }  // namespace
 
 ClientOptions with_mode(ClientOptions o, Mode mode) {
@@ -152,9 +165,12 @@ struct Client::Impl {
   std::string label;      // mode_name(options), for messages
   DrafterInfo drafter;
   DrafterSpec spec;
-  std::shared_ptr<Model> target;  // local verifier
+  std::shared_ptr<const Backend> target;  // local verifier
   std::unique_ptr<ServerLink> link;
-  std::shared_ptr<Model> fallback;  // the server's target here, for when it is unreachable
+  // The server's target here, for when it is unreachable: on the CPU, its
+  // KV cache type set to the server's once that is known.
+  std::shared_ptr<Model> fallback_model;
+  std::shared_ptr<const Backend> fallback;
   std::unique_ptr<Verifier> verifier;  // null for the server's own streaming loop
   ResilientVerifier* resilient = nullptr;  // the server verifier, when it is one
   Cancellation cancel;
@@ -223,7 +239,7 @@ namespace {
 
 // What an offline-started link says of the server until it is reached: the
 // fallback's own identity, which the server must then match.
-v1::ServerInfo fallback_identity(const ClientOptions& o, const Model& m) {
+v1::ServerInfo fallback_identity(const ClientOptions& o, const Backend& m) {
   v1::ServerInfo i;
   i.set_vocab_size(static_cast<int32_t>(m.config().vocab_size));
   i.set_hidden_size(static_cast<int32_t>(m.config().hidden_size));
@@ -234,7 +250,7 @@ v1::ServerInfo fallback_identity(const ClientOptions& o, const Model& m) {
   if (tokenizer_available(o.fallback_target_dir))
     i.set_tokenizer_fingerprint(Tokenizer(o.fallback_target_dir).fingerprint());
   i.set_weight_type(wtype_name(m.weight_type()));
-  i.set_weights_digest(m.weights_digest());
+  i.set_weights_digest(m.numerics().weights_digest);
   i.set_kv_cache(kv_type_name(options_kv_type(o)));
   i.set_serving(true);
   return i;
@@ -306,7 +322,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   if (tok_path.empty()) tok_path = local ? o.target_dir : o.draft_dir;
   if (impl->drafter.has(kNeedsDraftModel)) impl->spec.draft = Model::load(o.draft_dir, options_weight_type(o));
   if (local) {
-    impl->target = load_local_target(o, o.target_dir, options_kv_type(o), options_weight_type(o));
+    impl->target = local_backend(o);
     if (impl->spec.draft && impl->spec.draft->config().vocab_size != impl->target->config().vocab_size)
       throw Error("draft " + o.draft_dir + " has vocab_size " + std::to_string(impl->spec.draft->config().vocab_size) +
                   " but target " + o.target_dir + " has " + std::to_string(impl->target->config().vocab_size));
@@ -326,10 +342,11 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
       impl->link = std::make_unique<ServerLink>(o.server, o.connect_timeout, link_security(o));
     } else {
       // The server's target as stored: its digest must be the server's.
-      impl->fallback = load_local_target(o, o.fallback_target_dir, options_kv_type(o), std::nullopt);
+      impl->fallback_model = load_local_target(o, o.fallback_target_dir, options_kv_type(o), std::nullopt);
+      impl->fallback = std::make_shared<CpuBackend>(impl->fallback_model);
       const v1::ServerInfo own = fallback_identity(o, *impl->fallback);
       impl->link = std::make_unique<ServerLink>(o.server, o.connect_timeout, link_security(o), own);
-      if (impl->link->confirmed()) check_fallback(o, impl->link->info(), own, *impl->fallback);
+      if (impl->link->confirmed()) check_fallback(o, impl->link->info(), own, *impl->fallback_model);
     }
   }
   if (local && impl->spec.draft && o.tokenizer.empty() &&

@@ -102,6 +102,10 @@ struct ClientOptions {
   std::string server;
   std::string draft_dir;   // drafters with a draft model: the draft model
   std::string target_dir;  // local verifier: the target model
+  // Local verifier: where the target computes, "cpu" (empty) or "cuda[:N]"
+  // (in programs built with the CUDA backend: the splitspec CLI, not this
+  // library alone).
+  std::string device;
   // Request::messages: a built-in chat template (llama3, chatml, phi3,
   // llama2, gemma) instead of the one the model's files name.
   std::string chat_template;

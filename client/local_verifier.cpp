@@ -3,18 +3,20 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/backend/cpu_backend.h"
 #include "common/util/error.h"
 
 namespace splitspec {
 
-LocalVerifier::LocalVerifier(std::shared_ptr<const Model> target) : target_(std::move(target)) {}
+LocalVerifier::LocalVerifier(std::shared_ptr<const Backend> target) : target_(std::move(target)) {}
 
 void LocalVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOptions& options, const ExtrasRequest& extras,
                           std::chrono::steady_clock::time_point, EarlyHandler) {
   decoder_ = std::make_unique<TargetDecoder>(*target_, prompt, options);
   extras_ = extras;
   stats_ = VerifierStats{};
-  stream_before_ = target_->stream() ? target_->stream()->stats() : StreamStats{};
+  const StreamedWeights* stream = streamed_weights(*target_);
+  stream_before_ = stream ? stream->stats() : StreamStats{};
 }
 
 bool LocalVerifier::finished() const { return decoder_->finished(); }
@@ -33,7 +35,7 @@ RoundResult LocalVerifier::verify(const DraftTree& tree, bool) {
   // reads its weights from disk once per forward, so it keeps one forward.
   constexpr int64_t kPrefillChunk = 256;
   double prefill_ms = 0;
-  while (!target_->stream() && decoder_->prefill_left() > 0 && decoder_->round_rows(tree) > kPrefillChunk) {
+  while (!streamed_weights(*target_) && decoder_->prefill_left() > 0 && decoder_->round_rows(tree) > kPrefillChunk) {
     const auto t0 = std::chrono::steady_clock::now();
     TargetDecoder::verify_batch({}, {{decoder_.get(), std::min(kPrefillChunk, decoder_->prefill_left())}});
     prefill_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -49,14 +51,14 @@ RoundResult LocalVerifier::verify(const DraftTree& tree, bool) {
 }
 
 std::function<bool()> LocalVerifier::spare_compute() const {
-  const StreamedWeights* stream = target_->stream();
+  const StreamedWeights* stream = streamed_weights(*target_);
   if (!stream) return {};
   return [stream] { return stream->forward_waiting(); };
 }
 
 VerifierStats LocalVerifier::stats() const {
   VerifierStats s = stats_;
-  if (const StreamedWeights* stream = target_->stream()) {
+  if (const StreamedWeights* stream = streamed_weights(*target_)) {
     const StreamStats now = stream->stats();
     s.weight_bytes_read = now.bytes_read - stream_before_.bytes_read;
     s.weight_memory_peak = now.peak_bytes;

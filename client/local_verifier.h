@@ -4,13 +4,13 @@
 #include <memory>
 
 #include "client/verifier.h"
-#include "common/model/model.h"
+#include "common/backend/backend.h"
 
 namespace splitspec {
 
 class LocalVerifier final : public Verifier {
  public:
-  explicit LocalVerifier(std::shared_ptr<const Model> target);
+  explicit LocalVerifier(std::shared_ptr<const Backend> target);
 
   std::string name() const override { return "local"; }
   void begin(const std::vector<int32_t>& prompt, const GenerateOptions& options, const ExtrasRequest& extras,
@@ -26,7 +26,7 @@ class LocalVerifier final : public Verifier {
   VerifierStats stats() const override;
 
  private:
-  std::shared_ptr<const Model> target_;
+  std::shared_ptr<const Backend> target_;
   std::unique_ptr<TargetDecoder> decoder_;
   ExtrasRequest extras_;
   VerifierStats stats_;

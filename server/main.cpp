@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
                                    "Largest top K a session may ask with each verdict (0: none)");
   auto* max_new = app.add_option("--max-new-tokens", flags.max_new_tokens, "Largest max_new_tokens accepted");
   auto* threads = app.add_option("--threads", flags.compute_threads, "Compute threads of the target forward; default (0): OMP_NUM_THREADS if set, else the physical cores");
+  auto* device = app.add_option("--device", flags.device,
+                                "Where the target computes: cpu, or cuda[:N] for GPU N (in builds with the CUDA backend)");
   auto* kv_cache = app.add_option("--kv-cache", flags.kv_cache,
                                   "KV cache element type of every session: f32, or f16 for half the memory");
   auto* kv_budget = app.add_option("--kv-budget-bytes", flags.kv_budget_bytes,
@@ -122,6 +124,7 @@ int main(int argc, char** argv) {
     if (*idle) config.session_idle_timeout_s = flags.session_idle_timeout_s;
     if (*lifetime) config.max_session_lifetime_s = flags.max_session_lifetime_s;
     if (*kv_cache) config.kv_cache = flags.kv_cache;
+    if (*device) config.device = flags.device;
     if (*kv_budget) config.kv_budget_bytes = flags.kv_budget_bytes;
     if (*per_token) config.max_sessions_per_token = flags.max_sessions_per_token;
     if (*send_queue) config.max_send_queue_bytes = flags.max_send_queue_bytes;

@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "common/backend/registry.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
 #include "common/util/memory_usage.h"
@@ -32,18 +33,23 @@ namespace splitspec {
 Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
   config.validate_for_start();
   ctx_->config = std::move(config);
-  std::shared_ptr<Model> target = Model::load(ctx_->config.target_dir);
-  target->set_kv_type(parse_kv_type(ctx_->config.kv_cache));
-  ctx_->target = std::move(target);
-  ctx_->weight_type = wtype_name(ctx_->target->weight_type());
-  ctx_->weights_digest = ctx_->target->weights_digest();
+  ctx_->target = open_backend(ctx_->config.target_dir,
+                              {parse_device(ctx_->config.device), parse_kv_type(ctx_->config.kv_cache), std::nullopt});
+  ctx_->numerics = ctx_->target->numerics();
+  ctx_->device = ctx_->target->device();
   ctx_->kv_budget_bytes = ctx_->config.kv_budget_bytes;
   if (ctx_->kv_budget_bytes == 0) {
-    // A mapped target's pages may not be resident yet: count its weights
-    // as if they were.
-    const uint64_t used = std::max<uint64_t>(memory_usage().rss_bytes, ctx_->target->weight_bytes());
-    const uint64_t limit = memory_limit_bytes();
-    ctx_->kv_budget_bytes = limit > used ? static_cast<int64_t>((limit - used) / 4 * 3) : 0;
+    if (const uint64_t device_free = ctx_->target->device_memory_free()) {
+      // KV stores live on the device: three quarters of what it has left
+      // with the weights loaded (the rest is the forward's work memory).
+      ctx_->kv_budget_bytes = static_cast<int64_t>(device_free / 4 * 3);
+    } else {
+      // A mapped target's pages may not be resident yet: count its weights
+      // as if they were.
+      const uint64_t used = std::max<uint64_t>(memory_usage().rss_bytes, ctx_->target->weight_bytes());
+      const uint64_t limit = memory_limit_bytes();
+      ctx_->kv_budget_bytes = limit > used ? static_cast<int64_t>((limit - used) / 4 * 3) : 0;
+    }
   }
   ctx_->model_name = std::filesystem::path(ctx_->config.target_dir).lexically_normal().filename().string();
   if (ctx_->model_name.empty())
@@ -251,14 +257,15 @@ void Server::start() {
   const ModelConfig& c = ctx_->target->config();
   spdlog::info("event=serving listen={} port={} tls={} auth={} model={} layers={} vocab={} context={} max_sessions={} batching={} "
                "max_batch_rows={} batch_wait_ms={} draft_hint={} kv_cache={} kv_budget_bytes={} tokenizer={} weights={} "
-               "weights_digest={} emulate_forward_ms={}",
+               "weights_digest={} emulate_forward_ms={} device=\"{}\" backend={} arch={} kernels={}",
                ctx_->config.listen, port_,
                ctx_->config.tls_cert.empty() ? "off" : (ctx_->config.tls_client_ca.empty() ? "on" : "mutual"),
                ctx_->auth ? "token" : "none", ctx_->model_name, c.num_hidden_layers, c.vocab_size, c.max_position_embeddings,
                ctx_->config.max_sessions, ctx_->config.batching, ctx_->config.max_batch_rows, ctx_->config.batch_wait_ms,
                ctx_->config.draft_hint, ctx_->config.kv_cache, ctx_->kv_budget_bytes, ctx_->tokenizer_fingerprint.empty() ? "none" : ctx_->tokenizer_fingerprint,
-               ctx_->weight_type, ctx_->weights_digest.empty() ? "none" : ctx_->weights_digest,
-               ctx_->config.emulate_forward.spec());
+               ctx_->numerics.weight_type, ctx_->numerics.weights_digest.empty() ? "none" : ctx_->numerics.weights_digest,
+               ctx_->config.emulate_forward.spec(), ctx_->device, ctx_->numerics.backend, ctx_->numerics.arch,
+               ctx_->numerics.kernels);
   if (ctx_->config.emulate_forward.enabled())
     spdlog::warn("event=emulation forward_ms={} note=\"target forwards are padded to FIXED + PER_ROW x rows ms; every "
                  "time this server reports is emulated\"",

@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "common/backend/registry.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/util/error.h"
 #include "common/util/json_integer.h"
@@ -31,7 +32,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "max_verdict_top_k", "batching",      "max_batch_rows",
                                               "batch_wait_ms",    "draft_hint",    "tls_cert",
                                               "tls_key",          "tls_client_ca", "tls_reload_s",
-                                              "auth_tokens_file", "health_listen", "kv_cache",
+                                              "auth_tokens_file", "health_listen", "kv_cache", "device",
                                               "session_idle_timeout_s", "max_session_lifetime_s",
                                               "allow_insecure_tokens", "max_concurrent_streams",
                                               "max_connection_idle_s", "max_ping_strikes", "max_rpc_threads",
@@ -91,6 +92,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("auth_tokens_file")) c.auth_tokens_file = j["auth_tokens_file"].get<std::string>();
     if (j.contains("health_listen")) c.health_listen = j["health_listen"].get<std::string>();
     if (j.contains("kv_cache")) c.kv_cache = j["kv_cache"].get<std::string>();
+    if (j.contains("device")) c.device = j["device"].get<std::string>();
     if (j.contains("kv_budget_bytes")) c.kv_budget_bytes = json_integer<int64_t>(j["kv_budget_bytes"], "kv_budget_bytes");
     if (j.contains("max_send_queue_bytes"))
       c.max_send_queue_bytes = json_integer<int64_t>(j["max_send_queue_bytes"], "max_send_queue_bytes");
@@ -140,6 +142,7 @@ void ServerConfig::validate() const {
   if (!(batch_wait_ms >= 0 && batch_wait_ms <= 1000)) throw Error("batch_wait_ms must be in [0, 1000]");
   if (draft_hint != "auto" && draft_hint != "off") throw Error("draft_hint must be auto or off");
   if (kv_cache != "f32" && kv_cache != "f16") throw Error("kv_cache must be f32 or f16, got '" + kv_cache + "'");
+  parse_device(device);
   if (kv_budget_bytes < 0) throw Error("kv_budget_bytes must be >= 0 (0: three quarters of the memory left after loading)");
   if (max_sessions_per_token < 0) throw Error("max_sessions_per_token must be >= 0 (0: no limit beyond max_sessions)");
   if (tls_cert.empty() != tls_key.empty()) throw Error("tls_cert and tls_key go together: give both, or neither for plaintext");

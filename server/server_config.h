@@ -17,6 +17,7 @@ struct ServerConfig {
   int32_t max_verdict_top_k = 16;   // largest top K a session may ask with each verdict (DIAA's tables)
   int32_t max_new_tokens = 4096;    // per generation
   int32_t compute_threads = 0;      // threads of the target forward; 0: OMP_NUM_THREADS if set, else the physical cores
+  std::string device = "cpu";       // where the target computes: cpu, cuda or cuda:N
   std::string kv_cache = "f32";     // element type of the sessions' KV caches: f32 or f16 (half the memory)
   // Bytes of KV cache the open streams may reserve together. Each reserves,
   // at Open, what its prompt, max_new_tokens and one largest draft can fill

@@ -282,8 +282,12 @@ grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext*
   info->set_max_draft_tokens(ctx_.config.max_draft_tokens);
   info->set_max_verdict_top_k(ctx_.config.max_verdict_top_k);
   info->set_kv_cache(kv_type_name(ctx_.target->kv_type()));
-  info->set_weight_type(ctx_.weight_type);
-  info->set_weights_digest(ctx_.weights_digest);
+  info->set_weight_type(ctx_.numerics.weight_type);
+  info->set_weights_digest(ctx_.numerics.weights_digest);
+  info->set_backend(ctx_.numerics.backend);
+  info->set_backend_arch(ctx_.numerics.arch);
+  info->set_kernels_version(ctx_.numerics.kernels);
+  info->set_device(ctx_.device);
   if (ctx_.config.emulate_forward.enabled()) info->set_emulated_forward_ms(ctx_.config.emulate_forward.spec());
   info->set_hidden_size(static_cast<int32_t>(ctx_.target->config().hidden_size));
   info->set_max_sessions(ctx_.config.max_sessions);

@@ -14,9 +14,9 @@
 #include <string>
 #include <unordered_set>
 
+#include "common/backend/backend.h"
 #include "common/decoding/target_decoder.h"
 #include "common/early_exit/early_exit.h"
-#include "common/model/model.h"
 #include "proto/splitspec.grpc.pb.h"
 #include "server/compute_queue.h"
 #include "server/server_config.h"
@@ -85,11 +85,11 @@ void enforce_session_limits(ServiceContext& ctx);
 struct ServiceContext {
   ServerConfig config;
   int64_t kv_budget_bytes = 0;  // in force: config.kv_budget_bytes, or what 0 there stands for
-  std::shared_ptr<const Model> target;
+  std::shared_ptr<const Backend> target;
   std::string model_name;
   std::string tokenizer_fingerprint;  // empty: the target ships no tokenizer
-  std::string weight_type;            // the target's layer matrices' type
-  std::string weights_digest;         // Model::weights_digest(), once at start
+  Numerics numerics;                  // the target's, once at start (its digest reads every weight)
+  std::string device;                 // Backend::device()
   std::optional<EarlyExits> exits;    // the active early exits, when any
   std::unique_ptr<TokenAuth> auth;    // bearer tokens every RPC must carry, when configured
   bool exit_priority = true;          // early verdicts go out most confident first (else FIFO)

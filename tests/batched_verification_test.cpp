@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "common/backend/cpu_backend.h"
 #include "common/decoding/target_decoder.h"
 #include "common/decoding/token_tree.h"
 #include "common/kernels/threads.h"
@@ -176,6 +177,7 @@ TEST(BatchedForwardBadInput, AnInvalidSequenceLeavesEveryCacheUnchanged) {
 TEST(BatchedRounds, GenerationsVerifiedTogetherCommitWhatTheyCommitAlone) {
   c10::InferenceMode guard;
   auto m = Model::random(test::tiny_config(64, 2), 5);
+  const CpuBackend cpu(*m);
   constexpr int kGens = 6;
   std::vector<std::unique_ptr<TargetDecoder>> alone, together;
   for (int g = 0; g < kGens; ++g) {
@@ -186,8 +188,8 @@ TEST(BatchedRounds, GenerationsVerifiedTogetherCommitWhatTheyCommitAlone) {
       o.sampling.temperature = 0.9f;
       o.sampling.seed = 100 + g;
     }
-    alone.push_back(std::make_unique<TargetDecoder>(*m, some_prompt(2 + g, 64, g), o));
-    together.push_back(std::make_unique<TargetDecoder>(*m, some_prompt(2 + g, 64, g), o));
+    alone.push_back(std::make_unique<TargetDecoder>(cpu, some_prompt(2 + g, 64, g), o));
+    together.push_back(std::make_unique<TargetDecoder>(cpu, some_prompt(2 + g, 64, g), o));
   }
   for (int round = 0; round < 40; ++round) {
     std::vector<DraftTree> trees;
@@ -226,6 +228,7 @@ TEST(BatchedRounds, GenerationsVerifiedTogetherCommitWhatTheyCommitAlone) {
 TEST(BatchedRounds, APrefillInChunksIsBitwiseOnePrefill) {
   c10::InferenceMode guard;
   auto m = Model::random(test::tiny_config(64, 2), 9);
+  const CpuBackend cpu(*m);
   for (const float temperature : {0.0f, 0.8f}) {
     GenerateOptions o;
     o.max_new_tokens = 12;
@@ -233,7 +236,7 @@ TEST(BatchedRounds, APrefillInChunksIsBitwiseOnePrefill) {
     o.sampling.temperature = temperature;
     o.sampling.seed = 3;
     const std::vector<int32_t> prompt = some_prompt(37, 64, 4);
-    TargetDecoder whole(*m, prompt, o), chunked(*m, prompt, o), other(*m, some_prompt(3, 64, 5), o);
+    TargetDecoder whole(cpu, prompt, o), chunked(cpu, prompt, o), other(cpu, some_prompt(3, 64, 5), o);
     EXPECT_EQ(chunked.prefill_left(), 36);
     const DraftTree none;
     TargetDecoder::RoundRequest plain;
@@ -256,6 +259,7 @@ TEST(BatchedRounds, APrefillInChunksIsBitwiseOnePrefill) {
 // budget and in order; with batching off it runs them one at a time.
 TEST(ComputeQueueBatching, RoundsWaitingTogetherShareAForwardWithinTheRowBudget) {
   auto m = Model::random(test::tiny_config(50, 2), 7);
+  const CpuBackend cpu(*m);
   for (const bool enabled : {true, false}) {
     BatchingOptions b;
     b.enabled = enabled;
@@ -274,7 +278,7 @@ TEST(ComputeQueueBatching, RoundsWaitingTogetherShareAForwardWithinTheRowBudget)
         while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       });
       for (int i = 0; i < 6; ++i) {
-        decoders.push_back(std::make_unique<TargetDecoder>(*m, std::vector<int32_t>{1, 2}, o));
+        decoders.push_back(std::make_unique<TargetDecoder>(cpu, std::vector<int32_t>{1, 2}, o));
         RoundJob job;
         job.decoder = decoders.back().get();
         job.tree = std::make_shared<const DraftTree>(some_tree(3, 50, true, i));  // 2 prompt rows + 3: 5 a round
@@ -301,9 +305,10 @@ TEST(ComputeQueueBatching, RoundsWaitingTogetherShareAForwardWithinTheRowBudget)
 // are verified, and one its stream no longer wants is skipped.
 TEST(ComputeQueueBatching, ABadRoundFailsAloneAndAnUnwantedOneIsSkipped) {
   auto m = Model::random(test::tiny_config(50, 2), 8);
+  const CpuBackend cpu(*m);
   GenerateOptions o;
   o.max_new_tokens = 8;
-  TargetDecoder good(*m, {1, 2}, o), bad(*m, {3, 4}, o), gone(*m, {5, 6}, o);
+  TargetDecoder good(cpu, {1, 2}, o), bad(cpu, {3, 4}, o), gone(cpu, {5, 6}, o);
   std::vector<RoundVerified> out(3);
   {
     // Before q: q's end runs the blocker, which reads it.
@@ -366,11 +371,12 @@ std::shared_ptr<Model> target_with_a_poisoned_token(const test::TempDir& dir, in
 TEST(BatchedVerification, ARoundThatFailsAfterTheForwardLeavesTheBatchUncommitted) {
   test::TempDir dir;
   auto m = target_with_a_poisoned_token(dir, 7);
+  const CpuBackend cpu(*m);
   GenerateOptions o;
   o.max_new_tokens = 8;
   o.sampling.temperature = 1.0f;
   o.sampling.seed = 3;
-  TargetDecoder fine(*m, {1, 2, 3}, o), poisoned(*m, {1, 7}, o), reference(*m, {1, 2, 3}, o);
+  TargetDecoder fine(cpu, {1, 2, 3}, o), poisoned(cpu, {1, 7}, o), reference(cpu, {1, 2, 3}, o);
   const DraftTree none;
   const TargetDecoder::RoundRequest plain;
   EXPECT_THROW(TargetDecoder::verify_batch({{&fine, &none, &plain}, {&poisoned, &none, &plain}}), Error);
@@ -388,10 +394,11 @@ TEST(BatchedVerification, ARoundThatFailsAfterTheForwardLeavesTheBatchUncommitte
 TEST(ComputeQueueBatching, ARoundFailingAfterTheForwardDoesNotCommitItsBatchTwice) {
   test::TempDir dir;
   auto m = target_with_a_poisoned_token(dir, 7);
+  const CpuBackend cpu(*m);
   GenerateOptions o;
   o.max_new_tokens = 8;
   o.sampling.temperature = 1.0f;
-  TargetDecoder fine(*m, {1, 2, 3}, o), poisoned(*m, {1, 7}, o);
+  TargetDecoder fine(cpu, {1, 2, 3}, o), poisoned(cpu, {1, 7}, o);
   std::vector<RoundVerified> out(2);
   {
     std::atomic<bool> release{false};
@@ -422,13 +429,14 @@ TEST(ComputeQueueBatching, ARoundFailingAfterTheForwardDoesNotCommitItsBatchTwic
 // does not hold the others for its whole prefill. Its verdict is unchanged.
 TEST(ComputeQueueBatching, ALongPrefillRunsInChunksBetweenOtherRounds) {
   auto m = Model::random(test::tiny_config(50, 2), 10);
+  const CpuBackend cpu(*m);
   GenerateOptions o;
   o.max_new_tokens = 4;
   const std::vector<int32_t> long_prompt = some_prompt(40, 50, 1);
-  TargetDecoder alone(*m, long_prompt, o);
+  TargetDecoder alone(cpu, long_prompt, o);
   const DraftTree tree = some_tree(2, 50, true, 1);
   const RoundResult want = alone.verify(tree);
-  TargetDecoder long_one(*m, long_prompt, o);
+  TargetDecoder long_one(cpu, long_prompt, o);
   std::vector<std::unique_ptr<TargetDecoder>> short_ones;
   std::mutex mu;
   std::vector<std::string> order;
@@ -452,7 +460,7 @@ TEST(ComputeQueueBatching, ALongPrefillRunsInChunksBetweenOtherRounds) {
     };
     q.post_round(std::move(j));
     for (int i = 0; i < 3; ++i) {
-      short_ones.push_back(std::make_unique<TargetDecoder>(*m, std::vector<int32_t>{1, 2}, o));
+      short_ones.push_back(std::make_unique<TargetDecoder>(cpu, std::vector<int32_t>{1, 2}, o));
       RoundJob s;
       s.decoder = short_ones.back().get();
       s.tree = std::make_shared<const DraftTree>(some_tree(2, 50, true, i));

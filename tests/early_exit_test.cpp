@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include "common/backend/cpu_backend.h"
 #include "common/early_exit/early_exit.h"
 #include "common/early_exit/early_verdict.h"
 #include "common/util/error.h"
@@ -29,6 +30,7 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   TempDir dir;
   const ModelConfig c = test::tiny_config(50, 4);
   auto model = Model::random(c, 1);
+  const CpuBackend cpu(*model);
   model->save(dir.str());
   EXPECT_FALSE(EarlyExits::load(dir.str(), c).has_value());
   EarlyExits e = init_exits(c, {1, 3}, 8, 7);
@@ -46,12 +48,12 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   c10::InferenceMode guard;
   const at::Tensor h = at::randn({3, c.hidden_size});
   // The identity adapter is the plain LM head on the layer's hidden state.
-  EXPECT_TRUE(at::allclose(T(back->logits(*model, 1, view(h))), T(model->head_logits(view(h)))));
+  EXPECT_TRUE(at::allclose(T(back->logits(cpu, 1, view(h))), T(model->head_logits(view(h)))));
   // A shortlist scores the k most frequent tokens (with its LM-head rows in
   // half precision, so to about 1e-3) and rules out the rest; the ranking
   // survives a save and load.
   EarlyExits q = *back;
-  q.set_shortlist(*model, 3);
+  q.set_shortlist(cpu, 3);
   EXPECT_EQ(q.shortlist(), 0) << "no ranking: the whole vocabulary";
   std::vector<int32_t> ranked;
   for (int32_t i = 0; i < 20; ++i) ranked.push_back((i * 7 + 5) % c.vocab_size);
@@ -59,9 +61,9 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   q.save(dir.str());
   q = *EarlyExits::load(dir.str(), c);
   EXPECT_EQ(q.frequent_tokens(), ranked);
-  q.set_shortlist(*model, 12);
+  q.set_shortlist(cpu, 12);
   EXPECT_EQ(q.shortlist(), 12);
-  const at::Tensor full = T(back->logits(*model, 0, view(h))), shortlisted = T(q.logits(*model, 0, view(h)));
+  const at::Tensor full = T(back->logits(cpu, 0, view(h))), shortlisted = T(q.logits(cpu, 0, view(h)));
   std::vector<bool> in(static_cast<size_t>(c.vocab_size), false);
   for (int i = 0; i < 12; ++i) in[static_cast<size_t>(ranked[i])] = true;
   for (int64_t t = 0; t < c.vocab_size; ++t) {
@@ -72,7 +74,7 @@ TEST(EarlyExits, SaveLoadRoundTripAndBadFilesAreNamed) {
   }
   q.set_frequent_tokens(ranked, c.vocab_size);
   EXPECT_EQ(q.shortlist(), 0) << "a new ranking drops the shortlist drawn from the old";
-  q.set_shortlist(*model, 20);
+  q.set_shortlist(cpu, 20);
   EXPECT_EQ(q.shortlist(), 0) << "as many as ranked: the whole vocabulary";
   EXPECT_NE(error_of([&] { q.set_frequent_tokens({1, 2, 1}, c.vocab_size); }).find("id 1 repeated"), std::string::npos);
   EXPECT_NE(error_of([&] { q.set_frequent_tokens({static_cast<int32_t>(c.vocab_size)}, c.vocab_size); }).find("outside the vocabulary"),
@@ -114,14 +116,15 @@ TEST(EarlyExits, VerdictAtAnExitThatAgreesIsTheFinalVerdict) {
   c10::InferenceMode guard;
   const ModelConfig c = test::tiny_config(12, 2);
   auto model = Model::random(c, 3);
+  const CpuBackend cpu(*model);
   EarlyExits e = init_exits(c, {1}, 4, 1);
   const at::Tensor h = at::randn({4, c.hidden_size}) * 3;
-  const at::Tensor logits = T(e.logits(*model, 0, view(h)));
+  const at::Tensor logits = T(e.logits(cpu, 0, view(h)));
   DraftTree tree = DraftTree::chain({int32_t(logits[0].argmax().item<int64_t>()), 5, 6});
   SamplingParams greedy;
   Rng r1(9);
   const Verdict want = verify_tree(tree, logits, greedy, r1);
-  const EarlyVerdict got = verify_at_exit(*model, e, 0, view(h), tree, greedy, Rng(9));
+  const EarlyVerdict got = verify_at_exit(cpu, e, 0, view(h), tree, greedy, Rng(9));
   EXPECT_EQ(got.verdict.tokens, want.tokens);
   EXPECT_GE(got.verdict.accepted, 1);
   EXPECT_GT(got.confidence, 0.0);
@@ -135,7 +138,7 @@ TEST(EarlyExits, VerdictAtAnExitThatAgreesIsTheFinalVerdict) {
     DraftTree t = DraftTree::chain({1, 2, 3}, q);
     Rng a(seed);
     const Verdict v = verify_tree(t, logits, sampled, a);
-    EXPECT_EQ(verify_at_exit(*model, e, 0, view(h), t, sampled, Rng(seed)).verdict.tokens, v.tokens) << seed;
+    EXPECT_EQ(verify_at_exit(cpu, e, 0, view(h), t, sampled, Rng(seed)).verdict.tokens, v.tokens) << seed;
   }
 }
 
@@ -146,16 +149,17 @@ TEST(EarlyExits, GreedyVerdictFromShortlistScoresIsTheVerdictOfTheFullLogits) {
   c10::InferenceMode guard;
   const ModelConfig c = test::tiny_config(12, 2);
   auto model = Model::random(c, 5);
+  const CpuBackend cpu(*model);
   EarlyExits e = init_exits(c, {1}, 4, 2);
   e.set_frequent_tokens({7, 3, 11, 0, 5, 9, 1, 2, 4, 6, 8, 10}, c.vocab_size);
   const SamplingParams greedy;
   for (int64_t shortlist : {0, 5}) {
-    e.set_shortlist(*model, shortlist);
+    e.set_shortlist(cpu, shortlist);
     ASSERT_EQ(e.shortlist(), shortlist);
     for (int64_t seed = 0; seed < 30; ++seed) {
       at::manual_seed(seed);
       const at::Tensor h = at::randn({4, c.hidden_size}) * 3;
-      const at::Tensor logits = T(e.logits(*model, 0, view(h)));
+      const at::Tensor logits = T(e.logits(cpu, 0, view(h)));
       // Children that the exit's argmax will accept, some of the time.
       const int32_t top0 = static_cast<int32_t>(logits[0].argmax().item<int64_t>());
       const int32_t top1 = static_cast<int32_t>(logits[1].argmax().item<int64_t>());
@@ -169,7 +173,7 @@ TEST(EarlyExits, GreedyVerdictFromShortlistScoresIsTheVerdictOfTheFullLogits) {
       const double want_conf = std::get<0>(at::softmax(logits.index_select(0, at::tensor(decided)), -1).max(-1))
                                    .prod()
                                    .item<double>();
-      const EarlyVerdict got = verify_at_exit(*model, e, 0, view(h), tree, greedy, Rng(1));
+      const EarlyVerdict got = verify_at_exit(cpu, e, 0, view(h), tree, greedy, Rng(1));
       EXPECT_EQ(got.verdict.tokens, want.tokens) << shortlist << " " << seed;
       EXPECT_EQ(got.verdict.path, want.path) << shortlist << " " << seed;
       EXPECT_EQ(got.verdict.accepted, want.accepted);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <vector>
 
+#include "common/backend/cpu_backend.h"
 #include "client/client.h"
 #include "client/request_options.h"
 #include "common/decoding/forward_emulation.h"
@@ -43,7 +44,9 @@ TEST(Emulation, ForwardSpecIsFixedAndPerRowMillisecondsAndBadOnesAreRefused) {
 // (early exits) come at their layer's share of it, and the verdict is the
 // one without emulation.
 TEST(Emulation, ForwardTakesItsModeledTimeWithItsLayersPacedAcrossIt) {
-  const auto target = Model::load(test::demo_target_dir());
+  const auto model = Model::load(test::demo_target_dir());
+  const CpuBackend cpu(model);
+  const Backend* target = &cpu;
   const int64_t layers = target->config().num_hidden_layers;
   const std::vector<int32_t> prompt = {1, 450, 6673, 310};
   GenerateOptions o;

@@ -11,6 +11,7 @@
 
 #include <mutex>
 
+#include "common/backend/cpu_backend.h"
 #include "client/client.h"
 #include "client/local_verifier.h"
 #include "client/request_options.h"
@@ -267,7 +268,7 @@ TEST(RoundLoop, ClearErrorsForWhatCannotWork) {
   EXPECT_NE(test::error_of([&] { test::decode_locally(target, over, {1, 2}, o); }).find("over a budget of"),
             std::string::npos);
   // Pre-drafting needs early verdicts, which a local target does not stream.
-  LocalVerifier verifier(target);
+  LocalVerifier verifier(std::make_shared<CpuBackend>(target));
   const std::unique_ptr<Drafter> none = find_drafter("none").make({});
   RoundLoopOptions lo;
   lo.generate = o;

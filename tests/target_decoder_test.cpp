@@ -7,6 +7,7 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include "common/backend/cpu_backend.h"
 #include "common/util/error.h"
 #include "tests/test_util.h"
 
@@ -29,12 +30,13 @@ ForwardResult full_forward(const Model& m, const std::vector<int32_t>& seq) {
 TEST(TargetDecoder, TreeRoundsCommitTheTargetsTokensAndAnEmptyTreeIsOneStep) {
   c10::InferenceMode guard;
   auto m = Model::random(tiny_config(30, 2), 7);
+  const CpuBackend cpu(*m);
   GenerateOptions o;
   o.max_new_tokens = 12;
   o.ignore_eos = true;
   const std::vector<int32_t> prompt = {1, 4, 9};
   const Reference want = target_alone(*m, prompt, o);
-  TargetDecoder dec(*m, prompt, o);
+  TargetDecoder dec(cpu, prompt, o);
   // Round 1: the right token under a wrong sibling, then a wrong child.
   DraftTree t;
   t.tokens = {(want.output_ids[0] + 1) % 30, want.output_ids[0], (want.output_ids[1] + 1) % 30};
@@ -53,12 +55,13 @@ TEST(TargetDecoder, TreeRoundsCommitTheTargetsTokensAndAnEmptyTreeIsOneStep) {
 TEST(TargetDecoder, ExtrasAreTheTargetsTopKAndHiddenStateWhereEachTokenWasMade) {
   c10::InferenceMode guard;
   auto m = Model::random(tiny_config(30, 2), 8);
+  const CpuBackend cpu(*m);
   GenerateOptions o;
   o.max_new_tokens = 20;
   o.ignore_eos = true;
   const std::vector<int32_t> prompt = {1, 4, 9};
   const Reference want = target_alone(*m, prompt, o);
-  TargetDecoder dec(*m, prompt, o);
+  TargetDecoder dec(cpu, prompt, o);
   TargetDecoder::RoundRequest req;
   req.extras.top_k = 4;
   req.extras.hidden = true;
@@ -95,10 +98,11 @@ TEST(TargetDecoder, ExtrasAreTheTargetsTopKAndHiddenStateWhereEachTokenWasMade) 
 TEST(TargetDecoder, RoomShrinksToTheContextsEndAndTheTapSeesEveryAskedLayer) {
   c10::InferenceMode guard;
   auto m = Model::random(tiny_config(30, 3), 9);  // context 64
+  const CpuBackend cpu(*m);
   GenerateOptions o;
   o.max_new_tokens = 100;
   o.ignore_eos = true;
-  TargetDecoder dec(*m, std::vector<int32_t>(60, 3), o);
+  TargetDecoder dec(cpu, std::vector<int32_t>(60, 3), o);
   EXPECT_EQ(dec.room(), 4);
   EXPECT_NE(error_of([&] { dec.verify(DraftTree::chain({1, 2, 3, 4, 5})); }).find("does not fit the context"),
             std::string::npos);
@@ -124,12 +128,13 @@ TEST(TargetDecoder, TheCacheGrowsWithTheGenerationWithinItsReservation) {
   ModelConfig c = tiny_config(30, 2);
   c.max_position_embeddings = 1024;
   auto m = Model::random(c, 10);
+  const CpuBackend cpu(*m);
   GenerateOptions o;
   o.max_new_tokens = 300;
   o.ignore_eos = true;
   const std::vector<int32_t> prompt = {1, 4, 9};
   const size_t per_position = KVCache::bytes_per_position(c, KVType::F32);
-  TargetDecoder dec(*m, prompt, o, /*max_tree=*/4);
+  TargetDecoder dec(cpu, prompt, o, /*max_tree=*/4);
   EXPECT_EQ(dec.reserved_bytes(), (3 + 300 + 4) * per_position);
   const size_t first = dec.cache_bytes();
   EXPECT_LT(first, dec.reserved_bytes() / 2);

@@ -1,5 +1,6 @@
 #include "tests/test_util.h"
 
+#include "common/backend/cpu_backend.h"
 #include "client/local_verifier.h"
 #include "common/decoding/target_decoder.h"
 #include "common/util/error.h"
@@ -193,7 +194,8 @@ std::optional<int> Child::wait(std::chrono::milliseconds timeout) {
 
 Reference target_alone(const Model& target, const std::vector<int32_t>& prompt, const GenerateOptions& options) {
   c10::InferenceMode guard;
-  TargetDecoder dec(target, prompt, options);
+  const CpuBackend cpu(target);
+  TargetDecoder dec(cpu, prompt, options);
   Reference r;
   while (!dec.finished()) {
     const RoundResult step = dec.step();
@@ -206,7 +208,7 @@ Reference target_alone(const Model& target, const std::vector<int32_t>& prompt, 
 
 RoundLoopResult decode_locally(const std::shared_ptr<const Model>& target, Drafter& drafter,
                                const std::vector<int32_t>& prompt, const GenerateOptions& options, int32_t gamma) {
-  LocalVerifier verifier(target);
+  LocalVerifier verifier(std::make_shared<CpuBackend>(target));
   RoundLoopOptions o;
   o.generate = options;
   o.gamma = gamma;

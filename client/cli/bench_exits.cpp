@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "client/cli/commands.h"
+#include "common/backend/cpu_backend.h"
 #include "common/early_exit/early_verdict.h"
 #include "common/kernels/threads.h"
 #include "common/util/error.h"
@@ -29,10 +30,11 @@ struct ExitBenchArgs {
 int run_bench_exits(const ExitBenchArgs& a) {
   set_compute_threads(a.threads);
   auto model = Model::load(a.model_dir);
+  const CpuBackend backend(*model);
   const ModelConfig& c = model->config();
   std::optional<EarlyExits> all = EarlyExits::load(a.model_dir, c);
   if (!all) throw Error(a.model_dir + ": no early_exits.json (train them with splitspec train exits)");
-  all->set_shortlist(*model, a.shortlist);
+  all->set_shortlist(backend, a.shortlist);
   if (a.context + a.gamma + 1 > c.max_position_embeddings) throw Error("bench exits: context too long for the model");
   // A cache of real entries, then a chain draft to verify.
   KVCache base = model->new_cache();
@@ -68,7 +70,7 @@ int run_bench_exits(const ExitBenchArgs& a) {
       if (!r.after.empty())
         q.on_layer = [&](int64_t layer, RowsView hidden) {
           const int idx = std::find(r.after.begin(), r.after.end(), layer + 1) != r.after.end() ? all->index_of(layer + 1) : -1;
-          if (idx >= 0) verify_at_exit(*model, *all, idx, hidden.slice(0, a.gamma + 1), tree, greedy, Rng(1));
+          if (idx >= 0) verify_at_exit(backend, *all, idx, hidden.slice(0, a.gamma + 1), tree, greedy, Rng(1));
         };
       const auto t0 = SteadyClock::now();
       model->forward(q, cache);

@@ -9,6 +9,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/prompts.h"
 #include "client/cli/svg_plot.h"
+#include "common/backend/cpu_backend.h"
 #include "client/local_verifier.h"
 #include "client/round_loop.h"
 #include "common/drafting/model_drafter.h"
@@ -95,7 +96,7 @@ int run_acceptance(const EvalArgs& a) {
     total.proposed.assign(a.gamma, 0);
     total.accepted.assign(a.gamma, 0);
     int64_t tokens = 0;
-    LocalVerifier verifier(target);
+    LocalVerifier verifier(std::make_shared<CpuBackend>(target));
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::vector<int32_t> ids = tok.encode(prompts[i]);
       ids.insert(ids.begin(), static_cast<int32_t>(target->config().bos_token_id));
@@ -153,7 +154,7 @@ int run_exits(const EvalArgs& a) {
   if (!exits) throw Error(a.model_dir + ": no early_exits.json (train them with splitspec train exits)");
   Tokenizer tok(a.model_dir);
   const std::vector<int32_t> tokens = tokenize_corpus(a.text, tok, static_cast<int32_t>(model->config().bos_token_id));
-  const std::vector<ExitQuality> q = evaluate_exits(*model, *exits, tokens, a.seq_len, a.windows);
+  const std::vector<ExitQuality> q = evaluate_exits(CpuBackend(*model), *exits, tokens, a.seq_len, a.windows);
   if (a.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const ExitQuality& e : q)

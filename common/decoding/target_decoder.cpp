@@ -27,7 +27,7 @@ constexpr int64_t kInitialHeadroom = 128;
 
 }  // namespace
 
-TargetDecoder::TargetDecoder(const Model& target, std::vector<int32_t> prompt, const GenerateOptions& options,
+TargetDecoder::TargetDecoder(const Backend& target, std::vector<int32_t> prompt, const GenerateOptions& options,
                              int32_t max_tree)
     : target_(target),
       options_(options),
@@ -35,7 +35,7 @@ TargetDecoder::TargetDecoder(const Model& target, std::vector<int32_t> prompt, c
       context_(target.config().max_position_embeddings),
       budget_(std::clamp<int64_t>(options.max_new_tokens, 0, std::max<int64_t>(0, context_ - prompt_len_))),
       capacity_limit_(max_tree < 0 ? context_ : std::min<int64_t>(context_, prompt_len_ + budget_ + max_tree)),
-      cache_(target.new_cache(std::clamp<int64_t>(prompt_len_ + kInitialHeadroom, 1, std::max<int64_t>(1, capacity_limit_)))),
+      cache_(target.new_kv(std::clamp<int64_t>(prompt_len_ + kInitialHeadroom, 1, std::max<int64_t>(1, capacity_limit_)))),
       seq_(std::move(prompt)) {
   const ModelConfig& c = target.config();
   options.sampling.validate();
@@ -51,15 +51,15 @@ TargetDecoder::TargetDecoder(const Model& target, std::vector<int32_t> prompt, c
 }
 
 size_t TargetDecoder::reserved_bytes() const {
-  return static_cast<size_t>(capacity_limit_) * KVCache::bytes_per_position(target_.config(), cache_.type());
+  return static_cast<size_t>(capacity_limit_) * target_.kv_bytes_per_position();
 }
 
 void TargetDecoder::reserve_rows(int64_t rows) {
-  const int64_t need = cache_.size() + rows;
-  if (need <= cache_.capacity()) return;
+  const int64_t need = cache_->size() + rows;
+  if (need <= cache_->capacity()) return;
   // Doubling keeps the copies amortised; the limit keeps the cache within
   // what reserved_bytes() promised.
-  cache_.reserve(std::max(need, std::min(capacity_limit_, 2 * cache_.capacity())));
+  cache_->reserve(std::max(need, std::min(capacity_limit_, 2 * cache_->capacity())));
 }
 
 int32_t TargetDecoder::room() const {
@@ -68,7 +68,7 @@ int32_t TargetDecoder::room() const {
 }
 
 ForwardRequest TargetDecoder::pending_request(const DraftTree& tree, const RoundRequest& request) const {
-  const int64_t past = cache_.size();
+  const int64_t past = cache_->size();
   const int64_t committed = static_cast<int64_t>(seq_.size());
   const int64_t pending = committed - past;  // the prompt in round one, else the last token
   ForwardRequest r;
@@ -78,6 +78,7 @@ ForwardRequest TargetDecoder::pending_request(const DraftTree& tree, const Round
   for (int32_t i = 0; i < tree.size(); ++i) rows.push_back(pending + i);
   r.logits_rows = std::move(rows);
   r.final_hidden = request.extras.hidden;
+  r.argmax_only = options_.sampling.greedy() && request.extras.top_k <= 0;
   if (!tree.is_chain()) {
     // The pending tokens are a chain the tree hangs from.
     std::vector<int32_t> parents;
@@ -91,10 +92,9 @@ ForwardRequest TargetDecoder::pending_request(const DraftTree& tree, const Round
   }
   if (request.tap && !request.tap_layers.empty()) {
     const Rng rng = round_rng();
+    for (int64_t after : request.tap_layers) r.tap_layers.push_back(after - 1);
     r.on_layer = [index = *r.logits_rows, rng, &request](int64_t layer, RowsView hidden) {
-      const int64_t after = layer + 1;
-      if (std::find(request.tap_layers.begin(), request.tap_layers.end(), after) != request.tap_layers.end())
-        request.tap(after, hidden.select(index), rng);
+      request.tap(layer + 1, hidden.select(index), rng);
     };
   }
   return r;
@@ -116,7 +116,7 @@ std::vector<RoundResult> TargetDecoder::verify_batch(const std::vector<BatchRoun
                                                     const std::vector<Prefill>& prefills,
                                                     const ForwardEmulation& emulation) {
   if (rounds.empty() && prefills.empty()) return {};
-  const Model& target = rounds.empty() ? prefills[0].decoder->target_ : rounds[0].decoder->target_;
+  const Backend& target = rounds.empty() ? prefills[0].decoder->target_ : rounds[0].decoder->target_;
   std::vector<ForwardRequest> requests;
   std::vector<int64_t> pasts;
   requests.reserve(rounds.size());
@@ -124,7 +124,7 @@ std::vector<RoundResult> TargetDecoder::verify_batch(const std::vector<BatchRoun
     if (&b.decoder->target_ != &target) throw Error("verify: a batch of rounds for different targets");
     b.decoder->check_round(*b.tree);
     requests.push_back(b.decoder->pending_request(*b.tree, *b.request));
-    pasts.push_back(b.decoder->cache_.size());
+    pasts.push_back(b.decoder->cache_->size());
   }
   for (const Prefill& p : prefills) {
     TargetDecoder& d = *p.decoder;
@@ -133,14 +133,14 @@ std::vector<RoundResult> TargetDecoder::verify_batch(const std::vector<BatchRoun
       throw Error("prefill of " + std::to_string(p.tokens) + " tokens where " + std::to_string(d.prefill_left()) +
                   " are left");
     ForwardRequest r;
-    r.tokens.assign(d.seq_.begin() + d.cache_.size(), d.seq_.begin() + d.cache_.size() + p.tokens);
+    r.tokens.assign(d.seq_.begin() + d.cache_->size(), d.seq_.begin() + d.cache_->size() + p.tokens);
     r.logits_rows = std::vector<int64_t>{};
     requests.push_back(std::move(r));
   }
-  std::vector<Model::BatchItem> items;
-  for (size_t i = 0; i < rounds.size(); ++i) items.push_back({&requests[i], &rounds[i].decoder->cache_});
+  std::vector<Backend::Item> items;
+  for (size_t i = 0; i < rounds.size(); ++i) items.push_back({&requests[i], rounds[i].decoder->cache_.get()});
   for (size_t i = 0; i < prefills.size(); ++i)
-    items.push_back({&requests[rounds.size() + i], &prefills[i].decoder->cache_});
+    items.push_back({&requests[rounds.size() + i], prefills[i].decoder->cache_.get()});
   for (size_t i = 0; i < items.size(); ++i) {
     TargetDecoder& d = i < rounds.size() ? *rounds[i].decoder : *prefills[i - rounds.size()].decoder;
     d.reserve_rows(static_cast<int64_t>(requests[i].tokens.size()));
@@ -152,14 +152,16 @@ std::vector<RoundResult> TargetDecoder::verify_batch(const std::vector<BatchRoun
     for (const ForwardRequest& r : requests) rows += static_cast<int64_t>(r.tokens.size());
     modeled = std::chrono::duration<double, std::milli>(emulation.modeled_ms(rows));
     // The first sequence's hook runs first after each layer (forward_batch
-    // is layer-major), before any tap of that layer.
+    // is layer-major), before any tap of that layer; it paces every layer
+    // and passes on the taps.
     const double layers = static_cast<double>(target.config().num_hidden_layers);
-    requests[0].on_layer = [&tf, &modeled, layers, inner = std::move(requests[0].on_layer)](int64_t layer,
-                                                                                          RowsView hidden) {
+    requests[0].on_layer = [&tf, &modeled, layers, taps = std::move(requests[0].tap_layers),
+                            inner = std::move(requests[0].on_layer)](int64_t layer, RowsView hidden) {
       std::this_thread::sleep_until(tf + std::chrono::duration_cast<SteadyClock::duration>(
                                              modeled * (static_cast<double>(layer + 1) / layers)));
-      if (inner) inner(layer, hidden);
+      if (inner && (taps.empty() || std::find(taps.begin(), taps.end(), layer) != taps.end())) inner(layer, hidden);
     };
+    requests[0].tap_layers.clear();
   }
   tf = SteadyClock::now();
   // forward_batch commits every cache or none.
@@ -174,8 +176,8 @@ std::vector<RoundResult> TargetDecoder::verify_batch(const std::vector<BatchRoun
     for (size_t i = 0; i < rounds.size(); ++i)
       results[i] = rounds[i].decoder->judge_round(*rounds[i].tree, rounds[i].request->extras, outs[i]);
   } catch (...) {
-    for (const Model::BatchItem& item : items)
-      item.cache->truncate(item.cache->size() - static_cast<int64_t>(item.request->tokens.size()));
+    for (const Backend::Item& item : items)
+      item.kv->truncate(item.kv->size() - static_cast<int64_t>(item.request->tokens.size()));
     throw;
   }
   for (size_t i = 0; i < rounds.size(); ++i) {
@@ -194,7 +196,10 @@ RoundResult TargetDecoder::judge_round(const DraftTree& tree, const ExtrasReques
   RoundResult r;
   const auto tv = SteadyClock::now();
   Rng rng = round_rng();
-  r.verdict = verify_tree(tree, out.logits, options_.sampling, rng);
+  if (!out.argmax.empty())
+    r.verdict = verify_tree_greedy(tree, target_.config().vocab_size, [&](int64_t row) { return out.argmax.at(row); });
+  else
+    r.verdict = verify_tree(tree, out.logits, options_.sampling, rng);
   add_extras(r, out, extras);
   r.verify_ms = ms_since(tv);
   return r;
@@ -207,7 +212,7 @@ void TargetDecoder::apply_round(RoundResult& r, int64_t past) {
   std::vector<int64_t> rows;
   for (int64_t i = 0; i < pending; ++i) rows.push_back(i);
   for (int32_t node : r.verdict.path) rows.push_back(pending + node);
-  cache_.keep(past, rows);
+  cache_->keep(past, rows);
   commit(r);
 }
 

@@ -9,10 +9,10 @@
 #include <functional>
 #include <vector>
 
+#include "common/backend/backend.h"
 #include "common/decoding/forward_emulation.h"
 #include "common/decoding/generate_options.h"
 #include "common/decoding/verify.h"
-#include "common/model/model.h"
 
 namespace splitspec {
 
@@ -33,7 +33,8 @@ class TargetDecoder {
   // `max_tree` bounds the draft nodes of a round (-1: only the context
   // does); the KV cache grows as the generation does, up to the prompt, the
   // budget and one largest tree, and never past that.
-  TargetDecoder(const Model& target, std::vector<int32_t> prompt, const GenerateOptions& options,
+  // The target must outlive the decoder.
+  TargetDecoder(const Backend& target, std::vector<int32_t> prompt, const GenerateOptions& options,
                 int32_t max_tree = -1);
 
   // Calls `tap` during a round's forward after each layer count in
@@ -61,7 +62,7 @@ class TargetDecoder {
     const RoundRequest* request;
   };
   // Rounds of several generations (of one target) in one target forward
-  // (Model::forward_batch): result i is bitwise what rounds[i].decoder's
+  // (Backend::forward_batch): result i is bitwise what rounds[i].decoder's
   // verify() returns alone. Throws splitspec::Error, with every decoder
   // unchanged, if any round fails check_round(), a prefill asks for more
   // than prefill_left(), or the forward refuses.
@@ -81,14 +82,14 @@ class TargetDecoder {
                                                const ForwardEmulation& emulation = {});
   // Tokens a Prefill may take now.
   int64_t prefill_left() const {
-    return std::max<int64_t>(0, static_cast<int64_t>(seq_.size()) - cache_.size() - 1);
+    return std::max<int64_t>(0, static_cast<int64_t>(seq_.size()) - cache_->size() - 1);
   }
   // What verify() checks before its forward: throws splitspec::Error if the
   // generation has finished or `tree` does not fit or is malformed.
   void check_round(const DraftTree& tree) const;
   // Rows the round's forward carries: the pending tokens plus the tree.
   int64_t round_rows(const DraftTree& tree) const {
-    return static_cast<int64_t>(seq_.size()) - cache_.size() + tree.size();
+    return static_cast<int64_t>(seq_.size()) - cache_->size() + tree.size();
   }
   // One autoregressive token: verify() of an empty tree.
   RoundResult step() { return verify(DraftTree{}); }
@@ -102,9 +103,9 @@ class TargetDecoder {
   int64_t generated() const { return static_cast<int64_t>(seq_.size()) - prompt_len_; }
   int64_t forwards() const { return forwards_; }
   // Bytes the KV cache holds now, and the most it will ever hold.
-  size_t cache_bytes() const { return cache_.bytes(); }
+  size_t cache_bytes() const { return cache_->bytes(); }
   size_t reserved_bytes() const;
-  const Model& model() const { return target_; }
+  const Backend& target() const { return target_; }
 
  private:
   // The round's forward: the tokens not yet in the cache plus the tree.
@@ -122,13 +123,13 @@ class TargetDecoder {
   // resumed from its committed tokens draws what it would have drawn.
   Rng round_rng() const { return Rng::keyed(options_.sampling.seed, static_cast<int64_t>(seq_.size())); }
 
-  const Model& target_;
+  const Backend& target_;
   GenerateOptions options_;
   int64_t prompt_len_;
   int64_t context_;
   int64_t budget_;          // new tokens this generation may produce
   int64_t capacity_limit_;  // the most positions the cache may grow to
-  KVCache cache_;   // every committed token but the last (none before the first round)
+  std::unique_ptr<KVStore> cache_;  // every committed token but the last (none before the first round)
   std::vector<int32_t> seq_;
   FinishReason finish_ = FinishReason::kNone;
   int64_t forwards_ = 0;

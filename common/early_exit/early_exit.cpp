@@ -184,7 +184,7 @@ void EarlyExits::set_frequent_tokens(std::vector<int32_t> ids, int64_t vocab_siz
   shortlist_head_.clear();
 }
 
-void EarlyExits::set_shortlist(const Model& model, int64_t k) {
+void EarlyExits::set_shortlist(const Backend& model, int64_t k) {
   shortlist_ = 0;
   shortlist_head_.clear();
   if (k <= 0 || k >= static_cast<int64_t>(frequent_tokens_.size())) return;
@@ -210,7 +210,7 @@ Rows adapt(const ExitAdapter& a, int64_t bottleneck, const ModelConfig& c, RowsV
 
 }  // namespace
 
-Rows EarlyExits::final_hidden(const Model& model, size_t i, RowsView hidden) const {
+Rows EarlyExits::final_hidden(const Backend& model, size_t i, RowsView hidden) const {
   const ModelConfig& c = model.config();
   const Rows h = adapt(adapters_.at(i), bottleneck_, c, hidden);
   Rows normed(h.rows(), c.hidden_size);
@@ -219,7 +219,7 @@ Rows EarlyExits::final_hidden(const Model& model, size_t i, RowsView hidden) con
   return normed;
 }
 
-Rows EarlyExits::scores(const Model& model, size_t i, RowsView hidden) const {
+Rows EarlyExits::scores(const Backend& model, size_t i, RowsView hidden) const {
   const ModelConfig& c = model.config();
   if (shortlist_ == 0) return model.head_logits(adapt(adapters_.at(i), bottleneck_, c, hidden));
   const Rows normed = final_hidden(model, i, hidden);
@@ -229,7 +229,7 @@ Rows EarlyExits::scores(const Model& model, size_t i, RowsView hidden) const {
   return scored;
 }
 
-Rows EarlyExits::logits(const Model& model, size_t i, RowsView hidden) const {
+Rows EarlyExits::logits(const Backend& model, size_t i, RowsView hidden) const {
   Rows scored = scores(model, i, hidden);
   if (shortlist_ == 0) return scored;
   Rows out(scored.rows(), model.config().vocab_size);

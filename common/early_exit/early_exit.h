@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/model/model.h"
+#include "common/backend/backend.h"
 
 namespace splitspec {
 
@@ -54,15 +54,15 @@ class EarlyExits {
 
   // Logits [m, vocab] of exit `i` for hidden rows [m, hidden] of its layer
   // (-inf outside the shortlist).
-  Rows logits(const Model& model, size_t i, RowsView hidden) const;
+  Rows logits(const Backend& model, size_t i, RowsView hidden) const;
   // The same logits for the scored tokens only: [m, shortlist()], or
   // [m, vocab] without a shortlist; column j is token scored_token(j). What
   // a greedy exit needs, without spreading them over the vocabulary.
-  Rows scores(const Model& model, size_t i, RowsView hidden) const;
+  Rows scores(const Backend& model, size_t i, RowsView hidden) const;
   // What exit `i`'s LM head reads for those rows: the adapted rows after the
   // final norm ([m, hidden]), the exit's stand-in for the target's final
   // hidden state (ReDrafter's head pre-drafts from it).
-  Rows final_hidden(const Model& model, size_t i, RowsView hidden) const;
+  Rows final_hidden(const Backend& model, size_t i, RowsView hidden) const;
   int32_t scored_token(int64_t column) const {
     return shortlist() > 0 ? frequent_tokens_[static_cast<size_t>(column)] : static_cast<int32_t>(column);
   }
@@ -81,7 +81,7 @@ class EarlyExits {
   // greedy outputs use, the 1024 most frequent 97%. k <= 0, k at or above
   // the ranked tokens, or no ranking: the whole vocabulary. The final layer
   // always scores the whole vocabulary.
-  void set_shortlist(const Model& model, int64_t k);
+  void set_shortlist(const Backend& model, int64_t k);
   // Tokens an exit scores; 0: all of them.
   int64_t shortlist() const { return shortlist_; }
 

@@ -6,7 +6,7 @@
 
 namespace splitspec {
 
-std::vector<ExitQuality> evaluate_exits(const Model& model, const EarlyExits& exits, const std::vector<int32_t>& tokens,
+std::vector<ExitQuality> evaluate_exits(const Backend& model, const EarlyExits& exits, const std::vector<int32_t>& tokens,
                                         int64_t seq_len, int64_t max_windows) {
   if (seq_len < 1 || static_cast<int64_t>(tokens.size()) < seq_len)
     throw Error("evaluate exits: the text has fewer than " + std::to_string(seq_len) + " tokens");
@@ -18,8 +18,8 @@ std::vector<ExitQuality> evaluate_exits(const Model& model, const EarlyExits& ex
   for (const ExitAdapter& a : exits.adapters()) r.hidden_layers.push_back(a.after_layer - 1);
   for (int64_t w = 0; w < windows; ++w) {
     r.tokens.assign(tokens.begin() + w * seq_len, tokens.begin() + (w + 1) * seq_len);
-    KVCache cache = model.new_cache(seq_len);
-    const ForwardResult out = model.forward(r, cache);
+    const std::unique_ptr<KVStore> kv = model.new_kv(seq_len);
+    const ForwardResult out = std::move(model.forward_batch({{&r, kv.get()}})[0]);
     const int64_t V = out.logits.cols();
     for (size_t i = 0; i < n_exits; ++i) {
       const Rows logits = exits.logits(model, i, out.hidden.at(exits.adapters()[i].after_layer - 1));

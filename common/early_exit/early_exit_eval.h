@@ -16,7 +16,7 @@ struct ExitQuality {
 };
 
 // Consecutive windows of `seq_len` tokens of `tokens`, at most `max_windows`.
-std::vector<ExitQuality> evaluate_exits(const Model& model, const EarlyExits& exits, const std::vector<int32_t>& tokens,
+std::vector<ExitQuality> evaluate_exits(const Backend& model, const EarlyExits& exits, const std::vector<int32_t>& tokens,
                                         int64_t seq_len, int64_t max_windows);
 
 }  // namespace splitspec

@@ -17,7 +17,7 @@ std::vector<int64_t> decided_rows(const Verdict& v) {
 // Greedy: the exit's scores over its shortlist decide everything. Spreading
 // them over the vocabulary first and taking a vocabulary-wide softmax cost
 // about as much as the exit's own matrix products.
-EarlyVerdict greedy_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, RowsView rows,
+EarlyVerdict greedy_at_exit(const Backend& model, const EarlyExits& exits, size_t exit_index, RowsView rows,
                             const DraftTree& tree) {
   EarlyVerdict e;
   const Rows s = exits.scores(model, exit_index, rows);
@@ -37,7 +37,7 @@ EarlyVerdict greedy_at_exit(const Model& model, const EarlyExits& exits, size_t 
 
 }  // namespace
 
-EarlyVerdict verify_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, RowsView rows,
+EarlyVerdict verify_at_exit(const Backend& model, const EarlyExits& exits, size_t exit_index, RowsView rows,
                             const DraftTree& tree, const SamplingParams& params, Rng rng, bool want_hidden) {
   EarlyVerdict e;
   if (params.greedy()) {

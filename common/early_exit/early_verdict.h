@@ -29,7 +29,7 @@ struct EarlyVerdict {
 
 // `rows` are the hidden states after the exit's layer at the rows the final
 // verification reads ([tree.size()+1, hidden]).
-EarlyVerdict verify_at_exit(const Model& model, const EarlyExits& exits, size_t exit_index, RowsView rows,
+EarlyVerdict verify_at_exit(const Backend& model, const EarlyExits& exits, size_t exit_index, RowsView rows,
                             const DraftTree& tree, const SamplingParams& params, Rng rng, bool want_hidden = false);
 
 }  // namespace splitspec

@@ -4,6 +4,7 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -64,14 +65,16 @@ void add_eog(ModelConfig& c, const std::vector<int32_t>& eog) {
 
 }  // namespace
 
-std::shared_ptr<Model> Model::load(const std::string& path, std::optional<WType> type) {
+ModelSource open_model_source(const std::string& path) {
   namespace fs = std::filesystem;
+  ModelSource src;
+  src.copies = std::make_unique<std::map<std::string, std::vector<uint8_t>>>();
   if (fs::is_regular_file(path) && is_gguf_file(path)) {
     auto f = std::make_shared<GgufFile>(path);
-    ModelConfig c = gguf_model_config(*f);
-    apply_context_limit(c);
+    src.config = gguf_model_config(*f);
+    apply_context_limit(src.config);
     // The vocabulary of the file already open, not opened again.
-    if (f->has("tokenizer.ggml.model")) add_eog(c, Vocab::from_gguf(*f).eog_ids());
+    if (f->has("tokenizer.ggml.model")) add_eog(src.config, Vocab::from_gguf(*f).eog_ids());
     // The metadata and the vocabulary read for its end-of-generation ids
     // (128K pieces and their merges) are done with: free them, and hand their
     // heap back, before the weights come in.
@@ -79,26 +82,41 @@ std::shared_ptr<Model> Model::load(const std::string& path, std::optional<WType>
 #if defined(__GLIBC__)
     malloc_trim(0);
 #endif
-    std::map<std::string, std::vector<uint8_t>> keep;
-    const auto release = gguf_copied_releaser(*f, c);
-    WeightSet w = build_weight_set(c, gguf_weight_source(*f, c, keep), type, true, path, [&](const std::string& name) {
-      // Copied (packed or converted): neither the file's pages nor a
-      // permuted copy of them are read again, and the load's peak stays
-      // near the weights' size.
-      release(name);
-      keep.erase(name);
-    });
-    for (auto& [name, k] : keep) w.owned.push_back(std::move(k));
-    if (w.borrowed) w.mapping = std::move(f);
-    return std::shared_ptr<Model>(new Model(c, std::move(w), fs::path(path).stem().string()));
+    src.name = fs::path(path).stem().string();
+    src.where = path;
+    src.tensors = gguf_weight_source(*f, src.config, *src.copies);
+    src.release = gguf_copied_releaser(*f, src.config);
+    src.mapping = std::move(f);
+    return src;
   }
   if (!fs::is_directory(path))
     throw Error(path + (fs::exists(path) ? ": neither a model directory nor a GGUF file"
                                          : ": model directory does not exist (nor a GGUF file of that name)"));
-  ModelConfig c = load_model_config(path);
-  apply_context_limit(c);
-  if (tokenizer_available(path)) add_eog(c, Tokenizer(path).eog_ids());
-  return std::shared_ptr<Model>(new Model(c, load_weight_set(path, c, type), fs::path(path).filename().string()));
+  src.config = load_model_config(path);
+  apply_context_limit(src.config);
+  if (tokenizer_available(path)) add_eog(src.config, Tokenizer(path).eog_ids());
+  auto st = std::make_shared<const SafetensorsModel>(path);
+  src.name = fs::path(path).filename().string();
+  src.where = st->description();
+  src.tensors = safetensors_source(*st, src.config);
+  src.release = [st = st.get()](const std::string& name) { st->release(name); };
+  src.mapping = std::move(st);
+  return src;
+}
+
+std::shared_ptr<Model> Model::load(const std::string& path, std::optional<WType> type) {
+  ModelSource src = open_model_source(path);
+  WeightSet w = build_weight_set(src.config, src.tensors, type, true, src.where, [&](const std::string& name) {
+    // Copied (packed or converted): neither the file's pages nor a permuted
+    // copy of them are read again, and the load's peak stays near the
+    // weights' size.
+    src.release(name);
+    src.copies->erase(name);
+  });
+  for (auto& [name, k] : *src.copies) w.owned.push_back(std::move(k));
+  // Unmapped when nothing was borrowed.
+  if (w.borrowed) w.mapping = std::move(src.mapping);
+  return std::shared_ptr<Model>(new Model(src.config, std::move(w), src.name));
 }
 
 std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const StreamOptions& options) {
@@ -113,6 +131,7 @@ std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const Stream
   auto stream = std::make_unique<StreamedWeights>(dir, c, options);
   std::shared_ptr<Model> m(new Model(c, WeightSet{}, fs::path(dir).filename().string()));
   m->stream_ = std::move(stream);
+  m->provider_ = m->stream_.get();
   return m;
 }
 
@@ -149,7 +168,7 @@ WType Model::weight_type() const {
 
 std::string Model::weights_digest() const { return stream_ ? "" : weights_.digest(); }
 
-const float* Model::final_norm() const { return stream_ ? stream_->final_norm() : weights_.final_norm(); }
+const float* Model::final_norm() const { return provider_->final_norm(); }
 
 Rows Model::head_rows(const std::vector<int64_t>& ids) const {
   if (stream_) throw Error("head_rows: " + name_ + " is streamed from disk");
@@ -182,17 +201,16 @@ struct Sequence {
   std::vector<std::vector<int32_t>> visible;  // row i attends to these cache slots, increasing
 };
 
-Sequence check_sequence(const ModelConfig& c, const std::string& name, const ForwardRequest& req, KVCache& cache,
-                        int64_t offset) {
+}  // namespace
+
+std::vector<std::vector<int32_t>> check_forward_request(const ModelConfig& c, const ForwardRequest& req, int64_t past,
+                                                        int64_t capacity) {
   const int64_t n = static_cast<int64_t>(req.tokens.size());
-  const int64_t past = cache.size();
   const int64_t total = past + n;
   if (n == 0) throw Error("forward: no tokens given");
-  if (!cache.fits(c))
-    throw Error("forward: the KV cache was made for a model of another shape than " + name);
-  if (total > cache.capacity())
+  if (total > capacity)
     throw Error("forward: context of " + std::to_string(total) + " tokens exceeds the KV cache capacity of " +
-                std::to_string(cache.capacity()));
+                std::to_string(capacity));
   for (int32_t t : req.tokens)
     if (t < 0 || t >= c.vocab_size)
       throw Error("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
@@ -208,8 +226,10 @@ Sequence check_sequence(const ModelConfig& c, const std::string& name, const For
       if (r < 0 || r >= n) throw Error("forward: logits row " + std::to_string(r) + " outside the " + std::to_string(n) + " new tokens");
   for (int64_t l : req.hidden_layers)
     if (l < 0 || l >= c.num_hidden_layers) throw Error("forward: hidden layer " + std::to_string(l) + " does not exist");
+  for (int64_t l : req.tap_layers)
+    if (l < 0 || l >= c.num_hidden_layers) throw Error("forward: tap layer " + std::to_string(l) + " does not exist");
 
-  Sequence s{&req, &cache, offset, n, std::vector<std::vector<int32_t>>(n)};
+  std::vector<std::vector<int32_t>> visible(n);
   if (!req.mask.empty()) {
     if (req.mask.rows != n || req.mask.cols != total ||
         static_cast<int64_t>(req.mask.allowed.size()) != n * total)
@@ -217,19 +237,17 @@ Sequence check_sequence(const ModelConfig& c, const std::string& name, const For
     for (int64_t i = 0; i < n; ++i) {
       const uint8_t* row = req.mask.row(i);
       for (int64_t j = 0; j < total; ++j)
-        if (row[j]) s.visible[i].push_back(static_cast<int32_t>(j));
-      if (s.visible[i].empty()) throw Error("forward: mask row " + std::to_string(i) + " attends to nothing");
+        if (row[j]) visible[i].push_back(static_cast<int32_t>(j));
+      if (visible[i].empty()) throw Error("forward: mask row " + std::to_string(i) + " attends to nothing");
     }
   } else {
     for (int64_t i = 0; i < n; ++i) {
-      s.visible[i].resize(past + i + 1);
-      std::iota(s.visible[i].begin(), s.visible[i].end(), 0);
+      visible[i].resize(past + i + 1);
+      std::iota(visible[i].begin(), visible[i].end(), 0);
     }
   }
-  return s;
+  return visible;
 }
-
-}  // namespace
 
 std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& items) const {
   const ModelConfig& c = config_;
@@ -239,7 +257,11 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
   for (size_t b = 0; b < items.size(); ++b) {
     for (size_t a = 0; a < b; ++a)
       if (items[a].cache == items[b].cache) throw Error("forward: two sequences of one batch share a KV cache");
-    seqs.push_back(check_sequence(c, name_, *items[b].request, *items[b].cache, n));
+    KVCache& cache = *items[b].cache;
+    if (!cache.fits(c)) throw Error("forward: the KV cache was made for a model of another shape than " + name_);
+    const ForwardRequest& req = *items[b].request;
+    seqs.push_back({&req, &cache, n, static_cast<int64_t>(req.tokens.size()),
+                    check_forward_request(c, req, cache.size(), cache.capacity())});
     n += seqs.back().n;
   }
 
@@ -260,17 +282,14 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
   }
   // A streamed forward passes over every weight unit once, even when cut
   // short by an exception, so the next one starts in step.
+  WeightProvider& w = *provider_;
   struct Pass {
-    StreamedWeights* s;
-    explicit Pass(StreamedWeights* s) : s(s) { if (s) s->begin_forward(); }
-    ~Pass() { if (s) s->end_forward(); }
-  } pass(stream_.get());
+    WeightProvider& w;
+    explicit Pass(WeightProvider& w) : w(w) { w.begin_forward(); }
+    ~Pass() { w.end_forward(); }
+  } pass(w);
   Rows x(n, c.hidden_size);
-  if (stream_) {
-    stream_->embed(ids.data(), n, x.data());
-  } else {
-    for (int64_t i = 0; i < n; ++i) dequantize_rows(weights_.embed, ids[i], ids[i] + 1, x.row(i));
-  }
+  w.embed(ids.data(), n, x.data());
 
   const int64_t H = c.hidden_size, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
   const int64_t I = c.intermediate_size;
@@ -280,9 +299,6 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
   Rows delta(n, H), gate(n, I), up(n, I);
   Rows head_normed(c.qk_norm ? n : 0, Hq * D);
   auto f = [](Rows& t) { return t.data(); };
-  auto vector = [&](int64_t l, LayerVector which) {
-    return stream_ ? stream_->vector(l, which) : weights_.vector(l, which);
-  };
   // Row by row, so a row's sums do not depend on the batch.
   auto add_bias = [](float* x, int64_t rows, int64_t cols, const float* bias) {
     for (int64_t r = 0; r < rows; ++r) kernels::add_inplace(x + r * cols, bias, cols);
@@ -291,36 +307,28 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
   std::vector<ForwardResult> out(seqs.size());
   // Each matrix is taken just before its use and given back right after,
   // so a streamed model can reuse its read buffer at once.
-  auto matrix = [&](int64_t l, LayerMatrix m) -> MatrixRef {
-    if (stream_) return stream_->acquire(l, m);
-    return weights_.layers[l][static_cast<int>(m)];
-  };
-  auto done = [&] {
-    if (stream_) stream_->release();
+  auto linear = [&](Rows& in, int64_t l, LayerMatrix m, Rows& y) {
+    kernels::linear(f(in), n, w.acquire(l, m), f(y));
+    w.release();
   };
   // Every kernel but attention treats rows independently and is
   // batch-invariant, so it runs once over the whole batch; attention reads
   // each sequence's own cache under its own mask.
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const float* input_norm = stream_ ? stream_->input_norm(l) : weights_.input_norm(l);
-    const float* post_norm = stream_ ? stream_->post_norm(l) : weights_.post_norm(l);
-    kernels::rms_norm(f(x), n, H, input_norm, eps, f(h));
-    kernels::linear(f(h), n, matrix(l, LayerMatrix::kQ), f(q));
-    done();
-    kernels::linear(f(h), n, matrix(l, LayerMatrix::kK), f(k));
-    done();
-    kernels::linear(f(h), n, matrix(l, LayerMatrix::kV), f(v));
-    done();
+    kernels::rms_norm(f(x), n, H, w.input_norm(l), eps, f(h));
+    linear(h, l, LayerMatrix::kQ, q);
+    linear(h, l, LayerMatrix::kK, k);
+    linear(h, l, LayerMatrix::kV, v);
     if (c.attention_bias) {
-      add_bias(f(q), n, Hq * D, vector(l, LayerVector::kQBias));
-      add_bias(f(k), n, Hkv * D, vector(l, LayerVector::kKBias));
-      add_bias(f(v), n, Hkv * D, vector(l, LayerVector::kVBias));
+      add_bias(f(q), n, Hq * D, w.vector(l, LayerVector::kQBias));
+      add_bias(f(k), n, Hkv * D, w.vector(l, LayerVector::kKBias));
+      add_bias(f(v), n, Hkv * D, w.vector(l, LayerVector::kVBias));
     }
     if (c.qk_norm) {
       // Each head's query and key rows, normed as rows of their own.
-      kernels::rms_norm(f(q), n * Hq, D, vector(l, LayerVector::kQNorm), eps, f(head_normed));
+      kernels::rms_norm(f(q), n * Hq, D, w.vector(l, LayerVector::kQNorm), eps, f(head_normed));
       std::memcpy(f(q), f(head_normed), n * Hq * D * sizeof(float));
-      kernels::rms_norm(f(k), n * Hkv, D, vector(l, LayerVector::kKNorm), eps, f(head_normed));
+      kernels::rms_norm(f(k), n * Hkv, D, w.vector(l, LayerVector::kKNorm), eps, f(head_normed));
       std::memcpy(f(k), f(head_normed), n * Hkv * D * sizeof(float));
     }
     kernels::rope(f(q), n, Hq, D, f(cos), f(sin));
@@ -337,17 +345,13 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
         kernels::attention(qs, static_cast<const float*>(s.cache->keys(l)),
                            static_cast<const float*>(s.cache->values(l)), shape, s.visible, scale, os);
     }
-    kernels::linear(f(attn), n, matrix(l, LayerMatrix::kO), f(delta));
-    done();
+    linear(attn, l, LayerMatrix::kO, delta);
     kernels::add_inplace(f(x), f(delta), n * H);
-    kernels::rms_norm(f(x), n, H, post_norm, eps, f(h));
-    kernels::linear(f(h), n, matrix(l, LayerMatrix::kGate), f(gate));
-    done();
-    kernels::linear(f(h), n, matrix(l, LayerMatrix::kUp), f(up));
-    done();
+    kernels::rms_norm(f(x), n, H, w.post_norm(l), eps, f(h));
+    linear(h, l, LayerMatrix::kGate, gate);
+    linear(h, l, LayerMatrix::kUp, up);
     kernels::silu_mul(f(gate), f(up), n * I, f(gate));
-    kernels::linear(f(gate), n, matrix(l, LayerMatrix::kDown), f(delta));
-    done();
+    linear(gate, l, LayerMatrix::kDown, delta);
     kernels::add_inplace(f(x), f(delta), n * H);
     for (size_t b = 0; b < seqs.size(); ++b) {
       const Sequence& s = seqs[b];
@@ -356,7 +360,9 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
       const RowsView rows = x.view().slice(s.offset, s.n);
       for (int64_t hl : req.hidden_layers)
         if (hl == l) out[b].hidden[l] = Rows::copy_of(rows);
-      if (req.on_layer) req.on_layer(l, rows);
+      if (req.on_layer && (req.tap_layers.empty() ||
+                           std::find(req.tap_layers.begin(), req.tap_layers.end(), l) != req.tap_layers.end()))
+        req.on_layer(l, rows);
     }
   }
   // The final norm and the head, once over every sequence's logits rows.
@@ -371,16 +377,11 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     }
     counts.push_back(static_cast<int64_t>(rows.size() - before));
   }
-  Rows normed, logits;
-  if (rows.empty()) {
-    // Only prefills: no row wants logits.
-    normed = Rows(0, c.hidden_size);
-    // A streamed model still passes over its head, to stay in step.
-    logits = stream_ ? streamed_head_logits(normed) : Rows(0, c.vocab_size);
-  } else {
-    normed = final_norm_rows(x.select(rows));
-    logits = stream_ ? streamed_head_logits(normed) : head_logits_normed(normed);
-  }
+  // Only prefills: no row wants logits (a streamed head still passes over
+  // its units, to stay in step).
+  Rows normed = rows.empty() ? Rows(0, c.hidden_size) : final_norm_rows(x.select(rows));
+  Rows logits(normed.rows(), c.vocab_size);
+  w.head(normed.data(), normed.rows(), logits.data());
   int64_t first = 0;
   for (size_t b = 0; b < seqs.size(); ++b) {
     // A lone sequence keeps the whole matrices; a batch's are split by copy.
@@ -407,35 +408,11 @@ Rows Model::final_norm_rows(RowsView hidden) const {
   return normed;
 }
 
-Rows Model::streamed_head_logits(RowsView normed) const {
-  const ModelConfig& c = config_;
-  const int64_t m = normed.rows;
-  Rows logits(m, c.vocab_size);
-  // Slice by slice of vocabulary rows; every logit is the same dot product
-  // the whole-matrix call computes, so the values are bitwise the same.
-  std::vector<float> part;
-  for (int64_t chunk = 0; chunk < stream_->head_chunks(); ++chunk) {
-    int64_t row0 = 0, count = 0;
-    const MatrixRef w = stream_->acquire_head(chunk, &row0, &count);
-    if (m > 0) {
-      part.resize(static_cast<size_t>(m * count));
-      kernels::linear(normed.data, m, w, part.data());
-      for (int64_t r = 0; r < m; ++r)
-        std::memcpy(logits.row(r) + row0, part.data() + r * count, count * sizeof(float));
-    }
-    stream_->release();
-  }
-  return logits;
-}
-
 Rows Model::head_logits(RowsView hidden) const {
   if (stream_) throw Error("head_logits: " + name_ + " is streamed from disk; its head runs inside forward()");
-  return head_logits_normed(final_norm_rows(hidden));
-}
-
-Rows Model::head_logits_normed(RowsView normed) const {
-  Rows logits(normed.rows, config_.vocab_size);
-  kernels::linear(normed.data, normed.rows, weights_.lm_head, logits.data());
+  const Rows normed = final_norm_rows(hidden);
+  Rows logits(normed.rows(), config_.vocab_size);
+  kernels::linear(normed.data(), normed.rows(), weights_.lm_head, logits.data());
   return logits;
 }
 

@@ -21,6 +21,7 @@
 #include "common/model/rows.h"
 #include "common/weights/safetensors.h"
 #include "common/weights/streamed_weights.h"
+#include "common/weights/weight_provider.h"
 #include "common/weights/weight_set.h"
 
 namespace splitspec {
@@ -41,20 +42,56 @@ struct ForwardRequest {
   std::optional<std::vector<int64_t>> logits_rows;
   // Layers (0-based) whose output hidden states ([n, hidden]) are returned.
   std::vector<int64_t> hidden_layers;
-  // Called after each layer (0-based) with its output [n, hidden], while the
-  // forward goes on: early exits verify there. The rows are only valid
-  // during the call. An exception leaves the cache unchanged.
+  // Called after each layer (0-based) in `tap_layers` (every layer when it
+  // is empty) with its output [n, hidden], while the forward goes on: early
+  // exits verify there. The rows are only valid during the call. An
+  // exception leaves the cache unchanged.
   std::function<void(int64_t layer, RowsView hidden)> on_layer;
+  std::vector<int64_t> tap_layers;
   // Also return the logits rows' hidden states after the final norm: what
   // the LM head reads (a drafter conditioned on the target reads it too).
   bool final_hidden = false;
+  // Only each logits row's argmax (its first maximum) is needed: a backend
+  // may answer with ForwardResult::argmax and no logits (a GPU then sends 4
+  // bytes a row to the host, not the vocabulary's logits). The CPU returns
+  // the logits.
+  bool argmax_only = false;
 };
 
 struct ForwardResult {
-  Rows logits;                     // [rows, vocab]
+  Rows logits;                     // [rows, vocab]; empty where argmax answers an argmax_only request
+  std::vector<int32_t> argmax;     // per logits row, where a backend computed it
   std::map<int64_t, Rows> hidden;  // layer -> [n, hidden]
   Rows final_hidden;               // [rows, hidden] when asked for
 };
+
+// What every backend's forward checks of a request against a KV store of
+// `past` entries and `capacity` slots, and so refuses alike: tokens,
+// positions, mask, logits rows and layers. Returns each new row's visible
+// slots, increasing (causal when the mask is empty). Throws splitspec::Error
+// naming the problem.
+std::vector<std::vector<int32_t>> check_forward_request(const ModelConfig& config, const ForwardRequest& request,
+                                                        int64_t past, int64_t capacity);
+
+// A model's files opened for reading its tensors as stored: its config (the
+// context capped at model_context_limit(), every end-of-generation id of its
+// tokenizer added) and its tensors by our names, in place (weight_set.h's
+// WeightSource). Model::load builds its weights from it; a backend with a
+// layout of its own uploads from it.
+struct ModelSource {
+  ModelConfig config;
+  std::string name;        // the file's stem, or the directory's name
+  std::string where;       // for errors: the file, or the directory's files
+  WeightSource tensors;
+  // Drops a tensor's file pages once a copy of it is held (may be empty).
+  std::function<void(const std::string& name)> release;
+  // What `tensors` point into: the mapping, and permuted copies by name.
+  std::shared_ptr<const void> mapping;
+  std::unique_ptr<std::map<std::string, std::vector<uint8_t>>> copies;
+};
+// Throws splitspec::Error for a path that is neither a GGUF file nor a model
+// directory, and for an unsupported or malformed model.
+ModelSource open_model_source(const std::string& path);
 
 // RoPE angle tables [max_position_embeddings, head_dim/2], computed in double
 // as the reference implementations do, so far positions keep their precision.
@@ -139,15 +176,15 @@ class Model {
   Model(ModelConfig config, WeightSet weights, std::string name);
   // The final norm on hidden rows [m, hidden].
   Rows final_norm_rows(RowsView hidden) const;
-  // The LM head on rows already through the final norm.
-  Rows streamed_head_logits(RowsView normed) const;
-  Rows head_logits_normed(RowsView normed) const;
   ModelConfig config_;
   WeightSet weights_;
   std::string name_;
   std::vector<float> rope_cos_;  // [max_positions, head_dim/2]
   std::vector<float> rope_sin_;
   std::unique_ptr<StreamedWeights> stream_;
+  ResidentWeights resident_{weights_};
+  // What the forward reads its weights from: resident_, or stream_.
+  WeightProvider* provider_ = &resident_;
   KVType kv_type_ = KVType::F32;
 };
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/backend/cpu_backend.h"
 #include "common/model/model.h"
 #include "common/model/model_config.h"
 #include "common/tokenizer/tokenizer.h"
@@ -134,7 +135,7 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
   std::vector<int32_t> valid_tokens;
   if (!job.valid.empty()) valid_tokens = tokenize_corpus(job.valid, tok, static_cast<int32_t>(c.bos_token_id));
   constexpr int64_t kEvalWindows = 24;
-  if (!valid_tokens.empty()) report.before = evaluate_exits(*model, exits, valid_tokens, job.seq_len, kEvalWindows);
+  if (!valid_tokens.empty()) report.before = evaluate_exits(CpuBackend(*model), exits, valid_tokens, job.seq_len, kEvalWindows);
 
   // Per exit: norm, down, up, trained as tensors and written back at the end.
   std::vector<std::vector<at::Tensor>> weights;
@@ -190,7 +191,7 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
     a.up = values(weights[i][2]);
   }
   rank_tokens(exits, train_tokens, c);
-  if (!valid_tokens.empty()) report.after = evaluate_exits(*model, exits, valid_tokens, job.seq_len, kEvalWindows);
+  if (!valid_tokens.empty()) report.after = evaluate_exits(CpuBackend(*model), exits, valid_tokens, job.seq_len, kEvalWindows);
   if (older) report.kept_layers = exits.keep_missing_from(*older);
   exits.save(out_dir);
   report.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/kernels/linear.h"
 #include "common/kernels/quant.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
@@ -35,7 +36,7 @@ uint64_t span_of(uint64_t offset, uint64_t bytes) {
 }  // namespace
 
 StreamedWeights::StreamedWeights(const std::string& dir, const ModelConfig& config, const StreamOptions& options)
-    : options_(options), layers_(config.num_hidden_layers), hidden_(config.hidden_size) {
+    : options_(options), layers_(config.num_hidden_layers), hidden_(config.hidden_size), vocab_(config.vocab_size) {
   try {
     plan_units(SafetensorsModel(dir), config);
     allocate(config);
@@ -381,6 +382,21 @@ MatrixRef StreamedWeights::acquire_head(int64_t chunk, int64_t* row0, int64_t* r
   *row0 = units_[index].row0;
   *rows = units_[index].rows;
   return m;
+}
+
+void StreamedWeights::head(const float* normed, int64_t m, float* logits) {
+  std::vector<float> part;
+  for (int64_t chunk = 0; chunk < head_chunks_; ++chunk) {
+    int64_t row0 = 0, count = 0;
+    const MatrixRef w = acquire_head(chunk, &row0, &count);
+    if (m > 0) {
+      part.resize(static_cast<size_t>(m * count));
+      kernels::linear(normed, m, w, part.data());
+      for (int64_t r = 0; r < m; ++r)
+        std::memcpy(logits + r * vocab_ + row0, part.data() + r * count, count * sizeof(float));
+    }
+    release();
+  }
 }
 
 bool StreamedWeights::wait_next(std::unique_lock<std::mutex>& lk) {

@@ -36,6 +36,7 @@
 #include "common/model/model_config.h"
 #include "common/weights/safetensors.h"
 #include "common/weights/weight_names.h"
+#include "common/weights/weight_provider.h"
 
 namespace splitspec {
 
@@ -66,7 +67,7 @@ struct StreamStats {
   std::string io_mode;  // "O_DIRECT" or "buffered, POSIX_FADV_DONTNEED"
 };
 
-class StreamedWeights {
+class StreamedWeights final : public WeightProvider {
  public:
   // Reads every unit once to check it (finite values, readable file), then
   // keeps what fits. Throws splitspec::Error naming the file for a missing or
@@ -78,11 +79,11 @@ class StreamedWeights {
   StreamedWeights(const StreamedWeights&) = delete;
   StreamedWeights& operator=(const StreamedWeights&) = delete;
 
-  const float* input_norm(int64_t layer) const { return norms_ + (2 * layer) * hidden_; }
-  const float* post_norm(int64_t layer) const { return norms_ + (2 * layer + 1) * hidden_; }
-  const float* final_norm() const { return norms_ + 2 * layers_ * hidden_; }
+  const float* input_norm(int64_t layer) const override { return norms_ + (2 * layer) * hidden_; }
+  const float* post_norm(int64_t layer) const override { return norms_ + (2 * layer + 1) * hidden_; }
+  const float* final_norm() const override { return norms_ + 2 * layers_ * hidden_; }
   // Layer l's family vector (weight_names.h), or null when it has none.
-  const float* vector(int64_t layer, LayerVector v) const {
+  const float* vector(int64_t layer, LayerVector v) const override {
     const int64_t at = vector_at_[static_cast<size_t>(layer * kLayerVectors + static_cast<int>(v))];
     return at < 0 ? nullptr : vectors_ + at;
   }
@@ -92,16 +93,16 @@ class StreamedWeights {
   // end_forward() also skips whatever a forward cut short left unused, so the
   // next one starts in step. acquire* blocks until the unit is in memory and
   // throws splitspec::Error if reading it failed.
-  void begin_forward();
-  MatrixRef acquire(int64_t layer, LayerMatrix m);
-  int64_t head_chunks() const { return head_chunks_; }
-  // LM-head rows [*row0, *row0 + *rows) as [rows, hidden].
-  MatrixRef acquire_head(int64_t chunk, int64_t* row0, int64_t* rows);
-  void release();
-  void end_forward() noexcept;
+  void begin_forward() override;
+  MatrixRef acquire(int64_t layer, LayerMatrix m) override;
+  void release() override;
+  void end_forward() noexcept override;
+  // The LM head slice by slice of vocabulary rows: every logit is the dot
+  // product the whole matrix gives, so the values are bitwise the same.
+  void head(const float* normed, int64_t m, float* logits) override;
 
   // Embedding rows of `ids` into out[n, hidden].
-  void embed(const int64_t* ids, int64_t n, float* out);
+  void embed(const int64_t* ids, int64_t n, float* out) override;
 
   // True while a forward waits for a read: the CPU is idle, so other work
   // (provisional drafting) can run without slowing the forward down.
@@ -144,10 +145,12 @@ class StreamedWeights {
   // hold at least `needed` of them.
   void read_span(int file, uint64_t offset, uint64_t bytes, uint64_t needed, uint8_t* dst);
   MatrixRef acquire_unit(int64_t index);
+  // LM-head rows [*row0, *row0 + *rows) as [rows, hidden].
+  MatrixRef acquire_head(int64_t chunk, int64_t* row0, int64_t* rows);
   void loader_loop();
 
   StreamOptions options_;
-  int64_t layers_ = 0, hidden_ = 0;
+  int64_t layers_ = 0, hidden_ = 0, vocab_ = 0;
   std::vector<std::string> paths_;
   std::vector<int> fds_;
   bool direct_ = true;

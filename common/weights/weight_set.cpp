@@ -154,6 +154,46 @@ std::string WeightSet::digest() const {
   return d.hex();
 }
 
+std::string source_digest(const ModelConfig& c, const WeightSource& source) {
+  Digest d;
+  auto matrix = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    const MatrixRef m = source(name, shape);
+    d.add(static_cast<int64_t>(m.type));
+    d.add(m.rows);
+    d.add(m.cols);
+    d.add(m.data, static_cast<size_t>(m.bytes()));
+  };
+  auto floats = [&](const std::string& name, int64_t size) {
+    const MatrixRef src = source(name, {size});
+    std::vector<float> v(static_cast<size_t>(size));
+    dequantize_rows(src, 0, 1, v.data());
+    return v;
+  };
+  const int64_t H = c.hidden_size;
+  matrix(kEmbedName, {c.vocab_size, H});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (int m = 0; m < kLayerMatrices; ++m)
+      matrix(layer_matrix_name(l, static_cast<LayerMatrix>(m)), layer_matrix_shape(static_cast<LayerMatrix>(m), c));
+  matrix(c.tie_word_embeddings ? kEmbedName : kHeadName, {c.vocab_size, H});
+  std::vector<float> norms;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (bool post : {false, true}) {
+      const std::vector<float> v = floats(layer_norm_name(l, post), H);
+      norms.insert(norms.end(), v.begin(), v.end());
+    }
+  const std::vector<float> final_norm = floats(kFinalNormName, H);
+  norms.insert(norms.end(), final_norm.begin(), final_norm.end());
+  d.add(norms.data(), norms.size() * sizeof(float));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (int v = 0; v < kLayerVectors; ++v) {
+      const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c);
+      const std::vector<float> x = size ? floats(layer_vector_name(l, static_cast<LayerVector>(v)), size) : std::vector<float>{};
+      d.add(static_cast<int64_t>(x.size()));
+      d.add(x.data(), x.size() * sizeof(float));
+    }
+  return d.hex();
+}
+
 uint64_t WeightSet::owned_bytes() const {
   uint64_t n = 0;
   for (const auto& o : owned) n += o.size();

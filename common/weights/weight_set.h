@@ -87,6 +87,11 @@ WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape);
 // A tensor to take: rows x cols values of some type (norms are 1 x hidden).
 using WeightSource = std::function<MatrixRef(const std::string& name, const std::vector<int64_t>& shape)>;
 
+// WeightSet::digest() of the set build_weight_set would build from `source`
+// at its stored types, without building it (a backend with its own layout
+// names the weights it uploads so).
+std::string source_digest(const ModelConfig& c, const WeightSource& source);
+
 // Builds the set tensor by tensor from `source`. With `type`, every matrix
 // is converted to its type under it (tensor_type); without, each
 // keeps its own. `borrow`: a float matrix already of its type is referenced

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "common/early_exit/early_exit.h"
+#include "common/backend/cpu_backend.h"
 #include "common/model/model.h"
 #include "common/model/model_config.h"
 #include "common/model/rows.h"
@@ -101,10 +102,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const size_t i = data[size - 1] % exits->adapters().size();
       const std::vector<float> ones(static_cast<size_t>(2 * h), 1.0f);
       const splitspec::RowsView hidden{ones.data(), 2, h};
-      const splitspec::Rows logits = exits->logits(*fx.demo, i, hidden);
+      const splitspec::Rows logits = exits->logits(splitspec::CpuBackend(*fx.demo), i, hidden);
       check(logits.rows() == 2 && logits.cols() == config.vocab_size, "exit logits shape");
-      exits->set_shortlist(*fx.demo, 16);
-      const splitspec::Rows scores = exits->scores(*fx.demo, i, hidden);
+      exits->set_shortlist(splitspec::CpuBackend(*fx.demo), 16);
+      const splitspec::Rows scores = exits->scores(splitspec::CpuBackend(*fx.demo), i, hidden);
       const int64_t k = exits->shortlist() > 0 ? exits->shortlist() : config.vocab_size;
       check(scores.rows() == 2 && scores.cols() == k, "shortlist scores shape");
       for (int64_t j = 0; j < k; ++j) {
