@@ -1,0 +1,2 @@
+// The CUDA backend's linear.cu compiled for the CPU emulator.
+#include "common/backend/cuda/linear.cu"
