@@ -23,6 +23,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
+#include <spdlog/spdlog.h>
 
 namespace splitspec {
 
@@ -171,6 +172,10 @@ struct Client::Impl {
   // KV cache type set to the server's once that is known.
   std::shared_ptr<Model> fallback_model;
   std::shared_ptr<const Backend> fallback;
+  // How its arithmetic differs from the server's (empty: it does not, or
+  // the server is not reached yet); set on the generation's thread.
+  mutable std::string numerics_differ;
+  v1::ServerInfo fallback_own;  // what the fallback says of itself (fallback_identity, computed once)
   std::unique_ptr<Verifier> verifier;  // null for the server's own streaming loop
   ResilientVerifier* resilient = nullptr;  // the server verifier, when it is one
   Cancellation cancel;
@@ -220,6 +225,8 @@ void check_combination(const ClientOptions& o, const DrafterInfo& d, const std::
   if (local && !o.fallback_target_dir.empty())
     throw Error(label + ": a fallback target stands in for the server; the local verifier has its target already");
   if (!o.kv_cache.empty()) parse_kv_type(o.kv_cache);
+  if (!o.device.empty() && !parse_device(o.device).cpu() && !local)
+    throw Error(label + ": device sets where the local target computes; a server computes where its own --device says");
   if (!local && !o.kv_cache.empty() && o.fallback_target_dir.empty())
     throw Error(label + ": kv_cache sets the local target's cache; the server's is its own kv_cache setting");
   if (o.reconnect_budget.count() < 0) throw Error(label + ": reconnect_budget must be >= 0");
@@ -249,11 +256,48 @@ v1::ServerInfo fallback_identity(const ClientOptions& o, const Backend& m) {
   i.set_max_draft_tokens(std::numeric_limits<int32_t>::max());
   if (tokenizer_available(o.fallback_target_dir))
     i.set_tokenizer_fingerprint(Tokenizer(o.fallback_target_dir).fingerprint());
-  i.set_weight_type(wtype_name(m.weight_type()));
-  i.set_weights_digest(m.numerics().weights_digest);
+  const Numerics n = m.numerics();
+  i.set_weight_type(n.weight_type);
+  i.set_weights_digest(n.weights_digest);
+  i.set_backend(n.backend);
+  i.set_backend_arch(n.arch);
+  i.set_kernels_version(n.kernels);
+  i.set_device(m.device());
   i.set_kv_cache(kv_type_name(options_kv_type(o)));
   i.set_serving(true);
   return i;
+}
+
+// How two targets' arithmetic differs (ServerInfo's backend, arch and kernels
+// version), named; empty when they compute alike. A server that does not say
+// is a CPU one of unknown arithmetic: only what both say is compared.
+std::string arithmetic_differences(const v1::ServerInfo& a, const v1::ServerInfo& b) {
+  std::string out;
+  auto field = [&](const char* what, const std::string& x, const std::string& y) {
+    if (x.empty() || y.empty() || x == y) return;
+    out += (out.empty() ? "" : ", ") + std::string(what) + " " + x + " vs " + y;
+  };
+  field("backend", a.backend().empty() ? "cpu" : a.backend(), b.backend().empty() ? "cpu" : b.backend());
+  field("arch", a.backend_arch(), b.backend_arch());
+  field("kernels", a.kernels_version(), b.kernels_version());
+  return out;
+}
+
+// A fallback whose arithmetic is not the server's: refused under
+// strict_numerics, else a warning; returns the differences (empty: none).
+std::string check_numerics(const ClientOptions& o, const v1::ServerInfo& info, const v1::ServerInfo& own) {
+  const std::string diff = arithmetic_differences(own, info);
+  if (diff.empty()) return diff;
+  const std::string what = "fallback target " + o.fallback_target_dir + " computes with other numerics than server " +
+                           o.server + " (" + diff + "; here " + own.device() + ", there " +
+                           (info.device().empty() ? "unnamed" : info.device()) + ")";
+  if (o.strict_numerics)
+    throw Error(what + ": --strict-numerics refuses the pairing (run the fallback where the server's numerics are, or "
+                "drop the flag to fail over with tokens that may differ from the server's after a failover)");
+  spdlog::warn("{}: a failover goes on, but greedy tokens after it may differ from the server's alone; generations it "
+               "verifies are marked mixed_numerics (--strict-numerics refuses this)",
+               what);
+  return diff;
 }
 
 // The server's target, here: a fallback that verified with another model
@@ -344,7 +388,8 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
       // The server's target as stored: its digest must be the server's.
       impl->fallback_model = load_local_target(o, o.fallback_target_dir, options_kv_type(o), std::nullopt);
       impl->fallback = std::make_shared<CpuBackend>(impl->fallback_model);
-      const v1::ServerInfo own = fallback_identity(o, *impl->fallback);
+      impl->fallback_own = fallback_identity(o, *impl->fallback);
+      const v1::ServerInfo& own = impl->fallback_own;
       impl->link = std::make_unique<ServerLink>(o.server, o.connect_timeout, link_security(o), own);
       if (impl->link->confirmed()) check_fallback(o, impl->link->info(), own, *impl->fallback_model);
     }
@@ -379,7 +424,11 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
     throw Error(impl->label + ": pre-drafting needs a drafter that can fork; " + o.drafter + " cannot");
   if (impl->link) {
     const Client::Impl* checked = impl.get();
-    auto check = [checked, wants = probe->wants()](const v1::ServerInfo& info) { checked->check_server(wants, info); };
+    auto check = [checked, wants = probe->wants()](const v1::ServerInfo& info) {
+      checked->check_server(wants, info);
+      // At connect, or when an offline start first meets the server.
+      if (checked->fallback) checked->numerics_differ = check_numerics(checked->options, info, checked->fallback_own);
+    };
     if (impl->link->confirmed())
       check(impl->link->info());
     else
@@ -414,6 +463,8 @@ ServerInfo Client::server_info() {
   out.weight_type = i.weight_type();
   out.weights_digest = i.weights_digest();
   out.emulated_forward_ms = i.emulated_forward_ms();
+  out.backend = i.backend().empty() ? "cpu" : i.backend();
+  out.device = i.device();
   return out;
 }
 
@@ -658,6 +709,7 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   s.provisional_tokens = static_cast<int64_t>(counter("provisional_tokens"));
   s.provisional_kept = static_cast<int64_t>(counter("provisional_kept"));
   if (resilient) static_cast<FaultStats&>(s) = resilient->fault_stats();
+  if (!numerics_differ.empty() && s.fallback_rounds > 0) s.mixed_numerics = 1;
   if (server) {
     s.verify_wait_ms = vs.wait_ms;
     s.server_ms = vs.server_ms;

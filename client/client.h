@@ -165,6 +165,12 @@ struct ClientOptions {
   // succeeds though the server cannot be reached (an offline start).
   std::string fallback_target_dir;
   std::chrono::milliseconds failback_interval{500};
+  // A fallback target whose arithmetic differs from the server's (a GPU
+  // server, this CPU's fallback: ServerInfo::backend) still takes over, with
+  // a warning at connect, and marks the generations it verifies
+  // (Stats::mixed_numerics): greedy tokens after a failover may then differ
+  // from the server's alone. `strict_numerics` refuses such a pairing.
+  bool strict_numerics = false;
   // Server verifier security. `tls_ca` (a PEM file): speak TLS and trust
   // servers it signed; `tls_cert` and `tls_key`: this client's certificate,
   // for servers that require mutual TLS; `tls_server_name`: the name the
@@ -437,6 +443,10 @@ struct FaultStats {
   // Of the failovers, moves made because the server's measured round times
   // said the rest would miss the request's deadline.
   int64_t deadline_failovers = 0;
+  // 1 when the fallback target verified rounds of the generation and
+  // computes with other numerics than the server (its backend, arithmetic
+  // or kernels): the tokens mix two definitions of the target.
+  int64_t mixed_numerics = 0;
 
   template <class V>
   static void fields(V&& v) {
@@ -450,6 +460,7 @@ struct FaultStats {
     v("switch_ms", &T::switch_ms, Merge::kSum);
     v("offline_starts", &T::offline_starts, Merge::kSum);
     v("deadline_failovers", &T::deadline_failovers, Merge::kSum);
+    v("mixed_numerics", &T::mixed_numerics, Merge::kSum);
   }
 };
 
@@ -489,6 +500,9 @@ struct ServerInfo {
   std::string kv_cache;  // the target's KV cache type: "f32" or "f16"
   std::string weight_type;     // the target's layer matrices' type, e.g. "q4_k"
   std::string weights_digest;  // of its weights (empty: streamed from disk)
+  // What computes it: "cpu" or "cuda", and the device in words.
+  std::string backend;
+  std::string device;
   // "FIXED:PER_ROW" ms when the server emulates a slower accelerator
   // (--emulate-forward-ms): its times are emulated. Empty: real.
   std::string emulated_forward_ms;

@@ -233,7 +233,9 @@ void ServerLink::check_same_target(std::chrono::milliseconds timeout) {
     return i.model_name() + " (vocabulary " + std::to_string(i.vocab_size()) + ", context " +
            std::to_string(i.max_context()) + ", hidden size " + std::to_string(i.hidden_size()) +
            (i.weight_type().empty() ? "" : ", " + i.weight_type()) +
-           (i.weights_digest().empty() ? "" : ", weights digest " + i.weights_digest()) + ")";
+           (i.weights_digest().empty() ? "" : ", weights digest " + i.weights_digest()) +
+           (i.backend().empty() ? "" : ", on " + i.backend() + " " + i.backend_arch() + " kernels " + i.kernels_version()) +
+           ")";
   };
   if (!confirmed_) {
     // First contact after an offline start: the server must serve the
@@ -254,7 +256,9 @@ void ServerLink::check_same_target(std::chrono::milliseconds timeout) {
   if (now.model_name() != info_.model_name() || now.vocab_size() != info_.vocab_size() ||
       now.tokenizer_fingerprint() != info_.tokenizer_fingerprint() || now.max_context() != info_.max_context() ||
       now.hidden_size() != info_.hidden_size() || now.weight_type() != info_.weight_type() ||
-      now.weights_digest() != info_.weights_digest() || now.kv_cache() != info_.kv_cache())
+      now.weights_digest() != info_.weights_digest() || now.kv_cache() != info_.kv_cache() ||
+      now.backend() != info_.backend() || now.backend_arch() != info_.backend_arch() ||
+      now.kernels_version() != info_.kernels_version())
     throw error("now serves " + describe(now) + ", not " + describe(info_) + " as when this client connected");
 }
 

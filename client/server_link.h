@@ -74,8 +74,9 @@ class ServerLink {
                       const std::function<bool()>& stop);
   // Asks GetInfo again and throws splitspec::Error unless the server still
   // serves the target it served at connect (name, vocabulary, tokenizer,
-  // context, hidden size, weights): a generation moved back to a restarted
-  // server must not go on with another model. An unconfirmed link compares
+  // context, hidden size, weights, numerics): a generation moved back to a
+  // restarted server must not go on with another model, nor with the same
+  // one computed otherwise (a GPU server restarted on CPUs). An unconfirmed link compares
   // what its stand-in knows (vocabulary, tokenizer, hidden size, weights, KV
   // cache), runs the on_confirm checks, and is confirmed.
   void check_same_target(std::chrono::milliseconds timeout);

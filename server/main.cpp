@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
     config.validate_for_start();
     if (check_config) {
       std::cout << "splitspec-server: configuration OK (target " << config.target_dir << ", listen " << config.listen
-                << ")\n";
+                << ", device " << config.device << ")\n";
       return 0;
     }
     spdlog::set_level(spdlog::level::from_str(config.log_level));

@@ -333,18 +333,34 @@ void Server::start_reaper() {
   const ServerConfig& c = ctx_->config;
   const double shortest = std::min(c.session_idle_timeout_s > 0 ? c.session_idle_timeout_s : 1e9,
                                    c.max_session_lifetime_s > 0 ? c.max_session_lifetime_s : 1e9);
-  if (shortest >= 1e9) return;
-  // A limit is enforced within a quarter of itself, at most a second late.
-  const auto period = std::chrono::milliseconds(std::clamp<int64_t>(static_cast<int64_t>(shortest * 250), 50, 1000));
+  // A limit is enforced within a quarter of itself, at most a second late;
+  // a lost device is noticed within half a second.
+  const auto period =
+      std::chrono::milliseconds(std::clamp<int64_t>(static_cast<int64_t>(std::min(shortest * 250, 500.0)), 50, 1000));
   reaper_stop_ = false;
   reaper_ = std::thread([this, period] {
     std::unique_lock<std::mutex> lock(reaper_mu_);
     while (!reaper_cv_.wait_for(lock, period, [this] { return reaper_stop_; })) {
       lock.unlock();
       enforce_session_limits(*ctx_);
+      watch_device();
       lock.lock();
     }
   });
+}
+
+void Server::watch_device() {
+  const std::string lost = ctx_->target->fatal_error();
+  if (lost.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(ctx_->lost_mu);
+    if (!ctx_->device_lost.empty()) return;
+    ctx_->device_lost = lost;
+  }
+  spdlog::error("event=device_lost device=\"{}\" error=\"{}\" note=\"health is NOT_SERVING; clients fail over; restart the pod\"",
+                ctx_->device, lost);
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  if (health_server_) health_server_->GetHealthCheckService()->SetServingStatus(false);
 }
 
 void Server::stop_reaper() {

@@ -51,10 +51,13 @@ class Server {
  private:
   void stop(double grace_s);
   static void stop_all_at_exit();
-  // Ends Session streams over their idle or lifetime limit, a few times a
-  // second, until stop_reaper().
+  // Ends Session streams over their idle or lifetime limit, and notices a
+  // lost device, a few times a second, until stop_reaper().
   void start_reaper();
   void stop_reaper();
+  // Once the target's device is lost for good: streams refused, health
+  // NOT_SERVING (the reaper calls it).
+  void watch_device();
 
   std::unique_ptr<ServiceContext> ctx_;
   std::unique_ptr<SplitSpecService> service_;

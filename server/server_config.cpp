@@ -114,6 +114,15 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
 void ServerConfig::validate_for_start() const {
   validate();
   if (target_dir.empty()) throw Error("no target model: give --target DIR (or \"target\" in the config file)");
+  // A device this program was built without fails here, not at load.
+  const Device d = parse_device(device);
+  const std::vector<std::string> kinds = backend_kinds();
+  if (std::find(kinds.begin(), kinds.end(), d.kind) == kinds.end()) {
+    std::string have;
+    for (const std::string& k : kinds) have += (have.empty() ? "" : ", ") + k;
+    throw Error("device " + device + ": this splitspec-server was built without the " + d.kind +
+                " backend (it has: " + have + "); build it where nvcc is found, or with -DSPLITSPEC_CUDA=ON");
+  }
   if (!auth_tokens_file.empty() && tls_cert.empty() && !allow_insecure_tokens)
     throw Error("auth_tokens_file on a plaintext port: clients' tokens would cross the network in the clear; serve "
                 "TLS (tls_cert, tls_key), or set allow_insecure_tokens (--allow-insecure-tokens) for a network you trust");

@@ -16,6 +16,11 @@ namespace splitspec {
 
 grpc::Status admit(ServiceContext& ctx, const std::string& identity) {
   if (!ctx.serving.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
+  {
+    std::lock_guard<std::mutex> lock(ctx.lost_mu);
+    if (!ctx.device_lost.empty())
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server's device is lost (" + ctx.device_lost + ")");
+  }
   const int32_t per_token = ctx.config.max_sessions_per_token;
   if (per_token > 0 && !identity.empty()) {
     std::lock_guard<std::mutex> lock(ctx.per_token_mu);
@@ -205,7 +210,26 @@ std::vector<prometheus::MetricFamily> collect_metrics(const ServiceContext& ctx)
       f.metric.push_back(std::move(m));
     }
   }
-  metric("splitspec_serving", "gauge", "1 while serving, 0 while shutting down.", ctx.serving.load() ? 1.0 : 0.0);
+  bool lost = false;
+  {
+    std::lock_guard<std::mutex> lock(ctx.lost_mu);
+    lost = !ctx.device_lost.empty();
+  }
+  metric("splitspec_serving", "gauge", "1 while serving, 0 while shutting down or once the device is lost.",
+         ctx.serving.load() && !lost ? 1.0 : 0.0);
+  metric("splitspec_device_lost", "gauge", "1 once the target's device failed for good (a GPU's sticky error).",
+         lost ? 1.0 : 0.0);
+  {
+    // What computes the target, as labels (vLLM's cache_config_info style).
+    prometheus::MetricFamily& f = family("splitspec_backend_info", MetricType::Gauge,
+                                         "The target's backend, its arithmetic, kernels, weights and device.");
+    prometheus::ClientMetric m;
+    m.label = {{"backend", ctx.numerics.backend},      {"arch", ctx.numerics.arch},
+               {"kernels", ctx.numerics.kernels},      {"weight_type", ctx.numerics.weight_type},
+               {"kv_cache", ctx.numerics.kv_type},     {"device", ctx.device}};
+    m.gauge.value = 1;
+    f.metric.push_back(std::move(m));
+  }
   // Dashboards of an emulated run must not pass for real ones.
   metric("splitspec_emulated_forward_fixed_ms", "gauge",
          "--emulate-forward-ms FIXED: each forward takes at least this (0: real times).",
@@ -292,7 +316,10 @@ grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext*
   info->set_hidden_size(static_cast<int32_t>(ctx_.target->config().hidden_size));
   info->set_max_sessions(ctx_.config.max_sessions);
   info->set_version(SPLITSPEC_VERSION);
-  info->set_serving(ctx_.serving.load());
+  {
+    std::lock_guard<std::mutex> lock(ctx_.lost_mu);
+    info->set_serving(ctx_.serving.load() && ctx_.device_lost.empty());
+  }
   if (ctx_.exits)
     for (const ExitAdapter& a : ctx_.exits->adapters()) info->add_early_exit_layers(static_cast<int32_t>(a.after_layer));
   const ServerCounters& k = ctx_.counters;

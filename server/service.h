@@ -95,6 +95,10 @@ struct ServiceContext {
   bool exit_priority = true;          // early verdicts go out most confident first (else FIFO)
   ServerCounters counters;
   std::atomic<bool> serving{true};
+  // Set once the target's device is lost (Backend::fatal_error): streams are
+  // refused, health says NOT_SERVING, so clients and load balancers move on.
+  mutable std::mutex lost_mu;
+  std::string device_lost;
   std::unique_ptr<ComputeQueue> compute;
   std::atomic<uint64_t> next_session_id{1};
   // Streams whose reactor still exists: a stream leaves the session count

@@ -216,6 +216,8 @@ class SessionReactor final : public Base, public LimitedStream {
       t->set_verify_ms(r.verify_ms);
       t->set_exits_ms(exits_ms_);
       t->set_batch_rounds(o.batch_rounds);
+      spdlog::debug("session={} event=final_verdict round={} queue_ms={:.3f} forward_ms={:.3f} forward_end_ms={:.3f}", id_,
+                    round_, o.queue_ms, r.forward_ms, o.queue_ms + r.forward_ms);
       v->set_draft_hint(draft_hint(ctx_));
       if (r.finish != FinishReason::kNone) end = grpc::Status::OK;
     } else if (!o.skipped) {
@@ -254,7 +256,7 @@ class SessionReactor final : public Base, public LimitedStream {
     sent_.clear();
     order_ = 0;
     exits_ms_ = 0;
-    job.request.tap = [this, tree = job.tree](int64_t after, RowsView rows, const Rng& rng) {
+    job.request.tap = [this, tree = job.tree, queued = job.queued](int64_t after, RowsView rows, const Rng& rng) {
       const EarlyExits& exits = *ctx_.exits;
       const auto t0 = SteadyClock::now();
       struct Timer {
@@ -276,6 +278,10 @@ class SessionReactor final : public Base, public LimitedStream {
       v->set_confidence(e.confidence);
       encode_hidden(e.hidden, *v);
       ctx_.counters.early_verdicts.fetch_add(1);
+      // When it left, against the final verdict's forward end (the same
+      // clock): an early verdict is worth something only before that.
+      spdlog::debug("session={} event=early_verdict round={} exit_layer={} since_queued_ms={:.3f}", id_, round_, after,
+                    ms_since(queued));
       // FIFO: later exits rank below earlier ones, as they were produced.
       send(std::move(out), ctx_.exit_priority ? e.confidence : -static_cast<double>(++order_));
     };

@@ -13,6 +13,7 @@
 #include "client/cli/netem_proxy.h"
 #include "client/client.h"
 #include "client/request_options.h"
+#include "common/backend/cpu_backend.h"
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "tests/edge_cloud_util.h"
@@ -334,6 +335,35 @@ TEST(Failover, AFallbackThatIsNotTheServersTargetIsRefused) {
   o.verifier = VerifierKind::kLocal;
   o.target_dir = test::demo_target_dir();
   test::expect_connect_refused(o, "the local verifier has its target already");
+}
+
+// A server computing with other numerics (here the portable scalar kernels in
+// the server's process, this client's SIMD ones in its fallback): connecting
+// warns and a generation the fallback verifies in part is marked mixed;
+// under strict_numerics the pairing is refused.
+TEST(Failover, AFallbackWithOtherNumericsIsMarkedMixedOrRefused) {
+  if (cpu_arch() == "scalar") GTEST_SKIP() << "this CPU runs the scalar kernels: no other numerics to pair with";
+  TempDir tmp;
+  std::unique_ptr<test::Child> server;
+  setenv("SPLITSPEC_KERNELS", "scalar", 1);
+  const std::string address = test::spawn_server(test::demo_target_dir(), tmp, server);
+  unsetenv("SPLITSPEC_KERNELS");
+  ClientOptions strict = edge_options(address, "model");
+  strict.strict_numerics = true;
+  test::expect_connect_refused(strict, "other numerics");
+  auto client = Client::connect(edge_options(address, "model"));
+  EXPECT_EQ(client->server_info().backend, "cpu");
+  Request req = long_request(0.0f);
+  req.max_new_tokens = 48;
+  const Result plain = client->generate_ids(prompt(), req);
+  EXPECT_EQ(plain.stats.mixed_numerics, 0) << "the server alone";
+  int seen = 0;
+  const Result moved = client->generate_ids(prompt(), req, [&](int32_t) {
+    if (++seen == 5) test::kill_server(*server);
+  });
+  EXPECT_EQ(moved.stats.failovers, 1);
+  EXPECT_GT(moved.stats.fallback_rounds, 0);
+  EXPECT_EQ(moved.stats.mixed_numerics, 1);
 }
 
 }  // namespace

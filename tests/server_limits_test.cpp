@@ -9,12 +9,15 @@
 
 #include <cstdlib>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <string>
 #include <thread>
 
 #include "client/client.h"
+#include "common/backend/cpu_backend.h"
+#include "common/backend/registry.h"
 #include "common/model/kv_cache.h"
 #include "common/model/model.h"
 #include "common/util/error.h"
@@ -593,6 +596,61 @@ TEST(ServerLimits, ClientTextCannotForgeALogLine) {
   const std::string log = read_file(tmp.path() / "server.err");
   EXPECT_NE(log.find("abc\\nevent=forged \\\"x\\\""), std::string::npos) << log;
   EXPECT_EQ(log.find("\nevent=forged"), std::string::npos) << log;
+}
+
+
+// A backend whose device can be lost, registered in this test process as
+// "cuda" (the test binary links no GPU backend): the CPU's, until told.
+std::atomic<bool> g_lose_device{false};
+class LosableBackend final : public CpuBackend {
+ public:
+  using CpuBackend::CpuBackend;
+  std::string fatal_error() const override { return g_lose_device ? "cudaErrorIllegalAddress: an illegal memory access" : ""; }
+};
+
+// A GPU's sticky error: health turns NOT_SERVING within a second, new
+// streams are refused UNAVAILABLE with the reason (clients fail over), and
+// the metrics say so.
+TEST(ServerLimits, ALostDeviceTurnsHealthNotServingAndRefusesStreams) {
+  register_backend("cuda", [](const std::string& path, const BackendOptions&) -> std::shared_ptr<Backend> {
+    return std::make_shared<LosableBackend>(Model::load(path));
+  });
+  ServerConfig c = demo_config();
+  c.health_listen = "127.0.0.1:0";
+  c.device = "cuda";
+  Server server(c);
+  server.start();
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server.health_port()), grpc::InsecureChannelCredentials()));
+  auto status = [&] {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckResponse r;
+    EXPECT_TRUE(health->Check(&ctx, grpc::health::v1::HealthCheckRequest{}, &r).ok());
+    return r.status();
+  };
+  EXPECT_EQ(status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_NE(server.metrics_text().find("splitspec_device_lost 0"), std::string::npos);
+  g_lose_device = true;
+  const auto start = std::chrono::steady_clock::now();
+  while (status() != grpc::health::v1::HealthCheckResponse::NOT_SERVING &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  auto stub = v1::SplitSpec::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  auto stream = stub->Session(&ctx);
+  stream->Write(open_request(512));
+  stream->WritesDone();
+  const grpc::Status s = drain(*stream);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(s.error_message().find("device is lost"), std::string::npos) << s.error_message();
+  const std::string metrics = server.metrics_text();
+  EXPECT_NE(metrics.find("splitspec_device_lost 1"), std::string::npos);
+  EXPECT_NE(metrics.find("splitspec_serving 0"), std::string::npos);
+  EXPECT_NE(metrics.find("splitspec_backend_info{"), std::string::npos);
+  server.shutdown();
 }
 
 }  // namespace

@@ -109,7 +109,7 @@ TEST(Stats, EachPartsJsonIsItsFieldList) {
   s.resumes = 3;
   nlohmann::json faults;
   add_json<FaultStats>(faults, s);
-  EXPECT_EQ(faults.size(), 9u);
+  EXPECT_EQ(faults.size(), 10u);
   EXPECT_EQ(faults["resumes"], 3);
   const nlohmann::json all = to_json(s);
   EXPECT_DOUBLE_EQ(all["tau"].get<double>(), 5.0);

@@ -47,11 +47,13 @@ struct GenerateArgs {
   double reconnect_budget_s = 10;
   std::string fallback_target;
   double failback_interval_s = 0.5;
+  bool strict_numerics = false;
   std::string tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file;
   bool allow_insecure_tokens = false;
   bool json = false;
   // Local modes.
   std::string memory_budget;
+  std::string device;
   std::string kv_cache;
   std::string dtype;
   bool no_pipeline = false;
@@ -185,6 +187,7 @@ int run_generate(const GenerateArgs& a) {
   o.predraft_adaptive = a.predraft_adaptive;
   o.emulate_draft_factor = a.emulate_draft_factor;
   o.memory_budget = a.memory_budget;
+  o.device = a.device;
   o.kv_cache = a.kv_cache;
   o.dtype = a.dtype;
   o.stream_pipeline = !a.no_pipeline;
@@ -198,6 +201,7 @@ int run_generate(const GenerateArgs& a) {
   }
   o.reconnect_budget = std::chrono::milliseconds(static_cast<int64_t>(a.reconnect_budget_s * 1000));
   o.fallback_target_dir = a.fallback_target;
+  o.strict_numerics = a.strict_numerics;
   o.failback_interval = std::chrono::milliseconds(static_cast<int64_t>(a.failback_interval_s * 1000));
   o.tls_ca = a.tls_ca;
   o.tls_cert = a.tls_cert;
@@ -279,6 +283,9 @@ Command add_generate_command(CLI::App& app) {
                   "Local verifier: most memory the target's weights may take, e.g. 8MiB, 4MB or 25% (of its weights as "
                   "stored in its files); "
                   "the rest streams from disk per forward with O_DIRECT. Default: load it whole");
+  cmd->add_option("--device", a->device,
+                  "Local verifier: where the target computes: cpu (default), or cuda[:N] for GPU N (builds with the "
+                  "CUDA backend): the reference for a GPU server, whose output every mode against it must equal");
   cmd->add_option("--dtype", a->dtype,
                   "Convert the local target's and the draft's weights at load: f32, f16, bf16, q8_0, q4_0, q4_k_m, "
                   "q5_k_m or q6_k (default: as stored; a --fallback-target stays as stored, as the server's)");
@@ -367,6 +374,10 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--fallback-target", a->fallback_target,
                   "Server verifier: the server's target on this device (streamed under --memory-budget if given); "
                   "rounds go on here while the server is unreachable, and return when it serves again");
+  cmd->add_flag("--strict-numerics", a->strict_numerics,
+                "--fallback-target: refuse a fallback that computes with other numerics than the server (its backend, "
+                "arithmetic or kernels, e.g. a GPU server); without it such a failover goes on, warned, and its "
+                "generations are marked mixed_numerics");
   cmd->add_option("--failback-interval-s", a->failback_interval_s,
                   "--fallback-target: how often to ask the server's health while verifying locally")
       ->capture_default_str()

@@ -330,6 +330,8 @@ void bind_options(py::module_& m) {
       .rw("draft_dir", &ClientOptions::draft_dir)
       .rw("target_dir", &ClientOptions::target_dir)
       .rw("memory_budget", &ClientOptions::memory_budget)
+      .rw("device", &ClientOptions::device, "the local target's device: \"cpu\" (\"\") or \"cuda[:N]\" where the "
+          "program has the CUDA backend")
       .rw("kv_cache", &ClientOptions::kv_cache, "the local target's KV cache: \"f32\" or \"f16\" (\"\": f32; a "
           "fallback target takes the server's)")
       .rw("dtype", &ClientOptions::dtype, "convert the local target's and the draft's weights at load: \"q4_0\", "
@@ -350,6 +352,9 @@ void bind_options(py::module_& m) {
       .rw("reconnect_budget", &ClientOptions::reconnect_budget, "timedelta (or float seconds); 0: never reconnect")
       .rw("fallback_target_dir", &ClientOptions::fallback_target_dir)
       .rw("failback_interval", &ClientOptions::failback_interval, "timedelta (or float seconds)")
+      .rw("strict_numerics", &ClientOptions::strict_numerics,
+          "refuse a fallback target that computes with other numerics than the server (else warn and mark the "
+          "generations it verifies: Stats.mixed_numerics)")
       .rw("tls_ca", &ClientOptions::tls_ca)
       .rw("tls_cert", &ClientOptions::tls_cert)
       .rw("tls_key", &ClientOptions::tls_key)
@@ -426,6 +431,8 @@ void bind_results(py::module_& m) {
       .ro("active_sessions", &ServerInfo::active_sessions)
       .ro("version", &ServerInfo::version)
       .ro("kv_cache", &ServerInfo::kv_cache)
+      .ro("backend", &ServerInfo::backend, "what computes the target: 'cpu' or 'cuda'")
+      .ro("device", &ServerInfo::device, "the device in words")
       .ro("emulated_forward_ms", &ServerInfo::emulated_forward_ms, "FIXED:PER_ROW when the server's times are emulated")
       .finish("ServerInfo", false);
 }

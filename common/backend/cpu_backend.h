@@ -30,7 +30,7 @@ class CpuKV final : public KVStore {
   KVCache cache_;
 };
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   explicit CpuBackend(std::shared_ptr<const Model> model);
   // A view of a model its caller keeps alive.
