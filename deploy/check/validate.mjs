@@ -212,12 +212,17 @@ function checkOverlay(name, objects, secrets) {
   check(server.compute_threads === 0 && omp?.valueFrom?.resourceFieldRef?.resource === "limits.cpu" && r.limits?.cpu, where,
     "compute threads do not follow the CPU limit (compute_threads 0 with OMP_NUM_THREADS from limits.cpu)");
   const gpu = r.limits?.["nvidia.com/gpu"];
+  const device = String(server.device ?? "cpu");
   if (name === "gpu") {
     check(gpu === "1" || gpu === 1, where, "the GPU overlay asks for no GPU");
     check(pod.tolerations?.some((t) => t.key === "nvidia.com/gpu"), where, "the GPU overlay tolerates no GPU taint");
     check(pod.nodeSelector && Object.keys(pod.nodeSelector).length > 0, where, "the GPU overlay selects no node pool");
+    // The GPU it asks for is the one the server computes on, in the image built with the CUDA backend.
+    check(device === "cuda" || device === "cuda:0", where, `the GPU overlay's server computes on ${device}, not its GPU (device cuda)`);
+    check(String(c.image).endsWith("-gpu"), where, `image ${c.image} is not the GPU image (deploy/image/build.sh --gpu, tag *-gpu)`);
   } else {
     check(gpu === undefined && !pod.tolerations, where, "a CPU overlay asks for GPUs or tolerates taints");
+    check(device === "cpu", where, `a CPU overlay's server computes on ${device}`);
   }
 
   // Services, headless balancing, PDB, HPA, monitoring and network policy

@@ -6,7 +6,12 @@
 # the Secrets go. Then, from outside: health on the plaintext port, a TLS and
 # token generation through the image's server whose ids must equal the local
 # target's, writes refused, and SIGTERM draining to exit code 0.
-#   deploy/image/smoke.sh [--runtime crun|runc] [OUT_DIR (build/image)] [TAG (0.3.0)]
+#   deploy/image/smoke.sh [--gpu] [--runtime crun|runc] [OUT_DIR (build/image)] [TAG (0.3.0; 0.3.0-gpu with --gpu)]
+# --gpu: the GPU image (deploy/image/build.sh --gpu). On a machine with an
+# NVIDIA GPU the host's driver library is bound in, as the NVIDIA container
+# runtime does, and the image's ids must equal `splitspec generate --device
+# cuda` alone; on one without, the image must refuse to start within a
+# minute, naming why, and that is what is checked.
 # Without --runtime it starts the process itself, in a private mount
 # namespace with chroot. With one, an OCI runtime (Debian's crun or runc, the
 # ones CRI-O and containerd call) runs the bundle that umoci unpacks, with
@@ -20,14 +25,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNTIME=""
-if [ "${1:-}" = "--runtime" ]; then
-  RUNTIME="${2:?--runtime needs crun or runc}"
-  shift 2
-  command -v "$RUNTIME" >/dev/null || { echo "smoke: no $RUNTIME (apt-get install $RUNTIME)"; exit 2; }
-  python3 -c 'import yaml' 2>/dev/null || { echo "smoke: --runtime needs python3-yaml"; exit 2; }
-fi
+GPU=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --gpu) GPU=1; shift ;;
+    --runtime)
+      RUNTIME="${2:?--runtime needs crun or runc}"
+      shift 2
+      command -v "$RUNTIME" >/dev/null || { echo "smoke: no $RUNTIME (apt-get install $RUNTIME)"; exit 2; }
+      python3 -c 'import yaml' 2>/dev/null || { echo "smoke: --runtime needs python3-yaml"; exit 2; } ;;
+    *) break ;;
+  esac
+done
 OUT="${1:-build/image}"
 TAG="${2:-0.3.0}"
+if [ "$GPU" = 1 ] && [ -z "${2:-}" ]; then TAG="$TAG-gpu"; fi
+# The host's NVIDIA driver library, where there is a GPU: bound into the
+# container as the NVIDIA container runtime would.
+DRIVER=""
+if [ "$GPU" = 1 ] && [ -e /dev/nvidia0 ]; then
+  [ -z "$RUNTIME" ] || { echo "smoke: --gpu on a GPU machine runs without --runtime (the NVIDIA runtime hook is not emulated)"; exit 2; }
+  DRIVER="$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 / {print $NF; exit}')")"
+  [ -n "$DRIVER" ] && [ "$DRIVER" != . ] || { echo "smoke: /dev/nvidia0 but no libcuda.so.1 on this host"; exit 1; }
+fi
 layout="$OUT/splitspec-server"
 [ -d "$layout" ] || { echo "smoke: no image at $layout: run deploy/image/build.sh"; exit 1; }
 CLI=build/bin/splitspec
@@ -51,6 +71,11 @@ print(f'{p["user"]["uid"]}:{p["user"]["gid"]}', " ".join(p["args"]), " ".join(p[
 PY
 )
 echo "smoke: image process: user $user, args: $args"
+if [ "$GPU" = 1 ]; then
+  grep -q "NVIDIA_VISIBLE_DEVICES=all" <<<"$env" && grep -q "NVIDIA_DRIVER_CAPABILITIES=compute" <<<"$env" ||
+    { echo "smoke: the GPU image does not ask the NVIDIA container runtime for the GPU ($env)"; exit 1; }
+  [ -z "$DRIVER" ] || env="$env LD_LIBRARY_PATH=/usr/local/nvidia/lib64"
+fi
 
 mkdir -p "$work/tls" "$work/auth"
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=splitspec-server" -addext "subjectAltName=IP:127.0.0.1" \
@@ -66,6 +91,10 @@ if [ -z "$RUNTIME" ]; then
   unshare -m --propagation private sh -c '
     set -e
     r="$1"
+    if [ -n "$9" ]; then
+      mkdir -p "$r/usr/local/nvidia/lib64"
+      mount --bind "$9" "$r/usr/local/nvidia/lib64"
+    fi
     mount --bind "$r" "$r" && mount -o remount,bind,ro "$r"
     mount --bind models/demo-target "$r/models/target" && mount -o remount,bind,ro "$r/models/target"
     mount --bind "$2/tls" "$r/etc/splitspec/tls" 2>/dev/null || { echo "smoke: the image has no /etc/splitspec/tls"; exit 1; }
@@ -76,7 +105,7 @@ if [ -z "$RUNTIME" ]; then
     mount --rbind /dev "$r/dev"
     exec env -i $3 OMP_NUM_THREADS=1 chroot --userspec="$4" "$r" $5 \
       --listen 127.0.0.1:$6 --health-listen 127.0.0.1:$7 --metrics-listen 127.0.0.1:$8
-  ' smoke "$rootfs" "$work" "$env" "$user" "$args" "$GRPC" "$HEALTH" "$METRICS" >"$work/server.log" 2>&1 &
+  ' smoke "$rootfs" "$work" "$env" "$user" "$args" "$GRPC" "$HEALTH" "$METRICS" "$DRIVER" >"$work/server.log" 2>&1 &
   server_pid=$!
 else
   # The bundle's config, made what the Deployment's container would get.
@@ -118,6 +147,20 @@ PY
   echo "smoke: $RUNTIME runs the bundle as container $name"
 fi
 
+if [ "$GPU" = 1 ] && [ -z "$DRIVER" ]; then
+  # No GPU here: the image must refuse to start, soon and saying why.
+  for _ in $(seq 300); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.2; done
+  if kill -0 "$server_pid" 2>/dev/null; then echo "smoke: the GPU image still runs after a minute on a machine with no GPU"; exit 1; fi
+  set +e
+  wait "$server_pid"
+  rc=$?
+  set -e
+  server_pid=""
+  grep -q "device cuda: no NVIDIA driver or GPU" "$work/server.log" && [ "$rc" -ne 0 ] ||
+    { cat "$work/server.log"; echo "smoke: the GPU image without a GPU exited $rc without saying why"; exit 1; }
+  echo "smoke: no GPU here: the GPU image refused to start (exit $rc): $(grep -o 'device cuda: .*' "$work/server.log" | head -1)"
+  exit 0
+fi
 for _ in $(seq 100); do
   "$CLI" health --server "127.0.0.1:$HEALTH" >/dev/null 2>&1 && break
   kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log"; echo "smoke: the server exited"; exit 1; }
@@ -128,7 +171,9 @@ done
 ids() { sed -n 's/.*"output_ids":\[\([0-9,]*\)\].*/\1/p'; }
 remote="$("$CLI" generate --server "127.0.0.1:$GRPC" --tls-ca "$work/tls/tls.crt" --auth-token-file "$work/auth/tokens" \
   --draft models/demo-draft --prompt "Once upon a time" --max-new-tokens 32 --json | ids)"
-local_ids="$("$CLI" generate --target models/demo-target --prompt "Once upon a time" --max-new-tokens 32 --json | ids)"
+device=cpu
+[ "$GPU" = 0 ] || device=cuda
+local_ids="$("$CLI" generate --target models/demo-target --device "$device" --prompt "Once upon a time" --max-new-tokens 32 --json | ids)"
 [ -n "$remote" ] && [ "$remote" = "$local_ids" ] || { echo "smoke: ids differ: image '$remote' local '$local_ids'"; exit 1; }
 echo "smoke: a TLS + token generation through the image gives the local target's ids"
 if "$CLI" generate --server "127.0.0.1:$GRPC" --tls-ca "$work/tls/tls.crt" --prompt hi --max-new-tokens 4 >/dev/null 2>&1; then
