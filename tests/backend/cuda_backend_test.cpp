@@ -347,6 +347,30 @@ TEST(GpuMemory, StoresPastTheGpusMemoryAreRefusedAndTheGpuGoesOn) {
   EXPECT_EQ(run(*b, *kv, r).logits.rows(), 2);
 }
 
+// Targets made on the GPU for benchmarks (random values, our quantizer's
+// Q4_K_M mix or BF16): they run, batch-invariant like any other.
+TEST(GpuRandom, TargetsMadeOnTheGpuRunAndAreBatchInvariant) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig c = gpu_config();
+  c.num_hidden_layers = 2;
+  for (WType t : {WType::Q4_K, WType::BF16}) {
+    const std::shared_ptr<Backend> b = cuda::random(c, t, 3, 0.05f, {parse_device("cuda"), KVType::F16, {}});
+    EXPECT_EQ(b->weight_type(), t);
+    EXPECT_GT(b->weight_bytes(), 0u);
+    ForwardRequest r;
+    r.tokens = {1, 2, 3, 4};
+    const auto all = b->new_kv(8);
+    const ForwardResult out = run(*b, *all, r);
+    for (int64_t i = 0; i < out.logits.size(); ++i) ASSERT_TRUE(std::isfinite(out.logits.data()[i])) << i;
+    const auto steps = b->new_kv(8);
+    for (int i = 0; i < 4; ++i) {
+      ForwardRequest one;
+      one.tokens = {r.tokens[i]};
+      EXPECT_TRUE(same_bits(run(*b, *steps, one).logits.data(), out.logits.row(i), c.vocab_size)) << wtype_name(t) << " " << i;
+    }
+  }
+}
+
 // A model of a type the GPU does not run is refused before any GPU is
 // asked for, naming what it runs (so this runs everywhere).
 TEST(CudaOpen, RefusesTypesItDoesNotRunNamingThem) {
