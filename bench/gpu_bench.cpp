@@ -7,6 +7,10 @@
 //            median of --repeats runs, against the bandwidth bound (weight
 //            bytes over the device's measured copy rate, bytes read plus
 //            written).
+//   distribution  a server's sampled first token, cloud-ar and edge-sd,
+//            against the GPU target's own distribution after the prompt
+//            (Pearson's goodness of fit): speculative sampling on the GPU
+//            keeps the target's distribution.
 //   compare  a model file on the GPU against the CPU engine: per-position
 //            logits NMSE (llama.cpp's test-backend-ops threshold for matrix
 //            products is 5e-4) over each prompt and the GPU's greedy
@@ -24,10 +28,13 @@
 #include <numeric>
 #include <sstream>
 
+#include "client/client.h"
 #include "common/backend/cpu_backend.h"
 #include "common/backend/cuda/cuda_backend.h"
+#include "common/decoding/sampling.h"
 #include "common/decoding/target_decoder.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/chi_square.h"
 #include "common/util/error.h"
 
 namespace splitspec {
@@ -249,6 +256,53 @@ int run_compare(const std::string& target, const std::string& prompts_path, int 
   return worst <= 5e-4 ? 0 : 3;
 }
 
+int run_distribution(const std::string& server, const std::string& target, const std::string& draft, int samples,
+                     float temperature, const std::string& device, const std::string& json_path) {
+  const std::shared_ptr<Backend> gpu = open_backend(target, {parse_device(device), KVType::F32, {}});
+  const Tokenizer tok(target);
+  std::vector<int32_t> prompt = tok.encode("Once upon a time");
+  const ModelConfig& c = gpu->config();
+  if (c.bos_token_id >= 0) prompt.insert(prompt.begin(), static_cast<int32_t>(c.bos_token_id));
+  ForwardRequest r;
+  r.tokens = prompt;
+  r.logits_rows = std::vector<int64_t>{static_cast<int64_t>(prompt.size()) - 1};
+  const auto kv = gpu->new_kv(static_cast<int64_t>(prompt.size()));
+  const ForwardResult out = std::move(gpu->forward_batch({{&r, kv.get()}})[0]);
+  SamplingParams params;
+  params.temperature = temperature;
+  const Distribution p = filtered_distribution(out.logits.row(0), c.vocab_size, params);
+  const std::vector<double> probs(p.begin(), p.end());
+  nlohmann::json result = {{"server", server}, {"samples", samples}, {"temperature", temperature}, {"modes", {}}};
+  bool ok = true;
+  for (const std::string mode : {"cloud-ar", "edge-sd"}) {
+    ClientOptions o;
+    o.verifier = VerifierKind::kServer;
+    o.server = server;
+    o.drafter = mode == "edge-sd" ? "model" : "none";
+    o.draft_dir = draft;
+    o.tokenizer = target;
+    o.threads = 1;
+    const auto client = Client::connect(o);
+    std::vector<int64_t> counts(static_cast<size_t>(c.vocab_size), 0);
+    for (int i = 0; i < samples; ++i) {
+      Request req;
+      req.max_new_tokens = 3;
+      req.temperature = temperature;
+      req.seed = 1000 + static_cast<uint64_t>(i);
+      req.ignore_eos = true;
+      counts[static_cast<size_t>(client->generate_ids(prompt, req).ids.at(0))] += 1;
+    }
+    const double pv = goodness_of_fit_pvalue(counts, probs);
+    ok = ok && pv > 1e-3;
+    std::printf("%s: first token of %d seeded generations against the GPU target's distribution: p = %.4g\n",
+                mode.c_str(), samples, pv);
+    result["modes"][mode] = {{"pvalue", pv}};
+  }
+  result["passed"] = ok;
+  if (!json_path.empty()) std::ofstream(json_path) << result.dump(1) << "\n";
+  return ok ? 0 : 3;
+}
+
 }  // namespace
 }  // namespace splitspec
 
@@ -271,7 +325,16 @@ int main(int argc, char** argv) {
   compare->add_option("--prompts", prompts, "a JSON-lines file of {\"prompt\": ...} or {\"turns\": [...]}");
   compare->add_option("--prompts-count", n, "prompts to take")->capture_default_str();
   compare->add_option("--new-tokens", new_tokens, "greedy tokens generated on the GPU per prompt")->capture_default_str();
-  for (CLI::App* c : {speed, compare}) {
+  std::string server, draft;
+  int samples = 400;
+  float temperature = 0.8f;
+  auto* dist = app.add_subcommand("distribution", "A server's sampled first token against the GPU target's distribution");
+  dist->add_option("--server", server, "HOST:PORT of a server on the GPU")->required();
+  dist->add_option("--target", target, "the server's target, here on the GPU too")->required();
+  dist->add_option("--draft", draft, "the draft model for edge-sd")->required();
+  dist->add_option("--samples", samples, "seeded generations per mode")->capture_default_str();
+  dist->add_option("--temperature", temperature)->capture_default_str();
+  for (CLI::App* c : {speed, compare, dist}) {
     c->add_option("--device", device, "cuda or cuda:N")->capture_default_str();
     c->add_option("--json", json, "also write the results here");
   }
@@ -282,6 +345,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*speed) return splitspec::run_speed(shapes, types, rows, sessions, repeats, context, device, json);
+    if (*dist) return splitspec::run_distribution(server, target, draft, samples, temperature, device, json);
     return splitspec::run_compare(target, prompts, n, new_tokens, device, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "splitspec-gpu-bench: error: %s\n", e.what());

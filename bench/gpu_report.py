@@ -70,6 +70,12 @@ def exactness(d, summary):
         for p, row in e2e["prompts"].items():
             cells = ["equal" if row[m]["equal"] else "DIFFERS" for m in ("cloud-ar", "edge-sd", "edge-fsd", "server+lut")]
             out.append(f"| {p} | " + " | ".join(cells) + " |")
+        dist = e2e.get("distribution")
+        if dist:
+            out += ["", f"Sampled at temperature {dist['temperature']}: the first token of {dist['samples']} seeded "
+                    "generations against the GPU target's own distribution (Pearson): " +
+                    ", ".join(f"{m} p = {v['pvalue']:.3g}" for m, v in dist["modes"].items()) +
+                    (" (passes: p > 0.001)" if dist.get("passed") else " (FAILS)")]
         out += ["", f"Early verdicts (edge-fsd): {e2e.get('early_verdicts', 0)}, of which "
                 f"{e2e.get('early_before_forward_end', 0)} left the server before their round's forward ended "
                 f"(median lead {e2e.get('lead_ms_median', float('nan')):.3f} ms, least "

@@ -15,7 +15,8 @@
 #                  logits NMSE and greedy divergences (splitspec-gpu-bench compare)
 #   4. end_to_end  a server on the GPU: cloud-ar, edge-sd, edge-fsd, server+lut
 #                  greedy equal `generate --device cuda` alone; early verdicts
-#                  leave before their forward ends (server debug log)
+#                  leave before their forward ends (server debug log); sampled,
+#                  the first token follows the target's distribution
 #   5. speed       splitspec-gpu-bench speed: 1B and 8B shapes, BF16 and Q4_K_M
 #   6. torch       bench/gpu_torch.py: transformers' Llama, eager and compiled
 # Within GPU_CHECK_SECONDS (default 300) in all. At most 8 files come back:
@@ -193,6 +194,13 @@ result["passed"] = bool(ok)
 json.dump(result, open(out, "w"), indent=1)
 sys.exit(0 if ok else 1)
 PY
+  # Sampled: the first token's distribution through cloud-ar and edge-sd.
+  "$BIN/splitspec-gpu-bench" distribution --server "127.0.0.1:$port" --target models/demo-target \
+    --draft models/demo-draft --samples 400 --json "$work/distribution.json" || rc=1
+  python3 -c 'import json, os, sys
+e = json.load(open(sys.argv[1])) if os.path.exists(sys.argv[1]) else {}
+if os.path.exists(sys.argv[2]): e["distribution"] = json.load(open(sys.argv[2]))
+json.dump(e, open(sys.argv[1], "w"), indent=1)' "$OUT/e2e.json" "$work/distribution.json"
   kill -TERM $server
   wait $server
   return $rc

@@ -15,6 +15,7 @@
 #include "common/decoding/verify.h"
 #include "common/model/model.h"
 #include "common/model/model_config.h"
+#include "common/util/chi_square.h"
 #include "common/train/model_weights.h"
 
 namespace splitspec::test {
@@ -103,14 +104,9 @@ std::optional<std::filesystem::path> shared_dir();
 std::string read_file(const std::filesystem::path& p);
 void write_file(const std::filesystem::path& p, const std::string& bytes);
 
-// Upper tail of the chi-square distribution with `dof` degrees of freedom:
-// the p-value of a goodness-of-fit statistic.
-double chi_square_pvalue(double statistic, int dof);
-
-// Pearson goodness-of-fit of observed counts against expected probabilities.
-// Categories with expected probability 0 must have no observations, else the
-// p-value is 0. Categories expected below 5 counts are pooled.
-double goodness_of_fit_pvalue(const std::vector<int64_t>& counts, const std::vector<double>& probs);
+// Pearson's goodness of fit (common/util/chi_square.h).
+using splitspec::chi_square_pvalue;
+using splitspec::goodness_of_fit_pvalue;
 
 }  // namespace splitspec::test
 

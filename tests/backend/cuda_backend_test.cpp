@@ -371,6 +371,36 @@ TEST(GpuRandom, TargetsMadeOnTheGpuRunAndAreBatchInvariant) {
   }
 }
 
+// Forwards without taps run as CUDA graphs of their shape, captured once and
+// replayed: the same bits as launching the kernels one by one, across new
+// shapes, contexts that cross a span of attention, and buffers that grow.
+TEST(GpuGraphs, ReplayedForwardsGiveTheLaunchedOnesBits) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig c = gpu_config();
+  const ModelDir dir(c, WType::Q4_K, 12);
+  setenv("SPLITSPEC_CUDA_GRAPHS", "0", 1);
+  const std::shared_ptr<Backend> launched = cuda::open(dir.dir.string(), {parse_device("cuda"), KVType::F16, {}});
+  unsetenv("SPLITSPEC_CUDA_GRAPHS");
+  const std::shared_ptr<Backend> graphed = cuda::open(dir.dir.string(), {parse_device("cuda"), KVType::F16, {}});
+  const auto ka = launched->new_kv(256), kb = graphed->new_kv(256);
+  ForwardRequest r;
+  for (int i = 0; i < 120; ++i) r.tokens.push_back(3 + (i * 13) % 280);
+  r.logits_rows = std::vector<int64_t>{};
+  run(*launched, *ka, r);
+  run(*graphed, *kb, r);
+  r.logits_rows.reset();
+  for (int step = 0; step < (kEmulated ? 14 : 30); ++step) {
+    // Decode steps, and now and then a 3-row verification that asks argmax alone.
+    r.tokens.assign(step % 5 == 4 ? 3 : 1, static_cast<int32_t>(7 + step));
+    r.argmax_only = step % 5 == 4;
+    const ForwardResult a = run(*launched, *ka, r), b = run(*graphed, *kb, r);
+    if (r.argmax_only)
+      EXPECT_EQ(a.argmax, b.argmax) << step;
+    else
+      ASSERT_TRUE(same_bits(a.logits.data(), b.logits.data(), static_cast<size_t>(a.logits.size()))) << step;
+  }
+}
+
 // A model of a type the GPU does not run is refused before any GPU is
 // asked for, naming what it runs (so this runs everywhere).
 TEST(CudaOpen, RefusesTypesItDoesNotRunNamingThem) {

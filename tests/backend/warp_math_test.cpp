@@ -61,6 +61,27 @@ TEST(WarpMath, LaneSharesAddUpToTheBlocksSums) {
   }
 }
 
+// The int8 fragments' words hold the sub-blocks' quants in position order.
+TEST(WarpMath, KQuantFragmentWordsHoldTheQuantsInOrder) {
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const std::vector<float> w = normals(256, 50 + seed, 0.2f);
+    uint8_t q4[144], q6[210];
+    quantize_superblock(WType::Q4_K, w.data(), q4);
+    quantize_superblock(WType::Q6_K, w.data(), q6);
+    for (int s = 0; s < 8; ++s)
+      for (int k = 0; k < 32; ++k) {
+        const uint32_t word = blocks::q4k_fragment_word(q4 + 16, s, k - k % 4);
+        ASSERT_EQ(static_cast<int>((word >> (8 * (k % 4))) & 0xff), blocks::q4k_quant(q4 + 16, 32 * s + k)) << s << " " << k;
+      }
+    for (int s = 0; s < 16; ++s)
+      for (int k = 0; k < 16; ++k) {
+        const uint32_t word = blocks::q6k_fragment_word(q6, s, k - k % 4);
+        ASSERT_EQ(static_cast<int8_t>((word >> (8 * (k % 4))) & 0xff), blocks::q6k_quant(q6, q6 + 128, 16 * s + k))
+            << s << " " << k;
+      }
+  }
+}
+
 // Every (lane, element) of a fragment names one tile position, each position
 // once, and tiled_offset finds it again.
 TEST(WarpMath, FragmentLayoutsAreOneToOne) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -201,6 +202,30 @@ struct Workspace {
     cudaEvent_t snapshot = nullptr, copied = nullptr;
   };
   std::deque<Tap> taps;  // never moved: events and pinned memory
+};
+
+// The shape a captured forward was captured for: rows, sequences, logits
+// rows, and attention's bound on the visible lists (a power of two of spans).
+struct GraphKey {
+  int64_t rows, sequences, logits_rows;
+  int32_t spans;
+  bool operator<(const GraphKey& o) const {
+    return std::tie(rows, sequences, logits_rows, spans) < std::tie(o.rows, o.sequences, o.logits_rows, o.spans);
+  }
+};
+
+class GraphExec {
+ public:
+  explicit GraphExec(cudaGraphExec_t g) : g_(g) {}
+  GraphExec(GraphExec&& o) noexcept : g_(o.g_) { o.g_ = nullptr; }
+  GraphExec(const GraphExec&) = delete;
+  ~GraphExec() {
+    if (g_) cudaGraphExecDestroy(g_);
+  }
+  cudaGraphExec_t get() const { return g_; }
+
+ private:
+  cudaGraphExec_t g_;
 };
 
 class CudaBackend final : public Backend, public std::enable_shared_from_this<CudaBackend> {
@@ -494,7 +519,29 @@ class CudaBackend final : public Backend, public std::enable_shared_from_this<Cu
     return m;
   }
 
-  void ensure_workspace(int64_t n, int64_t m, int32_t max_len, size_t step_bytes, size_t taps) const;
+  // Grows the workspace for a forward of this shape; true when any device
+  // buffer moved.
+  bool ensure_workspace(int64_t n, int64_t m, int32_t max_len, size_t step_bytes, size_t taps) const;
+  // The kernels `enqueue` launches on the stream, captured as a graph.
+  template <typename F>
+  GraphExec capture(F&& enqueue) const {
+    SPLITSPEC_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue();
+    } catch (...) {
+      cudaGraph_t dropped = nullptr;
+      cudaStreamEndCapture(stream_, &dropped);
+      if (dropped) cudaGraphDestroy(dropped);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    SPLITSPEC_CUDA(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(e, "cudaGraphInstantiate");
+    return GraphExec(exec);
+  }
 
   ModelConfig config_;
   std::string name_;
@@ -517,6 +564,12 @@ class CudaBackend final : public Backend, public std::enable_shared_from_this<Cu
   std::unique_ptr<TapWorker> tap_worker_;
   mutable std::mutex mu_;
   mutable Workspace ws_;
+  // Forwards without taps run as graphs of their shape (SPLITSPEC_CUDA_GRAPHS=0: never).
+  bool graphs_on_ = [] {
+    const char* env = std::getenv("SPLITSPEC_CUDA_GRAPHS");
+    return !(env && std::string(env) == "0");
+  }();
+  mutable std::map<GraphKey, GraphExec> graphs_;
   mutable std::mutex fatal_mu_;
   mutable std::string fatal_;
 };
@@ -580,24 +633,34 @@ void CudaKV::keep(int64_t base, const std::vector<int64_t>& rows) {
   size_ = base + static_cast<int64_t>(rows.size());
 }
 
-void CudaBackend::ensure_workspace(int64_t n, int64_t m, int32_t max_len, size_t step_bytes, size_t taps) const {
+bool CudaBackend::ensure_workspace(int64_t n, int64_t m, int32_t max_len, size_t step_bytes, size_t taps) const {
   const ModelConfig& c = config_;
   const size_t f = sizeof(float);
+  bool moved = false;
+  // Room to spare, so that a context that grows moves the buffers (and drops
+  // the graphs) a few times, not at every step.
+  auto grow = [](DeviceBuffer& b, size_t bytes) {
+    if (bytes <= b.bytes()) return false;
+    size_t round = 256;
+    while (round < bytes) round *= 2;
+    b.ensure(round);
+    return true;
+  };
   const int64_t H = c.hidden_size, Q = c.num_attention_heads * c.head_dim, KV = c.num_key_value_heads * c.head_dim;
-  ws_.step.ensure(step_bytes);
+  moved |= grow(ws_.step, step_bytes);
   ws_.step_host.ensure(step_bytes);
-  ws_.x.ensure(n * H * f);
-  ws_.h.ensure(n * H * f);
-  ws_.q.ensure(n * Q * f);
-  ws_.k.ensure(n * KV * f);
-  ws_.v.ensure(n * KV * f);
-  ws_.attn.ensure(n * Q * f);
-  ws_.delta.ensure(n * H * f);
-  ws_.gate.ensure(n * c.intermediate_size * f);
-  ws_.up.ensure(n * c.intermediate_size * f);
+  moved |= grow(ws_.x, n * H * f);
+  moved |= grow(ws_.h, n * H * f);
+  moved |= grow(ws_.q, n * Q * f);
+  moved |= grow(ws_.k, n * KV * f);
+  moved |= grow(ws_.v, n * KV * f);
+  moved |= grow(ws_.attn, n * Q * f);
+  moved |= grow(ws_.delta, n * H * f);
+  moved |= grow(ws_.gate, n * c.intermediate_size * f);
+  moved |= grow(ws_.up, n * c.intermediate_size * f);
   AttentionShape s{n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.num_hidden_layers,
                    kv_type_ == KVType::F16};
-  ws_.attn_partial.ensure(attention_scratch(s, max_len));
+  moved |= grow(ws_.attn_partial, attention_scratch(s, max_len));
   ScratchNeed need;
   for (const DeviceMatrix& w : shapes_) {
     const ScratchNeed a = linear_scratch(w, n);
@@ -607,14 +670,14 @@ void CudaBackend::ensure_workspace(int64_t n, int64_t m, int32_t max_len, size_t
     need.xt = std::max(need.xt, a.xt);
     need.partials = std::max(need.partials, a.partials);
   }
-  ws_.scratch.xq.ensure(need.xq);
-  ws_.scratch.xd.ensure(need.xd);
-  ws_.scratch.bsums.ensure(need.bsums);
-  ws_.scratch.xt.ensure(need.xt);
-  ws_.scratch.partials.ensure(need.partials);
-  ws_.normed.ensure(std::max<int64_t>(m, 1) * H * f);
-  ws_.logits.ensure(std::max<int64_t>(m, 1) * c.vocab_size * f);
-  ws_.argmax.ensure(std::max<int64_t>(m, 1) * sizeof(int32_t));
+  moved |= grow(ws_.scratch.xq, need.xq);
+  moved |= grow(ws_.scratch.xd, need.xd);
+  moved |= grow(ws_.scratch.bsums, need.bsums);
+  moved |= grow(ws_.scratch.xt, need.xt);
+  moved |= grow(ws_.scratch.partials, need.partials);
+  moved |= grow(ws_.normed, std::max<int64_t>(m, 1) * H * f);
+  moved |= grow(ws_.logits, std::max<int64_t>(m, 1) * c.vocab_size * f);
+  moved |= grow(ws_.argmax, std::max<int64_t>(m, 1) * sizeof(int32_t));
   ws_.logits_host.ensure(std::max<int64_t>(m, 1) * c.vocab_size * f);
   ws_.argmax_host.ensure(std::max<int64_t>(m, 1) * sizeof(int32_t));
   ws_.normed_host.ensure(std::max<int64_t>(m, 1) * H * f);
@@ -624,9 +687,10 @@ void CudaBackend::ensure_workspace(int64_t n, int64_t m, int32_t max_len, size_t
     SPLITSPEC_CUDA(cudaEventCreateWithFlags(&ws_.taps.back().copied, cudaEventDisableTiming));
   }
   for (size_t i = 0; i < taps; ++i) {
-    ws_.taps[i].rows.ensure(n * H * f);
+    moved |= grow(ws_.taps[i].rows, n * H * f);
     ws_.taps[i].host.ensure(n * H * f);
   }
+  return moved;
 }
 
 std::vector<ForwardResult> CudaBackend::forward_batch(const std::vector<Item>& items) const {
@@ -696,11 +760,15 @@ std::vector<ForwardResult> CudaBackend::forward_batch(const std::vector<Item>& i
   if (extras.empty()) extras.push_back(0);
   std::vector<int32_t> logits_list = logits_rows;
   if (logits_list.empty()) logits_list.push_back(0);
+  // Pieces whose sizes follow the batch's shape first, the extra slots
+  // last: the pieces' addresses are then the same for every forward of one
+  // shape, as a CUDA graph of that shape has them.
   Staging st;
   const size_t at_ids = st.add(ids.data(), ids.size()), at_pos = st.add(positions.data(), positions.size());
-  const size_t at_row_seq = st.add(row_seq.data(), row_seq.size()), at_extras = st.add(extras.data(), extras.size());
-  const size_t at_logits = st.add(logits_list.data(), logits_list.size());
+  const size_t at_row_seq = st.add(row_seq.data(), row_seq.size());
   const size_t at_seqs = st.add(seqs.data(), seqs.size()), at_vis = st.add(vis.data(), vis.size());
+  const size_t at_logits = st.add(logits_list.data(), logits_list.size());
+  const size_t at_extras = st.add(extras.data(), extras.size());
 
   // Which layers hand their rows to the host, and to whom.
   std::map<int64_t, std::vector<TapWorker::Job::Target>> calls;
@@ -719,11 +787,23 @@ std::vector<ForwardResult> CudaBackend::forward_batch(const std::vector<Item>& i
   for (const auto& [l, t] : calls) tap_slot.emplace(l, tap_slot.size());
   for (const auto& [l, w] : wanted) tap_slot.emplace(l, tap_slot.size());
 
+  // Attention's grid covers a power of two of spans, so that one graph
+  // serves a context as it grows.
+  int32_t span_bucket = 1;
+  while (span_bucket * kAttentionSpan < max_len) span_bucket *= 2;
+  const int32_t len_bound = span_bucket * kAttentionSpan;
+  bool all_logits = false, any_hidden = false;
+  for (const Item& it : items) {
+    all_logits = all_logits || !it.request->argmax_only;
+    any_hidden = any_hidden || it.request->final_hidden;
+  }
+
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<ForwardResult> out(items.size());
   try {
     set_device(device_);
-    ensure_workspace(n, m, max_len, st.bytes().size(), tap_slot.size());
+    // Memory that moved invalidates every graph, which hold its addresses.
+    if (ensure_workspace(n, m, len_bound, st.bytes().size(), tap_slot.size())) graphs_.clear();
     std::memcpy(ws_.step_host.get(), st.bytes().data(), st.bytes().size());
     SPLITSPEC_CUDA(cudaMemcpyAsync(ws_.step.get(), ws_.step_host.get(), st.bytes().size(), cudaMemcpyHostToDevice, stream_));
     auto step = [&](size_t at) { return reinterpret_cast<const uint8_t*>(ws_.step.get()) + at; };
@@ -760,64 +840,77 @@ std::vector<ForwardResult> CudaBackend::forward_batch(const std::vector<Item>& i
       prepared_as = w;
     };
 
-    embed(embed_, d_ids, n, x, stream_);
-    for (int64_t l = 0; l < L; ++l) {
-      const Layer& layer = layers_[l];
-      rms_norm(x, n, H, layer.input_norm, eps, h, stream_);
-      prepared_for = nullptr;
-      lin(layer.m[0], h, n, q);
-      lin(layer.m[1], h, n, k);
-      lin(layer.m[2], h, n, v);
-      if (c.attention_bias) {
-        add_bias(q, n, Hq * D, layer.vectors[static_cast<int>(LayerVector::kQBias)], stream_);
-        add_bias(k, n, Hkv * D, layer.vectors[static_cast<int>(LayerVector::kKBias)], stream_);
-        add_bias(v, n, Hkv * D, layer.vectors[static_cast<int>(LayerVector::kVBias)], stream_);
+    // The forward's kernels: launched as they are, or, for a forward with
+    // no taps, as a CUDA graph of its shape, captured once and replayed
+    // (a decode step is some 20 launches a layer, which the host alone
+    // would take longer to issue than the GPU to run).
+    auto enqueue = [&] {
+      embed(embed_, d_ids, n, x, stream_);
+      for (int64_t l = 0; l < L; ++l) {
+        const Layer& layer = layers_[l];
+        rms_norm(x, n, H, layer.input_norm, eps, h, stream_);
+        prepared_for = nullptr;
+        lin(layer.m[0], h, n, q);
+        lin(layer.m[1], h, n, k);
+        lin(layer.m[2], h, n, v);
+        if (c.attention_bias) {
+          add_bias(q, n, Hq * D, layer.vectors[static_cast<int>(LayerVector::kQBias)], stream_);
+          add_bias(k, n, Hkv * D, layer.vectors[static_cast<int>(LayerVector::kKBias)], stream_);
+          add_bias(v, n, Hkv * D, layer.vectors[static_cast<int>(LayerVector::kVBias)], stream_);
+        }
+        if (c.qk_norm) {
+          // Each head's rows normed on their own, in place.
+          rms_norm(q, n * Hq, D, layer.vectors[static_cast<int>(LayerVector::kQNorm)], eps, q, stream_);
+          rms_norm(k, n * Hkv, D, layer.vectors[static_cast<int>(LayerVector::kKNorm)], eps, k, stream_);
+        }
+        rope(q, n, Hq, D, d_pos, cos, sin, stream_);
+        rope(k, n, Hkv, D, d_pos, cos, sin, stream_);
+        kv_write(shape, l, d_seqs, static_cast<int64_t>(seqs.size()), d_row_seq, k, v, stream_);
+        attention(shape, l, d_seqs, d_vis, d_extras, q, scale, len_bound, ws_.attn_partial.get(), attn, stream_);
+        lin(layer.m[3], attn, n, delta);
+        add_inplace(x, delta, n * H, stream_);
+        rms_norm(x, n, H, layer.post_norm, eps, h, stream_);
+        prepared_for = nullptr;
+        lin(layer.m[4], h, n, gate);
+        lin(layer.m[5], h, n, up);
+        silu_mul(gate, up, n * I, stream_);
+        prepared_for = nullptr;
+        lin(layer.m[6], gate, n, delta);
+        add_inplace(x, delta, n * H, stream_);
+        const auto slot = tap_slot.find(l);
+        if (slot != tap_slot.end()) {
+          // A snapshot, so that later layers may overwrite x while it travels.
+          Workspace::Tap& t = ws_.taps[slot->second];
+          const size_t bytes = static_cast<size_t>(n * H) * sizeof(float);
+          SPLITSPEC_CUDA(cudaMemcpyAsync(t.rows.get(), x, bytes, cudaMemcpyDeviceToDevice, stream_));
+          SPLITSPEC_CUDA(cudaEventRecord(t.snapshot, stream_));
+          SPLITSPEC_CUDA(cudaStreamWaitEvent(copy_stream_, t.snapshot, 0));
+          SPLITSPEC_CUDA(cudaMemcpyAsync(t.host.get(), t.rows.get(), bytes, cudaMemcpyDeviceToHost, copy_stream_));
+          SPLITSPEC_CUDA(cudaEventRecord(t.copied, copy_stream_));
+          const auto who = calls.find(l);
+          if (who != calls.end())
+            tap_worker_->post({device_, l, t.copied, t.host.as<float>(), H, who->second});
+        }
       }
-      if (c.qk_norm) {
-        // Each head's rows normed on their own, in place.
-        rms_norm(q, n * Hq, D, layer.vectors[static_cast<int>(LayerVector::kQNorm)], eps, q, stream_);
-        rms_norm(k, n * Hkv, D, layer.vectors[static_cast<int>(LayerVector::kKNorm)], eps, k, stream_);
+      if (m > 0) {
+        float* normed = ws_.normed.as<float>();
+        float* logits = ws_.logits.as<float>();
+        rms_norm_rows(x, d_logits_rows, m, H, final_norm_, eps, normed, stream_);
+        lin(head_, normed, m, logits);
+        argmax_rows(logits, m, V, ws_.argmax.as<int32_t>(), stream_);
       }
-      rope(q, n, Hq, D, d_pos, cos, sin, stream_);
-      rope(k, n, Hkv, D, d_pos, cos, sin, stream_);
-      kv_write(shape, l, d_seqs, static_cast<int64_t>(seqs.size()), d_row_seq, k, v, stream_);
-      attention(shape, l, d_seqs, d_vis, d_extras, q, scale, max_len, ws_.attn_partial.get(), attn, stream_);
-      lin(layer.m[3], attn, n, delta);
-      add_inplace(x, delta, n * H, stream_);
-      rms_norm(x, n, H, layer.post_norm, eps, h, stream_);
-      prepared_for = nullptr;
-      lin(layer.m[4], h, n, gate);
-      lin(layer.m[5], h, n, up);
-      silu_mul(gate, up, n * I, stream_);
-      prepared_for = nullptr;
-      lin(layer.m[6], gate, n, delta);
-      add_inplace(x, delta, n * H, stream_);
-      const auto slot = tap_slot.find(l);
-      if (slot != tap_slot.end()) {
-        // A snapshot, so that later layers may overwrite x while it travels.
-        Workspace::Tap& t = ws_.taps[slot->second];
-        const size_t bytes = static_cast<size_t>(n * H) * sizeof(float);
-        SPLITSPEC_CUDA(cudaMemcpyAsync(t.rows.get(), x, bytes, cudaMemcpyDeviceToDevice, stream_));
-        SPLITSPEC_CUDA(cudaEventRecord(t.snapshot, stream_));
-        SPLITSPEC_CUDA(cudaStreamWaitEvent(copy_stream_, t.snapshot, 0));
-        SPLITSPEC_CUDA(cudaMemcpyAsync(t.host.get(), t.rows.get(), bytes, cudaMemcpyDeviceToHost, copy_stream_));
-        SPLITSPEC_CUDA(cudaEventRecord(t.copied, copy_stream_));
-        const auto who = calls.find(l);
-        if (who != calls.end())
-          tap_worker_->post({device_, l, t.copied, t.host.as<float>(), H, who->second});
-      }
+    };
+    const GraphKey key{n, static_cast<int64_t>(items.size()), m, span_bucket};
+    if (graphs_on_ && tap_slot.empty()) {
+      auto found = graphs_.find(key);
+      if (found == graphs_.end()) found = graphs_.emplace(key, capture(enqueue)).first;
+      SPLITSPEC_CUDA(cudaGraphLaunch(found->second.get(), stream_));
+    } else {
+      enqueue();
     }
     if (m > 0) {
       float* normed = ws_.normed.as<float>();
       float* logits = ws_.logits.as<float>();
-      rms_norm_rows(x, d_logits_rows, m, H, final_norm_, eps, normed, stream_);
-      lin(head_, normed, m, logits);
-      argmax_rows(logits, m, V, ws_.argmax.as<int32_t>(), stream_);
-      bool all_logits = false, any_hidden = false;
-      for (const Item& it : items) {
-        all_logits = all_logits || !it.request->argmax_only;
-        any_hidden = any_hidden || it.request->final_hidden;
-      }
       SPLITSPEC_CUDA(cudaMemcpyAsync(ws_.argmax_host.get(), ws_.argmax.get(), m * sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, stream_));
       if (all_logits)

@@ -15,6 +15,8 @@
 // weights: a warp per output, lanes striding the columns, a fixed butterfly.
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "common/backend/cuda/device.h"
 #include "common/backend/cuda/launch.h"
@@ -231,6 +233,157 @@ __global__ void __launch_bounds__(kWarps * 32) linear_quant_kernel(const DeviceM
   if (lane < tokens) y[(t0 + lane) * w.rows + row] = acc;
 }
 
+// ---- K-quant products on the int8 tensor cores (many inputs) -----------------
+//
+// The same definition, its integers from mma: a block of 4 warps takes 16
+// weight rows and up to 8 kNt inputs; each warp takes one super-block of
+// every 4 (its sub-blocks' exact dots from mma.m16n8k32 for Q4_K,
+// m16n8k16 for Q6_K, times their scales), leaves the super-block's integer
+// sums in shared memory, and then every thread adds, for the outputs it
+// owns, the 4 super-blocks' terms in order. Integers are exact, so these
+// are the dp4a kernel's outputs, and the CPU's.
+
+__device__ void mma_s8_16832(int* c, const uint32_t* a, const uint32_t* b) {
+#if defined(SPLITSPEC_CUDA_EMULATE)
+  emulator::mma_s8(32, c, a, b);
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+__device__ void mma_s8_16816(int* c, const uint32_t* a, const uint32_t* b) {
+#if defined(SPLITSPEC_CUDA_EMULATE)
+  emulator::mma_s8(16, c, a, b);
+#else
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+#endif
+}
+
+template <WType T, int kNt>
+__global__ void __launch_bounds__(kWarps * 32) linear_kquant_mma_kernel(const DeviceMatrix w, int64_t n,
+                                                                        const int8_t* __restrict__ xq,
+                                                                        const float* __restrict__ xd,
+                                                                        const int16_t* __restrict__ bsums,
+                                                                        float* __restrict__ y) {
+  constexpr bool kQ4 = T == WType::Q4_K;
+  constexpr int kTokens = 8 * kNt;
+  __shared__ int sumi[kWarps][16][kTokens], summ[kWarps][16][kTokens];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16, tok0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int64_t nb = w.blocks();
+  const int64_t rows[2] = {row0 + g, row0 + g + 8};
+  float acc[kNt];
+  for (int u = 0; u < kNt; ++u) acc[u] = 0.0f;
+  for (int64_t chunk = 0; chunk * kWarps < nb; ++chunk) {
+    const int64_t b = chunk * kWarps + warp;
+    int si[kNt][4], sm[kNt][4];
+    for (int u = 0; u < kNt; ++u)
+      for (int i = 0; i < 4; ++i) si[u][i] = sm[u][i] = 0;
+    if (b < nb) {
+      // This warp's super-block: each sub-block's dots, scaled.
+      const uint8_t* wq[2];
+      int sc[2][16], mn[2][8];
+      for (int r = 0; r < 2; ++r) {
+        const bool live = rows[r] < w.rows;
+        const int64_t at = (live ? rows[r] : row0) * nb + b;
+        wq[r] = live ? static_cast<const uint8_t*>(w.q) + at * (kQ4 ? 128 : 192) : nullptr;
+        for (int s = 0; s < (kQ4 ? 8 : 16); ++s) {
+          if (kQ4) {
+            q4k_scale_min(s, static_cast<const uint8_t*>(w.s) + at * 12, &sc[r][s], &mn[r][s]);
+          } else {
+            sc[r][s] = static_cast<const int8_t*>(w.s)[at * 16 + s];
+          }
+        }
+      }
+      for (int s = 0; s < (kQ4 ? 8 : 16); ++s) {
+        uint32_t a[4];
+        for (int r = 0; r < 2; ++r) {
+          if (kQ4) {
+            a[r] = wq[r] ? q4k_fragment_word(wq[r], s, 4 * t) : 0;
+            a[r + 2] = wq[r] ? q4k_fragment_word(wq[r], s, 16 + 4 * t) : 0;
+          } else {
+            a[r] = wq[r] ? q6k_fragment_word(wq[r], s, 4 * t) : 0;
+          }
+        }
+        const int width = kQ4 ? 32 : 16;
+        for (int u = 0; u < kNt; ++u) {
+          const int64_t tok = tok0 + 8 * u + g;
+          const int8_t* x = xq + (tok < n ? tok : 0) * w.cols + b * kSuper + width * s;
+          uint32_t bw[2] = {tok < n ? word_at(x + 4 * t) : 0u, tok < n && kQ4 ? word_at(x + 16 + 4 * t) : 0u};
+          int c[4] = {0, 0, 0, 0};
+          if (kQ4)
+            mma_s8_16832(c, a, bw);
+          else
+            mma_s8_16816(c, a, bw);
+          for (int i = 0; i < 4; ++i) si[u][i] += sc[i / 2][s] * c[i];
+        }
+      }
+      if (kQ4) {
+        // The mins against the inputs' 16-sums, for this lane's outputs.
+        for (int u = 0; u < kNt; ++u)
+          for (int i = 0; i < 4; ++i) {
+            const int64_t tok = tok0 + 8 * u + c_n(lane, i);
+            if (tok >= n) continue;
+            const int16_t* bs = bsums + (tok * nb + b) * 16;
+            int total = 0;
+            for (int s = 0; s < 8; ++s) total += mn[i / 2][s] * (bs[2 * s] + bs[2 * s + 1]);
+            sm[u][i] = total;
+          }
+      }
+    }
+    for (int u = 0; u < kNt; ++u)
+      for (int i = 0; i < 4; ++i) {
+        sumi[warp][c_row(lane, i)][8 * u + c_n(lane, i)] = si[u][i];
+        summ[warp][c_row(lane, i)][8 * u + c_n(lane, i)] = sm[u][i];
+      }
+    __syncthreads();
+    // The chunk's super-blocks in order, for the outputs this thread owns.
+    for (int k = 0; k < kNt; ++k) {
+      const int e = threadIdx.x + kWarps * 32 * k;
+      const int r = e % 16, j = e / 16;
+      const int64_t row = row0 + r, tok = tok0 + j;
+      if (row >= w.rows || tok >= n) continue;
+      for (int q = 0; q < kWarps; ++q) {
+        const int64_t bb = chunk * kWarps + q;
+        if (bb >= nb) break;
+        const int64_t at = row * nb + bb;
+        const float dx = xd[tok * nb + bb];
+        if (kQ4) {
+          const uint16_t* dd = static_cast<const uint16_t*>(w.d) + 2 * at;
+          acc[k] = kquant_accumulate_mins(acc[k], sumi[q][r][j], summ[q][r][j], blocks::half_to_float(dd[0]),
+                                          blocks::half_to_float(dd[1]), dx);
+        } else {
+          acc[k] = kquant_accumulate(acc[k], sumi[q][r][j], blocks::half_to_float(static_cast<const uint16_t*>(w.d)[at]), dx);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int k = 0; k < kNt; ++k) {
+    const int e = threadIdx.x + kWarps * 32 * k;
+    const int64_t row = row0 + e % 16, tok = tok0 + e / 16;
+    if (row < w.rows && tok < n) y[tok * w.rows + row] = acc[k];
+  }
+}
+
+// Which quantized kernel takes how many inputs: SPLITSPEC_CUDA_QUANT_MMA
+// = never or always overrides (to measure both); the bits are the same.
+enum class QuantPath { kDp4a, kMma };
+QuantPath quant_path(WType t, int64_t n) {
+  static const std::string choice = [] {
+    const char* env = std::getenv("SPLITSPEC_CUDA_QUANT_MMA");
+    return std::string(env ? env : "auto");
+  }();
+  if (t == WType::Q8_0 || choice == "never") return QuantPath::kDp4a;
+  if (choice == "always") return QuantPath::kMma;
+  return n > kTokenGroup ? QuantPath::kMma : QuantPath::kDp4a;
+}
+
 // ---- Float products ---------------------------------------------------------
 
 template <bool kBf16>
@@ -376,6 +529,25 @@ void linear(const DeviceMatrix& w, const float* x, int64_t n, float* y, LinearSc
         else
           launch(quantize_q8_kernel, ceil_div(warps * 32, threads), threads, 0, stream, x, n, w.cols, xq, xd);
         check_launch("quantize activations");
+      }
+      if (quant_path(w.type, n) == QuantPath::kMma) {
+        // Inputs a block carries: the fewest 8-tiles that cover n, up to 4.
+        const int64_t tiles = ceil_div(n, 8);
+        const int nt = tiles <= 1 ? 1 : tiles <= 2 ? 2 : 4;
+        const dim3 grid(static_cast<unsigned>(ceil_div(w.rows, 16)), static_cast<unsigned>(ceil_div(tiles, nt)));
+#define SPLITSPEC_KMMA(T, NT) launch(linear_kquant_mma_kernel<T, NT>, grid, threads, 0, stream, w, n, xq, xd, bs, y)
+        if (w.type == WType::Q4_K) {
+          if (nt == 1) SPLITSPEC_KMMA(WType::Q4_K, 1);
+          else if (nt == 2) SPLITSPEC_KMMA(WType::Q4_K, 2);
+          else SPLITSPEC_KMMA(WType::Q4_K, 4);
+        } else {
+          if (nt == 1) SPLITSPEC_KMMA(WType::Q6_K, 1);
+          else if (nt == 2) SPLITSPEC_KMMA(WType::Q6_K, 2);
+          else SPLITSPEC_KMMA(WType::Q6_K, 4);
+        }
+#undef SPLITSPEC_KMMA
+        check_launch("linear (K-quant tensor cores)");
+        return;
       }
       const dim3 grid(static_cast<unsigned>(ceil_div(w.rows, kWarps)), static_cast<unsigned>(ceil_div(n, kTokensPerWarp)));
       if (w.type == WType::Q8_0)

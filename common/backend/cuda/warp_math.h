@@ -113,6 +113,28 @@ SPLITSPEC_HD int32_t q6k_lane_sumi(int p, const uint8_t* q, const int8_t* scales
   return s;
 }
 
+// ---- K-quants on the int8 tensor cores -------------------------------------
+// mma.m16n8k32 (Q4_K's 32-wide sub-blocks) and m16n8k16 (Q6_K's 16-wide
+// ones) with int8 inputs and exact int32 sums, by the PTX ISA's fragment
+// layouts for integer types: lane 4g + t holds, for rows g and g + 8 of A,
+// the quants at sub-block positions 4t .. 4t + 3 (and, for k32, 16 + 4t ..),
+// and of B the inputs at the same positions of column (token) g; the sums
+// land as C does for 16-bit inputs (c_row, c_n). A word is four signed
+// bytes, position 4t first.
+SPLITSPEC_HD uint32_t q4k_fragment_word(const uint8_t* qs, int s, int k0) {
+  const uint32_t w = word_at(qs + 32 * (s / 2) + k0);
+  return s % 2 ? (w >> 4) & 0x0F0F0F0Fu : w & 0x0F0F0F0Fu;
+}
+// q: a Q6_K super-block's 128 low and 64 high quant bytes; s: the sub-block
+// (0..15), weights 16s ..; the quants less 32.
+SPLITSPEC_HD uint32_t q6k_fragment_word(const uint8_t* q, int s, int k0) {
+  const int h = s / 8, group = (s % 8) / 2, l = 16 * (s % 2) + k0;
+  const uint32_t lo = word_at(q + 64 * h + 32 * (group & 1) + l);
+  const uint32_t nib = group >= 2 ? (lo >> 4) & 0x0F0F0F0Fu : lo & 0x0F0F0F0Fu;
+  const uint32_t bits = (word_at(q + 128 + 32 * h + l) >> (2 * group)) & 0x03030303u;
+  return sub_bytes(nib | (bits << 4), 0x20202020u);
+}
+
 // ---- Tensor-core fragments (mma.m16n8k16, 16-bit inputs, fp32 sums) -------
 // Lane l = 4g + t holds element i of each fragment (PTX ISA, "Matrix
 // Fragments for mma.m16n8k16 with floating point type"), two to a register,

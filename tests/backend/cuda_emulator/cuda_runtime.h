@@ -64,6 +64,9 @@ enum cudaMemcpyKind {
 };
 typedef struct EmulatedStream* cudaStream_t;
 typedef struct EmulatedEvent* cudaEvent_t;
+typedef struct EmulatedGraph* cudaGraph_t;
+typedef struct EmulatedGraph* cudaGraphExec_t;
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed };
 constexpr unsigned cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2;
 struct cudaDeviceProp {
   char name[256];
@@ -95,6 +98,13 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop);
 cudaError_t cudaDeviceSynchronize();
+// Capture records the launches on the stream; a graph's launch runs them.
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 const char* cudaGetErrorName(cudaError_t e);
@@ -120,6 +130,9 @@ int lane_id();
 // mma.sync.m16n8k16 with fp32 sums: the fragments as warp_math.h lays them,
 // summed in k order with fused multiply-adds.
 void mma_16816(bool bf16, float* c, const uint4& a, const uint2& b);
+// mma.sync.m16n8k32 (k = 32) or m16n8k16 (k = 16) with int8 inputs and
+// int32 sums: a holds 4 (2) words, b 2 (1).
+void mma_s8(int k, int* c, const uint32_t* a, const uint32_t* b);
 
 }  // namespace emulator
 

@@ -41,7 +41,12 @@ struct EmulatedEventState {
 
 }  // namespace
 
-struct EmulatedStream {};
+struct EmulatedGraph {
+  std::vector<std::function<void()>> launches;
+};
+struct EmulatedStream {
+  EmulatedGraph* capturing = nullptr;
+};
 struct EmulatedEvent {
   EmulatedEventState state;
 };
@@ -121,7 +126,11 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (stream && stream->capturing) {
+    stream->capturing->launches.push_back([=] { std::memmove(dst, src, bytes); });
+    return cudaSuccess;
+  }
   return cudaMemcpy(dst, src, bytes, kind);
 }
 
@@ -160,6 +169,34 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop)
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  if (!s || s->capturing) return set_error(cudaErrorInvalidValue);
+  s->capturing = new EmulatedGraph;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  if (!s || !s->capturing) return set_error(cudaErrorInvalidValue);
+  *graph = s->capturing;
+  s->capturing = nullptr;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  *exec = new EmulatedGraph(*graph);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+  for (const auto& l : exec->launches) l();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError() {
   std::lock_guard<std::mutex> lk(g_state_mu);
@@ -394,7 +431,41 @@ void mma_16816(bool bf16, float* c, const uint4& a, const uint2& b) {
   for (int i = 0; i < 4; ++i) c[i] = out[i];
 }
 
-void launch(dim3 grid, dim3 threads, size_t shared, cudaStream_t, const std::function<void()>& body) {
+void mma_s8(int k, int* c, const uint32_t* a, const uint32_t* b) {
+  Warp& w = my_warp();
+  const int lane = block().current->lane;
+  // The integer layouts of the PTX ISA: A's word r is row g + 8 (r % 2),
+  // positions 4t + 16 (r / 2); B's word r positions 4t + 16r, column g.
+  for (int r = 0; r < (k == 32 ? 4 : 2); ++r) w.a[lane][r] = a[r];
+  for (int r = 0; r < (k == 32 ? 2 : 1); ++r) w.b[lane][r] = b[r];
+  arrive(w.barrier, w.active);
+  auto byte = [](uint32_t word, int i) { return static_cast<int>(static_cast<int8_t>((word >> (8 * i)) & 0xff)); };
+  int out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = splitspec::blocks::c_row(lane, i), n = splitspec::blocks::c_n(lane, i);
+    int acc = c[i];
+    for (int kk = 0; kk < k; ++kk) {
+      const int la = 4 * (row % 8) + (kk % 16) / 4, ra = (row / 8) + 2 * (kk / 16);
+      const int lb = 4 * n + (kk % 16) / 4, rb = kk / 16;
+      acc += byte(w.a[la][ra], kk % 4) * byte(w.b[lb][rb], kk % 4);
+    }
+    out[i] = acc;
+  }
+  arrive(w.barrier, w.active);
+  for (int i = 0; i < 4; ++i) c[i] = out[i];
+}
+
+void run_launch(dim3 grid, dim3 threads, size_t shared, const std::function<void()>& body);
+
+void launch(dim3 grid, dim3 threads, size_t shared, cudaStream_t stream, const std::function<void()>& body) {
+  if (stream && stream->capturing) {
+    stream->capturing->launches.push_back([=] { run_launch(grid, threads, shared, body); });
+    return;
+  }
+  run_launch(grid, threads, shared, body);
+}
+
+void run_launch(dim3 grid, dim3 threads, size_t shared, const std::function<void()>& body) {
   std::lock_guard<std::mutex> lk(g_launch_mu);
   Block& b = block();
   const int count = static_cast<int>(threads.x * threads.y * threads.z);
