@@ -52,6 +52,35 @@ __global__ void kv_write_kernel(AttentionShape s, int64_t layer, const SeqKV* __
   store_kv<kHalf>(sq.v, at, v[i]);
 }
 
+// q . k over d = 0 .. D - 1 in order, one multiply-add each; the key read
+// 16 bytes at a time where its row allows (it always starts at a multiple
+// of D elements, and rows of halves or floats of a multiple of 8 or 4 are
+// 16-byte aligned).
+template <bool kHalf>
+__device__ float key_dot(const float* q, const void* base, int64_t key, int64_t D) {
+  float dot = 0.0f;
+  constexpr int kPer = kHalf ? 8 : 4;
+  if (D % kPer == 0) {
+    const uint4* row = reinterpret_cast<const uint4*>(static_cast<const char*>(base) + key * (kHalf ? 2 : 4));
+    for (int64_t v = 0; v < D / kPer; ++v) {
+      const uint4 chunk = row[v];
+      const uint32_t words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+      for (int i = 0; i < kPer; ++i) {
+        float k;
+        if (kHalf) {
+          k = blocks::half_to_float(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2))));
+        } else {
+          k = blocks::bits_float(words[i]);
+        }
+        dot = fmaf(q[v * kPer + i], k, dot);
+      }
+    }
+    return dot;
+  }
+  for (int64_t d = 0; d < D; ++d) dot = fmaf(q[d], load_kv<kHalf>(base, key + d), dot);
+  return dot;
+}
+
 __device__ int32_t slot_of(const RowVisibility& r, const int32_t* extras, int32_t t) {
   return t < r.prefix ? t : extras[r.begin + (t - r.prefix)];
 }
@@ -98,7 +127,7 @@ __global__ void attention_span_kernel(AttentionShape s, int64_t layer, const Seq
       float score = -INFINITY;
       if (valid) {
         float dot = 0.0f;
-        for (int64_t d = 0; d < D; ++d) dot = fmaf(qs[g * D + d], load_kv<kHalf>(sq.k, key + d), dot);
+        dot = key_dot<kHalf>(qs + g * D, sq.k, key, D);
         score = dot * scale;
       }
       float cmax = score;
