@@ -13,9 +13,11 @@
  *   llamacpp_bench BINS MODEL.gguf chat TEMPLATE ADD_ASS MESSAGES.json
  *   llamacpp_bench BINS MODEL.gguf greedy-text THREADS N_NEW "PROMPT"
  *   llamacpp_bench BINS IN.gguf quantize OUT.gguf TYPE [THREADS]
+ *   llamacpp_bench BINS MODEL.gguf logits THREADS IDS_FILE OUT.bin [OTHER.bin ...]
  *
  * quantize: llama_model_quantize with its default parameters, TYPE one of
- * q4_k_m, q5_k_m, q6_k, q4_k_s, q8_0, q4_0 (THREADS <= 0 or absent: all
+ * q4_k_m, q5_k_m, q6_k, q4_k_s, q8_0, q4_0, q3_k_m, q2_k, iq4_xs, iq4_nl, q5_0,
+ * q5_1, q4_1 (THREADS <= 0 or absent: all
  * cores); never loads the model for inference. Tensors whose rows don't fit a
  * K-quant's 256-value blocks fall back to other types, as llama.cpp decides.
  * Prints {"out", "type", "ms"}.
@@ -42,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <time.h>
 
 #include "ggml-backend.h"
@@ -287,10 +290,14 @@ static enum llama_ftype quant_ftype(const char *name) {
       {"q6_k", LLAMA_FTYPE_MOSTLY_Q6_K},     {"q4_k_s", LLAMA_FTYPE_MOSTLY_Q4_K_S},
       {"q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},     {"q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},
       {"q3_k_m", LLAMA_FTYPE_MOSTLY_Q3_K_M}, {"q2_k", LLAMA_FTYPE_MOSTLY_Q2_K},
+      {"iq4_xs", LLAMA_FTYPE_MOSTLY_IQ4_XS}, {"iq4_nl", LLAMA_FTYPE_MOSTLY_IQ4_NL},
+      {"q5_0", LLAMA_FTYPE_MOSTLY_Q5_0},     {"q5_1", LLAMA_FTYPE_MOSTLY_Q5_1},
+      {"q4_1", LLAMA_FTYPE_MOSTLY_Q4_1},
   };
   for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i)
     if (strcmp(name, types[i].name) == 0) return types[i].ftype;
-  die("unknown quantization type (want q4_k_m, q5_k_m, q6_k, q4_k_s, q8_0, q4_0, q3_k_m or q2_k)");
+  die("unknown quantization type (want q4_k_m, q5_k_m, q6_k, q4_k_s, q8_0, q4_0, q3_k_m, q2_k, iq4_xs, iq4_nl, q5_0, "
+      "q5_1 or q4_1)");
   return LLAMA_FTYPE_ALL_F32;
 }
 
@@ -453,6 +460,76 @@ int main(int argc, char **argv) {
     llama_batch_free(b);
     llama_free(ctx);
     llama_model_free(model);
+    return 0;
+  }
+  if (strcmp(cmd, "logits") == 0 && argc >= 7) {
+    /* Every position's logits of each sequence (one batch a sequence), into
+     * OUT.bin as float32 rows; then each OTHER.bin of the same layout (another
+     * engine's, or this one's on another path) against them, row by row: the
+     * normalized mean squared error of test-backend-ops, sum((o - r)^2) /
+     * sum(r^2), and whether the argmax agrees. */
+    const int threads = atoi(argv[4]);
+    const int n_ctx = context_size(model);
+    struct llama_context *ctx = context(model, threads, n_ctx);
+    struct llama_batch b = llama_batch_init(n_ctx, 0, 1);
+    FILE *in = fopen(argv[5], "r"), *out = fopen(argv[6], "wb");
+    if (!in || !out) die("cannot open the ids file or the output");
+    const int n_other = argc - 7;
+    FILE **other = xmalloc(sizeof(FILE *) * (size_t)(n_other > 0 ? n_other : 1));
+    for (int k = 0; k < n_other; ++k)
+      if (!(other[k] = fopen(argv[7 + k], "rb"))) die("cannot open a logits file to compare");
+    double *max_nmse = xmalloc(sizeof(double) * (size_t)(n_other + 1)), *sum_nmse = xmalloc(sizeof(double) * (size_t)(n_other + 1));
+    long *agree = xmalloc(sizeof(long) * (size_t)(n_other + 1));
+    for (int k = 0; k < n_other; ++k) max_nmse[k] = sum_nmse[k] = 0, agree[k] = 0;
+    float *row = xmalloc(sizeof(float) * (size_t)n_vocab);
+    llama_token *ids = xmalloc(sizeof(llama_token) * (size_t)n_ctx);
+    char *line = NULL;
+    size_t cap = 0;
+    long rows = 0;
+    while (getline(&line, &cap, in) >= 0) {
+      const int n = parse_ids(line, ids, n_ctx);
+      if (n == 0) continue;
+      if (n < 0) die("bad ids line (or longer than the context)");
+      llama_memory_clear(llama_get_memory(ctx), 1);
+      decode(ctx, &b, ids, n, 0, 1);
+      for (int i = 0; i < n; ++i, ++rows) {
+        const float *ref = llama_get_logits_ith(ctx, i);
+        if (fwrite(ref, sizeof(float), (size_t)n_vocab, out) != (size_t)n_vocab) die("write failed");
+        int best = 0;
+        for (int v = 1; v < n_vocab; ++v)
+          if (ref[v] > ref[best]) best = v;
+        for (int k = 0; k < n_other; ++k) {
+          if (fread(row, sizeof(float), (size_t)n_vocab, other[k]) != (size_t)n_vocab) die("a logits file to compare is short");
+          double err = 0, norm = 0;
+          int theirs = 0;
+          for (int v = 0; v < n_vocab; ++v) {
+            const double d = (double)row[v] - ref[v];
+            err += d * d;
+            norm += (double)ref[v] * ref[v];
+            if (row[v] > row[theirs]) theirs = v;
+          }
+          const double nmse = norm > 0 ? err / norm : err;
+          /* LLAMACPP_BENCH_ROWS=1: each row's NMSE on stderr, to find where a
+           * maximum comes from. */
+          if (getenv("LLAMACPP_BENCH_ROWS"))
+            fprintf(stderr, "row %ld file %d nmse %.6g norm %.6g argmax %d %d\n", rows, k, nmse, sqrt(norm / n_vocab),
+                    best, theirs);
+          sum_nmse[k] += nmse;
+          if (nmse > max_nmse[k]) max_nmse[k] = nmse;
+          agree[k] += theirs == best;
+        }
+      }
+    }
+    if (fclose(out) != 0) die("write failed");
+    printf("{\"rows\": %ld, \"vocab\": %d, \"compared\": [", rows, n_vocab);
+    for (int k = 0; k < n_other; ++k) {
+      int extra = fgetc(other[k]) != EOF;
+      printf("%s{\"file\": ", k ? ", " : "");
+      print_json_string(argv[7 + k], strlen(argv[7 + k]));
+      printf(", \"max_nmse\": %.6g, \"mean_nmse\": %.6g, \"argmax_agree\": %ld, \"trailing_data\": %s}", max_nmse[k],
+             rows ? sum_nmse[k] / rows : 0.0, agree[k], extra ? "true" : "false");
+    }
+    printf("]}\n");
     return 0;
   }
   if (strcmp(cmd, "tokenize-special") == 0 && argc >= 7) {

@@ -47,6 +47,6 @@ fi
 libllama="$(basename "$(ls "$BINS"/libllama.v*.so)")"
 libggml="$(basename "$(ls "$BINS"/libggml.v*.so)")"
 cc -O2 -Wall -I"$L/include" -I"$L/ggml/include" bench/llamacpp_bench.c -o "$L/llamacpp_bench" \
-  -L"$BINS" -l:"$libllama" -l:"$libggml" -l:libggml-base.so -Wl,-rpath,"$PWD/$BINS"
+  -L"$BINS" -l:"$libllama" -l:"$libggml" -l:libggml-base.so -lm -Wl,-rpath,"$PWD/$BINS"
 exec python3 bench/vs_llamacpp.py --splitspec build/bin/splitspec --llama "$L/llamacpp_bench" --bins "$BINS" \
   --node-modules "$L/node_modules" "$@"

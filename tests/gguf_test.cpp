@@ -150,14 +150,14 @@ TEST(Gguf, BadFilesAreClearErrors) {
   bad = good;
   bad[4] = 7;  // version
   EXPECT_NE(import_error(bad).find("GGUF version 7 is not supported"), std::string::npos);
-  // A tensor of a type we do not read (Q5_0 is 6): its type field follows
-  // the name, the dimension count and two dimensions.
+  // A tensor of a type we do not read (IQ2_XXS is 16): its type field
+  // follows the name, the dimension count and two dimensions.
   bad = good;
   const std::string name = "blk.0.attn_v.weight";
   const size_t at = bad.find(name) + name.size() + 4 + 2 * 8;
-  const uint32_t q5_0 = 6;
-  std::memcpy(&bad[at], &q5_0, 4);
-  EXPECT_NE(import_error(bad).find("is Q5_0, which SplitSpec does not read"), std::string::npos);
+  const uint32_t iq2_xxs = 16;
+  std::memcpy(&bad[at], &iq2_xxs, 4);
+  EXPECT_NE(import_error(bad).find("is IQ2_XXS, which SplitSpec does not read"), std::string::npos);
   rewrite(dir.str("good.gguf"), dir.str("gpt2.gguf"), "", "gpt2");
   EXPECT_NE(error_of([&] { import_gguf(dir.str("gpt2.gguf"), dir.str("out"), std::nullopt); })
                 .find("architecture 'gpt2' is not supported"),
@@ -183,7 +183,7 @@ TEST(Gguf, BadFilesAreClearErrors) {
   EXPECT_NE(import_error(bad).find("lies outside the file"), std::string::npos);
 }
 
-TEST(Gguf, StoriesConvertsAndRefusesQuantizingItsOddWidths) {
+TEST(Gguf, StoriesConvertsAndKeepsItsOddWidthsAtF16) {
   const auto shared = shared_dir();
   if (!shared) GTEST_SKIP() << "../shared is absent: stories260K conversion not checked";
   TempDir dir;
@@ -198,9 +198,13 @@ TEST(Gguf, StoriesConvertsAndRefusesQuantizingItsOddWidths) {
     return test::T(m.forward(r, cache).logits);
   };
   EXPECT_TRUE(at::equal(logits(*Model::load(dir.str("s"))), logits(*Model::load(src))));
-  // Its feed-forward width (172) is not a multiple of 32.
-  EXPECT_NE(error_of([&] { export_gguf(src, dir.str("q.gguf"), WType::Q4_0); }).find("not a multiple of 32"),
-            std::string::npos);
+  // Its feed-forward width (172) is not a multiple of 32: as llama.cpp's
+  // quantizer does, those rows (ffn_down's) stay F16, the rest are Q4_0.
+  export_gguf(src, dir.str("q.gguf"), WType::Q4_0);
+  const auto q = Model::load(dir.str("q.gguf"));
+  EXPECT_EQ(q->weight_set().layers[0][static_cast<int>(LayerMatrix::kDown)].type, WType::F16);
+  EXPECT_EQ(q->weight_set().layers[0][static_cast<int>(LayerMatrix::kGate)].type, WType::Q4_0);
+  EXPECT_EQ(logits(*q).size(1), 512);
 }
 
 }  // namespace splitspec::test

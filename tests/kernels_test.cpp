@@ -216,11 +216,13 @@ TEST(Kernels, SiluMulIsElementwise) {
 }
 
 // Every weight type computes with its stored values: against ATen's product
-// of the dequantized weights (and, for Q8_0/Q4_0, of the activations as the
-// kernels quantize them, which is the only other rounding).
+// of the dequantized weights (and, for the 32-weight blocks, of the
+// activations as the kernels quantize them, which is the only other
+// rounding).
 TEST(Kernels, LinearOfEveryTypeComputesWithItsStoredValues) {
-  for (WType t : {WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0}) {
-    for (int64_t in : {32, 96, 704}) {
+  for (WType t : {WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0, WType::Q4_1, WType::Q5_0, WType::Q5_1,
+                  WType::IQ4_NL}) {
+    for (int64_t in : {32, 96, 704, 896}) {
       for (int64_t n : {1, 3, 4, 5, 9}) {
         const at::Tensor wf = randn({37, in}, in * 10 + n), x = randn({n, in}, in + n);
         std::vector<uint8_t> bytes(37 * row_bytes(t, in));
@@ -311,8 +313,10 @@ TEST_P(ModelBatchInvariance, ChainAndTreeEqualSingleSteps) {
 
 INSTANTIATE_TEST_SUITE_P(EveryType, ModelBatchInvariance,
                          ::testing::Combine(::testing::Values(WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0,
-                                                              // llama.cpp's mixes (Q4_K_M, Q5_K_M, Q6_K)
-                                                              WType::Q4_K, WType::Q5_K, WType::Q6_K),
+                                                              WType::Q4_1, WType::Q5_0, WType::Q5_1, WType::IQ4_NL,
+                                                              // llama.cpp's mixes (Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K)
+                                                              WType::Q4_K, WType::Q5_K, WType::Q6_K, WType::Q3_K,
+                                                              WType::Q2_K),
                                             ::testing::Values(1, 2), ::testing::Values(KVType::F32, KVType::F16)),
                          [](const auto& info) {
                            return std::string(wtype_name(std::get<0>(info.param))) + "_" +

@@ -1,4 +1,4 @@
-// K-quants (Q4_K, Q5_K, Q6_K; Q2_K and Q3_K read only) as llama.cpp stores them: products against
+// Super-blocks (Q2_K .. Q6_K; IQ4_XS read only) as llama.cpp stores them: products against
 // Q8_K activations near the dequantized weights' float product, batch
 // invariant; a model of them through GGUF and a directory unchanged; our
 // quantizer close to the values and llama.cpp's per-tensor mixes; the packed
@@ -55,7 +55,7 @@ Rows logits(const Model& m) {
 }
 
 TEST(KQuant, ProductsTrackTheDequantizedWeightsAndAreBatchInvariant) {
-  for (WType t : {WType::Q4_K, WType::Q5_K, WType::Q6_K, WType::Q2_K, WType::Q3_K}) {
+  for (WType t : {WType::Q4_K, WType::Q5_K, WType::Q6_K, WType::Q2_K, WType::Q3_K, WType::IQ4_XS}) {
     SCOPED_TRACE(wtype_name(t));
     const int64_t rows = 24, cols = 512, n = 5;
     const std::vector<uint8_t> bytes = random_kquant(t, rows, cols, 3);
@@ -128,7 +128,7 @@ TEST(KQuant, PackedRowsAreThePlainRowsRegrouped) {
 TEST(KQuant, QuantizerStaysWithinAStep) {
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  for (WType t : {WType::Q4_K, WType::Q5_K, WType::Q6_K}) {
+  for (WType t : {WType::Q4_K, WType::Q5_K, WType::Q6_K, WType::Q3_K, WType::Q2_K}) {
     for (int trial = 0; trial < 50; ++trial) {
       std::vector<float> x(kSuperBlock), y(kSuperBlock);
       for (float& v : x) v = normal(rng) * (trial % 5 == 0 ? 10.0f : 1.0f);
@@ -139,9 +139,13 @@ TEST(KQuant, QuantizerStaysWithinAStep) {
       dequantize_superblock(t, b.data(), y.data());
       float amax = 0.0f;
       for (float v : x) amax = std::max(amax, std::fabs(v));
-      // The widest sub-block step: a range of up to 2 amax over 15 or 31
-      // levels; Q6_K's amax over 32.
-      const float step = t == WType::Q4_K ? 2 * amax / 15 : t == WType::Q5_K ? 2 * amax / 31 : amax / 32;
+      // The widest sub-block step: a range of up to 2 amax over 15, 31 or 3
+      // levels (Q4_K, Q5_K, Q2_K); Q6_K's amax over 32, Q3_K's over 4.
+      const float step = t == WType::Q4_K   ? 2 * amax / 15
+                         : t == WType::Q5_K ? 2 * amax / 31
+                         : t == WType::Q2_K ? 2 * amax / 3
+                         : t == WType::Q3_K ? amax / 4
+                                            : amax / 32;
       double err = 0.0;
       for (int i = 0; i < kSuperBlock; ++i) {
         EXPECT_LE(std::fabs(x[i] - y[i]), step + 1e-7f) << wtype_name(t) << " weight " << i;
@@ -152,44 +156,81 @@ TEST(KQuant, QuantizerStaysWithinAStep) {
   }
 }
 
-// llama.cpp's Q4_K_M/Q5_K_M rules: the head Q6_K; attn_v and ffn_down Q6_K
-// in the first and last eighth of the layers and every third between; rows
-// not of whole super-blocks at Q8_0.
+// llama.cpp's rules (llama_tensor_get_type): Q4_K_M/Q5_K_M's head Q6_K and
+// attn_v and ffn_down Q6_K in the first and last eighth of the layers and
+// every third between; Q3_K_M's and Q2_K's own; then its fallback types for
+// rows that are not whole super-blocks.
 TEST(KQuant, MixesFollowLlamaCppRules) {
   EXPECT_EQ(parse_weight_type("Q4_K_M"), WType::Q4_K);
   EXPECT_EQ(parse_weight_type("q5_k_m"), WType::Q5_K);
+  EXPECT_EQ(parse_weight_type("Q3_K_M"), WType::Q3_K);
+  EXPECT_EQ(parse_weight_type("q2_k"), WType::Q2_K);
   EXPECT_EQ(parse_weight_type("Q6_K"), WType::Q6_K);
-  EXPECT_NE(error_of([] { parse_weight_type("q3_k_m"); }).find("q4_k_m, q5_k_m or q6_k"), std::string::npos);
-  // Q2_K and Q3_K are read, never written: a conversion to them is refused
-  // by name, and the quantizer refuses them too.
-  EXPECT_NE(error_of([] { parse_weight_type("Q3_K"); }).find("read from GGUF files but not written"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_weight_type("q2_k"); }).find("read from GGUF files but not written"), std::string::npos);
+  EXPECT_EQ(parse_weight_type("q5_0"), WType::Q5_0);
+  EXPECT_EQ(parse_weight_type("IQ4_NL"), WType::IQ4_NL);
+  // IQ4_XS is read, never written: a conversion to it is refused by name,
+  // and the quantizer refuses it too.
+  EXPECT_NE(error_of([] { parse_weight_type("iq4_xs"); }).find("read from GGUF files but not written"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_weight_type("q7_k"); }).find("q3_k_m, q2_k and q6_k"), std::string::npos);
   float zeros[kSuperBlock] = {};
-  uint8_t block[110];
-  EXPECT_NE(error_of([&] { quantize_superblock(WType::Q3_K, zeros, block); }).find("q3_k is read but not written"),
+  uint8_t block[136];
+  EXPECT_NE(error_of([&] { quantize_superblock(WType::IQ4_XS, zeros, block); }).find("iq4_xs is read but not written"),
             std::string::npos);
   ModelConfig c = tiny_config(64, 16);
   c.hidden_size = 256;
   c.intermediate_size = 512;
+  c.head_dim = 64;  // attn_output's rows: heads x 64 = 256
   std::vector<int> more;
   for (int64_t l = 0; l < 16; ++l) {
     const WType v = tensor_type(WType::Q4_K, layer_slot(c, l, LayerMatrix::kV));
     EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, l, LayerMatrix::kDown)), v);
     EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, l, LayerMatrix::kQ)), WType::Q4_K);
+    EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, l, LayerMatrix::kO)), WType::Q4_K);
     if (v == WType::Q6_K) more.push_back(static_cast<int>(l));
   }
   // llama.cpp's use_more_bits for 16 layers: 0, 1, then every third from 4, then 14, 15.
   EXPECT_EQ(more, (std::vector<int>{0, 1, 4, 7, 10, 13, 14, 15}));
   EXPECT_EQ(tensor_type(WType::Q5_K, head_slot(c)), WType::Q6_K);
   EXPECT_EQ(tensor_type(WType::Q5_K, embed_slot(c)), WType::Q5_K);
+  // Q3_K_M: attn_v Q5_K in layers 0-1, Q4_K after; ffn_down Q5_K in the first
+  // sixteenth; attn_output Q4_K; the rest Q3_K.
+  EXPECT_EQ(tensor_type(WType::Q3_K, layer_slot(c, 1, LayerMatrix::kV)), WType::Q5_K);
+  EXPECT_EQ(tensor_type(WType::Q3_K, layer_slot(c, 2, LayerMatrix::kV)), WType::Q4_K);
+  EXPECT_EQ(tensor_type(WType::Q3_K, layer_slot(c, 0, LayerMatrix::kDown)), WType::Q5_K);
+  EXPECT_EQ(tensor_type(WType::Q3_K, layer_slot(c, 1, LayerMatrix::kDown)), WType::Q4_K);
+  EXPECT_EQ(tensor_type(WType::Q3_K, layer_slot(c, 5, LayerMatrix::kO)), WType::Q4_K);
+  EXPECT_EQ(tensor_type(WType::Q3_K, layer_slot(c, 5, LayerMatrix::kUp)), WType::Q3_K);
+  EXPECT_EQ(tensor_type(WType::Q3_K, head_slot(c)), WType::Q6_K);
+  // Q2_K: attn_v by heads per key-value head (tiny_config's 4 / 2 = 2: Q3_K);
+  // ffn_down and attn_output Q3_K; the rest Q2_K.
+  EXPECT_EQ(tensor_type(WType::Q2_K, layer_slot(c, 3, LayerMatrix::kV)), WType::Q3_K);
+  EXPECT_EQ(tensor_type(WType::Q2_K, layer_slot(c, 3, LayerMatrix::kDown)), WType::Q3_K);
+  EXPECT_EQ(tensor_type(WType::Q2_K, layer_slot(c, 3, LayerMatrix::kO)), WType::Q3_K);
+  EXPECT_EQ(tensor_type(WType::Q2_K, layer_slot(c, 3, LayerMatrix::kGate)), WType::Q2_K);
+  ModelConfig g = c;
+  g.num_attention_heads = 8;
+  g.num_key_value_heads = 2;
+  EXPECT_EQ(tensor_type(WType::Q2_K, layer_slot(g, 3, LayerMatrix::kV)), WType::Q4_K);
   c.tie_word_embeddings = true;
   EXPECT_EQ(tensor_type(WType::Q4_K, embed_slot(c)), WType::Q6_K);
   EXPECT_EQ(tensor_type(WType::Q6_K, layer_slot(c, 3, LayerMatrix::kGate)), WType::Q6_K);
   EXPECT_EQ(tensor_type(WType::Q4_0, head_slot(c)), WType::Q8_0);
-  c.hidden_size = 96;  // rows of 96: not whole super-blocks
-  EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, 3, LayerMatrix::kQ)), WType::Q8_0);
+  // Rows of 576 (SmolLM2-135M's width): llama.cpp's fallback types.
+  c.hidden_size = 576;
+  c.intermediate_size = 1536;
+  EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, 3, LayerMatrix::kQ)), WType::Q5_0);
+  EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, 0, LayerMatrix::kV)), WType::Q8_0);  // Q6_K's fallback
+  EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, 0, LayerMatrix::kDown)), WType::Q6_K);  // rows of 1536
+  EXPECT_EQ(tensor_type(WType::Q5_K, layer_slot(c, 3, LayerMatrix::kUp)), WType::Q5_1);
+  EXPECT_EQ(tensor_type(WType::Q3_K, layer_slot(c, 3, LayerMatrix::kUp)), WType::Q4_0);
+  EXPECT_EQ(tensor_type(WType::Q3_K, layer_slot(c, 5, LayerMatrix::kV)), WType::Q5_0);  // Q4_K's fallback
+  EXPECT_EQ(tensor_type(WType::Q2_K, layer_slot(c, 3, LayerMatrix::kGate)), WType::Q4_0);
+  EXPECT_EQ(tensor_type(WType::Q4_K, embed_slot(c)), WType::Q8_0);  // the tied head
+  c.hidden_size = 100;  // not even whole 32-blocks
+  EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, 3, LayerMatrix::kQ)), WType::F16);
   // Phi-3's fused q, k, v take attn_v's type together.
   c.hidden_size = 256;
+  c.intermediate_size = 512;
   c.architecture = "phi3";
   EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, 0, LayerMatrix::kQ)), WType::Q6_K);
   EXPECT_EQ(tensor_type(WType::Q4_K, layer_slot(c, 2, LayerMatrix::kK)), WType::Q4_K);

@@ -31,7 +31,7 @@ void expect_same(const std::vector<float>& got, const std::vector<float>& want, 
                 i < want.size() ? want[i] : 0.0f);
 }
 
-// Random K-quant bytes with finite, modest half-precision scales.
+// Random super-block bytes with finite, modest half-precision scales.
 void random_superblocks(WType type, std::mt19937& rng, std::vector<uint8_t>& w) {
   std::uniform_int_distribution<int> byte(0, 255);
   for (auto& b : w) b = static_cast<uint8_t>(byte(rng));
@@ -58,22 +58,30 @@ int main() {
     kernels::use_isa(isa);
     for (int t = 0; t < kWTypes; ++t) {
       const auto type = static_cast<WType>(t);
-      std::vector<int64_t> widths = {32, 64, 96, 256, 704, 1728};
+      // The widths of the models people download whose rows are not whole
+      // super-blocks (SmolLM2-135M 576, Gemma 3 270M 640, Qwen2.5-0.5B 896,
+      // SmolLM2-360M 960) among them.
+      std::vector<int64_t> widths = {32, 64, 96, 256, 576, 640, 704, 896, 960, 1728};
       if (!is_block_type(type)) widths.insert(widths.end(), {1, 7, 9, 100, 1000});
       if (is_kquant(type)) widths = {256, 512, 1792};
       for (int64_t in : widths)
         for (int64_t out : {1, 5, 13, 50, 64}) {
-          std::vector<float> wf(out * in), x(9 * in);
+          // Every batch size 1-64 at the block types' model widths (a verify
+          // forward's k tokens, a tree's nodes), 1-9 elsewhere.
+          const bool model_width = in == 576 || in == 640 || in == 896 || in == 960 || (is_kquant(type) && in == 512);
+          const bool wide = is_block_type(type) && model_width && out == 50;
+          const int64_t rows = wide ? 64 : 9;
+          std::vector<float> wf(out * in), x(rows * in);
           for (auto& v : wf) v = normal(rng) * 0.1f;
           for (auto& v : x) v = normal(rng);
           std::vector<uint8_t> w(out * row_bytes(type, in));
-          if (is_kquant(type))
-            random_superblocks(type, rng, w);  // nothing writes K-quants here
-          else
+          if (is_writable(type))
             quantize_rows(type, wf.data(), out, in, w.data());
+          else
+            random_superblocks(type, rng, w);  // IQ4_XS: nothing here writes it
           const MatrixRef plain{type, w.data(), out, in};
-          std::vector<float> want(9 * out);
-          kernels::linear_reference(x.data(), 9, plain, want.data());
+          std::vector<float> want(rows * out);
+          kernels::linear_reference(x.data(), rows, plain, want.data());
           // Packed types run packed, as models hold them; the reference
           // reads the plain bytes, and the packed ones too.
           std::vector<uint8_t> scratch;
@@ -82,13 +90,13 @@ int main() {
           const std::string what = std::string(kernels::isa_name(isa)) + " " + wtype_name(type) + " " +
                                    std::to_string(in) + "x" + std::to_string(out);
           if (m.packed) {
-            std::vector<float> again(9 * out);
-            kernels::linear_reference(x.data(), 9, m, again.data());
+            std::vector<float> again(rows * out);
+            kernels::linear_reference(x.data(), rows, m, again.data());
             expect_same(again, want, what + " reference, packed");
           }
           for (int threads : {1, 2}) {
             kernels::set_threads(threads);
-            for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+            for (int64_t n = 1; n <= rows; ++n) {
               std::vector<float> got(n * out);
               kernels::linear(x.data(), n, m, got.data());
               expect_same(got, std::vector<float>(want.begin(), want.begin() + n * out),

@@ -77,7 +77,9 @@ TEST(Sampling, AllCandidatesIsTheSoftmaxWithoutASort) {
   double total = 0.0;
   for (size_t i = 0; i < lg.size(); ++i) {
     EXPECT_NEAR(a[i], ref[static_cast<int64_t>(i)].item<double>(), 1e-7) << i;
-    if (c[i] > 0) EXPECT_NEAR(a[i], c[i], 1e-7) << i;
+    if (c[i] > 0) {
+      EXPECT_NEAR(a[i], c[i], 1e-7) << i;
+    }
     total += a[i];
   }
   EXPECT_NEAR(total, 1.0, 1e-5);

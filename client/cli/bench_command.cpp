@@ -205,7 +205,7 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   fwd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
-  fwd->add_option("--dtype", a->dtype, "Convert the weights to f32|f16|bf16|q8_0|q4_0|q4_k_m|q5_k_m|q6_k at load");
+  fwd->add_option("--dtype", a->dtype, "Convert the weights to f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_k_m|q5_k_m|q3_k_m|q2_k|q6_k at load");
   fwd->add_option("--kv-cache", a->kv_cache, "KV cache element type: f32 or f16")->capture_default_str();
   fwd->add_flag("--json", a->json, R"(Print {"rows": [{"context","new_tokens","ms" (median),"ms_p90","ms_p99","samples"}], "weight_bytes", ...})");
   const std::function<int()> edge_cloud = add_bench_edge_cloud(*bench);

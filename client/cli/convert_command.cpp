@@ -151,7 +151,8 @@ Command add_convert_command(CLI::App& app) {
       "Write a model at another weight type, as GGUF for llama.cpp, or from GGUF. Q4_0 models keep their LM head "
       "at Q8_0; norms stay fp32");
   auto* model = cmd->add_option("--target,--model", a->model_dir, "Model directory to convert");
-  auto* from = cmd->add_option("--from", a->from_gguf, "A GGUF file to read (llama, qwen2, qwen3, phi3; F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K tensors)");
+  auto* from = cmd->add_option("--from", a->from_gguf, "A GGUF file to read (llama, qwen2, qwen3, phi3; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, "
+      "Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS tensors)");
   auto* random = cmd->add_option("--random-init", a->random_config,
                                  "Instead: a model of this config.json with random weights, for benchmarks (with --tokenizer)")
                      ->check(CLI::ExistingFile);
@@ -162,7 +163,9 @@ Command add_convert_command(CLI::App& app) {
   cmd->add_option("--scale", a->scale, "--random-init: the weights' standard deviation")->capture_default_str();
   auto* out = cmd->add_option("--out", a->out_dir, "Directory to write the model to");
   auto* gguf = cmd->add_option("--to-gguf", a->to_gguf, "GGUF file to write the model to");
-  cmd->add_option("--dtype", a->dtype, "Weight type to write: f32, f16, bf16, q8_0, q4_0, or llama.cpp's K-quant mixes q4_k_m, q5_k_m, q6_k "
+  cmd->add_option("--dtype", a->dtype,
+                  "Weight type to write: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, or llama.cpp's mixes "
+                  "q4_k_m, q5_k_m, q3_k_m, q2_k, q6_k, with its fallback types for rows that are not whole super-blocks "
                   "(default: as stored)");
   model->excludes(from)->excludes(random);
   from->excludes(model)->excludes(random);

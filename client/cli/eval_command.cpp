@@ -38,6 +38,7 @@ struct EvalArgs {
   bool json = false;
   int64_t windows = 48;
   std::string plot;
+  std::string ids_file, out;
 };
 
 
@@ -180,6 +181,33 @@ int run_exits(const EvalArgs& a) {
   return 0;
 }
 
+// Every position's logits of each sequence (one forward a sequence, all
+// rows), as raw float32 rows of the vocabulary, back to back: what another
+// engine's logits are compared with (tests/families/quant_files_test.py).
+int run_logits(const EvalArgs& a) {
+  set_training_threads(a.threads);
+  auto model = Model::load(a.model_dir);
+  const std::vector<PromptRecord> records = read_prompt_records(a.ids_file, 0);
+  std::ofstream out(a.out, std::ios::binary);
+  if (!out) throw Error(a.out + ": cannot write the logits");
+  int64_t rows = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (records[i].ids.empty())
+      throw Error(a.ids_file + ": line " + std::to_string(i + 1) + " has no \"prompt_ids\" (eval logits takes ids)");
+    KVCache cache = model->new_cache(static_cast<int64_t>(records[i].ids.size()));
+    ForwardRequest r;
+    r.tokens = records[i].ids;
+    const Rows logits = model->forward(r, cache).logits;
+    out.write(reinterpret_cast<const char*>(logits.data()),
+              static_cast<std::streamsize>(logits.rows() * logits.cols() * sizeof(float)));
+    rows += logits.rows();
+  }
+  if (!out.flush()) throw Error(a.out + ": write failed");
+  std::cout << nlohmann::json{{"sequences", records.size()}, {"rows", rows}, {"vocab", model->config().vocab_size}}.dump()
+            << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 Command add_eval_command(CLI::App& app) {
@@ -212,8 +240,17 @@ Command add_eval_command(CLI::App& app) {
   ex->add_option("--plot", a->plot, "Also draw the table as an SVG line chart here");
   ex->add_flag("--json", a->json, R"(Print {"exits": [{"after_layer", "match_rate", "mean_confidence"}], "layers"})");
   ex->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
-  return {eval, [a, ppl, ex]() {
+  CLI::App* lg = eval->add_subcommand(
+      "logits", "Every position's logits of token sequences, as raw float32 rows, to compare with another engine");
+  lg->add_option("--target,--model", a->model_dir, "Model directory or GGUF file")->required();
+  lg->add_option("--ids-file", a->ids_file, "JSONL of {\"prompt_ids\": [ids]}, one sequence a line")
+      ->required()
+      ->check(CLI::ExistingFile);
+  lg->add_option("--out", a->out, "File to write: each sequence's rows of vocab_size float32s, in order")->required();
+  lg->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
+  return {eval, [a, ppl, ex, lg]() {
             if (ex->parsed()) return run_exits(*a);
+            if (lg->parsed()) return run_logits(*a);
             return ppl->parsed() ? run_ppl(*a) : run_acceptance(*a);
           }};
 }

@@ -287,8 +287,9 @@ Command add_generate_command(CLI::App& app) {
                   "Local verifier: where the target computes: cpu (default), or cuda[:N] for GPU N (builds with the "
                   "CUDA backend): the reference for a GPU server, whose output every mode against it must equal");
   cmd->add_option("--dtype", a->dtype,
-                  "Convert the local target's and the draft's weights at load: f32, f16, bf16, q8_0, q4_0, q4_k_m, "
-                  "q5_k_m or q6_k (default: as stored; a --fallback-target stays as stored, as the server's)");
+                  "Convert the local target's and the draft's weights at load: f32, f16, bf16, q8_0, q4_0, q4_1, "
+                  "q5_0, q5_1, iq4_nl, or llama.cpp's mixes q4_k_m, q5_k_m, q3_k_m, q2_k, q6_k (default: as stored; "
+                  "a --fallback-target stays as stored, as the server's)");
   cmd->add_option("--kv-cache", a->kv_cache,
                   "The local target's KV cache: f32 (default) or f16, half the memory; greedy output is then exactly "
                   "the target's with an f16 cache. A --fallback-target takes the server's type");

@@ -39,8 +39,9 @@ struct Unpacked {
   float d, dmin;
 };
 
-// Sub-blocks per super-block: 16 of 16 weights, or Q4_K's and Q5_K's 8 of 32.
-int sub_blocks(WType t) { return t == WType::Q4_K || t == WType::Q5_K ? 8 : 16; }
+// Sub-blocks per super-block: 16 of 16 weights, or Q4_K's, Q5_K's and
+// IQ4_XS's 8 of 32.
+int sub_blocks(WType t) { return t == WType::Q4_K || t == WType::Q5_K || t == WType::IQ4_XS ? 8 : 16; }
 
 // The sub-blocks' mins of a type that has them (superblock_has_mins).
 void read_mins(WType t, const uint8_t* b, int m[16]) {
@@ -55,6 +56,18 @@ void read_mins(WType t, const uint8_t* b, int m[16]) {
 }
 
 void unpack(WType t, const uint8_t* b, Unpacked& u) {
+  if (t == WType::IQ4_XS) {
+    u.d = half_at(b);
+    u.dmin = 0.0f;
+    for (int s = 0; s < 8; ++s) u.sc[s] = iq4xs_scale(b, s);
+    // Weight 32s + l: the low nibble of quant byte 16s + l (l < 16), else
+    // the high nibble of byte 16s + l - 16, as a grid value.
+    for (int w = 0; w < kSuperBlock; ++w) {
+      const uint8_t byte = b[8 + 16 * (w / 32) + w % 16];
+      u.q[w] = kIq4Values[w % 32 < 16 ? byte & 0xF : byte >> 4];
+    }
+    return;
+  }
   if (t == WType::Q2_K) {
     // Weight 128h + 32j + l: bits 2j, 2j + 1 of quant byte 32h + l.
     for (int s = 0; s < 16; ++s) u.sc[s] = b[s] & 0xF;
@@ -123,6 +136,10 @@ void dequantize_superblock(WType t, const uint8_t* block, float* y) {
   unpack(t, block, u);
   if (t == WType::Q6_K || t == WType::Q3_K) {
     for (int i = 0; i < kSuperBlock; ++i) y[i] = u.d * static_cast<float>(u.sc[i / 16]) * static_cast<float>(u.q[i]);
+    return;
+  }
+  if (t == WType::IQ4_XS) {
+    for (int i = 0; i < kSuperBlock; ++i) y[i] = u.d * static_cast<float>(u.sc[i / 32]) * static_cast<float>(u.q[i]);
     return;
   }
   if (t == WType::Q2_K) {
@@ -238,15 +255,91 @@ void quantize_q45_k(const float* x, uint8_t* b, int top) {
     }
 }
 
+// Q3_K: as Q6_K, per 16 weights the scale that maps the value of largest
+// magnitude to -4, the scales quantized to signed 6 bits against d; the
+// quants -4..3 stored plus 4 (low 2 bits in qs, the third in hmask).
+void quantize_q3_k(const float* x, uint8_t* b) {
+  float scales[16], max_scale = 0.0f, amax_scale = 0.0f;
+  for (int s = 0; s < 16; ++s) {
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 16 * s; i < 16 * s + 16; ++i)
+      if (std::fabs(x[i]) > amax) {
+        amax = std::fabs(x[i]);
+        max = x[i];
+      }
+    scales[s] = max / -4.0f;
+    if (std::fabs(scales[s]) > amax_scale) {
+      amax_scale = std::fabs(scales[s]);
+      max_scale = scales[s];
+    }
+  }
+  std::memset(b, 0, 110);
+  int sc[16] = {};
+  if (amax_scale != 0.0f) {
+    const float iscale = -32.0f / max_scale;
+    put_half(b + 108, 1.0f / iscale);
+    for (int s = 0; s < 16; ++s) sc[s] = clamp_round(iscale * scales[s], -32, 31);
+  }
+  for (int j = 0; j < 16; ++j) {
+    const int v = sc[j] + 32;
+    b[96 + j % 8] |= static_cast<uint8_t>((v & 0xF) << (j < 8 ? 0 : 4));
+    b[96 + 8 + j % 4] |= static_cast<uint8_t>((v >> 4) << (2 * (j / 4)));
+  }
+  const float d = half_at(b + 108);
+  for (int w = 0; w < kSuperBlock; ++w) {
+    const float step = d * static_cast<float>(q3k_scale(b + 96, w / 16));
+    const int u = (step != 0.0f ? clamp_round(x[w] / step, -4, 3) : 0) + 4;
+    const int h = w / 128, j = w % 128 / 32, l = w % 32;
+    b[32 + 32 * h + l] |= static_cast<uint8_t>((u & 3) << (2 * j));
+    if (u & 4) b[l] |= static_cast<uint8_t>(1 << (4 * h + j));
+  }
+}
+
+// Q2_K: as Q4_K, per 16 weights a scale and a min (the negated lower end of
+// the range, never below zero), each quantized to 4 bits against d and dmin;
+// the quants 0..3.
+void quantize_q2_k(const float* x, uint8_t* b) {
+  float scale[16], min[16], max_scale = 0.0f, max_min = 0.0f;
+  for (int s = 0; s < 16; ++s) {
+    float lo = 0.0f, hi = x[16 * s];
+    for (int i = 16 * s; i < 16 * s + 16; ++i) {
+      lo = std::min(lo, x[i]);
+      hi = std::max(hi, x[i]);
+    }
+    scale[s] = (hi - lo) / 3.0f;
+    min[s] = -lo;
+    max_scale = std::max(max_scale, scale[s]);
+    max_min = std::max(max_min, min[s]);
+  }
+  std::memset(b, 0, 84);
+  put_half(b + 80, max_scale / 15.0f);
+  put_half(b + 82, max_min / 15.0f);
+  const float d = half_at(b + 80), dmin = half_at(b + 82);
+  for (int s = 0; s < 16; ++s) {
+    const int sc = d > 0.0f ? clamp_round(scale[s] / d, 0, 15) : 0;
+    const int m = dmin > 0.0f ? clamp_round(min[s] / dmin, 0, 15) : 0;
+    b[s] = static_cast<uint8_t>(sc | (m << 4));
+    const float step = d * static_cast<float>(sc), offset = dmin * static_cast<float>(m);
+    for (int w = 16 * s; w < 16 * s + 16; ++w) {
+      const int q = step > 0.0f ? clamp_round((x[w] + offset) / step, 0, 3) : 0;
+      b[16 + 32 * (w / 128) + w % 32] |= static_cast<uint8_t>(q << (2 * (w % 128 / 32)));
+    }
+  }
+}
+
 }  // namespace
 
 void quantize_superblock(WType t, const float* x, uint8_t* block) {
-  if (!is_writable(t))
-    throw Error(std::string("kquant: ") + wtype_name(t) + " is read but not written (write q4_k, q5_k or q6_k)");
-  if (t == WType::Q6_K)
-    quantize_q6_k(x, block);
-  else
-    quantize_q45_k(x, block, t == WType::Q5_K ? 31 : 15);
+  switch (t) {
+    case WType::Q6_K: return quantize_q6_k(x, block);
+    case WType::Q5_K: return quantize_q45_k(x, block, 31);
+    case WType::Q4_K: return quantize_q45_k(x, block, 15);
+    case WType::Q3_K: return quantize_q3_k(x, block);
+    case WType::Q2_K: return quantize_q2_k(x, block);
+    default:
+      throw Error(std::string("kquant: ") + wtype_name(t) +
+                  " is read but not written (write q2_k, q3_k, q4_k, q5_k or q6_k)");
+  }
 }
 
 bool superblock_scales_finite(WType t, const uint8_t* block) {

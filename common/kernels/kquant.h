@@ -11,9 +11,12 @@
 //   Q3_K (110 bytes): 32 bytes of high bits, 64 of low 2 bits, twelve bytes
 //     of sixteen 6-bit scales, d; w = d * (sc - 32) * (q - 4 unless the
 //     high bit is set) per 16.
-// Q2_K and Q3_K are read and computed (every body but AVX-512's own: AVX-512
-// machines run the avx2 one), not written: quantize_superblock refuses them.
-// Their products take activations quantized as llama.cpp's Q8_K: per row and
+//   IQ4_XS (136 bytes): d, a 16-bit word of scale high bits, four bytes of
+//     scale low nibbles, 128 bytes of 4-bit indices into kIq4Values; per 32,
+//     w = d * (sc - 32) * value (iq4xs_scale has the layout); read, not
+//     written.
+// Q2_K and Q3_K run every body but AVX-512's own (AVX-512 machines run the
+// avx2 one). All take activations quantized as llama.cpp's Q8_K: per row and
 // super-block, d = max / -127 (max the signed value of largest magnitude),
 // q = round-to-even(x * -127 / max) capped at 127, and each 16 q's sum.
 // Free of LibTorch; built with -ffp-contract=off.
@@ -37,12 +40,19 @@ constexpr int q3k_scale(const uint8_t* s, int j) {
   return ((j < 8 ? s[j] & 0xF : s[j - 8] >> 4) | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
 }
 
+// IQ4_XS's scale s (0..7), less 32: the low 4 bits in byte 4 + s / 2 (low
+// nibble for even s), the top 2 in the 16-bit word at byte 2 (bits 2s).
+constexpr int iq4xs_scale(const uint8_t* b, int s) {
+  return (((b[4 + s / 2] >> (4 * (s % 2))) & 0xF) | (((b[2 + s / 4] >> (2 * (s % 4))) & 3) << 4)) - 32;
+}
+
 // One super-block as 256 floats, exactly as llama.cpp's dequantize_row_*.
 void dequantize_superblock(WType t, const uint8_t* block, float* y);
-// 256 floats as one super-block of type t (Q4_K, Q5_K or Q6_K), in llama.cpp's
-// layout: sub-block scales (and, for Q4_K/Q5_K, mins) from each sub-block's
-// range, themselves quantized against the super-block's half scales, then
-// every weight rounded to nearest against its sub-block's stored scale.
+// 256 floats as one super-block of type t (Q2_K .. Q6_K), in llama.cpp's
+// layout: sub-block scales (and, for Q2_K/Q4_K/Q5_K, mins) from each
+// sub-block's range, themselves quantized against the super-block's half
+// scales, then every weight rounded to nearest against its sub-block's
+// stored scale. IQ4_XS is refused.
 // A simpler search than llama-quantize's iterative one (its files are read
 // as stored); deterministic.
 void quantize_superblock(WType t, const float* x, uint8_t* block);

@@ -9,20 +9,23 @@ namespace splitspec::kernels::avx2 {
 namespace {
 
 // One super-block, decoded a vector at a time: vector v holds weights
-// 32v .. 32v + 31 as unsigned quants (Q6_K's plus 32, Q3_K's plus 4), and
+// 32v .. 32v + 31 as unsigned quants (Q6_K's plus 32, Q3_K's plus 4;
+// IQ4_XS's as its signed grid values), and
 // its scales as 16-bit lanes, each lane the scale of its weight pair.
 template <WType T>
 struct Block {
   // Sub-blocks of 16 weights, two a vector.
   static constexpr bool kSixteens = T == WType::Q6_K || T == WType::Q3_K || T == WType::Q2_K;
   const uint8_t* b;
-  __m256i scales16;  // Q4_K/Q5_K: the eight scales, in both halves; the others: the sixteen
+  __m256i scales16;  // Q4_K/Q5_K/IQ4_XS: the eight scales, in both halves; the others: the sixteen
 
   Block(const uint8_t* block, const uint8_t* sc) : b(block) {
     if constexpr (T == WType::Q6_K) {
       scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
     } else if constexpr (T == WType::Q3_K) {
       scales16 = _mm256_cvtepi8_epi16(q3k_scales(b + 96));
+    } else if constexpr (T == WType::IQ4_XS) {
+      scales16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(iq4xs_scales(b)));
     } else if constexpr (T == WType::Q2_K) {
       // The scale bytes' low nibbles.
       const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
@@ -35,7 +38,13 @@ struct Block {
   template <int V>
   __m256i quants() const {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    if constexpr (T == WType::Q2_K || T == WType::Q3_K) {
+    if constexpr (T == WType::IQ4_XS) {
+      // Sub-block V: the low nibbles of quant bytes 16V .. 16V + 15, then
+      // their high nibbles, as grid values (signed).
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 8 + 16 * V));
+      const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
+      return _mm256_shuffle_epi8(iq4_grid(), _mm256_and_si256(both, low4));
+    } else if constexpr (T == WType::Q2_K || T == WType::Q3_K) {
       // Vector 4h + j: bits 2j, 2j + 1 of the 32 quant bytes at 32h; for
       // Q3_K, bit 4h + j of the 32 high-bit bytes as bit 2.
       constexpr int h = V / 4, j = V % 4;
@@ -90,10 +99,18 @@ __m256i scaled(__m256i q, const int8_t* x, __m256i scales16) {
   return _mm256_madd_epi16(p, scales16);
 }
 
+// The same for IQ4_XS's signed grid values: |q| times the inputs carrying
+// q's sign (a pair at most 2 x 127 x 127).
+__m256i scaled_signed(__m256i q, const int8_t* x, __m256i scales16) {
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q)), scales16);
+}
+
 template <WType T, int N, int V>
 void add_vector(const Block<T>& blk, const int8_t* const* xq, __m256i* a) {
   const __m256i q = blk.template quants<V>(), s = blk.template scales<V>();
-  for (int i = 0; i < N; ++i) a[i] = _mm256_add_epi32(a[i], scaled(q, xq[i] + 32 * V, s));
+  for (int i = 0; i < N; ++i)
+    a[i] = _mm256_add_epi32(a[i], T == WType::IQ4_XS ? scaled_signed(q, xq[i] + 32 * V, s) : scaled(q, xq[i] + 32 * V, s));
 }
 
 struct Avx2 {

@@ -58,11 +58,34 @@ struct Avx512 {
     __m512i sc16;
     if constexpr (T == WType::Q6_K) {
       sc16 = _mm512_cvtepi8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
+    } else if constexpr (T == WType::IQ4_XS) {
+      sc16 = _mm512_cvtepi8_epi16(_mm256_castsi128_si256(iq4xs_scales(b)));
     } else {
       sc16 = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
     }
     for (int u = 0; u < 4; ++u) {  // weights 64u .. 64u + 63
       __m512i q, scale;
+      if constexpr (T == WType::IQ4_XS) {
+        // Sub-blocks 2u and 2u + 1, 16 quant bytes each: the low nibbles of
+        // the first 16 bytes, their high nibbles, then the same of the next
+        // 16, as grid values. Signed, so |q| goes into maddubs and q's sign
+        // onto the inputs (AVX-512 has no byte sign instruction).
+        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 8 + 32 * u));
+        const __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi8(0x0F));
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi8(0x0F));
+        const __m512i idx = _mm512_shuffle_i64x2(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                                                 _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                                                 _MM_SHUFFLE(3, 1, 2, 0));
+        const __m512i v = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values))), idx);
+        const __mmask64 negative = _mm512_movepi8_mask(v);
+        scale = spread<16>(sc16, 2 * u);
+        for (int i = 0; i < N; ++i) {
+          const __m512i x = load64(xq[i] + 64 * u);
+          const __m512i xs = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
+          acc[i] = _mm512_dpwssd_epi32(acc[i], _mm512_maddubs_epi16(_mm512_abs_epi8(v), xs), scale);
+        }
+        continue;
+      }
       if constexpr (T == WType::Q6_K) {
         // Low (u even) or high nibbles of ql's 64 bytes at 64(u / 2), with
         // qh's bits 2k, 2k + 1 on top, k = 2(u % 2) in the lower half and

@@ -10,7 +10,8 @@ namespace splitspec::kernels::neon {
 
 namespace {
 
-// sc x (16 quants . 16 inputs), added to the lanes (quants 0..63 fit int8).
+// sc x (16 quants . 16 inputs), added to the lanes (quants 0..63 fit int8;
+// IQ4_XS's are its signed grid values).
 int32x4_t scaled(int32x4_t acc, uint8x16_t q, const int8_t* x, int32_t sc) {
   const int32x4_t dot = vdotq_s32(vdupq_n_s32(0), vreinterpretq_s8_u8(q), vld1q_s8(x));
   return vmlaq_n_s32(acc, dot, sc);
@@ -46,6 +47,16 @@ void superblock_sums(WType t, const uint8_t* b, int n, const int8_t* const* xq, 
         q[8 * h + 6 + half] = vorrq_u8(vshrq_n_u8(lo1, 4), high_bits(hi, 6, 3));
       }
     for (int v = 0; v < 16; ++v) scale[v] = sc[v];
+  } else if (t == WType::IQ4_XS) {
+    // Vector v: weights 16v ..: the low (v even) or high nibbles of quant
+    // bytes 16(v / 2) .., as grid values (signed bytes in q's lanes).
+    const int8x16_t grid = vld1q_s8(kIq4Values);
+    for (int v = 0; v < 16; ++v) {
+      const uint8x16_t bytes = vld1q_u8(b + 8 + 16 * (v / 2));
+      const uint8x16_t idx = v % 2 == 0 ? vandq_u8(bytes, low4) : vshrq_n_u8(bytes, 4);
+      q[v] = vreinterpretq_u8_s8(vqtbl1q_s8(grid, idx));
+      scale[v] = iq4xs_scale(b, v / 2);
+    }
   } else if (t == WType::Q2_K || t == WType::Q3_K) {
     // Vector v: weights 128h + 32j + 16half .. (h = v / 8, j = v / 2 % 4,
     // half = v % 2), bits 2j, 2j + 1 of quant bytes 32h + 16half ..; Q3_K's

@@ -7,7 +7,8 @@
 // scales, decoded here once): for each activation row i, an 8-lane int32
 // vector whose lanes add up to the sum over the super-block's sub-blocks of
 // scale x (quant . input), Q6_K's quants as stored (the weights plus 32)
-// and Q3_K's as the weights plus 4. Everything else is here, once: those
+// and Q3_K's as the weights plus 4, IQ4_XS's as its grid values. Everything
+// else is here, once: those
 // offsets, the mins, and the float operations, lane-wise the ones of
 // kquant.h's kquant_dots in its order, so every body gives the reference's
 // bits. Internal to those two files.
@@ -47,6 +48,18 @@ inline __m128i q3k_scales(const uint8_t* s) {
   const __m128i top2 = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(top)), _mm_setr_epi32(0, 2, 4, 6)),
                                      _mm_set1_epi8(3));
   return _mm_sub_epi8(_mm_or_si128(low4, _mm_slli_epi16(top2, 4)), _mm_set1_epi8(32));
+}
+
+// IQ4_XS's eight scales (less 32) as signed bytes.
+inline __m128i iq4xs_scales(const uint8_t* b) {
+  alignas(16) int8_t sc[16] = {};
+  for (int s = 0; s < 8; ++s) sc[s] = static_cast<int8_t>(iq4xs_scale(b, s));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(sc));
+}
+
+// kIq4Values in each 128-bit lane, for pshufb.
+inline __m256i iq4_grid() {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
 }
 
 // Lane r: the sum of v[r]'s eight lanes (integer adds: exact in any order).
@@ -124,7 +137,7 @@ void rows8(const uint8_t* row0, int64_t rb, int lanes, int64_t cols, const Q8KRo
           const __m256i mm = _mm256_madd_epi16(m16, sums16[i]);
           mins[i][r] = _mm_add_epi32(_mm256_castsi256_si128(mm), _mm256_extracti128_si256(mm, 1));
         }
-      } else {
+      } else if constexpr (superblock_has_mins(T)) {
         const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
         for (int i = 0; i < N; ++i) mins[i][r] = _mm_madd_epi16(m16, pairs[i]);
       }
@@ -188,6 +201,7 @@ void kquant_rows_with(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows&
     return avx2::kquant_rows(w, r0, r1, x, y);
   }
   switch (w.type) {
+    case WType::IQ4_XS: return typed_rows<Body, WType::IQ4_XS>(w, r0, r1, x, y);
     case WType::Q4_K: return typed_rows<Body, WType::Q4_K>(w, r0, r1, x, y);
     case WType::Q5_K: return typed_rows<Body, WType::Q5_K>(w, r0, r1, x, y);
     default: return typed_rows<Body, WType::Q6_K>(w, r0, r1, x, y);

@@ -100,20 +100,18 @@ float quant_dot(const MatrixRef& w, int64_t r, const QuantizedRows& qx, int64_t 
   float acc = 0.0f;
   const int8_t* xq = qx.q.data() + j * qx.cols;
   const float* xd = qx.d.data() + j * qx.blocks;
+  const float* xs = qx.s.data() + j * qx.blocks;
+  const bool min = block_has_min(w.type);
   uint8_t blk[2 + kQBlock];
   for (int64_t b = 0; b < qx.blocks; ++b) {
     read_block(w, r, b, blk);
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
-    const float d = half_to_float(h) * xd[b];
+    int8_t q[kQBlock];
+    block_quants(w.type, blk, q);
     const int8_t* xb = xq + b * kQBlock;
     int32_t s = 0;
-    for (int i = 0; i < kQBlock; ++i) {
-      const int wq = w.type == WType::Q8_0 ? static_cast<int8_t>(blk[2 + i])
-                                           : (i < 16 ? blk[2 + i] & 0x0f : blk[2 + i - 16] >> 4) - 8;
-      s += wq * xb[i];
-    }
-    acc = std::fma(static_cast<float>(s), d, acc);
+    for (int i = 0; i < kQBlock; ++i) s += q[i] * xb[i];
+    acc = std::fma(static_cast<float>(s), block_d(blk) * xd[b], acc);
+    if (min) acc = std::fma(block_m(blk), xs[b], acc);
   }
   return acc;
 }

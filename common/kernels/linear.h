@@ -12,11 +12,15 @@
 //     in increasing i with fused multiply-adds (a short last group padded
 //     with zeros), then the lanes are summed as ((l0+l4)+(l2+l6)) +
 //     ((l1+l5)+(l3+l7)).
-//   Q8_0/Q4_0: x is quantized per row and block (quant.h); the output
-//     starts at 0 and, block by block in order, adds the block's exact
-//     integer sum of weight times input, times d_w * d_x, with one fused
-//     multiply-add. (Integer sums are exact in any order, so the bodies
-//     vectorise across 16 output rows of a packed matrix instead.)
+//   32-weight blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): x is quantized
+//     per row and block (quant.h); the output starts at 0 and, block by
+//     block in order, adds the block's exact integer sum of weight (its
+//     integer, quant.h's block_quants) times input, times d_w * d_x, with
+//     one fused multiply-add; for Q4_1 and Q5_1 then m_w times the input
+//     block's s (quant.h), with another. (Integer sums are exact in
+//     any order, so the bodies vectorise across 16 output rows of a packed
+//     matrix instead.)
+//   Super-blocks (the K-quants, IQ4_XS): as kquant.h's kquant_dots.
 // So a server on x86 and a robot on ARM compute the same matrix products
 // (the forward's other kernels, attention among them, still differ between
 // their vector and scalar paths; within one machine every result is fixed).

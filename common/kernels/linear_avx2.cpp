@@ -143,20 +143,92 @@ void float_linear(const LinearCall& c, int64_t r0, int64_t r1) {
   for (; r < r1; ++r) float_rows<T, 1>(c.x, c.n, in, w + r * in, out, c.y + r, partial);
 }
 
-// Packed Q8_0/Q4_0 (weight_type.h), eight rows a register: halves h0 ..
-// h0 + H - 1 of the group at `r`, block by block. Each row's lane gathers its
-// exact block sum over the eight 4-byte pieces. Q4_0 multiplies its nibbles
-// (unsigned, 0..15) by the input with maddubs, whose 16-bit pair sums stay
-// exact across all eight pieces (at most 8 x 2 x 15 x 127), and starts from
-// -8 times the input block's sum; Q8_0 multiplies |w| by the input carrying
-// w's sign, one piece at a time (a pair can reach 2 x 128 x 127).
+// Offsets within a packed block of 16 rows (weight_type.h): the rows' m's
+// and qh's after their d's, and the quant pieces after the header.
+template <WType T>
+constexpr int64_t kMinAt = 2 * kPackRows;
+template <WType T>
+constexpr int64_t kQhAt = (block_has_min(T) ? 4 : 2) * kPackRows;
+template <WType T>
+constexpr int64_t kPiecesAt = (block_bytes(T) - block_quant_bytes(T)) * kPackRows;
+// What the unsigned quants of Q4_0 and Q5_0 stand above their weights.
+template <WType T>
+constexpr int32_t kOffset = T == WType::Q4_0 ? 8 : T == WType::Q5_0 ? 16 : 0;
+
+// A packed block's eight 4-byte pieces of eight rows (half h), one row per
+// lane: Q8_0's as stored (signed), IQ4_NL's nibbles as their grid values
+// (signed), the others' unsigned quants (Q5's with the fifth bit, from qh
+// as packed_qh lays it out).
+template <WType T>
+inline void block_pieces(const uint8_t* blk, int h, __m256i w[8]) {
+  const uint8_t* quants = blk + kPiecesAt<T> + 32 * h;
+  if constexpr (T == WType::Q8_0) {
+    for (int k = 0; k < 8; ++k) w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * k));
+    return;
+  }
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  for (int k = 0; k < 4; ++k) {
+    const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * k));
+    w[k] = _mm256_and_si256(p, low4);
+    w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), low4);
+  }
+  if constexpr (block_has_high_bits(T)) {
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQhAt<T> + 32 * h));
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    // Shifts by a constant each: the loop is unrolled.
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      w[k] = _mm256_or_si256(w[k], _mm256_and_si256(_mm256_sll_epi32(qh, _mm_cvtsi32_si128(4 - k)), bit4));
+      w[k + 4] = _mm256_or_si256(w[k + 4], _mm256_and_si256(_mm256_srl_epi32(qh, _mm_cvtsi32_si128(k)), bit4));
+    }
+  }
+  if constexpr (T == WType::IQ4_NL) {
+    const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+    for (int k = 0; k < 8; ++k) w[k] = _mm256_shuffle_epi8(grid, w[k]);
+  }
+}
+
+// Each row's exact block sum of weight times input (the weights from
+// block_pieces, the input block's 32 bytes as eight 4-byte pieces `x` and
+// its sum). Unsigned nibbles go through maddubs, whose 16-bit pair sums stay
+// exact across eight 4-bit pieces (at most 8 x 2 x 15 x 127) or four 5-bit
+// ones (4 x 2 x 31 x 127); signed weights (Q8_0, IQ4_NL) multiply |w| by the
+// input carrying w's sign, one piece at a time (a pair can reach 2 x 128 x
+// 127). Then less the offset times the input's sum.
+template <WType T>
+inline __m256i block_sums(const __m256i w[8], const int32_t* x, int32_t xsum) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (T == WType::Q8_0 || T == WType::IQ4_NL) {
+    __m256i sums = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i xk = _mm256_set1_epi32(x[k]);
+      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w[k], w[k]), _mm256_sign_epi8(xk, w[k]));
+      sums = _mm256_add_epi32(sums, _mm256_madd_epi16(p, ones));
+    }
+    return sums;
+  } else {
+    constexpr int kRun = block_has_high_bits(T) ? 4 : 8;  // pieces per 16-bit run
+    __m256i sums = _mm256_set1_epi32(-kOffset<T> * xsum);
+    for (int k0 = 0; k0 < 8; k0 += kRun) {
+      __m256i pairs = _mm256_maddubs_epi16(w[k0], _mm256_set1_epi32(x[k0]));
+      for (int k = k0 + 1; k < k0 + kRun; ++k)
+        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(x[k])));
+      sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, ones));
+    }
+    return sums;
+  }
+}
+
+// Packed 32-weight blocks (weight_type.h), eight rows a register: halves h0
+// .. h0 + H - 1 of the group at `r`, block by block, each row's lane
+// gathering its exact block sum over the eight 4-byte pieces, then the
+// float steps of linear.h in its order.
 template <WType T, int N, int H>
 void quant_halves(const LinearCall& c, int64_t r, int h0, int64_t j) {
   const QuantizedRows& qx = *c.qx;
   const int64_t nb = qx.blocks;
   constexpr int64_t bb = block_bytes(T);
   const uint8_t* g = static_cast<const uint8_t*>(c.w.data) + r * row_bytes(T, c.w.cols);
-  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0f);
   __m256 acc[H][N];
   for (int hh = 0; hh < H; ++hh)
     for (int jj = 0; jj < N; ++jj) acc[hh][jj] = _mm256_setzero_ps();
@@ -167,35 +239,19 @@ void quant_halves(const LinearCall& c, int64_t r, int h0, int64_t j) {
     for (int hh = 0; hh < H; ++hh) {
       const int h = h0 + hh;
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-      const uint8_t* quants = blk + 2 * kPackRows + 32 * h;
+      __m256 mw = _mm256_setzero_ps();
+      if constexpr (block_has_min(T))
+        mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kMinAt<T> + 16 * h)));
       __m256i w[8];
-      if (T == WType::Q8_0) {
-        for (int k = 0; k < 8; ++k) w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * k));
-      } else {
-        for (int k = 0; k < 4; ++k) {
-          const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * k));
-          w[k] = _mm256_and_si256(p, low4);
-          w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), low4);
-        }
-      }
+      block_pieces<T>(blk, h, w);
       for (int jj = 0; jj < N; ++jj) {
         const int64_t row = (j + jj) * nb + b;
         const auto* x = reinterpret_cast<const int32_t*>(qx.q.data() + row * kQBlock);
-        __m256i sums;
-        if (T == WType::Q4_0) {
-          __m256i pairs = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(x[0]));
-          for (int k = 1; k < 8; ++k) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(x[k])));
-          sums = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(-8 * qx.sum[row]));
-        } else {
-          sums = _mm256_setzero_si256();
-          for (int k = 0; k < 8; ++k) {
-            const __m256i xk = _mm256_set1_epi32(x[k]);
-            const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w[k], w[k]), _mm256_sign_epi8(xk, w[k]));
-            sums = _mm256_add_epi32(sums, _mm256_madd_epi16(p, ones));
-          }
-        }
-        const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(qx.d[row]));
-        acc[hh][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc[hh][jj]);
+        const __m256i sums = block_sums<T>(w, x, qx.sum[row]);
+        const __m256 xd = _mm256_set1_ps(qx.d[row]);
+        acc[hh][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, xd), acc[hh][jj]);
+        if constexpr (block_has_min(T))
+          acc[hh][jj] = _mm256_fmadd_ps(mw, _mm256_set1_ps(qx.s[row]), acc[hh][jj]);
       }
     }
   }
@@ -260,6 +316,7 @@ void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedR
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
       out.sum[i] = _mm_cvtsi128_si32(s4);
+      out.s[i] = _cvtsh_ss(_cvtss_sh(scale * static_cast<float>(out.sum[i]), _MM_FROUND_TO_NEAREST_INT));
       // Packing narrows within 128-bit lanes; the permute restores the order.
       const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + r * cols + b * kQBlock),
@@ -274,7 +331,11 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
     case WType::BF16: float_linear<WType::BF16>(c, r0, r1); break;
     case WType::Q8_0: quant_linear<WType::Q8_0>(c, r0, r1); break;
     case WType::Q4_0: quant_linear<WType::Q4_0>(c, r0, r1); break;
-    default: break;  // K-quants never come here: linear() runs them itself
+    case WType::Q4_1: quant_linear<WType::Q4_1>(c, r0, r1); break;
+    case WType::Q5_0: quant_linear<WType::Q5_0>(c, r0, r1); break;
+    case WType::Q5_1: quant_linear<WType::Q5_1>(c, r0, r1); break;
+    case WType::IQ4_NL: quant_linear<WType::IQ4_NL>(c, r0, r1); break;
+    default: break;  // super-blocks never come here: linear() runs them itself
   }
 }
 

@@ -1,5 +1,5 @@
 // linear() with AVX-512: F32/F16/BF16 weights two rows a register, and
-// packed Q8_0/Q4_0 weights with VNNI. Built with -mavx512f -mavx512bw
+// packed 32-weight blocks with VNNI. Built with -mavx512f -mavx512bw
 // -mavx512dq -mavx512vl -mavx512vnni (plus the avx2 flags) and
 // -ffp-contract=off.
 //
@@ -13,13 +13,13 @@
 // main loop is unrolled by pragma, so -O2 keeps the accumulators in registers
 // too (without it, 3x slower than -O3; with it, within 0.6-0.9x of -O3).
 //
-// Quantized weights: a register holds one 4-byte piece of 16 rows
+// 32-weight blocks: a register holds one 4-byte piece of 16 rows
 // (weight_type.h's packing), vpdpbusd adds its products with the input's
 // matching 4 bytes into each row's lane, and eight pieces make each row's
 // exact block sum (linear.h), with no horizontal step. vpdpbusd multiplies
-// unsigned by signed bytes, so the weights go in unsigned (Q8_0 + 128, Q4_0's
-// nibbles as they are) and each sum starts from -offset times the input
-// block's sum.
+// unsigned by signed bytes, so the weights go in unsigned (Q8_0's and
+// IQ4_NL's plus 128, the others' quants as stored) and each sum starts from
+// -offset times the input block's sum.
 #include <immintrin.h>
 
 // GCC 12's AVX-512 headers build their "undefined" vectors as `__Y = __Y`,
@@ -204,12 +204,24 @@ void float_linear(const LinearCall& c, int64_t r0, int64_t r1) {
   if (r < r1) avx2::linear_rows(c, r, r1);
 }
 
+// What the unsigned weights stand above the weights' integers.
 template <WType T>
-constexpr int32_t kOffset = T == WType::Q8_0 ? 128 : 8;
+constexpr int32_t kOffset = T == WType::Q8_0 || T == WType::IQ4_NL ? 128
+                            : T == WType::Q4_0                       ? 8
+                            : T == WType::Q5_0                       ? 16
+                                                                     : 0;
+// Offsets within a packed block of 16 rows (weight_type.h).
+template <WType T>
+constexpr int64_t kQhAt = (block_has_min(T) ? 4 : 2) * kPackRows;
+template <WType T>
+constexpr int64_t kPiecesAt = (block_bytes(T) - block_quant_bytes(T)) * kPackRows;
 
-// The block's eight 4-byte weight pieces of 16 rows, unsigned.
+// The block's eight 4-byte weight pieces of 16 rows, unsigned: Q8_0's and
+// IQ4_NL's grid values plus 128, the others' quants as stored (Q5's with
+// the fifth bit from qh, as packed_qh lays it out).
 template <WType T>
-inline void weights(const uint8_t* quants, __m512i w[8]) {
+inline void weights(const uint8_t* blk, __m512i w[8]) {
+  const uint8_t* quants = blk + kPiecesAt<T>;
   if (T == WType::Q8_0) {
     const __m512i flip = _mm512_set1_epi8(-128);
     for (int k = 0; k < 8; ++k) w[k] = _mm512_xor_si512(_mm512_loadu_si512(quants + 64 * k), flip);
@@ -220,6 +232,20 @@ inline void weights(const uint8_t* quants, __m512i w[8]) {
     const __m512i p = _mm512_loadu_si512(quants + 64 * k);
     w[k] = _mm512_and_si512(p, low4);
     w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low4);
+  }
+  if constexpr (block_has_high_bits(T)) {
+    const __m512i qh = _mm512_loadu_si512(blk + kQhAt<T>), bit4 = _mm512_set1_epi8(0x10);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      w[k] = _mm512_or_si512(w[k], _mm512_and_si512(_mm512_sll_epi32(qh, _mm_cvtsi32_si128(4 - k)), bit4));
+      w[k + 4] = _mm512_or_si512(w[k + 4], _mm512_and_si512(_mm512_srl_epi32(qh, _mm_cvtsi32_si128(k)), bit4));
+    }
+  }
+  if constexpr (T == WType::IQ4_NL) {
+    alignas(16) uint8_t lifted[16];
+    for (int i = 0; i < 16; ++i) lifted[i] = static_cast<uint8_t>(kIq4Values[i] + 128);
+    const __m512i grid = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(lifted)));
+    for (int k = 0; k < 8; ++k) w[k] = _mm512_shuffle_epi8(grid, w[k]);
   }
 }
 
@@ -236,8 +262,11 @@ void group(const LinearCall& c, int64_t r, int64_t j) {
     const uint8_t* blk = g + b * kPackRows * bb;
     prefetch_ahead(blk, kPackRows * bb);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    __m512 mw = _mm512_setzero_ps();
+    if constexpr (block_has_min(T))
+      mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2 * kPackRows)));
     __m512i w[8];
-    weights<T>(blk + 2 * kPackRows, w);
+    weights<T>(blk, w);
     // Unrolled in full, or GCC keeps acc[] in memory from N = 8 on.
 #pragma GCC unroll 8
     for (int jj = 0; jj < N; ++jj) {
@@ -249,8 +278,10 @@ void group(const LinearCall& c, int64_t r, int64_t j) {
         s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(x[k]));
         s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(x[k + 1]));
       }
-      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(qx.d[row]));
-      acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc[jj]);
+      const __m512 xd = _mm512_set1_ps(qx.d[row]);
+      acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(dw, xd), acc[jj]);
+      if constexpr (block_has_min(T))
+        acc[jj] = _mm512_fmadd_ps(mw, _mm512_set1_ps(qx.s[row]), acc[jj]);
     }
   }
   for (int jj = 0; jj < N; ++jj) _mm512_storeu_ps(c.y + (j + jj) * c.w.rows + r, acc[jj]);
@@ -285,7 +316,11 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
     case WType::BF16: float_linear<WType::BF16>(c, r0, r1); break;
     case WType::Q8_0: quant_linear<WType::Q8_0>(c, r0, r1); break;
     case WType::Q4_0: quant_linear<WType::Q4_0>(c, r0, r1); break;
-    default: break;  // K-quants never come here: linear() runs them itself
+    case WType::Q4_1: quant_linear<WType::Q4_1>(c, r0, r1); break;
+    case WType::Q5_0: quant_linear<WType::Q5_0>(c, r0, r1); break;
+    case WType::Q5_1: quant_linear<WType::Q5_1>(c, r0, r1); break;
+    case WType::IQ4_NL: quant_linear<WType::IQ4_NL>(c, r0, r1); break;
+    default: break;  // super-blocks never come here: linear() runs them itself
   }
 }
 

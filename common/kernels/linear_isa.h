@@ -18,7 +18,7 @@ struct LinearCall {
   int64_t n;
   MatrixRef w;
   float* y;                 // [n, w.rows]
-  const QuantizedRows* qx;  // x quantized, for Q8_0/Q4_0 weights
+  const QuantizedRows* qx;  // x quantized, for 32-weight block weights
 };
 
 // Requests the `bytes` past `block` (one packed block of a quantized body)
@@ -59,7 +59,7 @@ void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, f
 void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 }
 namespace avx512 {
-// Packed Q8_0/Q4_0 weights in whole groups of 16 rows (the rest runs the avx2
+// Packed 32-weight block weights in whole groups of 16 rows (the rest runs the avx2
 // body), and float weights of any range.
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 // avx2::kquant_rows with AVX-512 maddubs and VNNI's vpdpwssd for the integer

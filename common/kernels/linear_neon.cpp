@@ -57,32 +57,48 @@ float float_dot(const uint8_t* w, const float* x, int64_t in) {
   return hsum(lo, hi);
 }
 
-// Packed Q8_0/Q4_0 (weight_type.h), four rows a register: quarter `qr`
-// of the group at `r`. sdot by lane adds a row's 4-byte piece times the
-// input's matching 4 bytes into the row's lane: after eight pieces, each
-// lane holds its row's exact block sum.
+// Packed 32-weight blocks (weight_type.h), four rows a register: quarter
+// `qr` of the group at `r`. The weights go in as their signed integers
+// (quant.h's block_quants; Q5's fifth bits from qh as packed_qh lays it
+// out), and sdot by lane adds a row's 4-byte piece times the input's
+// matching 4 bytes into the row's lane: after eight pieces, each lane holds
+// its row's exact block sum. Then linear.h's float steps in its order.
 template <WType T>
 void quant_quarter(const LinearCall& c, int64_t r, int qr, int64_t j) {
   const QuantizedRows& qx = *c.qx;
   const int64_t nb = qx.blocks;
   constexpr int64_t bb = block_bytes(T);
+  constexpr int64_t header = bb - block_quant_bytes(T);
+  constexpr int64_t qh_at = (block_has_min(T) ? 4 : 2) * kPackRows;
   const uint8_t* g = static_cast<const uint8_t*>(c.w.data) + r * row_bytes(T, c.w.cols);
   float32x4_t acc = vdupq_n_f32(0.0f);
   const int8_t* xrow = qx.q.data() + j * qx.cols;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = g + b * kPackRows * bb;
     const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(blk) + 4 * qr)));
-    const uint8_t* quants = blk + 2 * kPackRows + 16 * qr;
+    const uint8_t* quants = blk + header * kPackRows + 16 * qr;
     int8x16_t w[8];
-    if (T == WType::Q8_0) {
+    if constexpr (T == WType::Q8_0) {
       for (int k = 0; k < 8; ++k) w[k] = vld1q_s8(reinterpret_cast<const int8_t*>(quants + 64 * k));
     } else {
-      const int8x16_t eight = vdupq_n_s8(8);
+      uint8x16_t u[8];
       for (int k = 0; k < 4; ++k) {
         const uint8x16_t p = vld1q_u8(quants + 64 * k);
-        w[k] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(p, vdupq_n_u8(0x0f))), eight);
-        w[k + 4] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(p, 4)), eight);
+        u[k] = vandq_u8(p, vdupq_n_u8(0x0f));
+        u[k + 4] = vshrq_n_u8(p, 4);
       }
+      if constexpr (block_has_high_bits(T)) {
+        const uint32x4_t qh = vld1q_u32(reinterpret_cast<const uint32_t*>(blk + qh_at + 16 * qr));
+        const uint32x4_t bit4 = vdupq_n_u32(0x10101010);
+        for (int k = 0; k < 4; ++k) {
+          u[k] = vorrq_u8(u[k], vreinterpretq_u8_u32(vandq_u32(vshlq_u32(qh, vdupq_n_s32(4 - k)), bit4)));
+          u[k + 4] = vorrq_u8(u[k + 4], vreinterpretq_u8_u32(vandq_u32(vshlq_u32(qh, vdupq_n_s32(-k)), bit4)));
+        }
+      }
+      const int8x16_t offset = vdupq_n_s8(T == WType::Q4_0 ? 8 : T == WType::Q5_0 ? 16 : 0);
+      const int8x16_t grid = vld1q_s8(kIq4Values);
+      for (int k = 0; k < 8; ++k)
+        w[k] = T == WType::IQ4_NL ? vqtbl1q_s8(grid, u[k]) : vsubq_s8(vreinterpretq_s8_u8(u[k]), offset);
     }
     const int8x16_t x0 = vld1q_s8(xrow + b * kQBlock), x1 = vld1q_s8(xrow + b * kQBlock + 16);
     int32x4_t s = vdupq_n_s32(0);
@@ -94,9 +110,22 @@ void quant_quarter(const LinearCall& c, int64_t r, int qr, int64_t j) {
     s = vdotq_laneq_s32(s, w[5], x1, 1);
     s = vdotq_laneq_s32(s, w[6], x1, 2);
     s = vdotq_laneq_s32(s, w[7], x1, 3);
-    acc = vfmaq_f32(acc, vcvtq_f32_s32(s), vmulq_n_f32(dw, qx.d[j * nb + b]));
+    const float xd = qx.d[j * nb + b];
+    acc = vfmaq_f32(acc, vcvtq_f32_s32(s), vmulq_n_f32(dw, xd));
+    if constexpr (block_has_min(T)) {
+      const float32x4_t mw =
+          vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(blk + 2 * kPackRows) + 4 * qr)));
+      acc = vfmaq_n_f32(acc, mw, qx.s[j * nb + b]);
+    }
   }
   vst1q_f32(c.y + j * c.w.rows + r + 4 * qr, acc);
+}
+
+template <WType T>
+void quant_rows(const LinearCall& c, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; r += kPackRows)
+    for (int qr = 0; qr < 4; ++qr)
+      for (int64_t j = 0; j < c.n; ++j) quant_quarter<T>(c, r, qr, j);
 }
 
 }  // namespace
@@ -122,6 +151,7 @@ void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedR
         s = vaddq_s32(s, q[k]);
       }
       out.sum[i] = vaddvq_s32(s);
+      out.s[i] = half_to_float(float_to_half(scale * static_cast<float>(out.sum[i])));
       int8_t* dst = out.q.data() + r * cols + b * kQBlock;
       for (int k = 0; k < 8; k += 4) {
         const int16x8_t lo = vcombine_s16(vqmovn_s32(q[k]), vqmovn_s32(q[k + 1]));
@@ -149,18 +179,13 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
             y = float_dot<WType::BF16>(c.w.row(r), x, in);
         }
       break;
-    case WType::Q8_0:
-    case WType::Q4_0:
-      for (int64_t r = r0; r < r1; r += kPackRows)
-        for (int qr = 0; qr < 4; ++qr)
-          for (int64_t j = 0; j < c.n; ++j) {
-            if (c.w.type == WType::Q8_0)
-              quant_quarter<WType::Q8_0>(c, r, qr, j);
-            else
-              quant_quarter<WType::Q4_0>(c, r, qr, j);
-          }
-      break;
-    default: break;  // K-quants never come here: linear() runs them itself
+    case WType::Q8_0: quant_rows<WType::Q8_0>(c, r0, r1); break;
+    case WType::Q4_0: quant_rows<WType::Q4_0>(c, r0, r1); break;
+    case WType::Q4_1: quant_rows<WType::Q4_1>(c, r0, r1); break;
+    case WType::Q5_0: quant_rows<WType::Q5_0>(c, r0, r1); break;
+    case WType::Q5_1: quant_rows<WType::Q5_1>(c, r0, r1); break;
+    case WType::IQ4_NL: quant_rows<WType::IQ4_NL>(c, r0, r1); break;
+    default: break;  // super-blocks never come here: linear() runs them itself
   }
 }
 

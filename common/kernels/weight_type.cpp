@@ -20,6 +20,11 @@ const char* wtype_name(WType t) {
     case WType::Q6_K: return "q6_k";
     case WType::Q2_K: return "q2_k";
     case WType::Q3_K: return "q3_k";
+    case WType::Q4_1: return "q4_1";
+    case WType::Q5_0: return "q5_0";
+    case WType::Q5_1: return "q5_1";
+    case WType::IQ4_NL: return "iq4_nl";
+    case WType::IQ4_XS: return "iq4_xs";
   }
   return "?";
 }
@@ -38,9 +43,12 @@ WType parse_weight_type(const std::string& name) {
   // llama.cpp's names of its mixes: a model of type q4_k or q5_k is one.
   if (s == "q4_k_m") return WType::Q4_K;
   if (s == "q5_k_m") return WType::Q5_K;
+  if (s == "q3_k_m") return WType::Q3_K;
   const auto t = parse_wtype(s);
   if (t && is_writable(*t)) return *t;
-  const std::string use = ": use f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m or q6_k";
+  const std::string use =
+      ": use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, or llama.cpp's mixes q4_k_m, q5_k_m, q3_k_m, "
+      "q2_k and q6_k";
   if (t) throw Error("weight type '" + name + "' is read from GGUF files but not written" + use);
   throw Error("unknown weight type '" + name + "'" + use);
 }

@@ -111,7 +111,12 @@ uint64_t ggml_nbytes(uint32_t type, uint64_t elements) {
     case GgmlType::kF16:
     case GgmlType::kBF16: return elements * 2;
     case GgmlType::kQ8_0: return elements / 32 * 34;
-    case GgmlType::kQ4_0: return elements / 32 * 18;
+    case GgmlType::kQ4_0:
+    case GgmlType::kIQ4_NL: return elements / 32 * 18;
+    case GgmlType::kQ4_1: return elements / 32 * 20;
+    case GgmlType::kQ5_0: return elements / 32 * 22;
+    case GgmlType::kQ5_1: return elements / 32 * 24;
+    case GgmlType::kIQ4_XS: return elements / 256 * 136;
     case GgmlType::kQ2_K: return elements / 256 * 84;
     case GgmlType::kQ3_K: return elements / 256 * 110;
     case GgmlType::kQ4_K: return elements / 256 * 144;
@@ -136,6 +141,21 @@ const char* ggml_type_name(uint32_t type) {
     case 13: return "Q5_K";
     case 14: return "Q6_K";
     case 15: return "Q8_K";
+    case 16: return "IQ2_XXS";
+    case 17: return "IQ2_XS";
+    case 18: return "IQ3_XXS";
+    case 19: return "IQ1_S";
+    case 20: return "IQ4_NL";
+    case 21: return "IQ3_S";
+    case 22: return "IQ2_S";
+    case 23: return "IQ4_XS";
+    case 29: return "IQ1_M";
+    case 34: return "TQ1_0";
+    case 35: return "TQ2_0";
+    case 39: return "MXFP4";
+    case 40: return "NVFP4";
+    case 41: return "Q1_0";
+    case 42: return "Q2_0";
     case 30: return "BF16";
     default: return "an unknown type";
   }

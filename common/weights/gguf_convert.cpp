@@ -36,6 +36,11 @@ GgmlType ggml_of(WType t) {
     case WType::Q6_K: return GgmlType::kQ6_K;
     case WType::Q2_K: return GgmlType::kQ2_K;
     case WType::Q3_K: return GgmlType::kQ3_K;
+    case WType::Q4_1: return GgmlType::kQ4_1;
+    case WType::Q5_0: return GgmlType::kQ5_0;
+    case WType::Q5_1: return GgmlType::kQ5_1;
+    case WType::IQ4_NL: return GgmlType::kIQ4_NL;
+    case WType::IQ4_XS: return GgmlType::kIQ4_XS;
   }
   return GgmlType::kF32;
 }
@@ -54,6 +59,11 @@ uint32_t file_type(WType t) {  // llama.cpp's general.file_type
     case WType::Q6_K: return 18;
     case WType::Q2_K: return 10;
     case WType::Q3_K: return 12;  // Q3_K_M
+    case WType::Q4_1: return 3;
+    case WType::Q5_0: return 8;
+    case WType::Q5_1: return 9;
+    case WType::IQ4_NL: return 25;
+    case WType::IQ4_XS: return 30;
   }
   return 0;
 }

@@ -51,6 +51,11 @@ std::optional<WType> wtype_of(uint32_t ggml) {
     case GgmlType::kQ4_K: return WType::Q4_K;
     case GgmlType::kQ5_K: return WType::Q5_K;
     case GgmlType::kQ6_K: return WType::Q6_K;
+    case GgmlType::kQ4_1: return WType::Q4_1;
+    case GgmlType::kQ5_0: return WType::Q5_0;
+    case GgmlType::kQ5_1: return WType::Q5_1;
+    case GgmlType::kIQ4_NL: return WType::IQ4_NL;
+    case GgmlType::kIQ4_XS: return WType::IQ4_XS;
   }
   return std::nullopt;
 }
@@ -206,8 +211,9 @@ WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::ma
     const auto wt = wtype_of(t->type);
     if (!wt)
       throw Error(f.path() + ": tensor '" + gname + "' is " + ggml_type_name(t->type) +
-                  ", which SplitSpec does not read (F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K are); "
-                  "requantize it with llama.cpp's llama-quantize (Q4_K_M, Q5_K_M, Q6_K, Q8_0, Q4_0) first");
+                  ", which SplitSpec does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, "
+                  "Q4_K, Q5_K, Q6_K and IQ4_XS are); requantize the F16 original with llama.cpp's llama-quantize to "
+                  "one of the mixes Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, Q6_K, Q8_0 or IQ4_XS");
     const int64_t rb = row_bytes(*wt, shape.back());
     MatrixRef m{*wt, static_cast<const uint8_t*>(t->data) + (sliced ? part->second.row0 * rb : 0),
                 shape.size() == 2 ? shape[0] : 1, shape.back()};

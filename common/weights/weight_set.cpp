@@ -64,20 +64,57 @@ TensorSlot layer_slot(const ModelConfig& c, int64_t layer, LayerMatrix m) {
   const bool fused_qkv = fused_part(layer, LayerMatrix::kV, c).has_value();
   TensorSlot::Kind kind = TensorSlot::kOther;
   if (m == LayerMatrix::kV || (fused_qkv && (m == LayerMatrix::kQ || m == LayerMatrix::kK))) kind = TensorSlot::kAttnV;
+  if (m == LayerMatrix::kO) kind = TensorSlot::kAttnOut;
   if (m == LayerMatrix::kDown) kind = TensorSlot::kFfnDown;
-  return {kind, layer, c.num_hidden_layers, layer_matrix_shape(m, c)[1]};
+  const int64_t gqa = c.num_key_value_heads > 0 ? c.num_attention_heads / c.num_key_value_heads : 1;
+  return {kind, layer, c.num_hidden_layers, layer_matrix_shape(m, c)[1], gqa};
 }
 
-WType tensor_type(WType model_type, const TensorSlot& slot) {
-  const bool head = slot.kind == TensorSlot::kHead;
-  if (model_type == WType::Q4_0) return head ? WType::Q8_0 : model_type;
-  if (!is_kquant(model_type)) return model_type;
-  WType t = model_type;
+namespace {
+
+// llama.cpp's choice for a tensor of a K-quant mix, before the fallback.
+WType mix_type(WType model_type, const TensorSlot& slot) {
   const int64_t i = slot.layer, n = slot.layers;
   const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
-  if (head || ((slot.kind == TensorSlot::kAttnV || slot.kind == TensorSlot::kFfnDown) && more_bits)) t = WType::Q6_K;
-  if (slot.cols % kSuperBlock != 0) t = slot.cols % kQBlock == 0 ? WType::Q8_0 : WType::F16;
-  return t;
+  if (slot.kind == TensorSlot::kHead) return slot.cols % kSuperBlock != 0 ? WType::Q8_0 : WType::Q6_K;
+  switch (model_type) {
+    case WType::Q4_K:
+    case WType::Q5_K:
+      if ((slot.kind == TensorSlot::kAttnV || slot.kind == TensorSlot::kFfnDown) && more_bits) return WType::Q6_K;
+      return model_type;
+    case WType::Q3_K:
+      if (slot.kind == TensorSlot::kAttnV) return i < 2 ? WType::Q5_K : WType::Q4_K;
+      if (slot.kind == TensorSlot::kFfnDown) return i < n / 16 ? WType::Q5_K : WType::Q4_K;
+      if (slot.kind == TensorSlot::kAttnOut) return WType::Q4_K;
+      return model_type;
+    case WType::Q2_K:
+      if (slot.kind == TensorSlot::kAttnV) return slot.gqa >= 4 ? WType::Q4_K : WType::Q3_K;
+      if (slot.kind == TensorSlot::kFfnDown || slot.kind == TensorSlot::kAttnOut) return WType::Q3_K;
+      return model_type;
+    default: return model_type;
+  }
+}
+
+// llama.cpp's tensor_type_fallback.
+WType fallback_type(WType t, int64_t cols) {
+  if (cols % block_weights(t) == 0) return t;
+  switch (t) {
+    case WType::Q4_K: t = WType::Q5_0; break;
+    case WType::Q5_K: t = WType::Q5_1; break;
+    case WType::Q6_K: t = WType::Q8_0; break;
+    case WType::Q2_K:
+    case WType::Q3_K: t = WType::Q4_0; break;
+    case WType::IQ4_XS: t = WType::IQ4_NL; break;
+    default: break;
+  }
+  return cols % block_weights(t) == 0 ? t : WType::F16;
+}
+
+}  // namespace
+
+WType tensor_type(WType model_type, const TensorSlot& slot) {
+  if (model_type == WType::Q4_0 && slot.kind == TensorSlot::kHead) return fallback_type(WType::Q8_0, slot.cols);
+  return fallback_type(is_kquant(model_type) ? mix_type(model_type, slot) : model_type, slot.cols);
 }
 
 uint64_t WeightSet::bytes() const {
@@ -208,7 +245,8 @@ WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape) {
     const auto q = parse_wtype(t.wtype);
     if (!q || !is_block_type(*q) || t.dtype != DType::U8)
       throw Error(t.file + ": tensor '" + t.name + "' is marked '" + t.wtype +
-                  "'; only U8 tensors marked q8_0, q4_0, q2_k, q3_k, q4_k, q5_k or q6_k are read");
+                  "'; only U8 tensors marked with a block type (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, "
+                  "q4_k, q5_k, q6_k, iq4_xs) are read");
     if (shape.size() != 2 || shape[1] % block_weights(*q) != 0 || t.shape.size() != 2 || t.shape[0] != shape[0] ||
         t.shape[1] != row_bytes(*q, shape[1]))
       throw mismatch(std::string(" (bytes of ") + wtype_name(*q) + ")");
@@ -221,7 +259,7 @@ WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape) {
     case DType::BF16: return WType::BF16;
     default:
       throw Error(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
-                  "; weights must be F32, F16, BF16, or U8 marked q8_0 or q4_0");
+                  "; weights must be F32, F16, BF16, or U8 marked with a block type");
   }
 }
 

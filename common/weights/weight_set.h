@@ -57,8 +57,9 @@ struct WeightSet {
 
 // Where a matrix sits, for the types of a converted model's tensors.
 struct TensorSlot {
-  enum Kind { kEmbed, kHead, kAttnV, kFfnDown, kOther } kind = kOther;
+  enum Kind { kEmbed, kHead, kAttnV, kAttnOut, kFfnDown, kOther } kind = kOther;
   int64_t layer = 0, layers = 1, cols = 0;
+  int64_t gqa = 1;  // attention heads per key-value head
 };
 // The slot of the embedding (the head's, when tied), the head, and layer
 // matrix m (a family that fuses q, k and v stores them as one attn_v-like
@@ -68,19 +69,27 @@ TensorSlot head_slot(const ModelConfig& c);
 TensorSlot layer_slot(const ModelConfig& c, int64_t layer, LayerMatrix m);
 
 // The type a tensor takes in a model converted to `model_type`, by
-// llama.cpp's rules for its files of that kind:
+// llama.cpp's rules for its files of that kind (llama_tensor_get_type in its
+// src/llama-quant.cpp), "more bits" being the first and last eighth of the
+// layers and every third between:
 //   q4_0: the LM head (and a tied embedding) at Q8_0: it decides every token.
-//   q4_k and q5_k are llama.cpp's Q4_K_M and Q5_K_M: the head Q6_K; attn_v
-//     and ffn_down Q6_K in the first and last eighth of the layers and every
-//     third between; the rest at the model type.
+//   q4_k, q5_k (Q4_K_M, Q5_K_M): the head Q6_K; attn_v and ffn_down Q6_K
+//     with more bits; the rest at the model type.
+//   q3_k (Q3_K_M): the head Q6_K; attn_v Q5_K in the first two layers, Q4_K
+//     after; ffn_down Q5_K in the first sixteenth, Q4_K after; attn_output
+//     Q4_K; the rest Q3_K.
+//   q2_k (Q2_K): the head Q6_K; attn_v Q4_K with 4 or more heads a
+//     key-value head, Q3_K otherwise; ffn_down and attn_output Q3_K; the
+//     rest Q2_K.
 //   q6_k: every matrix Q6_K.
-// A K-quant matrix whose rows are not whole super-blocks (256) falls back to
-// Q8_0 (llama.cpp takes Q5_0/Q5_1 for Q4_K/Q5_K, types SplitSpec does not
-// have), or to F16 when rows are not whole 32-blocks either.
+// Then llama.cpp's fallback (tensor_type_fallback): a super-block type whose
+// rows are not whole super-blocks (256) takes Q5_0 for Q4_K, Q5_1 for Q5_K,
+// Q8_0 for Q6_K, Q4_0 for Q2_K and Q3_K (the head Q8_0), and F16 where rows
+// are not whole 32-blocks either.
 WType tensor_type(WType model_type, const TensorSlot& slot);
 
-// The stored type of a safetensors tensor: F32/F16/BF16 by dtype, Q8_0/Q4_0
-// from its metadata (U8 rows). Throws splitspec::Error for anything else,
+// The stored type of a safetensors tensor: F32/F16/BF16 by dtype, a block
+// type from its metadata (U8 rows). Throws splitspec::Error for anything else,
 // and for a quantized tensor whose byte shape does not fit `shape`.
 WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape);
 

@@ -259,7 +259,7 @@ TEST(ModelSource, ItsDigestIsTheLoadedModelsDigest) {
       const auto m = Model::random(c, 8, t);
       m->save(dir.string());
       write_gguf(c, m->weight_set(), "m", [](GgufWriter&) {}, (dir / "m.gguf").string(), std::nullopt);
-      for (const std::string path : {dir.string(), (dir / "m.gguf").string()}) {
+      for (const std::string& path : {dir.string(), (dir / "m.gguf").string()}) {
         const ModelSource src = open_model_source(path);
         EXPECT_EQ(source_digest(src.config, src.tensors), Model::load(path)->weights_digest())
             << path << " " << wtype_name(t) << " tied " << tied;

@@ -132,7 +132,7 @@ class Runner:
         self.driver = os.path.join(self.work, "llamacpp_bench")
         self.run(["cc", "-O2", "-I" + os.path.join(src, "include"), "-I" + os.path.join(src, "ggml", "include"),
                   os.path.join(self.a.source, "bench", "llamacpp_bench.c"), "-o", self.driver, "-L" + self.bins,
-                  "-l:" + libllama, "-l:" + libggml, "-l:libggml-base.so", "-Wl,-rpath," + self.bins])
+                  "-l:" + libllama, "-l:" + libggml, "-l:libggml-base.so", "-lm", "-Wl,-rpath," + self.bins])
 
     def vocab(self, name):
         p = os.path.join(self.a.llamacpp, "src", "models", f"ggml-vocab-{name}.gguf")
@@ -141,13 +141,13 @@ class Runner:
             sys.exit(SKIP)
         return p
 
-    def make(self, name, config, vocab, seed, scale):
+    def make(self, name, config, vocab, seed, scale, dtype=None):
         cfg = os.path.join(self.work, name + ".json")
         with open(cfg, "w") as f:
             json.dump(config, f)
         out = os.path.join(self.work, name + ".gguf")
         self.run([self.splitspec, "convert", "--random-init", cfg, "--tokenizer", vocab, "--seed", str(seed),
-                  "--scale", str(scale), "--to-gguf", out])
+                  "--scale", str(scale), "--to-gguf", out] + (["--dtype", dtype] if dtype else []))
         return out
 
 
