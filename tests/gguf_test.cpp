@@ -220,19 +220,24 @@ at::Tensor family_logits(const Model& m) { return prompt_logits(m, {1, 5, 9, 20,
 // the same model, bit for bit, loaded in place.
 TEST(GgufFamilies, EachFamilyRoundTripsThroughGgufAndDirectory) {
   TempDir dir;
-  for (const std::string arch : {"llama", "qwen2", "qwen3", "phi3"}) {
+  for (const std::string arch : {"llama", "qwen2", "qwen3", "phi3", "gemma3", "phi3-longrope"}) {
     ModelConfig c = tiny_config(64, 2, arch == "qwen2");
     c.architecture = arch;
     c.attention_bias = arch == "qwen2";
     c.qk_norm = arch == "qwen3";
     if (arch == "qwen3") c.head_dim = 16;  // not hidden / heads
     if (arch == "llama") c.rope_freq_factors = llama3_rope_factors(500000.0, c.head_dim, 8.0, 1.0, 4.0, 16);
+    if (arch == "gemma3") c = tiny_gemma3_config(64, 3);
+    if (arch == "phi3-longrope") c = tiny_longrope_config(64, 2);
     const auto m = Model::random(c, 3, WType::F32, 0.3f);
     const std::string gguf = dir.str(arch + ".gguf");
     write_gguf(m->config(), m->weight_set(), arch, [](GgufWriter&) {}, gguf, std::nullopt);
     const auto from_gguf = Model::load(gguf);
-    EXPECT_EQ(from_gguf->config().architecture, arch);
+    EXPECT_EQ(from_gguf->config().architecture, c.architecture);
     EXPECT_EQ(from_gguf->config().rope_freq_factors, c.rope_freq_factors);
+    EXPECT_EQ(from_gguf->config().rope_long_factors, c.rope_long_factors);
+    EXPECT_EQ(from_gguf->config().rotary_dim, c.rotary_dim);
+    EXPECT_EQ(from_gguf->config().sliding_window_pattern, c.sliding_window_pattern);
     EXPECT_TRUE(at::equal(family_logits(*from_gguf), family_logits(*m))) << arch << " from GGUF";
     const std::string out = dir.str(arch + "-dir");
     Model::load(gguf)->save(out);
@@ -290,9 +295,9 @@ TEST(GgufFamilies, UnsupportedArchitectureNamesTheSupportedOnes) {
   TempDir dir;
   const auto m = Model::random(tiny_config(64, 1), 1);
   write_gguf(m->config(), m->weight_set(), "x", [](GgufWriter&) {}, dir.str("a.gguf"), std::nullopt);
-  rewrite(dir.str("a.gguf"), dir.str("b.gguf"), "", "gemma3");
+  rewrite(dir.str("a.gguf"), dir.str("b.gguf"), "", "falcon");
   EXPECT_NE(error_of([&] { Model::load(dir.str("b.gguf")); })
-                .find("architecture 'gemma3' is not supported; SplitSpec runs llama, qwen2, qwen3, phi3"),
+                .find("architecture 'falcon' is not supported; SplitSpec runs llama, qwen2, qwen3, phi3, gemma3"),
             std::string::npos);
 }
 

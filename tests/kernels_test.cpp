@@ -218,7 +218,8 @@ TEST(Kernels, SiluMulIsElementwise) {
 // Every weight type computes with its stored values: against ATen's product
 // of the dequantized weights (and, for the 32-weight blocks, of the
 // activations as the kernels quantize them, which is the only other
-// rounding).
+// rounding; Q4_1's and Q5_1's min meets each block's sum as llama.cpp's
+// Q8_1 carries it, rounded to half: the expected product takes that too).
 TEST(Kernels, LinearOfEveryTypeComputesWithItsStoredValues) {
   for (WType t : {WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0, WType::Q4_1, WType::Q5_0, WType::Q5_1,
                   WType::IQ4_NL}) {
@@ -231,14 +232,27 @@ TEST(Kernels, LinearOfEveryTypeComputesWithItsStoredValues) {
         at::Tensor stored = at::empty({37, in});
         dequantize_rows(m, 0, 37, stored.data_ptr<float>());
         at::Tensor xs = x.clone();
+        QuantizedRows q;
         if (is_quantized(t)) {
-          QuantizedRows q;
           quantize_activations(x.data_ptr<float>(), n, in, q);
           for (int64_t i = 0; i < n * in; ++i) xs.data_ptr<float>()[i] = q.q[i] * q.d[i / kQBlock];
         }
+        at::Tensor want = at::linear(xs, stored);
+        if (block_has_min(t)) {
+          // Each block's m x sum(d_x q) becomes m x s.
+          for (int64_t r = 0; r < 37; ++r)
+            for (int64_t b = 0; b < in / kQBlock; ++b) {
+              uint8_t blk[2 + kQBlock];
+              read_block(m, r, b, blk);
+              for (int64_t j = 0; j < n; ++j) {
+                const int64_t i = j * q.blocks + b;
+                want[j][r] += block_m(blk) * (q.s[i] - q.d[i] * static_cast<float>(q.sum[i]));
+              }
+            }
+        }
         at::Tensor y = at::empty({n, 37});
         kernels::linear(x.data_ptr<float>(), n, m, y.data_ptr<float>());
-        EXPECT_TRUE(at::allclose(y, at::linear(xs, stored), 1e-4, 1e-3)) << wtype_name(t) << " " << in << "x" << n;
+        EXPECT_TRUE(at::allclose(y, want, 1e-4, 1e-3)) << wtype_name(t) << " " << in << "x" << n;
       }
     }
   }
@@ -324,4 +338,76 @@ INSTANTIATE_TEST_SUITE_P(EveryType, ModelBatchInvariance,
                                   kv_type_name(std::get<2>(info.param));
                          });
 
+}  // namespace splitspec::test
+
+namespace splitspec::test {
+namespace {
+
+// Gemma 3's sliding window and LongRoPE under what speculation does to the
+// cache: a chain verified in one forward, a tree with a decoy branch, and a
+// rejected draft rolled back and redone all give the single steps' logits,
+// bit for bit, while the window (3 positions here) slides past the prefix
+// and the trees' nodes.
+TEST(FamilyForwards, SlidingWindowAndLongRopeHoldUnderChainsTreesAndRollback) {
+  for (const ModelConfig& c : {tiny_gemma3_config(64, 4), tiny_longrope_config(64, 2)}) {
+    SCOPED_TRACE(c.architecture);
+    const auto m = Model::random(c, 17, WType::F32, 0.3f);
+    const std::vector<int32_t> seq = {1, 9, 4, 33, 21, 7, 40, 2, 15, 16, 5, 8, 30, 12, 60, 3, 11, 44, 19, 50};
+    const int64_t prefix = 6;
+    KVCache step = m->new_cache();
+    std::vector<at::Tensor> rows;
+    ForwardRequest r;
+    r.tokens.assign(seq.begin(), seq.begin() + prefix);
+    m->forward(r, step);
+    for (size_t i = prefix; i < seq.size(); ++i) {
+      r.tokens = {seq[i]};
+      rows.push_back(T(m->forward(r, step).logits));
+    }
+    const at::Tensor stepwise = at::cat(rows, 0);
+    const std::vector<int32_t> rest(seq.begin() + prefix, seq.end());
+
+    KVCache chain = m->new_cache();
+    r.tokens.assign(seq.begin(), seq.begin() + prefix);
+    m->forward(r, chain);
+    r.tokens = rest;
+    EXPECT_TRUE(at::equal(T(m->forward(r, chain).logits), stepwise)) << "chain";
+
+    // A decoy branch of 5 first, then the continuation: its nodes sit 5
+    // slots past their positions, and the window must count positions.
+    KVCache tree = m->new_cache();
+    r.tokens.assign(seq.begin(), seq.begin() + prefix);
+    m->forward(r, tree);
+    DraftTree t;
+    t.tokens = {5, 6, 7, 8, 9};
+    t.parents = {-1, 0, 1, 2, 3};
+    for (size_t i = 0; i < rest.size(); ++i) {
+      t.tokens.push_back(rest[i]);
+      t.parents.push_back(i == 0 ? -1 : static_cast<int32_t>(t.tokens.size()) - 2);
+    }
+    ForwardRequest tr;
+    tr.tokens = t.tokens;
+    for (int d : t.depths()) tr.positions.push_back(prefix + d - 1);
+    tr.mask = tree_attention_mask(t.parents, prefix);
+    const at::Tensor tree_logits = T(m->forward(tr, tree).logits);
+    EXPECT_TRUE(at::equal(tree_logits.slice(0, 5), stepwise)) << "tree branch";
+
+    // A rejected draft of 4, rolled back, then the right tokens; and the
+    // tree's accepted branch kept and carried on.
+    KVCache redo = m->new_cache();
+    r.tokens.assign(seq.begin(), seq.begin() + prefix);
+    m->forward(r, redo);
+    r.tokens = {50, 51, 52, 53};
+    m->forward(r, redo);
+    redo.truncate(prefix);
+    r.tokens = rest;
+    EXPECT_TRUE(at::equal(T(m->forward(r, redo).logits), stepwise)) << "after a rollback";
+    std::vector<int64_t> keep;
+    for (int64_t i = 5; i < 9; ++i) keep.push_back(i);
+    tree.keep(prefix, keep);
+    r.tokens.assign(rest.begin() + 4, rest.end());
+    EXPECT_TRUE(at::equal(T(m->forward(r, tree).logits), stepwise.slice(0, 4))) << "after keeping a branch";
+  }
+}
+
+}  // namespace
 }  // namespace splitspec::test

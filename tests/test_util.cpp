@@ -47,6 +47,32 @@ ModelConfig tiny_config(int64_t vocab, int64_t layers, bool tied) {
   return c;
 }
 
+ModelConfig tiny_gemma3_config(int64_t vocab, int64_t layers, int64_t window, int64_t pattern) {
+  ModelConfig c = tiny_config(vocab, layers, true);
+  c.architecture = "gemma3";
+  c.activation = Activation::kGeluTanh;
+  c.scale_embeddings = true;
+  c.post_norms = true;
+  c.qk_norm = true;
+  c.query_pre_attn_scalar = 8;
+  c.sliding_window = window;
+  c.sliding_window_pattern = pattern;
+  c.rope_local_theta = 100.0;
+  c.rope_theta = 1000000.0;
+  return c;
+}
+
+ModelConfig tiny_longrope_config(int64_t vocab, int64_t layers) {
+  ModelConfig c = tiny_config(vocab, layers);
+  c.architecture = "phi3";
+  c.rotary_dim = 6;
+  c.rope_short_factors = {1.0f, 1.5f, 2.0f};
+  c.rope_long_factors = {1.0f, 4.0f, 16.0f};
+  c.rope_original_context = 16;
+  c.rope_attention_factor = 1.25;
+  return c;
+}
+
 std::optional<fs::path> shared_dir() {
   if (const char* env = std::getenv("SPLITSPEC_SHARED_DIR")) {
     if (fs::is_directory(env)) return fs::path(env);

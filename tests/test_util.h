@@ -82,6 +82,12 @@ RoundLoopResult decode_locally(const std::shared_ptr<const Model>& target, Draft
 
 // Small LLaMA shapes with grouped-query attention (2 query heads per KV head).
 ModelConfig tiny_config(int64_t vocab = 50, int64_t layers = 2, bool tied = false);
+// tiny_config as Gemma 3 (GeGLU, post norms, the embedding scale, q/k
+// norms, every `pattern`-th layer global and the rest in a sliding window of
+// `window`) and as Phi-3 with LongRoPE over a partial rotary (6 of 8 dims,
+// the long factors past a 16-token original context).
+ModelConfig tiny_gemma3_config(int64_t vocab, int64_t layers, int64_t window = 3, int64_t pattern = 2);
+ModelConfig tiny_longrope_config(int64_t vocab, int64_t layers);
 
 // A draft that agrees with `target` often but not always: its weights with
 // Gaussian noise of standard deviation `noise` added.

@@ -51,6 +51,26 @@ int run_convert(const ConvertArgs& a) {
     // A model of any size and family for benchmarks and tests: random
     // weights, a real tokenizer.
     const ModelConfig c = load_model_config(a.random_config);
+    // A tokenizer.json directory: its vocabulary within the config's rows.
+    const bool hf_json = fs::is_directory(a.tokenizer) && !fs::exists(fs::path(a.tokenizer) / "tokenizer.model") &&
+                         fs::exists(fs::path(a.tokenizer) / "tokenizer.json");
+    if (hf_json) {
+      const Vocab vocab = Vocab::from_hf_dir(a.tokenizer, c.vocab_size);
+      if (vocab.size() != c.vocab_size)
+        throw Error("convert: the tokenizer has " + std::to_string(vocab.size()) + " pieces, the config a vocabulary of " +
+                    std::to_string(c.vocab_size));
+      const auto m = Model::random(c, a.seed, WType::F32, a.scale);
+      if (!a.to_gguf.empty()) {
+        write_gguf(m->config(), m->weight_set(), fs::path(a.to_gguf).stem().string(),
+                   [&](GgufWriter& g) { vocab.add_to_gguf(g); }, a.to_gguf, type);
+      } else {
+        vocab.write_hf(a.out_dir);
+        m->save(a.out_dir, type);
+      }
+      std::cerr << "wrote " << (a.to_gguf.empty() ? a.out_dir : a.to_gguf) << ": random weights (seed " << a.seed
+                << ") for " << a.random_config << "\n";
+      return 0;
+    }
     const Tokenizer tok(a.tokenizer);
     if (tok.vocab_size() != c.vocab_size)
       throw Error("convert: the tokenizer has " + std::to_string(tok.vocab_size()) + " pieces, the config a vocabulary of " +

@@ -117,8 +117,42 @@ void silu_mul(const float* gate, const float* up, int64_t count, float* y) {
   });
 }
 
-void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, const float* cos, const float* sin) {
-  const int64_t half = head_dim / 2;
+namespace {
+
+// GELU of every half-precision value, as a half: llama.cpp's table
+// (GGML_GELU_FP16), its expression in float (-ffp-contract=off, glibc's
+// tanhf).
+const std::vector<uint16_t>& gelu_table() {
+  static const std::vector<uint16_t> table = [] {
+    std::vector<uint16_t> t(1 << 16);
+    for (uint32_t h = 0; h < t.size(); ++h) {
+      const float x = splitspec::half_to_float(static_cast<uint16_t>(h));
+      t[h] = splitspec::float_to_half(0.5f * x * (1.0f + std::tanh(0.7978845608028654f * x * (1.0f + 0.044715f * x * x))));
+    }
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* y) {
+  const std::vector<uint16_t>& table = gelu_table();
+  parallel_blocks(count, 8, 256, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float x = gate[i];
+      if (x <= -10.0f)
+        y[i] = 0.0f;
+      else if (x >= 10.0f)
+        y[i] = x * up[i];
+      else
+        y[i] = splitspec::half_to_float(table[splitspec::float_to_half(x)]) * up[i];
+    }
+  });
+}
+
+void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t rotary, const float* cos, const float* sin) {
+  const int64_t half = rotary / 2;
   for (int64_t r = 0; r < n; ++r) {
     const float* c = cos + r * half;
     const float* s = sin + r * half;

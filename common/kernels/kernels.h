@@ -27,9 +27,18 @@ void silu(const float* x, int64_t count, float* y);
 // y = silu(gate) * up, elementwise.
 void silu_mul(const float* gate, const float* up, int64_t count, float* y);
 
-// Rotate-half RoPE in place on x[n, heads, head_dim]: pairs (i, i + head_dim/2)
-// rotate by the angle of row r's position (cos/sin rows [n, head_dim/2]).
-void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, const float* cos, const float* sin);
+// Rotate-half RoPE in place on x[n, heads, head_dim] over each head's first
+// `rotary` dims: pairs (i, i + rotary/2) rotate by the angle of row r's
+// position (cos/sin rows [n, rotary/2]); dims from `rotary` on pass.
+void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t rotary, const float* cos, const float* sin);
+
+// y = gelu(gate) * up, elementwise, GELU in its tanh form 0.5 x (1 +
+// tanh(0.79788456 x (1 + 0.044715 x^2))) as llama.cpp's CPU backend takes it:
+// from a table of halves at x rounded to half (0 from -10 down, x from 10
+// up). One table for every instruction set and backend, so their bits agree,
+// and llama.cpp's on Gemma: in float instead, a near-tie flipped on 1 of 12
+// prompts there.
+void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* y);
 
 struct AttentionShape {
   int64_t n;               // query rows

@@ -26,22 +26,26 @@ namespace splitspec {
 Model::Model(ModelConfig config, WeightSet weights, std::string name)
     : config_(std::move(config)), weights_(std::move(weights)), name_(std::move(name)) {
   rope_tables(config_, rope_cos_, rope_sin_);
+  if (config_.sliding_window_pattern > 0) rope_tables(config_, local_cos_, local_sin_, true);
 }
 
-void rope_tables(const ModelConfig& c, std::vector<float>& cos, std::vector<float>& sin) {
-  const int64_t half = c.head_dim / 2;
+void rope_tables(const ModelConfig& c, std::vector<float>& cos, std::vector<float>& sin, bool local) {
+  const int64_t rotary = c.rotary_dims(), half = rotary / 2;
+  const std::vector<float>& divisors = local ? std::vector<float>{} : c.rope_divisors();
+  const double theta = local ? c.rope_local_theta : c.rope_theta;
+  const double factor = local ? 1.0 : c.rope_attention_factor;
   std::vector<double> inv_freq(half);
   for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(c.rope_theta, -static_cast<double>(i) * 2.0 / static_cast<double>(c.head_dim));
-    if (!c.rope_freq_factors.empty()) inv_freq[i] /= static_cast<double>(c.rope_freq_factors[i]);
+    inv_freq[i] = std::pow(theta, -static_cast<double>(i) * 2.0 / static_cast<double>(rotary));
+    if (!divisors.empty()) inv_freq[i] /= static_cast<double>(divisors[i]);
   }
   cos.resize(c.max_position_embeddings * half);
   sin.resize(cos.size());
   for (int64_t p = 0; p < c.max_position_embeddings; ++p)
     for (int64_t i = 0; i < half; ++i) {
       const double angle = static_cast<double>(p) * inv_freq[i];
-      cos[p * half + i] = static_cast<float>(std::cos(angle));
-      sin[p * half + i] = static_cast<float>(std::sin(angle));
+      cos[p * half + i] = static_cast<float>(std::cos(angle) * factor);
+      sin[p * half + i] = static_cast<float>(std::sin(angle) * factor);
     }
 }
 
@@ -199,7 +203,28 @@ struct Sequence {
   int64_t offset;  // first row in the batch
   int64_t n;
   std::vector<std::vector<int32_t>> visible;  // row i attends to these cache slots, increasing
+  // The same within the sliding window, for a model with local layers.
+  std::vector<std::vector<int32_t>> visible_local;
 };
+
+// Of each row's visible slots, those less than `window` positions back. A
+// slot before the cache's new entries holds the token at that position (a
+// tree's accepted path is compacted so: KVCache::keep); a new one holds the
+// request's position for it.
+std::vector<std::vector<int32_t>> within_window(const std::vector<std::vector<int32_t>>& visible,
+                                                const ForwardRequest& req, int64_t past, int64_t window) {
+  auto position = [&](int64_t slot) {
+    return slot < past || req.positions.empty() ? slot : req.positions[static_cast<size_t>(slot - past)];
+  };
+  std::vector<std::vector<int32_t>> out(visible.size());
+  for (size_t i = 0; i < visible.size(); ++i) {
+    const int64_t p = position(past + static_cast<int64_t>(i));
+    for (int32_t s : visible[i])
+      if (p - position(s) < window) out[i].push_back(s);
+    if (out[i].empty()) throw Error("forward: row " + std::to_string(i) + " sees nothing within the sliding window");
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -261,13 +286,17 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     if (!cache.fits(c)) throw Error("forward: the KV cache was made for a model of another shape than " + name_);
     const ForwardRequest& req = *items[b].request;
     seqs.push_back({&req, &cache, n, static_cast<int64_t>(req.tokens.size()),
-                    check_forward_request(c, req, cache.size(), cache.capacity())});
+                    check_forward_request(c, req, cache.size(), cache.capacity()), {}});
+    if (c.sliding_window_pattern > 0)
+      seqs.back().visible_local = within_window(seqs.back().visible, req, cache.size(), c.sliding_window);
     n += seqs.back().n;
   }
 
-  // Each row's RoPE angles, copied from the tables (contiguous [n, D/2]).
-  const int64_t half = c.head_dim / 2;
-  Rows cos(n, half), sin(n, half);
+  // Each row's RoPE angles, copied from the tables (contiguous [n, rotary/2]);
+  // the local layers' too.
+  const int64_t rotary = c.rotary_dims(), half = rotary / 2;
+  const bool local = c.sliding_window_pattern > 0;
+  Rows cos(n, half), sin(n, half), local_cos(local ? n : 0, half), local_sin(local ? n : 0, half);
   std::vector<int64_t> ids;
   ids.reserve(n);
   for (const Sequence& s : seqs) {
@@ -277,6 +306,10 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
       const int64_t row = s.offset + i;
       std::memcpy(cos.row(row), rope_cos_.data() + p * half, half * sizeof(float));
       std::memcpy(sin.row(row), rope_sin_.data() + p * half, half * sizeof(float));
+      if (local) {
+        std::memcpy(local_cos.row(row), local_cos_.data() + p * half, half * sizeof(float));
+        std::memcpy(local_sin.row(row), local_sin_.data() + p * half, half * sizeof(float));
+      }
     }
     ids.insert(ids.end(), s.req->tokens.begin(), s.req->tokens.end());
   }
@@ -290,11 +323,18 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
   } pass(w);
   Rows x(n, c.hidden_size);
   w.embed(ids.data(), n, x.data());
+  if (c.scale_embeddings) {
+    // Gemma's sqrt(hidden_size), in float as llama.cpp and Hugging Face's
+    // float32 forward take it.
+    const float s = std::sqrt(static_cast<float>(c.hidden_size));
+    for (int64_t i = 0; i < n * c.hidden_size; ++i) x.data()[i] *= s;
+  }
 
   const int64_t H = c.hidden_size, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
   const int64_t I = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const double scalar = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(D);
+  const float scale = static_cast<float>(1.0 / std::sqrt(scalar));
   Rows h(n, H), q(n, Hq * D), k(n, Hkv * D), v(n, Hkv * D), attn(n, Hq * D);
   Rows delta(n, H), gate(n, I), up(n, I);
   Rows head_normed(c.qk_norm ? n : 0, Hq * D);
@@ -331,27 +371,42 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
       kernels::rms_norm(f(k), n * Hkv, D, w.vector(l, LayerVector::kKNorm), eps, f(head_normed));
       std::memcpy(f(k), f(head_normed), n * Hkv * D * sizeof(float));
     }
-    kernels::rope(f(q), n, Hq, D, f(cos), f(sin));
-    kernels::rope(f(k), n, Hkv, D, f(cos), f(sin));
+    const bool sliding = c.layer_is_sliding(l);
+    const float* lc = sliding ? f(local_cos) : f(cos);
+    const float* ls = sliding ? f(local_sin) : f(sin);
+    kernels::rope(f(q), n, Hq, D, rotary, lc, ls);
+    kernels::rope(f(k), n, Hkv, D, rotary, lc, ls);
     for (const Sequence& s : seqs) {
       s.cache->write_rows(l, f(k) + s.offset * Hkv * D, f(v) + s.offset * Hkv * D, s.n);
       const kernels::AttentionShape shape{s.n, Hq, Hkv, D, s.cache->head_stride()};
       float* const qs = f(q) + s.offset * Hq * D;
       float* const os = f(attn) + s.offset * Hq * D;
+      const auto& visible = sliding ? s.visible_local : s.visible;
       if (s.cache->type() == KVType::F16)
         kernels::attention(qs, static_cast<const uint16_t*>(s.cache->keys(l)),
-                           static_cast<const uint16_t*>(s.cache->values(l)), shape, s.visible, scale, os);
+                           static_cast<const uint16_t*>(s.cache->values(l)), shape, visible, scale, os);
       else
         kernels::attention(qs, static_cast<const float*>(s.cache->keys(l)),
-                           static_cast<const float*>(s.cache->values(l)), shape, s.visible, scale, os);
+                           static_cast<const float*>(s.cache->values(l)), shape, visible, scale, os);
     }
     linear(attn, l, LayerMatrix::kO, delta);
+    // Gemma's norms on each branch's output, before its residual add.
+    auto branch_norm = [&](LayerVector v) {
+      if (!c.post_norms) return;
+      kernels::rms_norm(f(delta), n, H, w.vector(l, v), eps, f(h));
+      std::memcpy(f(delta), f(h), n * H * sizeof(float));
+    };
+    branch_norm(LayerVector::kPostAttnNorm);
     kernels::add_inplace(f(x), f(delta), n * H);
     kernels::rms_norm(f(x), n, H, w.post_norm(l), eps, f(h));
     linear(h, l, LayerMatrix::kGate, gate);
     linear(h, l, LayerMatrix::kUp, up);
-    kernels::silu_mul(f(gate), f(up), n * I, f(gate));
+    if (c.activation == Activation::kGeluTanh)
+      kernels::gelu_tanh_mul(f(gate), f(up), n * I, f(gate));
+    else
+      kernels::silu_mul(f(gate), f(up), n * I, f(gate));
     linear(gate, l, LayerMatrix::kDown, delta);
+    branch_norm(LayerVector::kPostFfnNorm);
     kernels::add_inplace(f(x), f(delta), n * H);
     for (size_t b = 0; b < seqs.size(); ++b) {
       const Sequence& s = seqs[b];

@@ -1,6 +1,7 @@
 #pragma once
 // LLaMA-family decoder (RMSNorm, rotate-half RoPE, grouped-query attention,
-// SwiGLU, tied or separate LM head): weights in any WType (weight_type.h),
+// SwiGLU or GeGLU, tied or separate LM head, and the families' options in
+// model_config.h): weights in any WType (weight_type.h),
 // activations in fp32. Free of LibTorch (the trainer's float weights, which
 // are LibTorch tensors, are in common/train/model_weights.h).
 //
@@ -93,9 +94,12 @@ struct ModelSource {
 // directory, and for an unsupported or malformed model.
 ModelSource open_model_source(const std::string& path);
 
-// RoPE angle tables [max_position_embeddings, head_dim/2], computed in double
-// as the reference implementations do, so far positions keep their precision.
-void rope_tables(const ModelConfig& config, std::vector<float>& cos, std::vector<float>& sin);
+// RoPE angle tables [max_position_embeddings, rotary_dims()/2], computed in
+// double as the reference implementations do, so far positions keep their
+// precision: for the global layers (rope_theta, Llama 3's or LongRoPE's
+// divisors, times LongRoPE's attention factor), or with `local` for Gemma 3's
+// sliding-window layers (rope_local_theta alone).
+void rope_tables(const ModelConfig& config, std::vector<float>& cos, std::vector<float>& sin, bool local = false);
 
 class Model {
  public:
@@ -179,8 +183,9 @@ class Model {
   ModelConfig config_;
   WeightSet weights_;
   std::string name_;
-  std::vector<float> rope_cos_;  // [max_positions, head_dim/2]
+  std::vector<float> rope_cos_;  // [max_positions, rotary/2]
   std::vector<float> rope_sin_;
+  std::vector<float> local_cos_, local_sin_;  // the sliding-window layers' (Gemma 3)
   std::unique_ptr<StreamedWeights> stream_;
   ResidentWeights resident_{weights_};
   // What the forward reads its weights from: resident_, or stream_.

@@ -39,7 +39,7 @@ int64_t integer(const json& j, const char* key, const std::string& source) {
 int64_t ModelConfig::num_parameters() const {
   const int64_t attn = hidden_size * head_dim * (2 * num_attention_heads + 2 * num_key_value_heads);
   const int64_t mlp = 3 * hidden_size * intermediate_size;
-  const int64_t norms = 2 * hidden_size + (qk_norm ? 2 * head_dim : 0) +
+  const int64_t norms = (post_norms ? 4 : 2) * hidden_size + (qk_norm ? 2 * head_dim : 0) +
                         (attention_bias ? head_dim * (num_attention_heads + 2 * num_key_value_heads) : 0);
   const int64_t emb = vocab_size * hidden_size;
   return num_hidden_layers * (attn + mlp + norms) + hidden_size + emb * (tie_word_embeddings ? 1 : 2);
@@ -72,11 +72,27 @@ void ModelConfig::validate(const std::string& source) const {
     if (id < 0 || id >= vocab_size) throw Error(source + ": eos_token_id " + std::to_string(id) + " outside the vocabulary");
   if (eos_token_id < -1 || eos_token_id >= vocab_size)
     throw Error(source + ": eos_token_id " + std::to_string(eos_token_id) + " outside the vocabulary");
-  if (!rope_freq_factors.empty() && static_cast<int64_t>(rope_freq_factors.size()) != head_dim / 2)
-    throw Error(source + ": " + std::to_string(rope_freq_factors.size()) + " RoPE frequency factors for a head of " +
+  if (rotary_dim < 0 || rotary_dim > head_dim || rotary_dim % 2 != 0)
+    throw Error(source + ": rotary size " + std::to_string(rotary_dim) + " must be even and at most head_dim " +
                 std::to_string(head_dim));
-  for (float f : rope_freq_factors)
-    if (!(f > 0) || !std::isfinite(f)) throw Error(source + ": RoPE frequency factors must be positive and finite");
+  for (const std::vector<float>* factors : {&rope_freq_factors, &rope_short_factors, &rope_long_factors}) {
+    if (!factors->empty() && static_cast<int64_t>(factors->size()) != rotary_dims() / 2)
+      throw Error(source + ": " + std::to_string(factors->size()) + " RoPE frequency factors for a rotary size of " +
+                  std::to_string(rotary_dims()));
+    for (float f : *factors)
+      if (!(f > 0) || !std::isfinite(f)) throw Error(source + ": RoPE frequency factors must be positive and finite");
+  }
+  if (rope_short_factors.size() != rope_long_factors.size())
+    throw Error(source + ": LongRoPE needs as many short factors as long ones");
+  if (!rope_long_factors.empty() && rope_original_context <= 0)
+    throw Error(source + ": LongRoPE needs the original context length");
+  if (!(rope_attention_factor > 0) || !std::isfinite(rope_attention_factor))
+    throw Error(source + ": the RoPE attention factor must be positive");
+  if (sliding_window_pattern < 0 || (sliding_window_pattern > 0 && sliding_window <= 0))
+    throw Error(source + ": interleaved sliding-window layers need a positive sliding_window");
+  if (!(rope_local_theta > 0)) throw Error(source + ": the local RoPE base must be positive");
+  if (query_pre_attn_scalar < 0 || !std::isfinite(query_pre_attn_scalar))
+    throw Error(source + ": 'query_pre_attn_scalar' must be positive");
 }
 
 namespace {
@@ -87,6 +103,8 @@ struct Family {
   double rms_norm_eps;       // Hugging Face's defaults for the keys a config may omit
   int64_t max_positions;
   int64_t bos, eos;
+  bool tied = false;
+  double rope_theta = 10000.0;
 };
 
 // config.json "architectures" entries SplitSpec runs, and their families.
@@ -96,6 +114,7 @@ const std::pair<const char*, Family> kFamilies[] = {
     {"Qwen2ForCausalLM", {"qwen2", "qwen2", 1e-6, 32768, -1, -1}},
     {"Qwen3ForCausalLM", {"qwen3", "qwen3", 1e-6, 32768, -1, -1}},
     {"Phi3ForCausalLM", {"phi3", "phi3", 1e-5, 4096, 1, 32000}},
+    {"Gemma3ForCausalLM", {"gemma3", "gemma3_text", 1e-6, 131072, 2, 1, true, 1000000.0}},
 };
 
 std::string supported_list() {
@@ -146,6 +165,39 @@ std::vector<int64_t> token_ids(const json& j, const char* key, int64_t fallback,
   return {integer(j, key, source)};
 }
 
+std::vector<float> float_list(const json& r, const char* key, size_t size, const std::string& source) {
+  if (!r.contains(key) || !r[key].is_array() || r[key].size() != size)
+    throw Error(source + ": rope_scaling needs '" + key + "' with " + std::to_string(size) + " numbers");
+  std::vector<float> out;
+  for (const auto& v : r[key]) {
+    if (!v.is_number()) throw Error(source + ": rope_scaling '" + key + "' must hold numbers");
+    out.push_back(v.get<float>());
+  }
+  return out;
+}
+
+// LongRoPE's factors and attention factor: Hugging Face's
+// _compute_longrope_parameters, as llama.cpp's converter writes them.
+void longrope(const json& j, const json& r, ModelConfig& c, const std::string& source) {
+  for (const char* key : {"short_mscale", "long_mscale"})
+    if (r.contains(key)) throw Error(source + ": LongRoPE with '" + key + "' is not supported");
+  const size_t n = static_cast<size_t>(c.rotary_dims() / 2);
+  c.rope_short_factors = float_list(r, "short_factor", n, source);
+  c.rope_long_factors = float_list(r, "long_factor", n, source);
+  c.rope_original_context = integer_or(j, "original_max_position_embeddings", 0, source);
+  if (r.contains("original_max_position_embeddings"))
+    c.rope_original_context = integer(r, "original_max_position_embeddings", source);
+  if (c.rope_original_context <= 0)
+    throw Error(source + ": LongRoPE needs 'original_max_position_embeddings'");
+  if (r.contains("attention_factor") && !r["attention_factor"].is_null()) {
+    c.rope_attention_factor = number_or(r, "attention_factor", 1.0, source);
+  } else {
+    const double scale = static_cast<double>(c.max_position_embeddings) / static_cast<double>(c.rope_original_context);
+    c.rope_attention_factor =
+        scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(c.rope_original_context))) : 1.0;
+  }
+}
+
 std::vector<float> rope_factors(const json& r, const ModelConfig& c, const std::string& source) {
   if (!r.is_object()) throw Error(source + ": 'rope_scaling' must be an object or null");
   std::string type = r.value("rope_type", r.value("type", std::string("default")));
@@ -159,6 +211,44 @@ std::vector<float> rope_factors(const json& r, const ModelConfig& c, const std::
     return llama3_rope_factors(c.rope_theta, c.head_dim, num("factor"), num("low_freq_factor"), num("high_freq_factor"),
                                static_cast<int64_t>(num("original_max_position_embeddings")));
   throw Error(source + ": rope_scaling type '" + type + "' is not supported (llama3, linear and none are)");
+}
+
+// Gemma 3's options: GeGLU, the embedding scale, the post norms, the query
+// scale and the interleaved local layers (sliding_window_pattern, or the
+// layer_types list newer configs give instead; every pattern-th layer global).
+void gemma3_options(const json& j, ModelConfig& c, const std::string& source) {
+  c.scale_embeddings = true;
+  c.post_norms = true;
+  c.query_pre_attn_scalar = number_or(j, "query_pre_attn_scalar", static_cast<double>(c.head_dim), source);
+  if (!(c.query_pre_attn_scalar > 0)) throw Error(source + ": 'query_pre_attn_scalar' must be positive");
+  c.rope_local_theta = number_or(j, "rope_local_base_freq", 10000.0, source);
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const json& rp = j["rope_parameters"];
+    if (rp.contains("full_attention")) c.rope_theta = number_or(rp["full_attention"], "rope_theta", c.rope_theta, source);
+    if (rp.contains("sliding_attention"))
+      c.rope_local_theta = number_or(rp["sliding_attention"], "rope_theta", c.rope_local_theta, source);
+  }
+  int64_t pattern = integer_or(j, "sliding_window_pattern", 6, source);
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    const json& types = j["layer_types"];
+    if (static_cast<int64_t>(types.size()) != c.num_hidden_layers)
+      throw Error(source + ": 'layer_types' lists " + std::to_string(types.size()) + " layers of " +
+                  std::to_string(c.num_hidden_layers));
+    pattern = 0;
+    for (size_t i = 0; i < types.size() && pattern == 0; ++i)
+      if (types[i] == "full_attention") pattern = static_cast<int64_t>(i) + 1;
+    if (pattern == 0) pattern = c.num_hidden_layers + 1;  // every layer local
+    for (size_t i = 0; i < types.size(); ++i) {
+      const bool full = static_cast<int64_t>(i) % pattern == pattern - 1;
+      if (types[i] != (full ? "full_attention" : "sliding_attention"))
+        throw Error(source + ": 'layer_types' is not every " + std::to_string(pattern) +
+                    "th layer global (layer " + std::to_string(i) + " is " + types[i].dump() + ")");
+    }
+  }
+  if (pattern <= 0) throw Error(source + ": 'sliding_window_pattern' must be positive");
+  c.sliding_window_pattern = pattern;
+  if (!j.contains("sliding_window") || !j["sliding_window"].is_number_integer() || j["sliding_window"].get<int64_t>() <= 0)
+    throw Error(source + ": a gemma3 model needs a positive 'sliding_window'");
 }
 
 }  // namespace
@@ -217,14 +307,24 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   }
   if (!j.is_object()) throw Error(source + ": expected a JSON object");
   const Family& fam = family_of(j, source);
+  const bool gemma = std::string(fam.architecture) == "gemma3";
   // Anything below would load and silently compute another function.
-  const std::string act = j.contains("hidden_act") ? j["hidden_act"].dump() : j.value("hidden_activation", json("silu")).dump();
-  if (act != "\"silu\"") throw Error(source + ": unsupported hidden_act " + act + " (only \"silu\")");
-  if (j.contains("mlp_bias") && j["mlp_bias"] == true) throw Error(source + ": 'mlp_bias' = true is not supported");
-  if (number_or(j, "partial_rotary_factor", 1.0, source) != 1.0)
-    throw Error(source + ": partial rotary embeddings (partial_rotary_factor < 1) are not supported");
-
+  const json act_json = j.contains("hidden_activation") && !j["hidden_activation"].is_null()
+                            ? j["hidden_activation"]
+                            : j.value("hidden_act", json(gemma ? "gelu_pytorch_tanh" : "silu"));
+  const std::string act = act_json.dump();
   ModelConfig c;
+  if (act == "\"silu\"") {
+    c.activation = Activation::kSilu;
+  } else if (act == "\"gelu_pytorch_tanh\"" || act == "\"gelu_tanh\"") {
+    c.activation = Activation::kGeluTanh;
+  } else {
+    throw Error(source + ": unsupported hidden_act " + act + " (silu and gelu_pytorch_tanh are)");
+  }
+  if (j.contains("mlp_bias") && j["mlp_bias"] == true) throw Error(source + ": 'mlp_bias' = true is not supported");
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
+    if (j.contains(key) && !j[key].is_null()) throw Error(source + ": '" + key + "' is not supported");
+
   c.architecture = fam.architecture;
   c.hidden_size = integer(j, "hidden_size", source);
   c.intermediate_size = integer(j, "intermediate_size", source);
@@ -233,8 +333,9 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   c.num_key_value_heads = integer_or(j, "num_key_value_heads", c.num_attention_heads, source);
   c.vocab_size = integer(j, "vocab_size", source);
   c.rms_norm_eps = number_or(j, "rms_norm_eps", fam.rms_norm_eps, source);
-  c.rope_theta = number_or(j, "rope_theta", 10000.0, source);
+  c.rope_theta = number_or(j, "rope_theta", fam.rope_theta, source);
   c.max_position_embeddings = integer_or(j, "max_position_embeddings", fam.max_positions, source);
+  c.tie_word_embeddings = fam.tied;
   if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_null())
     c.tie_word_embeddings = required<bool>(j, "tie_word_embeddings", source);
   const std::vector<int64_t> bos = token_ids(j, "bos_token_id", fam.bos, source);
@@ -249,28 +350,42 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
       throw Error(source + ": hidden_size must be divisible by num_attention_heads");
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
+  const double partial = number_or(j, "partial_rotary_factor", 1.0, source);
+  if (partial != 1.0) {
+    c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
+    if (!(partial > 0.0 && partial < 1.0) || c.rotary_dim <= 0 || c.rotary_dim % 2 != 0)
+      throw Error(source + ": partial_rotary_factor " + std::to_string(partial) + " gives no even rotary size");
+  }
   const bool bias = j.contains("attention_bias") && j["attention_bias"] == true;
   if (c.architecture == "qwen2") {
     c.attention_bias = true;  // Qwen2's attention always has them; its config does not say
-  } else if (c.architecture == "qwen3") {
+  } else if (c.architecture == "qwen3" || gemma) {
     c.qk_norm = true;
     c.attention_bias = bias;
+    if (gemma && bias) throw Error(source + ": 'attention_bias' = true is not supported for gemma3");
   } else if (bias) {
     // LLaMA's attention_bias also puts one on the output projection.
     throw Error(source + ": 'attention_bias' = true is not supported for " + c.architecture);
   }
+  if (gemma) gemma3_options(j, c, source);
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    c.rope_freq_factors = rope_factors(j["rope_scaling"], c, source);
-    if (!c.rope_freq_factors.empty()) c.rope_scaling_json = j["rope_scaling"].dump();
+    const json& r = j["rope_scaling"];
+    const std::string type = r.is_object() ? r.value("rope_type", r.value("type", std::string())) : std::string();
+    if (type == "longrope" || type == "su") {
+      longrope(j, r, c, source);
+    } else {
+      c.rope_freq_factors = rope_factors(r, c, source);
+    }
+    if (!c.rope_freq_factors.empty() || !c.rope_long_factors.empty()) c.rope_scaling_json = r.dump();
   }
   // Past its window a sliding-window model attends differently; within it,
-  // as every other. Phi-3 mini's is 2047.
+  // as every other. Phi-3 mini's is 2047. Gemma 3 masks its local layers.
   const bool sliding = !j.contains("use_sliding_window") || j["use_sliding_window"] == true;
   if (sliding && j.contains("sliding_window") && j["sliding_window"].is_number_integer()) {
     const int64_t window = j["sliding_window"].get<int64_t>();
     if (window > 0) c.sliding_window = window;
   }
-  if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings) {
+  if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings && c.sliding_window_pattern == 0) {
     c.declared_context = c.max_position_embeddings;
     c.max_position_embeddings = c.sliding_window;
   }
@@ -299,7 +414,10 @@ ModelConfig load_model_config(const std::string& path) {
 std::string model_config_to_json(const ModelConfig& c) {
   std::string arch = "LlamaForCausalLM", type = "llama";
   for (const auto& [name, f] : kFamilies)
-    if (c.architecture == f.architecture && std::string(f.model_type) == f.architecture) arch = name, type = f.model_type;
+    if (c.architecture == f.architecture) {
+      arch = name, type = f.model_type;
+      break;
+    }
   json j = {
       {"architectures", {arch}},
       {"model_type", type},
@@ -314,15 +432,29 @@ std::string model_config_to_json(const ModelConfig& c) {
       {"rope_theta", c.rope_theta},
       {"max_position_embeddings", c.declared_context > 0 ? c.declared_context : c.max_position_embeddings},
       {"tie_word_embeddings", c.tie_word_embeddings},
-      {"hidden_act", "silu"},
+      {"hidden_act", c.activation == Activation::kGeluTanh ? "gelu_pytorch_tanh" : "silu"},
       {"rope_scaling", nullptr},
   };
+  if (c.architecture == "gemma3") {
+    j["query_pre_attn_scalar"] = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(c.head_dim);
+    j["rope_local_base_freq"] = c.rope_local_theta;
+    j["sliding_window_pattern"] = c.sliding_window_pattern;
+  }
+  if (c.rotary_dim > 0) j["partial_rotary_factor"] = static_cast<double>(c.rotary_dim) / static_cast<double>(c.head_dim);
   j["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
   if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
   else j["eos_token_id"] = c.eos_token_id >= 0 ? json(c.eos_token_id) : json(nullptr);
   if (c.architecture == "qwen3") j["attention_bias"] = c.attention_bias;
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
-  if (!c.rope_scaling_json.empty()) {
+  if (!c.rope_long_factors.empty()) {
+    // LongRoPE as Hugging Face names it, whether it came from there or from a
+    // GGUF file's rope_factors_long/short.
+    j["rope_scaling"] = {{"type", "longrope"},
+                         {"short_factor", c.rope_short_factors},
+                         {"long_factor", c.rope_long_factors},
+                         {"attention_factor", c.rope_attention_factor}};
+    j["original_max_position_embeddings"] = c.rope_original_context;
+  } else if (!c.rope_scaling_json.empty()) {
     j["rope_scaling"] = json::parse(c.rope_scaling_json);
   } else if (!c.rope_freq_factors.empty()) {
     // Divisors read from a GGUF file's rope_freqs: no Hugging Face key holds

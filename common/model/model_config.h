@@ -1,8 +1,8 @@
 #pragma once
 // The decoder-only families SplitSpec runs, as one LLaMA-shaped definition
 // with per-family options: what a Hugging Face config.json (LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)
-// or a GGUF file's metadata (gguf_model.h) says.
+// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM,
+// Gemma3ForCausalLM) or a GGUF file's metadata (gguf_model.h) says.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,12 +11,16 @@ namespace splitspec {
 
 // Families by their llama.cpp architecture name (GGUF general.architecture).
 // Every one is the LLaMA decoder (RMSNorm, RoPE on rotated halves, grouped
-// query attention, SwiGLU); they differ only in the options below and in how
-// their files name and fuse tensors.
+// query attention, a gated MLP); they differ only in the options below and in
+// how their files name and fuse tensors.
 inline const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> names{"llama", "qwen2", "qwen3", "phi3"};
+  static const std::vector<std::string> names{"llama", "qwen2", "qwen3", "phi3", "gemma3"};
   return names;
 }
+
+// The gated MLP's activation: SwiGLU's silu, or GeGLU's GELU in its tanh
+// form (Gemma).
+enum class Activation : uint8_t { kSilu, kGeluTanh };
 
 struct ModelConfig {
   std::string architecture = "llama";
@@ -47,15 +51,55 @@ struct ModelConfig {
   // The rope_scaling object as config.json gave it, so a converted model
   // writes it back; null-equivalent when empty.
   std::string rope_scaling_json;
-  // Sliding-window attention's window (Mistral, Phi-3); the context is
-  // capped to it, where every model attends alike. 0: none.
+  // Sliding-window attention's window. With sliding_window_pattern 0
+  // (Mistral, Phi-3) the context is capped to it, where every model attends
+  // alike. 0: none.
   int64_t sliding_window = 0;
+  // Interleaved local and global attention (Gemma 3): every layer l with
+  // l % pattern < pattern - 1 attends only to keys less than sliding_window
+  // positions back (a key at distance sliding_window is out, as llama.cpp's
+  // LLAMA_SWA_TYPE_STANDARD), with RoPE base rope_local_theta; every
+  // pattern-th layer attends to everything with rope_theta. 0: no such
+  // layers.
+  int64_t sliding_window_pattern = 0;
+  double rope_local_theta = 10000.0;
+  Activation activation = Activation::kSilu;
+  // Gemma: the embedding rows times sqrt(hidden_size), and RMSNorms on the
+  // attention's and the MLP's outputs before their residual adds. Its
+  // RMSNorm gains are held as llama.cpp's files hold them, 1 + w; Hugging
+  // Face's files hold w (safetensors_source adds the 1).
+  bool scale_embeddings = false;
+  bool post_norms = false;
+  // The query's scale is 1 / sqrt(query_pre_attn_scalar); 0: 1 / sqrt(head_dim).
+  double query_pre_attn_scalar = 0.0;
+  // LongRoPE (Phi-3.5, Phi-4-mini): frequency divisors [rotary_dim / 2] for a
+  // context up to rope_original_context (short) and past it (long), chosen
+  // once by the context the model runs (max_position_embeddings), as
+  // llama.cpp chooses by its context size; cos and sin are scaled by
+  // rope_attention_factor. Empty: none (rope_freq_factors may hold Llama 3's).
+  std::vector<float> rope_short_factors, rope_long_factors;
+  int64_t rope_original_context = 0;
+  double rope_attention_factor = 1.0;
+  // How many of a head's dims rotate (Phi-4-mini: 96 of 128), pairs (i, i +
+  // rotary_dim / 2); the rest pass. 0: all of them.
+  int64_t rotary_dim = 0;
   // The context the file declares when max_position_embeddings was lowered
   // at load to what this process runs (model_context_limit()); 0 when not.
   int64_t declared_context = 0;
 
   // Parameter count of the model this config describes.
   int64_t num_parameters() const;
+  // Whether layer l attends through a sliding window (sliding_window_pattern).
+  bool layer_is_sliding(int64_t l) const {
+    return sliding_window_pattern > 0 && sliding_window > 0 && l % sliding_window_pattern < sliding_window_pattern - 1;
+  }
+  int64_t rotary_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  // The frequency divisors RoPE uses (Llama 3's, or LongRoPE's by the
+  // context), empty for none.
+  const std::vector<float>& rope_divisors() const {
+    if (rope_long_factors.empty()) return rope_freq_factors;
+    return max_position_embeddings > rope_original_context ? rope_long_factors : rope_short_factors;
+  }
   // Throws splitspec::Error naming `source` and the offending field.
   void validate(const std::string& source) const;
 };

@@ -37,6 +37,9 @@ struct PatternSpec {
 struct PreSpec {
   const char* names[6];
   std::vector<PatternSpec> patterns;
+  // Words in GPT-2's byte-level alphabet, or as the text's own UTF-8 (Gemma's
+  // SentencePiece-style BPE, whose spaces are already U+2581).
+  bool byte_encode = true;
 };
 
 const std::vector<PreSpec>& pre_specs() {
@@ -47,6 +50,8 @@ const std::vector<PreSpec>& pre_specs() {
       {{"gpt-2", "phi-2", "mpt", "olmo"}, {{kGpt2, Gaps::kPerCodePoint}}},
       {{"smollm", "starcoder", "refact", "command-r", "codeshell"},
        {{"\\p{N}", Gaps::kWhole}, {kGpt2, Gaps::kPerCodePoint}}},
+      // Gemma 3's and 4's: split only at newlines, as llama.cpp's gemma4.
+      {{"gemma4"}, {{"[^\\n]+|[\\n]+", Gaps::kWhole}}, false},
       {{"default"},
        {{"[\\p{P}\\$\\+<=>\\^~\\|]+", Gaps::kWhole},
         {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)", Gaps::kWhole},
@@ -177,6 +182,7 @@ PreTokenizer::PreTokenizer(const std::string& pre) {
     pattern->gaps = p.gaps;
     patterns_.push_back(std::move(pattern));
   }
+  byte_encode_ = spec->byte_encode;
 }
 
 PreTokenizer::~PreTokenizer() = default;
@@ -249,6 +255,10 @@ std::vector<std::string> PreTokenizer::split(const std::string& text) const {
   for (const auto& [b, e] : words) {
     std::string raw;
     for (size_t i = b; i < e; ++i) append_utf8(raw, cps[i]);
+    if (!byte_encode_) {
+      out.push_back(std::move(raw));
+      continue;
+    }
     std::string encoded;
     encoded.reserve(raw.size() * 2);
     for (unsigned char c : raw) encoded += to_unicode[c];

@@ -31,12 +31,15 @@ class PreTokenizer {
   ~PreTokenizer();
   PreTokenizer(const PreTokenizer&) = delete;
   PreTokenizer& operator=(const PreTokenizer&) = delete;
-  // The words of `text`, byte-level encoded.
+  // The words of `text`, byte-level encoded (but for byte_level() false:
+  // Gemma's, as UTF-8).
   std::vector<std::string> split(const std::string& text) const;
+  bool byte_level() const { return byte_encode_; }
 
  private:
   struct Pattern;
   std::vector<std::unique_ptr<Pattern>> patterns_;
+  bool byte_encode_ = true;
 };
 
 }  // namespace splitspec

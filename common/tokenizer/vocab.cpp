@@ -1,6 +1,7 @@
 #include "common/tokenizer/vocab.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -130,8 +131,13 @@ struct Vocab::Impl {
   std::unordered_map<std::string, int32_t> ids;
   std::unordered_map<std::string, int32_t> ranks;  // merge_key(a, b) -> rank
   int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;
+  int32_t mask = -1;  // kept for the files we write (llama.cpp's BERT-style mask; Gemma's files name one)
   bool add_bos = false, add_eos = false, add_space_prefix = false;
   bool clean_spaces = false, ignore_merges = false;
+  // SentencePiece-style BPE (Gemma's; llama.cpp's "gemma4" model): spaces
+  // become U+2581 and the merges run on the text's own UTF-8, with byte
+  // fallback to <0xXX> tokens.
+  bool spm_style() const { return kind == Kind::kBpe && pre == "gemma4"; }
   std::vector<int32_t> eog;
   std::vector<int32_t> specials;  // partitioned out of text, longest first
   std::string chat_template;
@@ -376,6 +382,12 @@ void Vocab::Impl::tokenize_bpe(const std::string& text, std::vector<int32_t>& ou
         continue;
       }
     }
+    // llama.cpp's fix for Gemma: a run of newlines that is a token is taken whole.
+    if (spm_style() && word.find_first_not_of('\n') == std::string::npos)
+      if (const int32_t id = find(word); id >= 0) {
+        out.push_back(id);
+        continue;
+      }
     std::vector<Symbol> symbols = utf8_symbols(word);
     std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
     auto try_pair = [&](int left, int right) {
@@ -408,9 +420,12 @@ void Vocab::Impl::tokenize_bpe(const std::string& text, std::vector<int32_t>& ou
         continue;
       }
       // As llama.cpp: each byte of the encoded piece that is a token by
-      // itself, the others dropped.
-      for (char c : piece)
-        if (const int32_t id = find(std::string(1, c)); id >= 0) out.push_back(id);
+      // itself (Gemma's: its <0xXX> token), the others dropped.
+      for (char c : piece) {
+        char hex[7];
+        std::snprintf(hex, sizeof hex, "<0x%02X>", static_cast<unsigned char>(c));
+        if (const int32_t id = find(spm_style() ? std::string(hex) : std::string(1, c)); id >= 0) out.push_back(id);
+      }
     }
   }
 }
@@ -422,7 +437,7 @@ std::string Vocab::Impl::piece(int32_t id, bool special) const {
   const std::string& t = texts[id];
   if (a & (kAttrUnknown | kAttrControl | kAttrUserDefined)) return t;
   if (a & kAttrNormal) {
-    if (kind == Kind::kSpm) {
+    if (kind == Kind::kSpm || spm_style()) {
       std::string s = t;
       replace_all(s, kSpace, " ");
       return s;
@@ -543,6 +558,12 @@ Vocab Vocab::from_gguf(const GgufFile& gguf) {
     v->unk = 0;
     v->add_space_prefix = true;
     v->add_bos = true;
+  } else if (model == "gemma4") {
+    // llama.cpp's SentencePiece-style BPE: its pre-tokenizer whatever the
+    // file says, and BOS always added.
+    v->kind = Kind::kBpe;
+    v->pre = "gemma4";
+    v->clean_spaces = pre_flags(v->pre).clean_spaces;
   } else if (model == "gpt2") {
     v->kind = Kind::kBpe;
     v->bos = 11;
@@ -557,7 +578,8 @@ Vocab Vocab::from_gguf(const GgufFile& gguf) {
     v->ignore_merges = f.ignore_merges;
     v->add_bos = f.add_bos;
   } else {
-    fail("unknown tokenizer model tokenizer.ggml.model = '" + model + "'; supported: llama (SentencePiece), gpt2 (byte-level BPE)");
+    fail("unknown tokenizer model tokenizer.ggml.model = '" + model +
+         "'; supported: llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (SentencePiece-style BPE)");
   }
 
   const GgufValue& tokens = gguf.get("tokenizer.ggml.tokens");
@@ -604,6 +626,7 @@ Vocab Vocab::from_gguf(const GgufFile& gguf) {
       {"tokenizer.ggml.bos_token_id", &v->bos},     {"tokenizer.ggml.eos_token_id", &v->eos},
       {"tokenizer.ggml.eot_token_id", &v->eot},     {"tokenizer.ggml.eom_token_id", &v->eom},
       {"tokenizer.ggml.unknown_token_id", &v->unk}, {"tokenizer.ggml.padding_token_id", &v->pad},
+      {"tokenizer.ggml.mask_token_id", &v->mask},
   };
   for (const auto& [key, id] : special_keys) {
     if (*id >= static_cast<int32_t>(n)) *id = -1;  // a default outside a small vocabulary
@@ -615,6 +638,10 @@ Vocab Vocab::from_gguf(const GgufFile& gguf) {
   flag("tokenizer.ggml.add_bos_token", v->add_bos);
   flag("tokenizer.ggml.add_eos_token", v->add_eos);
   flag("tokenizer.ggml.add_space_prefix", v->add_space_prefix);
+  if (v->spm_style()) {
+    v->add_bos = true;
+    v->add_space_prefix = false;
+  }
   v->chat_template = str("tokenizer.chat_template");
   v->finish(str("general.name"));
   return Vocab(std::move(v));
@@ -698,7 +725,7 @@ bool template_adds(const json& post, const std::string& token, bool first) {
 
 }  // namespace
 
-Vocab Vocab::from_hf_dir(const std::string& dir) {
+Vocab Vocab::from_hf_dir(const std::string& dir, std::optional<int64_t> rows_given) {
   const fs::path json_path = fs::path(dir) / "tokenizer.json";
   const std::string path = json_path.string();
   if (!fs::exists(json_path)) throw Error(path + ": tokenizer file not found");
@@ -710,13 +737,27 @@ Vocab Vocab::from_hf_dir(const std::string& dir) {
     if (!tj.is_object() || !tj.contains("model") || !tj["model"].is_object()) fail("no \"model\" object");
     const json& model = tj["model"];
     const std::string type = model.value("type", "");
-    if (type != "BPE") fail("unknown model type '" + type + "'; supported: BPE (byte-level)");
+    if (type != "BPE") fail("unknown model type '" + type + "'; supported: BPE (byte-level, or Gemma's)");
     v->kind = Kind::kBpe;
-    v->pre = hf_pre_tokenizer(tj.contains("pre_tokenizer") ? tj["pre_tokenizer"] : json(), path);
+    // Gemma's SentencePiece-style BPE: the normalizer turns spaces into
+    // U+2581 and bytes fall back to <0xXX> tokens (llama.cpp's "gemma4").
+    const json normalizer = tj.contains("normalizer") ? tj["normalizer"] : json();
+    const bool spm_style = normalizer.is_object() && normalizer.value("type", "") == "Replace" &&
+                           normalizer.contains("pattern") && normalizer["pattern"].value("String", "") == " " &&
+                           normalizer.value("content", "") == kSpace && model.value("byte_fallback", false);
+    // Another SentencePiece-style normalizer (Llama 2's and Mistral's
+    // prepend U+2581 too) is not this tokenizer; NFC and the like, which
+    // llama.cpp ignores as well, are.
+    const std::string norm = normalizer.is_null() ? std::string() : normalizer.dump();
+    if (!spm_style && (norm.find("Prepend") != std::string::npos || norm.find(kSpace) != std::string::npos))
+      fail("normalizer " + norm.substr(0, 200) +
+           " is not supported (Gemma's replaces spaces with U+2581 alone); a SentencePiece model (Llama 2, Mistral) "
+           "reads from its tokenizer.model");
+    v->pre = spm_style ? "gemma4" : hf_pre_tokenizer(tj.contains("pre_tokenizer") ? tj["pre_tokenizer"] : json(), path);
     const PreFlags f = pre_flags(v->pre);
     v->clean_spaces = f.clean_spaces;
     v->ignore_merges = f.ignore_merges;
-    v->add_bos = f.add_bos;
+    v->add_bos = f.add_bos || spm_style;
 
     if (!model.contains("vocab") || !model["vocab"].is_object()) fail("model has no \"vocab\" object");
     std::vector<std::pair<int64_t, std::string>> entries;
@@ -728,6 +769,18 @@ Vocab Vocab::from_hf_dir(const std::string& dir) {
         added.emplace_back(t.at("id").get<int64_t>(), t.at("content").get<std::string>(), t.value("special", false));
     int64_t n = 0;
     for (const auto& e : entries) n = std::max(n, e.first + 1);
+    // Added tokens past the model's vocabulary (Gemma 3's <image_soft_token>,
+    // id 262144 of 262144 rows) no forward can take: dropped, as llama.cpp's
+    // converter drops them, so the directory's vocabulary is its GGUF file's.
+    std::optional<int64_t> rows = rows_given;
+    if (const fs::path config = fs::path(dir) / "config.json"; !rows && fs::exists(config)) {
+      const json cj = read_json(config);
+      if (cj.is_object() && cj.contains("vocab_size") && cj["vocab_size"].is_number_integer())
+        rows = cj["vocab_size"].get<int64_t>();
+    }
+    if (rows && *rows >= n)
+      added.erase(std::remove_if(added.begin(), added.end(), [&](const auto& a) { return std::get<0>(a) >= *rows; }),
+                  added.end());
     for (const auto& a : added) n = std::max(n, std::get<0>(a) + 1);
     if (n <= 0 || n > (int64_t{1} << 24)) fail("vocabulary of " + std::to_string(n) + " tokens");
     // Ids no token claims are padding, as llama.cpp's converter writes them;
@@ -735,15 +788,21 @@ Vocab Vocab::from_hf_dir(const std::string& dir) {
     v->texts.assign(n, std::string());
     v->attrs.assign(n, kAttrUnused);
     v->scores.assign(n, 0.0f);
+    auto byte_token = [](const std::string& t) {
+      return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && std::isxdigit(static_cast<unsigned char>(t[3])) &&
+             std::isxdigit(static_cast<unsigned char>(t[4])) && t[5] == '>';
+    };
     for (auto& [id, text] : entries) {
       if (id < 0) fail("negative id for token '" + text + "'");
-      v->attrs[id] = text == placeholder_text(id) ? kAttrUnused : kAttrNormal;
+      v->attrs[id] = text == placeholder_text(id) ? kAttrUnused : spm_style && byte_token(text) ? kAttrByte : kAttrNormal;
       v->texts[id] = std::move(text);
     }
+    // Gemma's added tokens that are not special are ordinary pieces its
+    // merges reach, as llama.cpp's converter types them.
     for (auto& [id, text, special] : added) {
       if (id < 0) fail("negative id for added token '" + text + "'");
       v->texts[id] = std::move(text);
-      v->attrs[id] = special ? kAttrControl : kAttrUserDefined;
+      v->attrs[id] = special ? kAttrControl : spm_style ? (byte_token(v->texts[id]) ? kAttrByte : kAttrNormal) : kAttrUserDefined;
     }
     for (int64_t i = 0; i < n; ++i)
       if (v->texts[i].empty()) v->texts[i] = placeholder_text(i);
@@ -805,6 +864,7 @@ Vocab Vocab::from_hf_dir(const std::string& dir) {
   if (template_adds(post, eos_text, false)) v->add_eos = true;
   if (add_bos) v->add_bos = *add_bos;
   if (add_eos) v->add_eos = *add_eos;
+  if (v->spm_style()) v->add_bos = true;  // as llama.cpp's gemma4 loader
   if (v->add_bos && v->bos < 0) fail("adds a BOS token but names none that the vocabulary has");
   if (v->add_eos && v->eos < 0) fail("adds an EOS token but names none that the vocabulary has");
   v->finish("");
@@ -852,7 +912,7 @@ void write_text(const fs::path& path, const std::string& text) {
 void Vocab::add_to_gguf(GgufWriter& g) const {
   const Impl& v = *impl_;
   const bool spm = v.kind == Kind::kSpm;
-  g.add_string("tokenizer.ggml.model", spm ? "llama" : "gpt2");
+  g.add_string("tokenizer.ggml.model", spm ? "llama" : v.spm_style() ? "gemma4" : "gpt2");
   // SentencePiece vocabularies have no pre-tokenizer; converters write "default".
   g.add_string("tokenizer.ggml.pre", spm ? "default" : v.pre);
   g.add_strings("tokenizer.ggml.tokens", v.texts);
@@ -871,12 +931,13 @@ void Vocab::add_to_gguf(GgufWriter& g) const {
       {"tokenizer.ggml.bos_token_id", v.loaded_bos},     {"tokenizer.ggml.eos_token_id", v.loaded_eos},
       {"tokenizer.ggml.eot_token_id", v.loaded_eot},     {"tokenizer.ggml.eom_token_id", v.loaded_eom},
       {"tokenizer.ggml.unknown_token_id", v.loaded_unk}, {"tokenizer.ggml.padding_token_id", v.loaded_pad},
+      {"tokenizer.ggml.mask_token_id", v.mask},
   };
   for (const auto& [key, id] : ids)
     if (id >= 0) g.add_u32(key, static_cast<uint32_t>(id));
   g.add_bool("tokenizer.ggml.add_bos_token", v.add_bos);
   g.add_bool("tokenizer.ggml.add_eos_token", v.add_eos);
-  if (spm || v.add_space_prefix) g.add_bool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+  if (spm || v.add_space_prefix || v.spm_style()) g.add_bool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
   if (!v.chat_template.empty()) g.add_string("tokenizer.chat_template", v.chat_template);
 }
 
@@ -897,9 +958,12 @@ void Vocab::write_hf(const std::string& dir) const {
                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}})}};
   } else if (v.pre == "gpt-2") {
     pre = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  } else if (v.spm_style()) {
+    // Gemma's own: a split at spaces that never fires, as they are U+2581.
+    pre = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"}, {"invert", false}};
   } else {
     throw Error(v.source + ": pre-tokenizer '" + v.pre +
-                "' has no tokenizer.json form here; supported: llama-bpe, qwen2, gpt-2");
+                "' has no tokenizer.json form here; supported: llama-bpe, qwen2, gpt-2, gemma4");
   }
   const int32_t n = static_cast<int32_t>(v.texts.size());
   for (int32_t i = 0; i < n; ++i)
@@ -922,7 +986,7 @@ void Vocab::write_hf(const std::string& dir) const {
   // BOS and EOS as the vocabulary adds them, so that Hugging Face's readers
   // add them too.
   const json byte_level_post = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}};
-  json post = byte_level_post;
+  json post = v.spm_style() ? json() : byte_level_post;
   const bool bos = v.add_bos && v.bos >= 0, eos = v.add_eos && v.eos >= 0;
   if (bos || eos) {
     auto special = [&](int32_t id, int type) { return json{{"SpecialToken", {{"id", v.texts[id]}, {"type_id", type}}}}; };
@@ -938,12 +1002,16 @@ void Vocab::write_hf(const std::string& dir) const {
     json tokens = json::object();
     for (int32_t id : {bos ? v.bos : -1, eos ? v.eos : -1})
       if (id >= 0) tokens[v.texts[id]] = {{"id", v.texts[id]}, {"ids", json::array({id})}, {"tokens", json::array({v.texts[id]})}};
-    post = {{"type", "Sequence"},
-            {"processors",
-             json::array({byte_level_post,
-                          {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", tokens}}})}};
+    const json templ = {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", tokens}};
+    post = v.spm_style() ? templ : json{{"type", "Sequence"}, {"processors", json::array({byte_level_post, templ})}};
   }
-  const json decoder = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  const json decoder =
+      v.spm_style()
+          ? json{{"type", "Sequence"},
+                 {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
+                                           {{"type", "ByteFallback"}},
+                                           {{"type", "Fuse"}}})}}
+          : json{{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
 
   // Written by hand, vocab in id order and merges in rank order as Hugging
   // Face's files are; nlohmann::json would sort the vocab by text.
@@ -954,16 +1022,19 @@ void Vocab::write_hf(const std::string& dir) const {
     out += "  \"added_tokens\": [";
     for (size_t i = 0; i < added.size(); ++i) out += (i ? ",\n    " : "\n    ") + added[i].dump();
     out += added.empty() ? "],\n" : "\n  ],\n";
-    out += "  \"normalizer\": null,\n";
+    out += v.spm_style() ? "  \"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"" +
+                               std::string(kSpace) + "\"},\n"
+                         : "  \"normalizer\": null,\n";
     out += "  \"pre_tokenizer\": " + pre.dump() + ",\n";
     out += "  \"post_processor\": " + post.dump() + ",\n";
   } catch (const json::exception&) {
     throw Error(v.source + ": a control or user-defined token's text is not valid UTF-8; tokenizer.json cannot hold it");
   }
   out += "  \"decoder\": " + decoder.dump() + ",\n";
-  out += "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": null,\n"
-         "    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n    \"fuse_unk\": false,\n"
-         "    \"byte_fallback\": false,\n";
+  out += "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": " +
+         (v.spm_style() && v.unk >= 0 ? json_string(v.texts[v.unk], "the unknown token") : std::string("null")) +
+         ",\n    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n    \"fuse_unk\": " +
+         (v.spm_style() ? "true" : "false") + ",\n    \"byte_fallback\": " + (v.spm_style() ? "true" : "false") + ",\n";
   out += std::string("    \"ignore_merges\": ") + (v.ignore_merges ? "true" : "false") + ",\n";
   out += "    \"vocab\": {";
   for (int32_t i = 0; i < n; ++i) {
@@ -1060,6 +1131,10 @@ std::vector<int32_t> Vocab::tokenize(const std::string& text, bool add_special, 
       s.append(text, f.offset, f.length);
       replace_all(s, " ", kSpace);
       v.tokenize_spm(s, out);
+    } else if (v.spm_style()) {
+      std::string s = text.substr(f.offset, f.length);
+      replace_all(s, " ", kSpace);
+      v.tokenize_bpe(s, out);
     } else {
       v.tokenize_bpe(text.substr(f.offset, f.length), out);
     }

@@ -6,6 +6,7 @@
 // LibTorch and of the sentencepiece library.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,11 @@ class Vocab {
   static Vocab from_gguf(const GgufFile& gguf);
   // `dir` holds tokenizer.json and, optionally, tokenizer_config.json. Ids
   // no token claims, and vocab entries "[PAD<id>]" at their own id (llama.cpp's
-  // converter's placeholders), are unused tokens.
-  static Vocab from_hf_dir(const std::string& dir);
+  // converter's placeholders), are unused tokens. Added tokens at or past
+  // `rows` (default: config.json's vocab_size, when the directory has one),
+  // which no forward can take, are dropped, as llama.cpp's converter drops
+  // them (Gemma 3's <image_soft_token>).
+  static Vocab from_hf_dir(const std::string& dir, std::optional<int64_t> rows = std::nullopt);
 
   // Adds the vocabulary to `g` as the tokenizer.ggml.* metadata llama.cpp's
   // loader reads: model, pre ("default" for SentencePiece), tokens, scores

@@ -144,7 +144,7 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   g.add_u32(a + "feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
   g.add_u32(a + "attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
   g.add_u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
-  g.add_u32(a + "rope.dimension_count", static_cast<uint32_t>(c.head_dim));
+  g.add_u32(a + "rope.dimension_count", static_cast<uint32_t>(c.rotary_dims()));
   if (c.head_dim * c.num_attention_heads != c.hidden_size) {
     g.add_u32(a + "attention.key_length", static_cast<uint32_t>(c.head_dim));
     g.add_u32(a + "attention.value_length", static_cast<uint32_t>(c.head_dim));
@@ -152,6 +152,21 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   if (c.sliding_window > 0) g.add_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
   g.add_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   g.add_f32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
+  if (c.architecture == "gemma3") {
+    // llama.cpp takes every 6th layer global without this key; the query
+    // scale it computes itself (gguf_model.cpp).
+    if (c.sliding_window_pattern > 0)
+      g.add_u32(a + "attention.sliding_window_pattern", static_cast<uint32_t>(c.sliding_window_pattern));
+    g.add_f32(a + "rope.freq_base_swa", static_cast<float>(c.rope_local_theta));
+    if (c.query_pre_attn_scalar > 0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim) &&
+        !(c.num_hidden_layers == 62 && c.query_pre_attn_scalar == static_cast<double>(c.hidden_size / c.num_attention_heads)))
+      throw Error(name + ": query_pre_attn_scalar " + std::to_string(c.query_pre_attn_scalar) +
+                  " is not the head size, which llama.cpp's gemma3 assumes");
+  }
+  if (!c.rope_long_factors.empty()) {
+    g.add_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(c.rope_original_context));
+    g.add_f32(a + "rope.scaling.attn_factor", static_cast<float>(c.rope_attention_factor));
+  }
   g.add_u32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
   tokenizer(g);
 
@@ -186,9 +201,19 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   auto vec = [&](const std::string& hf, const float* v, int64_t n) {
     g.add_tensor(gguf_tensor_name(hf, c), {n}, GgmlType::kF32, v, static_cast<uint64_t>(n) * 4);
   };
-  if (!c.rope_freq_factors.empty())
-    g.add_tensor("rope_freqs.weight", {static_cast<int64_t>(c.rope_freq_factors.size())}, GgmlType::kF32,
-                 c.rope_freq_factors.data(), c.rope_freq_factors.size() * 4);
+  auto factors = [&](const char* tensor, const std::vector<float>& f) {
+    if (!f.empty()) g.add_tensor(tensor, {static_cast<int64_t>(f.size())}, GgmlType::kF32, f.data(), f.size() * 4);
+  };
+  // Gemma 3's linear scaling is llama.cpp's rope.scaling.factor, on its
+  // global layers; Llama 3's divisors its rope_freqs.
+  if (c.architecture == "gemma3" && !c.rope_freq_factors.empty()) {
+    g.add_string(a + "rope.scaling.type", "linear");
+    g.add_f32(a + "rope.scaling.factor", c.rope_freq_factors[0]);
+  } else {
+    factors("rope_freqs.weight", c.rope_freq_factors);
+  }
+  factors("rope_factors_long.weight", c.rope_long_factors);
+  factors("rope_factors_short.weight", c.rope_short_factors);
   matrix(kEmbedName, w.embed, as(w.embed, embed_slot(c)));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     vec(layer_norm_name(l, false), w.input_norm(l), c.hidden_size);

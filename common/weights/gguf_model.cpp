@@ -69,6 +69,51 @@ int64_t permuted_heads(const std::string& name, const ModelConfig& c) {
   return 0;
 }
 
+// Gemma 3 as llama.cpp's loader reads it (src/models/gemma3.cpp): GeGLU, the
+// embedding scale, the post norms, interleaved local layers (every 6th
+// global unless attention.sliding_window_pattern says otherwise, as a
+// period or a per-layer list) with rope.freq_base_swa, and the query scale
+// 1 / sqrt(head_dim) (the 62-layer 27B's 1 / sqrt(hidden / heads)).
+void gemma3_options(const GgufFile& f, ModelConfig& c) {
+  const std::string& path = f.path();
+  const std::string k = "gemma3.";
+  if (f.has(k + "final_logit_softcapping") && meta_f(f, k + "final_logit_softcapping", 0.0) != 0.0)
+    throw Error(path + ": a final logit soft cap (" + k + "final_logit_softcapping) is not supported");
+  c.activation = Activation::kGeluTanh;
+  c.scale_embeddings = true;
+  c.post_norms = true;
+  if (!c.qk_norm) throw Error(path + ": a gemma3 model without blk.0.attn_q_norm.weight");
+  c.query_pre_attn_scalar = c.num_hidden_layers == 62 ? static_cast<double>(c.hidden_size / c.num_attention_heads)
+                                                      : static_cast<double>(c.head_dim);
+  c.rope_local_theta = meta_f(f, k + "rope.freq_base_swa", 10000.0);
+  if (!f.has(k + "attention.sliding_window") || gguf_u32(f, k + "attention.sliding_window") == 0) return;
+  int64_t pattern = 6;
+  const std::string key = k + "attention.sliding_window_pattern";
+  if (f.has(key)) {
+    const GgufValue& v = f.get(key);
+    if (v.type == GgufType::kArray) {
+      // Per layer, true where it is local: accepted when periodic.
+      if (v.elem != GgufType::kBool) throw Error(path + ": " + key + " must be a count or a list of booleans");
+      std::vector<bool> local;
+      for (double x : v.nums) local.push_back(x != 0.0);
+      if (static_cast<int64_t>(local.size()) != c.num_hidden_layers)
+        throw Error(path + ": " + key + " lists " + std::to_string(local.size()) + " layers of " +
+                    std::to_string(c.num_hidden_layers));
+      pattern = 0;
+      for (size_t i = 0; i < local.size() && pattern == 0; ++i)
+        if (!local[i]) pattern = static_cast<int64_t>(i) + 1;
+      if (pattern == 0) pattern = c.num_hidden_layers + 1;
+      for (size_t i = 0; i < local.size(); ++i)
+        if (local[i] != (static_cast<int64_t>(i) % pattern < pattern - 1))
+          throw Error(path + ": " + key + " is not every " + std::to_string(pattern) + "th layer global");
+    } else {
+      pattern = gguf_u32(f, key);
+      if (pattern <= 0) throw Error(path + ": " + key + " must be positive");
+    }
+  }
+  c.sliding_window_pattern = pattern;
+}
+
 }  // namespace
 
 bool is_gguf_file(const std::string& path) {
@@ -111,6 +156,9 @@ std::string gguf_tensor_name(const std::string& name, const ModelConfig& c) {
       // Phi-3's ffn_up holds the gate's rows, then the up projection's.
       {"mlp.gate_up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
+      // Gemma 3's norms on the attention's and the MLP's outputs.
+      {"post_attention_norm.weight", "post_attention_norm.weight"},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
   };
   const std::string prefix = "model.layers.";
   if (name.compare(0, prefix.size(), prefix) == 0) {
@@ -142,8 +190,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.head_dim = gguf_u32(f, k + "attention.key_length", static_cast<uint32_t>(c.hidden_size / c.num_attention_heads));
   if (gguf_u32(f, k + "attention.value_length", static_cast<uint32_t>(c.head_dim)) != c.head_dim)
     throw Error(path + ": key and value heads of different sizes are not supported");
-  if (gguf_u32(f, k + "rope.dimension_count", static_cast<uint32_t>(c.head_dim)) != c.head_dim)
-    throw Error(path + ": partial rotary embeddings (" + k + "rope.dimension_count below the head size) are not supported");
+  const int64_t rotary = gguf_u32(f, k + "rope.dimension_count", static_cast<uint32_t>(c.head_dim));
+  if (rotary != c.head_dim) c.rotary_dim = rotary;
   c.vocab_size = embed->ne[1];
   c.rms_norm_eps = meta_f(f, k + "attention.layer_norm_rms_epsilon", 1e-5);
   c.rope_theta = meta_f(f, k + "rope.freq_base", 10000.0);
@@ -157,8 +205,25 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     throw Error(path + ": a bias on the attention output (blk.0.attn_output.bias) is not supported");
   c.qk_norm = f.tensor("blk.0.attn_q_norm.weight") != nullptr;
   if (arch == "qwen3" && !c.qk_norm) throw Error(path + ": a qwen3 model without blk.0.attn_q_norm.weight");
-  if (f.tensor("rope_factors_long.weight") || f.tensor("rope_factors_short.weight"))
-    throw Error(path + ": LongRoPE (rope_factors_long/short, as Phi-3.5 and Phi-3 128K have) is not supported");
+  // Each a [rotary_dim / 2] F32 tensor, as rope_freqs below.
+  auto factors = [&](const char* name, std::vector<float>& out) {
+    const GgufTensor* t = f.tensor(name);
+    if (!t) return false;
+    if (t->type != static_cast<uint32_t>(GgmlType::kF32) || t->ne.size() != 1 || t->ne[0] != c.rotary_dims() / 2)
+      throw Error(path + ": " + name + " must be " + std::to_string(c.rotary_dims() / 2) + " F32 values");
+    out.resize(static_cast<size_t>(c.rotary_dims() / 2));
+    std::memcpy(out.data(), t->data, out.size() * sizeof(float));
+    return true;
+  };
+  // LongRoPE (Phi-3.5, Phi-4-mini): both sets of factors, the context they
+  // switch at and the attention factor, as llama.cpp's converter writes them.
+  const bool has_long = factors("rope_factors_long.weight", c.rope_long_factors);
+  if (factors("rope_factors_short.weight", c.rope_short_factors) != has_long)
+    throw Error(path + ": LongRoPE needs both rope_factors_long and rope_factors_short");
+  if (has_long) {
+    c.rope_original_context = gguf_u32(f, k + "rope.scaling.original_context_length");
+    c.rope_attention_factor = meta_f(f, k + "rope.scaling.attn_factor", 1.0);
+  }
   const std::string scaling = f.has(k + "rope.scaling.type") ? f.get(k + "rope.scaling.type").str : "none";
   if (scaling == "linear") {
     c.rope_freq_factors.assign(static_cast<size_t>(c.head_dim / 2),
@@ -172,9 +237,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.rope_freq_factors.resize(static_cast<size_t>(c.head_dim / 2));
     std::memcpy(c.rope_freq_factors.data(), freqs->data, c.rope_freq_factors.size() * sizeof(float));
   }
+  if (arch == "gemma3") gemma3_options(f, c);
   if (f.has(k + "attention.sliding_window")) {
     c.sliding_window = gguf_u32(f, k + "attention.sliding_window");
-    if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings) {
+    if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings && c.sliding_window_pattern == 0) {
       c.declared_context = c.max_position_embeddings;
       c.max_position_embeddings = c.sliding_window;
     }

@@ -92,8 +92,9 @@ void StreamedWeights::plan_units(const SafetensorsModel& st, const ModelConfig& 
     return file_index[t.file] = static_cast<int>(fds_.size()) - 1;
   };
   auto unit_of = [&](const std::string& name, const std::vector<int64_t>& shape) {
-    const TensorInfo& t = st.get(name);
+    const TensorInfo& t = st.get(hf_tensor_name(name, c));
     Unit u;
+    u.gain_less_one = hf_gain_less_one(name, c);
     u.type = stored_wtype(t, shape);
     if (shape.size() == 1 && is_block_type(u.type)) throw Error(t.file + ": norm '" + name + "' must be F32, F16 or BF16");
     u.file = file_of(t);
@@ -228,13 +229,21 @@ void StreamedWeights::allocate(const ModelConfig& c) {
   cache_used_.assign(cached_rows_, 0);
   work_ = alloc(buffer_bytes_, kAlign);
   if (ring_bytes_) ring_ = alloc(ring_bytes_, kAlign);
-  for (size_t i = 0; i < norm_units_.size(); ++i)
+  // Gemma's gains as we hold them, 1 + the file's.
+  auto shift = [](const Unit& u, float* v) {
+    if (u.gain_less_one)
+      for (int64_t i = 0; i < u.cols; ++i) v[i] += 1.0f;
+  };
+  for (size_t i = 0; i < norm_units_.size(); ++i) {
     dequantize_rows(ref(norm_units_[i], read_checked(norm_units_[i])), 0, 1, norms_ + i * c.hidden_size);
+    shift(norm_units_[i], norms_ + i * c.hidden_size);
+  }
   if (vector_floats_ > 0) {
     vectors_ = reinterpret_cast<float*>(alloc(vector_bytes, 64));
     float* at = vectors_;
     for (const Unit& u : vector_units_) {
       dequantize_rows(ref(u, read_checked(u)), 0, 1, at);
+      shift(u, at);
       at += u.cols;
     }
   }

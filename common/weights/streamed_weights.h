@@ -120,6 +120,7 @@ class StreamedWeights final : public WeightProvider {
     int64_t rows = 0, cols = 0;
     int64_t row0 = 0;        // head chunks: their first LM-head row
     uint8_t* resident = nullptr;
+    bool gain_less_one = false;  // a Gemma gain as Hugging Face holds it (hf_gain_less_one)
   };
 
   void plan_units(const SafetensorsModel& st, const ModelConfig& c);

@@ -42,8 +42,33 @@ std::string layer_vector_name(int64_t layer, LayerVector v) {
     case LayerVector::kVBias: suffix = "self_attn.v_proj.bias"; break;
     case LayerVector::kQNorm: suffix = "self_attn.q_norm.weight"; break;
     case LayerVector::kKNorm: suffix = "self_attn.k_norm.weight"; break;
+    case LayerVector::kPostAttnNorm: suffix = "post_attention_norm.weight"; break;
+    case LayerVector::kPostFfnNorm: suffix = "post_feedforward_layernorm.weight"; break;
   }
   return "model.layers." + std::to_string(layer) + "." + suffix;
+}
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+std::string hf_tensor_name(const std::string& ours, const ModelConfig& c) {
+  if (c.architecture != "gemma3") return ours;
+  const std::string pre = "post_attention_layernorm.weight", post = "post_attention_norm.weight";
+  if (ends_with(ours, pre)) return ours.substr(0, ours.size() - pre.size()) + "pre_feedforward_layernorm.weight";
+  if (ends_with(ours, post)) return ours.substr(0, ours.size() - post.size()) + "post_attention_layernorm.weight";
+  return ours;
+}
+
+bool hf_gain_less_one(const std::string& ours, const ModelConfig& c) {
+  if (c.architecture != "gemma3") return false;
+  for (const char* norm : {"layernorm.weight", "post_attention_norm.weight", "q_norm.weight", "k_norm.weight"})
+    if (ends_with(ours, norm)) return true;
+  return ours == kFinalNormName;
 }
 
 std::optional<FusedPart> fused_part(int64_t layer, LayerMatrix m, const ModelConfig& c) {
@@ -68,6 +93,8 @@ int64_t layer_vector_size(LayerVector v, const ModelConfig& c) {
     case LayerVector::kVBias: return c.attention_bias ? c.num_key_value_heads * c.head_dim : 0;
     case LayerVector::kQNorm:
     case LayerVector::kKNorm: return c.qk_norm ? c.head_dim : 0;
+    case LayerVector::kPostAttnNorm:
+    case LayerVector::kPostFfnNorm: return c.post_norms ? c.hidden_size : 0;
   }
   return 0;
 }

@@ -21,10 +21,12 @@ std::vector<int64_t> layer_matrix_shape(LayerMatrix m, const ModelConfig& c);
 std::string layer_norm_name(int64_t layer, bool post);
 
 // A layer's vectors that only some families have: the projections' biases
-// (Qwen2) and the per-head query and key norms (Qwen3).
-enum class LayerVector { kQBias, kKBias, kVBias, kQNorm, kKNorm };
-constexpr int kLayerVectors = 5;
-// "model.layers.<layer>.self_attn.q_proj.bias", "....self_attn.q_norm.weight", ...
+// (Qwen2), the per-head query and key norms (Qwen3, Gemma 3), and the norms
+// on the attention's and the MLP's outputs (Gemma 3).
+enum class LayerVector { kQBias, kKBias, kVBias, kQNorm, kKNorm, kPostAttnNorm, kPostFfnNorm };
+constexpr int kLayerVectors = 7;
+// "model.layers.<layer>.self_attn.q_proj.bias", "....self_attn.q_norm.weight",
+// "....post_attention_norm.weight", "....post_feedforward_layernorm.weight".
 std::string layer_vector_name(int64_t layer, LayerVector v);
 // Its length, or 0 when the family has none.
 int64_t layer_vector_size(LayerVector v, const ModelConfig& c);
@@ -38,6 +40,17 @@ struct FusedPart {
   int64_t row0 = 0;
 };
 std::optional<FusedPart> fused_part(int64_t layer, LayerMatrix m, const ModelConfig& c);
+
+// The name a tensor of ours has in the family's Hugging Face files: ours,
+// which are Llama's, but for Gemma 3's norms (there post_attention_layernorm
+// is the norm on the attention's output, ours post_attention_norm, and
+// pre_feedforward_layernorm the MLP's input norm, ours
+// post_attention_layernorm).
+std::string hf_tensor_name(const std::string& ours, const ModelConfig& c);
+// Whether the family's Hugging Face files hold this tensor less 1: Gemma's
+// RMSNorm gains, as its norm computes x * (1 + w). Ours (and GGUF files)
+// hold 1 + w.
+bool hf_gain_less_one(const std::string& ours, const ModelConfig& c);
 
 inline const char* kEmbedName = "model.embed_tokens.weight";
 inline const char* kHeadName = "lm_head.weight";

