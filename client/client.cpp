@@ -10,6 +10,7 @@
 #include "client/round_loop.h"
 #include "client/server_generate.h"
 #include "client/server_link.h"
+#include "client/tokenizer_fetch.h"
 #include "client/server_verifier.h"
 #include "common/backend/cpu_backend.h"
 #include "common/backend/registry.h"
@@ -181,6 +182,7 @@ struct Client::Impl {
   Cancellation cancel;
   std::unique_ptr<Tokenizer> tokenizer;
   std::string tokenizer_path;  // where it was looked for
+  std::string tokenizer_note;  // why the server's could not be fetched
   int64_t vocab = 0;
   // Across generations: what pre-drafting is worth depends on the link and
   // the machines, not on the prompt, so it is learned once per client.
@@ -394,6 +396,17 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
       if (impl->link->confirmed()) check_fallback(o, impl->link->info(), own, *impl->fallback_model);
     }
   }
+  // No tokenizer here: the server's, fetched once and kept by fingerprint.
+  if (!local && !impl->tokenizer && o.tokenizer.empty() && impl->link->confirmed()) {
+    try {
+      impl->tokenizer_path = fetch_server_tokenizer(*impl->link, tokenizer_cache_dir(), o.connect_timeout + std::chrono::seconds(30));
+      impl->tokenizer = std::make_unique<Tokenizer>(impl->tokenizer_path);
+    } catch (const Error& e) {
+      // Token ids still work; a text prompt says why it cannot.
+      impl->tokenizer_note = e.what();
+      spdlog::warn("event=tokenizer_not_fetched error=\"{}\"", e.what());
+    }
+  }
   if (local && impl->spec.draft && o.tokenizer.empty() &&
       tokenizer_available(o.draft_dir) && impl->tokenizer &&
       Tokenizer(o.draft_dir).fingerprint() != impl->tokenizer->fingerprint())
@@ -549,9 +562,14 @@ std::string names(const std::vector<std::string>& v) {
 
 Result Client::Impl::generate_text(const std::string& prompt, const Request& request, const OnText& on_text) {
   if (!tokenizer)
-    throw Error(tokenizer_path.empty() ? "text prompts need a tokenizer: give one (or token ids)"
-                                       : tokenizer_path + ": no tokenizer found (tokenizer.model or tokenizer.json; "
-                                                          "needed for text prompts; use token ids)");
+    throw Error(!tokenizer_note.empty()
+                    ? "text prompts need a tokenizer, and the server's could not be fetched (" + tokenizer_note +
+                          "): give the target's with --tokenizer PATH (ClientOptions::tokenizer), or token ids"
+                : tokenizer_path.empty()
+                    ? "text prompts need a tokenizer: give the target's with --tokenizer PATH (ClientOptions::tokenizer), "
+                      "or token ids"
+                    : tokenizer_path + ": no tokenizer found (tokenizer.gguf, tokenizer.model or tokenizer.json; needed "
+                                       "for text prompts): give one with --tokenizer PATH, or token ids");
   std::string text = prompt;
   if (!request.messages.empty()) {
     if (!prompt.empty()) throw Error("give a prompt or messages, not both");

@@ -56,7 +56,8 @@ echo "a-token-for-the-check" >"$WORK/secrets/tokens"
 node "$HERE/check/validate.mjs" "$MODULES" "$WORK" cpu="$WORK/cpu.yaml" gpu="$WORK/gpu.yaml" secrets="$WORK/secrets.yaml"
 
 for overlay in cpu gpu; do
-  "$SERVER" --check-config --config "$WORK/$overlay-server.json"
+  # The image's /models/target is not here: the demo target stands in for it.
+  "$SERVER" --check-config --config "$WORK/$overlay-server.json" --target "$HERE/../models/demo-target"
   cp "$WORK/$overlay-rules.yaml" "$WORK/rules.yaml"
   cp "$HERE/prometheus/rules.test.yaml" "$WORK/"
   "$PROMTOOL" check rules "$WORK/rules.yaml"

@@ -16,7 +16,7 @@ OUT=build/gpu
 BINS=(splitspec-server splitspec splitspec-example splitspec_backend_tests splitspec-gpu-bench splitspec-spm-serve)
 MODULES=(libsplitspec_sentencepiece.so)
 for b in "${BINS[@]}"; do [ -x "$B/bin/$b" ] || { echo "gpu_pack: $B/bin/$b is missing: scripts/build.sh (with nvcc) first"; exit 1; }; done
-"$B/bin/splitspec-server" --check-config --target /dev/null --device cuda >/dev/null ||
+"$B/bin/splitspec-server" --check-config --target models/demo-target --device cuda >/dev/null ||
   { echo "gpu_pack: $B/bin/splitspec-server has no CUDA backend"; exit 1; }
 
 stage="$OUT/stage"

@@ -108,7 +108,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 1;  // usage errors exit 1, as the client's
+    // --help and --version as CLI11 prints them; a usage error is one line
+    // and exits 1, as the client's.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::cerr << "splitspec-server: error: " << e.what() << " (--help lists the flags)\n";
+    return 1;
   }
 
   try {

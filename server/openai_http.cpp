@@ -374,8 +374,19 @@ OpenAiHttp::OpenAiHttp(const std::string& listen, ServiceContext& ctx, std::shar
   http_->Post("/v1/chat/completions", [endpoint](const httplib::Request& req, httplib::Response& res) {
     endpoint->complete(req, res, true);
   });
-  http_->set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.body.empty()) send_error(res, {res.status, "no such endpoint or method", "invalid_request_error"});
+  const int64_t max_body = ctx.config.max_message_bytes;
+  http_->set_error_handler([max_body](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    // cpp-httplib answers these before any handler runs: say which limit.
+    std::string what = "no such endpoint or method";
+    if (res.status == 413)
+      what = "request body too large: a JSON body (Content-Type: application/json) may have up to " +
+             std::to_string(max_body) +
+             " bytes (max_message_bytes); one sent as a form (curl -d without -H 'Content-Type: application/json') "
+             "up to 8192";
+    else if (res.status == 400)
+      what = "malformed HTTP request";
+    send_error(res, {res.status, what, "invalid_request_error"});
   });
   port_ = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
   if (port_ <= 0) throw Error("cannot listen for HTTP on " + listen + " (address in use or invalid?)");

@@ -12,15 +12,19 @@
 #include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "common/backend/registry.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/weights/gguf_convert.h"
 #include "common/util/error.h"
 #include "common/util/memory_usage.h"
 #include "server/auth_gate.h"
@@ -56,6 +60,22 @@ Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
     ctx_->model_name = std::filesystem::path(ctx_->config.target_dir).lexically_normal().parent_path().filename().string();
   if (tokenizer_available(ctx_->config.target_dir)) {
     ctx_->tokenizer_fingerprint = Tokenizer(ctx_->config.target_dir).fingerprint();
+    // GetTokenizer's file, written once: a client with no tokenizer of its
+    // own fetches it. A vocabulary that has no GGUF form leaves clients to
+    // bring one (--tokenizer); the server serves on.
+    const std::filesystem::path tmp = std::filesystem::temp_directory_path() /
+                                      ("splitspec-vocab-" + std::to_string(::getpid()) + "-" +
+                                       std::to_string(reinterpret_cast<uintptr_t>(this)) + ".gguf");
+    try {
+      write_vocabulary_gguf(ctx_->config.target_dir, tmp.string());
+      std::ifstream in(tmp, std::ios::binary);
+      ctx_->tokenizer_file.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    } catch (const Error& e) {
+      ctx_->tokenizer_file_error = e.what();
+      spdlog::warn("event=tokenizer_not_served error=\"{}\"", e.what());
+    }
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
   } else {
     spdlog::warn("{}: no tokenizer; clients are checked by vocabulary size only", ctx_->config.target_dir);
   }

@@ -1,12 +1,14 @@
 #include "server/server_config.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <limits>
 #include <set>
 
 #include "common/backend/registry.h"
+#include "common/model/model_config.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/util/error.h"
 #include "common/util/json_integer.h"
@@ -114,6 +116,13 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
 void ServerConfig::validate_for_start() const {
   validate();
   if (target_dir.empty()) throw Error("no target model: give --target DIR (or \"target\" in the config file)");
+  // The target's config (config.json, or a GGUF file's header) is read
+  // here, so --check-config fails on a target that is not there; the
+  // weights are left to the load.
+  std::error_code ec;
+  if (!std::filesystem::exists(target_dir, ec))
+    throw Error("target " + target_dir + ": no such file or directory (give --target DIR|FILE.gguf)");
+  load_model_config(target_dir);
   // A device this program was built without fails here, not at load.
   const Device d = parse_device(device);
   const std::vector<std::string> kinds = backend_kinds();

@@ -296,6 +296,63 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* SplitSpecService::Generate(grpc:
   return new_generate_reactor(ctx_, context, *request);
 }
 
+namespace {
+
+// The vocabulary file in chunks well under any message limit, one write in
+// flight at a time.
+class TokenizerWriter final : public grpc::ServerWriteReactor<v1::TokenizerChunk> {
+ public:
+  explicit TokenizerWriter(const ServiceContext& ctx) : ctx_(ctx) {
+    if (ctx_.tokenizer_file.empty()) {
+      Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          ctx_.tokenizer_file_error.empty() ? "the server's target ships no tokenizer"
+                                                            : "the server cannot send its tokenizer: " +
+                                                                  ctx_.tokenizer_file_error));
+      return;
+    }
+    next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+      return;
+    }
+    next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  static constexpr size_t kChunk = 256 * 1024;
+
+  void next() {
+    const std::string& file = ctx_.tokenizer_file;
+    if (offset_ == file.size()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    chunk_.Clear();
+    if (offset_ == 0) {
+      chunk_.set_fingerprint(ctx_.tokenizer_fingerprint);
+      chunk_.set_total_bytes(file.size());
+    }
+    const size_t n = std::min(kChunk, file.size() - offset_);
+    chunk_.set_data(file.data() + offset_, n);
+    offset_ += n;
+    StartWrite(&chunk_);
+  }
+
+  const ServiceContext& ctx_;
+  v1::TokenizerChunk chunk_;
+  size_t offset_ = 0;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::TokenizerChunk>* SplitSpecService::GetTokenizer(grpc::CallbackServerContext*,
+                                                                            const v1::GetTokenizerRequest*) {
+  return new TokenizerWriter(ctx_);
+}
+
 grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext* context, const v1::GetInfoRequest*,
                                                     v1::ServerInfo* info) {
   const ModelConfig& c = ctx_.target->config();

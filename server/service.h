@@ -88,6 +88,10 @@ struct ServiceContext {
   std::shared_ptr<const Backend> target;
   std::string model_name;
   std::string tokenizer_fingerprint;  // empty: the target ships no tokenizer
+  // The target's vocabulary as a vocabulary-only GGUF file (GetTokenizer);
+  // empty without one, or with why it could not be written.
+  std::string tokenizer_file;
+  std::string tokenizer_file_error;
   Numerics numerics;                  // the target's, once at start (its digest reads every weight)
   std::string device;                 // Backend::device()
   std::optional<EarlyExits> exits;    // the active early exits, when any
@@ -119,6 +123,8 @@ class SplitSpecService final : public v1::SplitSpec::CallbackService {
                                                           const v1::GenerationRequest* request) override;
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context, const v1::GetInfoRequest* request,
                                     v1::ServerInfo* response) override;
+  grpc::ServerWriteReactor<v1::TokenizerChunk>* GetTokenizer(grpc::CallbackServerContext* context,
+                                                            const v1::GetTokenizerRequest* request) override;
 
  private:
   ServiceContext& ctx_;

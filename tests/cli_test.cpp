@@ -9,6 +9,7 @@
 #include <csignal>
 #include <sstream>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -93,7 +94,7 @@ TEST(CliBadInput, ClearErrorsNeverCrashes) {
       {"generate --model /no/such/dir --prompt-ids 1", "/no/such/dir: model directory does not exist"},
       {m + "--prompt-ids 1,77", "prompt token id 77 outside the vocabulary [0, 50)"},
       {m + "--prompt-ids 1,-4", "prompt token id -4 outside the vocabulary"},
-      {m + "--prompt hello", "no tokenizer found (tokenizer.model or tokenizer.json"},
+      {m + "--prompt hello", "no tokenizer found (tokenizer.gguf, tokenizer.model or tokenizer.json; needed for text prompts): give one with --tokenizer PATH"},
       {m, "give --prompt, --chat, --prompt-ids or --prompts-file"},
       {m + "--prompt-ids " + long_prompt,
        "does not fit the model's context of 64"},
@@ -379,6 +380,25 @@ TEST(CliBenchmarker, PromptsFileTimingsTokenizeAndConvert) {
   const std::string ids = " --prompt-ids 1,4274,824 --max-new-tokens 12 --json";
   EXPECT_EQ(nlohmann::json::parse(run_cli("generate --target " + dir.str("back") + ids).out)["output_ids"],
             nlohmann::json::parse(run_cli("generate --target " + dir.str("q8") + ids).out)["output_ids"]);
+  // The demo pair across conversions: one fingerprint in every form, and
+  // the draft pairs with the converted target.
+  ASSERT_EQ(run_cli("convert --target " + target + " --to-gguf " + dir.str("demo.gguf")).status, 0);
+  ASSERT_EQ(run_cli("convert --from " + dir.str("demo.gguf") + " --out " + dir.str("demo-back")).status, 0);
+  auto fingerprint = [&](const std::string& where) {
+    const CliRun t = run_cli("tokenize --target " + where + " --text 'Once upon a time' --json");
+    EXPECT_EQ(t.status, 0) << t.err;
+    return nlohmann::json::parse(t.out)["fingerprint"].get<std::string>();
+  };
+  const std::string demo_fp = fingerprint(target);
+  EXPECT_EQ(fingerprint(dir.str("demo.gguf")), demo_fp);
+  EXPECT_EQ(fingerprint(dir.str("demo-back")), demo_fp);
+  EXPECT_EQ(fingerprint(demo_draft_dir()), demo_fp);
+  for (const std::string& t : {dir.str("demo.gguf"), dir.str("demo-back")}) {
+    r = run_cli("generate --target " + t + " --draft " + demo_draft_dir() + ids);
+    ASSERT_EQ(r.status, 0) << t << ": " << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"],
+              nlohmann::json::parse(run_cli("generate --target " + target + ids).out)["output_ids"]) << t;
+  }
   EXPECT_NE(run_cli("convert --target " + target + " --dtype q3 --out x").err.find("unknown weight type 'q3'"),
             std::string::npos);
   EXPECT_NE(run_cli("convert --target " + target).err.find("give --out DIR or --to-gguf FILE"), std::string::npos);
@@ -419,11 +439,22 @@ TEST(Cli, EveryProgramSaysTheOneVersion) {
 
 // A usage error (an unknown flag, a missing value, a subcommand missing)
 // exits 1, as every other error does; --help exits 0.
+// A usage error is one "PROGRAM: error:" line, as every other error, and
+// exits 1.
 TEST(Cli, UsageErrorsExitWithStatusOne) {
-  for (const std::string args : {"generate --no-such-flag", "generate --max-new-tokens", "", "frobnicate"})
-    EXPECT_EQ(run_cli(args).status, 1) << "'" << args << "'";
-  EXPECT_EQ(run_binary("splitspec-server", "--no-such-flag").status, 1);
-  EXPECT_EQ(run_binary("splitspec-train", "--no-such-flag").status, 1);
+  for (const std::string args : {"generate --no-such-flag", "generate --max-new-tokens", "", "frobnicate",
+                                 "generate --max-new-tokens many", "tokenize --text a --ids 1"}) {
+    const CliRun r = run_cli(args);
+    EXPECT_EQ(r.status, 1) << "'" << args << "'";
+    EXPECT_EQ(r.err.rfind("splitspec: error: ", 0), 0u) << "'" << args << "': " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "'" << args << "': " << r.err;
+  }
+  const CliRun server = run_binary("splitspec-server", "--no-such-flag");
+  EXPECT_EQ(server.status, 1);
+  EXPECT_EQ(server.err.rfind("splitspec-server: error: ", 0), 0u) << server.err;
+  const CliRun train = run_binary("splitspec-train", "--no-such-flag");
+  EXPECT_EQ(train.status, 1);
+  EXPECT_EQ(train.err.rfind("splitspec-train: error: ", 0), 0u) << train.err;
   EXPECT_EQ(run_cli("generate --help").status, 0);
 }
 

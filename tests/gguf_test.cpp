@@ -1,6 +1,7 @@
 // GGUF in and out: our models to GGUF and back are the same model at every
 // weight type (tensors, greedy tokens, tokenizer bytes); a GGUF vocabulary
-// without our tokenizer file rebuilds one that tokenizes identically; bad
+// without our tokenizer file rebuilds one that tokenizes identically; the
+// fingerprint and a directory's chat template survive each direction; bad
 // files are clear errors. (llama.cpp running the files: bench/vs_llamacpp.sh.)
 #include "common/weights/gguf.h"
 
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
@@ -119,8 +121,11 @@ TEST(Gguf, VocabularyWithoutOurTokenizerFileTokenizesTheSame) {
   export_gguf(demo_target_dir(), dir.str("a.gguf"), std::nullopt);
   rewrite(dir.str("a.gguf"), dir.str("b.gguf"), "splitspec.tokenizer.sentencepiece_model");
   import_gguf(dir.str("b.gguf"), dir.str("b"), std::nullopt);
-  EXPECT_NE(read_file(dir.str("b/tokenizer.model")), read_file(demo_target_dir() + "/tokenizer.model"));
+  // Kept in llama.cpp's form, the vocabulary as the file has it.
+  EXPECT_TRUE(std::filesystem::exists(dir.str("b/tokenizer.gguf")));
+  EXPECT_FALSE(std::filesystem::exists(dir.str("b/tokenizer.model")));
   const Tokenizer original(demo_target_dir()), rebuilt(dir.str("b"));
+  EXPECT_EQ(rebuilt.fingerprint(), Tokenizer(dir.str("b.gguf")).fingerprint());
   for (const std::string& text : {std::string("Once upon a time, there was a dog."), std::string("  two  spaces\tand a tab\n"),
                                   std::string("ünïcödé ✓ 日本語 🙂"), std::string("1234567890"), std::string(""),
                                   std::string("<s> not special </s>")}) {
@@ -130,6 +135,29 @@ TEST(Gguf, VocabularyWithoutOurTokenizerFileTokenizesTheSame) {
   for (const std::string& p : test_prompts()) EXPECT_EQ(rebuilt.encode(p), original.encode(p));
   EXPECT_EQ(rebuilt.bos_id(), original.bos_id());
   EXPECT_EQ(rebuilt.eos_id(), original.eos_id());
+}
+
+// A SentencePiece directory's chat template (tokenizer_config.json) goes
+// into the GGUF and comes back, and every form has the directory's
+// fingerprint, so its draft pairs with any of them.
+TEST(Gguf, FingerprintAndChatTemplateSurviveEachDirection) {
+  TempDir dir;
+  std::filesystem::copy(demo_target_dir(), dir.str("src"), std::filesystem::copy_options::recursive);
+  const std::string chat = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}";
+  std::ofstream(dir.str("src/tokenizer_config.json")) << nlohmann::json{{"chat_template", chat}}.dump();
+  export_gguf(dir.str("src"), dir.str("a.gguf"), std::nullopt);
+  EXPECT_EQ(GgufFile(dir.str("a.gguf")).get("tokenizer.chat_template").str, chat);
+  import_gguf(dir.str("a.gguf"), dir.str("back"), std::nullopt);
+  export_gguf(dir.str("back"), dir.str("again.gguf"), std::nullopt);
+  const std::string fp = Tokenizer(demo_draft_dir()).fingerprint();
+  for (const std::string& form : {dir.str("src"), dir.str("a.gguf"), dir.str("back"), dir.str("again.gguf")}) {
+    const Tokenizer t(form);
+    EXPECT_EQ(t.fingerprint(), fp) << form;
+    EXPECT_EQ(t.chat_template(), chat) << form;
+    EXPECT_EQ(t.encode("Once upon a time, there was a dog."), Tokenizer(demo_target_dir()).encode("Once upon a time, there was a dog."))
+        << form;
+  }
+  EXPECT_EQ(read_file(dir.str("back/tokenizer.model")), read_file(demo_target_dir() + "/tokenizer.model"));
 }
 
 TEST(Gguf, BadFilesAreClearErrors) {

@@ -225,7 +225,8 @@ TEST(TrainLut, WritesTablesForTheTargetsVocabularyAndTokenizer) {
   write_file(dir.str("warm.txt"),
              "The ship sailed out of the harbour at dawn, and the crew sang as the wind rose.\n\n"
              "Fellow citizens, the state of the Union is strong, and the Congress has done its part.\n");
-  const std::string out = dir.str("t.safetensors");
+  // Folders that do not exist yet are made (before the work, not after).
+  const std::string out = dir.str("tables/warm/t.safetensors");
   const CliRun r = run_cli("train lut --target " + demo_target_dir() + " --corpus " + dir.str("warm.txt") +
                            " --tokens 60 --k 4 --order 2 --slots 128 --out " + out + " --threads 1");
   ASSERT_EQ(r.status, 0) << r.err;

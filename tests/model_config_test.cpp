@@ -129,8 +129,8 @@ TEST(ModelConfig, Llama3RopeScalingGivesFrequencyDivisors) {
 
 TEST(ModelConfigBadInput, UnsupportedArchitectures) {
   auto j = valid_json();
-  j["architectures"] = {"Gemma3ForCausalLM"};
-  EXPECT_NE(error_of(j).find("unsupported architecture \"Gemma3ForCausalLM\"; SplitSpec runs LlamaForCausalLM"),
+  j["architectures"] = {"Qwen3_5ForCausalLM"};
+  EXPECT_NE(error_of(j).find("unsupported architecture \"Qwen3_5ForCausalLM\"; SplitSpec runs LlamaForCausalLM"),
             std::string::npos);
   j = valid_json();
   j.erase("architectures");
@@ -140,8 +140,11 @@ TEST(ModelConfigBadInput, UnsupportedArchitectures) {
   j["rope_scaling"] = {{"type", "yarn"}, {"factor", 2.0}};
   EXPECT_NE(error_of(j).find("rope_scaling type 'yarn' is not supported"), std::string::npos);
   j = valid_json();
-  j["rope_scaling"] = {{"type", "longrope"}, {"factor", 2.0}};
-  EXPECT_NE(error_of(j).find("'longrope' is not supported"), std::string::npos);
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_NE(error_of(j).find("'dynamic' is not supported"), std::string::npos);
+  j = valid_json();
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
+  EXPECT_NE(error_of(j).find("rope_scaling needs 'short_factor' with"), std::string::npos);
   j = valid_json();
   j["hidden_act"] = "gelu";
   EXPECT_NE(error_of(j).find("hidden_act"), std::string::npos);

@@ -361,6 +361,15 @@ TEST(TokenAuthCheck, EveryRpcButHealthNeedsAnAcceptedToken) {
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
   {
+    // The vocabulary goes only to callers with a token too.
+    auto stub = test::raw_stub(address);
+    grpc::ClientContext ctx;
+    auto reader = stub->GetTokenizer(&ctx, v1::GetTokenizerRequest{});
+    v1::TokenizerChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
     // The scheme's name is case-insensitive.
     grpc::ClientContext ctx;
     ctx.AddMetadata("authorization", "bearer robot-7f3a");
@@ -368,7 +377,7 @@ TEST(TokenAuthCheck, EveryRpcButHealthNeedsAnAcceptedToken) {
     EXPECT_TRUE(test::raw_stub(address)->GetInfo(&ctx, v1::GetInfoRequest{}, &info).ok());
   }
   EXPECT_EQ(health(address), grpc::health::v1::HealthCheckResponse::SERVING);
-  EXPECT_NE(server.metrics_text().find("splitspec_unauthenticated_requests_total 4"), std::string::npos)
+  EXPECT_NE(server.metrics_text().find("splitspec_unauthenticated_requests_total 5"), std::string::npos)
       << server.metrics_text();
   // The operator's commands take the token too; health needs none.
   const test::CliRun refused = test::run_cli("info --server " + address);

@@ -82,7 +82,7 @@ TEST(ServerCli, BadStartsExitWithOneClearLine) {
     std::string args, message;
   } cases[] = {
       {"", "no target model"},
-      {"--target /no/such/dir", "/no/such/dir: model directory does not exist"},
+      {"--target /no/such/dir", "target /no/such/dir: no such file or directory"},
       {"--config /no/such.json", "/no/such.json: cannot open server config"},
       {"--config " + dir.str("bad.json"), "bad.json"},
       {"--target " + demo + " --listen 256.0.0.1:1", "cannot listen on 256.0.0.1:1"},
@@ -90,6 +90,10 @@ TEST(ServerCli, BadStartsExitWithOneClearLine) {
       {"--target " + demo + " --shutdown-grace-s inf", "shutdown_grace_s must be a number of seconds in [0, 86400]"},
       {"--target " + demo + " --shutdown-grace-s nan", "shutdown_grace_s must be a number of seconds"},
       {"--target " + demo + " --emulate-forward-ms 30:x", "emulate_forward_ms '30:x': expected FIXED[:PER_ROW]"},
+      // --check-config reads the target's config: one that is not there,
+      // or is no model, fails it as it would fail the start.
+      {"--check-config --target " + dir.str("absent"), "absent: no such file or directory"},
+      {"--check-config --target " + dir.str(), "config.json"},
   };
   for (const auto& c : cases) {
     const ProcessRun r = run("splitspec-server", c.args);
@@ -99,7 +103,7 @@ TEST(ServerCli, BadStartsExitWithOneClearLine) {
   // --check-config judges the configuration without loading a model or
   // opening a port (deploy/check.sh runs it on the rendered ConfigMap).
   const ProcessRun ok = run("splitspec-server", "--check-config --config " + std::string(SPLITSPEC_SOURCE_DIR) +
-                                                    "/configs/server.json --listen 0.0.0.0:1");
+                                                    "/configs/server.json --listen 0.0.0.0:1 --target " + demo);
   EXPECT_EQ(ok.status, 0) << ok.err;
   EXPECT_NE(ok.out.find("configuration OK"), std::string::npos) << ok.out;
   const ProcessRun bad = run("splitspec-server", "--check-config --config " + dir.str("bad.json"));

@@ -189,7 +189,7 @@ TEST(TrainBadInput, ClearErrors) {
   EXPECT_NE(with([&](TrainJob& j) { j.corpus = f.dir.str("blank.txt"); }).find("corpus is empty"), std::string::npos);
   EXPECT_NE(with([](TrainJob& j) { j.config.model.vocab_size = 100; }).find("smaller than the tokenizer"), std::string::npos);
   write_file(f.dir.path() / "afile", "x");
-  EXPECT_NE(with([&](TrainJob& j) { j.out_dir = f.dir.str("afile") + "/sub"; }).find("cannot create output directory"),
+  EXPECT_NE(with([&](TrainJob& j) { j.out_dir = f.dir.str("afile") + "/sub"; }).find("cannot create the output directory"),
             std::string::npos);
   EXPECT_NE(with([](TrainJob& j) { j.teacher = "/no/teacher"; }).find("model directory does not exist"), std::string::npos);
   run_training(f.job("other", 1));

@@ -103,8 +103,7 @@ int run_convert(const ConvertArgs& a) {
       return 0;
     }
     if (is_gguf_file(a.tokenizer)) {
-      // The vocabulary as Hugging Face's files (byte-level BPE only).
-      Vocab::from_gguf(GgufFile(a.tokenizer)).write_hf(a.out_dir);
+      write_vocabulary_files(GgufFile(a.tokenizer), c.vocab_size, a.out_dir);
       m->save(a.out_dir, type);
       std::cerr << "wrote " << a.out_dir << ": random weights (seed " << a.seed << ") for " << a.random_config << "\n";
       return 0;
@@ -119,11 +118,12 @@ int run_convert(const ConvertArgs& a) {
   }
   if (fs::exists(a.out_dir) && fs::equivalent(a.out_dir, a.model_dir))
     throw Error("convert: --out must not be the model's own directory");
-  Model::load(a.model_dir, type)->save(a.out_dir);
-  const fs::path tok = fs::path(a.model_dir) / "tokenizer.model";
-  if (fs::exists(tok)) fs::copy_file(tok, fs::path(a.out_dir) / "tokenizer.model", fs::copy_options::overwrite_existing);
-  std::cerr << "wrote " << a.out_dir << " (config.json, model.safetensors" << (fs::exists(tok) ? ", tokenizer.model" : "")
-            << "); drafters trained for the source (early exits, lut tables, recurrent head) are not copied\n";
+  const auto m = Model::load(a.model_dir, type);
+  m->save(a.out_dir);
+  // The tokenizer's files as they are, whichever form the directory keeps.
+  if (tokenizer_available(a.model_dir)) copy_vocabulary(a.model_dir, m->config().vocab_size, a.out_dir);
+  std::cerr << "wrote " << a.out_dir << " (config.json, model.safetensors and the tokenizer's files); drafters trained "
+            << "for the source (early exits, lut tables, recurrent head) are not copied\n";
   return 0;
 }
 
@@ -143,7 +143,7 @@ int run_tokenize(const TokenizeArgs& a, bool decode) {
         throw Error("tokenize: id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(tok.vocab_size()));
     const std::string text = tok.decode(a.ids);
     if (a.json)
-      std::cout << nlohmann::json{{"ids", a.ids}, {"text", text}}.dump(-1, ' ', false,
+      std::cout << nlohmann::json{{"ids", a.ids}, {"text", text}, {"fingerprint", tok.fingerprint()}}.dump(-1, ' ', false,
                                                                     nlohmann::json::error_handler_t::replace)
                 << std::endl;
     else
@@ -154,7 +154,9 @@ int run_tokenize(const TokenizeArgs& a, bool decode) {
   // texts as those tokens.
   const std::vector<int32_t> ids = tok.tokenize(a.text, !a.no_bos, true);
   if (a.json) {
-    std::cout << nlohmann::json{{"ids", ids}, {"count", ids.size()}}.dump() << std::endl;
+    // The fingerprint a server compares: the same vocabulary in every form
+    // (GGUF, tokenizer.json, tokenizer.model, tokenizer.gguf) gives one.
+    std::cout << nlohmann::json{{"ids", ids}, {"count", ids.size()}, {"fingerprint", tok.fingerprint()}}.dump() << std::endl;
   } else {
     for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? "," : "") << ids[i];
     std::cout << std::endl;
@@ -216,14 +218,14 @@ Command add_tokenize_command(CLI::App& app) {
       "Text to token ids as generate --prompt tokenizes it (as llama.cpp does: BOS if the vocabulary adds one, special "
       "tokens parsed), or ids back to text");
   cmd->add_option("--target,--model,--tokenizer", a->tokenizer,
-                  "A .gguf file, a model directory (tokenizer.model or tokenizer.json) or tokenizer.model")
+                  "A .gguf file, a model directory (tokenizer.gguf, tokenizer.model or tokenizer.json) or tokenizer.model")
       ->required();
   auto* text = cmd->add_option("--text", a->text, "Text to tokenize");
   auto* ids = cmd->add_option("--ids", a->ids, "Comma-separated ids to decode")->delimiter(',');
   text->excludes(ids);
   ids->excludes(text);
   cmd->add_flag("--no-bos", a->no_bos, "Add no BOS (nor EOS) id");
-  cmd->add_flag("--json", a->json, "Print JSON");
+  cmd->add_flag("--json", a->json, "Print JSON (with the vocabulary's fingerprint)");
   return {cmd, [a, text, ids]() {
             if ((text->count() > 0) == (ids->count() > 0)) throw Error("tokenize: give --text or --ids");
             return run_tokenize(*a, ids->count() > 0);

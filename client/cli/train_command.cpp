@@ -41,9 +41,13 @@ Command add_train_command(CLI::App& app) {
   tok->add_option("--out", a->tokenizer.out_dir, "Output directory (receives tokenizer.model)")->required();
   tok->add_option("--max-sentences", a->tokenizer.max_sentences, "Lines sampled for training")->capture_default_str();
 
-  auto add_common = [&](CLI::App* cmd) {
-    cmd->add_option("--config", a->config_path, "Training config: {\"model\": {...}, \"train\": {...}} (see configs/)")
-        ->required();
+  auto add_common = [&](CLI::App* cmd, bool config_required) {
+    auto* config = cmd->add_option("--config", a->config_path,
+                                   config_required ? "Training config: {\"model\": {...}, \"train\": {...}} (see configs/)"
+                                                   : "Training config: {\"model\": {...}, \"train\": {...}} (see configs/); "
+                                                     "default: a 2-layer, 256-wide draft of the teacher's vocabulary, tied "
+                                                     "embedding, 600 steps");
+    if (config_required) config->required();
     cmd->add_option("--corpus", a->job.corpus, "Training text (documents separated by blank lines)")->required();
     cmd->add_option("--valid", a->job.valid, "Validation text")->required();
     cmd->add_option("--out", a->job.out_dir, "Output model directory (Hugging Face layout)")->required();
@@ -53,11 +57,15 @@ Command add_train_command(CLI::App& app) {
     cmd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   };
   CLI::App* lm = train->add_subcommand("lm", "Train a LLaMA language model on a corpus");
-  add_common(lm);
-  lm->add_option("--tokenizer", a->job.tokenizer, "tokenizer.model (or its directory)")->required();
+  add_common(lm, true);
+  lm->add_option("--tokenizer", a->job.tokenizer,
+                 "A model directory, tokenizer.model or a GGUF vocabulary (llama.cpp's ggml-vocab-*.gguf)")
+      ->required();
   CLI::App* draft = train->add_subcommand("draft", "Train a draft model by distillation from a teacher (KL to its logits)");
-  add_common(draft);
-  draft->add_option("--teacher", a->job.teacher, "Teacher (target) model directory; its tokenizer is used")->required();
+  add_common(draft, false);
+  draft->add_option("--teacher", a->job.teacher,
+                    "Teacher (target) model: a GGUF file or a directory, any family; its tokenizer is used")
+      ->required();
 
   CLI::App* ex = train->add_subcommand(
       "exits", "Train early-exit adapters of a target by distillation from its final layer (the target stays frozen)");
@@ -171,7 +179,8 @@ Command add_train_command(CLI::App& app) {
               std::cerr << "train: wrote " << a->tokenizer.out_dir << "/tokenizer.model\n";
               return 0;
             }
-            a->job.config = load_train_config(a->config_path);
+            a->job.config = a->config_path.empty() ? default_draft_config(load_model_config(a->job.teacher))
+                                                   : load_train_config(a->config_path);
             const TrainReport r = run_training(a->job);
             std::cout << "{\"steps\": " << r.steps << ", \"valid_ppl\": " << r.valid_ppl
                       << ", \"wall_seconds\": " << r.wall_seconds << "}" << std::endl;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/tokenizer/sentencepiece_backend.h"
@@ -81,19 +82,43 @@ size_t complete_prefix(const std::string& s) {
   return s.size();
 }
 
+// A SentencePiece directory's chat template: tokenizer_config.json's, as
+// Hugging Face keeps it beside tokenizer.model ("" without one).
+std::string config_chat_template(const fs::path& config) {
+  if (!fs::exists(config)) return {};
+  std::ifstream in(config);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    const auto j = nlohmann::json::parse(ss.str());
+    if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
+      return j["chat_template"].get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(config.string() + ": not valid JSON: " + e.what());
+  }
+  return {};
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer(const std::string& path) {
   fs::path p(path);
   if (fs::is_directory(p)) {
-    // tokenizer.model first: the models SplitSpec trained keep their tokens.
-    if (!fs::exists(p / "tokenizer.model") && fs::exists(p / "tokenizer.json")) {
+    // tokenizer.gguf (a vocabulary neither file below can hold, kept in
+    // llama.cpp's own form), then tokenizer.model (the models SplitSpec
+    // trained keep their tokens), then tokenizer.json.
+    if (fs::exists(p / kVocabFileName)) {
+      p /= kVocabFileName;
+    } else if (!fs::exists(p / "tokenizer.model") && fs::exists(p / "tokenizer.json")) {
       vocab_ = std::make_unique<Vocab>(Vocab::from_hf_dir(p.string()));
       fingerprint_ = vocab_->fingerprint();
       return;
+    } else {
+      chat_template_ = config_chat_template(p / "tokenizer_config.json");
+      p /= "tokenizer.model";
     }
-    p /= "tokenizer.model";
-  } else if (p.extension() == ".gguf") {
+  }
+  if (p.extension() == ".gguf") {
     if (!fs::exists(p)) throw Error(p.string() + ": tokenizer file not found");
     vocab_ = std::make_unique<Vocab>(Vocab::from_gguf(GgufFile(p.string())));
     fingerprint_ = vocab_->fingerprint();
@@ -131,7 +156,7 @@ std::vector<int32_t> Tokenizer::eog_ids() const {
 
 bool Tokenizer::is_eog(int32_t id) const { return vocab_ ? vocab_->is_eog(id) : id >= 0 && id == eos_id(); }
 
-std::string Tokenizer::chat_template() const { return vocab_ ? vocab_->chat_template() : std::string(); }
+std::string Tokenizer::chat_template() const { return vocab_ ? vocab_->chat_template() : chat_template_; }
 
 std::string Tokenizer::token_to_piece(int32_t id, bool special) const {
   if (vocab_) return vocab_->token_to_piece(id, special);
@@ -170,7 +195,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 bool tokenizer_available(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec))
-    return fs::exists(fs::path(path) / "tokenizer.model", ec) || fs::exists(fs::path(path) / "tokenizer.json", ec);
+    return fs::exists(fs::path(path) / "tokenizer.model", ec) || fs::exists(fs::path(path) / "tokenizer.json", ec) ||
+           fs::exists(fs::path(path) / kVocabFileName, ec);
   if (!fs::is_regular_file(path, ec)) return false;
   // A GGUF file need not carry a vocabulary.
   return !is_gguf_file(path) || GgufFile(path).has("tokenizer.ggml.model");

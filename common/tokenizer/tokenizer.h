@@ -14,8 +14,10 @@ class Vocab;
 
 class Tokenizer {
  public:
-  // `path` is a model directory (tokenizer.model, else tokenizer.json with
-  // tokenizer_config.json), a tokenizer.model file or a .gguf file.
+  // `path` is a model directory (tokenizer.gguf, else tokenizer.model with
+  // an optional tokenizer_config.json for its chat template, else
+  // tokenizer.json with tokenizer_config.json), a tokenizer.model file or a
+  // .gguf file.
   explicit Tokenizer(const std::string& path);
   ~Tokenizer();
 
@@ -55,11 +57,19 @@ class Tokenizer {
   std::unique_ptr<SentencePieceBackend> sp_;  // a SentencePiece file, or
   std::unique_ptr<Vocab> vocab_;              // a vocabulary
   std::string fingerprint_;
+  std::string chat_template_;  // a SentencePiece directory's (tokenizer_config.json)
 };
 
 // Whether `path` holds a tokenizer Tokenizer(path) opens: a .gguf file, a
-// tokenizer.model file, or a directory with tokenizer.model or tokenizer.json.
+// tokenizer.model file, or a directory with tokenizer.gguf, tokenizer.model
+// or tokenizer.json.
 bool tokenizer_available(const std::string& path);
+
+// A directory's vocabulary in llama.cpp's own form (a vocabulary-only GGUF
+// file, as its models/ggml-vocab-*.gguf): what `convert` writes for a GGUF
+// vocabulary that neither tokenizer.json nor tokenizer.model can hold as it
+// is (SentencePiece-style ones with their special tokens and chat template).
+inline constexpr const char* kVocabFileName = "tokenizer.gguf";
 
 struct TokenizerTrainOptions {
   std::string corpus;    // plain text, one sentence or paragraph per line

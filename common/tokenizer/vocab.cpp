@@ -132,6 +132,10 @@ struct Vocab::Impl {
   std::unordered_map<std::string, int32_t> ranks;  // merge_key(a, b) -> rank
   int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;
   int32_t mask = -1;  // kept for the files we write (llama.cpp's BERT-style mask; Gemma's files name one)
+  // A vocabulary written from a SentencePiece model carries the model's
+  // bytes (gguf_convert.h): its fingerprint is theirs, as the model's own
+  // directory has it, so a draft pairs with the model in either form.
+  std::string spm_fingerprint;
   bool add_bos = false, add_eos = false, add_space_prefix = false;
   bool clean_spaces = false, ignore_merges = false;
   // SentencePiece-style BPE (Gemma's; llama.cpp's "gemma4" model): spaces
@@ -643,6 +647,8 @@ Vocab Vocab::from_gguf(const GgufFile& gguf) {
     v->add_space_prefix = false;
   }
   v->chat_template = str("tokenizer.chat_template");
+  if (auto it = md.find(kSpmModelKey); it != md.end() && !it->second.bytes.empty())
+    v->spm_fingerprint = fnv1a_hex(it->second.bytes);
   v->finish(str("general.name"));
   return Vocab(std::move(v));
 }
@@ -1157,6 +1163,7 @@ std::string Vocab::stream_text(const std::vector<int32_t>& ids) const { return i
 
 std::string Vocab::fingerprint() const {
   const Impl& v = *impl_;
+  if (!v.spm_fingerprint.empty()) return v.spm_fingerprint;
   std::string s;
   auto num = [&](int64_t x) { s.append(reinterpret_cast<const char*>(&x), sizeof x); };
   auto str = [&](const std::string& t) {
@@ -1178,7 +1185,10 @@ std::string Vocab::fingerprint() const {
     str(a);
     str(b);
   }
-  for (int32_t id : {v.bos, v.eos, v.eot, v.eom, v.unk, v.pad}) num(id);
+  // The BOS id counts only where it is added: GGUF cannot say "no BOS", so a
+  // vocabulary without one (Qwen's) reads back from GGUF with llama.cpp's
+  // default id, which tokenizes the same.
+  for (int32_t id : {v.add_bos ? v.bos : -1, v.eos, v.eot, v.eom, v.unk, v.pad}) num(id);
   for (bool f : {v.add_bos, v.add_eos, v.add_space_prefix, v.clean_spaces, v.ignore_merges}) num(f);
   return fnv1a_hex(s);
 }

@@ -15,6 +15,11 @@ namespace splitspec {
 class GgufFile;
 class GgufWriter;
 
+// The GGUF key holding the SentencePiece model a vocabulary was written from
+// (ours: `convert` of a directory with tokenizer.model), so it converts back
+// to that file, byte for byte.
+inline constexpr const char* kSpmModelKey = "splitspec.tokenizer.sentencepiece_model";
+
 // llama.cpp's token attributes (llama_token_attr), a bit set.
 enum TokenAttr : uint32_t {
   kAttrUndefined = 0,
@@ -114,7 +119,10 @@ class Vocab {
   // where the text of a prefix must be a prefix of the text.
   std::string stream_text(const std::vector<int32_t>& ids) const;
 
-  // FNV-1a 64 in hex over everything that changes tokenization.
+  // FNV-1a 64 in hex over everything that changes tokenization (the BOS id
+  // only where it is added); for a vocabulary carrying its SentencePiece
+  // model (kSpmModelKey), that model's bytes, as Tokenizer fingerprints the
+  // tokenizer.model itself.
   std::string fingerprint() const;
 
  private:

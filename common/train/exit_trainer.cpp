@@ -16,6 +16,7 @@
 #include "common/train/corpus.h"
 #include "common/train/model_weights.h"
 #include "common/util/error.h"
+#include "common/train/output_dir.h"
 
 namespace splitspec {
 
@@ -115,7 +116,7 @@ ExitTrainReport train_exits(const ExitTrainJob& job) {
   auto model = Model::load(job.target_dir);
   const ModelConfig& c = model->config();
   const std::string out_dir = job.out_dir.empty() ? model_side_dir(job.target_dir) : job.out_dir;
-  if (!fs::is_directory(out_dir)) throw Error(out_dir + ": output directory does not exist");
+  prepare_output_dir(out_dir);
   EarlyExits exits = init_exits(c, EarlyExits::parse_layers(job.layers, c), job.bottleneck, job.seed);
   ExitTrainReport report;
   // Read now, so that a file that cannot be kept is known before training.

@@ -11,6 +11,7 @@
 #include "common/train/model_weights.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
+#include "common/train/output_dir.h"
 
 namespace splitspec {
 
@@ -18,6 +19,7 @@ LutBuildReport build_lut(const LutBuildJob& job) {
   const auto t0 = SteadyClock::now();
   if (job.tokens < 2) throw Error("train lut: --tokens must be at least 2");
   if (job.out.empty()) throw Error("train lut: --out is required");
+  prepare_output_file(job.out);
   const std::shared_ptr<Model> target = Model::load(job.target_dir);
   const ModelConfig& c = target->config();
   const Tokenizer tok(job.target_dir);

@@ -23,6 +23,7 @@
 #include "common/train/checkpoint.h"
 #include "common/train/corpus.h"
 #include "common/util/error.h"
+#include "common/train/output_dir.h"
 
 namespace splitspec {
 
@@ -185,8 +186,7 @@ RecurrentTrainReport train_recurrent(const RecurrentTrainJob& job_in) {
   job.head.validate();
   const std::string out_dir = job.out_dir.empty() ? model_side_dir(job.target_dir) : job.out_dir;
   std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (!fs::is_directory(out_dir)) throw Error(out_dir + ": cannot create the output directory");
+  prepare_output_dir(out_dir);
   if (!tokenizer_available(job.target_dir))
     throw Error(job.target_dir + ": no tokenizer (the corpus is encoded with the target's tokenizer)");
   Tokenizer tok(job.target_dir);

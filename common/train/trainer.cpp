@@ -8,6 +8,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/serialize.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,9 +21,12 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/train/checkpoint.h"
 #include "common/train/corpus.h"
+#include "common/train/model_weights.h"
+#include "common/train/output_dir.h"
 #include "common/train/perplexity.h"
 #include "common/train/trainable_llama.h"
 #include "common/util/error.h"
+#include "common/weights/gguf_convert.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -108,16 +112,22 @@ std::string config_fingerprint(const TrainJob& job) {
   return os.str();
 }
 
-void check_writable(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) throw Error(dir + ": cannot create output directory");
-  const fs::path probe = fs::path(dir) / ".write-probe";
-  {
-    std::ofstream f(probe);
-    if (!f) throw Error(dir + ": output directory is not writable");
+// The teacher's next-token log-probabilities at every position of each
+// window [batch, time, vocab], each window a sequence of its own from
+// position 0, as the draft sees it.
+at::Tensor teacher_log_probs(const Model& teacher, const at::Tensor& inputs) {
+  const at::Tensor windows = inputs.contiguous();
+  const int64_t B = windows.size(0), T = windows.size(1);
+  std::vector<at::Tensor> rows;
+  rows.reserve(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t* p = windows[b].data_ptr<int64_t>();
+    ForwardRequest f;
+    f.tokens.assign(p, p + T);
+    KVCache cache = teacher.new_cache(T);
+    rows.push_back(to_tensor(teacher.forward(f, cache).logits));
   }
-  fs::remove(probe, ec);
+  return at::log_softmax(at::stack(rows), -1);
 }
 
 }  // namespace
@@ -145,6 +155,34 @@ TrainConfig load_train_config(const std::string& path) {
   return c;
 }
 
+TrainConfig default_draft_config(const ModelConfig& teacher) {
+  TrainConfig c;
+  ModelConfig& m = c.model;
+  m.hidden_size = 256;
+  m.intermediate_size = 768;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 64;
+  m.vocab_size = teacher.vocab_size;
+  m.rms_norm_eps = 1e-5;
+  m.rope_theta = 10000.0;
+  m.max_position_embeddings = std::min<int64_t>(teacher.max_position_embeddings, 2048);
+  m.tie_word_embeddings = true;
+  m.bos_token_id = teacher.bos_token_id;
+  m.eos_token_id = teacher.eos_token_id;
+  m.eos_token_ids = teacher.eos_token_ids;
+  m.validate("the default draft config");
+  TrainSettings& t = c.train;
+  t.seq_len = std::min<int64_t>(128, m.max_position_embeddings);
+  t.batch_size = 8;
+  t.steps = 600;
+  t.warmup_steps = 30;
+  t.eval_every = 0;
+  t.checkpoint_every = 100;
+  return c;
+}
+
 TrainReport run_training(const TrainJob& job) {
   const auto t0 = Clock::now();
   const TrainSettings& ts = job.config.train;
@@ -155,15 +193,17 @@ TrainReport run_training(const TrainJob& job) {
     if (!fs::is_regular_file(path)) throw Error(path + ": " + what + " file not found");
     if (fs::file_size(path) == 0) throw Error(path + ": " + what + " is empty");
   }
-  check_writable(job.out_dir);
-  std::shared_ptr<Model> teacher_model;
+  prepare_output_dir(job.out_dir);
+  // The teacher runs on the inference engine, as it serves: any family,
+  // any weight type, a GGUF file or a directory.
+  std::shared_ptr<Model> teacher;
   std::string tokenizer_path = job.tokenizer;
   if (!job.teacher.empty()) {
-    teacher_model = Model::load(job.teacher);
-    if (tokenizer_path.empty()) tokenizer_path = (fs::path(job.teacher) / "tokenizer.model").string();
-    if (teacher_model->config().vocab_size != mc.vocab_size)
+    teacher = Model::load(job.teacher);
+    if (tokenizer_path.empty()) tokenizer_path = job.teacher;
+    if (teacher->config().vocab_size != mc.vocab_size)
       throw Error("draft vocab_size " + std::to_string(mc.vocab_size) + " differs from the teacher's " +
-                  std::to_string(teacher_model->config().vocab_size) + "; they must share one vocabulary");
+                  std::to_string(teacher->config().vocab_size) + "; they must share one vocabulary");
   }
   std::shared_ptr<Model> init_model;
   if (!job.init.empty()) {
@@ -172,7 +212,7 @@ TrainReport run_training(const TrainJob& job) {
       throw Error(job.init + ": --init model's config differs from the training config's model; they must be the same");
   }
   if (tokenizer_path.empty()) throw Error("train: --tokenizer is required");
-  if (fs::is_directory(tokenizer_path)) tokenizer_path = (fs::path(tokenizer_path) / "tokenizer.model").string();
+  if (!tokenizer_available(tokenizer_path)) throw Error(tokenizer_path + ": no tokenizer found");
   Tokenizer tok(tokenizer_path);
   if (tok.vocab_size() > mc.vocab_size)
     throw Error("config vocab_size " + std::to_string(mc.vocab_size) + " is smaller than the tokenizer's " +
@@ -190,12 +230,6 @@ TrainReport run_training(const TrainJob& job) {
   at::manual_seed(ts.seed);
   TrainableLlama model = init_model ? TrainableLlama(*init_model) : TrainableLlama(mc, ts.seed);
   init_model.reset();
-  std::unique_ptr<TrainableLlama> teacher;
-  if (teacher_model) {
-    teacher = std::make_unique<TrainableLlama>(*teacher_model);
-    teacher->set_trainable(false);
-    teacher_model.reset();  // the trainable copy is all that is used from here
-  }
   // Decay matrices only; norm gains stay undecayed.
   std::vector<at::Tensor> decay, no_decay;
   for (const auto& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
@@ -241,11 +275,7 @@ TrainReport run_training(const TrainJob& job) {
         // KL(teacher || draft) per position: the draft learns the teacher's
         // whole next-token distribution (ReDrafter section 3.5), which is
         // what acceptance depends on, rather than the corpus's one token.
-        at::Tensor target_logp;
-        {
-          at::NoGradGuard no_grad;
-          target_logp = at::log_softmax(teacher->forward(inputs), -1);
-        }
+        const at::Tensor target_logp = teacher_log_probs(*teacher, inputs);
         const at::Tensor logp = at::log_softmax(logits, -1);
         loss = (target_logp.exp() * (target_logp - logp)).sum(-1).mean();
       } else {
@@ -280,7 +310,9 @@ TrainReport run_training(const TrainJob& job) {
   if (job.progress) std::fprintf(stderr, "\n");
 
   save_model(mc, model.weights(), job.out_dir, ts.dtype);
-  fs::copy_file(tokenizer_path, fs::path(job.out_dir) / "tokenizer.model", fs::copy_options::overwrite_existing);
+  // The tokenizer's files beside the model, checked to keep the fingerprint,
+  // so a draft pairs with its teacher in any form.
+  copy_vocabulary(tokenizer_path, mc.vocab_size, job.out_dir);
   // Perplexity of what was written (after the dtype conversion), on the whole validation set.
   report.valid_ppl = perplexity(*Model::load(job.out_dir), valid_tokens, ts.seq_len);
   report.steps = step;

@@ -39,13 +39,21 @@ struct TrainConfig {
 // keys are errors, so a typo cannot silently fall back to a default.
 TrainConfig load_train_config(const std::string& path);
 
+// A draft for `teacher` when no config is given: a 2-layer LLaMA of hidden
+// size 256 (4 heads, 2 KV heads, MLP 768) with the teacher's vocabulary and
+// special ids, its embedding tied to its head (with a large vocabulary the
+// embedding is most of the draft: 32.8M of 35.7M parameters at Llama 3's
+// 128256 tokens), a context of min(teacher's, 2048); 600 steps of 8
+// windows of 128 tokens.
+TrainConfig default_draft_config(const ModelConfig& teacher);
+
 struct TrainJob {
   TrainConfig config;
   std::string corpus;
   std::string valid;
   std::string out_dir;
-  std::string tokenizer;  // tokenizer.model (or a directory holding one)
-  std::string teacher;    // non-empty: distil from this model directory
+  std::string tokenizer;  // a model directory, tokenizer.model or a GGUF vocabulary (default: the teacher's)
+  std::string teacher;    // non-empty: distil from this model (a directory or a GGUF file, any family)
   std::string init;       // non-empty: start from this model's weights (same config) instead of a random init
   bool resume = false;
   int64_t stop_after = -1;  // end this run after so many steps, as a kill would (tests)

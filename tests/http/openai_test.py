@@ -34,10 +34,10 @@ def fail(message):
     sys.exit(1)
 
 
-def request(url, body=None, token="robot-1", method=None):
+def request(url, body=None, token="robot-1", method=None, content_type="application/json"):
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
     req = urllib.request.Request(url, data=data, method=method or ("POST" if data is not None else "GET"))
-    req.add_header("Content-Type", "application/json")
+    req.add_header("Content-Type", content_type)
     if token:
         req.add_header("Authorization", "Bearer " + token)
     try:
@@ -130,6 +130,12 @@ def main():
             code, answer = request(url, body, token=token)
             if code != status or "message" not in answer.get("error", {}):
                 fail("%s %s: %d %s, expected %d with an error" % (url, str(body)[:40], code, answer, status))
+        # Over 8 KB as a form (curl -d's default type): the 413 says which
+        # limit, and how to send it.
+        code, answer = request(base + "/completions", {"prompt": "x" * 9000}, content_type="application/x-www-form-urlencoded")
+        message = answer.get("error", {}).get("message", "")
+        if code != 413 or "Content-Type: application/json" not in message or "max_message_bytes" not in message:
+            fail("a 9 KB form body: %d %s" % (code, answer))
         # A stop string ends the text before it.
         code, answer = request(base + "/completions", {"prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0,
                                                        "stop": [want["text"][10:14]]})

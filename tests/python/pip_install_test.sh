@@ -20,14 +20,20 @@ fail() {
   exit 1
 }
 
-echo "== a fresh venv of /usr/bin/python3, pip install --no-index --no-build-isolation ./client/python"
+echo "== a fresh venv of /usr/bin/python3, the README's pip commands as written (no index)"
 /usr/bin/python3 -m venv "$tmp/venv"
-# pip builds through a wheel: `wheel` from Debian's python3-wheel-whl, as a
-# venv gets pip and setuptools from python3-pip-whl and python3-setuptools-whl.
-"$tmp/venv/bin/pip" install --no-index --find-links /usr/share/python-wheels wheel >"$tmp/pip.log" 2>&1 ||
-  { cat "$tmp/pip.log"; fail "wheel from /usr/share/python-wheels (python3-wheel-whl)"; }
-SPLITSPEC_CMAKE_BUILD_DIR=$build/client-only "$tmp/venv/bin/pip" install --no-index --no-build-isolation \
-  "$source/client/python" >>"$tmp/pip.log" 2>&1 || { tail -40 "$tmp/pip.log"; fail "pip install"; }
+# The README's commands, run as written in the source tree with the venv
+# active: `wheel` from Debian's python3-wheel-whl (pip builds through a
+# wheel), then the package, with -v so that the build's progress shows.
+mapfile -t readme_pip < <(grep -E '^pip install ' "$source/README.md")
+[ "${#readme_pip[@]}" -ge 2 ] || fail "the README's pip install commands are gone"
+for cmd in "${readme_pip[@]}"; do
+  echo "  $cmd"
+  (cd "$source" && . "$tmp/venv/bin/activate" && SPLITSPEC_CMAKE_BUILD_DIR=$build/client-only eval "$cmd") \
+    >>"$tmp/pip.log" 2>&1 || { tail -40 "$tmp/pip.log"; fail "$cmd"; }
+done
+# The build's progress is on the terminal, not hidden for minutes.
+grep -q "Build files have been written" "$tmp/pip.log" || { tail -40 "$tmp/pip.log"; fail "pip showed no build progress"; }
 
 echo "== import from the venv, stubs beside the module"
 cd "$tmp"

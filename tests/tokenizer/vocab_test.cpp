@@ -17,6 +17,7 @@
 #include "common/tokenizer/vocab.h"
 #include "common/util/error.h"
 #include "common/weights/gguf.h"
+#include "common/weights/gguf_convert.h"
 
 namespace fs = std::filesystem;
 using splitspec::Vocab;
@@ -612,6 +613,90 @@ TEST(HfRoundTrip, WhatTokenizerJsonCannotHold) {
   EXPECT_FALSE(fs::exists(dir / "tokenizer.json"));
   err = error_of([&] { load_gguf(write_vocab(dir, "gpt2", "default", 3)).write_hf((dir / "hf").string()); });
   EXPECT_NE(err.find("pre-tokenizer 'default' has no tokenizer.json form"), std::string::npos) << err;
+}
+
+// `convert` of a GGUF vocabulary to a directory (write_vocabulary_files):
+// whichever files it picks (tokenizer.json, tokenizer.gguf), the directory
+// tokenizes llama.cpp's vectors to its ids, parses the same special tokens,
+// keeps the chat template, and so has the file's fingerprint, which is what
+// a server compares before it pairs a draft with a target.
+class ConvertedVocab : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ConvertedVocab, DirectoryKeepsIdsSpecialTokensChatTemplateAndFingerprint) {
+  const fs::path path = vocab_path(GetParam());
+  REQUIRE_FILE(path);
+  const splitspec::GgufFile file(path.string());
+  const Vocab vocab = Vocab::from_gguf(file);
+  TempDir dir;
+  splitspec::write_vocabulary_files(file, vocab.size(), dir.path().string());
+  const splitspec::Tokenizer want(path.string()), got(dir.path().string());
+  EXPECT_EQ(got.fingerprint(), want.fingerprint()) << GetParam();
+  EXPECT_EQ(got.chat_template(), want.chat_template()) << GetParam();
+  EXPECT_EQ(got.vocab_size(), want.vocab_size()) << GetParam();
+  EXPECT_EQ(got.bos_id(), want.bos_id()) << GetParam();
+  EXPECT_EQ(show(got.eog_ids()), show(want.eog_ids())) << GetParam();
+  int matched = 0;
+  const auto cases = read_cases(path);
+  for (const Case& c : cases) {
+    matched += got.tokenize(c.text, false, false) == c.ids;
+    EXPECT_EQ(show(got.tokenize(c.text, true, true)), show(want.tokenize(c.text, true, true))) << GetParam();
+  }
+  EXPECT_EQ(matched, static_cast<int>(cases.size())) << GetParam();
+  // Each control token's text is that one token again.
+  int controls = 0;
+  for (int32_t id = 0; id < vocab.size(); ++id) {
+    if (!(vocab.attr(id) & splitspec::kAttrControl)) continue;
+    const std::string text = vocab.token_to_piece(id, true);
+    if (text.empty()) continue;
+    EXPECT_EQ(show(got.tokenize(text, false, true)), show(want.tokenize(text, false, true))) << GetParam() << ": " << text;
+    ++controls;
+  }
+  std::printf("%s -> %s: %d/%zu cases match llama.cpp, %d control tokens parse alike\n", GetParam().c_str(),
+              fs::exists(dir / splitspec::kVocabFileName) ? "tokenizer.gguf"
+              : fs::exists(dir / "tokenizer.json")        ? "tokenizer.json"
+                                                          : "tokenizer.model",
+              matched, cases.size(), controls);
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, ConvertedVocab,
+                         ::testing::Values("llama-bpe", "qwen2", "gpt-2", "phi-3", "llama-spm", "gemma-4"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+// Phi-3's SentencePiece-style vocabulary in a directory: its chat template
+// and its <|user|> as one token, as the GGUF had them.
+TEST(ConvertedVocabPhi3, ChatTemplateAndSpecialTokensSurvive) {
+  REQUIRE_FILE(vocab_path("phi-3"));
+  TempDir dir;
+  const splitspec::GgufFile file(vocab_path("phi-3").string());
+  splitspec::write_vocabulary_files(file, Vocab::from_gguf(file).size(), dir.path().string());
+  const splitspec::Tokenizer tok(dir.path().string());
+  EXPECT_EQ(tok.tokenize("<|user|>", false, true).size(), 1u);
+  EXPECT_NE(tok.chat_template().find("<|user|>"), std::string::npos);
+}
+
+// A vocabulary's fingerprint changes with its pre-tokenizer and with which
+// tokens are special, though the token texts stay.
+TEST(GgufVocab, FingerprintFollowsPreTokenizerAndSpecialTokens) {
+  TempDir dir;
+  auto write = [&](const std::string& name, const std::string& pre, int32_t third_type) {
+    splitspec::GgufWriter w;
+    w.add_string("tokenizer.ggml.model", "gpt2");
+    w.add_string("tokenizer.ggml.pre", pre);
+    w.add_strings("tokenizer.ggml.tokens", {"a", "b", "ab", "<|x|>"});
+    w.add_i32s("tokenizer.ggml.token_type", {1, 1, 1, third_type});
+    w.add_strings("tokenizer.ggml.merges", {"a b"});
+    w.write((dir / name).string());
+    return load_gguf(dir / name).fingerprint();
+  };
+  const std::string base = write("a.gguf", "qwen2", 1);
+  EXPECT_EQ(write("same.gguf", "qwen2", 1), base);
+  EXPECT_NE(write("pre.gguf", "llama-bpe", 1), base);
+  EXPECT_NE(write("special.gguf", "qwen2", 3), base);
 }
 
 }  // namespace

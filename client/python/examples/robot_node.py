@@ -20,6 +20,8 @@ Runs against the demo models shipped in the repository:
   PYTHONPATH=build/python python3 client/python/examples/robot_node.py
   PYTHONPATH=build/python python3 client/python/examples/robot_node.py \\
       --verifier server --server 127.0.0.1:50051 --draft models/demo-draft
+  PYTHONPATH=build/python python3 client/python/examples/robot_node.py \\
+      --verifier server --drafter none --tokenizer models/demo-target
 """
 
 import argparse
@@ -90,6 +92,9 @@ def main():
     p.add_argument("--server", default="127.0.0.1:50051", help="server verifier: HOST:PORT")
     p.add_argument("--target", default=os.path.join(root, "models", "demo-target"), help="local verifier: target")
     p.add_argument("--draft", default=os.path.join(root, "models", "demo-draft"), help="draft model")
+    p.add_argument("--tokenizer", default="",
+                   help="the target's tokenizer (a model directory, tokenizer file or .gguf), for a drafter with "
+                        "no draft model (none, lut, pld); default: the draft's")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--stop-after", type=float, default=0.02,
                    help="seconds after the second command that on_stop arrives")
@@ -98,6 +103,8 @@ def main():
 
     options = splitspec.ClientOptions(verifier=a.verifier, drafter=a.drafter, draft_dir=a.draft,
                                       threads=a.threads)
+    if a.tokenizer:
+        options.tokenizer = a.tokenizer
     if a.verifier == "local":
         options.target_dir = a.target
     else:
@@ -115,8 +122,9 @@ def main():
     print("> command: Turn left at the", flush=True)
     node.on_command(String("Turn left at the"))
     node.wait()
-    # A long one, stopped by the operator.
-    node.request = splitspec.Request(max_new_tokens=100000, ignore_eos=True, temperature=0.8, top_k=40, seed=2)
+    # A long one, stopped by the operator: within what a server grants a
+    # generation (max_new_tokens, 4096 by default), so it is never refused.
+    node.request = splitspec.Request(max_new_tokens=2048, ignore_eos=True, temperature=0.8, top_k=40, seed=2)
     print("> command: The robot picked up", flush=True)
     node.on_command(String("The robot picked up"))
     time.sleep(a.stop_after)
