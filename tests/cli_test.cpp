@@ -439,6 +439,34 @@ TEST(Cli, EveryProgramSaysTheOneVersion) {
 
 // A usage error (an unknown flag, a missing value, a subcommand missing)
 // exits 1, as every other error does; --help exits 0.
+// The drafters a target can be given, trained on a GGUF target: early exits
+// land in FILE.splitspec/ (created), lut tables and the recurrent head in
+// folders that did not exist; each then drafts for the GGUF target.
+TEST(CliTrain, ExitsLutAndRecurrentOnAGgufTarget) {
+  TempDir dir;
+  ASSERT_EQ(run_cli("convert --target " + demo_target_dir() + " --to-gguf " + dir.str("t.gguf")).status, 0);
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "Once upon a time there was a little dog who liked to run in the park.\n\n";
+  write_file(dir.path() / "text.txt", text);
+  const std::string common = " --corpus " + dir.str("text.txt") + " --threads 1";
+  CliRun r = run_cli("train exits --target " + dir.str("t.gguf") + " --layers 4 --steps 3 --batch 2 --seq-len 32" + common);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "t.splitspec" / "early_exits.json"));
+  r = run_cli("train lut --target " + dir.str("t.gguf") + " --tokens 500 --out " + dir.str("a/b/lut.safetensors") + common);
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run_cli("train recurrent --target " + dir.str("t.gguf") + " --continuations 10 --new-tokens 12 --steps 2 --batch 8 --out " +
+              dir.str("c/d") + common);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string gen = " --prompt 'Once upon' --max-new-tokens 6 --json --threads 1";
+  const auto alone = nlohmann::json::parse(run_cli("generate --target " + dir.str("t.gguf") + gen).out)["output_ids"];
+  for (const std::string drafter : {"--drafter lut --lut " + dir.str("a/b/lut.safetensors"),
+                                    "--drafter recurrent --drafter-option head=" + dir.str("c/d/recurrent_drafter.safetensors")}) {
+    r = run_cli("generate --target " + dir.str("t.gguf") + " " + drafter + gen);
+    ASSERT_EQ(r.status, 0) << drafter << ": " << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"], alone) << drafter;
+  }
+}
+
 // A usage error is one "PROGRAM: error:" line, as every other error, and
 // exits 1.
 TEST(Cli, UsageErrorsExitWithStatusOne) {

@@ -15,6 +15,7 @@
 #include "common/train/trainable_llama.h"
 #include "common/train/trainer.h"
 #include "common/util/error.h"
+#include "common/weights/gguf_convert.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;
@@ -160,6 +161,39 @@ TEST(TrainDraft, DistillationLowersKlToTheTeacher) {
   EXPECT_LT(r.losses.back(), 0.7 * r.losses.front());
   Tokenizer t(f.dir.str("teacher")), dt(f.dir.str("draft"));
   EXPECT_EQ(t.fingerprint(), dt.fingerprint()) << "the draft ships the teacher's tokenizer";
+}
+
+// The teacher as a user downloads it: a GGUF file, and a family the
+// training module does not build (Qwen2's biases, Qwen3's query/key norms),
+// both run on the inference engine. The draft ships the teacher's
+// vocabulary, so it pairs with the teacher in either form.
+TEST(TrainDraft, TeachersOfAnyFamilyAsGgufOrDirectory) {
+  Fixture f;
+  run_training(f.job("llama", 8));
+  export_gguf(f.dir.str("llama"), f.dir.str("llama.gguf"), std::nullopt);
+  for (const std::string arch : {"qwen2", "qwen3"}) {
+    ModelConfig c = tiny_config(300, 2, true);
+    c.architecture = arch;
+    c.attention_bias = arch == "qwen2";
+    c.qk_norm = arch == "qwen3";
+    Model::random(c, 5, WType::F32, 0.3f)->save(f.dir.str(arch));
+    fs::copy_file(f.tokenizer + "/tokenizer.model", f.dir.str(arch + "/tokenizer.model"));
+  }
+  for (const std::string teacher : {f.dir.str("llama.gguf"), f.dir.str("qwen2"), f.dir.str("qwen3")}) {
+    TrainJob d = f.job("draft-" + fs::path(teacher).stem().string(), 10);
+    d.teacher = teacher;
+    d.tokenizer.clear();
+    d.config.model = tiny_config(300, 1, true);
+    const TrainReport r = run_training(d);
+    ASSERT_TRUE(r.finished) << teacher;
+    EXPECT_LT(r.losses.back(), 0.8 * r.losses.front()) << teacher;
+    EXPECT_EQ(Tokenizer(d.out_dir).fingerprint(), Tokenizer(teacher).fingerprint()) << teacher;
+  }
+  // The default draft: the teacher's vocabulary and special ids, tied.
+  const TrainConfig def = default_draft_config(load_model_config(f.dir.str("llama.gguf")));
+  EXPECT_EQ(def.model.vocab_size, 300);
+  EXPECT_TRUE(def.model.tie_word_embeddings);
+  EXPECT_EQ(def.model.bos_token_id, tiny_config(300, 2, true).bos_token_id);
 }
 
 TEST(TrainLm, InitContinuesFromAModelsWeights) {

@@ -46,7 +46,7 @@ Command add_train_command(CLI::App& app) {
                                    config_required ? "Training config: {\"model\": {...}, \"train\": {...}} (see configs/)"
                                                    : "Training config: {\"model\": {...}, \"train\": {...}} (see configs/); "
                                                      "default: a 2-layer, 256-wide draft of the teacher's vocabulary, tied "
-                                                     "embedding, 600 steps");
+                                                     "embedding, 500 steps of 4 x 128 tokens");
     if (config_required) config->required();
     cmd->add_option("--corpus", a->job.corpus, "Training text (documents separated by blank lines)")->required();
     cmd->add_option("--valid", a->job.valid, "Validation text")->required();

@@ -175,8 +175,8 @@ TrainConfig default_draft_config(const ModelConfig& teacher) {
   m.validate("the default draft config");
   TrainSettings& t = c.train;
   t.seq_len = std::min<int64_t>(128, m.max_position_embeddings);
-  t.batch_size = 8;
-  t.steps = 600;
+  t.batch_size = 4;
+  t.steps = 500;
   t.warmup_steps = 30;
   t.eval_every = 0;
   t.checkpoint_every = 100;
