@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -64,6 +65,15 @@ double nmse(const float* got, const float* want, size_t n) {
 
 // A directory holding a random model stored at `type` (the K-quants as our
 // quantizer's Q4_K_M and Q6_K mixes), removed at scope exit.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 struct ModelDir {
   fs::path dir;
   explicit ModelDir(const ModelConfig& c, WType type, uint64_t seed) {
@@ -422,6 +432,33 @@ TEST(CudaOpen, RefusesTypesItDoesNotRunNamingThem) {
     return std::string();
   }();
   EXPECT_NE(e.find("does not exist"), std::string::npos) << e;
+  // The fallback types of llama.cpp's quantizer, which the CPU reads.
+  for (WType t : {WType::Q4_1, WType::Q5_0, WType::Q5_1, WType::IQ4_NL, WType::Q3_K, WType::Q2_K}) {
+    const ModelDir typed(gpu_config(), t, 11);
+    const std::string m = error_of([&] { cuda::open(typed.dir.string(), {parse_device("cuda"), KVType::F32, {}}); });
+    EXPECT_NE(m.find(std::string("is ") + wtype_name(t) + "; the GPU runs"), std::string::npos) << m;
+  }
+}
+
+// The families and options the GPU's forward does not compute yet are
+// refused by name at load, never run as another function.
+TEST(CudaOpen, RefusesFamiliesItDoesNotRunNamingThem) {
+  ModelConfig gemma = gpu_config();
+  gemma.architecture = "gemma3";
+  gemma.activation = Activation::kGeluTanh;
+  gemma.post_norms = gemma.scale_embeddings = true;
+  gemma.sliding_window = 8;
+  gemma.sliding_window_pattern = 2;
+  ModelConfig partial = gpu_config();
+  partial.architecture = "phi3";
+  partial.rotary_dim = partial.head_dim / 2;
+  for (const auto& [c, want] : {std::pair{gemma, std::string("the gemma3 family")},
+                                std::pair{partial, std::string("partial rotary embeddings")}}) {
+    const ModelDir dir(c, WType::F16, 12);
+    const std::string m = error_of([&] { cuda::open(dir.dir.string(), {parse_device("cuda"), KVType::F32, {}}); });
+    EXPECT_NE(m.find(want), std::string::npos) << m;
+    EXPECT_NE(m.find("--device cpu"), std::string::npos) << m;
+  }
 }
 
 }  // namespace
