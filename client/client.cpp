@@ -320,8 +320,12 @@ void check_fallback(const ClientOptions& o, const v1::ServerInfo& info, const v1
     throw Error("fallback target " + o.fallback_target_dir + " has another tokenizer than server " + o.server +
                 "'s target; it must be the same model");
   // Same shape and tokenizer is not enough: a Q4_0 copy of an F16 target
-  // gives other tokens after a failover.
-  if (!info.weights_digest().empty() && !own.weights_digest().empty() && own.weights_digest() != info.weights_digest())
+  // gives other tokens after a failover. The type is compared too, so an
+  // older server that sends no digest still cannot pass another type.
+  const bool types_differ =
+      !info.weight_type().empty() && !own.weight_type().empty() && own.weight_type() != info.weight_type();
+  if (types_differ ||
+      (!info.weights_digest().empty() && !own.weights_digest().empty() && own.weights_digest() != info.weights_digest()))
     throw Error("fallback target " + o.fallback_target_dir + " (" + own.weight_type() + ", weights digest " +
                 own.weights_digest() + ") is not the weights server " + o.server + " verifies with (" +
                 info.weight_type() + ", digest " + info.weights_digest() + "): give the same file at the same --dtype, "

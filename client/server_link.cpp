@@ -244,7 +244,7 @@ void ServerLink::check_same_target(std::chrono::milliseconds timeout) {
     const auto differs = [](const std::string& a, const std::string& b) { return !a.empty() && !b.empty() && a != b; };
     if (now.vocab_size() != info_.vocab_size() || now.hidden_size() != info_.hidden_size() ||
         differs(now.tokenizer_fingerprint(), info_.tokenizer_fingerprint()) ||
-        differs(now.weights_digest(), info_.weights_digest()) ||
+        differs(now.weights_digest(), info_.weights_digest()) || differs(now.weight_type(), info_.weight_type()) ||
         (now.kv_cache().empty() ? "f32" : now.kv_cache()) != info_.kv_cache())
       throw error("serves " + describe(now) + ", not the fallback target " + describe(info_) +
                   " this client started on: it must be the same model");

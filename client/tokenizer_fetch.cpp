@@ -3,12 +3,12 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "client/server_link.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/cache_dir.h"
 #include "common/util/error.h"
 
 namespace splitspec {
@@ -34,12 +34,7 @@ std::string cached_fingerprint(const fs::path& file) {
 
 }  // namespace
 
-std::string tokenizer_cache_dir() {
-  if (const char* d = std::getenv("SPLITSPEC_CACHE_DIR"); d && *d) return (fs::path(d) / "tokenizers").string();
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return (fs::path(d) / "splitspec" / "tokenizers").string();
-  if (const char* h = std::getenv("HOME"); h && *h) return (fs::path(h) / ".cache" / "splitspec" / "tokenizers").string();
-  return (fs::temp_directory_path() / "splitspec-tokenizers").string();
-}
+std::string tokenizer_cache_dir() { return user_cache_dir("tokenizers"); }
 
 std::string fetch_server_tokenizer(ServerLink& link, const std::string& cache_dir, std::chrono::milliseconds timeout) {
   const std::string want = link.info().tokenizer_fingerprint();

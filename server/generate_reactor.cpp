@@ -26,6 +26,11 @@ class GenerateReactor final : public Base {
         kv_(std::move(kv)),
         decoder_(std::move(decoder)) {
     spdlog::info("session={} event=generate peer={} prompt_tokens={}", id_, peer_, decoder_->sequence().size());
+    // Admitted, said at once: a caller (the HTTP endpoint) can answer its
+    // own client's status before the first token, where a refusal would
+    // come as an error status instead.
+    context->AddInitialMetadata(kAdmittedKey, "1");
+    StartSendInitialMetadata();
     bound_queue(context, static_cast<size_t>(ctx_.config.max_send_queue_bytes));
     if (decoder_->finished()) {
       close(grpc::Status::OK);

@@ -40,7 +40,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "max_connection_idle_s", "max_ping_strikes", "max_rpc_threads",
                                               "kv_budget_bytes", "max_sessions_per_token",
                                               "max_send_queue_bytes", "tls_client_names", "http_listen", "chat_template",
-                                              "emulate_forward_ms"};
+                                              "chat_special_tokens", "emulate_forward_ms"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
@@ -66,6 +66,7 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("metrics_listen")) c.metrics_listen = j["metrics_listen"].get<std::string>();
     if (j.contains("http_listen")) c.http_listen = j["http_listen"].get<std::string>();
     if (j.contains("chat_template")) c.chat_template = j["chat_template"].get<std::string>();
+    if (j.contains("chat_special_tokens")) c.chat_special_tokens = j["chat_special_tokens"].get<bool>();
     if (j.contains("early_exits")) c.early_exits = j["early_exits"].get<std::string>();
     if (j.contains("early_exit_layers")) {
       if (!j["early_exit_layers"].is_array()) throw Error("early_exit_layers must be an array of layer counts");

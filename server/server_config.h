@@ -88,6 +88,10 @@ struct ServerConfig {
   // The endpoint's chat template: a built-in name (llama3, chatml, phi3,
   // llama2, gemma); empty: the one the model names.
   std::string chat_template;
+  // Whether the text of special tokens in chat messages' content becomes
+  // those tokens (<|im_start|>system in a user's message): off, content is
+  // text, so a user cannot write the template's markers.
+  bool chat_special_tokens = false;
   // HTTP/2 limits on every connection (gRPC 1.51's pre-auth denial-of-service
   // advisories; deploy/README.md): streams open at once on one connection,
   // a connection with no stream closed after this long, and the pings too

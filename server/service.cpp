@@ -210,6 +210,16 @@ std::vector<prometheus::MetricFamily> collect_metrics(const ServiceContext& ctx)
       f.metric.push_back(std::move(m));
     }
   }
+  {
+    prometheus::MetricFamily& f = family("splitspec_http_requests_total", MetricType::Counter,
+                                         "Requests the OpenAI endpoint answered, by status class.");
+    for (size_t c = 0; c < k.http_by_class.size(); ++c) {
+      prometheus::ClientMetric m;
+      m.label.push_back({"code", std::to_string(c + 1) + "xx"});
+      m.counter.value = static_cast<double>(k.http_by_class[c].load());
+      f.metric.push_back(std::move(m));
+    }
+  }
   bool lost = false;
   {
     std::lock_guard<std::mutex> lock(ctx.lost_mu);

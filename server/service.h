@@ -44,6 +44,8 @@ struct ServerCounters {
   std::atomic<int64_t> slow_readers{0};  // streams cancelled at max_send_queue_bytes
   // Admitted streams by the gRPC status they ended with (OK at 0).
   std::array<std::atomic<int64_t>, 17> finished_by_code{};
+  // The HTTP endpoint's responses by status class (1xx at 0 ... 5xx at 4).
+  std::array<std::atomic<int64_t>, 5> http_by_class{};
   // Per draft position (depth 1 at index 0): rounds whose draft reached it,
   // and rounds that accepted it. Deeper positions are counted at the last.
   static constexpr int kPositions = 32;

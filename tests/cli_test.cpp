@@ -459,7 +459,7 @@ TEST(CliTrain, ExitsLutAndRecurrentOnAGgufTarget) {
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string gen = " --prompt 'Once upon' --max-new-tokens 6 --json --threads 1";
   const auto alone = nlohmann::json::parse(run_cli("generate --target " + dir.str("t.gguf") + gen).out)["output_ids"];
-  for (const std::string drafter : {"--drafter lut --lut " + dir.str("a/b/lut.safetensors"),
+  for (const std::string& drafter : {"--drafter lut --lut " + dir.str("a/b/lut.safetensors"),
                                     "--drafter recurrent --drafter-option head=" + dir.str("c/d/recurrent_drafter.safetensors")}) {
     r = run_cli("generate --target " + dir.str("t.gguf") + " " + drafter + gen);
     ASSERT_EQ(r.status, 0) << drafter << ": " << r.err;

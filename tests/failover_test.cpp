@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <regex>
 #include <thread>
 
 #include "client/cli/netem_proxy.h"
@@ -335,6 +336,41 @@ TEST(Failover, AFallbackThatIsNotTheServersTargetIsRefused) {
   o.verifier = VerifierKind::kLocal;
   o.target_dir = test::demo_target_dir();
   test::expect_connect_refused(o, "the local verifier has its target already");
+}
+
+// A fallback streamed from disk has the identity it would have in memory
+// (its digest computed once from its files and kept beside them), so a
+// server serving another copy of it is refused as for an in-memory one.
+TEST(Failover, AStreamedFallbackHasTheInMemoryIdentity) {
+  TempDir dir;
+  Model::load(test::demo_target_dir())->save(dir.str("f16"));
+  Model::load(test::demo_target_dir())->save(dir.str("q8_0"), WType::Q8_0);
+  for (const char* m : {"f16", "q8_0"})
+    std::filesystem::copy_file(test::demo_target_dir() + "/tokenizer.model", dir.str(std::string(m) + "/tokenizer.model"));
+  StreamOptions so;
+  so.budget_bytes = 1 << 20;
+  so.direct_io = false;
+  const std::string in_memory = Model::load(dir.str("f16"))->weights_digest();
+  EXPECT_EQ(Model::load_streamed(dir.str("f16"), so)->weights_digest(), in_memory);
+  ASSERT_TRUE(std::filesystem::exists(dir.path() / "f16" / "weights_digest.json"));
+  // Kept: a second streamed load reads it (a changed weights file would not).
+  test::write_file(dir.path() / "f16" / "weights_digest.json",
+                   std::regex_replace(test::read_file(dir.path() / "f16" / "weights_digest.json"),
+                                      std::regex("\"digest\": \"[0-9a-f]+\""), "\"digest\": \"0123456789abcdef\""));
+  EXPECT_EQ(Model::load_streamed(dir.str("f16"), so)->weights_digest(), "0123456789abcdef");
+  std::filesystem::last_write_time(dir.path() / "f16" / "model.safetensors",
+                                   std::filesystem::last_write_time(dir.path() / "f16" / "model.safetensors") +
+                                       std::chrono::seconds(5));
+  EXPECT_EQ(Model::load_streamed(dir.str("f16"), so)->weights_digest(), in_memory);
+
+  test::LocalServer q8 = test::start_server(dir.str("q8_0"));
+  ClientOptions o = edge_options(q8.address, "model");
+  o.fallback_target_dir = dir.str("f16");
+  o.memory_budget = "50%";
+  test::expect_connect_refused(o, "weights digest");
+  test::LocalServer same = test::start_server(dir.str("f16"));
+  o.server = same.address;
+  EXPECT_NO_THROW(Client::connect(o));
 }
 
 // A server computing with other numerics (here the portable scalar kernels in

@@ -179,7 +179,7 @@ TEST(TrainDraft, TeachersOfAnyFamilyAsGgufOrDirectory) {
     Model::random(c, 5, WType::F32, 0.3f)->save(f.dir.str(arch));
     fs::copy_file(f.tokenizer + "/tokenizer.model", f.dir.str(arch + "/tokenizer.model"));
   }
-  for (const std::string teacher : {f.dir.str("llama.gguf"), f.dir.str("qwen2"), f.dir.str("qwen3")}) {
+  for (const std::string& teacher : {f.dir.str("llama.gguf"), f.dir.str("qwen2"), f.dir.str("qwen3")}) {
     TrainJob d = f.job("draft-" + fs::path(teacher).stem().string(), 10);
     d.teacher = teacher;
     d.tokenizer.clear();
@@ -226,6 +226,14 @@ TEST(TrainBadInput, ClearErrors) {
   EXPECT_NE(with([&](TrainJob& j) { j.out_dir = f.dir.str("afile") + "/sub"; }).find("cannot create the output directory"),
             std::string::npos);
   EXPECT_NE(with([](TrainJob& j) { j.teacher = "/no/teacher"; }).find("model directory does not exist"), std::string::npos);
+  // A family the module does not train is refused before any work, not
+  // trained as LLaMA and saved as that family.
+  EXPECT_NE(with([](TrainJob& j) {
+              j.config.model.architecture = "qwen2";
+              j.config.model.attention_bias = true;
+            }).find("trains LLaMA models (\"architectures\": [\"LlamaForCausalLM\"]), not the qwen2 architecture"),
+            std::string::npos);
+  EXPECT_NE(with([](TrainJob& j) { j.config.model.qk_norm = true; }).find("not query/key norms"), std::string::npos);
   run_training(f.job("other", 1));
   EXPECT_NE(with([&](TrainJob& j) {
               j.init = f.dir.str("other");

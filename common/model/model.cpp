@@ -13,6 +13,7 @@
 #include <random>
 
 #include "common/kernels/kernels.h"
+#include "common/model/digest_cache.h"
 #include "common/kernels/linear.h"
 #include "common/kernels/quant.h"
 #include "common/tokenizer/tokenizer.h"
@@ -135,6 +136,7 @@ std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const Stream
   auto stream = std::make_unique<StreamedWeights>(dir, c, options);
   std::shared_ptr<Model> m(new Model(c, WeightSet{}, fs::path(dir).filename().string()));
   m->stream_ = std::move(stream);
+  m->stream_dir_ = dir;
   m->provider_ = m->stream_.get();
   return m;
 }
@@ -170,7 +172,12 @@ WType Model::weight_type() const {
   return weights_.type();
 }
 
-std::string Model::weights_digest() const { return stream_ ? "" : weights_.digest(); }
+std::string Model::weights_digest() const {
+  if (!stream_) return weights_.digest();
+  // Streamed: the same definition over the files as stored (a streamed model
+  // is never converted), read once and kept beside the model.
+  return cached_weights_digest(stream_dir_, [&] { return source_digest(config_, open_model_source(stream_dir_).tensors); });
+}
 
 const float* Model::final_norm() const { return provider_->final_norm(); }
 

@@ -128,8 +128,8 @@ class Model {
   // The layer matrices' type.
   WType weight_type() const;
   // WeightSet::digest() of the weights, computed on each call (it reads
-  // them all); empty for a streamed model, whose weights are never all in
-  // memory.
+  // them all); for a streamed model the same digest of its files, read once
+  // and kept beside them (cached_weights_digest).
   std::string weights_digest() const;
   // The final norm's gains [hidden].
   const float* final_norm() const;
@@ -187,6 +187,7 @@ class Model {
   std::vector<float> rope_sin_;
   std::vector<float> local_cos_, local_sin_;  // the sliding-window layers' (Gemma 3)
   std::unique_ptr<StreamedWeights> stream_;
+  std::string stream_dir_;  // the streamed model's directory
   ResidentWeights resident_{weights_};
   // What the forward reads its weights from: resident_, or stream_.
   WeightProvider* provider_ = &resident_;

@@ -25,68 +25,90 @@ std::string trim(const std::string& s) {
   return s.substr(begin, s.find_last_not_of(space) - begin + 1);
 }
 
-std::string llama3(const std::vector<ChatMessage>& messages, bool add_assistant) {
-  std::string out;
+// The prompt as it is written: template text, and the messages' content,
+// whose byte ranges are kept (the tokenizer does not read special tokens
+// there).
+class Writer {
+ public:
+  Writer& tpl(const std::string& t) {
+    out_.text += t;
+    return *this;
+  }
+  Writer& content(const std::string& c) {
+    if (!c.empty()) out_.content.push_back({out_.text.size(), c.size()});
+    out_.text += c;
+    return *this;
+  }
+  ChatPrompt done() { return std::move(out_); }
+
+ private:
+  ChatPrompt out_;
+};
+
+ChatPrompt llama3(const std::vector<ChatMessage>& messages, bool add_assistant) {
+  Writer w;
   for (const ChatMessage& m : messages)
-    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
-  if (add_assistant) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+    w.tpl("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n").content(trim(m.content)).tpl("<|eot_id|>");
+  if (add_assistant) w.tpl("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return w.done();
 }
 
-std::string chatml(const std::vector<ChatMessage>& messages, bool add_assistant) {
-  std::string out;
-  for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (add_assistant) out += "<|im_start|>assistant\n";
-  return out;
+ChatPrompt chatml(const std::vector<ChatMessage>& messages, bool add_assistant) {
+  Writer w;
+  for (const ChatMessage& m : messages) w.tpl("<|im_start|>" + m.role + "\n").content(m.content).tpl("<|im_end|>\n");
+  if (add_assistant) w.tpl("<|im_start|>assistant\n");
+  return w.done();
 }
 
-std::string phi3(const std::vector<ChatMessage>& messages, bool add_assistant) {
-  std::string out;
-  for (const ChatMessage& m : messages) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
-  if (add_assistant) out += "<|assistant|>\n";
-  return out;
+ChatPrompt phi3(const std::vector<ChatMessage>& messages, bool add_assistant) {
+  Writer w;
+  for (const ChatMessage& m : messages) w.tpl("<|" + m.role + "|>\n").content(m.content).tpl("<|end|>\n");
+  if (add_assistant) w.tpl("<|assistant|>\n");
+  return w.done();
 }
 
 // The first [INST] is written before any message, so a system message opens
 // the first turn; the assistant's header is the user's [/INST], hence no
 // add_assistant.
-std::string llama2(const std::vector<ChatMessage>& messages) {
-  std::string out = "[INST] ";
+ChatPrompt llama2(const std::vector<ChatMessage>& messages) {
+  Writer w;
+  w.tpl("[INST] ");
   bool in_turn = true;
   for (const ChatMessage& m : messages) {
-    if (!in_turn) out += "[INST] ";
+    if (!in_turn) w.tpl("[INST] ");
     in_turn = true;
     if (m.role == "system") {
-      out += "<<SYS>>\n" + m.content + "\n<</SYS>>\n\n";
+      w.tpl("<<SYS>>\n").content(m.content).tpl("\n<</SYS>>\n\n");
     } else if (m.role == "user") {
-      out += m.content + " [/INST]";
+      w.content(m.content).tpl(" [/INST]");
     } else {
-      out += m.content + "</s>";
+      w.content(m.content).tpl("</s>");
       in_turn = false;
     }
   }
-  return out;
+  return w.done();
 }
 
 // Gemma has no system turn: system messages (trimmed and run together) open
 // the next user turn instead; one with no user turn after it is dropped.
-std::string gemma(const std::vector<ChatMessage>& messages, bool add_assistant) {
-  std::string out, system;
+ChatPrompt gemma(const std::vector<ChatMessage>& messages, bool add_assistant) {
+  Writer w;
+  std::string system;
   for (const ChatMessage& m : messages) {
     if (m.role == "system") {
       system += trim(m.content);
       continue;
     }
     const bool model = m.role == "assistant";
-    out += std::string("<start_of_turn>") + (model ? "model" : m.role) + "\n";
+    w.tpl(std::string("<start_of_turn>") + (model ? "model" : m.role) + "\n");
     if (!model && !system.empty()) {
-      out += system + "\n\n";
+      w.content(system).tpl("\n\n");
       system.clear();
     }
-    out += trim(m.content) + "<end_of_turn>\n";
+    w.content(trim(m.content)).tpl("<end_of_turn>\n");
   }
-  if (add_assistant) out += "<start_of_turn>model\n";
-  return out;
+  if (add_assistant) w.tpl("<start_of_turn>model\n");
+  return w.done();
 }
 
 bool looks_like_jinja(const std::string& s) {
@@ -136,8 +158,7 @@ std::optional<std::string> detect_chat_template(const std::string& jinja_source)
   return std::nullopt;
 }
 
-std::string apply_chat_template(const std::string& name, const std::vector<ChatMessage>& messages,
-                                bool add_assistant) {
+ChatPrompt render_chat(const std::string& name, const std::vector<ChatMessage>& messages, bool add_assistant) {
   const std::optional<std::string> found = detect_chat_template(name);
   if (!found && looks_like_jinja(name))
     throw Error("the model's chat template is none of the built-in ones (" + names_list() +
@@ -154,6 +175,11 @@ std::string apply_chat_template(const std::string& name, const std::vector<ChatM
   if (*found == "phi3") return phi3(messages, add_assistant);
   if (*found == "llama2") return llama2(messages);
   return gemma(messages, add_assistant);
+}
+
+std::string apply_chat_template(const std::string& name, const std::vector<ChatMessage>& messages,
+                                bool add_assistant) {
+  return render_chat(name, messages, add_assistant).text;
 }
 
 }  // namespace splitspec

@@ -6,6 +6,7 @@
 // markers, not a Jinja interpreter; only five families are built in.
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace splitspec {
@@ -32,5 +33,14 @@ std::optional<std::string> detect_chat_template(const std::string& jinja_source)
 // matches, or a role other than system, user and assistant.
 std::string apply_chat_template(const std::string& name, const std::vector<ChatMessage>& messages,
                                 bool add_assistant);
+
+// The same prompt with the byte ranges (offset, length) the messages'
+// content fills: text a user wrote, in which a tokenizer need not read
+// special tokens (Tokenizer::tokenize's `literal`).
+struct ChatPrompt {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> content;
+};
+ChatPrompt render_chat(const std::string& name, const std::vector<ChatMessage>& messages, bool add_assistant);
 
 }  // namespace splitspec

@@ -138,8 +138,9 @@ const char* Tokenizer::kind() const {
   return vocab_->kind() == Vocab::Kind::kSpm ? "spm" : "bpe";
 }
 
-std::vector<int32_t> Tokenizer::tokenize(const std::string& text, bool add_special, bool parse_special) const {
-  if (vocab_) return vocab_->tokenize(text, add_special, parse_special);
+std::vector<int32_t> Tokenizer::tokenize(const std::string& text, bool add_special, bool parse_special,
+                                         const std::vector<std::pair<size_t, size_t>>* literal) const {
+  if (vocab_) return vocab_->tokenize(text, add_special, parse_special, literal);
   std::vector<int32_t> ids;
   if (add_special && bos_id() >= 0) ids.push_back(bos_id());
   const auto body = encode(text);

@@ -25,8 +25,10 @@ class Tokenizer {
   std::vector<int32_t> encode(const std::string& text) const;
   // llama_tokenize: BOS/EOS as the vocabulary asks when `add_special`;
   // control tokens' texts become those tokens when `parse_special` (not for
-  // a SentencePiece file, whose text is all text).
-  std::vector<int32_t> tokenize(const std::string& text, bool add_special, bool parse_special) const;
+  // a SentencePiece file, whose text is all text), but never within the
+  // byte ranges (offset, length) of `literal` (Vocab::tokenize).
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special, bool parse_special,
+                                const std::vector<std::pair<size_t, size_t>>* literal = nullptr) const;
   // The text of `ids`; control tokens (BOS, EOS, chat markers) give none.
   std::string decode(const std::vector<int32_t>& ids) const;
   // One token's text; `special` renders control tokens.

@@ -169,7 +169,8 @@ struct Vocab::Impl {
   // llama.cpp's text-based fix-ups of the types. `model_name` is
   // general.name, which decides phi-3's strip attributes.
   void finish(const std::string& model_name);
-  std::vector<Fragment> partition(const std::string& text, bool parse_special) const;
+  std::vector<Fragment> partition(const std::string& text, bool parse_special,
+                                  const std::vector<std::pair<size_t, size_t>>* literal) const;
   void tokenize_spm(const std::string& text, std::vector<int32_t>& out) const;
   void tokenize_bpe(const std::string& text, std::vector<int32_t>& out) const;
   int32_t spm_byte_token(uint8_t byte) const;
@@ -269,7 +270,15 @@ void Vocab::Impl::finish(const std::string& model_name) {
   if (kind == Kind::kBpe) pre_tokenizer = std::make_unique<PreTokenizer>(pre);
 }
 
-std::vector<Fragment> Vocab::Impl::partition(const std::string& text, bool parse_special) const {
+std::vector<Fragment> Vocab::Impl::partition(const std::string& text, bool parse_special,
+                                             const std::vector<std::pair<size_t, size_t>>* literal) const {
+  // Whether [at, at + n) touches a literal range.
+  auto in_literal = [literal](size_t at, size_t n) {
+    if (!literal) return false;
+    for (const auto& [o, l] : *literal)
+      if (at < o + l && o < at + n) return true;
+    return false;
+  };
   std::vector<Fragment> frags;
   if (text.empty()) return frags;
   frags.push_back({-1, 0, text.size()});
@@ -286,7 +295,9 @@ std::vector<Fragment> Vocab::Impl::partition(const std::string& text, bool parse
       }
       size_t off = f.offset, len = f.length;
       while (len > 0) {
-        const size_t hit = std::string_view(text.data(), off + len).find(needle, off);
+        size_t hit = std::string_view(text.data(), off + len).find(needle, off);
+        while (hit != std::string::npos && in_literal(hit, needle.size()))
+          hit = std::string_view(text.data(), off + len).find(needle, hit + 1);
         if (hit == std::string::npos) {
           next.push_back({-1, off, len});
           break;
@@ -1115,10 +1126,11 @@ const std::vector<int32_t>& Vocab::eog_ids() const { return impl_->eog; }
 bool Vocab::is_eog(int32_t id) const { return std::binary_search(impl_->eog.begin(), impl_->eog.end(), id); }
 const std::string& Vocab::chat_template() const { return impl_->chat_template; }
 
-std::vector<int32_t> Vocab::tokenize(const std::string& text, bool add_special, bool parse_special) const {
+std::vector<int32_t> Vocab::tokenize(const std::string& text, bool add_special, bool parse_special,
+                                     const std::vector<std::pair<size_t, size_t>>* literal) const {
   const Impl& v = *impl_;
   std::vector<int32_t> out;
-  const std::vector<Fragment> frags = v.partition(text, parse_special);
+  const std::vector<Fragment> frags = v.partition(text, parse_special, literal);
   if (add_special && v.add_bos) {
     if (v.bos < 0) throw Error(v.source + ": the vocabulary adds a BOS token but has none");
     out.push_back(v.bos);

@@ -108,8 +108,11 @@ class Vocab {
 
   // llama_tokenize: `add_special` adds BOS/EOS as the vocabulary asks;
   // `parse_special` lets control tokens' texts in `text` become those tokens
-  // (user-defined tokens always do).
-  std::vector<int32_t> tokenize(const std::string& text, bool add_special, bool parse_special) const;
+  // (user-defined tokens always do), except within the byte ranges
+  // (offset, length) of `literal`, where no special token is read (a chat
+  // message's content: what a user typed stays text).
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special, bool parse_special,
+                                const std::vector<std::pair<size_t, size_t>>* literal = nullptr) const;
   // llama_token_to_piece: `special` renders control and unknown tokens.
   std::string token_to_piece(int32_t id, bool special) const;
   // llama_detokenize, byte for byte, clean-up of spaces included.

@@ -33,8 +33,22 @@ void rope_tensors(const ModelConfig& c, at::Tensor& cos, at::Tensor& sin) {
 
 }  // namespace
 
+void check_trainable(const ModelConfig& c) {
+  std::string other;
+  if (c.architecture != "llama") other = "the " + c.architecture + " architecture";
+  else if (c.attention_bias) other = "attention biases";
+  else if (c.qk_norm) other = "query/key norms";
+  else if (c.activation != Activation::kSilu || c.post_norms || c.scale_embeddings) other = "Gemma's layers";
+  else if (c.sliding_window > 0) other = "a sliding window";
+  else if (c.rotary_dim > 0 && c.rotary_dim != c.head_dim) other = "partial rotary embeddings";
+  if (!other.empty())
+    throw Error("train: the training module trains LLaMA models (\"architectures\": [\"LlamaForCausalLM\"]), not " + other +
+                "; a draft of any vocabulary is a LLaMA model, and a teacher of any family distils into it");
+}
+
 TrainableLlama::TrainableLlama(const ModelConfig& c, uint64_t seed) : config_(c) {
   c.validate("model config");
+  check_trainable(c);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   auto normal = [&](std::vector<int64_t> shape) {
     return at::normal(0.0, 0.02, shape, gen, at::TensorOptions().dtype(at::kFloat));
@@ -55,6 +69,7 @@ TrainableLlama::TrainableLlama(const ModelConfig& c, uint64_t seed) : config_(c)
 }
 
 TrainableLlama::TrainableLlama(const Model& m) : config_(m.config()) {
+  check_trainable(config_);
   // Outside inference mode a clone of an inference tensor is an ordinary,
   // differentiable tensor.
   weights_ = copy_weights(config_, float_weights(m), [](const at::Tensor& t) { return t.clone(); });

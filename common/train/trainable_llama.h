@@ -12,6 +12,12 @@
 
 namespace splitspec {
 
+// Throws splitspec::Error unless `c` is a model this module trains: the
+// LLaMA forward only, since a config of another family would be trained as
+// LLaMA and saved as that family, a model that computes otherwise than it
+// was trained.
+void check_trainable(const ModelConfig& c);
+
 class TrainableLlama {
  public:
   // Random initialisation (normal, std 0.02; norms at 1), seeded.

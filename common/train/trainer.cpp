@@ -189,6 +189,7 @@ TrainReport run_training(const TrainJob& job) {
   const ModelConfig& mc = job.config.model;
 
   // Everything that can be wrong with the inputs is checked before any work.
+  check_trainable(mc);
   for (const auto& [what, path] : {std::pair<const char*, std::string>{"corpus", job.corpus}, {"validation text", job.valid}}) {
     if (!fs::is_regular_file(path)) throw Error(path + ": " + what + " file not found");
     if (fs::file_size(path) == 0) throw Error(path + ": " + what + " is empty");

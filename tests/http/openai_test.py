@@ -11,6 +11,7 @@ without node or the npm package.
 
 usage: openai_test.py BIN_DIR SOURCE_DIR MATERIAL_DIR
 """
+import http.client
 import json
 import os
 import re
@@ -34,6 +35,9 @@ def fail(message):
     sys.exit(1)
 
 
+LAST_HEADERS = {}
+
+
 def request(url, body=None, token="robot-1", method=None, content_type="application/json"):
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
     req = urllib.request.Request(url, data=data, method=method or ("POST" if data is not None else "GET"))
@@ -42,8 +46,12 @@ def request(url, body=None, token="robot-1", method=None, content_type="applicat
         req.add_header("Authorization", "Bearer " + token)
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
+            LAST_HEADERS.clear()
+            LAST_HEADERS.update({k.lower(): v for k, v in r.headers.items()})
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
+        LAST_HEADERS.clear()
+        LAST_HEADERS.update({k.lower(): v for k, v in e.headers.items()})
         return e.code, json.loads(e.read() or b"{}")
 
 
@@ -59,17 +67,18 @@ def main():
     server = subprocess.Popen([os.path.join(BIN, "splitspec-server"), "--target", TARGET, "--listen", "127.0.0.1:0",
                                "--http-listen", "127.0.0.1:0", "--auth-tokens-file", tokens,
                                "--allow-insecure-tokens", "--chat-template", "chatml", "--threads", "1",
+                               "--max-sessions", "1", "--metrics-listen", "127.0.0.1:0",
                                "--log-level", "info"], stderr=err)
     try:
         ports = {}
         for _ in range(600):
             err.seek(0)
             log = err.read()
-            for name in ("serving", "http"):
+            for name in ("serving", "http", "metrics"):
                 m = re.search(r"event=%s listen=\S+ port=(\d+)" % name, log)
                 if m:
                     ports[name] = int(m.group(1))
-            if len(ports) == 2:
+            if len(ports) == 3:
                 break
             if server.poll() is not None:
                 fail("the server exited: " + log)
@@ -125,11 +134,32 @@ def main():
             (base + "/chat/completions", {"messages": []}, "robot-1", 400),
             (base + "/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "robot-1", 400),
             (base + "/nowhere", None, "robot-1", 404),
+            # Numbers are integers in range, never truncated (16.7 is not 16,
+            # 2^32 + 1 is not token 1).
+            (base + "/completions", {"prompt": "x", "max_tokens": 16.7}, "robot-1", 400),
+            (base + "/completions", {"prompt": "x", "n": 1.5}, "robot-1", 400),
+            (base + "/completions", {"prompt": "x", "max_tokens": "16"}, "robot-1", 400),
+            (base + "/completions", {"prompt": [4294967297]}, "robot-1", 400),
+            (base + "/completions", {"prompt": [1, 2.5]}, "robot-1", 400),
+            (base + "/completions", {"prompt": "x", "max_tokens": 18446744073709551615}, "robot-1", 400),
+            # Bytes that are not UTF-8: a 400 naming the parser's reason.
+            (base + "/completions", b'{"prompt": "\xff\xfe"}', "robot-1", 400),
+            (base + "/chat/completions", b'{"messages": [{"role": "user", "content": "\xc3"}]}', "robot-1", 400),
+            # Nesting past 32 levels is refused as the parser reaches it.
+            (base + "/completions", b'{"prompt": ' + b"[" * 100 + b"]" * 100 + b"}", "robot-1", 400),
+            (base + "/completions", b"[" * 2000000, "robot-1", 400),
         ]
         for url, body, token, status in cases:
             code, answer = request(url, body, token=token)
             if code != status or "message" not in answer.get("error", {}):
                 fail("%s %s: %d %s, expected %d with an error" % (url, str(body)[:40], code, answer, status))
+            if any(h.startswith("exception") for h in LAST_HEADERS):
+                fail("%s %s: internals in the headers: %s" % (url, str(body)[:40], LAST_HEADERS))
+        # Refused tokens are counted and logged as the gRPC door's are.
+        err.seek(0)
+        refusals = err.read().count("event=unauthenticated door=http")
+        if refusals < 3:
+            fail("the HTTP door's 401s were not logged (%d lines)" % refusals)
         # Over 8 KB as a form (curl -d's default type): the 413 says which
         # limit, and how to send it.
         code, answer = request(base + "/completions", {"prompt": "x" * 9000}, content_type="application/x-www-form-urlencoded")
@@ -143,6 +173,44 @@ def main():
         if code != 200 or answer["choices"][0]["finish_reason"] != "stop" or text != want["text"][:len(text)] or \
                 want["text"][10:14] in text:
             fail("stop: %s" % answer)
+        # A streamed request the server cannot admit (its one session is
+        # taken) gets a 429 with Retry-After before any byte of a stream,
+        # as the same request unstreamed does.
+        held = http.client.HTTPConnection("127.0.0.1", ports["http"], timeout=60)
+        held.request("POST", "/v1/completions", body=json.dumps({"prompt": PROMPT, "max_tokens": 4000, "temperature": 0,
+                                                                 "stream": True}),
+                     headers={"Content-Type": "application/json", "Authorization": "Bearer robot-1"})
+        first = held.getresponse()
+        if first.status != 200 or not first.read(16):
+            fail("the long stream did not start: %d" % first.status)
+        for stream in (True, False):
+            code, answer = request(base + "/completions", {"prompt": "x", "max_tokens": 2, "stream": stream})
+            if code != 429 or "error" not in answer or LAST_HEADERS.get("retry-after") != "1":
+                fail("a request past max_sessions (stream %s): %d %s %s" % (stream, code, answer, LAST_HEADERS))
+        held.close()
+        # The HTTP door's metrics and access log: status classes counted,
+        # refused tokens among the unauthenticated, one line a request with
+        # its id (also sent back as X-Request-Id).
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % ports["metrics"], timeout=30) as r:
+            metrics = r.read().decode()
+        for series in ('splitspec_http_requests_total{code="2xx"}', 'splitspec_http_requests_total{code="4xx"}'):
+            m = re.search(re.escape(series) + r" (\d+)", metrics)
+            if not m or int(m.group(1)) < 3:
+                fail("metric %s: %s" % (series, m.group(0) if m else "missing"))
+        m = re.search(r"splitspec_unauthenticated_requests_total (\d+)", metrics)
+        if not m or int(m.group(1)) < 3:
+            fail("401s are not among splitspec_unauthenticated_requests_total: %s" % (m.group(0) if m else "missing"))
+        code, _ = request(base + "/models")
+        if not LAST_HEADERS.get("x-request-id", "").startswith("req-"):
+            fail("no X-Request-Id: %s" % LAST_HEADERS)
+        line = "event=http_request id=%s " % LAST_HEADERS["x-request-id"]
+        for _ in range(50):  # the line is written as the response goes out
+            err.seek(0)
+            if line in err.read():
+                break
+            time.sleep(0.1)
+        else:
+            fail("no access log line for request %s" % LAST_HEADERS["x-request-id"])
         # The requests ran as the server's own Generate calls.
         code, info = request(base + "/models")
         if code != 200:
