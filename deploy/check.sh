@@ -56,8 +56,13 @@ echo "a-token-for-the-check" >"$WORK/secrets/tokens"
 node "$HERE/check/validate.mjs" "$MODULES" "$WORK" cpu="$WORK/cpu.yaml" gpu="$WORK/gpu.yaml" secrets="$WORK/secrets.yaml"
 
 for overlay in cpu gpu; do
-  # The image's /models/target is not here: the demo target stands in for it.
-  "$SERVER" --check-config --config "$WORK/$overlay-server.json" --target "$HERE/../models/demo-target"
+  # The image's /models/target is not here; --check-config reads only a
+  # target's config.json, so a small model's stands in.
+  mkdir -p "$WORK/stand-in-target"
+  echo '{"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256, "max_position_embeddings": 64}' \
+    >"$WORK/stand-in-target/config.json"
+  "$SERVER" --check-config --config "$WORK/$overlay-server.json" --target "$WORK/stand-in-target"
   cp "$WORK/$overlay-rules.yaml" "$WORK/rules.yaml"
   cp "$HERE/prometheus/rules.test.yaml" "$WORK/"
   "$PROMTOOL" check rules "$WORK/rules.yaml"

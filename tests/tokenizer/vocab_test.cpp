@@ -88,6 +88,14 @@ std::string show(const std::vector<int32_t>& ids) {
 
 Vocab load_gguf(const fs::path& p) { return Vocab::from_gguf(splitspec::GgufFile(p.string())); }
 
+// A vocabulary's name as a test name ("llama-bpe" -> "llama_bpe").
+std::string vocab_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -136,12 +144,7 @@ TEST_P(LlamaCppVectors, IdsMatchAndTextRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppVectors,
                          ::testing::Values("llama-bpe", "qwen2", "phi-3", "llama-spm", "gpt-2", "gemma-4"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+                         vocab_param_name);
 
 TEST(HfTokenizer, Llama3JsonMatchesTheGguf) {
   REQUIRE_FILE(vocab_path("llama-bpe"));
@@ -439,12 +442,7 @@ TEST_P(GgufRoundTrip, AddToGgufReadsBackTheSameVocabulary) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, GgufRoundTrip,
                          ::testing::Values("llama-bpe", "qwen2", "gpt-2", "phi-3", "llama-spm", "gemma-4"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+                         vocab_param_name);
 
 class HfRoundTrip : public ::testing::TestWithParam<std::string> {};
 
@@ -469,12 +467,7 @@ TEST_P(HfRoundTrip, WriteHfReadsBackTheSameVocabulary) {
 // tokenizer.json form that reads back as user-defined (Gemma's files list
 // every non-special added token alike); Gemma 3's own file round-trips
 // below (HuggingFaceFilesReadBackTheSame).
-INSTANTIATE_TEST_SUITE_P(Vocabs, HfRoundTrip, ::testing::Values("llama-bpe", "qwen2", "gpt-2"), [](const auto& info) {
-  std::string n = info.param;
-  for (char& c : n)
-    if (c == '-') c = '_';
-  return n;
-});
+INSTANTIATE_TEST_SUITE_P(Vocabs, HfRoundTrip, ::testing::Values("llama-bpe", "qwen2", "gpt-2"), vocab_param_name);
 
 TEST(HfRoundTrip, HuggingFaceFilesReadBackTheSame) {
   for (const char* name : {"llama3", "qwen3", "gemma3"}) {
@@ -661,12 +654,7 @@ TEST_P(ConvertedVocab, DirectoryKeepsIdsSpecialTokensChatTemplateAndFingerprint)
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, ConvertedVocab,
                          ::testing::Values("llama-bpe", "qwen2", "gpt-2", "phi-3", "llama-spm", "gemma-4"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+                         vocab_param_name);
 
 // Phi-3's SentencePiece-style vocabulary in a directory: its chat template
 // and its <|user|> as one token, as the GGUF had them.
