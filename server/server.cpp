@@ -67,7 +67,10 @@ Server::Server(ServerConfig config) : ctx_(std::make_unique<ServiceContext>()) {
                                       ("splitspec-vocab-" + std::to_string(::getpid()) + "-" +
                                        std::to_string(reinterpret_cast<uintptr_t>(this)) + ".gguf");
     try {
-      write_vocabulary_gguf(ctx_->config.target_dir, tmp.string());
+      const std::string fp = write_vocabulary_gguf(ctx_->config.target_dir, tmp.string());
+      if (fp != ctx_->tokenizer_fingerprint)
+        throw Error("its vocabulary as a GGUF file has fingerprint " + fp + ", not the target's " +
+                    ctx_->tokenizer_fingerprint);
       std::ifstream in(tmp, std::ios::binary);
       ctx_->tokenizer_file.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     } catch (const Error& e) {

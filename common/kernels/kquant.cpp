@@ -167,9 +167,11 @@ int clamp_round(float v, int lo, int hi) {
   return static_cast<int>(std::nearbyint(std::clamp(v, static_cast<float>(lo), static_cast<float>(hi))));
 }
 
-void quantize_q6_k(const float* x, uint8_t* b) {
-  // Per 16 weights: the scale that maps the value of largest magnitude to -32.
-  float scales[16], max_scale = 0.0f, amax_scale = 0.0f;
+// Per 16 weights, the scale that maps the value of largest magnitude to
+// -`top` (Q6_K's and Q3_K's first step); returns the scale of largest
+// magnitude, signed (0 for an all-zero block).
+float signed_scales_16(const float* x, float top, float* scales) {
+  float max_scale = 0.0f, amax_scale = 0.0f;
   for (int s = 0; s < 16; ++s) {
     float max = 0.0f, amax = 0.0f;
     for (int i = 16 * s; i < 16 * s + 16; ++i)
@@ -177,14 +179,20 @@ void quantize_q6_k(const float* x, uint8_t* b) {
         amax = std::fabs(x[i]);
         max = x[i];
       }
-    scales[s] = max / -32.0f;
+    scales[s] = max / -top;
     if (std::fabs(scales[s]) > amax_scale) {
       amax_scale = std::fabs(scales[s]);
       max_scale = scales[s];
     }
   }
+  return max_scale;
+}
+
+void quantize_q6_k(const float* x, uint8_t* b) {
+  float scales[16];
+  const float max_scale = signed_scales_16(x, 32.0f, scales);
   std::memset(b, 0, 210);
-  if (amax_scale == 0.0f) return;
+  if (max_scale == 0.0f) return;
   const float iscale = -128.0f / max_scale;
   put_half(b + 208, 1.0f / iscale);
   const float d = half_at(b + 208);
@@ -259,23 +267,11 @@ void quantize_q45_k(const float* x, uint8_t* b, int top) {
 // magnitude to -4, the scales quantized to signed 6 bits against d; the
 // quants -4..3 stored plus 4 (low 2 bits in qs, the third in hmask).
 void quantize_q3_k(const float* x, uint8_t* b) {
-  float scales[16], max_scale = 0.0f, amax_scale = 0.0f;
-  for (int s = 0; s < 16; ++s) {
-    float max = 0.0f, amax = 0.0f;
-    for (int i = 16 * s; i < 16 * s + 16; ++i)
-      if (std::fabs(x[i]) > amax) {
-        amax = std::fabs(x[i]);
-        max = x[i];
-      }
-    scales[s] = max / -4.0f;
-    if (std::fabs(scales[s]) > amax_scale) {
-      amax_scale = std::fabs(scales[s]);
-      max_scale = scales[s];
-    }
-  }
+  float scales[16];
+  const float max_scale = signed_scales_16(x, 4.0f, scales);
   std::memset(b, 0, 110);
   int sc[16] = {};
-  if (amax_scale != 0.0f) {
+  if (max_scale != 0.0f) {
     const float iscale = -32.0f / max_scale;
     put_half(b + 108, 1.0f / iscale);
     for (int s = 0; s < 16; ++s) sc[s] = clamp_round(iscale * scales[s], -32, 31);

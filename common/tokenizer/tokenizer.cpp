@@ -82,9 +82,10 @@ size_t complete_prefix(const std::string& s) {
   return s.size();
 }
 
-// A SentencePiece directory's chat template: tokenizer_config.json's, as
-// Hugging Face keeps it beside tokenizer.model ("" without one).
-std::string config_chat_template(const fs::path& config) {
+}  // namespace
+
+std::string config_chat_template(const std::string& dir) {
+  const fs::path config = fs::path(dir) / "tokenizer_config.json";
   if (!fs::exists(config)) return {};
   std::ifstream in(config);
   std::stringstream ss;
@@ -99,8 +100,6 @@ std::string config_chat_template(const fs::path& config) {
   return {};
 }
 
-}  // namespace
-
 Tokenizer::Tokenizer(const std::string& path) {
   fs::path p(path);
   if (fs::is_directory(p)) {
@@ -114,7 +113,7 @@ Tokenizer::Tokenizer(const std::string& path) {
       fingerprint_ = vocab_->fingerprint();
       return;
     } else {
-      chat_template_ = config_chat_template(p / "tokenizer_config.json");
+      chat_template_ = config_chat_template(p.string());
       p /= "tokenizer.model";
     }
   }

@@ -67,6 +67,11 @@ class Tokenizer {
 // or tokenizer.json.
 bool tokenizer_available(const std::string& path);
 
+// The chat template of DIR/tokenizer_config.json, as Hugging Face keeps it
+// beside a tokenizer.model ("" without one). Throws splitspec::Error for a
+// file that is not JSON.
+std::string config_chat_template(const std::string& dir);
+
 // A directory's vocabulary in llama.cpp's own form (a vocabulary-only GGUF
 // file, as its models/ggml-vocab-*.gguf): what `convert` writes for a GGUF
 // vocabulary that neither tokenizer.json nor tokenizer.model can hold as it

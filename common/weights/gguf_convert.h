@@ -46,9 +46,9 @@ void import_gguf(const std::string& gguf, const std::string& out_dir, std::optio
 
 // The vocabulary of the model at `model_path` (a GGUF file or a directory)
 // as a vocabulary-only GGUF file `out` (llama.cpp's ggml-vocab-*.gguf form,
-// what a server sends a client that has no tokenizer). Throws
-// splitspec::Error unless the file has the model's fingerprint.
-void write_vocabulary_gguf(const std::string& model_path, const std::string& out);
+// what a server sends a client that has no tokenizer); returns the file's
+// fingerprint, for the caller to hold against the model's.
+std::string write_vocabulary_gguf(const std::string& model_path, const std::string& out);
 
 // The vocabulary at `from` (a GGUF file, a model directory in any of the
 // forms Tokenizer reads, or a tokenizer.model file) as files of `out_dir`:

@@ -47,20 +47,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from families_test import Runner, gguf_token_count  # noqa: E402
+from families_test import PROMPTS as FAMILY_PROMPTS, Runner, gguf_token_count  # noqa: E402
 
 MIXES = ["q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "iq4_xs"]
-PROMPTS = [
-    "Hello world",
-    "The robot arm moves to the left",
-    "Once upon a time, there was",
-    "def main():\n    print(",
-    "Qu'est-ce que c'est ?",
-    "1 + 1 = 2, 2 + 2 =",
-    "In the beginning",
-    "   spaces   and\ttabs",
-    "Émile’s café — naïve résumé",
-    "🦙 llamas are",
+# The family test's first ten, then ten more.
+PROMPTS = FAMILY_PROMPTS[:10] + [
     "The capital of France is",
     "Pick up the red block, then stop.",
     "for (int i = 0; i < n; ++i) {",
