@@ -19,8 +19,8 @@ PACKAGES=(
   # SLEEF: the vectorised exp of the forward kernels (LibTorch uses it too).
   libsleef-dev
   nlohmann-json3-dev libcli11-dev
-  # The server's OpenAI-compatible HTTP endpoint.
-  libcpp-httplib-dev
+  # The server's OpenAI-compatible HTTP endpoint: Boost.Beast over OpenSSL.
+  libboost-dev libssl-dev
   # The Python module `splitspec` (client/python); without them it is skipped.
   # pip, venv and setuptools: `pip install ./client/python`, offline.
   pybind11-dev python3-dev python3-pip python3-venv python3-setuptools python3-wheel-whl

@@ -23,32 +23,15 @@ std::vector<std::string> certificate_names(const grpc::AuthContext& context) {
 }
 
 grpc::Status check_names(ServiceContext& ctx, const std::vector<std::string>& names) {
-  const std::vector<std::string>& allowed = ctx.config.tls_client_names;
-  for (const std::string& n : names)
-    if (std::find(allowed.begin(), allowed.end(), n) != allowed.end()) return grpc::Status::OK;
-  std::string seen;
-  for (const std::string& n : names) seen += (seen.empty() ? "" : ", ") + n;
-  ctx.counters.unauthenticated.fetch_add(1);
-  spdlog::warn("event=client_name_refused names=\"{}\"", log_text(seen));
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      "the client certificate's names (" + (seen.empty() ? std::string("none") : seen) +
-                          ") are not in the server's tls_client_names");
+  if (const auto refused = refused_client_names(ctx, names)) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, *refused);
+  return grpc::Status::OK;
 }
 
 grpc::Status decide(ServiceContext& ctx, std::string_view path, const std::optional<std::string>& authorization) {
-  if (path.rfind("/grpc.health.v1.Health/", 0) == 0 || !ctx.auth) return grpc::Status::OK;
-  grpc::Status refused;
-  std::optional<std::string> token;
-  if (!authorization)
-    refused = grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                           "this server requires a bearer token (authorization: Bearer <token>); give the client one");
-  else if (!(token = TokenAuth::bearer(*authorization)) || !ctx.auth->accepts(*token))
-    refused = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the bearer token was not accepted");
-  if (!refused.ok()) {
-    ctx.counters.unauthenticated.fetch_add(1);
-    spdlog::warn("event=unauthenticated method=\"{}\" error=\"{}\"", log_text(std::string(path)), refused.error_message());
-  }
-  return refused;
+  if (path.rfind("/grpc.health.v1.Health/", 0) == 0) return grpc::Status::OK;
+  if (const auto refused = refused_token(ctx, authorization, "grpc", std::string(path)))
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, *refused);
+  return grpc::Status::OK;
 }
 
 // TLS credentials take a C++ processor.
@@ -119,6 +102,36 @@ class PlaintextGate final : public grpc::ServerCredentials {
 };
 
 }  // namespace
+
+std::optional<std::string> refused_client_names(ServiceContext& ctx, const std::vector<std::string>& names) {
+  const std::vector<std::string>& allowed = ctx.config.tls_client_names;
+  if (allowed.empty()) return std::nullopt;
+  for (const std::string& n : names)
+    if (std::find(allowed.begin(), allowed.end(), n) != allowed.end()) return std::nullopt;
+  std::string seen;
+  for (const std::string& n : names) seen += (seen.empty() ? "" : ", ") + n;
+  ctx.counters.unauthenticated.fetch_add(1);
+  spdlog::warn("event=client_name_refused names=\"{}\"", log_text(seen));
+  return "the client certificate's names (" + (seen.empty() ? std::string("none") : seen) +
+         ") are not in the server's tls_client_names";
+}
+
+std::optional<std::string> refused_token(ServiceContext& ctx, const std::optional<std::string>& authorization,
+                                         std::string_view door, const std::string& what, const std::string& peer) {
+  if (!ctx.auth) return std::nullopt;
+  std::optional<std::string> refused;
+  std::optional<std::string> token;
+  if (!authorization || authorization->empty())
+    refused = "this server requires a bearer token (authorization: Bearer <token>); give the client one";
+  else if (!(token = TokenAuth::bearer(*authorization)) || !ctx.auth->accepts(*token))
+    refused = "the bearer token was not accepted";
+  if (refused) {
+    ctx.counters.unauthenticated.fetch_add(1);
+    spdlog::warn("event=unauthenticated door={} method=\"{}\"{} error=\"{}\"", door, log_text(what),
+                 peer.empty() ? "" : " peer=" + log_text(peer), *refused);
+  }
+  return refused;
+}
 
 std::shared_ptr<grpc::ServerCredentials> gated_credentials(std::shared_ptr<grpc::ServerCredentials> credentials,
                                                            ServiceContext& ctx) {

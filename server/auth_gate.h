@@ -7,7 +7,10 @@
 #include <grpcpp/security/server_credentials.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "server/service.h"
 
@@ -19,5 +22,14 @@ namespace splitspec {
 // tls_client_names (when set) with PERMISSION_DENIED.
 std::shared_ptr<grpc::ServerCredentials> gated_credentials(std::shared_ptr<grpc::ServerCredentials> credentials,
                                                            ServiceContext& ctx);
+
+// The checks both doors make, counted in unauthenticated_requests_total and
+// logged: nullopt when accepted, else the refusal's message. Names are
+// checked only when tls_client_names is set, tokens only when ctx.auth is.
+std::optional<std::string> refused_client_names(ServiceContext& ctx, const std::vector<std::string>& names);
+// `authorization`: the header's value; `door`, `what` (method or path) and
+// `peer` (when the door knows it) for the log.
+std::optional<std::string> refused_token(ServiceContext& ctx, const std::optional<std::string>& authorization,
+                                         std::string_view door, const std::string& what, const std::string& peer = "");
 
 }  // namespace splitspec

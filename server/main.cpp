@@ -63,7 +63,21 @@ int main(int argc, char** argv) {
   auto* metrics = app.add_option("--metrics-listen", flags.metrics_listen, "HOST:PORT for Prometheus GET /metrics");
   auto* http = app.add_option("--http-listen", flags.http_listen,
                               "HOST:PORT of an OpenAI-compatible HTTP endpoint: /v1/models, /v1/completions, "
-                              "/v1/chat/completions (plaintext)");
+                              "/v1/chat/completions (the gRPC port's TLS and tokens)");
+  auto* http_tls = app.add_option("--http-tls", flags.http_tls,
+                                  "same: the HTTP endpoint serves the gRPC port's TLS (default); upstream: plaintext, "
+                                  "TLS ends in a proxy in front");
+  auto* http_request_timeout = app.add_option("--http-request-timeout-s", flags.http_request_timeout_s,
+                                              "Seconds an HTTP request's head and body may take to arrive");
+  auto* http_send_timeout = app.add_option("--http-send-timeout-s", flags.http_send_timeout_s,
+                                           "Seconds each write of an HTTP response may take (a client that stops reading is dropped)");
+  auto* http_connections = app.add_option("--http-max-connections", flags.http_max_connections,
+                                          "Open HTTP connections before new ones get 503");
+  auto* http_queued = app.add_option("--http-max-queued", flags.http_max_queued,
+                                     "HTTP requests waiting for a worker before new ones get 503");
+  auto* trusted_proxies = app.add_option("--trusted-proxies", flags.trusted_proxies,
+                                         "Proxy addresses whose X-Forwarded-For names the client (comma-separated)")
+                              ->delimiter(',');
   auto* chat_template = app.add_option("--chat-template", flags.chat_template,
                                        "The HTTP endpoint's chat template: llama3, chatml, phi3, llama2 or gemma "
                                        "(default: the one the model names)");
@@ -142,6 +156,12 @@ int main(int argc, char** argv) {
     if (*metrics) config.metrics_listen = flags.metrics_listen;
     if (*http) config.http_listen = flags.http_listen;
     if (*chat_template) config.chat_template = flags.chat_template;
+    if (*http_tls) config.http_tls = flags.http_tls;
+    if (*http_request_timeout) config.http_request_timeout_s = flags.http_request_timeout_s;
+    if (*http_send_timeout) config.http_send_timeout_s = flags.http_send_timeout_s;
+    if (*http_connections) config.http_max_connections = flags.http_max_connections;
+    if (*http_queued) config.http_max_queued = flags.http_max_queued;
+    if (*trusted_proxies) config.trusted_proxies = flags.trusted_proxies;
     if (*exit_layers) config.early_exit_layers = flags.early_exit_layers;
     if (*exit_queue) config.early_exit_queue = flags.early_exit_queue;
     if (*exit_shortlist) config.early_exit_shortlist = flags.early_exit_shortlist;

@@ -29,7 +29,7 @@
 #include "common/util/memory_usage.h"
 #include "server/auth_gate.h"
 #include "server/metrics_http.h"
-#include "server/openai_http.h"
+#include "server/http/openai.h"
 #include "server/service.h"
 
 namespace splitspec {
@@ -256,14 +256,19 @@ void Server::start() {
     // loop, limits and metrics as gRPC's, without a socket or credentials
     // (the endpoint checks the bearer token itself and passes it on).
     try {
-      http_ = std::make_unique<OpenAiHttp>(ctx_->config.http_listen, *ctx_,
-                                           server_->InProcessChannel(grpc::ChannelArguments()));
+      http_ = std::make_unique<OpenAiHttp>(*ctx_, server_->InProcessChannel(grpc::ChannelArguments()));
     } catch (...) {
       stop(0);
       throw;
     }
-    spdlog::info("event=http listen={} port={} paths=/v1/models,/v1/completions,/v1/chat/completions",
-                 ctx_->config.http_listen, http_->port());
+    const ServerConfig& c = ctx_->config;
+    spdlog::info("event=http listen={} port={} tls={} paths=/v1/models,/v1/completions,/v1/chat/completions",
+                 c.http_listen, http_->port(),
+                 c.http_tls == "upstream" ? "upstream" : (!http_->tls() ? "off" : (c.tls_client_ca.empty() ? "on" : "mutual")));
+    if (c.http_tls == "upstream")
+      spdlog::warn("event=http_tls_upstream listen={} note=\"the HTTP endpoint speaks plaintext: http_tls says TLS{} ends "
+                   "in a proxy in front of it, which must not be reachable around\"",
+                   c.http_listen, c.tls_client_ca.empty() ? "" : " and the client certificate check");
   }
   if (!ctx_->config.metrics_listen.empty()) {
     ServiceContext* ctx = ctx_.get();

@@ -40,7 +40,9 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
                                               "max_connection_idle_s", "max_ping_strikes", "max_rpc_threads",
                                               "kv_budget_bytes", "max_sessions_per_token",
                                               "max_send_queue_bytes", "tls_client_names", "http_listen", "chat_template",
-                                              "chat_special_tokens", "emulate_forward_ms"};
+                                              "chat_special_tokens", "emulate_forward_ms", "http_tls",
+                                              "http_request_timeout_s", "http_send_timeout_s",
+                                              "http_max_connections", "http_max_queued", "trusted_proxies"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
@@ -65,6 +67,16 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
     if (j.contains("port_file")) c.port_file = j["port_file"].get<std::string>();
     if (j.contains("metrics_listen")) c.metrics_listen = j["metrics_listen"].get<std::string>();
     if (j.contains("http_listen")) c.http_listen = j["http_listen"].get<std::string>();
+    if (j.contains("http_tls")) c.http_tls = j["http_tls"].get<std::string>();
+    if (j.contains("http_request_timeout_s")) c.http_request_timeout_s = j["http_request_timeout_s"].get<double>();
+    if (j.contains("http_send_timeout_s")) c.http_send_timeout_s = j["http_send_timeout_s"].get<double>();
+    if (j.contains("http_max_connections"))
+      c.http_max_connections = json_integer<int32_t>(j["http_max_connections"], "http_max_connections");
+    if (j.contains("http_max_queued")) c.http_max_queued = json_integer<int32_t>(j["http_max_queued"], "http_max_queued");
+    if (j.contains("trusted_proxies")) {
+      if (!j["trusted_proxies"].is_array()) throw Error("trusted_proxies must be an array of addresses");
+      c.trusted_proxies = j["trusted_proxies"].get<std::vector<std::string>>();
+    }
     if (j.contains("chat_template")) c.chat_template = j["chat_template"].get<std::string>();
     if (j.contains("chat_special_tokens")) c.chat_special_tokens = j["chat_special_tokens"].get<bool>();
     if (j.contains("early_exits")) c.early_exits = j["early_exits"].get<std::string>();
@@ -184,9 +196,23 @@ void ServerConfig::validate() const {
   }
   if (!http_listen.empty() && http_listen.find(':') == std::string::npos)
     throw Error("http_listen must be HOST:PORT, got '" + http_listen + "'");
-  if (!http_listen.empty() && !auth_tokens_file.empty() && !allow_insecure_tokens)
-    throw Error("http_listen speaks plaintext HTTP, which would carry the bearer tokens in the clear: set "
-                "allow_insecure_tokens (a network you trust, or a TLS-terminating proxy in front)");
+  if (http_tls != "same" && http_tls != "upstream")
+    throw Error("http_tls must be same (the gRPC port's tls_* settings) or upstream (TLS ends in a proxy in front)");
+  // The HTTP door is never weaker than the gRPC door by accident.
+  if (!http_listen.empty() && http_tls == "upstream" && tls_cert.empty())
+    throw Error("http_tls is upstream but the gRPC port has no TLS either: set http_tls to same (the default); "
+                "upstream is for a plaintext endpoint behind a TLS-terminating proxy while gRPC speaks TLS");
+  if (!http_listen.empty() && http_tls == "same" && tls_cert.empty() && !auth_tokens_file.empty() && !allow_insecure_tokens)
+    throw Error("http_listen speaks plaintext HTTP (no tls_cert), which would carry the bearer tokens in the clear: "
+                "serve TLS (tls_cert, tls_key), or set allow_insecure_tokens for a network you trust");
+  if (!(http_request_timeout_s > 0 && http_request_timeout_s <= 3600))
+    throw Error("http_request_timeout_s must be a number of seconds in (0, 3600]");
+  if (!(http_send_timeout_s > 0 && http_send_timeout_s <= 3600))
+    throw Error("http_send_timeout_s must be a number of seconds in (0, 3600]");
+  if (http_max_connections < 1) throw Error("http_max_connections must be at least 1");
+  if (http_max_queued < 0) throw Error("http_max_queued must be >= 0");
+  for (const std::string& a : trusted_proxies)
+    if (a.empty()) throw Error("trusted_proxies holds an empty address");
   if (!health_listen.empty() && health_listen.find(':') == std::string::npos)
     throw Error("health_listen must be HOST:PORT, got '" + health_listen + "'");
   static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};

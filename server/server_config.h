@@ -81,10 +81,24 @@ struct ServerConfig {
   // HOST:PORT of a plaintext grpc.health.v1-only listener, for Kubernetes'
   // gRPC probes while the main port speaks TLS; empty: none.
   std::string health_listen;
-  // HOST:PORT of the OpenAI-compatible HTTP endpoint (openai_http.h); empty:
-  // none. Plaintext: with bearer tokens it needs allow_insecure_tokens (put
-  // a TLS-terminating proxy in front).
+  // HOST:PORT of the OpenAI-compatible HTTP endpoint (server/http/); empty:
+  // none. It serves the same TLS as the gRPC port (tls_*: certificate,
+  // client CA, client names, reload) and checks the same tokens.
   std::string http_listen;
+  // "same": the endpoint speaks the gRPC port's TLS; "upstream": plaintext,
+  // because TLS (and any client certificate) ends in a proxy in front (an
+  // ingress or a mesh). A plaintext endpoint beside a TLS gRPC port is
+  // refused unless this says "upstream"; the start log repeats it.
+  std::string http_tls = "same";
+  // The endpoint's bounds (transport.h): head and body of a request, each
+  // write of a response, open connections, requests waiting for a worker.
+  double http_request_timeout_s = 10;
+  double http_send_timeout_s = 10;
+  int32_t http_max_connections = 256;
+  int32_t http_max_queued = 64;
+  // Addresses of proxies whose X-Forwarded-For names the client, for the
+  // failed-token delay (failed_tokens.h) and the access log.
+  std::vector<std::string> trusted_proxies;
   // The endpoint's chat template: a built-in name (llama3, chatml, phi3,
   // llama2, gemma); empty: the one the model names.
   std::string chat_template;

@@ -19,6 +19,7 @@
 #include "common/early_exit/early_exit.h"
 #include "proto/splitspec.grpc.pb.h"
 #include "server/compute_queue.h"
+#include "server/failed_tokens.h"
 #include "server/server_config.h"
 #include "server/token_auth.h"
 
@@ -98,6 +99,7 @@ struct ServiceContext {
   std::string device;                 // Backend::device()
   std::optional<EarlyExits> exits;    // the active early exits, when any
   std::unique_ptr<TokenAuth> auth;    // bearer tokens every RPC must carry, when configured
+  FailedTokens failed_tokens;         // the HTTP door's delay for peers guessing tokens
   bool exit_priority = true;          // early verdicts go out most confident first (else FIFO)
   ServerCounters counters;
   std::atomic<bool> serving{true};

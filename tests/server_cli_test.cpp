@@ -63,9 +63,17 @@ TEST(ServerConfig, ShippedConfigParsesAndBadOnesAreNamed) {
   EXPECT_NE(config_error("{\"max_ping_strikes\": 0}").find("max_ping_strikes"), std::string::npos);
   EXPECT_NE(config_error("{\"max_rpc_threads\": 1}").find("max_rpc_threads"), std::string::npos);
   EXPECT_NE(config_error("{\"http_listen\": \"8080\"}").find("http_listen must be HOST:PORT"), std::string::npos);
-  EXPECT_NE(config_error("{\"http_listen\": \"0.0.0.0:8080\", \"auth_tokens_file\": \"t\", \"tls_cert\": \"c\", "
-                         "\"tls_key\": \"k\"}")
-                .find("plaintext HTTP"),
+  // The HTTP door is never weaker than the gRPC door unless the operator says TLS ends upstream.
+  EXPECT_NE(config_error("{\"http_listen\": \"0.0.0.0:8080\", \"auth_tokens_file\": \"t\"}").find("plaintext HTTP"),
+            std::string::npos);
+  EXPECT_NE(config_error("{\"http_listen\": \"0.0.0.0:8080\", \"http_tls\": \"upstream\"}")
+                .find("http_tls is upstream but the gRPC port has no TLS"),
+            std::string::npos);
+  EXPECT_NE(config_error("{\"http_tls\": \"sideways\"}").find("http_tls must be same"), std::string::npos);
+  EXPECT_NE(config_error("{\"http_request_timeout_s\": 0}").find("http_request_timeout_s"), std::string::npos);
+  EXPECT_NE(config_error("{\"http_send_timeout_s\": -1}").find("http_send_timeout_s"), std::string::npos);
+  EXPECT_NE(config_error("{\"http_max_connections\": 0}").find("http_max_connections"), std::string::npos);
+  EXPECT_NE(config_error("{\"trusted_proxies\": \"10.0.0.1\"}").find("trusted_proxies must be an array"),
             std::string::npos);
   EXPECT_NE(config_error("{\"chat_template\": \"jinja\"}").find("chat_template must be a built-in"), std::string::npos);
   EXPECT_NE(config_error("{\"session_idle_timeout_s\": -1}").find("session_idle_timeout_s"), std::string::npos);

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,16 +24,11 @@ import time
 import urllib.error
 import urllib.request
 
+from harness import MAX_TOKENS, PROMPT, fail, openai_package, start_server, target
+
 BIN, SOURCE, MATERIAL = sys.argv[1:4]
-PACKAGE = os.path.abspath(os.path.join(MATERIAL, "npm", "node_modules", "openai"))
-TARGET = os.path.join(SOURCE, "models", "demo-target")
-PROMPT = "Once upon a time, there was a little robot"
-MAX_TOKENS = 24
-
-
-def fail(message):
-    print("FAIL:", message)
-    sys.exit(1)
+PACKAGE = openai_package(MATERIAL)
+TARGET = target(SOURCE)
 
 
 LAST_HEADERS = {}
@@ -64,27 +60,11 @@ def main():
     with open(tokens, "w") as f:
         f.write("robot-1\n")
     err = open(os.path.join(tmp, "server.err"), "w+")
-    server = subprocess.Popen([os.path.join(BIN, "splitspec-server"), "--target", TARGET, "--listen", "127.0.0.1:0",
-                               "--http-listen", "127.0.0.1:0", "--auth-tokens-file", tokens,
-                               "--allow-insecure-tokens", "--chat-template", "chatml", "--threads", "1",
-                               "--max-sessions", "1", "--metrics-listen", "127.0.0.1:0",
-                               "--log-level", "info"], stderr=err)
+    server, ports, _ = start_server(BIN, SOURCE, ["--auth-tokens-file", tokens, "--allow-insecure-tokens",
+                                                  "--chat-template", "chatml", "--max-sessions", "1",
+                                                  "--metrics-listen", "127.0.0.1:0"], err,
+                                    want=("serving", "http", "metrics"))
     try:
-        ports = {}
-        for _ in range(600):
-            err.seek(0)
-            log = err.read()
-            for name in ("serving", "http", "metrics"):
-                m = re.search(r"event=%s listen=\S+ port=(\d+)" % name, log)
-                if m:
-                    ports[name] = int(m.group(1))
-            if len(ports) == 3:
-                break
-            if server.poll() is not None:
-                fail("the server exited: " + log)
-            time.sleep(0.1)
-        else:
-            fail("the server did not start: " + log)
         base = "http://127.0.0.1:%d/v1" % ports["http"]
 
         cli = subprocess.run([os.path.join(BIN, "splitspec"), "generate", "--mode", "cloud-ar", "--server",
@@ -160,12 +140,47 @@ def main():
         refusals = err.read().count("event=unauthenticated door=http")
         if refusals < 3:
             fail("the HTTP door's 401s were not logged (%d lines)" % refusals)
-        # Over 8 KB as a form (curl -d's default type): the 413 says which
-        # limit, and how to send it.
+        # A body that is not JSON: 415, whatever its size.
         code, answer = request(base + "/completions", {"prompt": "x" * 9000}, content_type="application/x-www-form-urlencoded")
         message = answer.get("error", {}).get("message", "")
-        if code != 413 or "Content-Type: application/json" not in message or "max_message_bytes" not in message:
-            fail("a 9 KB form body: %d %s" % (code, answer))
+        if code != 415 or "Content-Type: application/json" not in message:
+            fail("a form body: %d %s" % (code, answer))
+        # The head decides before the body is read: a declared 50 MB body
+        # gets its 413, and one without a token its 401, at once, with the
+        # body never sent.
+        def head_only(headers):
+            with socket.create_connection(("127.0.0.1", ports["http"]), timeout=5) as s:
+                s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                           "".join("%s: %s\r\n" % h for h in headers) + "\r\n").encode())
+                t0 = time.monotonic()
+                answer = s.recv(65536).decode(errors="replace")
+                return answer, time.monotonic() - t0
+        for headers, status in [([("Content-Length", "50000000"), ("Authorization", "Bearer robot-1")], "413"),
+                                ([("Content-Length", "100000")], "401"),
+                                ([("Transfer-Encoding", "chunked")], "401"),
+                                ([("Content-Length", "10"), ("X-Big", "y" * 20000), ("Authorization", "Bearer robot-1")], "431")]:
+            answer, took = head_only(headers)
+            if not answer.startswith("HTTP/1.1 " + status) or took > 2:
+                fail("head %s: %r after %.1f s, expected %s at once" % ([h[0] for h in headers], answer[:80], took, status))
+        code, answer = request(base + "/completions")
+        if code != 405:
+            fail("GET /v1/completions: %d %s" % (code, answer))
+        # A non-streamed request whose client goes stops its generation: its
+        # session is free again at once, not when 4000 tokens are done.
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", ports["http"]), timeout=5) as s:
+                body = json.dumps({"prompt": PROMPT, "max_tokens": 4000, "temperature": 0}).encode()
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Authorization: Bearer robot-1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                time.sleep(0.5)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 2:
+                code, answer = request(base + "/completions", {"prompt": "x", "max_tokens": 2})
+                if code != 429:
+                    break
+                time.sleep(0.05)
+            if code != 200:
+                fail("the session of a request whose client left is still held: %d %s" % (code, answer))
         # A stop string ends the text before it.
         code, answer = request(base + "/completions", {"prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0,
                                                        "stop": [want["text"][10:14]]})

@@ -1,6 +1,5 @@
-#include "server/openai_http.h"
+#include "server/http/openai.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -16,9 +15,10 @@
 #include "common/tokenizer/stop_strings.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
-#include "common/util/host_port.h"
 #include "proto/splitspec.grpc.pb.h"
 #include "server/generate_reactor.h"
+#include "server/auth_gate.h"
+#include "server/http/transport.h"
 #include "server/log_text.h"
 #include "server/service.h"
 #include "server/token_auth.h"
@@ -44,9 +44,11 @@ json error_json(const HttpError& e) {
 // that are not UTF-8 are replaced rather than thrown on.
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-void send_error(httplib::Response& res, const HttpError& e) {
-  res.status = e.status;
-  res.set_content(dump(error_json(e)), "application/json");
+http::Response error_response(const HttpError& e) {
+  http::Response r{e.status, "application/json", dump(error_json(e)), {}};
+  // A full server: when to try again, as OpenAI's 429s say.
+  if (e.status == 429) r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
 // Deeper than any OpenAI request needs: a body nested deeper is refused as
@@ -129,18 +131,48 @@ class Endpoint {
   Endpoint(ServiceContext& ctx, const Tokenizer& tok, std::shared_ptr<grpc::Channel> channel)
       : ctx_(ctx), tok_(tok), stub_(v1::SplitSpec::NewStub(std::move(channel))) {}
 
-  // The bearer token of the request, checked; "" when none is configured.
-  // Refusals are counted and logged as the gRPC door's are.
-  std::string authorize(const httplib::Request& req) const {
-    if (!ctx_.auth) return "";
-    const std::optional<std::string> token = TokenAuth::bearer(req.get_header_value("Authorization"));
-    if (!token || !ctx_.auth->accepts(*token)) {
-      ctx_.counters.unauthenticated.fetch_add(1);
-      spdlog::warn("event=unauthenticated door=http peer={}:{} path=\"{}\" error=\"{}\"", req.remote_addr, req.remote_port,
-                   log_text(req.path), token ? "unknown token" : "no bearer token");
-      throw HttpError{401, "a valid bearer token is required (Authorization: Bearer TOKEN)", "authentication_error"};
+  // On the transport's thread, before the body is read: the route, the
+  // client certificate's names, the bearer token (a peer failing too often
+  // waits, failed_tokens.h), the content type. /v1/models is answered here.
+  std::optional<http::Response> check(const http::Head& head) {
+    const std::string path = head.path();
+    const bool generate = path == "/v1/completions" || path == "/v1/chat/completions";
+    if (!generate && path != "/v1/models") return error_response({404, "no such endpoint: " + path});
+    if (head.method != (generate ? "POST" : "GET")) {
+      http::Response r = error_response({405, "use " + std::string(generate ? "POST" : "GET") + " for " + path});
+      r.headers.emplace_back("Allow", generate ? "POST" : "GET");
+      return r;
     }
-    return *token;
+    // Behind an upstream TLS proxy the certificate (and its names) are the proxy's to check.
+    if (ctx_.config.http_tls == "same") {
+      if (const auto refused = refused_client_names(ctx_, head.client_names))
+        return error_response({403, *refused, "permission_error"});
+    }
+    if (ctx_.auth) {
+      const std::string peer = FailedTokens::key(head.peer, head.header("X-Forwarded-For"), ctx_.config.trusted_proxies);
+      if (const auto wait = ctx_.failed_tokens.wait(peer); wait.count() > 0) {
+        const auto retry = std::to_string((wait.count() + 999) / 1000);
+        http::Response r = error_response({429, "too many refused tokens from " + peer + "; retry after " + retry + " s",
+                                           "rate_limit_error"});
+        r.headers = {{"Retry-After", retry}};
+        return r;
+      }
+      const std::string authorization = head.header("Authorization");
+      if (refused_token(ctx_, authorization.empty() ? std::nullopt : std::optional<std::string>(authorization), "http",
+                        head.method + " " + path, peer)) {
+        http::Response r = error_response({401, "a valid bearer token is required (Authorization: Bearer TOKEN)",
+                                           "authentication_error"});
+        r.headers.emplace_back("WWW-Authenticate", "Bearer");
+        r.delay = ctx_.failed_tokens.failed(peer);
+        return r;
+      }
+    }
+    if (!generate) return http::Response{200, "application/json", dump(models()), {}};
+    const std::string type = head.header("Content-Type");
+    if (type.substr(0, type.find(';')) != "application/json")
+      return error_response({415, "the body must be JSON, sent as Content-Type: application/json (got '" +
+                                      (type.empty() ? std::string("none") : log_text(type)) + "')"});
+    return std::nullopt;
   }
 
   json models() const {
@@ -354,63 +386,57 @@ class Endpoint {
     return j;
   }
 
-  void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+  // On a worker thread: a generation, whole or streamed as server-sent
+  // events (a chunk for each piece of text, then the finish, the usage when
+  // asked, and [DONE]). Refusals (429 for a full server) come before any
+  // byte of a stream; an error after the first byte goes out as an event,
+  // as OpenAI's does. A client that goes cancels its generation.
+  void complete(http::Exchange& ex) {
+    const bool chat = ex.head().path() == "/v1/chat/completions";
     try {
-      const std::string token = authorize(req);
-      auto job = std::make_shared<Job>(parse(req.body, chat));
-      const std::shared_ptr<Call> call = start(*job, token);
+      const std::optional<std::string> token = TokenAuth::bearer(ex.head().header("Authorization"));
+      auto job = std::make_shared<Job>(parse(ex.body(), chat));
+      const std::shared_ptr<Call> call = start(*job, ctx_.auth && token ? *token : "");
+      ex.on_gone([call] { call->context.TryCancel(); });
       if (!job->stream) {
         const Outcome o = drain(*call, *job, {});
         if (!o.status.ok()) throw from_status(o.status);
-        res.set_content(dump(whole(*job, o)), "application/json");
+        ex.respond({200, "application/json", dump(whole(*job, o)), {}});
         return;
       }
-      // Server-sent events: a chunk for each piece of text, then the finish
-      // (and usage when asked), then [DONE]. An error after the first byte
-      // goes out as an event, as OpenAI's does.
-      res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider("text/event-stream", [this, job, call](size_t, httplib::DataSink& sink) {
-        auto send = [&sink](const json& j) {
-          const std::string event = "data: " + dump(j) + "\n\n";
-          return sink.write(event.data(), event.size());
-        };
-        if (job->chat) send(chunk(*job, {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                         {"logprobs", nullptr}, {"finish_reason", nullptr}}));
-        const Outcome o = drain(*call, *job, [&](const std::string& piece) {
-          json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-          if (job->chat)
-            choice["delta"] = {{"content", piece}};
-          else
-            choice["text"] = piece;
-          return send(chunk(*job, choice));
-        });
-        if (!o.status.ok()) {
-          send(error_json(from_status(o.status)));
-        } else {
-          json last = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", o.finish}};
-          if (job->chat)
-            last["delta"] = json::object();
-          else
-            last["text"] = "";
-          send(chunk(*job, last));
-          if (job->include_usage) {
-            json u = chunk(*job, json());
-            u["choices"] = json::array();
-            u["usage"] = usage(*job, o);
-            send(u);
-          }
-        }
-        const std::string done = "data: [DONE]\n\n";
-        sink.write(done.data(), done.size());
-        sink.done();
-        return true;
+      if (!ex.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return;
+      auto send = [&ex](const json& j) { return ex.send("data: " + dump(j) + "\n\n"); };
+      if (job->chat)
+        send(chunk(*job, {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                          {"finish_reason", nullptr}}));
+      const Outcome o = drain(*call, *job, [&](const std::string& piece) {
+        json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+        if (job->chat)
+          choice["delta"] = {{"content", piece}};
+        else
+          choice["text"] = piece;
+        return send(chunk(*job, choice));
       });
+      if (!o.status.ok()) {
+        send(error_json(from_status(o.status)));
+      } else {
+        json last = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", o.finish}};
+        if (job->chat)
+          last["delta"] = json::object();
+        else
+          last["text"] = "";
+        send(chunk(*job, last));
+        if (job->include_usage) {
+          json u = chunk(*job, json());
+          u["choices"] = json::array();
+          u["usage"] = usage(*job, o);
+          send(u);
+        }
+      }
+      ex.send("data: [DONE]\n\n");
+      ex.end_stream();
     } catch (const HttpError& e) {
-      send_error(res, e);
-      // A full server: when to try again, as OpenAI's 429s say.
-      if (e.status == 429) res.set_header("Retry-After", "1");
-    } catch (const std::exception& e) {
-      send_error(res, {500, e.what(), "server_error"});
+      ex.respond(error_response(e));
     }
   }
 
@@ -425,68 +451,41 @@ class Endpoint {
 
 }  // namespace
 
-OpenAiHttp::OpenAiHttp(const std::string& listen, ServiceContext& ctx, std::shared_ptr<grpc::Channel> channel) {
-  if (!tokenizer_available(ctx.config.target_dir))
-    throw Error("http_listen: the OpenAI endpoint speaks text, and the target " + ctx.config.target_dir +
-                " ships no tokenizer");
-  tokenizer_ = std::make_unique<Tokenizer>(ctx.config.target_dir);
-  const auto [host, port] = split_host_port(listen, "http_listen");
+OpenAiHttp::OpenAiHttp(ServiceContext& ctx, std::shared_ptr<grpc::Channel> channel) {
+  const ServerConfig& c = ctx.config;
+  if (!tokenizer_available(c.target_dir))
+    throw Error("http_listen: the OpenAI endpoint speaks text, and the target " + c.target_dir + " ships no tokenizer");
+  tokenizer_ = std::make_unique<Tokenizer>(c.target_dir);
   auto endpoint = std::make_shared<Endpoint>(ctx, *tokenizer_, std::move(channel));
-  http_ = std::make_unique<httplib::Server>();
-  http_->set_payload_max_length(static_cast<size_t>(ctx.config.max_message_bytes));
-  http_->Get("/v1/models", [endpoint](const httplib::Request& req, httplib::Response& res) {
-    try {
-      endpoint->authorize(req);
-      res.set_content(dump(endpoint->models()), "application/json");
-    } catch (const HttpError& e) {
-      send_error(res, e);
-    }
-  });
-  http_->Post("/v1/completions", [endpoint](const httplib::Request& req, httplib::Response& res) {
-    endpoint->complete(req, res, false);
-  });
-  http_->Post("/v1/chat/completions", [endpoint](const httplib::Request& req, httplib::Response& res) {
-    endpoint->complete(req, res, true);
-  });
+  http::Limits limits;
+  limits.request_timeout_s = c.http_request_timeout_s;
+  limits.send_timeout_s = c.http_send_timeout_s;
+  limits.max_body_bytes = static_cast<uint64_t>(c.max_message_bytes);
+  limits.max_connections = c.http_max_connections;
+  limits.max_queued = c.http_max_queued;
+  // A worker holds a generation to its end: one for each session the
+  // server admits, and a few to answer the rest with 429s.
+  limits.workers = c.max_sessions + 4;
+  http::TlsFiles tls;
+  if (c.http_tls == "same") tls = {c.tls_cert, c.tls_key, c.tls_client_ca, c.tls_reload_s};
+  http::Handlers handlers;
+  handlers.check = [endpoint](const http::Head& head) { return endpoint->check(head); };
+  handlers.handle = [endpoint](http::Exchange& ex) { endpoint->complete(ex); };
   // The access log and the status counts: one line a request, with its
   // request id (X-Request-Id back to the client too).
-  http_->set_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {
-    if (res.status >= 100 && res.status < 600) ctx.counters.http_by_class[static_cast<size_t>(res.status / 100 - 1)].fetch_add(1);
-    spdlog::info("event=http_request id={} peer={}:{} method={} path=\"{}\" status={} bytes_in={}",
-                 res.get_header_value("X-Request-Id"), req.remote_addr, req.remote_port, log_text(req.method),
-                 log_text(req.path), res.status, req.body.size());
-  });
-  http_->set_pre_routing_handler([&ctx](const httplib::Request&, httplib::Response& res) {
-    res.set_header("X-Request-Id", "req-" + std::to_string(ctx.next_session_id.fetch_add(1)));
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  // An exception no handler caught: a 500 with no internals (cpp-httplib
-  // would put the exception's text in an EXCEPTION_WHAT header).
-  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, {500, "internal error", "server_error"});
-  });
-  const int64_t max_body = ctx.config.max_message_bytes;
-  http_->set_error_handler([max_body](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    // cpp-httplib answers these before any handler runs: say which limit.
-    std::string what = "no such endpoint or method";
-    if (res.status == 413)
-      what = "request body too large: a JSON body (Content-Type: application/json) may have up to " +
-             std::to_string(max_body) +
-             " bytes (max_message_bytes); one sent as a form (curl -d without -H 'Content-Type: application/json') "
-             "up to 8192";
-    else if (res.status == 400)
-      what = "malformed HTTP request";
-    send_error(res, {res.status, what, "invalid_request_error"});
-  });
-  port_ = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
-  if (port_ <= 0) throw Error("cannot listen for HTTP on " + listen + " (address in use or invalid?)");
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  handlers.done = [&ctx](const http::Head& head, int status, uint64_t bytes_in) {
+    if (status >= 100 && status < 600) ctx.counters.http_by_class[static_cast<size_t>(status / 100 - 1)].fetch_add(1);
+    spdlog::info("event=http_request id={} peer={}:{} method={} path=\"{}\" status={} bytes_in={}", head.request_id,
+                 head.peer, head.peer_port, log_text(head.method), log_text(head.path()), status, bytes_in);
+  };
+  handlers.next_id = [&ctx] { return "req-" + std::to_string(ctx.next_session_id.fetch_add(1)); };
+  http_ = std::make_unique<http::Server>(c.http_listen, limits, tls, std::move(handlers));
 }
 
-OpenAiHttp::~OpenAiHttp() {
-  http_->stop();
-  if (thread_.joinable()) thread_.join();
-}
+OpenAiHttp::~OpenAiHttp() { http_->stop(); }
+
+int OpenAiHttp::port() const { return http_->port(); }
+
+bool OpenAiHttp::tls() const { return http_->tls(); }
 
 }  // namespace splitspec
