@@ -14,10 +14,10 @@
 #   FUZZ_SKIP_BUILD  1: run the binaries already built
 #
 # Targets of a few sources are compiled directly (seconds). The others
-# (fuzz_early_exits, fuzz_session_requests) link the project's libraries, so
+# (fuzz_early_exits, fuzz_session_requests, fuzz_http_requests) link the project's libraries, so
 # the project is configured with clang-14 and -fsanitize=address,undefined,
 # fuzzer-no-link in $FUZZ_OUT/cmake (tests/fuzz/fuzz_targets.cmake adds the
-# two programs; -pthread on every source, as gRPC's headers want); the first
+# programs; -pthread on every source, as gRPC's headers want); the first
 # build takes a while, later ones are incremental.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,13 +48,14 @@ declare -A DIRECT_FLAGS=(
   [fuzz_lut_tables]="-D_Float16=__fp16 --rtlib=compiler-rt"
 )
 # Targets built with the project (gRPC, protobuf).
-CMAKE_TARGETS=(fuzz_early_exits fuzz_session_requests)
+CMAKE_TARGETS=(fuzz_early_exits fuzz_session_requests fuzz_http_requests)
 # Extra libFuzzer flags per target. A session input runs real target
 # forwards, so it may take seconds under the sanitizers (the 500-token prompt
 # seed about 11 s): only one past 60 s is reported as slow, past 180 s it is a
 # timeout (a finding).
 declare -A FLAGS=(
   [fuzz_session_requests]="-timeout=180 -report_slow_units=60"
+  [fuzz_http_requests]="-timeout=120 -report_slow_units=30"
 )
 
 ALL=(fuzz_model_config fuzz_safetensors fuzz_server_config fuzz_lut_tables "${CMAKE_TARGETS[@]}")

@@ -30,7 +30,9 @@ function(_splitspec_add_fuzz_targets)
   target_link_libraries(fuzz_early_exits PRIVATE splitspec_common)
   add_executable(fuzz_session_requests ${dir}/fuzz_session_requests.cpp)
   target_link_libraries(fuzz_session_requests PRIVATE splitspec_server splitspec_wire gRPC::grpc++)
-  foreach(t fuzz_early_exits fuzz_session_requests)
+  add_executable(fuzz_http_requests ${dir}/fuzz_http_requests.cpp)
+  target_link_libraries(fuzz_http_requests PRIVATE splitspec_server)
+  foreach(t fuzz_early_exits fuzz_session_requests fuzz_http_requests)
     target_compile_definitions(${t} PRIVATE SPLITSPEC_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
     # libFuzzer's main: only the fuzz programs link it (the libraries are
     # built with fuzzer-no-link, for coverage).
