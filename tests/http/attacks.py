@@ -206,6 +206,7 @@ def main():
         report("5", line.startswith("HTTP/1.1 200"),
                "after 4 long requests whose clients left at 0.5 s: %r" % line)
 
+        idle(ports["metrics"])
         # 6. Memory and depth: 2 MB of '[' and 1000-deep nesting.
         line6a, _, _ = exchange(http, post(b"[" * 2000000), timeout=30)
         line6b, _, _ = exchange(http, post(b'{"prompt": "x", "max_tokens": 1, "user": ' + b"[" * 1000 + b"]" * 1000 + b"}"),
