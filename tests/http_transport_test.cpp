@@ -98,6 +98,32 @@ TEST(HttpTransport, KeepAliveAndPipelinedRequestsAreAnsweredInOrder) {
   EXPECT_TRUE(c.closed_within(2));
 }
 
+// The next pipelined request waits for the last one's worker to return, not
+// only for its last byte: found by the fuzz target as a 500 among streams.
+TEST(HttpTransport, PipelinedStreamsFollowEachOtherWhole) {
+  Handlers h = echo();
+  h.handle = [](Exchange& ex) {
+    ex.begin_stream(200, "text/event-stream", {});
+    ex.send("data: " + ex.body() + "\n\n");
+    ex.end_stream();
+    // Work after the last byte, as a handler's cleanup does.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  };
+  Server s("127.0.0.1:0", {}, {}, h);
+  Client c(s.port());
+  std::string all;
+  for (int i = 0; i < 20; ++i) all += post("n" + std::to_string(i));
+  ASSERT_TRUE(c.send(all));
+  const std::string got = c.read_until("data: n19");
+  EXPECT_EQ(got.find(" 500 "), std::string::npos) << got;
+  size_t at = 0;
+  for (int i = 0; i < 20; ++i) {
+    const size_t next = got.find("data: n" + std::to_string(i) + "\n", at);
+    ASSERT_NE(next, std::string::npos) << "answer " << i << " missing or out of order";
+    at = next;
+  }
+}
+
 TEST(HttpTransport, TheHeadIsCheckedBeforeTheBodyIsRead) {
   Handlers h = echo();
   h.check = [](const Head& head) {

@@ -279,11 +279,12 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
 
   void respond(Response r) override {
     responded_ = true;
+    ended_ = true;
     std::string out = status_line(r.status) + "Content-Type: " + r.content_type +
                       "\r\nContent-Length: " + std::to_string(r.body.size()) + "\r\n" + header_lines(r.headers) +
                       "X-Request-Id: " + head_.request_id + "\r\nConnection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n" + r.body;
     net::post(executor(), [self = this->shared_from_this(), out = std::move(out), status = r.status]() mutable {
-      self->write(std::move(out), [self, status](bool) { self->finish(status); });
+      self->write(std::move(out), [self, status](bool) { self->complete_one(status); });
     });
   }
 
@@ -306,10 +307,11 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
   }
 
   void end_stream() override {
+    ended_ = true;
     net::post(executor(), [self = this->shared_from_this()] {
       const int status = self->stream_status_;
-      if (!self->chunked_ || self->failed_) return self->finish(status);
-      self->write("0\r\n\r\n", [self, status](bool) { self->finish(status); });
+      if (!self->chunked_ || self->failed_) return self->complete_one(status);
+      self->write("0\r\n\r\n", [self, status](bool) { self->complete_one(status); });
     });
   }
 
@@ -327,10 +329,14 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
       server_.handlers.handle(*this);
     } catch (const std::exception& e) {
       spdlog::error("event=http_handler_error id={} error=\"{}\"", head_.request_id, e.what());
-      if (!responded_) respond(internal_error());
-      else if (chunked_) end_stream();
     }
-    if (!responded_) respond(internal_error());
+    if (!responded_)
+      respond(internal_error());
+    else if (!ended_)
+      end_stream();
+    // The next request on this connection waits for this: the worker touches
+    // the request's state until here.
+    net::post(executor(), [self = this->shared_from_this()] { self->complete_one(0); });
   }
 
  private:
@@ -434,8 +440,11 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
     body_ = parser_->release().body();
     parser_.reset();
     responded_ = false;
+    ended_ = false;
     chunked_ = false;
     failed_ = false;
+    // Done when both the answer's last write and the worker have returned.
+    pending_ = 2;
     if (!server_.enqueue(this->shared_from_this())) {
       keep_alive_ = false;
       return refuse(Response{503, "application/json",
@@ -527,6 +536,13 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
     return result.get();
   }
 
+  // One of a handled request's two ends (its last write, with its status;
+  // its worker's return, with 0).
+  void complete_one(int status) {
+    if (status > 0) final_status_ = status;
+    if (--pending_ == 0) finish(final_status_);
+  }
+
   // A response has gone out (or failed): log it, then the next request.
   void finish(int status) {
     on_gone_ = nullptr;
@@ -562,7 +578,12 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
   bool gone_ = false;
   bool watching_ = false;
   bool awaiting_ = false;
+  // Set by the worker while it runs, read by it and, after its return, by the
+  // next request's dispatch.
   bool responded_ = false;
+  bool ended_ = false;
+  int pending_ = 0;
+  int final_status_ = 500;
   bool chunked_ = false;
   std::atomic<bool> failed_{false};
   std::function<void()> on_gone_;

@@ -208,11 +208,16 @@ def main():
 
         idle(ports["metrics"])
         # 6. Memory and depth: 2 MB of '[' and 1000-deep nesting.
+        def peak_mb():
+            with open("/proc/%d/status" % p.pid) as f:
+                return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) / 1024
+        before = peak_mb()
         line6a, _, _ = exchange(http, post(b"[" * 2000000), timeout=30)
+        grew = peak_mb() - before
         line6b, _, _ = exchange(http, post(b'{"prompt": "x", "max_tokens": 1, "user": ' + b"[" * 1000 + b"]" * 1000 + b"}"),
                                 timeout=30)
-        report("6", line6a.startswith("HTTP/1.1 4") and line6b.startswith("HTTP/1.1 400"),
-               "2 MB of '[': %r; nested 1000 deep: %r" % (line6a, line6b))
+        report("6", line6a.startswith("HTTP/1.1 4") and grew < 32 and line6b.startswith("HTTP/1.1 400"),
+               "2 MB of '[': %r, peak memory +%.0f MB; nested 1000 deep: %r" % (line6a, grew, line6b))
 
         # 7. Bytes that are not UTF-8; no exception text in headers.
         line, answer, _ = exchange(http, post(b'{"prompt": "\xff\xfe"}'))
