@@ -15,6 +15,7 @@
 #include <random>
 
 #include "common/decoding/token_tree.h"
+#include "common/kernels/parallel.h"
 #include "common/kernels/quant.h"
 #include "common/kernels/threads.h"
 #include "common/model/model.h"
@@ -64,6 +65,24 @@ TEST(Kernels, LinearIndependentOfThreadCount) {
   const at::Tensor two = kernel_linear(x, w);
   set_compute_threads(before);
   EXPECT_TRUE(at::equal(one, two));
+}
+
+// A forward gets the threads its work is worth, never more than the
+// caller's, and the caller's count is back afterwards.
+TEST(Kernels, AForwardsThreadsFollowItsWork) {
+  const int before = compute_threads();
+  set_compute_threads(2);
+  EXPECT_EQ(kernels::threads_for(1'400'000), 1) << "the demo draft's step";
+  EXPECT_EQ(kernels::threads_for(2 * 1'400'000), 1);
+  EXPECT_EQ(kernels::threads_for(8'200'000), 2) << "the demo target's step";
+  EXPECT_EQ(kernels::threads_for(2 * kernels::kMacsPerThread), 2);
+  EXPECT_EQ(kernels::threads_for(int64_t{1} << 40), 2) << "never past the caller's count";
+  {
+    const kernels::ScopedThreads one(1);
+    EXPECT_EQ(compute_threads(), 1);
+  }
+  EXPECT_EQ(compute_threads(), 2);
+  set_compute_threads(before);
 }
 
 TEST(Kernels, AttentionRowDependsOnlyOnItsVisibleSlots) {

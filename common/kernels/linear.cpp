@@ -206,6 +206,14 @@ int threads() {
   return d > 0 ? d : 1;
 }
 
+int threads_for(int64_t macs) {
+  return static_cast<int>(std::clamp<int64_t>(macs / kMacsPerThread, 1, threads()));
+}
+
+ScopedThreads::ScopedThreads(int n) : saved_(t_threads) { t_threads = std::max(1, n); }
+
+ScopedThreads::~ScopedThreads() { t_threads = saved_; }
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return "scalar";

@@ -15,6 +15,7 @@
 #include "common/kernels/kernels.h"
 #include "common/model/digest_cache.h"
 #include "common/kernels/linear.h"
+#include "common/kernels/parallel.h"
 #include "common/kernels/quant.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/vocab.h"
@@ -298,6 +299,10 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
       seqs.back().visible_local = within_window(seqs.back().visible, req, cache.size(), c.sliding_window);
     n += seqs.back().n;
   }
+
+  // As many threads as the forward's work is worth (kernels::threads_for):
+  // a draft's step runs on one, a target's verification on all.
+  const kernels::ScopedThreads threads(kernels::threads_for(c.num_parameters() * n));
 
   // Each row's RoPE angles, copied from the tables (contiguous [n, rotary/2]);
   // the local layers' too.
