@@ -179,8 +179,9 @@ TEST(HttpTransport, ARequestTricklingPastItsDeadlineIsClosed) {
     closed = c.closed_within(0.1);
   }
   EXPECT_TRUE(closed);
+  // Margins for a loaded machine: the point is that steady trickling does not extend it.
   EXPECT_GT(since(t0), 0.4);
-  EXPECT_LT(since(t0), 1.5);
+  EXPECT_LT(since(t0), 3.0);
 }
 
 TEST(HttpTransport, AReaderThatNeverReadsLosesItsStreamAtTheSendDeadline) {
@@ -294,7 +295,7 @@ TEST(HttpTransport, StopIsPromptWhateverTheSocketsDo) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto t0 = Clock::now();
   s->stop();
-  EXPECT_LT(since(t0), 1.5);
+  EXPECT_LT(since(t0), 3.0);
   for (auto& c : slow) EXPECT_TRUE(c->closed_within(1));
 }
 
