@@ -184,6 +184,19 @@ TEST(HttpTransport, ARequestTricklingPastItsDeadlineIsClosed) {
   EXPECT_LT(since(t0), 3.0);
 }
 
+// After a 100 Continue the body still has the request's deadline (found by
+// libFuzzer: a short body after Expect: 100-continue held its connection).
+TEST(HttpTransport, ABodyAfter100ContinueKeepsTheRequestDeadline) {
+  Limits l;
+  l.request_timeout_s = 0.5;
+  Server s("127.0.0.1:0", l, {}, echo());
+  Client c(s.port());
+  ASSERT_TRUE(c.send("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 32\r\nExpect: 100-continue\r\n\r\n{\"short\""));
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(c.closed_within(5));
+  EXPECT_LT(since(t0), 3.0);
+}
+
 TEST(HttpTransport, AReaderThatNeverReadsLosesItsStreamAtTheSendDeadline) {
   Limits l;
   l.send_timeout_s = 0.5;

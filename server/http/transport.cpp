@@ -355,8 +355,9 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
 
   // The socket closes when `s` seconds pass before disarm(): a request's
   // head and body, a handshake, one write.
-  void arm(double s) {
-    deadline_.expires_after(seconds(s));
+  void arm(double s) { arm_at(Clock::now() + seconds(s)); }
+  void arm_at(Clock::time_point until) {
+    deadline_.expires_at(until);
     deadline_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (!ec) {
         spdlog::debug("event=http_deadline peer={} id={}", self->peer_, self->head_.request_id);
@@ -371,7 +372,8 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
     parser_.emplace();
     parser_->header_limit(server_.limits.max_header_bytes);
     parser_->body_limit(server_.limits.max_body_bytes);
-    arm(server_.limits.request_timeout_s);
+    request_until_ = Clock::now() + seconds(server_.limits.request_timeout_s);
+    arm_at(request_until_);
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_head(ec); });
   }
@@ -412,7 +414,9 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
     }
     if (refusal) return refuse(std::move(*refusal));
     if (parser_->is_done()) return dispatch();
+    // The body keeps the request's deadline (a 100 Continue's write has its own in between).
     auto read_body = [self = this->shared_from_this()] {
+      self->arm_at(self->request_until_);
       bhttp::async_read(self->stream_, self->buffer_, *self->parser_,
                         [self](beast::error_code ec, size_t) { self->on_body(ec); });
     };
@@ -562,6 +566,7 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
   std::shared_ptr<void> keep_;
   Stream stream_;
   net::steady_timer deadline_;
+  Clock::time_point request_until_;
   net::steady_timer delay_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;

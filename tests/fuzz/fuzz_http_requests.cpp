@@ -83,8 +83,19 @@ splitspec::Server& live() {
   return *server;
 }
 
-int connect_to(int port) {
+// Each input comes from its own loopback address (127.0.0.2 on), so that
+// the failed-token delay one input earns (failed_tokens.h) does not slow
+// the inputs after it: that delay has its own test.
+int connect_to(int port, bool own_address = false) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (own_address) {
+    static uint32_t next = 2;
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl((127u << 24) | (next++ & 0xffffff));
+    if (next > 0xfffffe) next = 2;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) fail("cannot bind a loopback source address");
+  }
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
@@ -169,7 +180,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   splitspec::Server& s = live();
   const uint8_t flags = data[0];
   const std::string bytes(reinterpret_cast<const char*>(data + 1), size - 1);
-  const int fd = connect_to(s.http_port());
+  const int fd = connect_to(s.http_port(), true);
   size_t at = 0;
   while (at < bytes.size()) {
     const size_t n = (flags & 1) ? std::min<size_t>(1 + (at * 7 + 3) % 8, bytes.size() - at) : bytes.size() - at;
