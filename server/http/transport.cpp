@@ -9,6 +9,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -40,19 +41,28 @@ namespace {
 
 Clock::duration seconds(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 
-std::string status_line(int status) {
-  return "HTTP/1.1 " + std::to_string(status) + " " +
-         std::string(bhttp::obsolete_reason(static_cast<bhttp::status>(status))) + "\r\n";
+// A response's status line and headers, up to the blank line; an empty
+// request id is left out.
+std::string head_lines(int status, const std::string& content_type, const Headers& headers,
+                       const std::string& request_id, bool keep_alive, const std::string& framing) {
+  std::string s = "HTTP/1.1 " + std::to_string(status) + " " +
+                  std::string(bhttp::obsolete_reason(static_cast<bhttp::status>(status))) +
+                  "\r\nContent-Type: " + content_type + "\r\n" + framing;
+  for (const auto& [k, v] : headers) s += k + ": " + v + "\r\n";
+  if (!request_id.empty()) s += "X-Request-Id: " + request_id + "\r\n";
+  return s + "Connection: " + (keep_alive ? "keep-alive" : "close") + "\r\n\r\n";
 }
 
+// A whole response, its length given.
+std::string whole(const Response& r, const std::string& request_id, bool keep_alive) {
+  return head_lines(r.status, r.content_type, r.headers, request_id, keep_alive,
+                    "Content-Length: " + std::to_string(r.body.size()) + "\r\n") +
+         r.body;
+}
+
+// The same shape as the endpoint's errors (openai.cpp).
 std::string error_body(const std::string& message, const char* type = "invalid_request_error") {
-  // The same shape as the endpoint's errors; the messages here are ours, plain ASCII.
-  std::string escaped;
-  for (char c : message) {
-    if (c == '"' || c == '\\') escaped += '\\';
-    escaped += c;
-  }
-  return std::string("{\"error\":{\"message\":\"") + escaped + "\",\"type\":\"" + type + "\",\"param\":null,\"code\":null}}";
+  return nlohmann::json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}}.dump();
 }
 
 Response internal_error() { return {500, "application/json", error_body("internal error", "server_error"), {}}; }
@@ -280,9 +290,7 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
   void respond(Response r) override {
     responded_ = true;
     ended_ = true;
-    std::string out = status_line(r.status) + "Content-Type: " + r.content_type +
-                      "\r\nContent-Length: " + std::to_string(r.body.size()) + "\r\n" + header_lines(r.headers) +
-                      "X-Request-Id: " + head_.request_id + "\r\nConnection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n" + r.body;
+    std::string out = whole(r, head_.request_id, keep_alive_);
     net::post(executor(), [self = this->shared_from_this(), out = std::move(out), status = r.status]() mutable {
       self->write(std::move(out), [self, status](bool) { self->complete_one(status); });
     });
@@ -294,9 +302,8 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
     // HTTP/1.0 has no chunks: the body ends with the connection.
     chunked_ = version_ >= 11;
     if (!chunked_) keep_alive_ = false;
-    return send_now(status_line(status) + "Content-Type: " + content_type + "\r\n" + header_lines(headers) +
-                    "X-Request-Id: " + head_.request_id + "\r\n" + (chunked_ ? "Transfer-Encoding: chunked\r\n" : "") +
-                    "Connection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n");
+    return send_now(head_lines(status, content_type, headers, head_.request_id, keep_alive_,
+                               chunked_ ? "Transfer-Encoding: chunked\r\n" : ""));
   }
 
   bool send(const std::string& bytes) override {
@@ -345,12 +352,6 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
       return stream_.next_layer();
     else
       return stream_;
-  }
-
-  static std::string header_lines(const Headers& headers) {
-    std::string s;
-    for (const auto& [k, v] : headers) s += k + ": " + v + "\r\n";
-    return s;
   }
 
   // The socket closes when `s` seconds pass before disarm(): a request's
@@ -499,9 +500,7 @@ class Connection final : public Conn, public Exchange, public std::enable_shared
     if (parser_ && !parser_->is_done()) keep_alive_ = false;
     if (r.status == 400 || r.status == 431 || r.status == 413) keep_alive_ = false;
     const int status = r.status;
-    std::string out = status_line(status) + "Content-Type: " + r.content_type + "\r\nContent-Length: " +
-                      std::to_string(r.body.size()) + "\r\n" + header_lines(r.headers) + "X-Request-Id: " +
-                      head_.request_id + "\r\nConnection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n" + r.body;
+    std::string out = whole(r, head_.request_id, keep_alive_);
     auto send = [self = this->shared_from_this(), out = std::move(out), status]() mutable {
       self->write(std::move(out), [self, status](bool) { self->finish(status); });
     };
@@ -610,9 +609,10 @@ void Server::Impl::adopt(tcp::socket socket) {
     // client sees its connection closed.
     beast::error_code ec;
     if (!tls) {
-      const std::string body = error_body("the server has too many open connections; retry shortly", "server_error");
-      const std::string out = status_line(503) + "Content-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + body;
+      const std::string out =
+          whole({503, "application/json", error_body("the server has too many open connections; retry shortly", "server_error"),
+                 {{"Retry-After", "1"}}},
+                "", false);
       socket.non_blocking(true, ec);
       socket.write_some(net::buffer(out), ec);
     }

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 
-from harness import PROMPT, fail, target
+from harness import PROMPT, start_server, target
 
 BIN, SOURCE = sys.argv[1:3]
 LLAMACPP = sys.argv[3] if len(sys.argv) > 3 else ""
@@ -36,24 +36,9 @@ sys.path.insert(0, os.path.join(SOURCE, "tests", "families"))
 def server(args, name, grace=10):
     """A server with `args` (no flags newer than the oldest build tried)."""
     err = open(os.path.join(TMP, name + ".err"), "w+")
-    p = subprocess.Popen([os.path.join(BIN, "splitspec-server"), "--target", target(SOURCE), "--listen", "127.0.0.1:0",
-                          "--http-listen", "127.0.0.1:0", "--threads", "1", "--log-level", "info",
-                          "--shutdown-grace-s", str(grace), *args], stderr=err)
-    ports = {}
-    for _ in range(600):
-        err.seek(0)
-        log = err.read()
-        for event in ("serving", "http", "metrics"):
-            m = re.search(r"event=%s listen=\S+ port=(\d+)" % event, log)
-            if m:
-                ports[event] = int(m.group(1))
-        if "http" in ports and "serving" in ports:
-            time.sleep(0.2)
-            return p, ports, err
-        if p.poll() is not None:
-            fail("the server exited: " + log)
-        time.sleep(0.1)
-    fail("the server did not start")
+    want = ("serving", "http") + (("metrics",) if "--metrics-listen" in args else ())
+    p, ports, _ = start_server(BIN, SOURCE, ["--shutdown-grace-s", str(grace), *args], err, want=want)
+    return p, ports, err
 
 
 def stop(p):
@@ -322,19 +307,9 @@ def chat_markers():
     subprocess.run([os.path.join(BIN, "splitspec"), "convert", "--random-init", TMP + "/qwen.json", "--tokenizer", vocab,
                     "--to-gguf", TMP + "/qwen.gguf"], check=True, capture_output=True)
     err = open(os.path.join(TMP, "qwen.err"), "w+")
-    p = subprocess.Popen([os.path.join(BIN, "splitspec-server"), "--target", TMP + "/qwen.gguf", "--listen", "127.0.0.1:0",
-                          "--http-listen", "127.0.0.1:0", "--threads", "1", "--chat-template", "chatml",
-                          "--log-level", "info"], stderr=err)
+    p, ports, _ = start_server(BIN, SOURCE, ["--chat-template", "chatml"], err, want=("http",), model=TMP + "/qwen.gguf")
+    port = ports["http"]
     try:
-        port = None
-        for _ in range(600):
-            err.seek(0)
-            m = re.search(r"event=http listen=\S+ port=(\d+)", err.read())
-            if m:
-                port = int(m.group(1))
-                break
-            time.sleep(0.1)
-
         def prompt_tokens(content):
             body = {"messages": [{"role": "user", "content": content}], "max_tokens": 1}
             _, answer, _ = exchange(port, post(body).replace(b"/v1/completions", b"/v1/chat/completions"))

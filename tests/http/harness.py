@@ -24,10 +24,11 @@ def openai_package(material):
     return os.path.abspath(os.path.join(material, "npm", "node_modules", "openai"))
 
 
-def start_server(bin_dir, source, args, err, want=("serving", "http")):
-    """A server on free ports with `args`, its log in the file `err`; returns
-    the process, {event: port} for the `want` start lines, and the log."""
-    server = subprocess.Popen([os.path.join(bin_dir, "splitspec-server"), "--target", target(source), "--listen",
+def start_server(bin_dir, source, args, err, want=("serving", "http"), model=None):
+    """A server of `model` (the demo target by default) on free ports with
+    `args`, its log in the file `err`; returns the process, {event: port}
+    for the `want` start lines, and the log."""
+    server = subprocess.Popen([os.path.join(bin_dir, "splitspec-server"), "--target", model or target(source), "--listen",
                                "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--threads", "1", "--log-level", "info",
                                *args], stderr=err)
     ports, log = {}, ""
