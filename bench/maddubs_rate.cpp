@@ -1,9 +1,11 @@
 // How many AVX2 byte products (vpmaddubsw) and word products (vpmaddwd) this
-// CPU retires a nanosecond, mixed as the packed K-quant bodies mix them: the
-// floor under what each extra activation row of a k-token forward costs
-// (docs/model-families.md, "k-token forwards"). Twelve independent chains
-// hide the latency; the empty asm keeps every chain's result live.
-//   g++ -O2 -mavx2 bench/maddubs_rate.cpp -o build/maddubs_rate && build/maddubs_rate
+// CPU retires a nanosecond, mixed as the packed K-quant bodies mix them, and
+// on a VNNI machine how many multiply-adds vpdpbusd does a nanosecond in
+// 256- and 512-bit vectors: the floor under what each extra activation row
+// of a k-token forward costs (docs/model-families.md, "k-token forwards").
+// Independent chains hide the latency; the empty asm keeps every chain's
+// result live.
+//   g++ -O2 -march=native bench/maddubs_rate.cpp -o build/maddubs_rate && build/maddubs_rate
 #include <immintrin.h>
 
 #include <chrono>
@@ -11,20 +13,18 @@
 
 namespace {
 
-constexpr int kChains = 12;
-
-template <class Step>
+template <class V = __m256i, int kChains = 12, class Step>
 double per_ns(Step step, int ops_per_iter) {
-  __m256i a[kChains];
-  for (int i = 0; i < kChains; ++i) a[i] = _mm256_set1_epi8(static_cast<char>(i + 1));
-  const __m256i b = _mm256_set1_epi8(3);
+  V a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = V{} + static_cast<char>(i + 1);
+  const V b = V{} + static_cast<char>(3);
   const long iters = 20'000'000;
   const auto t0 = std::chrono::steady_clock::now();
   for (long n = 0; n < iters; ++n) {
-#pragma GCC unroll 12
+#pragma GCC unroll 24
     for (int i = 0; i < kChains; ++i) a[i] = step(a[i], b);
-#pragma GCC unroll 12
-    for (int i = 0; i < kChains; ++i) asm volatile("" : "+x"(a[i]));
+#pragma GCC unroll 24
+    for (int i = 0; i < kChains; ++i) asm volatile("" : "+v"(a[i]));
   }
   const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   return static_cast<double>(iters) * kChains * ops_per_iter / ns;
@@ -53,5 +53,12 @@ int main() {
         },
         3);
     std::printf("products (vpmaddubsw + vpmaddwd) per ns: Q4_K's mix %.2f, Q6_K's mix %.2f\n", q4k, q6k);
+#if defined(__AVX512VNNI__)
+    // 24 chains: fewer left this Zen 5's vpdpbusd waiting on its latency.
+    using Z = __m512i;
+    const double y = per_ns<__m256i, 24>([](__m256i a, __m256i b) { return _mm256_dpbusd_epi32(a, b, b); }, 32);
+    const double z = per_ns<Z, 24>([](Z a, Z b) { return _mm512_dpbusd_epi32(a, b, b); }, 64);
+    std::printf("vpdpbusd multiply-adds per ns: 256-bit %.0f, 512-bit %.0f\n", y, z);
+#endif
   }
 }

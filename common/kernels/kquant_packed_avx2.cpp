@@ -11,7 +11,7 @@ namespace {
 // madd then multiplies both by the scale and adds them. The 16 bits hold a
 // Q4_K sub-block's eight steps (at most 8 x 2 x 15 x 127 = 30480) and two
 // of Q6_K's (2 x 2 x 63 x 127 = 32004).
-struct Maddubs {
+struct Maddubs : Lanes8 {
   static constexpr int q4k_run = 8, q6k_run = 2;
   static __m256i step(__m256i part, __m256i q, __m256i x) { return _mm256_add_epi16(part, _mm256_maddubs_epi16(q, x)); }
   static __m256i q4k_apply(__m256i isum, __m256i part, __m256i s) { return _mm256_add_epi32(isum, _mm256_madd_epi16(part, s)); }
@@ -19,10 +19,9 @@ struct Maddubs {
   // Byte b of each lane in both of its 16-bit halves.
   static __m256i q4k_scale(__m256i u, int b) {
     const char i = static_cast<char>(b), z = static_cast<char>(0x80);
-    return _mm256_shuffle_epi8(u, _mm256_setr_epi8(i, z, i, z, i + 4, z, i + 4, z, i + 8, z, i + 8, z, i + 12, z, i + 12, z,
-                                                   i, z, i, z, i + 4, z, i + 4, z, i + 8, z, i + 8, z, i + 12, z, i + 12, z));
+    return shuffle(u, _mm_setr_epi8(i, z, i, z, i + 4, z, i + 4, z, i + 8, z, i + 8, z, i + 12, z, i + 12, z));
   }
-  static __m256i q6k_scale(const uint8_t* p) {
+  static __m256i q6k_scale(const uint8_t* p, int64_t) {
     const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), dup));
   }

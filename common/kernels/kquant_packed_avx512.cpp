@@ -1,9 +1,10 @@
-// The packed Q4_K and Q6_K integer products with VNNI's vpdpbusd (AVX-512
-// VL's 256-bit form), in the packed x86 skeleton (kquant_packed_x86.h): one
-// instruction multiplies each lane's four quant bytes by its four
-// activation bytes and adds all four to the lane's 32 bits, where AVX2
-// needs maddubs, an add and a madd. Built with the avx512 body's flags and
-// called only after linear.cpp's check for them.
+// The packed Q4_K and Q6_K integer products with VNNI's vpdpbusd, in the
+// packed x86 skeleton (kquant_packed_x86.h): one instruction multiplies
+// each lane's four quant bytes by its four activation bytes and adds all
+// four to the lane's 32 bits, where AVX2 needs maddubs, an add and a madd.
+// Two groups of eight rows side by side in 512-bit vectors; a last group
+// left over in the 256-bit form (AVX-512 VL). Built with the avx512 body's
+// flags and called only after linear.cpp's check for them.
 #include <immintrin.h>
 
 // GCC 12's AVX-512 headers build their "undefined" vectors as `__Y = __Y`,
@@ -17,25 +18,95 @@ namespace splitspec::kernels::avx512 {
 
 namespace {
 
+// Two groups of eight rows, the first in the low half: each product
+// instruction does twice the work of a 256-bit one, and on Zen 5 retires
+// at 0.7x its rate (bench/results/k_token.md, "Two groups a vector").
+struct Lanes16 {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int kGroups = 2;
+  static I load(const uint8_t* p, int64_t gap) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(Lanes8::load(p, 0)), Lanes8::load(p + gap, 0), 1);
+  }
+  static F halves(const uint8_t* p, int64_t gap) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + gap));
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
+  }
+  static I bytes16(const uint8_t* p, int64_t gap, __m128i order) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(Lanes8::bytes16(p, 0, order)), Lanes8::bytes16(p + gap, 0, order), 1);
+  }
+  static I four(const int8_t* x) {
+    int32_t v;
+    std::memcpy(&v, x, 4);
+    return _mm512_set1_epi32(v);
+  }
+  static I shuffle(I v, __m128i order) { return _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(order)); }
+  static I zero() { return _mm512_setzero_si512(); }
+  static I set8(char c) { return _mm512_set1_epi8(c); }
+  static I set32(int32_t v) { return _mm512_set1_epi32(v); }
+  static I and_(I a, I b) { return _mm512_and_si512(a, b); }
+  static I or_(I a, I b) { return _mm512_or_si512(a, b); }
+  static I add32(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I sub32(I a, I b) { return _mm512_sub_epi32(a, b); }
+  static I madd16(I a, I b) { return _mm512_madd_epi16(a, b); }
+  static I srli16(I v, int n) { return _mm512_srli_epi16(v, n); }
+  static I slli16(I v, int n) { return _mm512_slli_epi16(v, n); }
+  static I srli32(I v, int n) { return _mm512_srli_epi32(v, n); }
+  static I slli32(I v, int n) { return _mm512_slli_epi32(v, n); }
+  static F fzero() { return _mm512_setzero_ps(); }
+  static F fset(float v) { return _mm512_set1_ps(v); }
+  static F cvt(I v) { return _mm512_cvtepi32_ps(v); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F neg(F v) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN))); }
+  static void store(float* out, F v) { _mm512_storeu_ps(out, v); }
+};
+
 // A part is a lane's exact 32-bit sum. Half a Q4_K sub-block's (at most 16
 // x 15 x 127 = 30480) fits the lane's low 16 bits, sign-extended, so one
 // vpdpwssd against the scale in the low half (0 in the high) multiplies and
 // adds it: a Q4_K sub-block takes two, one micro-op each, where one vpmulld
 // (two on the ports vpdpbusd uses) and an add took three. A Q6_K
 // sub-block's (16 x 63 x 127) needs the full 32 bits, so vpmulld.
-struct Dpbusd {
+template <class L>
+struct Dpbusd;
+
+template <>
+struct Dpbusd<Lanes8> : Lanes8 {
   static constexpr int q4k_run = 4, q6k_run = 4;
-  static __m256i step(__m256i part, __m256i q, __m256i x) { return _mm256_dpbusd_epi32(part, q, x); }
-  static __m256i q4k_apply(__m256i isum, __m256i part, __m256i s) { return _mm256_dpwssd_epi32(isum, part, s); }
-  static __m256i q6k_apply(__m256i isum, __m256i part, __m256i s) { return _mm256_add_epi32(isum, _mm256_mullo_epi32(part, s)); }
-  static __m256i q4k_scale(__m256i u, int b) { return _mm256_and_si256(_mm256_srli_epi32(u, 8 * b), _mm256_set1_epi32(0xff)); }
-  static __m256i q6k_scale(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  static I step(I part, I q, I x) { return _mm256_dpbusd_epi32(part, q, x); }
+  static I q4k_apply(I isum, I part, I s) { return _mm256_dpwssd_epi32(isum, part, s); }
+  static I q6k_apply(I isum, I part, I s) { return _mm256_add_epi32(isum, _mm256_mullo_epi32(part, s)); }
+  static I q4k_scale(I u, int b) { return and_(srli32(u, 8 * b), set32(0xff)); }
+  static I q6k_scale(const uint8_t* p, int64_t) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+};
+
+template <>
+struct Dpbusd<Lanes16> : Lanes16 {
+  static constexpr int q4k_run = 4, q6k_run = 4;
+  static I step(I part, I q, I x) { return _mm512_dpbusd_epi32(part, q, x); }
+  static I q4k_apply(I isum, I part, I s) { return _mm512_dpwssd_epi32(isum, part, s); }
+  static I q6k_apply(I isum, I part, I s) { return _mm512_add_epi32(isum, _mm512_mullo_epi32(part, s)); }
+  static I q4k_scale(I u, int b) { return and_(srli32(u, 8 * b), set32(0xff)); }
+  static I q6k_scale(const uint8_t* p, int64_t gap) {
+    return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                                                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + gap))));
+  }
 };
 
 }  // namespace
 
+// Fewer than four activation rows take the 256-bit form: a 512-bit vector
+// reads its two groups as two streams of memory, and on Zen 5 those
+// forwards, which wait on memory, then took 1.25x the time (the 1B-class
+// Q4_K_M 1-token forward 31 ms against 24); from four rows on, the products
+// set the time and the wider form wins (k_token.md, "Two groups a vector").
 void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y) {
-  kquant_packed_rows_with<Dpbusd>(w, r0, r1, x, y);
+  if (x.rows >= 4)
+    kquant_packed_rows_with<Dpbusd<Lanes16>, Dpbusd<Lanes8>>(w, r0, r1, x, y);
+  else
+    kquant_packed_rows_with<Dpbusd<Lanes8>>(w, r0, r1, x, y);
 }
 
 }  // namespace splitspec::kernels::avx512
