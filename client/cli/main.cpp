@@ -46,26 +46,6 @@ int main(int argc, char** argv) {
     if (is_training_command(word)) return run_training_program(argv);
     break;
   }
-  // Benchmarks of one process own the machine: workers that spin between
-  // the forward's many short parallel regions instead of sleeping save their
-  // wake-up latency (measured: a 50M-parameter Q4_0 decode step on 2
-  // threads, 1.40 ms sleeping, 0.94 ms spinning). llama.cpp's thread pool
-  // spins too. Elsewhere the default stays: where a client and a server
-  // share the cores (bench edge-cloud, bench load and its server child,
-  // bench drafters --server), a spinning thread holds the core a preempted
-  // one needs (a 2-vCPU run beside another busy process reached 100x the
-  // time a token: bench/results/threads.md).
-  const auto own_machine = [&] {
-    if (argc < 3 || std::string(argv[1]) != "bench") return false;
-    for (int i = 3; i < argc; ++i)
-      if (std::string(argv[i]).rfind("--server", 0) == 0) return false;
-    const std::string sub = argv[2];
-    return sub == "forward" || sub == "exits" || sub == "local" || sub == "drafters";
-  };
-  if (own_machine() && !std::getenv("OMP_WAIT_POLICY")) {
-    setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
-    execv("/proc/self/exe", argv);
-  }
   CLI::App app{"SplitSpec: exact speculative decoding for edge devices and servers"};
   splitspec::cli::setup_cli(app, "splitspec");
   std::vector<splitspec::cli::Command> commands = {

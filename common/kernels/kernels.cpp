@@ -3,8 +3,6 @@
 // another would break batch invariance.
 #include "common/kernels/kernels.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>

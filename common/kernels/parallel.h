@@ -1,7 +1,5 @@
 #pragma once
 // How the kernels split work over the compute threads. Free of LibTorch.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdint>
 
@@ -34,21 +32,36 @@ class ScopedThreads {
   int saved_;
 };
 
-// Runs f(begin, end) over [0, count) in chunks of `grain`, handed out
-// dynamically so that a core slowed by other work takes fewer chunks instead
-// of holding the others at the barrier. Each output element is written by
-// exactly one chunk, so results do not depend on how the range was split.
+// Runs fn(ctx, c) for every chunk c in [0, chunks) on the calling thread
+// and up to n - 1 of its pool's workers (pool.cpp), each chunk once, and
+// returns when all are done. Chunks are handed out one at a time, so a core
+// slowed by other work takes fewer, and the caller never waits for a worker
+// that has not begun one.
+using ChunkFn = void (*)(const void* ctx, int64_t chunk);
+void run_chunks(int64_t chunks, int n, ChunkFn fn, const void* ctx);
+// Whether this thread is running chunks (a nested parallel() runs serially).
+bool in_chunks();
+
+// Runs f(begin, end) over [0, count) in chunks of `grain` (run_chunks).
+// Each output element is written by exactly one chunk, so results do not
+// depend on how the range was split or which thread ran what.
 template <typename F>
 void parallel(int64_t count, int64_t grain, const F& f) {
   grain = std::max<int64_t>(grain, 1);
   const int64_t chunks = (count + grain - 1) / grain;
   const int n = static_cast<int>(std::min<int64_t>(threads(), chunks));
-  if (n <= 1 || omp_in_parallel()) {
+  if (n <= 1 || in_chunks()) {
     f(0, count);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n)
-  for (int64_t c = 0; c < chunks; ++c) f(c * grain, std::min(count, (c + 1) * grain));
+  struct Ctx {
+    const F& f;
+    int64_t count, grain;
+  } ctx{f, count, grain};
+  run_chunks(chunks, n, [](const void* p, int64_t c) {
+    const Ctx& x = *static_cast<const Ctx*>(p);
+    x.f(c * x.grain, std::min(x.count, (c + 1) * x.grain));
+  }, &ctx);
 }
 
 // Chunk size giving each thread about `per_thread` chunks of at least

@@ -1,0 +1,87 @@
+// The compute threads behind parallel() (common/kernels/pool.cpp).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "common/kernels/parallel.h"
+
+namespace splitspec::kernels {
+namespace {
+
+TEST(Pool, EveryChunkRunsOnceWhateverTheThreads) {
+  for (int n = 1; n <= 4; ++n) {
+    ScopedThreads threads(n);
+    for (int64_t count : {1, 2, 7, 100, 1000}) {
+      std::vector<std::atomic<int>> runs(static_cast<size_t>(count));
+      parallel(count, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) runs[static_cast<size_t>(i)].fetch_add(1);
+      });
+      for (int64_t i = 0; i < count; ++i) ASSERT_EQ(runs[static_cast<size_t>(i)].load(), 1) << n << " threads, " << count;
+    }
+  }
+}
+
+TEST(Pool, CallersOnSeveralThreadsEachGetEveryChunk) {
+  std::vector<std::thread> callers;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&] {
+      ScopedThreads threads(3);
+      for (int job = 0; job < 300; ++job) {
+        std::vector<std::atomic<int>> runs(64);
+        parallel(64, 4, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) runs[static_cast<size_t>(i)].fetch_add(1);
+        });
+        for (auto& r : runs) wrong += r.load() != 1;
+      }
+    });
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(Pool, ANestedRangeRunsOnTheThreadThatAskedForIt) {
+  ScopedThreads threads(2);
+  std::atomic<int> elsewhere{0};
+  parallel(8, 1, [&](int64_t, int64_t) {
+    const auto me = std::this_thread::get_id();
+    parallel(16, 1, [&](int64_t b, int64_t e) {
+      elsewhere += std::this_thread::get_id() != me || b != 0 || e != 16;
+    });
+  });
+  EXPECT_EQ(elsewhere.load(), 0);
+}
+
+// A worker held in its chunk far longer than the caller's own share (as a
+// preempted one is) makes the caller run the next jobs by itself. On a new
+// thread, whose pool has no history.
+TEST(Pool, AfterWaitingOnAHeldWorkerTheCallerWorksAlone) {
+  std::set<std::thread::id> ran;
+  std::thread::id caller;
+  std::thread([&] {
+    ScopedThreads threads(2);
+    caller = std::this_thread::get_id();
+    std::atomic<bool> begun{false};
+    parallel(2, 1, [&](int64_t, int64_t) {
+      if (std::this_thread::get_id() == caller) {
+        while (!begun.load()) std::this_thread::yield();
+      } else {
+        begun = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+    std::mutex m;
+    parallel(64, 1, [&](int64_t, int64_t) {
+      std::lock_guard<std::mutex> lock(m);
+      ran.insert(std::this_thread::get_id());
+    });
+  }).join();
+  EXPECT_EQ(ran, std::set<std::thread::id>{caller});
+}
+
+}  // namespace
+}  // namespace splitspec::kernels
