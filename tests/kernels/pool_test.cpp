@@ -56,8 +56,9 @@ TEST(Pool, ANestedRangeRunsOnTheThreadThatAskedForIt) {
   EXPECT_EQ(elsewhere.load(), 0);
 }
 
-// A worker held in its chunk far longer than the caller's own share (as a
-// preempted one is) makes the caller run the next jobs by itself. On a new
+// Workers held in their chunks far longer than the caller's own share (as
+// preempted ones are), four times in a row, make the caller run the next
+// jobs by itself. On a new
 // thread, whose pool has no history.
 TEST(Pool, AfterWaitingOnAHeldWorkerTheCallerWorksAlone) {
   std::set<std::thread::id> ran;
@@ -65,15 +66,17 @@ TEST(Pool, AfterWaitingOnAHeldWorkerTheCallerWorksAlone) {
   std::thread([&] {
     ScopedThreads threads(2);
     caller = std::this_thread::get_id();
-    std::atomic<bool> begun{false};
-    parallel(2, 1, [&](int64_t, int64_t) {
-      if (std::this_thread::get_id() == caller) {
-        while (!begun.load()) std::this_thread::yield();
-      } else {
-        begun = true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    });
+    for (int held = 0; held < 4; ++held) {
+      std::atomic<bool> begun{false};
+      parallel(2, 1, [&](int64_t, int64_t) {
+        if (std::this_thread::get_id() == caller) {
+          while (!begun.load()) std::this_thread::yield();
+        } else {
+          begun = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      });
+    }
     std::mutex m;
     parallel(64, 1, [&](int64_t, int64_t) {
       std::lock_guard<std::mutex> lock(m);

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Forwards on shared cores (issue 63): each model's forward at the default
+threads, 1 and 2, beside (a) nothing, (b) a busy process (`yes`, standing in
+for a server's compute on the same cores) and (c) a 1 kHz control loop on
+one core (0.2 ms of work a tick; a tick whose work ends past its deadline is
+a miss), at normal priority and (d) at real-time priority (SCHED_FIFO 50, as
+a robot's controller runs; needs the privilege, else that setting is left
+out, saying so). Thread counts interleaved ABBA within each setting; medians of the
+runs' medians and p99s (`bench forward --json`), and the control loop's
+misses per thousand ticks beside each thread count.
+
+  python3 bench/shared_cores.py [--rounds 2] [--model NAME=DIR:K ...] [--out FILE]
+"""
+import argparse, json, os, signal, statistics, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin", "splitspec"))
+p.add_argument("--rounds", type=int, default=2)
+p.add_argument("--model", action="append", help="NAME=PATH:K (default: the demo draft at k=1, the demo target at k=5, "
+               "and build/vs_llamacpp/bench-1b-lq-q4_k_m.gguf at k=1 where it exists)")
+p.add_argument("--out")
+p.add_argument("--control-loop", action="store_true", help=argparse.SUPPRESS)
+a = p.parse_args()
+
+if a.control_loop:  # the 1 kHz loop itself, pinned to CPU 0
+    os.sched_setaffinity(0, {0})
+    if os.environ.get("SHARED_CORES_RT"):
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+    ticks = misses = 0
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    nxt = time.perf_counter()
+    while not stop:
+        nxt += 0.001
+        end = time.perf_counter() + 0.0002
+        while time.perf_counter() < end: pass
+        ticks += 1
+        now = time.perf_counter()
+        if now > nxt:
+            misses += 1
+            nxt = now
+        else:
+            time.sleep(nxt - now)
+    print(json.dumps({"ticks": ticks, "misses": misses}), flush=True)
+    sys.exit(0)
+
+models = a.model or [f"demo draft=models/demo-draft:1", f"demo target=models/demo-target:5"] + (
+    ["1B Q4_K_M=build/vs_llamacpp/bench-1b-lq-q4_k_m.gguf:1"]
+    if os.path.exists(os.path.join(ROOT, "build/vs_llamacpp/bench-1b-lq-q4_k_m.gguf")) else [])
+threads = {"default": "0", "1": "1", "2": "2"}
+settings = ["nothing", "yes", "control loop", "real-time control loop"]
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+except PermissionError:
+    print("no privilege for SCHED_FIFO: the real-time control loop is left out", file=sys.stderr)
+    settings.remove("real-time control loop")
+rows = []
+for setting in settings:
+    for m in models:
+        name, rest = m.split("=", 1)
+        path, k = rest.rsplit(":", 1)
+        res = {t: {"ms": [], "p99": [], "miss": []} for t in threads}
+        order = list(threads)
+        for r in range(a.rounds):
+            for t in (order if r % 2 == 0 else order[::-1]):
+                side = None
+                if setting == "yes":
+                    side = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL)
+                elif "control loop" in setting:
+                    env = dict(os.environ, SHARED_CORES_RT="1") if setting.startswith("real-time") else None
+                    side = subprocess.Popen([sys.executable, __file__, "--control-loop"], stdout=subprocess.PIPE,
+                                            text=True, env=env)
+                out = subprocess.run([a.bin, "bench", "forward", "--target", os.path.join(ROOT, path), "--contexts", "128",
+                                      "--new-tokens", k, "--threads", threads[t], "--min-seconds", "2", "--json"],
+                                     capture_output=True, text=True, env={k_: v for k_, v in os.environ.items()
+                                                                          if k_ != "OMP_NUM_THREADS"})
+                if side:
+                    side.terminate()
+                    so, _ = side.communicate()
+                    if "control loop" in setting:
+                        c = json.loads(so)
+                        res[t]["miss"].append(1000.0 * c["misses"] / max(1, c["ticks"]))
+                if out.returncode != 0:
+                    sys.exit(f"bench forward failed: {out.stderr[-2000:]}")
+                row = json.loads(out.stdout)["rows"][0]
+                res[t]["ms"].append(row["ms"])
+                res[t]["p99"].append(row["ms_p99"])
+                print(setting, name, t, "ms %.3f p99 %.3f" % (row["ms"], row["ms_p99"]),
+                      ("misses/1000 %.1f" % res[t]["miss"][-1]) if res[t]["miss"] else "", flush=True)
+        for t in threads:
+            med = lambda xs: statistics.median(xs) if xs else float("nan")
+            rows.append((setting, name, k, t, med(res[t]["ms"]), med(res[t]["p99"]), med(res[t]["miss"]),
+                         min(res[t]["ms"]), max(res[t]["ms"])))
+lines = ["| beside | model | k | threads | median ms (runs' range) | p99 ms | control-loop misses / 1000 ticks |",
+         "|---|---|---|---|---|---|---|"]
+for s, n, k, t, ms, p99, miss, lo, hi in rows:
+    lines.append(f"| {s} | {n} | {k} | {t} | {ms:.3f} ({lo:.3f}-{hi:.3f}) | {p99:.3f} | "
+                 + ("-" if miss != miss else f"{miss:.1f}") + " |")
+print("\n".join(lines))
+if a.out:
+    open(a.out, "w").write("\n".join(lines) + "\n")
