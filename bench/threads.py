@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
 """Per-token latency by compute thread count and OpenMP wait policy.
 
+Since the kernels run on their own pool (common/kernels/pool.cpp) the wait
+policy no longer reaches them; the sweep stays for the record of
+bench/results/threads.md and for LibTorch's training threads.
+bench/shared_cores.py measures the pool beside other work.
+
 Issue 45: on 2-vCPU machines 2-thread runs stall now and then. For each
 model, each configuration (threads: the default, 1, 2; OpenMP's wait policy:
 as set by SplitSpec, spinning, sleeping) generates `--tokens` greedy tokens
