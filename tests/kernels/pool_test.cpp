@@ -70,7 +70,10 @@ TEST(Pool, AfterWaitingOnAHeldWorkerTheCallerWorksAlone) {
       std::atomic<bool> begun{false};
       parallel(2, 1, [&](int64_t, int64_t) {
         if (std::this_thread::get_id() == caller) {
-          while (!begun.load()) std::this_thread::yield();
+          // Bounded: a caller already working alone runs both chunks, and
+          // the expectation below then fails instead of the test hanging.
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (!begun.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
         } else {
           begun = true;
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
