@@ -76,7 +76,7 @@ TEST(Pool, AfterWaitingOnAHeldWorkerTheCallerWorksAlone) {
           while (!begun.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
         } else {
           begun = true;
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
       });
     }
