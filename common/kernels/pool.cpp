@@ -79,7 +79,8 @@ class Pool {
     chunks_.store(chunks, std::memory_order_relaxed);
     helpers_.store(n - 1, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
-    const uint32_t g = ++generation_;
+    // Only the caller posts, so posted_ is the last job's generation.
+    const uint32_t g = posted_.load(std::memory_order_relaxed) + 1;
     claim_.store(uint64_t{g} << 32, std::memory_order_release);
     posted_.store(g);
     if (sleepers_.load() > 0) {
@@ -167,7 +168,6 @@ class Pool {
   }
 
   std::vector<std::thread> workers_;
-  uint32_t generation_ = 0;
   // Each counter on a cache line of its own: the spinning workers read
   // posted_ while the threads of a job update claim_ and done_.
   alignas(64) std::atomic<uint32_t> posted_{0};
