@@ -1,11 +1,12 @@
 #include "server/server_config.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <limits>
-#include <set>
+#include <variant>
 
 #include "common/backend/registry.h"
 #include "common/model/model_config.h"
@@ -14,6 +15,213 @@
 #include "common/util/json_integer.h"
 
 namespace splitspec {
+
+namespace {
+
+// What server_options.inc's check column may say about one value by itself.
+struct Check {
+  enum Kind { kAny, kHostPort, kHostPortOrNone, kAtLeast, kWithin, kSeconds, kSecondsAbove, kOneOf, kNoEmpty };
+  Kind kind = kAny;
+  double lo = 0, hi = 0;
+  std::string note;  // after the rule, in parentheses; for kNoEmpty what an element is
+  std::vector<std::string> choices;
+};
+
+Check make(Check::Kind kind, double lo = 0, double hi = 0, std::string note = "", std::vector<std::string> choices = {}) {
+  Check c;
+  c.kind = kind;
+  c.lo = lo;
+  c.hi = hi;
+  c.note = std::move(note);
+  c.choices = std::move(choices);
+  return c;
+}
+Check any() { return {}; }
+Check host_port() { return make(Check::kHostPort); }
+Check host_port_or_none() { return make(Check::kHostPortOrNone); }
+Check at_least(double lo, std::string note = "") { return make(Check::kAtLeast, lo, 0, std::move(note)); }
+Check within(double lo, double hi) { return make(Check::kWithin, lo, hi); }
+// Finite: a time becomes a deadline, and an infinite one is undefined.
+Check seconds(double lo, double hi, std::string note = "") { return make(Check::kSeconds, lo, hi, std::move(note)); }
+Check seconds_above(double lo, double hi) { return make(Check::kSecondsAbove, lo, hi); }
+Check one_of(std::vector<std::string> choices) { return make(Check::kOneOf, 0, 0, "", std::move(choices)); }
+Check no_empty(std::string what) { return make(Check::kNoEmpty, 0, 0, std::move(what)); }
+
+using Member = std::variant<std::string ServerConfig::*, int32_t ServerConfig::*, int64_t ServerConfig::*,
+                            double ServerConfig::*, bool ServerConfig::*, std::vector<int64_t> ServerConfig::*,
+                            std::vector<std::string> ServerConfig::*, ForwardEmulation ServerConfig::*>;
+
+struct Option {
+  std::string key, flags, help;
+  Check check;
+  Member member;
+};
+
+const std::vector<Option>& options() {
+  static const std::vector<Option> table = [] {
+    std::vector<Option> t = {
+#define SPLITSPEC_SERVER_OPTION(type, member, key, default_value, flags, check, help) \
+  {key, flags, help, check, &ServerConfig::member},
+#include "server/server_options.inc"
+#undef SPLITSPEC_SERVER_OPTION
+    };
+    for (Option& o : t)
+      if (o.flags.empty()) {
+        o.flags = "--" + o.key;
+        std::replace(o.flags.begin(), o.flags.end(), '_', '-');
+      }
+    return t;
+  }();
+  return table;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string with_note(const std::string& rule, const std::string& note) {
+  return note.empty() ? rule : rule + " (" + note + ")";
+}
+
+// The option's check on its value; Error "KEY must ..." when it fails.
+void check_number(const Option& o, double v) {
+  const Check& c = o.check;
+  switch (c.kind) {
+    case Check::kAtLeast:
+      if (!(v >= c.lo)) throw Error(o.key + " must be " + with_note("at least " + number(c.lo), c.note));
+      break;
+    case Check::kWithin:
+      if (!(v >= c.lo && v <= c.hi)) throw Error(o.key + " must be in [" + number(c.lo) + ", " + number(c.hi) + "]");
+      break;
+    case Check::kSeconds:
+      if (!(v >= c.lo && v <= c.hi))
+        throw Error(o.key + " must be " +
+                    with_note("a number of seconds in [" + number(c.lo) + ", " + number(c.hi) + "]", c.note));
+      break;
+    case Check::kSecondsAbove:
+      if (!(v > c.lo && v <= c.hi))
+        throw Error(o.key + " must be a number of seconds in (" + number(c.lo) + ", " + number(c.hi) + "]");
+      break;
+    default:
+      break;
+  }
+}
+
+void check(const Option& o, int32_t v) { check_number(o, v); }
+void check(const Option& o, int64_t v) { check_number(o, static_cast<double>(v)); }
+void check(const Option& o, double v) { check_number(o, v); }
+
+void check(const Option& o, const std::string& v) {
+  const Check& c = o.check;
+  if ((c.kind == Check::kHostPort || (c.kind == Check::kHostPortOrNone && !v.empty())) &&
+      v.find(':') == std::string::npos)
+    throw Error(o.key + " must be HOST:PORT, got '" + v + "'");
+  if (c.kind == Check::kOneOf && std::find(c.choices.begin(), c.choices.end(), v) == c.choices.end()) {
+    std::string list;
+    for (size_t i = 0; i < c.choices.size(); ++i)
+      list += (i == 0 ? "" : i + 1 == c.choices.size() ? " or " : ", ") + c.choices[i];
+    throw Error(o.key + " must be " + list + ", got '" + v + "'");
+  }
+}
+
+void check(const Option& o, const std::vector<std::string>& v) {
+  if (o.check.kind == Check::kNoEmpty)
+    for (const std::string& e : v)
+      if (e.empty()) throw Error(o.key + " holds an empty " + o.check.note);
+}
+
+void check(const Option&, bool) {}
+void check(const Option&, const std::vector<int64_t>&) {}
+void check(const Option&, const ForwardEmulation&) {}
+
+void read(const nlohmann::json& v, const std::string& key, std::string& out) {
+  if (!v.is_string()) throw Error(key + " must be a string");
+  out = v.get<std::string>();
+}
+void read(const nlohmann::json& v, const std::string& key, int32_t& out) { out = json_integer<int32_t>(v, key); }
+void read(const nlohmann::json& v, const std::string& key, int64_t& out) { out = json_integer<int64_t>(v, key); }
+void read(const nlohmann::json& v, const std::string& key, double& out) {
+  if (!v.is_number()) throw Error(key + " must be a number");
+  out = v.get<double>();
+}
+void read(const nlohmann::json& v, const std::string& key, bool& out) {
+  if (!v.is_boolean()) throw Error(key + " must be true or false");
+  out = v.get<bool>();
+}
+void read(const nlohmann::json& v, const std::string& key, std::vector<int64_t>& out) {
+  out = json_integers<int64_t>(v, key);
+}
+void read(const nlohmann::json& v, const std::string& key, std::vector<std::string>& out) {
+  if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const nlohmann::json& e) { return e.is_string(); }))
+    throw Error(key + " must be an array of strings");
+  out = v.get<std::vector<std::string>>();
+}
+// "30:0.3", or a number for a fixed time alone.
+void read(const nlohmann::json& v, const std::string& key, ForwardEmulation& out) {
+  if (!v.is_number() && !v.is_string()) throw Error(key + " must be \"FIXED[:PER_ROW]\" or a number");
+  out = ForwardEmulation::parse(v.is_number() ? std::to_string(v.get<double>()) : v.get<std::string>());
+}
+
+std::string text(const std::string& v) { return v; }
+std::string text(int32_t v) { return std::to_string(v); }
+std::string text(int64_t v) { return std::to_string(v); }
+std::string text(double v) { return number(v); }
+std::string text(bool v) { return v ? "true" : "false"; }
+template <class T>
+std::string text(const std::vector<T>& v) {
+  return nlohmann::json(v).dump();
+}
+std::string text(const ForwardEmulation& v) { return v.spec(); }
+
+template <class T>
+CLI::Option* add_flag(CLI::App& app, const Option& o, T& sink) {
+  return app.add_option(o.flags, sink, o.help)->default_str(text(sink));
+}
+CLI::Option* add_flag(CLI::App& app, const Option& o, bool& sink) {
+  // A switch where the default is off; true|false where it is on.
+  if (!sink) return app.add_flag(o.flags, sink, o.help);
+  return app.add_option(o.flags, sink, o.help)->default_str(text(sink));
+}
+template <class T>
+CLI::Option* add_flag(CLI::App& app, const Option& o, std::vector<T>& sink) {
+  return app.add_option(o.flags, sink, o.help)->delimiter(',');
+}
+CLI::Option* add_flag(CLI::App& app, const Option& o, ForwardEmulation& sink) {
+  return app
+      .add_option_function<std::string>(
+          o.flags,
+          [&sink](const std::string& spec) {
+            try {
+              sink = ForwardEmulation::parse(spec);
+            } catch (const Error& e) {
+              throw CLI::ValidationError(e.what());
+            }
+          },
+          o.help)
+      ->default_str(sink.spec());
+}
+
+}  // namespace
+
+std::vector<ServerOptionInfo> server_options() {
+  const ServerConfig defaults;
+  std::vector<ServerOptionInfo> out;
+  for (const Option& o : options())
+    out.push_back({o.key, o.flags, std::visit([&](auto m) { return text(defaults.*m); }, o.member), o.help});
+  return out;
+}
+
+ServerFlags::ServerFlags(CLI::App& app) {
+  for (const Option& o : options())
+    options_.push_back(std::visit([&](auto m) { return add_flag(app, o, given_.*m); }, o.member));
+}
+
+void ServerFlags::apply(ServerConfig& config) const {
+  for (size_t i = 0; i < options_.size(); ++i)
+    if (options_[i]->count() > 0) std::visit([&](auto m) { config.*m = given_.*m; }, options()[i].member);
+}
 
 ServerConfig ServerConfig::from_file(const std::string& path) {
   std::ifstream in(path);
@@ -26,99 +234,13 @@ ServerConfig ServerConfig::from_file(const std::string& path) {
   }
   if (!j.is_object()) throw Error(path + ": server config must be a JSON object");
   ServerConfig c;
-  static const std::set<std::string> known = {"target",           "listen",          "max_sessions",
-                                              "max_draft_tokens", "max_new_tokens",  "compute_threads",
-                                              "shutdown_grace_s", "max_message_bytes", "log_level",
-                                              "port_file",        "early_exits",     "early_exit_layers",
-                                              "early_exit_queue", "early_exit_shortlist", "metrics_listen",
-                                              "max_verdict_top_k", "batching",      "max_batch_rows",
-                                              "batch_wait_ms",    "draft_hint",    "tls_cert",
-                                              "tls_key",          "tls_client_ca", "tls_reload_s",
-                                              "auth_tokens_file", "health_listen", "kv_cache", "device",
-                                              "session_idle_timeout_s", "max_session_lifetime_s",
-                                              "allow_insecure_tokens", "max_concurrent_streams",
-                                              "max_connection_idle_s", "max_ping_strikes", "max_rpc_threads",
-                                              "kv_budget_bytes", "max_sessions_per_token",
-                                              "max_send_queue_bytes", "tls_client_names", "http_listen", "chat_template",
-                                              "chat_special_tokens", "emulate_forward_ms", "http_tls",
-                                              "http_request_timeout_s", "http_send_timeout_s",
-                                              "http_max_connections", "http_max_queued", "trusted_proxies"};
-  for (const auto& [key, value] : j.items())
-    if (!known.count(key)) throw Error(path + ": unknown key '" + key + "'");
   try {
-    if (j.contains("target")) c.target_dir = j["target"].get<std::string>();
-    if (j.contains("listen")) c.listen = j["listen"].get<std::string>();
-    if (j.contains("max_sessions")) c.max_sessions = json_integer<int32_t>(j["max_sessions"], "max_sessions");
-    if (j.contains("max_draft_tokens")) c.max_draft_tokens = json_integer<int32_t>(j["max_draft_tokens"], "max_draft_tokens");
-    if (j.contains("max_verdict_top_k")) c.max_verdict_top_k = json_integer<int32_t>(j["max_verdict_top_k"], "max_verdict_top_k");
-    if (j.contains("max_new_tokens")) c.max_new_tokens = json_integer<int32_t>(j["max_new_tokens"], "max_new_tokens");
-    if (j.contains("compute_threads")) c.compute_threads = json_integer<int32_t>(j["compute_threads"], "compute_threads");
-    if (j.contains("shutdown_grace_s")) c.shutdown_grace_s = j["shutdown_grace_s"].get<double>();
-    if (j.contains("max_concurrent_streams"))
-      c.max_concurrent_streams = json_integer<int32_t>(j["max_concurrent_streams"], "max_concurrent_streams");
-    if (j.contains("max_connection_idle_s")) c.max_connection_idle_s = j["max_connection_idle_s"].get<double>();
-    if (j.contains("max_ping_strikes")) c.max_ping_strikes = json_integer<int32_t>(j["max_ping_strikes"], "max_ping_strikes");
-    if (j.contains("max_rpc_threads")) c.max_rpc_threads = json_integer<int32_t>(j["max_rpc_threads"], "max_rpc_threads");
-    if (j.contains("allow_insecure_tokens")) c.allow_insecure_tokens = j["allow_insecure_tokens"].get<bool>();
-    if (j.contains("session_idle_timeout_s")) c.session_idle_timeout_s = j["session_idle_timeout_s"].get<double>();
-    if (j.contains("max_session_lifetime_s")) c.max_session_lifetime_s = j["max_session_lifetime_s"].get<double>();
-    if (j.contains("max_message_bytes")) c.max_message_bytes = json_integer<int32_t>(j["max_message_bytes"], "max_message_bytes");
-    if (j.contains("log_level")) c.log_level = j["log_level"].get<std::string>();
-    if (j.contains("port_file")) c.port_file = j["port_file"].get<std::string>();
-    if (j.contains("metrics_listen")) c.metrics_listen = j["metrics_listen"].get<std::string>();
-    if (j.contains("http_listen")) c.http_listen = j["http_listen"].get<std::string>();
-    if (j.contains("http_tls")) c.http_tls = j["http_tls"].get<std::string>();
-    if (j.contains("http_request_timeout_s")) c.http_request_timeout_s = j["http_request_timeout_s"].get<double>();
-    if (j.contains("http_send_timeout_s")) c.http_send_timeout_s = j["http_send_timeout_s"].get<double>();
-    if (j.contains("http_max_connections"))
-      c.http_max_connections = json_integer<int32_t>(j["http_max_connections"], "http_max_connections");
-    if (j.contains("http_max_queued")) c.http_max_queued = json_integer<int32_t>(j["http_max_queued"], "http_max_queued");
-    if (j.contains("trusted_proxies")) {
-      if (!j["trusted_proxies"].is_array()) throw Error("trusted_proxies must be an array of addresses");
-      c.trusted_proxies = j["trusted_proxies"].get<std::vector<std::string>>();
+    for (const auto& [key, value] : j.items()) {
+      const auto& table = options();
+      const auto o = std::find_if(table.begin(), table.end(), [&](const Option& e) { return e.key == key; });
+      if (o == table.end()) throw Error("unknown key '" + key + "' (configs/README.md lists the keys)");
+      std::visit([&](auto m) { read(value, key, c.*m); }, o->member);
     }
-    if (j.contains("chat_template")) c.chat_template = j["chat_template"].get<std::string>();
-    if (j.contains("chat_special_tokens")) c.chat_special_tokens = j["chat_special_tokens"].get<bool>();
-    if (j.contains("early_exits")) c.early_exits = j["early_exits"].get<std::string>();
-    if (j.contains("early_exit_layers")) {
-      if (!j["early_exit_layers"].is_array()) throw Error("early_exit_layers must be an array of layer counts");
-      c.early_exit_layers.clear();
-      for (const auto& v : j["early_exit_layers"]) c.early_exit_layers.push_back(json_integer<int64_t>(v, "early_exit_layers"));
-    }
-    if (j.contains("early_exit_queue")) c.early_exit_queue = j["early_exit_queue"].get<std::string>();
-    if (j.contains("early_exit_shortlist")) c.early_exit_shortlist = json_integer<int64_t>(j["early_exit_shortlist"], "early_exit_shortlist");
-    if (j.contains("batching")) c.batching = j["batching"].get<bool>();
-    if (j.contains("max_batch_rows")) c.max_batch_rows = json_integer<int32_t>(j["max_batch_rows"], "max_batch_rows");
-    if (j.contains("batch_wait_ms")) c.batch_wait_ms = j["batch_wait_ms"].get<double>();
-    // "30:0.3", or a number for a fixed time alone.
-    if (j.contains("emulate_forward_ms"))
-      c.emulate_forward = ForwardEmulation::parse(j["emulate_forward_ms"].is_number()
-                                                      ? std::to_string(j["emulate_forward_ms"].get<double>())
-                                                      : j["emulate_forward_ms"].get<std::string>());
-    if (j.contains("draft_hint")) c.draft_hint = j["draft_hint"].get<std::string>();
-    if (j.contains("tls_cert")) c.tls_cert = j["tls_cert"].get<std::string>();
-    if (j.contains("tls_key")) c.tls_key = j["tls_key"].get<std::string>();
-    if (j.contains("tls_client_ca")) c.tls_client_ca = j["tls_client_ca"].get<std::string>();
-    if (j.contains("tls_client_names")) {
-      if (!j["tls_client_names"].is_array()) throw Error("tls_client_names must be an array of names");
-      c.tls_client_names = j["tls_client_names"].get<std::vector<std::string>>();
-    }
-    if (j.contains("tls_reload_s")) c.tls_reload_s = json_integer<int32_t>(j["tls_reload_s"], "tls_reload_s");
-    if (j.contains("auth_tokens_file")) c.auth_tokens_file = j["auth_tokens_file"].get<std::string>();
-    if (j.contains("health_listen")) c.health_listen = j["health_listen"].get<std::string>();
-    if (j.contains("kv_cache")) c.kv_cache = j["kv_cache"].get<std::string>();
-    if (j.contains("device")) c.device = j["device"].get<std::string>();
-    if (j.contains("kv_budget_bytes")) c.kv_budget_bytes = json_integer<int64_t>(j["kv_budget_bytes"], "kv_budget_bytes");
-    if (j.contains("max_send_queue_bytes"))
-      c.max_send_queue_bytes = json_integer<int64_t>(j["max_send_queue_bytes"], "max_send_queue_bytes");
-    if (j.contains("max_sessions_per_token"))
-      c.max_sessions_per_token = json_integer<int32_t>(j["max_sessions_per_token"], "max_sessions_per_token");
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": " + e.what());
-  } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
-  }
-  try {
     c.validate();
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
@@ -151,53 +273,18 @@ void ServerConfig::validate_for_start() const {
 }
 
 void ServerConfig::validate() const {
-  if (listen.empty() || listen.find(':') == std::string::npos) throw Error("listen must be HOST:PORT, got '" + listen + "'");
-  if (max_sessions < 1) throw Error("max_sessions must be at least 1");
-  if (max_draft_tokens < 1) throw Error("max_draft_tokens must be at least 1");
-  if (max_new_tokens < 1) throw Error("max_new_tokens must be at least 1");
-  if (max_verdict_top_k < 0 || max_verdict_top_k > 256) throw Error("max_verdict_top_k must be in [0, 256]");
-  if (compute_threads < 0) throw Error("compute_threads must be >= 0 (0: OMP_NUM_THREADS if set, else the physical cores)");
-  // Finite: the grace becomes a deadline, and an infinite one is undefined.
-  if (!(shutdown_grace_s >= 0 && shutdown_grace_s <= 86400))
-    throw Error("shutdown_grace_s must be a number of seconds in [0, 86400]");
-  if (!(session_idle_timeout_s >= 0 && session_idle_timeout_s <= 604800))
-    throw Error("session_idle_timeout_s must be a number of seconds in [0, 604800] (0: never)");
-  if (!(max_session_lifetime_s >= 0 && max_session_lifetime_s <= 604800))
-    throw Error("max_session_lifetime_s must be a number of seconds in [0, 604800] (0: never)");
-  if (max_message_bytes < 1024) throw Error("max_message_bytes must be at least 1024");
-  if (max_send_queue_bytes < 1024) throw Error("max_send_queue_bytes must be at least 1024");
-  if (early_exits != "auto" && early_exits != "off") throw Error("early_exits must be auto or off");
-  if (early_exit_shortlist < 0) throw Error("early_exit_shortlist must be >= 0 (0: the whole vocabulary)");
-  if (early_exit_queue != "priority" && early_exit_queue != "fifo") throw Error("early_exit_queue must be priority or fifo");
-  if (max_batch_rows < 1) throw Error("max_batch_rows must be at least 1");
-  if (!(batch_wait_ms >= 0 && batch_wait_ms <= 1000)) throw Error("batch_wait_ms must be in [0, 1000]");
-  if (draft_hint != "auto" && draft_hint != "off") throw Error("draft_hint must be auto or off");
-  if (kv_cache != "f32" && kv_cache != "f16") throw Error("kv_cache must be f32 or f16, got '" + kv_cache + "'");
+  for (const Option& o : options()) std::visit([&](auto m) { check(o, this->*m); }, o.member);
   parse_device(device);
-  if (kv_budget_bytes < 0) throw Error("kv_budget_bytes must be >= 0 (0: three quarters of the memory left after loading)");
-  if (max_sessions_per_token < 0) throw Error("max_sessions_per_token must be >= 0 (0: no limit beyond max_sessions)");
   if (tls_cert.empty() != tls_key.empty()) throw Error("tls_cert and tls_key go together: give both, or neither for plaintext");
   if (!tls_client_ca.empty() && tls_cert.empty()) throw Error("tls_client_ca (mutual TLS) needs tls_cert and tls_key");
   if (!tls_client_names.empty() && tls_client_ca.empty())
     throw Error("tls_client_names needs tls_client_ca: only a client certificate carries a name to check");
-  for (const std::string& n : tls_client_names)
-    if (n.empty()) throw Error("tls_client_names holds an empty name");
-  if (tls_reload_s < 1) throw Error("tls_reload_s must be at least 1");
-  if (max_concurrent_streams < 1) throw Error("max_concurrent_streams must be at least 1");
-  if (!(max_connection_idle_s >= 1 && max_connection_idle_s <= 86400))
-    throw Error("max_connection_idle_s must be a number of seconds in [1, 86400]");
-  if (max_ping_strikes < 1) throw Error("max_ping_strikes must be at least 1 (each strike is a ping sooner than 1 s)");
-  if (max_rpc_threads < 2) throw Error("max_rpc_threads must be at least 2 (gRPC keeps one polling)");
   if (!chat_template.empty()) {
     const std::vector<std::string> names = chat_template_names();
     if (std::find(names.begin(), names.end(), chat_template) == names.end())
       throw Error("chat_template must be a built-in template's name (llama3, chatml, phi3, llama2, gemma), got '" +
                   chat_template + "'");
   }
-  if (!http_listen.empty() && http_listen.find(':') == std::string::npos)
-    throw Error("http_listen must be HOST:PORT, got '" + http_listen + "'");
-  if (http_tls != "same" && http_tls != "upstream")
-    throw Error("http_tls must be same (the gRPC port's tls_* settings) or upstream (TLS ends in a proxy in front)");
   // The HTTP door is never weaker than the gRPC door by accident.
   if (!http_listen.empty() && http_tls == "upstream" && tls_cert.empty())
     throw Error("http_tls is upstream but the gRPC port has no TLS either: set http_tls to same (the default); "
@@ -205,18 +292,6 @@ void ServerConfig::validate() const {
   if (!http_listen.empty() && http_tls == "same" && tls_cert.empty() && !auth_tokens_file.empty() && !allow_insecure_tokens)
     throw Error("http_listen speaks plaintext HTTP (no tls_cert), which would carry the bearer tokens in the clear: "
                 "serve TLS (tls_cert, tls_key), or set allow_insecure_tokens for a network you trust");
-  if (!(http_request_timeout_s > 0 && http_request_timeout_s <= 3600))
-    throw Error("http_request_timeout_s must be a number of seconds in (0, 3600]");
-  if (!(http_send_timeout_s > 0 && http_send_timeout_s <= 3600))
-    throw Error("http_send_timeout_s must be a number of seconds in (0, 3600]");
-  if (http_max_connections < 1) throw Error("http_max_connections must be at least 1");
-  if (http_max_queued < 0) throw Error("http_max_queued must be >= 0");
-  for (const std::string& a : trusted_proxies)
-    if (a.empty()) throw Error("trusted_proxies holds an empty address");
-  if (!health_listen.empty() && health_listen.find(':') == std::string::npos)
-    throw Error("health_listen must be HOST:PORT, got '" + health_listen + "'");
-  static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};
-  if (!levels.count(log_level)) throw Error("log_level must be one of trace|debug|info|warn|error|off");
 }
 
 }  // namespace splitspec

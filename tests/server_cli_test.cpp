@@ -2,7 +2,10 @@
 // meets them: clear errors, documented flags, the JSON stats contract.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
 
 #include "common/util/error.h"
 #include "server/server_config.h"
@@ -80,6 +83,74 @@ TEST(ServerConfig, ShippedConfigParsesAndBadOnesAreNamed) {
   EXPECT_NE(config_error("{\"emulate_forward_ms\": \"fast\"}").find("server.json: emulate_forward_ms 'fast'"),
             std::string::npos);
   EXPECT_NE(config_error("{\"emulate_forward_ms\": -5}").find("emulate_forward_ms"), std::string::npos);
+}
+
+// configs/README.md's table of server.json keys against server_options.inc,
+// where each option is declared once: every key documented once, with the
+// default the code has, and none the code lacks.
+TEST(ServerConfig, ReadmeTableListsEveryOptionWithItsDefault) {
+  std::istringstream readme(test::read_file(std::string(SPLITSPEC_SOURCE_DIR) + "/configs/README.md"));
+  std::map<std::string, std::string> documented;  // key -> default, as written
+  bool in_table = false;
+  for (std::string line; std::getline(readme, line);) {
+    if (line == "| key | default | meaning |") {
+      in_table = true;
+      continue;
+    }
+    if (!in_table || line.rfind("|---", 0) == 0) continue;
+    if (line.empty() || line[0] != '|') break;
+    // Cells split at unescaped bars (a meaning may hold \|).
+    std::vector<std::string> cells(1);
+    for (size_t i = 1; i < line.size(); ++i) {
+      if (line[i] == '|' && line[i - 1] != '\\')
+        cells.emplace_back();
+      else
+        cells.back() += line[i];
+    }
+    ASSERT_GE(cells.size(), 3u) << line;
+    std::string value = cells[1];
+    value.erase(std::remove(value.begin(), value.end(), '`'), value.end());
+    value.erase(0, value.find_first_not_of(' '));
+    value.erase(value.find_last_not_of(' ') + 1);
+    if (value.rfind("(none", 0) == 0) value = "";
+    std::regex key_re("`([a-z_0-9]+)`");
+    for (auto m = std::sregex_iterator(cells[0].begin(), cells[0].end(), key_re); m != std::sregex_iterator(); ++m) {
+      EXPECT_FALSE(documented.count((*m)[1])) << (*m)[1] << " is documented twice";
+      documented[(*m)[1]] = value;
+    }
+  }
+  const std::vector<ServerOptionInfo> options = server_options();
+  for (const ServerOptionInfo& o : options) {
+    ASSERT_TRUE(documented.count(o.key)) << o.key << " is missing from configs/README.md";
+    EXPECT_EQ(documented[o.key], o.default_text) << o.key << "'s default in configs/README.md";
+    documented.erase(o.key);
+  }
+  for (const auto& [key, value] : documented) ADD_FAILURE() << key << " is in configs/README.md but no option";
+}
+
+// Every option is a flag (its key with dashes, unless the table names
+// others), listed by --help with its default, and a flag overrides the
+// file's value.
+TEST(ServerCli, EveryOptionIsAFlagThatOverridesTheFile) {
+  const ProcessRun help = run("splitspec-server", "--help");
+  ASSERT_EQ(help.status, 0);
+  for (const ServerOptionInfo& o : server_options()) {
+    const size_t at = help.out.find("  " + o.flags + " ");
+    ASSERT_NE(at, std::string::npos) << o.flags;
+    if (!o.default_text.empty() && o.default_text != "[]" && o.default_text != "false")
+      EXPECT_NE(help.out.substr(at, o.flags.size() + 40).find("=" + o.default_text), std::string::npos)
+          << o.flags << " shows its default " << o.default_text;
+  }
+  TempDir dir;
+  test::write_file(dir.path() / "server.json", "{\"max_sessions\": 3, \"kv_cache\": \"f16\", \"batching\": false}");
+  const ProcessRun flag_wins = run("splitspec-server", "--check-config --target " + test::demo_target_dir() +
+                                                          " --config " + dir.str("server.json") + " --max-sessions 0");
+  EXPECT_EQ(flag_wins.status, 1);
+  EXPECT_NE(flag_wins.err.find("max_sessions must be at least 1"), std::string::npos) << flag_wins.err;
+  const ProcessRun both = run("splitspec-server", "--check-config --target " + test::demo_target_dir() + " --config " +
+                                                     dir.str("server.json") + " --kv-cache q8_0");
+  EXPECT_EQ(both.status, 1);
+  EXPECT_NE(both.err.find("kv_cache must be f32 or f16, got 'q8_0'"), std::string::npos) << both.err;
 }
 
 TEST(ServerCli, BadStartsExitWithOneClearLine) {
