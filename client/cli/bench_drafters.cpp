@@ -32,7 +32,7 @@ struct DrafterBenchArgs {
   std::vector<double> delays_ms = {0, 10};
   int32_t per_category = 5;
   int32_t max_new_tokens = 128;
-  int32_t gamma = 4;
+  int32_t gamma = Request{}.gamma;
   std::vector<std::string> drafters = {"none", "model", "model-tree", "lut", "lut-static", "pld"};
   int threads = 0;  // default_threads()
   bool json = false;

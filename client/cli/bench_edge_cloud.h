@@ -20,7 +20,7 @@ struct EdgeBenchArgs {
   std::string prompts;
   int32_t num_prompts = 40;
   int32_t max_new_tokens = 128;
-  int32_t gamma = 4;
+  int32_t gamma = Request{}.gamma;
   // Tree modes.
   TreeOptions tree;  // the tree modes' flags
   bool no_fallback = false;

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "client/cli/commands.h"
+#include "client/client.h"
 #include "common/backend/cpu_backend.h"
 #include "common/early_exit/early_verdict.h"
 #include "common/kernels/threads.h"
@@ -20,7 +21,7 @@ namespace {
 struct ExitBenchArgs {
   std::string model_dir;
   std::vector<std::string> layer_sets = {"4", "3,5", "2,4,6", "all"};
-  int32_t gamma = 4;
+  int32_t gamma = Request{}.gamma;
   int64_t context = 256;
   int32_t repeats = 200;
   int threads = 0;  // default_threads()

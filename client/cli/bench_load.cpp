@@ -49,7 +49,7 @@ struct LoadArgs {
   double seconds = 20;
   int32_t generations = 0;  // per session; > 0 replaces seconds
   int32_t max_new_tokens = 64;
-  int32_t gamma = 4;
+  int32_t gamma = Request{}.gamma;
   int server_threads = 1;
   int client_threads = 1;
   double batch_wait_ms = 0;

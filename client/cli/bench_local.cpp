@@ -28,7 +28,7 @@ struct LocalBenchArgs {
   int32_t max_new_tokens = 128;
   std::vector<std::string> budgets = {"10%", "25%", "50%"};
   std::vector<std::string> configs = {"std", "stdpl", "local-sd", "tree", "tree+fallback", "tree+fallback+provisional"};
-  int32_t gamma = 4;
+  int32_t gamma = Request{}.gamma;
   TreeOptions tree;  // the tree configurations' flags
   std::string read_ahead;
   int threads = 0;  // default_threads()

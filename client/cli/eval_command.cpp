@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
+#include "client/client.h"
 #include "client/cli/prompts.h"
 #include "client/cli/svg_plot.h"
 #include "common/backend/cpu_backend.h"
@@ -29,7 +30,7 @@ struct EvalArgs {
   std::string model_dir, text;
   int64_t seq_len = 256;
   std::string draft_dir, target_dir, prompts;
-  int32_t gamma = 4;
+  int32_t gamma = Request{}.gamma;
   int32_t max_prompts = 0;
   int32_t max_new_tokens = 64;
   float temperature = 1.0f;

@@ -32,7 +32,9 @@ namespace splitspec {
 // One generation's settings, as far as drafting is concerned.
 struct DraftParams {
   SamplingParams sampling;  // greedy: choose greedily; else draw, reporting q
-  int32_t gamma = 4;        // chain drafters: tokens per round
+  // Chain drafters: tokens per round, as given (the default is the public
+  // API's, Request::gamma); chain drafters refuse 0, none given.
+  int32_t gamma = 0;
   // Emulated slower device: begin, propose and accept each take this many
   // times their measured time (ClientOptions::emulate_draft_factor).
   double slowdown = 1;
