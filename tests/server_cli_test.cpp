@@ -137,9 +137,10 @@ TEST(ServerCli, EveryOptionIsAFlagThatOverridesTheFile) {
   for (const ServerOptionInfo& o : server_options()) {
     const size_t at = help.out.find("  " + o.flags + " ");
     ASSERT_NE(at, std::string::npos) << o.flags;
-    if (!o.default_text.empty() && o.default_text != "[]" && o.default_text != "false")
+    if (!o.default_text.empty() && o.default_text != "[]" && o.default_text != "false") {
       EXPECT_NE(help.out.substr(at, o.flags.size() + 40).find("=" + o.default_text), std::string::npos)
           << o.flags << " shows its default " << o.default_text;
+    }
   }
   TempDir dir;
   test::write_file(dir.path() / "server.json", "{\"max_sessions\": 3, \"kv_cache\": \"f16\", \"batching\": false}");

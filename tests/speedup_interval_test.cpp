@@ -1,4 +1,4 @@
-#include "client/cli/speedup_interval.h"
+#include "bench/commands/speedup_interval.h"
 
 #include <gtest/gtest.h>
 

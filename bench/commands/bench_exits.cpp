@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "client/cli/commands.h"
+#include "bench/commands/bench_commands.h"
 #include "client/client.h"
 #include "common/backend/cpu_backend.h"
 #include "common/early_exit/early_verdict.h"

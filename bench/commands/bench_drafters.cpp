@@ -12,11 +12,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "client/cli/commands.h"
+#include "bench/commands/bench_commands.h"
 #include "client/cli/netem_proxy.h"
 #include "client/cli/prompts.h"
-#include "client/cli/row_spec.h"
-#include "client/cli/speedup_interval.h"
+#include "bench/commands/row_spec.h"
+#include "bench/commands/speedup_interval.h"
 #include "client/client.h"
 #include "common/drafting/registry.h"
 #include "common/model/model.h"

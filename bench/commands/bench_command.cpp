@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/commands/bench_commands.h"
 #include "client/cli/commands.h"
 #include "common/kernels/kernels.h"
 #include "common/kernels/parallel.h"

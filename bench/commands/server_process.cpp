@@ -1,4 +1,4 @@
-#include "client/cli/server_process.h"
+#include "bench/commands/server_process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -21,10 +21,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "client/cli/commands.h"
+#include "bench/commands/bench_commands.h"
 #include "client/cli/prompts.h"
-#include "client/cli/server_process.h"
-#include "client/cli/speedup_interval.h"
+#include "bench/commands/server_process.h"
+#include "bench/commands/speedup_interval.h"
 #include "client/client.h"
 #include "common/model/model_config.h"
 #include "common/tokenizer/tokenizer.h"

@@ -10,11 +10,11 @@
 #include <tuple>
 #include <nlohmann/json.hpp>
 
-#include "client/cli/bench_edge_cloud.h"
-#include "client/cli/commands.h"
+#include "bench/commands/bench_edge_cloud.h"
+#include "bench/commands/bench_commands.h"
 #include "client/cli/netem_proxy.h"
 #include "client/cli/prompts.h"
-#include "client/cli/speedup_interval.h"
+#include "bench/commands/speedup_interval.h"
 #include "client/cli/stats_json.h"
 #include "client/client.h"
 #include "common/drafting/registry.h"

@@ -18,9 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client/cli/bench_edge_cloud.h"
-#include "client/cli/commands.h"
-#include "client/cli/server_process.h"
+#include "bench/commands/bench_edge_cloud.h"
+#include "bench/commands/bench_commands.h"
+#include "bench/commands/server_process.h"
 #include "client/cli/svg_plot.h"
 #include "common/util/error.h"
 

@@ -9,9 +9,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "client/cli/commands.h"
+#include "bench/commands/bench_commands.h"
 #include "client/cli/prompts.h"
-#include "client/cli/row_spec.h"
+#include "bench/commands/row_spec.h"
 #include "client/client.h"
 #include "common/drafting/tree_options.h"
 #include "common/model/model.h"

@@ -1,4 +1,4 @@
-#include "client/cli/row_spec.h"
+#include "bench/commands/row_spec.h"
 
 namespace splitspec::cli {
 
