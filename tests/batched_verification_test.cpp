@@ -25,6 +25,7 @@
 #include "server/compute_queue.h"
 #include "server/server.h"
 #include "tests/edge_cloud_util.h"
+#include "tests/torch_test_util.h"
 
 namespace splitspec {
 namespace {

@@ -2,7 +2,6 @@
 
 #include <signal.h>
 
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include "common/util/error.h"
@@ -102,7 +101,6 @@ std::string demo_draft_dir() { return std::string(SPLITSPEC_SOURCE_DIR) + "/mode
 
 std::vector<std::vector<double>> token_marginals(const Model& target, const std::vector<int32_t>& prompt,
                                                  const SamplingParams& params, int tokens) {
-  c10::InferenceMode guard;
   auto next = [&](const std::vector<int32_t>& seq) {
     KVCache cache = target.new_cache();
     ForwardRequest f;

@@ -16,6 +16,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/train/exit_trainer.h"
 #include "tests/edge_cloud_util.h"
+#include "tests/torch_test_util.h"
 
 namespace splitspec {
 namespace {

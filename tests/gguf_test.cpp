@@ -20,7 +20,7 @@
 #include "common/weights/gguf_convert.h"
 #include "common/weights/safetensors.h"
 #include "tests/edge_cloud_util.h"
-#include "tests/test_util.h"
+#include "tests/torch_test_util.h"
 
 namespace splitspec::test {
 

@@ -19,7 +19,7 @@
 #include "common/kernels/quant.h"
 #include "common/kernels/threads.h"
 #include "common/model/model.h"
-#include "tests/test_util.h"
+#include "tests/torch_test_util.h"
 
 namespace splitspec::test {
 

@@ -8,7 +8,7 @@
 #include "common/decoding/token_tree.h"
 #include "common/model/model.h"
 #include "common/util/error.h"
-#include "tests/test_util.h"
+#include "tests/torch_test_util.h"
 
 namespace splitspec::test {
 

@@ -10,7 +10,7 @@
 #include "common/drafting/registry.h"
 #include "common/util/error.h"
 #include "common/weights/safetensors.h"
-#include "tests/test_util.h"
+#include "tests/torch_test_util.h"
 
 namespace splitspec::test {
 

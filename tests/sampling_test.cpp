@@ -10,7 +10,7 @@
 
 #include "common/drafting/drafter.h"
 #include "common/util/error.h"
-#include "tests/test_util.h"
+#include "tests/torch_test_util.h"
 
 namespace splitspec::test {
 

@@ -9,7 +9,7 @@
 
 #include "common/backend/cpu_backend.h"
 #include "common/util/error.h"
-#include "tests/test_util.h"
+#include "tests/torch_test_util.h"
 
 namespace splitspec::test {
 

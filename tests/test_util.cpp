@@ -5,7 +5,6 @@
 #include "common/decoding/target_decoder.h"
 #include "common/util/error.h"
 
-#include <c10/core/InferenceMode.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -152,7 +151,6 @@ std::optional<int> Child::wait(std::chrono::milliseconds timeout) {
 }
 
 Reference target_alone(const Model& target, const std::vector<int32_t>& prompt, const GenerateOptions& options) {
-  c10::InferenceMode guard;
   const CpuBackend cpu(target);
   TargetDecoder dec(cpu, prompt, options);
   Reference r;
@@ -190,25 +188,6 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
-}
-
-}  // namespace splitspec::test
-
-namespace splitspec::test {
-
-std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t seed) {
-  c10::InferenceMode guard;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  ModelWeights w = float_weights(target);
-  auto jitter = [&](at::Tensor& t) { t = t + at::randn(t.sizes(), gen) * noise; };
-  jitter(w.embed);
-  for (auto& l : w.layers) {
-    jitter(l.q_proj);
-    jitter(l.gate_proj);
-    jitter(l.down_proj);
-  }
-  w.lm_head = target.config().tie_word_embeddings ? w.embed : w.lm_head + at::randn(w.lm_head.sizes(), gen) * noise;
-  return model_from_weights(target.config(), w, "noisy-draft");
 }
 
 CliRun run_cli(const std::string& args) { return run_binary("splitspec", args); }

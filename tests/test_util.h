@@ -1,6 +1,6 @@
 #pragma once
-// Helpers shared by the unit tests.
-#include <ATen/ATen.h>
+// Helpers shared by the tests, free of LibTorch (torch_test_util.h adds
+// the tensor ones).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,50 +10,15 @@
 #include <optional>
 #include <string>
 
+#include "client/client.h"
 #include "client/round_loop.h"
 #include "common/decoding/generate_options.h"
 #include "common/decoding/verify.h"
 #include "common/model/model.h"
 #include "common/model/model_config.h"
 #include "common/util/chi_square.h"
-#include "common/train/model_weights.h"
 
 namespace splitspec::test {
-
-// Tests build logits and hidden rows as tensors: views of a contiguous float
-// tensor [rows, cols] (or [cols], one row) as the engine reads them, and the
-// decoding functions on tensor rows.
-inline RowsView view(const at::Tensor& t) {
-  EXPECT_TRUE(t.is_contiguous() && t.scalar_type() == at::kFloat);
-  return t.dim() == 1 ? RowsView{t.data_ptr<float>(), 1, t.size(0)}
-                      : RowsView{t.data_ptr<float>(), t.size(0), t.size(1)};
-}
-inline at::Tensor T(RowsView rows) { return to_tensor(rows); }
-using splitspec::filtered_distribution;
-using splitspec::greedy_token;
-using splitspec::next_token;
-using splitspec::sample;
-using splitspec::verify_tree;
-inline int32_t greedy_token(const at::Tensor& row) {
-  const at::Tensor r = row.to(at::kFloat).contiguous();
-  return splitspec::greedy_token(r.data_ptr<float>(), r.numel());
-}
-inline Distribution filtered_distribution(const at::Tensor& row, const SamplingParams& p) {
-  const at::Tensor r = row.to(at::kFloat).contiguous();
-  return splitspec::filtered_distribution(r.data_ptr<float>(), r.numel(), p);
-}
-inline Sample sample(const at::Tensor& row, const SamplingParams& p, Rng& rng) {
-  const at::Tensor r = row.to(at::kFloat).contiguous();
-  return splitspec::sample(r.data_ptr<float>(), r.numel(), p, rng);
-}
-inline int32_t next_token(const at::Tensor& row, const SamplingParams& p, Rng& rng) {
-  const at::Tensor r = row.to(at::kFloat).contiguous();
-  return splitspec::next_token(r.data_ptr<float>(), r.numel(), p, rng);
-}
-inline Verdict verify_tree(const DraftTree& tree, const at::Tensor& logits, const SamplingParams& p, Rng& rng) {
-  const at::Tensor l = logits.to(at::kFloat).contiguous();
-  return splitspec::verify_tree(tree, view(l), p, rng);
-}
 
 // A fresh directory under the system temp dir, removed at scope exit.
 class TempDir {
@@ -78,7 +43,8 @@ Reference target_alone(const Model& target, const std::vector<int32_t>& prompt, 
 
 // One generation through the round loop with `drafter` and the local verifier.
 RoundLoopResult decode_locally(const std::shared_ptr<const Model>& target, Drafter& drafter,
-                               const std::vector<int32_t>& prompt, const GenerateOptions& options, int32_t gamma = 4);
+                               const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                               int32_t gamma = Request{}.gamma);
 
 // Small LLaMA shapes with grouped-query attention (2 query heads per KV head).
 ModelConfig tiny_config(int64_t vocab = 50, int64_t layers = 2, bool tied = false);
@@ -88,10 +54,6 @@ ModelConfig tiny_config(int64_t vocab = 50, int64_t layers = 2, bool tied = fals
 // the long factors past a 16-token original context).
 ModelConfig tiny_gemma3_config(int64_t vocab, int64_t layers, int64_t window = 3, int64_t pattern = 2);
 ModelConfig tiny_longrope_config(int64_t vocab, int64_t layers);
-
-// A draft that agrees with `target` often but not always: its weights with
-// Gaussian noise of standard deviation `noise` added.
-std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t seed);
 
 // The `splitspec` binary run with `args` through the shell: exit status,
 // stdout and stderr.

@@ -16,7 +16,7 @@
 #include "common/train/trainer.h"
 #include "common/util/error.h"
 #include "common/weights/gguf_convert.h"
-#include "tests/test_util.h"
+#include "tests/torch_test_util.h"
 
 namespace fs = std::filesystem;
 
