@@ -24,7 +24,7 @@
 
 #include "common/backend/registry.h"
 #include "common/tokenizer/tokenizer.h"
-#include "common/weights/gguf_convert.h"
+#include "common/convert/gguf_convert.h"
 #include "common/util/error.h"
 #include "common/util/memory_usage.h"
 #include "server/auth_gate.h"

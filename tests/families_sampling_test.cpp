@@ -8,7 +8,7 @@
 
 #include "client/client.h"
 #include "common/model/model.h"
-#include "common/weights/gguf_convert.h"
+#include "common/convert/gguf_convert.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"
 

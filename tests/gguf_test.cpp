@@ -17,7 +17,7 @@
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
-#include "common/weights/gguf_convert.h"
+#include "common/convert/gguf_convert.h"
 #include "common/weights/safetensors.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/torch_test_util.h"

@@ -17,7 +17,7 @@
 #include "common/model/model.h"
 #include "common/util/error.h"
 #include "common/weights/gguf.h"
-#include "common/weights/gguf_convert.h"
+#include "common/convert/gguf_convert.h"
 #include "tests/test_util.h"
 
 namespace splitspec::test {

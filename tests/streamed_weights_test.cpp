@@ -2,7 +2,7 @@
 // budget, with and without the pipeline; weight memory never above the
 // budget; the bytes each forward reads are the ones not resident; bad budgets
 // and files give clear errors.
-#include "common/weights/streamed_weights.h"
+#include "common/model/streamed_weights.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>

@@ -15,7 +15,7 @@
 #include "common/train/trainable_llama.h"
 #include "common/train/trainer.h"
 #include "common/util/error.h"
-#include "common/weights/gguf_convert.h"
+#include "common/convert/gguf_convert.h"
 #include "tests/torch_test_util.h"
 
 namespace fs = std::filesystem;

@@ -10,7 +10,7 @@
 #include "client/client.h"
 #include "common/kernels/quant.h"
 #include "common/model/model.h"
-#include "common/weights/weight_set.h"
+#include "common/model/weight_set.h"
 #include "server/server.h"
 #include "tests/edge_cloud_util.h"
 #include "tests/test_util.h"

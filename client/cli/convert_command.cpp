@@ -12,8 +12,8 @@
 #include "common/tokenizer/vocab.h"
 #include "common/util/error.h"
 #include "common/weights/gguf.h"
-#include "common/weights/gguf_convert.h"
-#include "common/weights/gguf_model.h"
+#include "common/convert/gguf_convert.h"
+#include "common/model/gguf_model.h"
 
 namespace fs = std::filesystem;
 

@@ -12,7 +12,7 @@
 #include "common/util/error.h"
 #include "common/util/json_integer.h"
 #include "common/weights/safetensors.h"
-#include "common/weights/weight_set.h"
+#include "common/model/weight_set.h"
 
 namespace splitspec {
 

@@ -20,7 +20,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/vocab.h"
 #include "common/util/error.h"
-#include "common/weights/gguf_model.h"
+#include "common/model/gguf_model.h"
 #include "common/weights/safetensors.h"
 
 namespace splitspec {

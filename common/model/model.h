@@ -21,9 +21,9 @@
 #include "common/model/model_config.h"
 #include "common/model/rows.h"
 #include "common/weights/safetensors.h"
-#include "common/weights/streamed_weights.h"
-#include "common/weights/weight_provider.h"
-#include "common/weights/weight_set.h"
+#include "common/model/streamed_weights.h"
+#include "common/model/weight_provider.h"
+#include "common/model/weight_set.h"
 
 namespace splitspec {
 

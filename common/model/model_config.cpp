@@ -9,7 +9,7 @@
 
 #include "common/kernels/kernels.h"
 #include "common/util/error.h"
-#include "common/weights/gguf_model.h"
+#include "common/model/gguf_model.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;

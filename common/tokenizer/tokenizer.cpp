@@ -22,7 +22,6 @@
 #include "common/util/sanitizers.h"
 #include "common/util/shipped_files.h"
 #include "common/weights/gguf.h"
-#include "common/weights/gguf_model.h"
 
 namespace fs = std::filesystem;
 

@@ -26,7 +26,7 @@
 #include "common/train/perplexity.h"
 #include "common/train/trainable_llama.h"
 #include "common/util/error.h"
-#include "common/weights/gguf_convert.h"
+#include "common/convert/gguf_convert.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

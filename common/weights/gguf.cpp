@@ -403,4 +403,10 @@ void GgufWriter::write(const std::string& path) const {
   if (ec) throw Error(path + ": rename failed: " + ec.message());
 }
 
+bool is_gguf_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
 }  // namespace splitspec

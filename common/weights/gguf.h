@@ -122,4 +122,7 @@ class GgufWriter {
 uint64_t ggml_nbytes(uint32_t type, uint64_t elements);
 const char* ggml_type_name(uint32_t type);
 
+// Whether `path` names a GGUF file (by its magic, not its name).
+bool is_gguf_file(const std::string& path);
+
 }  // namespace splitspec

@@ -13,7 +13,7 @@
 #include "common/decoding/sampling.h"
 #include "common/decoding/target_decoder.h"
 #include "common/util/error.h"
-#include "common/weights/gguf_convert.h"
+#include "common/convert/gguf_convert.h"
 
 namespace splitspec {
 namespace {

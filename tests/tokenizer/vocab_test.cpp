@@ -18,7 +18,7 @@
 #include "common/tokenizer/vocab.h"
 #include "common/util/error.h"
 #include "common/weights/gguf.h"
-#include "common/weights/gguf_convert.h"
+#include "common/convert/gguf_convert.h"
 
 namespace fs = std::filesystem;
 using splitspec::Vocab;

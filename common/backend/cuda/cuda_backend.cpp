@@ -24,8 +24,8 @@
 #include "common/kernels/kernels.h"
 #include "common/kernels/quant.h"
 #include "common/util/error.h"
-#include "common/weights/weight_names.h"
-#include "common/weights/weight_set.h"
+#include "common/model/weight_names.h"
+#include "common/model/weight_set.h"
 
 namespace splitspec::cuda {
 

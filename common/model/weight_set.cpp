@@ -1,4 +1,4 @@
-#include "common/weights/weight_set.h"
+#include "common/model/weight_set.h"
 
 #include <algorithm>
 #include <cmath>

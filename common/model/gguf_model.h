@@ -12,7 +12,7 @@
 
 #include "common/model/model_config.h"
 #include "common/weights/gguf.h"
-#include "common/weights/weight_set.h"
+#include "common/model/weight_set.h"
 
 namespace splitspec {
 
@@ -39,8 +39,5 @@ std::vector<uint8_t> permute_rope_rows(const uint8_t* rows, int64_t count, int64
 // An unsigned count in the metadata; throws naming the key when it is
 // missing (without a fallback) or not a count.
 uint32_t gguf_u32(const GgufFile& f, const std::string& key, std::optional<uint32_t> fallback = std::nullopt);
-
-// Whether `path` names a GGUF file (by its magic, not its name).
-bool is_gguf_file(const std::string& path);
 
 }  // namespace splitspec

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "common/kernels/weight_type.h"
-#include "common/weights/weight_names.h"
-#include "common/weights/weight_set.h"
+#include "common/model/weight_names.h"
+#include "common/model/weight_set.h"
 
 namespace splitspec {
 

@@ -12,7 +12,7 @@
 
 #include "common/kernels/weight_type.h"
 #include "common/model/model_config.h"
-#include "common/weights/weight_set.h"
+#include "common/model/weight_set.h"
 
 namespace splitspec {
 

@@ -1,4 +1,4 @@
-#include "common/weights/streamed_weights.h"
+#include "common/model/streamed_weights.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include "common/kernels/quant.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
-#include "common/weights/weight_set.h"
+#include "common/model/weight_set.h"
 
 namespace splitspec {
 

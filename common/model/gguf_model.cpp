@@ -1,4 +1,4 @@
-#include "common/weights/gguf_model.h"
+#include "common/model/gguf_model.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "common/util/error.h"
-#include "common/weights/weight_names.h"
+#include "common/model/weight_names.h"
 
 namespace splitspec {
 
@@ -115,12 +115,6 @@ void gemma3_options(const GgufFile& f, ModelConfig& c) {
 }
 
 }  // namespace
-
-bool is_gguf_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
-}
 
 std::vector<uint8_t> permute_rope_rows(const uint8_t* rows, int64_t count, int64_t head_dim, int64_t rb, bool to_gguf) {
   std::vector<uint8_t> out(static_cast<size_t>(count * rb));

@@ -35,8 +35,8 @@
 #include "common/kernels/weight_type.h"
 #include "common/model/model_config.h"
 #include "common/weights/safetensors.h"
-#include "common/weights/weight_names.h"
-#include "common/weights/weight_provider.h"
+#include "common/model/weight_names.h"
+#include "common/model/weight_provider.h"
 
 namespace splitspec {
 

@@ -1,4 +1,4 @@
-#include "common/weights/weight_provider.h"
+#include "common/model/weight_provider.h"
 
 #include "common/kernels/linear.h"
 #include "common/kernels/quant.h"

@@ -15,7 +15,7 @@
 #include "common/kernels/weight_type.h"
 #include "common/model/model_config.h"
 #include "common/weights/safetensors.h"
-#include "common/weights/weight_names.h"
+#include "common/model/weight_names.h"
 
 namespace splitspec {
 

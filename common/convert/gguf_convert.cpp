@@ -1,4 +1,4 @@
-#include "common/weights/gguf_convert.h"
+#include "common/convert/gguf_convert.h"
 
 #include <cmath>
 #include <cstring>
@@ -13,8 +13,8 @@
 #include "common/tokenizer/vocab.h"
 #include "common/util/error.h"
 #include "common/weights/gguf.h"
-#include "common/weights/gguf_model.h"
-#include "common/weights/weight_set.h"
+#include "common/model/gguf_model.h"
+#include "common/model/weight_set.h"
 #include "proto/sentencepiece_model.pb.h"
 
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "common/weights/weight_names.h"
+#include "common/model/weight_names.h"
 
 namespace splitspec {
 
