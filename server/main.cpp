@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   std::string config_file;
   app.add_option("--config", config_file,
                  "JSON config file (configs/server.json; configs/README.md lists its keys); flags override it");
-  const splitspec::ServerFlags flags(app);
+  splitspec::ServerFlags flags(app);
   bool check_config = false;
   app.add_flag("--check-config", check_config,
                "Check the configuration (file and flags) and exit: 0 if the server would start with it, else 1 with "

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -44,7 +45,9 @@ Check within(double lo, double hi) { return make(Check::kWithin, lo, hi); }
 // Finite: a time becomes a deadline, and an infinite one is undefined.
 Check seconds(double lo, double hi, std::string note = "") { return make(Check::kSeconds, lo, hi, std::move(note)); }
 Check seconds_above(double lo, double hi) { return make(Check::kSecondsAbove, lo, hi); }
-Check one_of(std::vector<std::string> choices) { return make(Check::kOneOf, 0, 0, "", std::move(choices)); }
+Check one_of(std::vector<std::string> choices, std::string note = "") {
+  return make(Check::kOneOf, 0, 0, std::move(note), std::move(choices));
+}
 Check no_empty(std::string what) { return make(Check::kNoEmpty, 0, 0, std::move(what)); }
 
 using Member = std::variant<std::string ServerConfig::*, int32_t ServerConfig::*, int64_t ServerConfig::*,
@@ -75,9 +78,13 @@ const std::vector<Option>& options() {
   return table;
 }
 
+// Whole numbers in full (4194304, not 4.1943e+06), others as %g.
 std::string number(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
+  if (v == std::floor(v) && std::fabs(v) < 1e15)
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+  else
+    std::snprintf(buf, sizeof buf, "%g", v);
   return buf;
 }
 
@@ -122,7 +129,7 @@ void check(const Option& o, const std::string& v) {
     std::string list;
     for (size_t i = 0; i < c.choices.size(); ++i)
       list += (i == 0 ? "" : i + 1 == c.choices.size() ? " or " : ", ") + c.choices[i];
-    throw Error(o.key + " must be " + list + ", got '" + v + "'");
+    throw Error(o.key + " must be " + with_note(list, c.note) + ", got '" + v + "'");
   }
 }
 

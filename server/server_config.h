@@ -42,7 +42,10 @@ std::vector<ServerOptionInfo> server_options();
 // given on the command line over `config` (a file's values, or defaults).
 class ServerFlags {
  public:
+  // CLI11 writes into this object's copy of each option while parsing.
   explicit ServerFlags(CLI::App& app);
+  ServerFlags(const ServerFlags&) = delete;
+  ServerFlags& operator=(const ServerFlags&) = delete;
   void apply(ServerConfig& config) const;
 
  private:
