@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The project's folders as layers that only look down: every #include of
-ours in common/, client/, server/ and bench/ names a file of its own folder
-or of a lower layer. Fails listing each include that runs back up (or
-sideways, between folders of one rank), then checks itself on a copy with
-one upward include planted.
+ours in common/, client/, server/, bench/ and proto/ names a file of its own
+folder or of a lower layer. Fails listing each include that runs back up (or
+sideways, between folders of one rank) or names none of our folders, then
+checks itself on a copy with such includes planted.
 
   tests/layers_test.py SOURCE_DIR
 """
@@ -43,9 +43,12 @@ RANKS = {
     "bench/commands": 13,
     "bench": 14,
 }
-ROOTS = ("common", "client", "server", "bench")
+ROOTS = ("common", "client", "server", "bench", "proto")
 SOURCES = (".h", ".cpp", ".cu", ".cuh", ".inc")
-INCLUDE = re.compile(r'^\s*#\s*include\s+"((?:common|client|server|bench|proto)/[^"]+)"')
+# Ours by their root, quoted or bracketed; a relative include ("model.h")
+# would hide its folder, so it is reported too.
+INCLUDE = re.compile(r'^\s*#\s*include\s+["<]([^">]+)[">]')
+OURS = re.compile(r"^(?:common|client|server|bench|proto|tests)/")
 
 
 def folder(path):
@@ -61,7 +64,9 @@ def folder(path):
 
 
 def violations(source_dir):
+    """The includes that run against the layers, and how many files were read."""
     found = []
+    files_read = 0
     for root in ROOTS:
         for dirpath, _, files in os.walk(os.path.join(source_dir, root)):
             for name in sorted(files):
@@ -72,38 +77,75 @@ def violations(source_dir):
                 if here is None:
                     found.append(f"{path}: in no layer (add its folder to RANKS in tests/layers_test.py)")
                     continue
+                files_read += 1
                 with open(os.path.join(source_dir, path), errors="replace") as f:
                     for number, line in enumerate(f, 1):
                         m = INCLUDE.match(line)
                         if not m:
                             continue
-                        there = folder(m.group(1))
-                        if there is None or there == here:
+                        target = os.path.normpath(m.group(1))
+                        if not OURS.match(target):
+                            # A system or library header, unless it names a file beside this one.
+                            if line.split("include", 1)[1].strip().startswith('"') and os.path.exists(
+                                    os.path.join(source_dir, os.path.dirname(path), target)):
+                                found.append(f"{path}:{number}: includes {m.group(1)} by a relative path; "
+                                             "name it from the repository root")
+                            continue
+                        there = folder(target)
+                        if there is None:
+                            found.append(f"{path}:{number}: includes {m.group(1)}, in no layer")
+                            continue
+                        if there == here:
                             continue
                         if RANKS[there] >= RANKS[here]:
                             way = "up" if RANKS[there] > RANKS[here] else "sideways"
                             found.append(f"{path}:{number}: includes {m.group(1)}, {way} from {here} to {there}")
-    return found
+    return found, files_read
+
+
+# Includes that must each be caught, planted in a copy: (file, include, what
+# the report must say).
+PLANTED = [
+    ("common/kernels/planted.h", "common/model/model.h", "up from common/kernels to common/model"),
+    ("server/planted.cpp", "client/cli/commands.h", "up from server to client/cli"),
+    ("client/planted.cpp", "server/server.h", "sideways from client to server"),
+    ("common/backend/cuda/planted.cu", "common/train/trainer.h", "up from common/backend to common/train"),
+    ("common/drafting/planted.inc", "common/early_exit/early_exit.h", "sideways from common/drafting to common/early_exit"),
+    ("proto/planted.h", "client/client.h", "up from proto to client"),
+    ("bench/commands/planted.cpp", "bench/kquant_hot_cold.cpp", "up from bench/commands to bench"),
+    ("common/util/planted.h", "tests/test_util.h", "in no layer"),
+]
+
+
+def check_the_check(source_dir):
+    """Every planted include is caught; returns what was not."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for root in ROOTS:
+            shutil.copytree(os.path.join(source_dir, root), os.path.join(tmp, root))
+        for path, include, _ in PLANTED:
+            with open(os.path.join(tmp, path), "w") as f:
+                f.write(f'#pragma once\n#include <{include}>\n' if path.startswith("proto") else
+                        f'#pragma once\n#include "{include}"\n')
+        planted, _ = violations(tmp)
+    return [p for p in PLANTED if not any(v.startswith(f"{p[0]}:2: includes {p[1]}") and p[2] in v for v in planted)]
 
 
 def main():
     source_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
-    found = violations(source_dir)
+    found, files_read = violations(source_dir)
     for v in found:
         print(v)
     if found:
         print(f"layers_test: {len(found)} include(s) run against the layers")
         return 1
-    # The check itself: a kernel file that includes the model must fail it.
-    with tempfile.TemporaryDirectory() as tmp:
-        shutil.copytree(os.path.join(source_dir, "common"), os.path.join(tmp, "common"))
-        with open(os.path.join(tmp, "common/kernels/planted.h"), "w") as f:
-            f.write('#pragma once\n#include "common/model/model.h"\n')
-        planted = violations(tmp)
-        if not any(v.startswith("common/kernels/planted.h:2: includes common/model/model.h, up") for v in planted):
-            print("layers_test: a planted upward include was not caught:", planted)
-            return 1
-    print("layers_test: every include looks down; a planted upward one is caught")
+    if files_read < 200:
+        print(f"layers_test: only {files_read} files read under {source_dir}: not this repository's tree?")
+        return 1
+    missed = check_the_check(source_dir)
+    if missed:
+        print("layers_test: planted includes not caught:", missed)
+        return 1
+    print(f"layers_test: {files_read} files, every include looks down; {len(PLANTED)} planted ones are caught")
     return 0
 
 
