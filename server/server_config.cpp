@@ -21,34 +21,47 @@ namespace {
 
 // What server_options.inc's check column may say about one value by itself.
 struct Check {
-  enum Kind { kAny, kHostPort, kHostPortOrNone, kAtLeast, kWithin, kSeconds, kSecondsAbove, kOneOf, kNoEmpty };
+  enum Kind { kAny, kHostPort, kHostPortOrNone, kAtLeast, kRange, kOneOf, kNoEmpty };
   Kind kind = kAny;
   double lo = 0, hi = 0;
-  std::string note;  // after the rule, in parentheses; for kNoEmpty what an element is
+  bool open_low = false;  // kRange: (lo, hi] instead of [lo, hi]
+  std::string unit;       // kRange: what the number is, e.g. "a number of seconds"
+  std::string note;       // after the rule, in parentheses; for kNoEmpty what an element is
   std::vector<std::string> choices;
 };
 
-Check make(Check::Kind kind, double lo = 0, double hi = 0, std::string note = "", std::vector<std::string> choices = {}) {
+Check make(Check::Kind kind, std::string note = "") {
   Check c;
   c.kind = kind;
+  c.note = std::move(note);
+  return c;
+}
+Check range(double lo, double hi, bool open_low, std::string unit, std::string note) {
+  Check c = make(Check::kRange, std::move(note));
   c.lo = lo;
   c.hi = hi;
-  c.note = std::move(note);
-  c.choices = std::move(choices);
+  c.open_low = open_low;
+  c.unit = std::move(unit);
   return c;
 }
 Check any() { return {}; }
 Check host_port() { return make(Check::kHostPort); }
 Check host_port_or_none() { return make(Check::kHostPortOrNone); }
-Check at_least(double lo, std::string note = "") { return make(Check::kAtLeast, lo, 0, std::move(note)); }
-Check within(double lo, double hi) { return make(Check::kWithin, lo, hi); }
-// Finite: a time becomes a deadline, and an infinite one is undefined.
-Check seconds(double lo, double hi, std::string note = "") { return make(Check::kSeconds, lo, hi, std::move(note)); }
-Check seconds_above(double lo, double hi) { return make(Check::kSecondsAbove, lo, hi); }
-Check one_of(std::vector<std::string> choices, std::string note = "") {
-  return make(Check::kOneOf, 0, 0, std::move(note), std::move(choices));
+Check at_least(double lo, std::string note = "") {
+  Check c = make(Check::kAtLeast, std::move(note));
+  c.lo = lo;
+  return c;
 }
-Check no_empty(std::string what) { return make(Check::kNoEmpty, 0, 0, std::move(what)); }
+Check within(double lo, double hi) { return range(lo, hi, false, "", ""); }
+// Finite: a time becomes a deadline, and an infinite one is undefined.
+Check seconds(double lo, double hi, std::string note = "") { return range(lo, hi, false, "a number of seconds", note); }
+Check seconds_above(double lo, double hi) { return range(lo, hi, true, "a number of seconds", ""); }
+Check one_of(std::vector<std::string> choices, std::string note = "") {
+  Check c = make(Check::kOneOf, std::move(note));
+  c.choices = std::move(choices);
+  return c;
+}
+Check no_empty(std::string what) { return make(Check::kNoEmpty, std::move(what)); }
 
 using Member = std::variant<std::string ServerConfig::*, int32_t ServerConfig::*, int64_t ServerConfig::*,
                             double ServerConfig::*, bool ServerConfig::*, std::vector<int64_t> ServerConfig::*,
@@ -95,25 +108,13 @@ std::string with_note(const std::string& rule, const std::string& note) {
 // The option's check on its value; Error "KEY must ..." when it fails.
 void check_number(const Option& o, double v) {
   const Check& c = o.check;
-  switch (c.kind) {
-    case Check::kAtLeast:
-      if (!(v >= c.lo)) throw Error(o.key + " must be " + with_note("at least " + number(c.lo), c.note));
-      break;
-    case Check::kWithin:
-      if (!(v >= c.lo && v <= c.hi)) throw Error(o.key + " must be in [" + number(c.lo) + ", " + number(c.hi) + "]");
-      break;
-    case Check::kSeconds:
-      if (!(v >= c.lo && v <= c.hi))
-        throw Error(o.key + " must be " +
-                    with_note("a number of seconds in [" + number(c.lo) + ", " + number(c.hi) + "]", c.note));
-      break;
-    case Check::kSecondsAbove:
-      if (!(v > c.lo && v <= c.hi))
-        throw Error(o.key + " must be a number of seconds in (" + number(c.lo) + ", " + number(c.hi) + "]");
-      break;
-    default:
-      break;
-  }
+  if (c.kind == Check::kAtLeast && !(v >= c.lo))
+    throw Error(o.key + " must be " + with_note("at least " + number(c.lo), c.note));
+  if (c.kind == Check::kRange && !((c.open_low ? v > c.lo : v >= c.lo) && v <= c.hi))
+    throw Error(o.key + " must be " +
+                with_note((c.unit.empty() ? "" : c.unit + " ") + "in " + (c.open_low ? "(" : "[") + number(c.lo) +
+                              ", " + number(c.hi) + "]",
+                          c.note));
 }
 
 void check(const Option& o, int32_t v) { check_number(o, v); }
