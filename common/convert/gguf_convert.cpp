@@ -4,9 +4,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
+#include "common/model/family.h"
 #include "common/model/model.h"
 #include "common/model/model_config.h"
 #include "common/tokenizer/tokenizer.h"
@@ -155,30 +158,27 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   if (c.sliding_window > 0) g.add_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
   g.add_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   g.add_f32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
-  if (c.architecture == "gemma3") {
-    // llama.cpp takes every 6th layer global without this key; the query
-    // scale it computes itself (gguf_model.cpp).
-    if (c.sliding_window_pattern > 0)
-      g.add_u32(a + "attention.sliding_window_pattern", static_cast<uint32_t>(c.sliding_window_pattern));
-    g.add_f32(a + "rope.freq_base_swa", static_cast<float>(c.rope_local_theta));
-    if (c.query_pre_attn_scalar > 0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim) &&
-        !(c.num_hidden_layers == 62 && c.query_pre_attn_scalar == static_cast<double>(c.hidden_size / c.num_attention_heads)))
-      throw Error(name + ": query_pre_attn_scalar " + std::to_string(c.query_pre_attn_scalar) +
-                  " is not the head size, which llama.cpp's gemma3 assumes");
-  }
+  const Family& family = family_of(c);
+  if (family.write_gguf) family.write_gguf(c, g, name);
   if (!c.rope_long_factors.empty()) {
     g.add_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(c.rope_original_context));
     g.add_f32(a + "rope.scaling.attn_factor", static_cast<float>(c.rope_attention_factor));
   }
   g.add_u32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
   tokenizer(g);
+  // A vocabulary without these keys gets the family's, as llama.cpp's
+  // converter writes them from what it knows of the family.
+  if (!family.chat_template.empty() && g.has("tokenizer.ggml.model") && !g.has("tokenizer.chat_template"))
+    g.add_string("tokenizer.chat_template", family.chat_template);
+  if (!family.pre_tokenizer.empty() && g.has("tokenizer.ggml.merges") && !g.has("tokenizer.ggml.pre"))
+    g.add_string("tokenizer.ggml.pre", family.pre_tokenizer);
 
   std::vector<std::vector<uint8_t>> keep;  // alive until written
   auto as = [&](const MatrixRef& m, const TensorSlot& slot) { return type ? tensor_type(*type, slot) : m.type; };
   auto bytes_of = [&](const std::string& hf, const MatrixRef& m, WType to) {
     std::vector<uint8_t> b = plain_bytes(m, to, name + ": " + hf);
     const bool q = hf.find("self_attn.q_proj.weight") != std::string::npos, k = hf.find("self_attn.k_proj.weight") != std::string::npos;
-    if (c.architecture == "llama" && (q || k))
+    if (family.gguf_rope_interleaved && (q || k))
       b = permute_rope_rows(b.data(), m.rows, c.head_dim, row_bytes(to, m.cols), true);
     return b;
   };
@@ -186,7 +186,7 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
     keep.push_back(bytes_of(hf, m, to));
     g.add_tensor(gguf_tensor_name(hf, c), {m.cols, m.rows}, ggml_of(to), keep.back().data(), keep.back().size());
   };
-  // Phi-3's fused matrices: the parts' rows one after another, at one type.
+  // Fused matrices (Family::fusions): the parts' rows one after another, at one type.
   auto fused = [&](const std::string& fused_name, const std::vector<std::pair<std::string, const MatrixRef*>>& parts,
                    const TensorSlot& slot) {
     const WType to = as(*parts[0].second, slot);
@@ -207,9 +207,9 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   auto factors = [&](const char* tensor, const std::vector<float>& f) {
     if (!f.empty()) g.add_tensor(tensor, {static_cast<int64_t>(f.size())}, GgmlType::kF32, f.data(), f.size() * 4);
   };
-  // Gemma 3's linear scaling is llama.cpp's rope.scaling.factor, on its
-  // global layers; Llama 3's divisors its rope_freqs.
-  if (c.architecture == "gemma3" && !c.rope_freq_factors.empty()) {
+  // Linear scaling is llama.cpp's rope.scaling.factor in some families
+  // (on Gemma 3's global layers); Llama 3's divisors its rope_freqs.
+  if (family.gguf_linear_rope_scaling && !c.rope_freq_factors.empty()) {
     g.add_string(a + "rope.scaling.type", "linear");
     g.add_f32(a + "rope.scaling.factor", c.rope_freq_factors[0]);
   } else {
@@ -228,15 +228,21 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
     auto part = [&](LayerMatrix m) { return std::make_pair(layer_matrix_name(l, m), &L[static_cast<int>(m)]); };
     auto slot = [&](LayerMatrix m) { return layer_slot(c, l, m); };
     auto single = [&](LayerMatrix m) { matrix(layer_matrix_name(l, m), L[static_cast<int>(m)], as(L[static_cast<int>(m)], slot(m))); };
-    if (c.architecture == "phi3") {
-      fused(fused_part(l, LayerMatrix::kQ, c)->name, {part(LayerMatrix::kQ), part(LayerMatrix::kK), part(LayerMatrix::kV)},
-            slot(LayerMatrix::kV));
-      single(LayerMatrix::kO);
-      fused(fused_part(l, LayerMatrix::kGate, c)->name, {part(LayerMatrix::kGate), part(LayerMatrix::kUp)},
-            slot(LayerMatrix::kGate));
-      single(LayerMatrix::kDown);
-    } else {
-      for (int m = 0; m < kLayerMatrices; ++m) single(static_cast<LayerMatrix>(m));
+    std::set<std::string> written;
+    for (int i = 0; i < kLayerMatrices; ++i) {
+      const auto m = static_cast<LayerMatrix>(i);
+      const auto f = fused_part(l, m, c);
+      if (!f) {
+        single(m);
+      } else if (written.insert(f->name).second) {
+        std::map<int64_t, std::pair<std::string, const MatrixRef*>> by_row;
+        for (int j = i; j < kLayerMatrices; ++j)
+          if (const auto g = fused_part(l, static_cast<LayerMatrix>(j), c); g && g->name == f->name)
+            by_row[g->row0] = part(static_cast<LayerMatrix>(j));
+        std::vector<std::pair<std::string, const MatrixRef*>> parts;
+        for (const auto& [row0, p] : by_row) parts.push_back(p);
+        fused(f->name, parts, slot(m));
+      }
     }
     vec(layer_norm_name(l, true), w.post_norm(l), c.hidden_size);
   }

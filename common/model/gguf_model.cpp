@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "common/util/error.h"
+#include "common/model/family.h"
 #include "common/model/weight_names.h"
 
 namespace splitspec {
@@ -24,20 +25,6 @@ uint32_t gguf_u32(const GgufFile& f, const std::string& key, std::optional<uint3
 }
 
 namespace {
-
-double meta_f(const GgufFile& f, const std::string& key, double fallback) {
-  if (!f.has(key)) return fallback;
-  const GgufValue& v = f.get(key);
-  if (v.type == GgufType::kString || v.type == GgufType::kArray || !std::isfinite(v.num))
-    throw Error(f.path() + ": GGUF metadata '" + key + "' is not a number");
-  return v.num;
-}
-
-std::string supported() {
-  std::string s;
-  for (const auto& a : supported_architectures()) s += (s.empty() ? "" : ", ") + a;
-  return s;
-}
 
 std::optional<WType> wtype_of(uint32_t ggml) {
   switch (static_cast<GgmlType>(ggml)) {
@@ -60,61 +47,24 @@ std::optional<WType> wtype_of(uint32_t ggml) {
   return std::nullopt;
 }
 
-// Query rows permute by attention heads, key rows by key-value heads; only
-// llama.cpp's llama architecture stores them interleaved.
+// Query rows permute by attention heads, key rows by key-value heads, in
+// the families whose GGUF files interleave them.
 int64_t permuted_heads(const std::string& name, const ModelConfig& c) {
-  if (c.architecture != "llama") return 0;
+  if (!family_of(c).gguf_rope_interleaved) return 0;
   if (name.find("self_attn.q_proj.weight") != std::string::npos) return c.num_attention_heads;
   if (name.find("self_attn.k_proj.weight") != std::string::npos) return c.num_key_value_heads;
   return 0;
 }
 
-// Gemma 3 as llama.cpp's loader reads it (src/models/gemma3.cpp): GeGLU, the
-// embedding scale, the post norms, interleaved local layers (every 6th
-// global unless attention.sliding_window_pattern says otherwise, as a
-// period or a per-layer list) with rope.freq_base_swa, and the query scale
-// 1 / sqrt(head_dim) (the 62-layer 27B's 1 / sqrt(hidden / heads)).
-void gemma3_options(const GgufFile& f, ModelConfig& c) {
-  const std::string& path = f.path();
-  const std::string k = "gemma3.";
-  if (f.has(k + "final_logit_softcapping") && meta_f(f, k + "final_logit_softcapping", 0.0) != 0.0)
-    throw Error(path + ": a final logit soft cap (" + k + "final_logit_softcapping) is not supported");
-  c.activation = Activation::kGeluTanh;
-  c.scale_embeddings = true;
-  c.post_norms = true;
-  if (!c.qk_norm) throw Error(path + ": a gemma3 model without blk.0.attn_q_norm.weight");
-  c.query_pre_attn_scalar = c.num_hidden_layers == 62 ? static_cast<double>(c.hidden_size / c.num_attention_heads)
-                                                      : static_cast<double>(c.head_dim);
-  c.rope_local_theta = meta_f(f, k + "rope.freq_base_swa", 10000.0);
-  if (!f.has(k + "attention.sliding_window") || gguf_u32(f, k + "attention.sliding_window") == 0) return;
-  int64_t pattern = 6;
-  const std::string key = k + "attention.sliding_window_pattern";
-  if (f.has(key)) {
-    const GgufValue& v = f.get(key);
-    if (v.type == GgufType::kArray) {
-      // Per layer, true where it is local: accepted when periodic.
-      if (v.elem != GgufType::kBool) throw Error(path + ": " + key + " must be a count or a list of booleans");
-      std::vector<bool> local;
-      for (double x : v.nums) local.push_back(x != 0.0);
-      if (static_cast<int64_t>(local.size()) != c.num_hidden_layers)
-        throw Error(path + ": " + key + " lists " + std::to_string(local.size()) + " layers of " +
-                    std::to_string(c.num_hidden_layers));
-      pattern = 0;
-      for (size_t i = 0; i < local.size() && pattern == 0; ++i)
-        if (!local[i]) pattern = static_cast<int64_t>(i) + 1;
-      if (pattern == 0) pattern = c.num_hidden_layers + 1;
-      for (size_t i = 0; i < local.size(); ++i)
-        if (local[i] != (static_cast<int64_t>(i) % pattern < pattern - 1))
-          throw Error(path + ": " + key + " is not every " + std::to_string(pattern) + "th layer global");
-    } else {
-      pattern = gguf_u32(f, key);
-      if (pattern <= 0) throw Error(path + ": " + key + " must be positive");
-    }
-  }
-  c.sliding_window_pattern = pattern;
-}
-
 }  // namespace
+
+double gguf_number(const GgufFile& f, const std::string& key, double fallback) {
+  if (!f.has(key)) return fallback;
+  const GgufValue& v = f.get(key);
+  if (v.type == GgufType::kString || v.type == GgufType::kArray || !std::isfinite(v.num))
+    throw Error(f.path() + ": GGUF metadata '" + key + "' is not a number");
+  return v.num;
+}
 
 std::vector<uint8_t> permute_rope_rows(const uint8_t* rows, int64_t count, int64_t head_dim, int64_t rb, bool to_gguf) {
   std::vector<uint8_t> out(static_cast<size_t>(count * rb));
@@ -142,22 +92,18 @@ std::string gguf_tensor_name(const std::string& name, const ModelConfig& c) {
       {"self_attn.v_proj.bias", "attn_v.bias"},
       {"self_attn.q_norm.weight", "attn_q_norm.weight"},
       {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-      {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
       {"self_attn.o_proj.weight", "attn_output.weight"},
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
-      // Phi-3's ffn_up holds the gate's rows, then the up projection's.
-      {"mlp.gate_up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
-      // Gemma 3's norms on the attention's and the MLP's outputs.
-      {"post_attention_norm.weight", "post_attention_norm.weight"},
-      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
   };
   const std::string prefix = "model.layers.";
   if (name.compare(0, prefix.size(), prefix) == 0) {
     const size_t dot = name.find('.', prefix.size());
     const std::string layer = name.substr(prefix.size(), dot - prefix.size()), part = name.substr(dot + 1);
+    for (const auto& [from, to] : family_of(c).gguf_names)
+      if (part == from) return "blk." + layer + "." + to;
     for (const auto& [from, to] : kParts)
       if (part == from) return "blk." + layer + "." + to;
   }
@@ -167,9 +113,10 @@ std::string gguf_tensor_name(const std::string& name, const ModelConfig& c) {
 ModelConfig gguf_model_config(const GgufFile& f) {
   const std::string& path = f.path();
   const std::string arch = f.get("general.architecture").str;
-  bool known = false;
-  for (const auto& a : supported_architectures()) known |= a == arch;
-  if (!known) throw Error(path + ": architecture '" + arch + "' is not supported; SplitSpec runs " + supported());
+  const Family* family = nullptr;
+  for (const Family* fam : families())
+    if (fam->name == arch) family = fam;
+  if (!family) throw Error(path + ": architecture '" + arch + "' is not supported; SplitSpec runs " + family_names());
   const GgufTensor* embed = f.tensor("token_embd.weight");
   if (!embed || embed->ne.size() != 2) throw Error(path + ": tensor 'token_embd.weight' is missing or not a matrix");
   const std::string k = arch + ".";
@@ -187,8 +134,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   const int64_t rotary = gguf_u32(f, k + "rope.dimension_count", static_cast<uint32_t>(c.head_dim));
   if (rotary != c.head_dim) c.rotary_dim = rotary;
   c.vocab_size = embed->ne[1];
-  c.rms_norm_eps = meta_f(f, k + "attention.layer_norm_rms_epsilon", 1e-5);
-  c.rope_theta = meta_f(f, k + "rope.freq_base", 10000.0);
+  c.rms_norm_eps = gguf_number(f, k + "attention.layer_norm_rms_epsilon", 1e-5);
+  c.rope_theta = gguf_number(f, k + "rope.freq_base", 10000.0);
   c.max_position_embeddings = gguf_u32(f, k + "context_length");
   c.tie_word_embeddings = f.tensor("output.weight") == nullptr;
   c.bos_token_id = f.has("tokenizer.ggml.bos_token_id") ? static_cast<int64_t>(gguf_u32(f, "tokenizer.ggml.bos_token_id")) : -1;
@@ -198,7 +145,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   if (f.tensor("blk.0.attn_output.bias"))
     throw Error(path + ": a bias on the attention output (blk.0.attn_output.bias) is not supported");
   c.qk_norm = f.tensor("blk.0.attn_q_norm.weight") != nullptr;
-  if (arch == "qwen3" && !c.qk_norm) throw Error(path + ": a qwen3 model without blk.0.attn_q_norm.weight");
+  if (family->qk_norm && !c.qk_norm) throw Error(path + ": a " + arch + " model without blk.0.attn_q_norm.weight");
   // Each a [rotary_dim / 2] F32 tensor, as rope_freqs below.
   auto factors = [&](const char* name, std::vector<float>& out) {
     const GgufTensor* t = f.tensor(name);
@@ -216,12 +163,12 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     throw Error(path + ": LongRoPE needs both rope_factors_long and rope_factors_short");
   if (has_long) {
     c.rope_original_context = gguf_u32(f, k + "rope.scaling.original_context_length");
-    c.rope_attention_factor = meta_f(f, k + "rope.scaling.attn_factor", 1.0);
+    c.rope_attention_factor = gguf_number(f, k + "rope.scaling.attn_factor", 1.0);
   }
   const std::string scaling = f.has(k + "rope.scaling.type") ? f.get(k + "rope.scaling.type").str : "none";
   if (scaling == "linear") {
     c.rope_freq_factors.assign(static_cast<size_t>(c.head_dim / 2),
-                               static_cast<float>(meta_f(f, k + "rope.scaling.factor", 1.0)));
+                               static_cast<float>(gguf_number(f, k + "rope.scaling.factor", 1.0)));
   } else if (scaling != "none") {
     throw Error(path + ": RoPE scaling '" + scaling + "' is not supported (llama3's rope_freqs and linear are)");
   }
@@ -231,7 +178,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.rope_freq_factors.resize(static_cast<size_t>(c.head_dim / 2));
     std::memcpy(c.rope_freq_factors.data(), freqs->data, c.rope_freq_factors.size() * sizeof(float));
   }
-  if (arch == "gemma3") gemma3_options(f, c);
+  if (family->read_gguf) family->read_gguf(f, c);
   if (f.has(k + "attention.sliding_window")) {
     c.sliding_window = gguf_u32(f, k + "attention.sliding_window");
     if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings && c.sliding_window_pattern == 0) {

@@ -9,6 +9,7 @@
 
 #include "common/kernels/kernels.h"
 #include "common/util/error.h"
+#include "common/model/family.h"
 #include "common/model/gguf_model.h"
 
 using nlohmann::json;
@@ -97,33 +98,8 @@ void ModelConfig::validate(const std::string& source) const {
 
 namespace {
 
-struct Family {
-  const char* architecture;  // ours (llama.cpp's)
-  const char* model_type;    // config.json's
-  double rms_norm_eps;       // Hugging Face's defaults for the keys a config may omit
-  int64_t max_positions;
-  int64_t bos, eos;
-  bool tied = false;
-  double rope_theta = 10000.0;
-};
-
-// config.json "architectures" entries SplitSpec runs, and their families.
-const std::pair<const char*, Family> kFamilies[] = {
-    {"LlamaForCausalLM", {"llama", "llama", 1e-6, 2048, 1, 2}},
-    {"MistralForCausalLM", {"llama", "mistral", 1e-6, 4096 * 32, 1, 2}},
-    {"Qwen2ForCausalLM", {"qwen2", "qwen2", 1e-6, 32768, -1, -1}},
-    {"Qwen3ForCausalLM", {"qwen3", "qwen3", 1e-6, 32768, -1, -1}},
-    {"Phi3ForCausalLM", {"phi3", "phi3", 1e-5, 4096, 1, 32000}},
-    {"Gemma3ForCausalLM", {"gemma3", "gemma3_text", 1e-6, 131072, 2, 1, true, 1000000.0}},
-};
-
-std::string supported_list() {
-  std::string s;
-  for (const auto& [name, f] : kFamilies) s += std::string(s.empty() ? "" : ", ") + name;
-  return s;
-}
-
-const Family& family_of(const json& j, const std::string& source) {
+// The family and Hugging Face architecture config.json names.
+std::pair<const Family*, const HfArchitecture*> family_of(const json& j, const std::string& source) {
   std::string arch, type;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()) {
     if (j["architectures"].size() != 1 || !j["architectures"][0].is_string())
@@ -131,23 +107,17 @@ const Family& family_of(const json& j, const std::string& source) {
     arch = j["architectures"][0].get<std::string>();
   }
   if (j.contains("model_type") && j["model_type"].is_string()) type = j["model_type"].get<std::string>();
+  const std::vector<const Family*> all = families();
   // Our own configs (the trainer's, the benchmarks') name no architecture.
-  if (arch.empty() && type.empty()) return kFamilies[0].second;
-  for (const auto& [name, f] : kFamilies)
-    if ((!arch.empty() && arch == name) || (arch.empty() && type == f.model_type)) return f;
+  if (arch.empty() && type.empty()) return {all[0], &all[0]->hf[0]};
+  std::string supported;
+  for (const Family* f : all)
+    for (const HfArchitecture& h : f->hf) {
+      if ((!arch.empty() && arch == h.name) || (arch.empty() && type == h.model_type)) return {f, &h};
+      supported += (supported.empty() ? "" : ", ") + h.name;
+    }
   const std::string what = !arch.empty() ? "architecture \"" + arch + "\"" : "model_type \"" + type + "\"";
-  throw Error(source + ": unsupported " + what + "; SplitSpec runs " + supported_list());
-}
-
-int64_t integer_or(const json& j, const char* key, int64_t fallback, const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  return integer(j, key, source);
-}
-
-double number_or(const json& j, const char* key, double fallback, const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number()) throw Error(source + ": field '" + key + "' must be a number, got " + j[key].dump());
-  return j[key].get<double>();
+  throw Error(source + ": unsupported " + what + "; SplitSpec runs " + supported);
 }
 
 // Every id of an "eos_token_id" that may be one id or a list.
@@ -184,13 +154,13 @@ void longrope(const json& j, const json& r, ModelConfig& c, const std::string& s
   const size_t n = static_cast<size_t>(c.rotary_dims() / 2);
   c.rope_short_factors = float_list(r, "short_factor", n, source);
   c.rope_long_factors = float_list(r, "long_factor", n, source);
-  c.rope_original_context = integer_or(j, "original_max_position_embeddings", 0, source);
+  c.rope_original_context = config_integer(j, "original_max_position_embeddings", 0, source);
   if (r.contains("original_max_position_embeddings"))
     c.rope_original_context = integer(r, "original_max_position_embeddings", source);
   if (c.rope_original_context <= 0)
     throw Error(source + ": LongRoPE needs 'original_max_position_embeddings'");
   if (r.contains("attention_factor") && !r["attention_factor"].is_null()) {
-    c.rope_attention_factor = number_or(r, "attention_factor", 1.0, source);
+    c.rope_attention_factor = config_number(r, "attention_factor", 1.0, source);
   } else {
     const double scale = static_cast<double>(c.max_position_embeddings) / static_cast<double>(c.rope_original_context);
     c.rope_attention_factor =
@@ -213,45 +183,18 @@ std::vector<float> rope_factors(const json& r, const ModelConfig& c, const std::
   throw Error(source + ": rope_scaling type '" + type + "' is not supported (llama3, linear and none are)");
 }
 
-// Gemma 3's options: GeGLU, the embedding scale, the post norms, the query
-// scale and the interleaved local layers (sliding_window_pattern, or the
-// layer_types list newer configs give instead; every pattern-th layer global).
-void gemma3_options(const json& j, ModelConfig& c, const std::string& source) {
-  c.scale_embeddings = true;
-  c.post_norms = true;
-  c.query_pre_attn_scalar = number_or(j, "query_pre_attn_scalar", static_cast<double>(c.head_dim), source);
-  if (!(c.query_pre_attn_scalar > 0)) throw Error(source + ": 'query_pre_attn_scalar' must be positive");
-  c.rope_local_theta = number_or(j, "rope_local_base_freq", 10000.0, source);
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-    const json& rp = j["rope_parameters"];
-    if (rp.contains("full_attention")) c.rope_theta = number_or(rp["full_attention"], "rope_theta", c.rope_theta, source);
-    if (rp.contains("sliding_attention"))
-      c.rope_local_theta = number_or(rp["sliding_attention"], "rope_theta", c.rope_local_theta, source);
-  }
-  int64_t pattern = integer_or(j, "sliding_window_pattern", 6, source);
-  if (j.contains("layer_types") && j["layer_types"].is_array()) {
-    const json& types = j["layer_types"];
-    if (static_cast<int64_t>(types.size()) != c.num_hidden_layers)
-      throw Error(source + ": 'layer_types' lists " + std::to_string(types.size()) + " layers of " +
-                  std::to_string(c.num_hidden_layers));
-    pattern = 0;
-    for (size_t i = 0; i < types.size() && pattern == 0; ++i)
-      if (types[i] == "full_attention") pattern = static_cast<int64_t>(i) + 1;
-    if (pattern == 0) pattern = c.num_hidden_layers + 1;  // every layer local
-    for (size_t i = 0; i < types.size(); ++i) {
-      const bool full = static_cast<int64_t>(i) % pattern == pattern - 1;
-      if (types[i] != (full ? "full_attention" : "sliding_attention"))
-        throw Error(source + ": 'layer_types' is not every " + std::to_string(pattern) +
-                    "th layer global (layer " + std::to_string(i) + " is " + types[i].dump() + ")");
-    }
-  }
-  if (pattern <= 0) throw Error(source + ": 'sliding_window_pattern' must be positive");
-  c.sliding_window_pattern = pattern;
-  if (!j.contains("sliding_window") || !j["sliding_window"].is_number_integer() || j["sliding_window"].get<int64_t>() <= 0)
-    throw Error(source + ": a gemma3 model needs a positive 'sliding_window'");
+}  // namespace
+
+int64_t config_integer(const json& j, const char* key, int64_t fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  return integer(j, key, source);
 }
 
-}  // namespace
+double config_number(const json& j, const char* key, double fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number()) throw Error(source + ": field '" + key + "' must be a number, got " + j[key].dump());
+  return j[key].get<double>();
+}
 
 std::vector<float> llama3_rope_factors(double theta, int64_t head_dim, double factor, double low_freq_factor,
                                        double high_freq_factor, int64_t original_context) {
@@ -306,12 +249,11 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
     throw Error(source + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw Error(source + ": expected a JSON object");
-  const Family& fam = family_of(j, source);
-  const bool gemma = std::string(fam.architecture) == "gemma3";
+  const auto [family, hf] = family_of(j, source);
   // Anything below would load and silently compute another function.
   const json act_json = j.contains("hidden_activation") && !j["hidden_activation"].is_null()
                             ? j["hidden_activation"]
-                            : j.value("hidden_act", json(gemma ? "gelu_pytorch_tanh" : "silu"));
+                            : j.value("hidden_act", json(family->hf_default_act));
   const std::string act = act_json.dump();
   ModelConfig c;
   if (act == "\"silu\"") {
@@ -325,22 +267,22 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
     if (j.contains(key) && !j[key].is_null()) throw Error(source + ": '" + key + "' is not supported");
 
-  c.architecture = fam.architecture;
+  c.architecture = family->name;
   c.hidden_size = integer(j, "hidden_size", source);
   c.intermediate_size = integer(j, "intermediate_size", source);
   c.num_hidden_layers = integer(j, "num_hidden_layers", source);
   c.num_attention_heads = integer(j, "num_attention_heads", source);
-  c.num_key_value_heads = integer_or(j, "num_key_value_heads", c.num_attention_heads, source);
+  c.num_key_value_heads = config_integer(j, "num_key_value_heads", c.num_attention_heads, source);
   c.vocab_size = integer(j, "vocab_size", source);
-  c.rms_norm_eps = number_or(j, "rms_norm_eps", fam.rms_norm_eps, source);
-  c.rope_theta = number_or(j, "rope_theta", fam.rope_theta, source);
-  c.max_position_embeddings = integer_or(j, "max_position_embeddings", fam.max_positions, source);
-  c.tie_word_embeddings = fam.tied;
+  c.rms_norm_eps = config_number(j, "rms_norm_eps", hf->rms_norm_eps, source);
+  c.rope_theta = config_number(j, "rope_theta", hf->rope_theta, source);
+  c.max_position_embeddings = config_integer(j, "max_position_embeddings", hf->max_positions, source);
+  c.tie_word_embeddings = hf->tied;
   if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_null())
     c.tie_word_embeddings = required<bool>(j, "tie_word_embeddings", source);
-  const std::vector<int64_t> bos = token_ids(j, "bos_token_id", fam.bos, source);
+  const std::vector<int64_t> bos = token_ids(j, "bos_token_id", hf->bos, source);
   c.bos_token_id = bos.empty() ? -1 : bos[0];
-  c.eos_token_ids = token_ids(j, "eos_token_id", fam.eos, source);
+  c.eos_token_ids = token_ids(j, "eos_token_id", hf->eos, source);
   c.eos_token_id = c.eos_token_ids.empty() ? -1 : c.eos_token_ids[0];
   if (c.num_attention_heads <= 0) throw Error(source + ": 'num_attention_heads' must be positive");
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
@@ -350,24 +292,22 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
       throw Error(source + ": hidden_size must be divisible by num_attention_heads");
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  const double partial = number_or(j, "partial_rotary_factor", 1.0, source);
+  const double partial = config_number(j, "partial_rotary_factor", 1.0, source);
   if (partial != 1.0) {
     c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
     if (!(partial > 0.0 && partial < 1.0) || c.rotary_dim <= 0 || c.rotary_dim % 2 != 0)
       throw Error(source + ": partial_rotary_factor " + std::to_string(partial) + " gives no even rotary size");
   }
   const bool bias = j.contains("attention_bias") && j["attention_bias"] == true;
-  if (c.architecture == "qwen2") {
-    c.attention_bias = true;  // Qwen2's attention always has them; its config does not say
-  } else if (c.architecture == "qwen3" || gemma) {
-    c.qk_norm = true;
-    c.attention_bias = bias;
-    if (gemma && bias) throw Error(source + ": 'attention_bias' = true is not supported for gemma3");
-  } else if (bias) {
-    // LLaMA's attention_bias also puts one on the output projection.
-    throw Error(source + ": 'attention_bias' = true is not supported for " + c.architecture);
+  c.qk_norm = family->qk_norm;
+  switch (family->hf_attention_bias) {
+    case HfAttentionBias::kAlways: c.attention_bias = true; break;
+    case HfAttentionBias::kAsConfigured: c.attention_bias = bias; break;
+    case HfAttentionBias::kRefused:
+      if (bias) throw Error(source + ": 'attention_bias' = true is not supported for " + c.architecture);
+      break;
   }
-  if (gemma) gemma3_options(j, c, source);
+  if (family->read_hf) family->read_hf(j, c, source);
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const json& r = j["rope_scaling"];
     const std::string type = r.is_object() ? r.value("rope_type", r.value("type", std::string())) : std::string();
@@ -412,15 +352,10 @@ ModelConfig load_model_config(const std::string& path) {
 }
 
 std::string model_config_to_json(const ModelConfig& c) {
-  std::string arch = "LlamaForCausalLM", type = "llama";
-  for (const auto& [name, f] : kFamilies)
-    if (c.architecture == f.architecture) {
-      arch = name, type = f.model_type;
-      break;
-    }
+  const Family& family = family_of(c);
   json j = {
-      {"architectures", {arch}},
-      {"model_type", type},
+      {"architectures", {family.hf[0].name}},
+      {"model_type", family.hf[0].model_type},
       {"hidden_size", c.hidden_size},
       {"intermediate_size", c.intermediate_size},
       {"num_hidden_layers", c.num_hidden_layers},
@@ -435,16 +370,12 @@ std::string model_config_to_json(const ModelConfig& c) {
       {"hidden_act", c.activation == Activation::kGeluTanh ? "gelu_pytorch_tanh" : "silu"},
       {"rope_scaling", nullptr},
   };
-  if (c.architecture == "gemma3") {
-    j["query_pre_attn_scalar"] = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(c.head_dim);
-    j["rope_local_base_freq"] = c.rope_local_theta;
-    j["sliding_window_pattern"] = c.sliding_window_pattern;
-  }
+  if (family.write_hf) family.write_hf(c, j);
   if (c.rotary_dim > 0) j["partial_rotary_factor"] = static_cast<double>(c.rotary_dim) / static_cast<double>(c.head_dim);
   j["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
   if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
   else j["eos_token_id"] = c.eos_token_id >= 0 ? json(c.eos_token_id) : json(nullptr);
-  if (c.architecture == "qwen3") j["attention_bias"] = c.attention_bias;
+  if (family.hf_attention_bias == HfAttentionBias::kAsConfigured) j["attention_bias"] = c.attention_bias;
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (!c.rope_long_factors.empty()) {
     // LongRoPE as Hugging Face names it, whether it came from there or from a

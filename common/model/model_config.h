@@ -1,28 +1,23 @@
 #pragma once
-// The decoder-only families SplitSpec runs, as one LLaMA-shaped definition
-// with per-family options: what a Hugging Face config.json (LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM,
-// Gemma3ForCausalLM) or a GGUF file's metadata (gguf_model.h) says.
+// The decoder-only models SplitSpec runs, as one LLaMA-shaped definition
+// with options: what a Hugging Face config.json or a GGUF file's metadata
+// (gguf_model.h) says, read as the model's family (family.h) reads it.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace splitspec {
 
-// Families by their llama.cpp architecture name (GGUF general.architecture).
-// Every one is the LLaMA decoder (RMSNorm, RoPE on rotated halves, grouped
-// query attention, a gated MLP); they differ only in the options below and in
-// how their files name and fuse tensors.
-inline const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> names{"llama", "qwen2", "qwen3", "phi3", "gemma3"};
-  return names;
-}
-
 // The gated MLP's activation: SwiGLU's silu, or GeGLU's GELU in its tanh
 // form (Gemma).
 enum class Activation : uint8_t { kSilu, kGeluTanh };
 
+// Every family is the LLaMA decoder (RMSNorm, RoPE on rotated halves, grouped
+// query attention, a gated MLP); they differ only in the options below and in
+// how their files name and fuse tensors.
 struct ModelConfig {
+  // The family (family.h) by its llama.cpp architecture name (GGUF
+  // general.architecture).
   std::string architecture = "llama";
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -40,9 +35,9 @@ struct ModelConfig {
   // Every id config.json lists as an end of generation (Llama 3 lists
   // three); eos_token_id is the first.
   std::vector<int64_t> eos_token_ids;
-  // Biases on the query, key and value projections (Qwen2).
+  // Biases on the query, key and value projections.
   bool attention_bias = false;
-  // RMSNorm on each head's query and key before RoPE (Qwen3).
+  // RMSNorm on each head's query and key before RoPE.
   bool qk_norm = false;
   // RoPE frequency divisors [head_dim / 2], empty for none: Llama 3's
   // rope_scaling, computed from config.json as Hugging Face does, or a GGUF

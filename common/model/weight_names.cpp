@@ -1,5 +1,7 @@
 #include "common/model/weight_names.h"
 
+#include "common/model/family.h"
+
 namespace splitspec {
 
 std::string layer_matrix_name(int64_t layer, LayerMatrix m) {
@@ -57,33 +59,28 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }  // namespace
 
 std::string hf_tensor_name(const std::string& ours, const ModelConfig& c) {
-  if (c.architecture != "gemma3") return ours;
-  const std::string pre = "post_attention_layernorm.weight", post = "post_attention_norm.weight";
-  if (ends_with(ours, pre)) return ours.substr(0, ours.size() - pre.size()) + "pre_feedforward_layernorm.weight";
-  if (ends_with(ours, post)) return ours.substr(0, ours.size() - post.size()) + "post_attention_layernorm.weight";
+  for (const auto& [mine, theirs] : family_of(c).hf_names)
+    if (ends_with(ours, mine)) return ours.substr(0, ours.size() - mine.size()) + theirs;
   return ours;
 }
 
 bool hf_gain_less_one(const std::string& ours, const ModelConfig& c) {
-  if (c.architecture != "gemma3") return false;
+  if (!family_of(c).hf_gains_less_one) return false;
   for (const char* norm : {"layernorm.weight", "post_attention_norm.weight", "q_norm.weight", "k_norm.weight"})
     if (ends_with(ours, norm)) return true;
   return ours == kFinalNormName;
 }
 
 std::optional<FusedPart> fused_part(int64_t layer, LayerMatrix m, const ModelConfig& c) {
-  if (c.architecture != "phi3") return std::nullopt;
-  const std::string prefix = "model.layers." + std::to_string(layer) + ".";
-  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  switch (m) {
-    case LayerMatrix::kQ: return FusedPart{prefix + "self_attn.qkv_proj.weight", q + 2 * kv, 0};
-    case LayerMatrix::kK: return FusedPart{prefix + "self_attn.qkv_proj.weight", q + 2 * kv, q};
-    case LayerMatrix::kV: return FusedPart{prefix + "self_attn.qkv_proj.weight", q + 2 * kv, q + kv};
-    case LayerMatrix::kGate: return FusedPart{prefix + "mlp.gate_up_proj.weight", 2 * c.intermediate_size, 0};
-    case LayerMatrix::kUp:
-      return FusedPart{prefix + "mlp.gate_up_proj.weight", 2 * c.intermediate_size, c.intermediate_size};
-    default: return std::nullopt;
+  for (const Fusion& fusion : family_of(c).fusions) {
+    int64_t rows = 0, row0 = -1;
+    for (LayerMatrix part : fusion.parts) {
+      if (part == m) row0 = rows;
+      rows += layer_matrix_shape(part, c)[0];
+    }
+    if (row0 >= 0) return FusedPart{"model.layers." + std::to_string(layer) + "." + fusion.name, rows, row0};
   }
+  return std::nullopt;
 }
 
 int64_t layer_vector_size(LayerVector v, const ModelConfig& c) {

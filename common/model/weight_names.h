@@ -31,9 +31,9 @@ std::string layer_vector_name(int64_t layer, LayerVector v);
 // Its length, or 0 when the family has none.
 int64_t layer_vector_size(LayerVector v, const ModelConfig& c);
 
-// Where a family's files hold a layer matrix inside a fused one (Phi-3's
-// qkv_proj and gate_up_proj): the fused tensor's name, its rows, and the
-// part's first row. Empty for a matrix stored on its own.
+// Where a family's files hold a layer matrix inside a fused one (its
+// Family::fusions): the fused tensor's name, its rows, and the part's first
+// row. Empty for a matrix stored on its own.
 struct FusedPart {
   std::string name;
   int64_t fused_rows = 0;
@@ -42,14 +42,11 @@ struct FusedPart {
 std::optional<FusedPart> fused_part(int64_t layer, LayerMatrix m, const ModelConfig& c);
 
 // The name a tensor of ours has in the family's Hugging Face files: ours,
-// which are Llama's, but for Gemma 3's norms (there post_attention_layernorm
-// is the norm on the attention's output, ours post_attention_norm, and
-// pre_feedforward_layernorm the MLP's input norm, ours
-// post_attention_layernorm).
+// which are Llama's, but where the family renames it (Family::hf_names).
 std::string hf_tensor_name(const std::string& ours, const ModelConfig& c);
-// Whether the family's Hugging Face files hold this tensor less 1: Gemma's
-// RMSNorm gains, as its norm computes x * (1 + w). Ours (and GGUF files)
-// hold 1 + w.
+// Whether the family's Hugging Face files hold this tensor less 1: RMSNorm
+// gains of a family whose norm computes x * (1 + w) (Family::hf_gains_less_one).
+// Ours (and GGUF files) hold 1 + w.
 bool hf_gain_less_one(const std::string& ours, const ModelConfig& c);
 
 inline const char* kEmbedName = "model.embed_tokens.weight";

@@ -61,9 +61,10 @@ TensorSlot embed_slot(const ModelConfig& c) {
 TensorSlot head_slot(const ModelConfig& c) { return {TensorSlot::kHead, 0, c.num_hidden_layers, c.hidden_size}; }
 
 TensorSlot layer_slot(const ModelConfig& c, int64_t layer, LayerMatrix m) {
-  const bool fused_qkv = fused_part(layer, LayerMatrix::kV, c).has_value();
+  // A matrix fused with the value projection is quantized as it is (llama.cpp's attn_qkv).
+  const auto v = fused_part(layer, LayerMatrix::kV, c), mine = fused_part(layer, m, c);
   TensorSlot::Kind kind = TensorSlot::kOther;
-  if (m == LayerMatrix::kV || (fused_qkv && (m == LayerMatrix::kQ || m == LayerMatrix::kK))) kind = TensorSlot::kAttnV;
+  if (m == LayerMatrix::kV || (v && mine && mine->name == v->name)) kind = TensorSlot::kAttnV;
   if (m == LayerMatrix::kO) kind = TensorSlot::kAttnOut;
   if (m == LayerMatrix::kDown) kind = TensorSlot::kFfnDown;
   const int64_t gqa = c.num_key_value_heads > 0 ? c.num_attention_heads / c.num_key_value_heads : 1;

@@ -1,7 +1,9 @@
 #include "common/tokenizer/chat_template.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <iterator>
+#include <mutex>
 #include <string_view>
 
 #include "common/util/error.h"
@@ -11,9 +13,28 @@ namespace {
 
 const char* const kNames[] = {"llama3", "chatml", "phi3", "llama2", "gemma"};
 
+// Templates the model families add (register_chat_template).
+struct Registered {
+  std::mutex mu;
+  std::vector<ChatTemplateDef> defs;
+};
+
+Registered& registered() {
+  static auto* r = new Registered;
+  return *r;
+}
+
+std::optional<ChatTemplateDef> find_registered(const std::string& jinja_source) {
+  Registered& r = registered();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const ChatTemplateDef& d : r.defs)
+    if (jinja_source == d.name || d.detect(jinja_source)) return d;
+  return std::nullopt;
+}
+
 std::string names_list() {
   std::string out;
-  for (const char* name : kNames) out += std::string(out.empty() ? "" : ", ") + name;
+  for (const std::string& name : chat_template_names()) out += (out.empty() ? "" : ", ") + name;
   return out;
 }
 
@@ -25,25 +46,7 @@ std::string trim(const std::string& s) {
   return s.substr(begin, s.find_last_not_of(space) - begin + 1);
 }
 
-// The prompt as it is written: template text, and the messages' content,
-// whose byte ranges are kept (the tokenizer does not read special tokens
-// there).
-class Writer {
- public:
-  Writer& tpl(const std::string& t) {
-    out_.text += t;
-    return *this;
-  }
-  Writer& content(const std::string& c) {
-    if (!c.empty()) out_.content.push_back({out_.text.size(), c.size()});
-    out_.text += c;
-    return *this;
-  }
-  ChatPrompt done() { return std::move(out_); }
-
- private:
-  ChatPrompt out_;
-};
+using Writer = ChatWriter;
 
 ChatPrompt llama3(const std::vector<ChatMessage>& messages, bool add_assistant) {
   Writer w;
@@ -117,7 +120,23 @@ bool looks_like_jinja(const std::string& s) {
 
 }  // namespace
 
-std::vector<std::string> chat_template_names() { return {std::begin(kNames), std::end(kNames)}; }
+std::vector<std::string> chat_template_names() {
+  std::vector<std::string> names(std::begin(kNames), std::end(kNames));
+  Registered& r = registered();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const ChatTemplateDef& d : r.defs) names.push_back(d.name);
+  return names;
+}
+
+void register_chat_template(ChatTemplateDef def) {
+  if (def.name.empty() || !def.detect || !def.render) throw Error("a chat template needs a name, markers and a form");
+  const std::vector<std::string> taken = chat_template_names();
+  if (std::find(taken.begin(), taken.end(), def.name) != taken.end())
+    throw Error("chat template '" + def.name + "' is already registered");
+  Registered& r = registered();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.defs.push_back(std::move(def));
+}
 
 // llama.cpp's llm_chat_detect_template, in its order: families it tests
 // before ours win over our markers in the same template (a Phi-4 template
@@ -125,6 +144,8 @@ std::vector<std::string> chat_template_names() { return {std::begin(kNames), std
 std::optional<std::string> detect_chat_template(const std::string& jinja_source) {
   for (const char* name : kNames)
     if (jinja_source == name) return jinja_source;
+  // A family's own template is tested first: its markers are its own.
+  if (const auto def = find_registered(jinja_source)) return def->name;
   const auto has = [&](std::string_view s) { return jinja_source.find(s) != std::string::npos; };
   const auto has_all = [&](std::initializer_list<std::string_view> all) {
     for (std::string_view s : all)
@@ -170,6 +191,7 @@ ChatPrompt render_chat(const std::string& name, const std::vector<ChatMessage>& 
       throw Error("chat message " + std::to_string(i) + " has role '" + role +
                   "'; the roles are system, user and assistant");
   }
+  if (const auto def = find_registered(*found)) return def->render(messages, add_assistant);
   if (*found == "llama3") return llama3(messages, add_assistant);
   if (*found == "chatml") return chatml(messages, add_assistant);
   if (*found == "phi3") return phi3(messages, add_assistant);

@@ -4,6 +4,7 @@
 // same ids) under SplitSpec and llama.cpp. Like llama.cpp's, these are fixed
 // formats picked by name or recognized in a model's Jinja template by its
 // markers, not a Jinja interpreter; only five families are built in.
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -17,7 +18,8 @@ struct ChatMessage {
 };
 
 // "llama3", "chatml" (Qwen 2, 2.5 and 3), "phi3", "llama2" (llama.cpp's
-// "llama2-sys": a system message in <<SYS>>) and "gemma".
+// "llama2-sys": a system message in <<SYS>>) and "gemma", then the
+// registered ones.
 std::vector<std::string> chat_template_names();
 
 // The built-in template llama.cpp would pick for a model's
@@ -42,5 +44,34 @@ struct ChatPrompt {
   std::vector<std::pair<size_t, size_t>> content;
 };
 ChatPrompt render_chat(const std::string& name, const std::vector<ChatMessage>& messages, bool add_assistant);
+
+// A prompt as it is written: template text, and the messages' content,
+// whose byte ranges are kept.
+class ChatWriter {
+ public:
+  ChatWriter& tpl(const std::string& t) {
+    out_.text += t;
+    return *this;
+  }
+  ChatWriter& content(const std::string& c) {
+    if (!c.empty()) out_.content.push_back({out_.text.size(), c.size()});
+    out_.text += c;
+    return *this;
+  }
+  ChatPrompt done() { return std::move(out_); }
+
+ private:
+  ChatPrompt out_;
+};
+
+// A template a model family adds (common/model/family.h): picked by its name
+// or when `detect` finds its markers in a model's Jinja source (tested
+// before the built-in ones). Throws splitspec::Error for a name taken.
+struct ChatTemplateDef {
+  std::string name;
+  std::function<bool(const std::string& jinja_source)> detect;
+  std::function<ChatPrompt(const std::vector<ChatMessage>&, bool add_assistant)> render;
+};
+void register_chat_template(ChatTemplateDef def);
 
 }  // namespace splitspec

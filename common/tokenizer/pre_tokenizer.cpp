@@ -4,6 +4,8 @@
 #include <pcre2.h>
 
 #include <array>
+#include <deque>
+#include <mutex>
 
 #include "common/util/error.h"
 
@@ -23,48 +25,43 @@ constexpr const char* kLlama3Tail =
 constexpr const char* kQwen2Tail =
     "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-// How the stretches of text between two matches become words. llama.cpp
-// runs GPT-2's, Llama 3's and Qwen2's patterns through hand-written matchers
-// that emit each unmatched code point alone; every other pattern through
-// std::regex, which leaves a stretch whole.
-enum class Gaps { kPerCodePoint, kWhole };
+using Gaps = PreTokenizerPattern::Gaps;
 
-struct PatternSpec {
-  std::string regex;
-  Gaps gaps;
+struct Registry {
+  std::mutex mu;
+  // A deque: a spec found stays where it is while others are registered.
+  std::deque<PreTokenizerDef> specs;
 };
 
-struct PreSpec {
-  const char* names[6];
-  std::vector<PatternSpec> patterns;
-  // Words in GPT-2's byte-level alphabet, or as the text's own UTF-8 (Gemma's
-  // SentencePiece-style BPE, whose spaces are already U+2581).
-  bool byte_encode = true;
-};
-
-const std::vector<PreSpec>& pre_specs() {
-  static const std::vector<PreSpec> specs = {
-      {{"llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"},
-       {{std::string(kContractions) + kLlama3Tail, Gaps::kPerCodePoint}}},
-      {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, {{std::string(kContractions) + kQwen2Tail, Gaps::kPerCodePoint}}},
-      {{"gpt-2", "phi-2", "mpt", "olmo"}, {{kGpt2, Gaps::kPerCodePoint}}},
-      {{"smollm", "starcoder", "refact", "command-r", "codeshell"},
-       {{"\\p{N}", Gaps::kWhole}, {kGpt2, Gaps::kPerCodePoint}}},
-      // Gemma 3's and 4's: split only at newlines, as llama.cpp's gemma4.
-      {{"gemma4"}, {{"[^\\n]+|[\\n]+", Gaps::kWhole}}, false},
-      {{"default"},
-       {{"[\\p{P}\\$\\+<=>\\^~\\|]+", Gaps::kWhole},
-        {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)", Gaps::kWhole},
-        {"\\p{N}+", Gaps::kWhole},
-        {"[0-9][0-9][0-9]", Gaps::kWhole}}},
-  };
-  return specs;
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry;
+    reg->specs = {
+        {{"llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"},
+         {{std::string(kContractions) + kLlama3Tail, Gaps::kPerCodePoint}}},
+        {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, {{std::string(kContractions) + kQwen2Tail, Gaps::kPerCodePoint}}},
+        {{"gpt-2", "phi-2", "mpt", "olmo"}, {{kGpt2, Gaps::kPerCodePoint}}},
+        {{"smollm", "starcoder", "refact", "command-r", "codeshell"},
+         {{"\\p{N}", Gaps::kWhole}, {kGpt2, Gaps::kPerCodePoint}}},
+        // Gemma 3's and 4's: split only at newlines, as llama.cpp's gemma4.
+        {{"gemma4"}, {{"[^\\n]+|[\\n]+", Gaps::kWhole}}, false},
+        {{"default"},
+         {{"[\\p{P}\\$\\+<=>\\^~\\|]+", Gaps::kWhole},
+          {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)", Gaps::kWhole},
+          {"\\p{N}+", Gaps::kWhole},
+          {"[0-9][0-9][0-9]", Gaps::kWhole}}},
+    };
+    return reg;
+  }();
+  return *r;
 }
 
-const PreSpec* find_spec(const std::string& pre) {
-  for (const auto& spec : pre_specs())
-    for (const char* name : spec.names)
-      if (name && pre == name) return &spec;
+const PreTokenizerDef* find_spec(const std::string& pre) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const auto& spec : r.specs)
+    for (const std::string& name : spec.names)
+      if (pre == name) return &spec;
   return nullptr;
 }
 
@@ -142,15 +139,33 @@ const std::string& byte_to_unicode(uint8_t byte) { return byte_tables().to_unico
 
 int unicode_to_byte(uint32_t cp) { return cp < 512 ? byte_tables().to_byte[cp] : -1; }
 
-const char* supported_pre_tokenizers() {
-  static const std::string list = [] {
-    std::string s;
-    for (const auto& spec : pre_specs())
-      for (const char* name : spec.names)
-        if (name) s += (s.empty() ? "" : ", ") + std::string(name);
-    return s;
-  }();
-  return list.c_str();
+std::string supported_pre_tokenizers() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::string s;
+  for (const auto& spec : r.specs)
+    for (const std::string& name : spec.names) s += (s.empty() ? "" : ", ") + name;
+  return s;
+}
+
+void register_pre_tokenizer(PreTokenizerDef def) {
+  if (def.names.empty() || def.patterns.empty()) throw Error("a pre-tokenizer needs a name and a pattern");
+  for (const std::string& name : def.names)
+    if (find_spec(name)) throw Error("pre-tokenizer '" + name + "' is already registered");
+  // Compiled once now, so that a bad pattern fails here and not at a model's load.
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.specs.push_back(std::move(def));
+  }
+  try {
+    PreTokenizer check(registry().specs.back().names[0]);
+  } catch (...) {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.specs.pop_back();
+    throw;
+  }
 }
 
 bool is_supported_pre_tokenizer(const std::string& pre) { return find_spec(pre) != nullptr; }
@@ -162,7 +177,7 @@ struct PreTokenizer::Pattern {
 };
 
 PreTokenizer::PreTokenizer(const std::string& pre) {
-  const PreSpec* spec = find_spec(pre);
+  const PreTokenizerDef* spec = find_spec(pre);
   if (!spec) throw Error("unknown pre-tokenizer '" + pre + "'; supported: " + supported_pre_tokenizers());
   for (const auto& p : spec->patterns) {
     auto pattern = std::make_unique<Pattern>();

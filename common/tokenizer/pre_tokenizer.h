@@ -19,8 +19,31 @@ void append_utf8(std::string& out, uint32_t cp);
 const std::string& byte_to_unicode(uint8_t byte);
 int unicode_to_byte(uint32_t cp);
 
+// A pre-tokenizer: its regular expressions, run in order (each splits the
+// words the one before left), under every name a file may give it
+// (tokenizer.ggml.pre).
+struct PreTokenizerPattern {
+  std::string regex;
+  // How the stretches of text between two matches become words. llama.cpp
+  // runs GPT-2's, Llama 3's and Qwen2's patterns through hand-written
+  // matchers that emit each unmatched code point alone; every other pattern
+  // through std::regex, which leaves a stretch whole.
+  enum class Gaps { kPerCodePoint, kWhole } gaps = Gaps::kWhole;
+};
+struct PreTokenizerDef {
+  std::vector<std::string> names;
+  std::vector<PreTokenizerPattern> patterns;
+  // Words in GPT-2's byte-level alphabet, or as the text's own UTF-8 (Gemma's
+  // SentencePiece-style BPE, whose spaces are already U+2581).
+  bool byte_encode = true;
+};
+// llama.cpp's pre-tokenizers are built in; a model family adds its own here
+// (common/model/family.h). Throws splitspec::Error for a name already taken
+// or a pattern PCRE2 does not compile.
+void register_pre_tokenizer(PreTokenizerDef def);
+
 // The pre-tokenizer names understood, comma-separated, for error messages.
-const char* supported_pre_tokenizers();
+std::string supported_pre_tokenizers();
 // Whether `pre` names a supported pre-tokenizer.
 bool is_supported_pre_tokenizer(const std::string& pre);
 

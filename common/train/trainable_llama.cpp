@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "common/model/family.h"
 #include "common/util/error.h"
 
 namespace splitspec {
@@ -35,7 +36,7 @@ void rope_tensors(const ModelConfig& c, at::Tensor& cos, at::Tensor& sin) {
 
 void check_trainable(const ModelConfig& c) {
   std::string other;
-  if (c.architecture != "llama") other = "the " + c.architecture + " architecture";
+  if (!family_of(c).trainable) other = "the " + c.architecture + " architecture";
   else if (c.attention_bias) other = "attention biases";
   else if (c.qk_norm) other = "query/key norms";
   else if (c.activation != Activation::kSilu || c.post_norms || c.scale_embeddings) other = "Gemma's layers";

@@ -361,8 +361,8 @@ class CudaBackend final : public Backend, public std::enable_shared_from_this<Cu
     const ModelConfig& c = config_;
     // What the GPU's forward does not compute yet is refused by name, never
     // run as another function.
-    if (c.architecture == "gemma3" || c.activation != Activation::kSilu || c.post_norms || c.scale_embeddings ||
-        c.sliding_window_pattern > 0)
+    if (c.activation != Activation::kSilu || c.post_norms || c.scale_embeddings || c.sliding_window_pattern > 0 ||
+        c.query_pre_attn_scalar > 0)
       throw Error("device cuda: the " + c.architecture +
                   " family (GeGLU, its post norms and sliding-window layers) does not run on the GPU yet; run it with "
                   "--device cpu");
