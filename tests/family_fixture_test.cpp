@@ -1,17 +1,20 @@
 // A model family SplitSpec does not ship, written here as one Family and
 // registered by one line, as a new family's file in common/model/families/
-// is: a tensor name of its own (ffn_out), a fused split (its key and value
-// rows in one kv_proj), a config key of its own (toy_rope_base), a chat
+// is: tensor names of its own (GGUF ffn_out, Hugging Face ffn_norm), a fused
+// split (its key and value rows in one kv_proj, GGUF attn_kv), a config key
+// of its own in config.json and in GGUF metadata (toy_rope_base), a chat
 // template and a pre-tokenizer. It loads from GGUF and survives GGUF ->
-// directory -> GGUF with the same logits, bit for bit, and the same
-// vocabulary and template.
+// directory -> GGUF with the same logits, bit for bit (and at Q8_0, the
+// fused tensor at one type), the same vocabulary and the same template.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "common/convert/gguf_convert.h"
 #include "common/model/family.h"
 #include "common/model/model.h"
+#include "common/util/error.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/weights/safetensors.h"
 #include "tests/test_util.h"
@@ -28,7 +31,8 @@ Family toy_family() {
   f.qk_norm = true;
   f.fusions = {{"self_attn.kv_proj.weight", {LayerMatrix::kK, LayerMatrix::kV}}};
   f.gguf_names = {{"self_attn.kv_proj.weight", "attn_kv.weight"}, {"mlp.down_proj.weight", "ffn_out.weight"}};
-  // Its configs name the RoPE base toy_rope_base.
+  f.hf_names = {{"post_attention_layernorm.weight", "ffn_norm.weight"}};
+  // Its configs name the RoPE base toy_rope_base, and so do its GGUF files.
   f.read_hf = [](const json& j, ModelConfig& c, const std::string& source) {
     c.rope_theta = config_number(j, "toy_rope_base", 10000.0, source);
   };
@@ -36,19 +40,24 @@ Family toy_family() {
     j.erase("rope_theta");
     j["toy_rope_base"] = c.rope_theta;
   };
-  f.chat_template = "toychat";
-  f.pre_tokenizer = "toy-digits";
-  f.new_chat_templates = {{"toychat", [](const std::string& src) { return src.find("<|turn|>") != std::string::npos; },
-                           [](const std::vector<ChatMessage>& messages, bool add_assistant) {
-                             ChatWriter w;
-                             for (const ChatMessage& m : messages) w.tpl("<|turn|>" + m.role + ":").content(m.content);
-                             if (add_assistant) w.tpl("<|turn|>assistant:");
-                             return w.done();
-                           }}};
+  f.read_gguf = [](const GgufFile& file, ModelConfig& c) {
+    if (!file.has("toyfam.toy_rope_base")) throw Error(file.path() + ": no toyfam.toy_rope_base");
+    c.rope_theta = gguf_number(file, "toyfam.toy_rope_base", 0.0);
+  };
+  f.write_gguf = [](const ModelConfig& c, GgufWriter& g, const std::string&) {
+    g.add_f32("toyfam.toy_rope_base", static_cast<float>(c.rope_theta));
+  };
+  f.chat_templates = {{"toychat", [](const std::string& src) { return src.find("<|turn|>") != std::string::npos; },
+                       [](const std::vector<ChatMessage>& messages, bool add_assistant) {
+                         ChatWriter w;
+                         for (const ChatMessage& m : messages) w.tpl("<|turn|>" + m.role + ":").content(m.content);
+                         if (add_assistant) w.tpl("<|turn|>assistant:");
+                         return w.done();
+                       }}};
   // Every digit a word of its own, then letters with their leading space.
-  f.new_pre_tokenizers = {{{"toy-digits"},
-                           {{"\\p{N}", PreTokenizerPattern::Gaps::kWhole},
-                            {" ?\\p{L}+| ?[^\\s\\p{L}\\p{N}]+|\\s+", PreTokenizerPattern::Gaps::kPerCodePoint}}}};
+  f.pre_tokenizers = {{{"toy-digits"},
+                       {{"\\p{N}", PreTokenizerPattern::Gaps::kWhole},
+                        {" ?\\p{L}+| ?[^\\s\\p{L}\\p{N}]+|\\s+", PreTokenizerPattern::Gaps::kPerCodePoint}}}};
   return f;
 }
 
@@ -74,6 +83,11 @@ void add_toy_vocabulary(GgufWriter& g) {
   g.add_u32("tokenizer.ggml.bos_token_id", 1);
   g.add_u32("tokenizer.ggml.eos_token_id", 2);
   g.add_bool("tokenizer.ggml.add_bos_token", false);
+  g.add_string("tokenizer.ggml.pre", "toy-digits");
+  // Found by its marker, as a downloaded model's Jinja source is.
+  g.add_string("tokenizer.chat_template",
+               "{% for m in messages %}<|turn|>{{ m.role }}:{{ m.content }}{% endfor %}"
+               "{% if add_generation_prompt %}<|turn|>assistant:{% endif %}");
 }
 
 std::vector<float> logits(const Model& m) {
@@ -105,9 +119,7 @@ TEST(NewFamily, IsOneFileAndOneLineAndSurvivesAConvertRoundTrip) {
     EXPECT_EQ(f.tensor("blk.1.attn_k.weight"), nullptr);
     EXPECT_NE(f.tensor("blk.1.ffn_out.weight"), nullptr);
     EXPECT_NE(f.tensor("blk.1.attn_q_norm.weight"), nullptr);
-    // The vocabulary named neither: the family's are written.
-    EXPECT_EQ(f.get("tokenizer.ggml.pre").str, "toy-digits");
-    EXPECT_EQ(f.get("tokenizer.chat_template").str, "toychat");
+    EXPECT_EQ(f.get("toyfam.toy_rope_base").num, 5000.0);
   }
   const auto from_gguf = Model::load(gguf);
   EXPECT_EQ(from_gguf->config().architecture, "toyfam");
@@ -123,6 +135,8 @@ TEST(NewFamily, IsOneFileAndOneLineAndSurvivesAConvertRoundTrip) {
   const SafetensorsFile st(back + "/model.safetensors");
   EXPECT_EQ(st.tensors().at("model.layers.0.self_attn.kv_proj.weight").shape,
             (std::vector<int64_t>{2 * c.num_key_value_heads * c.head_dim, c.hidden_size}));
+  EXPECT_EQ(st.tensors().count("model.layers.0.ffn_norm.weight"), 1u);
+  EXPECT_EQ(st.tensors().count("model.layers.0.post_attention_layernorm.weight"), 0u);
   const auto from_dir = Model::load(back);
   EXPECT_EQ(from_dir->config().rope_theta, 5000.0);
   EXPECT_EQ(logits(*from_dir), want) << "from the directory";
@@ -130,17 +144,24 @@ TEST(NewFamily, IsOneFileAndOneLineAndSurvivesAConvertRoundTrip) {
   const std::string again = dir.str("again.gguf");
   export_gguf(back, again, std::nullopt);
   EXPECT_EQ(logits(*Model::load(again)), want) << "from the GGUF written from the directory";
+  // Quantized on the way out, the fused tensor at one type: the same model
+  // as the directory quantized at load.
+  const std::string q8 = dir.str("q8.gguf");
+  export_gguf(back, q8, WType::Q8_0);
+  EXPECT_EQ(GgufFile(q8).tensor("blk.0.attn_kv.weight")->type, static_cast<uint32_t>(GgmlType::kQ8_0));
+  EXPECT_EQ(logits(*Model::load(q8)), logits(*Model::load(back, WType::Q8_0))) << "Q8_0";
 
   // The pre-tokenizer keeps "12" apart although a merge would join it; the
-  // chat template is found by its marker.
+  // chat template is found by its marker in the file's Jinja source.
   const Tokenizer tok(again);
   const int32_t one = 30 + 1, two = 30 + 2, ab = 41, space_ab = 42;
   EXPECT_EQ(tok.tokenize("ab ab12", false, false), (std::vector<int32_t>{ab, space_ab, one, two}));
+  EXPECT_NE(tok.chat_template(), "toychat");
   EXPECT_EQ(detect_chat_template(tok.chat_template()), "toychat");
   EXPECT_EQ(apply_chat_template(tok.chat_template(), {{"user", "hi"}}, true), "<|turn|>user:hi<|turn|>assistant:");
 }
 
-TEST(NewFamily, NamesAreNotTakenTwice) {
+TEST(NewFamily, RegistrationRefusesTakenNamesAndBadPatternsLeavingNothing) {
   ASSERT_TRUE(kRegistered);
   EXPECT_NE(error_of([] { register_family(toy_family()); }).find("'toyfam' is already registered"), std::string::npos);
   Family other = toy_family();
@@ -148,6 +169,16 @@ TEST(NewFamily, NamesAreNotTakenTwice) {
   EXPECT_NE(error_of([&] { register_family(other); }).find("'ToyForCausalLM' is already toyfam's"), std::string::npos);
   EXPECT_NE(error_of([] { find_family("falcon"); }).find("SplitSpec runs llama, qwen2, qwen3, phi3, gemma3, toyfam"),
             std::string::npos);
+  Family bad = toy_family();
+  bad.name = "badfam";
+  bad.hf = {{"BadForCausalLM", "bad"}};
+  bad.chat_templates[0].name = "badchat";
+  bad.pre_tokenizers = {{{"bad-pre"}, {{"(", PreTokenizerPattern::Gaps::kWhole}}}};
+  EXPECT_NE(error_of([&] { register_family(bad); }).find("pre-tokenizer bad-pre: cannot compile /(/"), std::string::npos);
+  EXPECT_EQ(family_names(), "llama, qwen2, qwen3, phi3, gemma3, toyfam");
+  const std::vector<std::string> templates = chat_template_names();
+  EXPECT_EQ(std::count(templates.begin(), templates.end(), "badchat"), 0);
+  EXPECT_FALSE(is_supported_pre_tokenizer("bad-pre"));
 }
 
 }  // namespace

@@ -317,6 +317,12 @@ TEST(GgufFamilies, HuggingFacePhi3FusedTensorsAreSplitByRows) {
   write_safetensors(dir.str("model.safetensors"), t);
   std::ofstream(dir.str("config.json")) << model_config_to_json(c);
   EXPECT_TRUE(at::equal(family_logits(*Model::load(dir.str())), family_logits(*m)));
+  // Converted at load: each part copied, its fused tensor's pages dropped
+  // (the load once looked the parts up by their own names, and threw).
+  std::shared_ptr<Model> q8;
+  EXPECT_NO_THROW(q8 = Model::load(dir.str(), WType::Q8_0));
+  ASSERT_NE(q8, nullptr);
+  EXPECT_EQ(q8->weight_set().layers[0][0].type, WType::Q8_0);
 }
 
 TEST(GgufFamilies, UnsupportedArchitectureNamesTheSupportedOnes) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
+#include "common/model/family.h"
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/vocab.h"
@@ -173,8 +174,8 @@ Command add_convert_command(CLI::App& app) {
       "Write a model at another weight type, as GGUF for llama.cpp, or from GGUF. Q4_0 models keep their LM head "
       "at Q8_0; norms stay fp32");
   auto* model = cmd->add_option("--target,--model", a->model_dir, "Model directory to convert");
-  auto* from = cmd->add_option("--from", a->from_gguf, "A GGUF file to read (llama, qwen2, qwen3, phi3; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, "
-      "Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS tensors)");
+  auto* from = cmd->add_option("--from", a->from_gguf, "A GGUF file to read (" + family_names() +
+      "; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS tensors)");
   auto* random = cmd->add_option("--random-init", a->random_config,
                                  "Instead: a model of this config.json with random weights, for benchmarks (with --tokenizer)")
                      ->check(CLI::ExistingFile);

@@ -166,12 +166,6 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   }
   g.add_u32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
   tokenizer(g);
-  // A vocabulary without these keys gets the family's, as llama.cpp's
-  // converter writes them from what it knows of the family.
-  if (!family.chat_template.empty() && g.has("tokenizer.ggml.model") && !g.has("tokenizer.chat_template"))
-    g.add_string("tokenizer.chat_template", family.chat_template);
-  if (!family.pre_tokenizer.empty() && g.has("tokenizer.ggml.merges") && !g.has("tokenizer.ggml.pre"))
-    g.add_string("tokenizer.ggml.pre", family.pre_tokenizer);
 
   std::vector<std::vector<uint8_t>> keep;  // alive until written
   auto as = [&](const MatrixRef& m, const TensorSlot& slot) { return type ? tensor_type(*type, slot) : m.type; };

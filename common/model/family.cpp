@@ -1,5 +1,6 @@
 #include "common/model/family.h"
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 
@@ -28,6 +29,21 @@ void check_free(const Registry& r, const Family& f) {
   }
 }
 
+// The family's templates and pre-tokenizers into the tokenizer's tables.
+// Their names are checked first, and the pre-tokenizers (which may fail to
+// compile) go first, so that a family refused leaves nothing behind.
+void register_tokenizer_parts(const Family& f) {
+  const std::vector<std::string> templates = chat_template_names();
+  for (const ChatTemplateDef& t : f.chat_templates)
+    if (std::find(templates.begin(), templates.end(), t.name) != templates.end())
+      throw Error("chat template '" + t.name + "' is already registered");
+  for (const PreTokenizerDef& p : f.pre_tokenizers)
+    for (const std::string& name : p.names)
+      if (is_supported_pre_tokenizer(name)) throw Error("pre-tokenizer '" + name + "' is already registered");
+  for (const PreTokenizerDef& p : f.pre_tokenizers) register_pre_tokenizer(p);
+  for (const ChatTemplateDef& t : f.chat_templates) register_chat_template(t);
+}
+
 Registry& registry() {
   static Registry* r = [] {
     auto* reg = new Registry;
@@ -37,14 +53,18 @@ Registry& registry() {
 #undef FAMILY
          }) {
       check_free(*reg, f);
-      for (const ChatTemplateDef& t : f.new_chat_templates) register_chat_template(t);
-      for (const PreTokenizerDef& p : f.new_pre_tokenizers) register_pre_tokenizer(p);
+      register_tokenizer_parts(f);
       reg->families.push_back(std::move(f));
     }
     return reg;
   }();
   return *r;
 }
+
+// The built-in families' templates and pre-tokenizers are in the
+// tokenizer's tables before main(), so that a vocabulary read alone (a
+// client's, fetched from its server) finds them.
+const bool kBuiltInRegistered = (registry(), true);
 
 }  // namespace
 
@@ -70,14 +90,11 @@ const Family& find_family(const std::string& name) {
 
 void register_family(Family f) {
   if (f.name.empty() || f.hf.empty()) throw Error("a model family needs a name and a Hugging Face architecture");
+  (void)kBuiltInRegistered;
   Registry& r = registry();
-  {
-    std::lock_guard<std::mutex> lock(r.mu);
-    check_free(r, f);
-  }
-  for (const ChatTemplateDef& t : f.new_chat_templates) register_chat_template(t);
-  for (const PreTokenizerDef& p : f.new_pre_tokenizers) register_pre_tokenizer(p);
   std::lock_guard<std::mutex> lock(r.mu);
+  check_free(r, f);
+  register_tokenizer_parts(f);
   r.families.push_back(std::move(f));
 }
 

@@ -78,14 +78,13 @@ struct Family {
   std::function<void(const GgufFile& f, ModelConfig& c)> read_gguf;
   std::function<void(const ModelConfig& c, GgufWriter& g, const std::string& name)> write_gguf;
 
-  // The chat template its instruct models follow, written into a converted
-  // file that carries none ("": its models follow several), and the
-  // pre-tokenizer of its byte-level vocabularies, likewise.
-  std::string chat_template;
-  std::string pre_tokenizer;
-  // Templates and pre-tokenizers only it uses, registered with it.
-  std::vector<ChatTemplateDef> new_chat_templates;
-  std::vector<PreTokenizerDef> new_pre_tokenizers;
+  // The chat templates and pre-tokenizers only it uses, registered with it
+  // in the tokenizer's tables (the built-in families' files name the
+  // built-in ones their models' files name). A model's own files say which
+  // it follows (tokenizer.chat_template, tokenizer.ggml.pre), as in
+  // llama.cpp, so a file of another family may follow them too.
+  std::vector<ChatTemplateDef> chat_templates;
+  std::vector<PreTokenizerDef> pre_tokenizers;
 };
 
 // For the families' config quirks: a config.json number or integer, or the

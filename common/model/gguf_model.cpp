@@ -190,18 +190,6 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   return c;
 }
 
-namespace {
-
-// Our names of the matrices a family fuses, to where they lie.
-std::map<std::string, FusedPart> fused_parts(const ModelConfig& c) {
-  std::map<std::string, FusedPart> fused;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (int m = 0; m < kLayerMatrices; ++m)
-      if (auto part = fused_part(l, static_cast<LayerMatrix>(m), c)) fused[layer_matrix_name(l, static_cast<LayerMatrix>(m))] = *part;
-  return fused;
-}
-
-}  // namespace
 
 WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, std::vector<uint8_t>>& keep) {
   return [&f, &c, &keep, fused = fused_parts(c)](const std::string& name, const std::vector<int64_t>& shape) -> MatrixRef {

@@ -105,7 +105,7 @@ ModelSource open_model_source(const std::string& path) {
   src.name = fs::path(path).filename().string();
   src.where = st->description();
   src.tensors = safetensors_source(*st, src.config);
-  src.release = [st = st.get()](const std::string& name) { st->release(name); };
+  src.release = safetensors_copied_releaser(*st, src.config);
   src.mapping = std::move(st);
   return src;
 }

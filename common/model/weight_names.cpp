@@ -83,6 +83,14 @@ std::optional<FusedPart> fused_part(int64_t layer, LayerMatrix m, const ModelCon
   return std::nullopt;
 }
 
+std::map<std::string, FusedPart> fused_parts(const ModelConfig& c) {
+  std::map<std::string, FusedPart> fused;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (int m = 0; m < kLayerMatrices; ++m)
+      if (auto part = fused_part(l, static_cast<LayerMatrix>(m), c)) fused[layer_matrix_name(l, static_cast<LayerMatrix>(m))] = *part;
+  return fused;
+}
+
 int64_t layer_vector_size(LayerVector v, const ModelConfig& c) {
   switch (v) {
     case LayerVector::kQBias: return c.attention_bias ? c.num_attention_heads * c.head_dim : 0;

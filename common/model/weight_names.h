@@ -1,6 +1,7 @@
 #pragma once
 // The names and shapes of a LLaMA model's weights (Hugging Face names).
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,8 @@ struct FusedPart {
   int64_t row0 = 0;
 };
 std::optional<FusedPart> fused_part(int64_t layer, LayerMatrix m, const ModelConfig& c);
+// Every fused matrix of the model, by our name.
+std::map<std::string, FusedPart> fused_parts(const ModelConfig& c);
 
 // The name a tensor of ours has in the family's Hugging Face files: ours,
 // which are Llama's, but where the family renames it (Family::hf_names).

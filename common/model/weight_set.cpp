@@ -321,12 +321,17 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
   return w;
 }
 
+std::function<void(const std::string&)> safetensors_copied_releaser(const SafetensorsModel& st, const ModelConfig& c) {
+  return [&st, c, fused = fused_parts(c)](const std::string& name) {
+    // A fused tensor's other parts, if still to be read, map its pages in again.
+    const auto part = fused.find(name);
+    st.release(part != fused.end() && !st.has(name) ? part->second.name : hf_tensor_name(name, c));
+  };
+}
+
 WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c) {
   // Our names of the matrices a family fuses, to where they lie.
-  std::map<std::string, FusedPart> fused;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (int m = 0; m < kLayerMatrices; ++m)
-      if (auto part = fused_part(l, static_cast<LayerMatrix>(m), c)) fused[layer_matrix_name(l, static_cast<LayerMatrix>(m))] = *part;
+  const std::map<std::string, FusedPart> fused = fused_parts(c);
   // Gemma's gains as we hold them, 1 + the file's: kept for the source's life.
   auto shifted = std::make_shared<std::map<std::string, std::vector<float>>>();
   return [&st, fused, c, shifted](const std::string& name, const std::vector<int64_t>& shape) {
@@ -415,6 +420,9 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
       int64_t rows = 0;
       for (int p : parts) rows += w.layers[l][p].rows;
       if (rows < part->fused_rows) continue;
+      std::sort(parts.begin(), parts.end(), [&](int a, int b) {
+        return fused_part(l, static_cast<LayerMatrix>(a), c)->row0 < fused_part(l, static_cast<LayerMatrix>(b), c)->row0;
+      });
       const WType to = matrix_type(w.layers[l][parts[0]], layer_slot(c, l, static_cast<LayerMatrix>(parts[0])));
       std::vector<uint8_t> all;
       for (int p : parts) {

@@ -117,6 +117,10 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
 // tensors by our names, the parts of a family's fused matrices as row
 // slices of them, in place.
 WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c);
+// A function dropping the pages of the tensor our matrix `name` came from
+// (its fused tensor, or its name in the family's files), once the model
+// holds a copy of it. `st` must outlive it.
+std::function<void(const std::string&)> safetensors_copied_releaser(const SafetensorsModel& st, const ModelConfig& c);
 
 // The weights of the safetensors model in `dir`, mapped.
 WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::optional<WType> type);

@@ -24,11 +24,13 @@ Registered& registered() {
   return *r;
 }
 
-std::optional<ChatTemplateDef> find_registered(const std::string& jinja_source) {
+// The registered template named `name`, or (by_markers) whose markers
+// `name` holds.
+std::optional<ChatTemplateDef> find_registered(const std::string& name, bool by_markers) {
   Registered& r = registered();
   std::lock_guard<std::mutex> lock(r.mu);
   for (const ChatTemplateDef& d : r.defs)
-    if (jinja_source == d.name || d.detect(jinja_source)) return d;
+    if (name == d.name || (by_markers && d.detect(name))) return d;
   return std::nullopt;
 }
 
@@ -130,11 +132,11 @@ std::vector<std::string> chat_template_names() {
 
 void register_chat_template(ChatTemplateDef def) {
   if (def.name.empty() || !def.detect || !def.render) throw Error("a chat template needs a name, markers and a form");
-  const std::vector<std::string> taken = chat_template_names();
-  if (std::find(taken.begin(), taken.end(), def.name) != taken.end())
-    throw Error("chat template '" + def.name + "' is already registered");
   Registered& r = registered();
   std::lock_guard<std::mutex> lock(r.mu);
+  bool taken = std::find(std::begin(kNames), std::end(kNames), def.name) != std::end(kNames);
+  for (const ChatTemplateDef& d : r.defs) taken |= d.name == def.name;
+  if (taken) throw Error("chat template '" + def.name + "' is already registered");
   r.defs.push_back(std::move(def));
 }
 
@@ -145,7 +147,7 @@ std::optional<std::string> detect_chat_template(const std::string& jinja_source)
   for (const char* name : kNames)
     if (jinja_source == name) return jinja_source;
   // A family's own template is tested first: its markers are its own.
-  if (const auto def = find_registered(jinja_source)) return def->name;
+  if (const auto def = find_registered(jinja_source, true)) return def->name;
   const auto has = [&](std::string_view s) { return jinja_source.find(s) != std::string::npos; };
   const auto has_all = [&](std::initializer_list<std::string_view> all) {
     for (std::string_view s : all)
@@ -191,7 +193,7 @@ ChatPrompt render_chat(const std::string& name, const std::vector<ChatMessage>& 
       throw Error("chat message " + std::to_string(i) + " has role '" + role +
                   "'; the roles are system, user and assistant");
   }
-  if (const auto def = find_registered(*found)) return def->render(messages, add_assistant);
+  if (const auto def = find_registered(*found, false)) return def->render(messages, add_assistant);
   if (*found == "llama3") return llama3(messages, add_assistant);
   if (*found == "chatml") return chatml(messages, add_assistant);
   if (*found == "phi3") return phi3(messages, add_assistant);

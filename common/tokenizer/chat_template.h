@@ -3,7 +3,8 @@
 // them, so that a conversation reaches the model as the same text (and so the
 // same ids) under SplitSpec and llama.cpp. Like llama.cpp's, these are fixed
 // formats picked by name or recognized in a model's Jinja template by its
-// markers, not a Jinja interpreter; only five families are built in.
+// markers, not a Jinja interpreter; five are built in, and a model family
+// may register its own (register_chat_template).
 #include <functional>
 #include <optional>
 #include <string>

@@ -56,6 +56,21 @@ Registry& registry() {
   return *r;
 }
 
+// Throws splitspec::Error naming the pre-tokenizer and where PCRE2 stopped.
+pcre2_code* compile(const std::string& regex, const std::string& pre) {
+  int err = 0;
+  PCRE2_SIZE at = 0;
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.c_str()), regex.size(), PCRE2_UTF | PCRE2_UCP, &err, &at, nullptr);
+  if (!code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    throw Error("pre-tokenizer " + pre + ": cannot compile /" + regex + "/ at " + std::to_string(at) + ": " +
+                reinterpret_cast<const char*>(msg));
+  }
+  return code;
+}
+
 const PreTokenizerDef* find_spec(const std::string& pre) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
@@ -150,22 +165,15 @@ std::string supported_pre_tokenizers() {
 
 void register_pre_tokenizer(PreTokenizerDef def) {
   if (def.names.empty() || def.patterns.empty()) throw Error("a pre-tokenizer needs a name and a pattern");
-  for (const std::string& name : def.names)
-    if (find_spec(name)) throw Error("pre-tokenizer '" + name + "' is already registered");
   // Compiled once now, so that a bad pattern fails here and not at a model's load.
-  {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    r.specs.push_back(std::move(def));
-  }
-  try {
-    PreTokenizer check(registry().specs.back().names[0]);
-  } catch (...) {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    r.specs.pop_back();
-    throw;
-  }
+  for (const PreTokenizerPattern& p : def.patterns) pcre2_code_free(compile(p.regex, def.names[0]));
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const std::string& name : def.names)
+    for (const auto& spec : r.specs)
+      for (const std::string& taken : spec.names)
+        if (name == taken) throw Error("pre-tokenizer '" + name + "' is already registered");
+  r.specs.push_back(std::move(def));
 }
 
 bool is_supported_pre_tokenizer(const std::string& pre) { return find_spec(pre) != nullptr; }
@@ -181,16 +189,7 @@ PreTokenizer::PreTokenizer(const std::string& pre) {
   if (!spec) throw Error("unknown pre-tokenizer '" + pre + "'; supported: " + supported_pre_tokenizers());
   for (const auto& p : spec->patterns) {
     auto pattern = std::make_unique<Pattern>();
-    int err = 0;
-    PCRE2_SIZE at = 0;
-    pattern->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.regex.c_str()), p.regex.size(), PCRE2_UTF | PCRE2_UCP,
-                                  &err, &at, nullptr);
-    if (!pattern->code) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof msg);
-      throw Error("pre-tokenizer " + pre + ": cannot compile /" + p.regex + "/ at " + std::to_string(at) + ": " +
-                  reinterpret_cast<const char*>(msg));
-    }
+    pattern->code = compile(p.regex, pre);
     // JIT where the platform has it; the interpreter otherwise gives the
     // same matches.
     pcre2_jit_compile(pattern->code, PCRE2_JIT_COMPLETE);

@@ -283,7 +283,6 @@ void GgufWriter::key(const std::string& key, GgufType type) {
   put_string(kv_, key);
   put<uint32_t>(kv_, static_cast<uint32_t>(type));
   ++kv_count_;
-  keys_.insert(key);
 }
 
 void GgufWriter::array(const std::string& key, GgufType elem, uint64_t count) {

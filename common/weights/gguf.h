@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -99,8 +98,6 @@ class GgufWriter {
   void add_tensor(const std::string& name, const std::vector<int64_t>& ne, GgmlType type, const void* data,
                   uint64_t nbytes);
   void write(const std::string& path) const;
-  // Whether a value was added under `key`.
-  bool has(const std::string& key) const { return keys_.count(key) > 0; }
 
  private:
   // Starts a pair: the key and its value's type.
@@ -110,7 +107,6 @@ class GgufWriter {
 
   std::string kv_;  // encoded pairs
   uint64_t kv_count_ = 0;
-  std::set<std::string> keys_;
   struct Tensor {
     std::string name;
     std::vector<int64_t> ne;

@@ -4,6 +4,7 @@
 // base) and global layers. Its Hugging Face files hold norm gains less 1 and
 // name two norms otherwise; llama.cpp's loader (src/models/gemma3.cpp)
 // computes the query scale itself and reads linear RoPE scaling as a factor.
+// Its models' files name the built-in gemma template (and SentencePiece).
 #include <nlohmann/json.hpp>
 
 #include "common/model/family.h"
@@ -137,7 +138,6 @@ Family gemma3_family() {
   f.write_hf = write_hf;
   f.read_gguf = read_gguf;
   f.write_gguf = write_gguf;
-  f.chat_template = "gemma";
   return f;
 }
 

@@ -1,5 +1,6 @@
 // Qwen2 and Qwen2.5: LLaMA with biases on the query, key and value
 // projections, which its config never mentions.
+// Its models' files name the built-in chatml template and qwen2 pre-tokenizer.
 #include "common/model/family.h"
 
 namespace splitspec {
@@ -9,8 +10,6 @@ Family qwen2_family() {
   f.name = "qwen2";
   f.hf = {{"Qwen2ForCausalLM", "qwen2", 1e-6, 32768, -1, -1}};
   f.hf_attention_bias = HfAttentionBias::kAlways;
-  f.chat_template = "chatml";
-  f.pre_tokenizer = "qwen2";
   return f;
 }
 
