@@ -701,24 +701,19 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   Result r;
   r.ids = g.ids;
   r.finish_reason = finish_reason_name(g.finish);
+  // The loop's parts, the verifier's and the faults' are the public Stats'
+  // as they are; the drafter's lie below the client (drafter.h) and are
+  // named for Stats here.
+  r.stats = g.stats;
   Stats& s = r.stats;
-  const RoundLoopStats& ls = g.stats;
-  const DrafterStats& ds = d->stats();
   const VerifierStats vs = verifier->stats();
-  s.wall_ms = ls.wall_ms;
-  s.first_token_ms = ls.first_token_ms;
-  s.prefill_ms = ls.prefill_ms;
-  s.decode_ms = ls.wall_ms - ls.first_token_ms;
-  s.decode_tokens = std::max<int64_t>(0, static_cast<int64_t>(g.ids.size()) - ls.first_round_tokens);
-  s.token_ms = ls.token_ms;
-  s.drafted_tokens = ls.nodes;
-  s.accepted_tokens = ls.accepted;
-  s.target_forward_ms = vs.forward_ms;
-  s.rounds = ls.rounds;
-  s.target_forwards = vs.forwards;
+  static_cast<TargetStats&>(s) = vs;
+  static_cast<LinkStats&>(s) = vs;
+  if (resilient) static_cast<FaultStats&>(s) = resilient->fault_stats();
+  if (!numerics_differ.empty() && s.fallback_rounds > 0) s.mixed_numerics = 1;
+  const DrafterStats& ds = d->stats();
   s.proposed_per_position = ds.proposed;
   s.accepted_per_position = ds.accepted;
-  s.branched_trees = ls.branched;
   s.draft_ms = ds.draft_ms;
   s.draft_forwards = ds.forwards;
   s.drafter_memory_bytes = d->memory_bytes();
@@ -730,25 +725,6 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   s.final_alpha = counter("alpha");
   s.provisional_tokens = static_cast<int64_t>(counter("provisional_tokens"));
   s.provisional_kept = static_cast<int64_t>(counter("provisional_kept"));
-  if (resilient) static_cast<FaultStats&>(s) = resilient->fault_stats();
-  if (!numerics_differ.empty() && s.fallback_rounds > 0) s.mixed_numerics = 1;
-  if (server) {
-    s.verify_wait_ms = vs.wait_ms;
-    s.server_ms = vs.server_ms;
-    s.verdict_bytes = vs.verdict_bytes;
-    s.draft_bytes = vs.draft_bytes;
-    s.verdict_top_k_bytes = vs.top_k_bytes;
-    s.verdict_hidden_bytes = vs.hidden_bytes;
-    s.server_forward_ms = vs.forward_ms;
-    s.server_exits_ms = vs.exits_ms;
-  } else {
-    s.target_ms = vs.forward_ms;
-  }
-  // A streamed target here: the local verifier's, or the server verifier's fallback.
-  s.weight_bytes_read = vs.weight_bytes_read;
-  s.weight_memory_peak = vs.weight_memory_peak;
-  s.weight_stall_ms = vs.weight_stall_ms;
-  static_cast<PredraftStats&>(s) = ls.predraft;
   return r;
 }
 

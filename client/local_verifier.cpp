@@ -39,14 +39,15 @@ RoundResult LocalVerifier::verify(const DraftTree& tree, bool) {
     const auto t0 = std::chrono::steady_clock::now();
     TargetDecoder::verify_batch({}, {{decoder_.get(), std::min(kPrefillChunk, decoder_->prefill_left())}});
     prefill_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    stats_.forwards += 1;
+    stats_.target_forwards += 1;
   }
   TargetDecoder::RoundRequest request;
   request.extras = extras_;
   RoundResult r = decoder_->verify(tree, request);
   r.forward_ms += prefill_ms;
-  stats_.forwards += 1;
-  stats_.forward_ms += r.forward_ms;
+  stats_.target_forwards += 1;
+  stats_.target_forward_ms += r.forward_ms;
+  stats_.target_ms += r.forward_ms;
   return r;
 }
 

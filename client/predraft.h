@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "client/client.h"
+#include "client/client_stats.h"
 #include "client/verifier.h"
 #include "common/drafting/drafter.h"
 

@@ -1,7 +1,7 @@
 #pragma once
-// The public Request (client.h, free of LibTorch types) as the library's
+// The public Request (client_options.h, free of LibTorch types) as the library's
 // GenerateOptions.
-#include "client/client.h"
+#include "client/client_options.h"
 #include "common/decoding/generate_options.h"
 
 namespace splitspec {

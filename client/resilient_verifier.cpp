@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "client/stats_sum.h"
 #include "common/util/stopwatch.h"
 
 namespace splitspec {
@@ -12,18 +13,8 @@ namespace splitspec {
 namespace {
 
 void add(VerifierStats& into, const VerifierStats& s) {
-  into.forwards += s.forwards;
-  into.forward_ms += s.forward_ms;
-  into.wait_ms += s.wait_ms;
-  into.server_ms += s.server_ms;
-  into.exits_ms += s.exits_ms;
-  into.verdict_bytes += s.verdict_bytes;
-  into.draft_bytes += s.draft_bytes;
-  into.top_k_bytes += s.top_k_bytes;
-  into.hidden_bytes += s.hidden_bytes;
-  into.weight_bytes_read += s.weight_bytes_read;
-  into.weight_memory_peak = std::max(into.weight_memory_peak, s.weight_memory_peak);
-  into.weight_stall_ms += s.weight_stall_ms;
+  add_part(static_cast<TargetStats&>(into), s);
+  add_part(static_cast<LinkStats&>(into), s);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include <optional>
 #include <thread>
 
-#include "client/client.h"
+#include "client/client_stats.h"
 #include "client/reconnector.h"
 #include "client/server_link.h"
 #include "client/server_verifier.h"

@@ -1,5 +1,6 @@
 #include "client/round_loop.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 
@@ -47,12 +48,13 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
   const auto cancelled = [&] { return o.cancel && o.cancel->requested(); };
 
   RoundLoopResult out;
-  RoundLoopStats& s = out.stats;
+  Stats& s = out.stats;
+  int64_t first_round_tokens = 0;
   if (verifier.finished()) {
     out.finish = FinishReason::kLength;  // max_new_tokens 0
     give_up.armed = false;
     verifier.end();
-    s.wall_ms = ms_since(t0);
+    s.wall_ms = s.decode_ms = ms_since(t0);
     return out;
   }
   drafter.begin(prompt, DraftParams{o.generate.sampling, o.gamma, o.draft_slowdown});
@@ -129,13 +131,13 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
       s.token_ms.insert(s.token_ms.end(), r.verdict.tokens.size(),
                         ms_between(*previous, *final_at) / static_cast<double>(r.verdict.tokens.size()));
     s.rounds += 1;
-    s.nodes += tree.size();
-    s.accepted += r.verdict.accepted;
-    if (!tree.is_chain()) s.branched += 1;
+    s.drafted_tokens += tree.size();
+    s.accepted_tokens += r.verdict.accepted;
+    if (!tree.is_chain()) s.branched_trees += 1;
     if (s.rounds == 1) {
       s.first_token_ms = ms_between(t0, *final_at);
       s.prefill_ms = r.forward_ms;
-      s.first_round_tokens = static_cast<int64_t>(r.verdict.tokens.size());
+      first_round_tokens = static_cast<int64_t>(r.verdict.tokens.size());
     }
     const bool finished = r.finish != FinishReason::kNone;
     last_tokens = static_cast<int64_t>(r.verdict.tokens.size());
@@ -161,12 +163,12 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
   }
   if (pre) {
     pre->stop();
-    s.predraft = pre->stats();
-    s.predraft.predraft_rounds = sends.predraft_rounds;
-    s.predraft.hit_sends = sends.hit_sends;
-    s.predraft.miss_sends = sends.miss_sends;
-    s.predraft.hit_send_total_ms = sends.hit_send_total_ms;
-    s.predraft.miss_send_total_ms = sends.miss_send_total_ms;
+    static_cast<PredraftStats&>(s) = pre->stats();
+    s.predraft_rounds = sends.predraft_rounds;
+    s.hit_sends = sends.hit_sends;
+    s.miss_sends = sends.miss_sends;
+    s.hit_send_total_ms = sends.hit_send_total_ms;
+    s.miss_send_total_ms = sends.miss_send_total_ms;
   }
   // Cancelled: give_up aborts, freeing a server's session at once. A cancel
   // that came after the last verdict leaves the result as it is, but its
@@ -176,6 +178,8 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     verifier.end();
   }
   s.wall_ms = ms_since(t0);
+  s.decode_ms = s.wall_ms - s.first_token_ms;
+  s.decode_tokens = std::max<int64_t>(0, static_cast<int64_t>(out.ids.size()) - first_round_tokens);
   return out;
 }
 

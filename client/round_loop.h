@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "client/cancellation.h"
+#include "client/client_stats.h"
 #include "client/predraft.h"
 #include "client/predraft_switch.h"
 #include "client/verifier.h"
@@ -36,27 +37,16 @@ struct RoundLoopOptions {
   Cancellation* cancel = nullptr;
 };
 
-struct RoundLoopStats {
-  int64_t rounds = 0;
-  int64_t nodes = 0;     // draft nodes verified
-  int64_t accepted = 0;  // of those, accepted
-  int64_t branched = 0;  // rounds whose tree was not a chain
-  double first_token_ms = 0;    // until the first round's verdict
-  double prefill_ms = 0;        // the first round's target forward: the prompt (and the first draft)
-  int64_t first_round_tokens = 0;
-  double wall_ms = 0;
-  // Each token after the first round's: its round's time (verdict to
-  // verdict) over the round's tokens, as a controller waiting on them sees it.
-  std::vector<double> token_ms;
-  // The pre-drafter's counts, with the rounds that asked for early verdicts
-  // and the sends after hits and misses.
-  PredraftStats predraft;
-};
 
 struct RoundLoopResult {
   std::vector<int32_t> ids;  // generated
   FinishReason finish = FinishReason::kNone;
-  RoundLoopStats stats;
+  // The parts of the public Stats the loop measures, under their names: the
+  // clock (TimingStats), the rounds and their drafts' counts (DraftStats:
+  // rounds, drafted_tokens, accepted_tokens, branched_trees) and
+  // pre-drafting (PredraftStats). The drafter's and the verifier's parts
+  // are theirs.
+  Stats stats;
 };
 
 // `on_token` sees each committed token once; returning false stops the loop

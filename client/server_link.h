@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "client/client.h"
+#include "client/client_options.h"
 #include "common/decoding/generate_options.h"
 #include "common/util/error.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"

@@ -171,7 +171,7 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
     for (const v1::TokenDistribution& k : v.top_k()) {
       // What the top K add to the verdict on the wire: each entry, its tag and its length.
       const size_t entry = k.ByteSizeLong();
-      stats_.top_k_bytes += static_cast<int64_t>(
+      stats_.verdict_top_k_bytes += static_cast<int64_t>(
           entry + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(entry)));
     }
     std::string bad = decode_hidden(v.hidden_state(), link_.info().hidden_size(), r.extras.hidden);
@@ -179,15 +179,16 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
     if (!bad.empty()) throw link_.error("malformed hidden state in the verdict for round " + std::to_string(round) + ": " + bad);
     const size_t bytes = v.hidden_state().size();
     if (bytes > 0)
-      stats_.hidden_bytes += static_cast<int64_t>(
+      stats_.verdict_hidden_bytes += static_cast<int64_t>(
           bytes + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(bytes)));
   }
-  stats_.forwards += 1;
+  stats_.target_forwards += 1;
   stats_.verdict_bytes += static_cast<int64_t>(v.ByteSizeLong());
-  stats_.wait_ms += ms_between(sent, got);
+  stats_.verify_wait_ms += ms_between(sent, got);
   stats_.server_ms += v.timings().queue_ms() + v.timings().forward_ms() + v.timings().verify_ms();
-  stats_.forward_ms += v.timings().forward_ms();
-  stats_.exits_ms += v.timings().exits_ms();
+  stats_.target_forward_ms += v.timings().forward_ms();
+  stats_.server_forward_ms += v.timings().forward_ms();
+  stats_.server_exits_ms += v.timings().exits_ms();
   return r;
 }
 

@@ -1,9 +1,10 @@
-// Stats' sum and derivation (client.h): one rule per field, from the part's
+// Stats' sum and derivation (client_stats.h): one rule per field, from the part's
 // field list.
 #include <algorithm>
 #include <type_traits>
 
-#include "client/client.h"
+#include "client/client_stats.h"
+#include "client/stats_sum.h"
 #include "common/util/percentile.h"
 
 namespace splitspec {
@@ -53,6 +54,9 @@ Stats& Stats::operator+=(const Stats& other) {
   derive();
   return *this;
 }
+
+void add_part(TargetStats& into, const TargetStats& from) { merge_part(into, from); }
+void add_part(LinkStats& into, const LinkStats& from) { merge_part(into, from); }
 
 void Stats::derive() {
   ms_per_token = ratio(wall_ms, new_tokens);

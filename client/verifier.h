@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "client/client_stats.h"
 #include "common/decoding/generate_options.h"
 #include "common/decoding/target_decoder.h"
 #include "common/util/error.h"
@@ -34,21 +35,11 @@ struct PredictedVerdict {
   std::vector<float> hidden;  // the exit's final hidden state, when the drafter wants the target's
 };
 
-struct VerifierStats {
-  int64_t forwards = 0;    // target forwards: one a round
-  double forward_ms = 0;   // of the target forwards (server: as it reports them)
-  double wait_ms = 0;      // from sending each round to its verdict (server)
-  double server_ms = 0;    // of that, the server's own: queue, forward, verify
-  double exits_ms = 0;     // of forward_ms: early exits
-  int64_t verdict_bytes = 0;  // final verdicts as serialized (server)
-  int64_t draft_bytes = 0;    // drafts sent upstream as serialized (server)
-  int64_t top_k_bytes = 0;    // of those, the top K asked for (server)
-  int64_t hidden_bytes = 0;   // of those, the hidden state asked for (server)
-  // A target streamed from disk (local).
-  uint64_t weight_bytes_read = 0;
-  uint64_t weight_memory_peak = 0;
-  double weight_stall_ms = 0;
-};
+// What a verifier measured, in the public Stats' parts and their names
+// (client_stats.h): the target's forwards (the local verifier's also as
+// target_ms, the server's as server_forward_ms) and the link. A generation's
+// Stats takes them as they are.
+struct VerifierStats : TargetStats, LinkStats {};
 
 class Verifier {
  public:

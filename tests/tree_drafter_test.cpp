@@ -369,7 +369,7 @@ TEST_P(LocalTreeDemo, GreedyEqualsTargetAlone) {
         ASSERT_EQ(r.result.ids, reference[i]) << "local-tree combo " << combo << " at " << share << ", prompt " << i;
         kept += static_cast<int64_t>(counter(r.drafter, "provisional_kept"));
         provisional += static_cast<int64_t>(counter(r.drafter, "provisional_tokens"));
-        branched += r.result.stats.branched;
+        branched += r.result.stats.branched_trees;
       }
     }
   }
@@ -440,9 +440,9 @@ TEST(LocalTree, SampledOutputFollowsTheTargetsDistribution) {
     ASSERT_EQ(r.result.ids.size(), 2u);
     first[r.result.ids[0]] += 1;
     second[r.result.ids[1]] += 1;
-    branched += r.result.stats.branched;
+    branched += r.result.stats.branched_trees;
     rounds += r.result.stats.rounds;
-    accepted += r.result.stats.accepted;
+    accepted += r.result.stats.accepted_tokens;
   }
   EXPECT_GT(goodness_of_fit_pvalue(first, m.first), 1e-4);
   EXPECT_GT(goodness_of_fit_pvalue(second, m.second), 1e-4);
