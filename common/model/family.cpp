@@ -82,9 +82,16 @@ std::string family_names() {
   return s;
 }
 
+const Family* lookup_family(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const Family& f : r.families)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
 const Family& find_family(const std::string& name) {
-  for (const Family* f : families())
-    if (f->name == name) return *f;
+  if (const Family* f = lookup_family(name)) return *f;
   throw Error("architecture '" + name + "' is not supported; SplitSpec runs " + family_names());
 }
 

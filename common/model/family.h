@@ -98,6 +98,8 @@ double gguf_number(const GgufFile& f, const std::string& key, double fallback);
 std::vector<const Family*> families();
 // "llama, qwen2, ..." (for messages and help).
 std::string family_names();
+// Null for a name not registered.
+const Family* lookup_family(const std::string& name);
 // Throws splitspec::Error naming the supported ones.
 const Family& find_family(const std::string& name);
 inline const Family& family_of(const ModelConfig& c) { return find_family(c.architecture); }

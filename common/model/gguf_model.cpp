@@ -113,9 +113,7 @@ std::string gguf_tensor_name(const std::string& name, const ModelConfig& c) {
 ModelConfig gguf_model_config(const GgufFile& f) {
   const std::string& path = f.path();
   const std::string arch = f.get("general.architecture").str;
-  const Family* family = nullptr;
-  for (const Family* fam : families())
-    if (fam->name == arch) family = fam;
+  const Family* family = lookup_family(arch);
   if (!family) throw Error(path + ": architecture '" + arch + "' is not supported; SplitSpec runs " + family_names());
   const GgufTensor* embed = f.tensor("token_embd.weight");
   if (!embed || embed->ne.size() != 2) throw Error(path + ": tensor 'token_embd.weight' is missing or not a matrix");
