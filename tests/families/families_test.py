@@ -227,6 +227,13 @@ def kquants(r, work):
             wide["rope_scaling"] = dict(rs, short_factor=[1.0 + 0.8 * i / pairs for i in range(pairs)],
                                         long_factor=[1.0 + 24.0 * i / pairs for i in range(pairs)])
         f32 = r.make(name + "-wide", wide, vocab, 5, r.a.scale)
+        # llama.cpp's prompt ids, once a family (its files share the
+        # vocabulary); then one llama.cpp process a file runs every prompt.
+        theirs_prompts = [r.llama(f32, "tokenize-special", "1", "1", text)["ids"] for text in prompts]
+        ids_txt = os.path.join(work, "prompt_ids.txt")
+        with open(ids_txt, "w") as f:
+            for ids in theirs_prompts:
+                f.write(",".join(map(str, ids)) + "\n")
         # Q8_0, read here since before the K-quants, is the control: where
         # it too departs from llama.cpp, float sums in another order break
         # a near-tie, whatever the weight type.
@@ -243,10 +250,11 @@ def kquants(r, work):
             out = r.run([r.splitspec, "generate", "--target", q, "--prompts-file", jsonl, "--max-new-tokens",
                          str(n_new), "--ignore-eos", "--json", "--threads", "1"])
             ours = [json.loads(line) for line in out.strip().splitlines()]
-            same = 0
-            for text, o in zip(prompts, ours):
-                theirs = r.llama(q, "greedy-text", "1", str(n_new), text)
-                same += o["output_ids"] == theirs["ids"] and o["prompt_ids"] == theirs["prompt_ids"]
+            out = r.run([r.driver, r.bins, q, "greedy-file", "1", str(n_new), ids_txt],
+                        env={"LLAMACPP_BENCH_EXACT": "1"})
+            theirs = [json.loads(line)["output_ids"] for line in out.strip().splitlines()]
+            same = sum(o["output_ids"] == t and o["prompt_ids"] == p
+                       for o, t, p in zip(ours, theirs, theirs_prompts))
             # llama.cpp's own files must agree on 90% (the bar). Ours
             # must load in llama.cpp; agreement is reported, and held to 70%:
             # both programs read the same bytes, so a miss is float sums in
