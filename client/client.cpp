@@ -688,7 +688,7 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   const std::unique_ptr<Drafter> d = drafter.make(spec);
   RoundLoopOptions lo;
   lo.generate = o;
-  lo.gamma = req.gamma;
+  lo.speculative = req;
   lo.deadline = std::chrono::steady_clock::now() + req.deadline;
   lo.predraft = options.predraft;
   lo.predraft_threads = options.predraft_threads;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/drafting/speculative_params.h"
+
 namespace splitspec {
 
 enum class VerifierKind { kLocal, kServer };
@@ -134,7 +136,9 @@ struct Message {
   std::string content;
 };
 
-struct Request {
+// A request: its speculative-decoding parameters (gamma, in
+// SpeculativeParams) and the rest.
+struct Request : SpeculativeParams {
   // A conversation instead of a prompt: generate() is then given an empty
   // prompt, and the model's chat template (or ClientOptions::chat_template)
   // writes the prompt, ending with the assistant's turn.
@@ -148,7 +152,6 @@ struct Request {
   float top_p = 1.0f;        // 1: off
   uint64_t seed = 0;
   bool ignore_eos = false;
-  int32_t gamma = 4;  // the model drafter: draft tokens per round
   // The whole generation; beyond it generate() throws instead of waiting.
   std::chrono::milliseconds deadline{120000};
   // Server verifier: one round's verdict; a round that outlasts it counts as

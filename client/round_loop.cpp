@@ -57,7 +57,7 @@ RoundLoopResult run_round_loop(Drafter& drafter, Verifier& verifier, const std::
     s.wall_ms = s.decode_ms = ms_since(t0);
     return out;
   }
-  drafter.begin(prompt, DraftParams{o.generate.sampling, o.gamma, o.draft_slowdown});
+  drafter.begin(prompt, DraftParams{{o.speculative}, o.generate.sampling, o.draft_slowdown});
   if (pre && !drafter.can_fork())
     throw Error("pre-drafting needs a drafter that can fork; " + drafter.name() + " cannot");
 

@@ -22,7 +22,7 @@ namespace splitspec {
 
 struct RoundLoopOptions {
   GenerateOptions generate;
-  int32_t gamma = 0;  // DraftParams::gamma
+  SpeculativeParams speculative;  // the request's, for the drafter as they are
   double draft_slowdown = 1;  // DraftParams::slowdown: an emulated slower device
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   // Pre-drafting on early verdicts: needs a verifier that streams them and a

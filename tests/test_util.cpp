@@ -168,7 +168,7 @@ RoundLoopResult decode_locally(const std::shared_ptr<const Model>& target, Draft
   LocalVerifier verifier(std::make_shared<CpuBackend>(target));
   RoundLoopOptions o;
   o.generate = options;
-  o.gamma = gamma;
+  o.speculative.gamma = gamma;
   return run_round_loop(drafter, verifier, prompt, o);
 }
 

@@ -22,6 +22,7 @@
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
+#include "client/cli/speculative_flags.h"
 
 namespace splitspec::cli {
 
@@ -32,7 +33,7 @@ struct DrafterBenchArgs {
   std::vector<double> delays_ms = {0, 10};
   int32_t per_category = 5;
   int32_t max_new_tokens = 128;
-  int32_t gamma = Request{}.gamma;
+  SpeculativeParams speculative;  // --gamma
   std::vector<std::string> drafters = {"none", "model", "model-tree", "lut", "lut-static", "pld"};
   int threads = 0;  // default_threads()
   bool json = false;
@@ -105,7 +106,7 @@ nlohmann::json run_setting(const DrafterBenchArgs& a, const std::string& where, 
   Request req;
   req.max_new_tokens = a.max_new_tokens;
   req.ignore_eos = true;
-  req.gamma = a.gamma;
+  static_cast<SpeculativeParams&>(req) = a.speculative;
   const size_t n = a.drafters.size();
   std::map<std::string, std::vector<Row>> rows;  // task -> per drafter
   std::vector<Row> all(n);
@@ -260,7 +261,7 @@ std::function<int()> add_bench_drafters(CLI::App& bench) {
   cmd->add_option("--budget", a->budget, "Stream the target under this memory budget (25%, 8MiB); default in memory");
   cmd->add_option("--server", a->server, "Verify on this splitspec-server instead, through a netem proxy per delay");
   cmd->add_option("--delays-ms", a->delays_ms, "With --server: one-way delays")->delimiter(',')->capture_default_str();
-  cmd->add_option("--gamma", a->gamma, "model and pld: tokens per round")->capture_default_str();
+  add_speculative_flags(cmd, a->speculative);
   cmd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON array of rows instead of tables");
   return [a]() { return run_bench_drafters(*a); };

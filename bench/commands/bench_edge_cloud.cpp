@@ -21,6 +21,7 @@
 #include "common/drafting/tree_options.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
+#include "client/cli/speculative_flags.h"
 
 namespace splitspec::cli {
 
@@ -77,7 +78,7 @@ std::vector<std::vector<int32_t>> edge_cloud_prompts(const EdgeBenchArgs& a) {
     o.draft_dir = a.draft_dir;
     context = Client::connect(o)->server_info().max_context;
   }
-  const int64_t keep = context - a.max_new_tokens - a.gamma - 1;
+  const int64_t keep = context - a.max_new_tokens - a.speculative.gamma - 1;
   if (keep < 2) throw Error("bench edge-cloud: max-new-tokens leaves no room for a prompt in the context of " + std::to_string(context));
   return encode_prompts(texts, tok, keep);
 }
@@ -86,7 +87,7 @@ Request edge_cloud_request(const EdgeBenchArgs& a) {
   Request req;
   req.max_new_tokens = a.max_new_tokens;
   req.ignore_eos = true;  // every generation has n tokens, as in the latency model
-  req.gamma = a.gamma;
+  static_cast<SpeculativeParams&>(req) = a.speculative;
   req.deadline = std::chrono::minutes(10);
   return req;
 }
@@ -164,7 +165,7 @@ nlohmann::json edge_cloud_row(const EdgeBenchArgs& a, const std::vector<std::vec
       j["draft_ms_per_forward"] = s.draft_forwards ? s.draft_ms / static_cast<double>(s.draft_forwards) : 0.0;
       if (is(m, Mode::kEdgeSd)) {
         // Table 4: SD = (n / tau)(2 T_c + gamma T_p + T_q).
-        j["model_ms_per_token"] = (2.0 * tc + a.gamma * tp + tq) / s.tau;
+        j["model_ms_per_token"] = (2.0 * tc + a.speculative.gamma * tp + tq) / s.tau;
       } else if (!modes[m].predraft) {
         // Table 4's SD with this mode's own drafting per round (a tree's
         // is not gamma draft steps).
@@ -173,7 +174,7 @@ nlohmann::json edge_cloud_row(const EdgeBenchArgs& a, const std::vector<std::vec
         const double r = s.cache_miss_rate;
         const double tr = s.predraft_hits ? s.sync_wait_ms / static_cast<double>(s.predraft_hits) : 0.0;
         // Table 4: FSD = (n / tau)(2 T_c + r gamma T_p + (1 - r) T_r + T_q).
-        j["model_ms_per_token"] = (2.0 * tc + r * a.gamma * tp + (1.0 - r) * tr + tq) / s.tau;
+        j["model_ms_per_token"] = (2.0 * tc + r * a.speculative.gamma * tp + (1.0 - r) * tr + tq) / s.tau;
         j["cache_miss_rate"] = r;
         j["T_r_ms"] = tr;
         j["T_e_ms"] = t.per_round(s.server_exits_ms);
@@ -223,7 +224,7 @@ int run_bench_edge_cloud(EdgeBenchArgs a) {
   }
 
   if (a.json) {
-    std::cout << nlohmann::json{{"gamma", a.gamma}, {"max_new_tokens", a.max_new_tokens}, {"rows", rows}}.dump(2) << std::endl;
+    std::cout << nlohmann::json{{"gamma", a.speculative.gamma}, {"max_new_tokens", a.max_new_tokens}, {"rows", rows}}.dump(2) << std::endl;
     return 0;
   }
   if (!rows.empty() && !rows[0]["emulated"].get<std::string>().empty())
@@ -232,7 +233,7 @@ int run_bench_edge_cloud(EdgeBenchArgs a) {
   std::printf("%zu prompts x %d new tokens, gamma %d, %d pre-draft thread(s), %s queue; ms per generated token; "
               "model = Table 4 on the T_p, T_q, T_c (and r, T_r) measured in this run; speedups with a 95%% interval "
               "from a paired bootstrap over the prompts\n\n",
-              prompts.size(), a.max_new_tokens, a.gamma, a.predraft_threads, a.predraft_queue.c_str());
+              prompts.size(), a.max_new_tokens, a.speculative.gamma, a.predraft_threads, a.predraft_queue.c_str());
   std::printf("| one-way delay | T_c | T_p | mode | T_q | nodes/round | tau | ms/token | model | gap | target fwd/token | "
               "server ms/token | up/down B/token | r | Avg EE | T_r | final->send hit/miss |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -281,7 +282,7 @@ std::function<int()> add_bench_edge_cloud(CLI::App& bench) {
   cmd->add_option("--prompts", a->prompts, "JSONL prompts (turns[0] or prompt), e.g. ../shared/prompts/spec_bench.jsonl")->required();
   cmd->add_option("--num-prompts", a->num_prompts, "Prompts to use, from the top")->capture_default_str();
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens per generation (EOS ignored)")->capture_default_str();
-  cmd->add_option("--gamma", a->gamma, "Draft tokens per round")->capture_default_str();
+  add_speculative_flags(cmd, a->speculative);
   cmd->add_option("--delays-ms", a->delays_ms, "One-way delays to emulate")->delimiter(',')->capture_default_str();
   cmd->add_option("--jitter-ms", a->jitter_ms, "Jitter of the emulated link")->capture_default_str();
   cmd->add_option("--jitter-distribution", a->jitter_distribution, "uniform, normal or pareto (splitspec netem)")

@@ -20,7 +20,7 @@ struct EdgeBenchArgs {
   std::string prompts;
   int32_t num_prompts = 40;
   int32_t max_new_tokens = 128;
-  int32_t gamma = Request{}.gamma;
+  SpeculativeParams speculative;  // --gamma
   // Tree modes.
   TreeOptions tree;  // the tree modes' flags
   bool no_fallback = false;
@@ -43,7 +43,7 @@ struct EdgeBenchArgs {
 // The prompts, encoded by the draft's tokenizer and cut to what the server's
 // context leaves room for.
 std::vector<std::vector<int32_t>> edge_cloud_prompts(const EdgeBenchArgs& a);
-// Fixed-length greedy generations of a.gamma, as the latency model assumes.
+// Fixed-length greedy generations at a.speculative.gamma, as the latency model assumes.
 Request edge_cloud_request(const EdgeBenchArgs& a);
 // Every mode of `a` over `prompts` through a fresh netem proxy (one-way
 // `delay_ms`) in front of a.server: per mode its ms/token, cost, tau, r,

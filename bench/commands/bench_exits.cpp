@@ -13,6 +13,7 @@
 #include "common/kernels/threads.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
+#include "client/cli/speculative_flags.h"
 
 namespace splitspec::cli {
 
@@ -21,7 +22,7 @@ namespace {
 struct ExitBenchArgs {
   std::string model_dir;
   std::vector<std::string> layer_sets = {"4", "3,5", "2,4,6", "all"};
-  int32_t gamma = Request{}.gamma;
+  SpeculativeParams speculative;  // --gamma
   int64_t context = 256;
   int32_t repeats = 200;
   int threads = 0;  // default_threads()
@@ -36,7 +37,7 @@ int run_bench_exits(const ExitBenchArgs& a) {
   std::optional<EarlyExits> all = EarlyExits::load(a.model_dir, c);
   if (!all) throw Error(a.model_dir + ": no early_exits.json (train them with splitspec train exits)");
   all->set_shortlist(backend, a.shortlist);
-  if (a.context + a.gamma + 1 > c.max_position_embeddings) throw Error("bench exits: context too long for the model");
+  if (a.context + a.speculative.gamma + 1 > c.max_position_embeddings) throw Error("bench exits: context too long for the model");
   // A cache of real entries, then a chain draft to verify.
   KVCache base = model->new_cache();
   ForwardRequest pre;
@@ -44,7 +45,7 @@ int run_bench_exits(const ExitBenchArgs& a) {
   pre.logits_rows = std::vector<int64_t>{};
   model->forward(pre, base);
   DraftTree tree;
-  for (int32_t i = 0; i < a.gamma; ++i) {
+  for (int32_t i = 0; i < a.speculative.gamma; ++i) {
     tree.tokens.push_back(static_cast<int32_t>(5 + i * 11));
     tree.parents.push_back(i - 1);
   }
@@ -71,7 +72,7 @@ int run_bench_exits(const ExitBenchArgs& a) {
       if (!r.after.empty())
         q.on_layer = [&](int64_t layer, RowsView hidden) {
           const int idx = std::find(r.after.begin(), r.after.end(), layer + 1) != r.after.end() ? all->index_of(layer + 1) : -1;
-          if (idx >= 0) verify_at_exit(backend, *all, idx, hidden.slice(0, a.gamma + 1), tree, greedy, Rng(1));
+          if (idx >= 0) verify_at_exit(backend, *all, idx, hidden.slice(0, a.speculative.gamma + 1), tree, greedy, Rng(1));
         };
       const auto t0 = SteadyClock::now();
       model->forward(q, cache);
@@ -79,7 +80,7 @@ int run_bench_exits(const ExitBenchArgs& a) {
     }
   }
   std::printf("verification forward: %d new tokens over %lld cached, %d threads, mean of %d interleaved runs\n\n",
-              a.gamma + 1, static_cast<long long>(a.context), a.threads, a.repeats);
+              a.speculative.gamma + 1, static_cast<long long>(a.context), a.threads, a.repeats);
   std::printf("| exits after layers | ms | vs no exits |\n|---|---|---|\n");
   const double none = rows[0].total_ms / a.repeats;
   for (const Row& r : rows)
@@ -94,7 +95,7 @@ std::function<int()> add_bench_exits(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand("exits", "Cost of early exits on a verification forward");
   cmd->add_option("--target,--model", a->model_dir, "Target directory with early_exits.json")->required();
   cmd->add_option("--layer-sets", a->layer_sets, "Exit layer sets to time, e.g. 4 3,5 all")->capture_default_str();
-  cmd->add_option("--gamma", a->gamma, "Draft tokens verified")->capture_default_str();
+  add_speculative_flags(cmd, a->speculative);
   cmd->add_option("--context", a->context, "Cached tokens")->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Interleaved runs per row")->capture_default_str();
   cmd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();

@@ -31,6 +31,7 @@
 #include "common/util/error.h"
 #include "common/util/percentile.h"
 #include "common/util/stopwatch.h"
+#include "client/cli/speculative_flags.h"
 
 namespace splitspec::cli {
 
@@ -49,7 +50,7 @@ struct LoadArgs {
   double seconds = 20;
   int32_t generations = 0;  // per session; > 0 replaces seconds
   int32_t max_new_tokens = 64;
-  int32_t gamma = Request{}.gamma;
+  SpeculativeParams speculative;  // --gamma
   int server_threads = 1;
   int client_threads = 1;
   double batch_wait_ms = 0;
@@ -101,7 +102,7 @@ void run_phase(const LoadArgs& a, const std::vector<std::vector<int32_t>>& promp
   Request req;
   req.max_new_tokens = a.max_new_tokens;
   req.ignore_eos = true;
-  req.gamma = a.gamma;
+  static_cast<SpeculativeParams&>(req) = a.speculative;
   req.deadline = std::chrono::minutes(10);
   std::mutex mu;
   std::atomic<size_t> next_prompt{0};
@@ -257,7 +258,7 @@ int run_bench_load(LoadArgs a) {
   nlohmann::json out = {{"drafter", a.drafter},
                         {"target", a.target_dir},
                         {"max_new_tokens", a.max_new_tokens},
-                        {"gamma", a.gamma},
+                        {"gamma", a.speculative.gamma},
                         {"seconds_per_phase", a.generations > 0 ? 0.0 : a.seconds},
                         {"generations_per_session", a.generations},
                         {"server_threads", a.server_threads},
@@ -310,7 +311,7 @@ std::function<int()> add_bench_load(CLI::App& bench) {
   cmd->add_option("--seconds", a->seconds, "Length of each phase")->capture_default_str();
   cmd->add_option("--generations", a->generations, "Generations per session per phase instead of --seconds");
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens per generation (EOS ignored)")->capture_default_str();
-  cmd->add_option("--gamma", a->gamma, "Draft tokens per round (model drafter)")->capture_default_str();
+  add_speculative_flags(cmd, a->speculative);
   cmd->add_option("--server-threads", a->server_threads, "The server's compute threads")->capture_default_str();
   cmd->add_option("--client-threads", a->client_threads, "Each session's drafting threads")->capture_default_str();
   cmd->add_option("--batch-wait-ms", a->batch_wait_ms, "The server's batch_wait_ms")->capture_default_str();

@@ -17,6 +17,7 @@
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
+#include "client/cli/speculative_flags.h"
 
 namespace splitspec::cli {
 
@@ -28,7 +29,7 @@ struct LocalBenchArgs {
   int32_t max_new_tokens = 128;
   std::vector<std::string> budgets = {"10%", "25%", "50%"};
   std::vector<std::string> configs = {"std", "stdpl", "local-sd", "tree", "tree+fallback", "tree+fallback+provisional"};
-  int32_t gamma = Request{}.gamma;
+  SpeculativeParams speculative;  // --gamma
   TreeOptions tree;  // the tree configurations' flags
   std::string read_ahead;
   int threads = 0;  // default_threads()
@@ -92,7 +93,7 @@ int run_bench_local(const LocalBenchArgs& a) {
   const std::vector<std::string> texts = read_prompts(a.prompts, a.num_prompts);
   Tokenizer tok(a.target_dir);
   const ModelConfig target_config = load_model_config(a.target_dir);
-  int64_t largest_round = a.gamma;
+  int64_t largest_round = a.speculative.gamma;
   for (const std::string& c : a.configs) {
     TreeOptions t;
     options_for(a, c, "", &t);
@@ -105,7 +106,7 @@ int run_bench_local(const LocalBenchArgs& a) {
   Request req;
   req.max_new_tokens = a.max_new_tokens;
   req.ignore_eos = true;
-  req.gamma = a.gamma;
+  static_cast<SpeculativeParams&>(req) = a.speculative;
   nlohmann::json all = nlohmann::json::array();
   for (const std::string& budget : a.budgets) {
     const uint64_t bytes = parse_bytes(budget, weights);
@@ -186,7 +187,7 @@ std::function<int()> add_bench_local(CLI::App& bench) {
                   "/nodes=N and /width=W, e.g. tree/nodes=8/width=1")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--gamma", a->gamma, "local-sd: draft tokens per round")->capture_default_str();
+  add_speculative_flags(cmd, a->speculative);
   cmd->add_option("--tree-nodes", a->tree.tree_nodes, "tree without fallback: nodes per tree")->capture_default_str();
   cmd->add_option("--max-tree-nodes", a->tree.max_tree_nodes, "tree with fallback: most nodes per tree")->capture_default_str();
   cmd->add_option("--max-children", a->tree.max_children, "tree: greedy alternatives per node")->capture_default_str();

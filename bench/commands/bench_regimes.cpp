@@ -21,6 +21,7 @@
 #include "bench/commands/bench_edge_cloud.h"
 #include "bench/commands/bench_commands.h"
 #include "bench/commands/server_process.h"
+#include "client/cli/speculative_flags.h"
 #include "client/cli/svg_plot.h"
 #include "common/util/error.h"
 
@@ -124,14 +125,14 @@ int run_bench_regimes(RegimeArgs a) {
     return row;
   };
   if (a.edge.json) {
-    std::cout << nlohmann::json{{"note", note}, {"gamma", a.edge.gamma}, {"max_new_tokens", a.edge.max_new_tokens},
+    std::cout << nlohmann::json{{"note", note}, {"gamma", a.edge.speculative.gamma}, {"max_new_tokens", a.edge.max_new_tokens},
                                 {"prompts", prompts.size()}, {"cells", cells}}
                      .dump(2)
               << std::endl;
   } else {
     std::printf("%s\n\n%zu prompts x %d new tokens, gamma %d; per cell the fastest mode and its speedup over cloud-ar "
                 "(ms/token over ms/token; 95%% interval from a paired bootstrap over the prompts)\n",
-                note.c_str(), prompts.size(), a.edge.max_new_tokens, a.edge.gamma);
+                note.c_str(), prompts.size(), a.edge.max_new_tokens, a.edge.speculative.gamma);
     for (double factor : a.draft_factors) {
       std::printf("\n### drafting x%g\n\n| T_q (emulated) |", factor);
       for (double d : a.edge.delays_ms) std::printf(" %g ms one-way |", d);
@@ -221,7 +222,7 @@ std::function<int()> add_bench_regimes(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--num-prompts", a->edge.num_prompts, "Prompts per cell, from the top")->capture_default_str();
   cmd->add_option("--max-new-tokens", a->edge.max_new_tokens, "Tokens per generation (EOS ignored)")->capture_default_str();
-  cmd->add_option("--gamma", a->edge.gamma, "Draft tokens per round")->capture_default_str();
+  add_speculative_flags(cmd, a->edge.speculative);
   cmd->add_option("--jitter-ms", a->edge.jitter_ms, "Jitter of the emulated link")->capture_default_str();
   cmd->add_option("--threads", a->edge.threads, "Compute threads of the draft")->capture_default_str();
   cmd->add_option("--server-threads", a->server_threads, "Compute threads of each server")->capture_default_str();

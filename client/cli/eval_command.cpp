@@ -21,6 +21,7 @@
 #include "common/train/perplexity.h"
 #include "common/train/train_threads.h"
 #include "common/util/error.h"
+#include "client/cli/speculative_flags.h"
 
 namespace splitspec::cli {
 
@@ -30,7 +31,7 @@ struct EvalArgs {
   std::string model_dir, text;
   int64_t seq_len = 256;
   std::string draft_dir, target_dir, prompts;
-  int32_t gamma = Request{}.gamma;
+  SpeculativeParams speculative;  // --gamma
   int32_t max_prompts = 0;
   int32_t max_new_tokens = 64;
   float temperature = 1.0f;
@@ -95,25 +96,25 @@ int run_acceptance(const EvalArgs& a) {
     o.ignore_eos = true;
     o.sampling.temperature = greedy ? 0.0f : a.temperature;
     DrafterStats total;
-    total.proposed.assign(a.gamma, 0);
-    total.accepted.assign(a.gamma, 0);
+    total.proposed.assign(a.speculative.gamma, 0);
+    total.accepted.assign(a.speculative.gamma, 0);
     int64_t tokens = 0;
     LocalVerifier verifier(std::make_shared<CpuBackend>(target));
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::vector<int32_t> ids = tok.encode(prompts[i]);
       ids.insert(ids.begin(), static_cast<int32_t>(target->config().bos_token_id));
       // Keep room to generate: long prompts are cut to their last tokens.
-      const int64_t keep = target->config().max_position_embeddings - a.max_new_tokens - a.gamma - 1;
+      const int64_t keep = target->config().max_position_embeddings - a.max_new_tokens - a.speculative.gamma - 1;
       if (static_cast<int64_t>(ids.size()) > keep) ids.erase(ids.begin() + 1, ids.end() - (keep - 1));
       o.sampling.seed = a.seed + i;
       ModelDrafter drafter(draft);
       RoundLoopOptions lo;
       lo.generate = o;
-      lo.gamma = a.gamma;
+      lo.speculative = a.speculative;
       const RoundLoopResult r = run_round_loop(drafter, verifier, ids, lo);
       total.rounds += r.stats.rounds;
       const DrafterStats& ds = drafter.stats();
-      for (int32_t p = 0; p < a.gamma && p < static_cast<int32_t>(ds.proposed.size()); ++p) {
+      for (int32_t p = 0; p < a.speculative.gamma && p < static_cast<int32_t>(ds.proposed.size()); ++p) {
         total.proposed[p] += ds.proposed[p];
         total.accepted[p] += ds.accepted[p];
       }
@@ -129,7 +130,7 @@ int run_acceptance(const EvalArgs& a) {
                               {"acceptance_per_position", modes["greedy"]["acceptance_per_position"]},
                               {"c", tp / tq},
                               {"prompts", prompts.size()},
-                              {"gamma", a.gamma},
+                              {"gamma", a.speculative.gamma},
                               {"T_p_ms", tp},
                               {"T_q_ms", tq},
                               {"sampled", modes["sampled"]}};
@@ -137,7 +138,7 @@ int run_acceptance(const EvalArgs& a) {
     std::cout << out.dump() << std::endl;
     return 0;
   }
-  std::printf("%zu prompts, gamma %d, %d new tokens each\n", prompts.size(), a.gamma, a.max_new_tokens);
+  std::printf("%zu prompts, gamma %d, %d new tokens each\n", prompts.size(), a.speculative.gamma, a.max_new_tokens);
   for (const char* m : {"greedy", "sampled"}) {
     std::printf("%-8s tau %.3f  acceptance per position:", m, modes[m]["tau"].get<double>());
     for (double p : modes[m]["acceptance_per_position"]) std::printf(" %.3f", p);
@@ -225,7 +226,7 @@ Command add_eval_command(CLI::App& app) {
   acc->add_option("--draft", a->draft_dir, "Draft model directory")->required();
   acc->add_option("--target,--model", a->target_dir, "Target model directory")->required();
   acc->add_option("--prompts", a->prompts, "JSONL prompts (turns[0] is used, as in spec_bench.jsonl)")->required();
-  acc->add_option("--gamma", a->gamma, "Draft tokens per round")->capture_default_str()->check(CLI::Range(1, 64));
+  add_speculative_flags(acc, a->speculative);
   acc->add_option("--max-prompts", a->max_prompts, "Use only the first N prompts; 0 uses all")->capture_default_str();
   acc->add_option("--max-new-tokens", a->max_new_tokens, "Tokens generated per prompt")->capture_default_str();
   acc->add_option("--temperature", a->temperature, "Temperature of the sampled run")->capture_default_str();

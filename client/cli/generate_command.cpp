@@ -13,6 +13,7 @@
 #include "common/drafting/tree_options.h"
 #include "common/kernels/threads.h"
 #include "common/util/error.h"
+#include "client/cli/speculative_flags.h"
 
 namespace splitspec::cli {
 
@@ -342,7 +343,7 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens", a->request.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--gamma", a->request.gamma, "model drafter: draft tokens per round")->capture_default_str();
+  add_speculative_flags(cmd, a->request);
   cmd->add_option("--predraft-threads", a->predraft_threads, "--predraft: worker threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

@@ -239,13 +239,14 @@ template <class T>
 class Fields {
  public:
   explicit Fields(py::class_<T>& cls) : cls_(cls) {}
-  template <class M>
-  Fields& rw(const char* name, M T::*member, const char* doc = "") {
+  // A member of T or of one of its bases (Request's SpeculativeParams).
+  template <class M, class B>
+  Fields& rw(const char* name, M B::*member, const char* doc = "") {
     cls_.def_readwrite(name, member, doc);
     names_.push_back(name);
     return *this;
   }
-  // A member of T or of one of its bases (Stats' parts).
+  // The same, read only (Stats' parts).
   template <class M, class B>
   Fields& ro(const char* name, M B::*member, const char* doc = "") {
     cls_.def_readonly(name, member, doc);

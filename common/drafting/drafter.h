@@ -26,15 +26,14 @@
 #include "common/decoding/sampling.h"
 #include "common/decoding/token_tree.h"
 #include "common/decoding/verify.h"
+#include "common/drafting/speculative_params.h"
 
 namespace splitspec {
 
-// One generation's settings, as far as drafting is concerned.
-struct DraftParams {
+// One generation's settings, as far as drafting is concerned: the request's
+// SpeculativeParams as given, its sampling, and the device's emulation.
+struct DraftParams : SpeculativeParams {
   SamplingParams sampling;  // greedy: choose greedily; else draw, reporting q
-  // Chain drafters: tokens per round, as given (the default is the public
-  // API's, Request::gamma); chain drafters refuse 0, none given.
-  int32_t gamma = 0;
   // Emulated slower device: begin, propose and accept each take this many
   // times their measured time (ClientOptions::emulate_draft_factor).
   double slowdown = 1;

@@ -51,7 +51,7 @@ using DrafterFactory = std::function<std::unique_ptr<Drafter>(const DrafterSpec&
 enum DrafterTrait : unsigned {
   kNeedsDraftModel = 1u << 0,  // drafts with the draft model (ClientOptions::draft_dir)
   kDraftsNothing = 1u << 1,    // plain decoding: each round is one target token
-  kChainOfGamma = 1u << 2,     // drafts Request::gamma tokens a round
+  kChainOfGamma = 1u << 2,     // drafts SpeculativeParams::gamma tokens a round
 };
 
 struct DrafterInfo {
