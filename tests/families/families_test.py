@@ -117,6 +117,17 @@ class Runner:
         out = self.run([self.driver, self.bins, model, *args], env={"LLAMACPP_BENCH_EXACT": "1"})
         return json.loads(out.strip().splitlines()[-1])
 
+    def generate_file(self, target, rows, n_new):
+        """`splitspec generate` over a prompts file of `rows` ({"prompt": text}
+        or {"prompt_ids": ids}), greedy, n_new tokens each: its JSON lines."""
+        jsonl = os.path.join(self.work, "prompts.jsonl")
+        with open(jsonl, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        out = self.run([self.splitspec, "generate", "--target", target, "--prompts-file", jsonl, "--max-new-tokens",
+                        str(n_new), "--ignore-eos", "--json", "--threads", "1"])
+        return [json.loads(line) for line in out.strip().splitlines()]
+
     def ours(self, target, *args, prompt=None, ids=None):
         cmd = [self.splitspec, "generate", "--target", target, "--max-new-tokens", str(N_NEW), "--ignore-eos",
                "--json", "--threads", "1", *args]
@@ -243,13 +254,7 @@ def kquants(r, work):
                 r.run([r.splitspec, "convert", "--target", f32, "--dtype", qtype[5:], "--to-gguf", q])
             else:
                 r.run([r.driver, r.bins, f32, "quantize", q, qtype, "2"])
-            jsonl = os.path.join(work, "prompts.jsonl")
-            with open(jsonl, "w") as f:
-                for text in prompts:
-                    f.write(json.dumps({"prompt": text}) + "\n")
-            out = r.run([r.splitspec, "generate", "--target", q, "--prompts-file", jsonl, "--max-new-tokens",
-                         str(n_new), "--ignore-eos", "--json", "--threads", "1"])
-            ours = [json.loads(line) for line in out.strip().splitlines()]
+            ours = r.generate_file(q, [{"prompt": text} for text in prompts], n_new)
             out = r.run([r.driver, r.bins, q, "greedy-file", "1", str(n_new), ids_txt],
                         env={"LLAMACPP_BENCH_EXACT": "1"})
             theirs = [json.loads(line)["output_ids"] for line in out.strip().splitlines()]

@@ -131,13 +131,7 @@ def check_file(r, work, name, mix, q, prompt_ids, n_new):
     free_running = " - | - |"
     if r.a.free_running:
         default = llama_greedy({})
-        jsonl = os.path.join(work, "prompts.jsonl")
-        with open(jsonl, "w") as f:
-            for ids in prompt_ids:
-                f.write(json.dumps({"prompt_ids": ids}) + "\n")
-        out = r.run([r.splitspec, "generate", "--target", q, "--prompts-file", jsonl, "--max-new-tokens",
-                     str(n_new), "--ignore-eos", "--json", "--threads", "1"])
-        ours = [json.loads(line)["output_ids"] for line in out.strip().splitlines()]
+        ours = [o["output_ids"] for o in r.generate_file(q, [{"prompt_ids": ids} for ids in prompt_ids], n_new)]
         total = n_new * len(prompt_ids)
         free_running = (f" {sum(common_prefix(o, e) for o, e in zip(ours, exact))}/{total} | "
                         f"{sum(common_prefix(d, e) for d, e in zip(default, exact))}/{total} |")
