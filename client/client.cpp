@@ -702,8 +702,7 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   r.ids = g.ids;
   r.finish_reason = finish_reason_name(g.finish);
   // The loop's parts, the verifier's and the faults' are the public Stats'
-  // as they are; the drafter's lie below the client (drafter.h) and are
-  // named for Stats here.
+  // as they are, and so are the drafter's counts (DrafterCounts).
   r.stats = g.stats;
   Stats& s = r.stats;
   const VerifierStats vs = verifier->stats();
@@ -711,20 +710,8 @@ Result Client::Impl::run_rounds(const std::vector<int32_t>& prompt, const Reques
   static_cast<LinkStats&>(s) = vs;
   if (resilient) static_cast<FaultStats&>(s) = resilient->fault_stats();
   if (!numerics_differ.empty() && s.fallback_rounds > 0) s.mixed_numerics = 1;
-  const DrafterStats& ds = d->stats();
-  s.proposed_per_position = ds.proposed;
-  s.accepted_per_position = ds.accepted;
-  s.draft_ms = ds.draft_ms;
-  s.draft_forwards = ds.forwards;
+  static_cast<DrafterCounts&>(s) = d->stats();
   s.drafter_memory_bytes = d->memory_bytes();
-  s.drafter_counters = ds.counters;
-  auto counter = [&](const char* name) {
-    const auto it = ds.counters.find(name);
-    return it == ds.counters.end() ? 0.0 : it->second;
-  };
-  s.final_alpha = counter("alpha");
-  s.provisional_tokens = static_cast<int64_t>(counter("provisional_tokens"));
-  s.provisional_kept = static_cast<int64_t>(counter("provisional_kept"));
   return r;
 }
 

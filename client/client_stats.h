@@ -8,6 +8,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/drafting/drafter_counts.h"
+
 namespace splitspec {
 
 // What a generation measured, in parts: the clock, the drafting, the
@@ -66,30 +68,21 @@ struct TimingStats {
 };
 
 // Rounds of drafting and verification, and the drafter on this device.
-struct DraftStats {
+// The drafter's own counts (proposed_per_position, accepted_per_position,
+// draft_ms, draft_forwards, drafter_counters, and model-tree's final_alpha,
+// provisional_tokens and provisional_kept) are its DrafterCounts, which the
+// drafter fills under these names (common/drafting/drafter_counts.h).
+struct DraftStats : DrafterCounts {
   int64_t rounds = 0;
   double tau = 0;                     // tokens per round
   int64_t drafted_tokens = 0;         // draft tokens (tree nodes) sent to the target
   int64_t accepted_tokens = 0;        // of those, accepted
   double acceptance_rate = 0;         // accepted / drafted tokens
-  // Per depth of the tree (a chain's position): rounds whose draft reached
-  // it, rounds that accepted a token there, and their ratio.
-  std::vector<int64_t> proposed_per_position;
-  std::vector<int64_t> accepted_per_position;
-  std::vector<double> acceptance_per_position;
+  std::vector<double> acceptance_per_position;  // accepted over proposed, per position
   double accepted_per_round = 0;      // draft tokens accepted per verification
   double tree_nodes = 0;              // mean draft nodes per round
   int64_t branched_trees = 0;         // rounds whose draft was not a chain
-  double draft_ms = 0;                // drafting on this device
-  int64_t draft_forwards = 0;
   uint64_t drafter_memory_bytes = 0;  // what the drafter holds (KV cache, trees), at the end
-  // Technique-specific. Summed, except levels ("alpha" and sizes ending
-  // "_bytes"), which are the later generation's.
-  std::map<std::string, double> drafter_counters;
-  // model-tree.
-  double final_alpha = 0;             // the fallback threshold at the end
-  int64_t provisional_tokens = 0;     // drafted while weights loaded
-  int64_t provisional_kept = 0;       //   of those, kept for the next tree
   double emulated_draft_factor = 1;   // ClientOptions::emulate_draft_factor: above 1, draft times are emulated
 
   template <class V>

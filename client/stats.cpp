@@ -10,10 +10,9 @@
 namespace splitspec {
 namespace {
 
-// A drafter counter that is a level rather than a count: the fallback
-// threshold and sizes.
+// A drafter counter that is a level rather than a count: a size.
 bool is_level(const std::string& name) {
-  return name == "alpha" || (name.size() > 6 && name.compare(name.size() - 6, 6, "_bytes") == 0);
+  return name.size() > 6 && name.compare(name.size() - 6, 6, "_bytes") == 0;
 }
 
 template <class M>

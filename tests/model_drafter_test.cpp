@@ -31,7 +31,7 @@ TEST(ModelDrafter, GreedyEqualsTargetAloneForEveryGamma) {
       const RoundLoopResult r = decode_locally(target, drafter, prompt, o, gamma);
       ASSERT_EQ(r.ids, reference) << "prompt " << p << " gamma " << gamma;
       EXPECT_EQ(drafter.stats().rounds, r.stats.rounds);
-      for (auto a : drafter.stats().accepted) total_accepted += a;
+      for (auto a : drafter.stats().accepted_per_position) total_accepted += a;
       rounds += r.stats.rounds;
     }
   }
@@ -135,8 +135,8 @@ TEST(ModelDrafter, CountersFollowTheTreeVerifiedNotTheOneProposed) {
   v.path = {0, 1};
   v.tokens = {tree.tokens[0], tree.tokens[1], 7};
   d.accept(RoundOutcome{tree, v, VerdictExtras{}});
-  EXPECT_EQ(d.stats().proposed, (std::vector<int64_t>{1, 1}));
-  EXPECT_EQ(d.stats().accepted, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(d.stats().proposed_per_position, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(d.stats().accepted_per_position, (std::vector<int64_t>{1, 1}));
   EXPECT_EQ(d.stats().acceptance_per_depth(), (std::vector<double>{1.0, 1.0}));
   EXPECT_EQ(d.sequence(), (std::vector<int32_t>{1, 2, 3, tree.tokens[0], tree.tokens[1], 7}));
 }

@@ -79,8 +79,8 @@ TEST(Stats, PeaksLevelsAndPerPositionCountsAddUpAsTheyShould) {
   a.accepted_per_position = {2, 1};
   b.proposed_per_position = {4, 4, 2};
   b.accepted_per_position = {4, 0, 2};
-  a.drafter_counters = {{"alpha", 0.2}, {"lut_bytes", 100}, {"pld_matches", 3}};
-  b.drafter_counters = {{"alpha", 0.4}, {"lut_bytes", 120}, {"pld_matches", 4}};
+  a.drafter_counters = {{"lut_bytes", 100}, {"pld_matches", 3}};
+  b.drafter_counters = {{"lut_bytes", 120}, {"pld_matches", 4}};
   a.predraft_lookups = 4;
   a.predraft_hits = 3;
   a.exit_layer_sum = 9;
@@ -96,7 +96,6 @@ TEST(Stats, PeaksLevelsAndPerPositionCountsAddUpAsTheyShould) {
   EXPECT_DOUBLE_EQ(a.final_alpha, 0.4);
   EXPECT_EQ(a.proposed_per_position, (std::vector<int64_t>{8, 6, 2}));
   EXPECT_EQ(a.acceptance_per_position, (std::vector<double>{0.75, 1.0 / 6.0, 1.0}));
-  EXPECT_DOUBLE_EQ(a.drafter_counters["alpha"], 0.4);
   EXPECT_DOUBLE_EQ(a.drafter_counters["lut_bytes"], 120);
   EXPECT_DOUBLE_EQ(a.drafter_counters["pld_matches"], 7);
   EXPECT_DOUBLE_EQ(a.cache_miss_rate, 0.5);

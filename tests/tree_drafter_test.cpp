@@ -64,11 +64,6 @@ TreeRun run_tree(const std::shared_ptr<const Model>& target, const std::shared_p
   return {std::move(r), d.stats()};
 }
 
-double counter(const DrafterStats& s, const std::string& name) {
-  const auto it = s.counters.find(name);
-  return it == s.counters.end() ? 0.0 : it->second;
-}
-
 }  // namespace
 
 TEST(FallbackThreshold, FollowsEquation3) {
@@ -104,7 +99,7 @@ TEST(TreeDrafter, EachNodeIsDraftedAsItsBranchAloneWouldBe) {
       ASSERT_LE(added, width);
       ++steps;
     }
-    EXPECT_EQ(d.stats().forwards, steps + 1) << "one draft forward per step, and the root's";
+    EXPECT_EQ(d.stats().draft_forwards, steps + 1) << "one draft forward per step, and the root's";
     if (width > 1) {
       EXPECT_LT(steps, 12) << "some steps drafted several nodes together";
     }
@@ -156,7 +151,7 @@ TEST(TreeDrafter, ProvisionalTokensAreDraftedOnlyWhileTheVerifierHasComputeToSpa
     ASSERT_TRUE(wait_until([&] { return asked.load() >= 5; }, std::chrono::seconds(120)));
     d.verified();
     EXPECT_EQ(d.provisional(), spare ? 3 : 0) << "spare compute: " << spare;
-    EXPECT_EQ(counter(d.stats(), "provisional_tokens"), spare ? 3 : 0) << "spare compute: " << spare;
+    EXPECT_EQ(d.stats().provisional_tokens, spare ? 3 : 0) << "spare compute: " << spare;
   }
 }
 
@@ -296,7 +291,7 @@ TEST(TreeDrafter, PreDraftForksNeverRunWhileTheProvisionalWorkerDrafts) {
   const RoundLoopResult r = run_round_loop(d, v, {1, 5, 9}, o);
   EXPECT_EQ(r.ids, (std::vector<int32_t>{5, 6}));
   EXPECT_EQ(v.forked_budget_calls.load(), 0) << "a pre-draft forked the drafter while its provisional worker drafted";
-  EXPECT_GT(counter(d.stats(), "provisional_tokens"), 0);
+  EXPECT_GT(d.stats().provisional_tokens, 0);
 }
 
 TEST(TreeDrafter, KeptProvisionalTokensContinueAsAFreshDraftWould) {
@@ -367,8 +362,8 @@ TEST_P(LocalTreeDemo, GreedyEqualsTargetAlone) {
         t.provisional = combo >= 2;
         const TreeRun r = run_tree(target, draft, prompts[i], o, t);
         ASSERT_EQ(r.result.ids, reference[i]) << "local-tree combo " << combo << " at " << share << ", prompt " << i;
-        kept += static_cast<int64_t>(counter(r.drafter, "provisional_kept"));
-        provisional += static_cast<int64_t>(counter(r.drafter, "provisional_tokens"));
+        kept += r.drafter.provisional_kept;
+        provisional += r.drafter.provisional_tokens;
         branched += r.result.stats.branched_trees;
       }
     }

@@ -96,8 +96,8 @@ int run_acceptance(const EvalArgs& a) {
     o.ignore_eos = true;
     o.sampling.temperature = greedy ? 0.0f : a.temperature;
     DrafterStats total;
-    total.proposed.assign(a.speculative.gamma, 0);
-    total.accepted.assign(a.speculative.gamma, 0);
+    total.proposed_per_position.assign(a.speculative.gamma, 0);
+    total.accepted_per_position.assign(a.speculative.gamma, 0);
     int64_t tokens = 0;
     LocalVerifier verifier(std::make_shared<CpuBackend>(target));
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -114,9 +114,9 @@ int run_acceptance(const EvalArgs& a) {
       const RoundLoopResult r = run_round_loop(drafter, verifier, ids, lo);
       total.rounds += r.stats.rounds;
       const DrafterStats& ds = drafter.stats();
-      for (int32_t p = 0; p < a.speculative.gamma && p < static_cast<int32_t>(ds.proposed.size()); ++p) {
-        total.proposed[p] += ds.proposed[p];
-        total.accepted[p] += ds.accepted[p];
+      for (int32_t p = 0; p < a.speculative.gamma && p < static_cast<int32_t>(ds.proposed_per_position.size()); ++p) {
+        total.proposed_per_position[p] += ds.proposed_per_position[p];
+        total.accepted_per_position[p] += ds.accepted_per_position[p];
       }
       tokens += static_cast<int64_t>(r.ids.size());
     }

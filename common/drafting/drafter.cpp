@@ -11,8 +11,10 @@ namespace splitspec {
 
 std::vector<double> DrafterStats::acceptance_per_depth() const {
   std::vector<double> out;
-  for (size_t i = 0; i < proposed.size(); ++i)
-    out.push_back(proposed[i] ? static_cast<double>(accepted[i]) / static_cast<double>(proposed[i]) : 0.0);
+  for (size_t i = 0; i < proposed_per_position.size(); ++i)
+    out.push_back(proposed_per_position[i]
+                      ? static_cast<double>(accepted_per_position[i]) / static_cast<double>(proposed_per_position[i])
+                      : 0.0);
   return out;
 }
 
@@ -56,13 +58,13 @@ void Drafter::record(const RoundOutcome& o) {
   // Counted from the tree verified, not from what was proposed: a round may
   // send less (a pre-draft cut at the context's end).
   const int32_t depth = o.tree.max_depth();
-  if (static_cast<int32_t>(stats_.proposed.size()) < depth) {
-    stats_.proposed.resize(depth, 0);
-    stats_.accepted.resize(depth, 0);
+  if (static_cast<int32_t>(stats_.proposed_per_position.size()) < depth) {
+    stats_.proposed_per_position.resize(depth, 0);
+    stats_.accepted_per_position.resize(depth, 0);
   }
   for (int32_t d = 0; d < depth; ++d) {
-    stats_.proposed[d] += 1;
-    if (d < o.verdict.accepted) stats_.accepted[d] += 1;
+    stats_.proposed_per_position[d] += 1;
+    if (d < o.verdict.accepted) stats_.accepted_per_position[d] += 1;
   }
   stats_.rounds += 1;
   stats_.nodes += o.tree.size();

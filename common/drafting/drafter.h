@@ -26,6 +26,7 @@
 #include "common/decoding/sampling.h"
 #include "common/decoding/token_tree.h"
 #include "common/decoding/verify.h"
+#include "common/drafting/drafter_counts.h"
 #include "common/drafting/speculative_params.h"
 
 namespace splitspec {
@@ -50,16 +51,12 @@ struct RoundOutcome {
   const VerdictExtras& extras;  // what wants() asked for; predicted verdicts: an exit's hidden state at most
 };
 
-struct DrafterStats {
+// The counts Stats shows (DrafterCounts), and the ones only drafting reads.
+struct DrafterStats : DrafterCounts {
   int64_t rounds = 0;
-  std::vector<int64_t> proposed;  // per depth: rounds whose tree reached it
-  std::vector<int64_t> accepted;  // per depth: rounds that accepted a node there
-  int64_t nodes = 0;              // tree nodes verified
-  int64_t accepted_nodes = 0;     // of those, accepted
-  double prefill_ms = 0;          // begin()
-  double draft_ms = 0;            // propose(), and drafting in the background
-  int64_t forwards = 0;           // draft-model forwards, where there is a model
-  std::map<std::string, double> counters;  // technique-specific, by name
+  int64_t nodes = 0;           // tree nodes verified
+  int64_t accepted_nodes = 0;  // of those, accepted
+  double prefill_ms = 0;       // begin()
   std::vector<double> acceptance_per_depth() const;
 };
 

@@ -96,7 +96,7 @@ class LutDrafter final : public Drafter {
     const auto t0 = SteadyClock::now();
     worker_->wait();
     working_ = false;
-    stats_.counters["lut_update_wait_ms"] += ms_since(t0);
+    stats_.drafter_counters["lut_update_wait_ms"] += ms_since(t0);
   }
 
  private:
@@ -113,8 +113,8 @@ class LutDrafter final : public Drafter {
     const auto t0 = SteadyClock::now();
     for (size_t i = 1; i < history_.size(); ++i)
       tables_->observe(history_.data() + i, static_cast<int64_t>(i), history_[i]);
-    stats_.counters["lut_update_ms"] += ms_since(t0);
-    stats_.counters["lut_bytes"] = static_cast<double>(tables_->memory_bytes());
+    stats_.drafter_counters["lut_update_ms"] += ms_since(t0);
+    stats_.drafter_counters["lut_bytes"] = static_cast<double>(tables_->memory_bytes());
   }
 
   DraftTree on_propose(int32_t budget, const std::function<bool()>&) override {
@@ -132,7 +132,7 @@ class LutDrafter final : public Drafter {
           tables_->lookup(context_.data() + context_.size(), static_cast<int64_t>(context_.size()), out);
         },
         o);
-    stats_.counters["lut_expansions"] += t.expansions;
+    stats_.drafter_counters["lut_expansions"] += t.expansions;
     return std::move(t.tree);
   }
 
@@ -162,7 +162,7 @@ class LutDrafter final : public Drafter {
     pending_bytes_ = 0;
     // Written by the worker while the main thread waits in verified(), or
     // by the main thread itself: never both at once.
-    stats_.counters["lut_update_ms"] += ms_since(t0);
+    stats_.drafter_counters["lut_update_ms"] += ms_since(t0);
   }
 
   std::shared_ptr<LutTables> tables_;

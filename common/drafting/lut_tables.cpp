@@ -26,7 +26,7 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-std::string sidecar(const std::string& path) {
+std::string tables_sidecar(const std::string& path) {
   return std::filesystem::path(path).replace_extension(".json").string();
 }
 
@@ -175,7 +175,7 @@ void LutTables::save(const std::string& path, const std::string& tokenizer_finge
   nlohmann::json j = {{"format", "splitspec-lut"}, {"version", 1},      {"vocab_size", vocab_},
                       {"k", options_.k},          {"order", options_.order}, {"slots", options_.slots},
                       {"tokenizer_fingerprint", tokenizer_fingerprint}};
-  const std::string side = sidecar(path), tmp = side + ".tmp";
+  const std::string side = tables_sidecar(path), tmp = side + ".tmp";
   {
     std::ofstream f(tmp);
     f << j.dump(2) << "\n";
@@ -185,7 +185,7 @@ void LutTables::save(const std::string& path, const std::string& tokenizer_finge
 }
 
 LutTables LutTables::load(const std::string& path, int64_t vocab_size, const std::string& tokenizer_fingerprint) {
-  const std::string side = sidecar(path);
+  const std::string side = tables_sidecar(path);
   std::ifstream f(side);
   if (!f) throw Error(side + ": look-up tables need this file next to " + path);
   nlohmann::json j;

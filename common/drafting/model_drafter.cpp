@@ -56,7 +56,7 @@ DraftTree ModelDrafter::on_propose(int32_t budget, const std::function<bool()>& 
       tokens.push_back(s.token);
       qs.push_back(std::move(s.q));
     }
-    stats_.forwards += 1;
+    stats_.draft_forwards += 1;
   }
   // Drafted entries stay cached; accepting trims them to what was accepted.
   return DraftTree::chain(std::move(tokens), std::move(qs));

@@ -35,7 +35,7 @@ class PldDrafter final : public Drafter {
         const int64_t from = start + n;
         const int64_t take = std::min<int64_t>(want, len - from);
         if (take <= 0) continue;
-        stats_.counters["pld_matches"] += 1;
+        stats_.drafter_counters["pld_matches"] += 1;
         return DraftTree::chain(std::vector<int32_t>(history_.begin() + from, history_.begin() + from + take));
       }
     }

@@ -33,7 +33,7 @@ class RecurrentDrafter final : public Drafter {
  public:
   RecurrentDrafter(std::shared_ptr<const RecurrentHead> head, int32_t width, int32_t length)
       : head_(std::move(head)), width_(width), length_(length) {
-    stats_.counters["recurrent_head_bytes"] = static_cast<double>(head_->weight_bytes());
+    stats_.drafter_counters["recurrent_head_bytes"] = static_cast<double>(head_->weight_bytes());
   }
 
   std::string name() const override { return "recurrent"; }
@@ -58,9 +58,9 @@ class RecurrentDrafter final : public Drafter {
     const int32_t length = std::min(length_, budget);
     const Beams beams = beam_search(*head_, h_.data(), last_, width_, length);
     DraftTree tree = beams_to_tree(beams.tokens);
-    stats_.counters["recurrent_beam_tokens"] += static_cast<double>(width_) * length;
-    stats_.counters["recurrent_tree_nodes"] += tree.size();
-    stats_.forwards += length;
+    stats_.drafter_counters["recurrent_beam_tokens"] += static_cast<double>(width_) * length;
+    stats_.drafter_counters["recurrent_tree_nodes"] += tree.size();
+    stats_.draft_forwards += length;
     if (tree.size() > budget) tree.truncate(budget);
     return tree;
   }

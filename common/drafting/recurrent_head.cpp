@@ -24,7 +24,7 @@ constexpr const char* kFormat = "splitspec-recurrent-drafter";
 // Indices into recurrent_head_params().
 enum : size_t { kEmbed, kRnnW, kRnnU, kRnnB, kInW, kInB, kBlocks };
 
-std::string sidecar(const std::string& safetensors) { return fs::path(safetensors).replace_extension(".json").string(); }
+std::string head_sidecar(const std::string& safetensors) { return fs::path(safetensors).replace_extension(".json").string(); }
 
 void silu_inplace(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
@@ -112,7 +112,7 @@ RecurrentHead RecurrentHead::random(const RecurrentHeadConfig& c, uint64_t seed)
 
 RecurrentHead RecurrentHead::load(const std::string& path) {
   const std::string file = fs::is_directory(path) ? (fs::path(path) / kRecurrentHeadFile).string() : path;
-  const std::string side = sidecar(file);
+  const std::string side = head_sidecar(file);
   std::ifstream f(side);
   if (!f)
     throw Error(side + ": no recurrent draft head here (train one with splitspec train recurrent, or point the drafter's "
@@ -176,7 +176,7 @@ void RecurrentHead::save(const std::string& dir, const std::string& training_jso
                       {"rank", c_.rank},
                       {"tokenizer_fingerprint", c_.tokenizer_fingerprint},
                       {"training", nlohmann::json::parse(training_json)}};
-  const std::string side = sidecar(file), tmp = side + ".tmp";
+  const std::string side = head_sidecar(file), tmp = side + ".tmp";
   {
     std::ofstream f(tmp);
     f << j.dump(2) << "\n";

@@ -159,7 +159,7 @@ void TreeDrafter::on_begin(const std::vector<int32_t>& prompt) {
   // Each generation learns its calibration and threshold afresh.
   calibration_ = ConfidenceCalibration{};
   threshold_ = FallbackThreshold(options_.initial_alpha);
-  stats_.counters["alpha"] = threshold_.alpha();
+  stats_.final_alpha = threshold_.alpha();
 }
 
 bool TreeDrafter::outgrown() const {
@@ -188,8 +188,8 @@ DraftTree TreeDrafter::on_propose(int32_t budget, const std::function<bool()>& s
 
 void TreeDrafter::on_accept(const RoundOutcome& outcome) {
   if (options_.fallback) threshold_.update(this->outcome(outcome.verdict));
-  stats_.counters["provisional_kept"] += commit(outcome.verdict);
-  stats_.counters["alpha"] = threshold_.alpha();
+  stats_.provisional_kept += commit(outcome.verdict);
+  stats_.final_alpha = threshold_.alpha();
 }
 
 void TreeDrafter::verifying(const std::function<bool()>& spare_compute) {
@@ -202,7 +202,7 @@ void TreeDrafter::verifying(const std::function<bool()>& spare_compute) {
 void TreeDrafter::verified() {
   if (!working_) return;
   working_ = false;
-  stats_.counters["provisional_tokens"] += static_cast<double>(worker_->stop());
+  stats_.provisional_tokens += worker_->stop();
 }
 
 std::unique_ptr<Drafter> TreeDrafter::fork() const {
@@ -299,7 +299,7 @@ void TreeDrafter::start_round(int32_t max_nodes, double min_confidence) {
     root_ = Node{};
     expand(root_, out.logits.row(0));
     root_expanded_ = true;
-    stats_.forwards += 1;
+    stats_.draft_forwards += 1;
   } else {
     // The kept nodes are a chain: keep a prefix of it.
     int32_t keep = std::min(static_cast<int32_t>(nodes_.size()), std::max(0, max_nodes));
@@ -363,7 +363,7 @@ void TreeDrafter::draft_nodes(int32_t first) {
   }
   const ForwardResult out = draft_->forward(r, cache_);
   for (int64_t k = 0; k < count; ++k) expand(nodes_[first + k], out.logits.row(k));
-  stats_.forwards += 1;
+  stats_.draft_forwards += 1;
 }
 
 int32_t TreeDrafter::grow(int32_t width) {
