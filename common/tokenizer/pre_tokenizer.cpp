@@ -24,6 +24,9 @@ constexpr const char* kLlama3Tail =
     "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr const char* kQwen2Tail =
     "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen3.5's: Qwen2's with combining marks (\p{M}) kept in words.
+constexpr const char* kQwen35Tail =
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 using Gaps = PreTokenizerPattern::Gaps;
 
@@ -40,6 +43,7 @@ Registry& registry() {
         {{"llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"},
          {{std::string(kContractions) + kLlama3Tail, Gaps::kPerCodePoint}}},
         {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, {{std::string(kContractions) + kQwen2Tail, Gaps::kPerCodePoint}}},
+        {{"qwen35"}, {{std::string(kContractions) + kQwen35Tail, Gaps::kPerCodePoint}}},
         {{"gpt-2", "phi-2", "mpt", "olmo"}, {{kGpt2, Gaps::kPerCodePoint}}},
         {{"smollm", "starcoder", "refact", "command-r", "codeshell"},
          {{"\\p{N}", Gaps::kWhole}, {kGpt2, Gaps::kPerCodePoint}}},

@@ -107,7 +107,8 @@ PreFlags pre_flags(const std::string& pre) {
     f.ignore_merges = true;
     f.add_bos = true;
   }
-  if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "smollm" || pre == "command-r") f.clean_spaces = false;
+  if (pre == "qwen2" || pre == "qwen35" || pre == "deepseek-r1-qwen" || pre == "smollm" || pre == "command-r")
+    f.clean_spaces = false;
   return f;
 }
 
