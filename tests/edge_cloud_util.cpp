@@ -28,6 +28,36 @@ LocalServer start_server(ServerConfig c) {
   return s;
 }
 
+v1::SessionRequest open_msg(std::vector<int32_t> prompt, int32_t vocab, float temperature) {
+  v1::SessionRequest m;
+  v1::GenerationRequest* o = m.mutable_open();
+  o->mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
+  o->set_max_new_tokens(16);
+  o->set_vocab_size(vocab);
+  o->mutable_sampling()->set_temperature(temperature);
+  return m;
+}
+
+v1::SessionRequest draft_msg(uint32_t round, std::vector<int32_t> tokens) {
+  v1::SessionRequest m;
+  m.mutable_draft()->set_round(round);
+  m.mutable_draft()->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  return m;
+}
+
+grpc::Status run_session(v1::SplitSpec::Stub& stub, const std::vector<v1::SessionRequest>& msgs) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto s = stub.Session(&ctx);
+  for (const auto& m : msgs)
+    if (!s->Write(m)) break;
+  s->WritesDone();
+  v1::SessionResponse r;
+  while (s->Read(&r)) {
+  }
+  return s->Finish();
+}
+
 namespace {
 
 std::string spawn(const std::string& listen, const std::string& target_dir, const TempDir& tmp,

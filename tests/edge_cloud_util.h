@@ -28,6 +28,14 @@ LocalServer start_server(const std::string& target_dir, int max_sessions = 8, in
 // level are the tests').
 LocalServer start_server(ServerConfig c);
 
+// The Session protocol's messages as a client sends them, for tests that
+// speak it raw: an Open of `prompt` (16 new tokens), and round `round`'s
+// draft chain.
+v1::SessionRequest open_msg(std::vector<int32_t> prompt, int32_t vocab = 8000, float temperature = 0.0f);
+v1::SessionRequest draft_msg(uint32_t round, std::vector<int32_t> tokens);
+// Sends `msgs` on a fresh session and returns how it ended.
+grpc::Status run_session(v1::SplitSpec::Stub& stub, const std::vector<v1::SessionRequest>& msgs);
+
 // splitspec-server as a child process; returns its address once it serves.
 std::string spawn_server(const std::string& target_dir, const TempDir& tmp, std::unique_ptr<Child>& child,
                          const std::vector<std::string>& extra_args = {});
