@@ -58,22 +58,6 @@ ClientOptions server_options(const std::string& address, const std::string& draf
 std::unique_ptr<v1::SplitSpec::Stub> raw_stub(const std::string& address);
 v1::ServerStats server_stats(const std::string& address);
 
-std::string demo_target_dir();
-std::string demo_draft_dir();
-
-// The target's own distributions of the first two tokens it would emit after
-// `prompt` under `params`: p(x) and the marginal sum_x p(x) p(y | x).
-struct TwoTokenMarginals {
-  std::vector<double> first, second;
-};
-TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params);
-
-// The target's marginal distribution of each of the first `tokens` tokens it
-// would emit after `prompt` under `params` (every continuation enumerated:
-// tiny vocabularies only).
-std::vector<std::vector<double>> token_marginals(const Model& target, const std::vector<int32_t>& prompt,
-                                                 const SamplingParams& params, int tokens);
-
 // Runs `draws` generations seeded seed0, seed0+1, ... (`each` sees every
 // result) and expects each of their first `tokens` tokens to follow the
 // target's own marginal under the request's sampling settings (chi-square).
@@ -87,9 +71,6 @@ void expect_targets_two_token_distribution(Client& client, const Model& target, 
 
 // `text` as the client encodes a prompt: BOS, then its tokens.
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text);
-
-// English prompts of a few words each, for exactness over many prompts.
-const std::vector<std::string>& test_prompts();
 
 // `o` verifying on the server at `address`, or locally on `target_dir` when
 // `address` is empty.
