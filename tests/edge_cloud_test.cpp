@@ -1,7 +1,5 @@
 // Edge-cloud decoding over real gRPC on loopback: every mode reproduces the
 // target alone.
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include "client/client.h"

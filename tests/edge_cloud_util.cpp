@@ -28,6 +28,36 @@ LocalServer start_server(ServerConfig c) {
   return s;
 }
 
+v1::SessionRequest open_msg(std::vector<int32_t> prompt, int32_t vocab, float temperature) {
+  v1::SessionRequest m;
+  v1::GenerationRequest* o = m.mutable_open();
+  o->mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
+  o->set_max_new_tokens(16);
+  o->set_vocab_size(vocab);
+  o->mutable_sampling()->set_temperature(temperature);
+  return m;
+}
+
+v1::SessionRequest draft_msg(uint32_t round, std::vector<int32_t> tokens) {
+  v1::SessionRequest m;
+  m.mutable_draft()->set_round(round);
+  m.mutable_draft()->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  return m;
+}
+
+grpc::Status run_session(v1::SplitSpec::Stub& stub, const std::vector<v1::SessionRequest>& msgs) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto s = stub.Session(&ctx);
+  for (const auto& m : msgs)
+    if (!s->Write(m)) break;
+  s->WritesDone();
+  v1::SessionResponse r;
+  while (s->Read(&r)) {
+  }
+  return s->Finish();
+}
+
 namespace {
 
 std::string spawn(const std::string& listen, const std::string& target_dir, const TempDir& tmp,
@@ -96,43 +126,6 @@ v1::ServerStats server_stats(const std::string& address) {
   return info.stats();
 }
 
-std::string demo_target_dir() { return std::string(SPLITSPEC_SOURCE_DIR) + "/models/demo-target"; }
-std::string demo_draft_dir() { return std::string(SPLITSPEC_SOURCE_DIR) + "/models/demo-draft"; }
-
-std::vector<std::vector<double>> token_marginals(const Model& target, const std::vector<int32_t>& prompt,
-                                                 const SamplingParams& params, int tokens) {
-  auto next = [&](const std::vector<int32_t>& seq) {
-    KVCache cache = target.new_cache();
-    ForwardRequest f;
-    f.tokens = seq;
-    f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
-    const ForwardResult out = target.forward(f, cache);
-    return filtered_distribution(out.logits.row(0), out.logits.cols(), params);
-  };
-  const size_t vocab = static_cast<size_t>(target.config().vocab_size);
-  std::vector<std::vector<double>> m(static_cast<size_t>(tokens), std::vector<double>(vocab, 0.0));
-  // Every continuation of up to `tokens` - 1 tokens with its probability.
-  std::function<void(std::vector<int32_t>&, double, int)> walk = [&](std::vector<int32_t>& seq, double prob, int depth) {
-    const Distribution p = next(seq);
-    for (size_t y = 0; y < vocab; ++y) {
-      m[depth][y] += prob * p[y];
-      if (depth + 1 < tokens && p[y] > 0) {
-        seq.push_back(static_cast<int32_t>(y));
-        walk(seq, prob * p[y], depth + 1);
-        seq.pop_back();
-      }
-    }
-  };
-  std::vector<int32_t> seq = prompt;
-  walk(seq, 1.0, 0);
-  return m;
-}
-
-TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params) {
-  std::vector<std::vector<double>> m = token_marginals(target, prompt, params, 2);
-  return {std::move(m[0]), std::move(m[1])};
-}
-
 void expect_targets_token_distributions(Client& client, const Model& target, const std::vector<int32_t>& prompt,
                                         Request request, int tokens, int draws, uint64_t seed0,
                                         const std::function<void(const Result&)>& each) {
@@ -163,24 +156,6 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text
   std::vector<int32_t> ids = tok.encode(text);
   ids.insert(ids.begin(), tok.bos_id());
   return ids;
-}
-
-const std::vector<std::string>& test_prompts() {
-  static const std::vector<std::string> prompts = {
-      "The ship sailed",
-      "Call me Ishmael. Some years ago",
-      "The President said that the Congress",
-      "It was a dark and stormy night",
-      "In the morning the captain",
-      "Our nation has always",
-      "She looked at the old house and",
-      "The whale rose from the sea",
-      "Fellow citizens, the state of the Union",
-      "He walked down the street",
-      "What is the meaning of",
-      "The committee reported that",
-  };
-  return prompts;
 }
 
 }  // namespace splitspec::test

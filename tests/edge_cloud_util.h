@@ -28,6 +28,14 @@ LocalServer start_server(const std::string& target_dir, int max_sessions = 8, in
 // level are the tests').
 LocalServer start_server(ServerConfig c);
 
+// The Session protocol's messages as a client sends them, for tests that
+// speak it raw: an Open of `prompt` (16 new tokens), and round `round`'s
+// draft chain.
+v1::SessionRequest open_msg(std::vector<int32_t> prompt, int32_t vocab = 8000, float temperature = 0.0f);
+v1::SessionRequest draft_msg(uint32_t round, std::vector<int32_t> tokens);
+// Sends `msgs` on a fresh session and returns how it ended.
+grpc::Status run_session(v1::SplitSpec::Stub& stub, const std::vector<v1::SessionRequest>& msgs);
+
 // splitspec-server as a child process; returns its address once it serves.
 std::string spawn_server(const std::string& target_dir, const TempDir& tmp, std::unique_ptr<Child>& child,
                          const std::vector<std::string>& extra_args = {});
@@ -50,22 +58,6 @@ ClientOptions server_options(const std::string& address, const std::string& draf
 std::unique_ptr<v1::SplitSpec::Stub> raw_stub(const std::string& address);
 v1::ServerStats server_stats(const std::string& address);
 
-std::string demo_target_dir();
-std::string demo_draft_dir();
-
-// The target's own distributions of the first two tokens it would emit after
-// `prompt` under `params`: p(x) and the marginal sum_x p(x) p(y | x).
-struct TwoTokenMarginals {
-  std::vector<double> first, second;
-};
-TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params);
-
-// The target's marginal distribution of each of the first `tokens` tokens it
-// would emit after `prompt` under `params` (every continuation enumerated:
-// tiny vocabularies only).
-std::vector<std::vector<double>> token_marginals(const Model& target, const std::vector<int32_t>& prompt,
-                                                 const SamplingParams& params, int tokens);
-
 // Runs `draws` generations seeded seed0, seed0+1, ... (`each` sees every
 // result) and expects each of their first `tokens` tokens to follow the
 // target's own marginal under the request's sampling settings (chi-square).
@@ -79,9 +71,6 @@ void expect_targets_two_token_distribution(Client& client, const Model& target, 
 
 // `text` as the client encodes a prompt: BOS, then its tokens.
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text);
-
-// English prompts of a few words each, for exactness over many prompts.
-const std::vector<std::string>& test_prompts();
 
 // `o` verifying on the server at `address`, or locally on `target_dir` when
 // `address` is empty.

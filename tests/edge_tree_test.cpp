@@ -2,7 +2,6 @@
 // (--verifier server --drafter model-tree): exactly the target alone, greedy
 // token for token and sampled in distribution, with and without
 // pre-drafting, down to the context's end.
-#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "client/client.h"

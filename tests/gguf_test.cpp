@@ -5,8 +5,6 @@
 // files are clear errors. (llama.cpp running the files: bench/vs_llamacpp.sh.)
 #include "common/weights/gguf.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -19,19 +17,18 @@
 #include "common/util/error.h"
 #include "common/convert/gguf_convert.h"
 #include "common/weights/safetensors.h"
-#include "tests/edge_cloud_util.h"
-#include "tests/torch_test_util.h"
+#include "tests/reference.h"
+#include "tests/test_util.h"
 
 namespace splitspec::test {
 
 namespace {
 
-at::Tensor prompt_logits(const Model& m, std::vector<int32_t> tokens = {1, 4274, 824, 261, 615, 7950, 263}) {
-  c10::InferenceMode guard;
+Rows prompt_logits(const Model& m, std::vector<int32_t> tokens = {1, 4274, 824, 261, 615, 7950, 263}) {
   KVCache cache = m.new_cache(64);
   ForwardRequest r;
   r.tokens = std::move(tokens);
-  return test::T(m.forward(r, cache).logits);
+  return m.forward(r, cache).logits;
 }
 
 // A copy of the GGUF file at `in` without metadata `drop`, and with
@@ -78,7 +75,7 @@ TEST(Gguf, RoundTripIsTheSameModelAtEveryType) {
     const auto m = Model::load(back);
     EXPECT_EQ(m->weight_type(), t);
     // The model converted in memory, and the one that went through GGUF.
-    EXPECT_TRUE(at::equal(prompt_logits(*m), prompt_logits(*Model::load(demo_target_dir(), t)))) << wtype_name(t);
+    EXPECT_TRUE(same_values(prompt_logits(*m), prompt_logits(*Model::load(demo_target_dir(), t)))) << wtype_name(t);
     EXPECT_EQ(read_file(back + "/tokenizer.model"), read_file(demo_target_dir() + "/tokenizer.model"));
     EXPECT_EQ(load_model_config(back).vocab_size, source->config().vocab_size);
     EXPECT_TRUE(load_model_config(back).tie_word_embeddings);
@@ -86,7 +83,7 @@ TEST(Gguf, RoundTripIsTheSameModelAtEveryType) {
   // As stored (F16): the weights come back bit for bit.
   export_gguf(demo_target_dir(), dir.str("as-stored.gguf"), std::nullopt);
   import_gguf(dir.str("as-stored.gguf"), dir.str("as-stored"), std::nullopt);
-  EXPECT_TRUE(at::equal(prompt_logits(*Model::load(dir.str("as-stored"))), prompt_logits(*source)));
+  EXPECT_TRUE(same_values(prompt_logits(*Model::load(dir.str("as-stored"))), prompt_logits(*source)));
   const GgufFile f(dir.str("as-stored.gguf"));
   EXPECT_EQ(f.get("general.architecture").str, "llama");
   EXPECT_EQ(f.get("llama.block_count").i64, source->config().num_hidden_layers);
@@ -106,7 +103,7 @@ TEST(Gguf, UntiedModelKeepsItsHead) {
   EXPECT_FALSE(load_model_config(dir.str("back")).tie_word_embeddings);
   const auto back = Model::load(dir.str("back"));
   EXPECT_EQ(back->weight_set().lm_head.type, WType::Q8_0);  // a Q4_0 model's head stays at Q8_0
-  EXPECT_TRUE(at::equal(prompt_logits(*back), prompt_logits(*Model::load(dir.str("m"), WType::Q4_0))));
+  EXPECT_TRUE(same_values(prompt_logits(*back), prompt_logits(*Model::load(dir.str("m"), WType::Q4_0))));
   // A vocabulary the tokenizer does not have is refused.
   auto small = Model::random(tiny_config(64, 2, false), 3);
   small->save(dir.str("small"));
@@ -218,21 +215,20 @@ TEST(Gguf, StoriesConvertsAndKeepsItsOddWidthsAtF16) {
   const std::string src = (*shared / "models" / "stories260K").string();
   export_gguf(src, dir.str("s.gguf"), std::nullopt);
   import_gguf(dir.str("s.gguf"), dir.str("s"), std::nullopt);
-  c10::InferenceMode guard;
   auto logits = [](const Model& m) {
     KVCache cache = m.new_cache(16);
     ForwardRequest r;
     r.tokens = {1, 40, 50, 60};
-    return test::T(m.forward(r, cache).logits);
+    return m.forward(r, cache).logits;
   };
-  EXPECT_TRUE(at::equal(logits(*Model::load(dir.str("s"))), logits(*Model::load(src))));
+  EXPECT_TRUE(same_values(logits(*Model::load(dir.str("s"))), logits(*Model::load(src))));
   // Its feed-forward width (172) is not a multiple of 32: as llama.cpp's
   // quantizer does, those rows (ffn_down's) stay F16, the rest are Q4_0.
   export_gguf(src, dir.str("q.gguf"), WType::Q4_0);
   const auto q = Model::load(dir.str("q.gguf"));
   EXPECT_EQ(q->weight_set().layers[0][static_cast<int>(LayerMatrix::kDown)].type, WType::F16);
   EXPECT_EQ(q->weight_set().layers[0][static_cast<int>(LayerMatrix::kGate)].type, WType::Q4_0);
-  EXPECT_EQ(logits(*q).size(1), 512);
+  EXPECT_EQ(logits(*q).cols(), 512);
 }
 
 }  // namespace splitspec::test
@@ -241,7 +237,7 @@ namespace splitspec::test {
 namespace {
 
 // The families' tiny models have 64 tokens.
-at::Tensor family_logits(const Model& m) { return prompt_logits(m, {1, 5, 9, 20, 33, 2, 60}); }
+Rows family_logits(const Model& m) { return prompt_logits(m, {1, 5, 9, 20, 33, 2, 60}); }
 
 // Every family written as GGUF (llama.cpp's names, Phi-3's fused matrices,
 // LLaMA's interleaved query and key rows) and as a directory reads back as
@@ -266,16 +262,16 @@ TEST(GgufFamilies, EachFamilyRoundTripsThroughGgufAndDirectory) {
     EXPECT_EQ(from_gguf->config().rope_long_factors, c.rope_long_factors);
     EXPECT_EQ(from_gguf->config().rotary_dim, c.rotary_dim);
     EXPECT_EQ(from_gguf->config().sliding_window_pattern, c.sliding_window_pattern);
-    EXPECT_TRUE(at::equal(family_logits(*from_gguf), family_logits(*m))) << arch << " from GGUF";
+    EXPECT_TRUE(same_values(family_logits(*from_gguf), family_logits(*m))) << arch << " from GGUF";
     const std::string out = dir.str(arch + "-dir");
     Model::load(gguf)->save(out);
     const auto from_dir = Model::load(out);
-    EXPECT_TRUE(at::equal(family_logits(*from_dir), family_logits(*m))) << arch << " from a directory";
+    EXPECT_TRUE(same_values(family_logits(*from_dir), family_logits(*m))) << arch << " from a directory";
     // Streamed from disk under a budget: the same forward.
     StreamOptions s;
     s.budget_bytes = stored_weight_bytes(out) * 4;
     s.direct_io = false;
-    EXPECT_TRUE(at::equal(family_logits(*Model::load_streamed(out, s)), family_logits(*m))) << arch << " streamed";
+    EXPECT_TRUE(same_values(family_logits(*Model::load_streamed(out, s)), family_logits(*m))) << arch << " streamed";
   }
 }
 
@@ -316,7 +312,7 @@ TEST(GgufFamilies, HuggingFacePhi3FusedTensorsAreSplitByRows) {
   add(layer_matrix_name(0, LayerMatrix::kDown), {&L[6]});
   write_safetensors(dir.str("model.safetensors"), t);
   std::ofstream(dir.str("config.json")) << model_config_to_json(c);
-  EXPECT_TRUE(at::equal(family_logits(*Model::load(dir.str())), family_logits(*m)));
+  EXPECT_TRUE(same_values(family_logits(*Model::load(dir.str())), family_logits(*m)));
   // Converted at load: each part copied, its fused tensor's pages dropped
   // (the load once looked the parts up by their own names, and threw).
   std::shared_ptr<Model> q8;

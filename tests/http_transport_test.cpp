@@ -19,8 +19,6 @@
 #include <thread>
 #include <vector>
 
-#include "server/failed_tokens.h"
-
 namespace splitspec::http {
 namespace {
 
@@ -310,29 +308,6 @@ TEST(HttpTransport, StopIsPromptWhateverTheSocketsDo) {
   s->stop();
   EXPECT_LT(since(t0), 3.0);
   for (auto& c : slow) EXPECT_TRUE(c->closed_within(1));
-}
-
-TEST(FailedTokens, APeerGuessingWaitsLongerEachTimeAndIsForgotten) {
-  FailedTokens f;
-  const auto t0 = FailedTokens::Clock::now();
-  for (int i = 0; i < FailedTokens::kFree; ++i) EXPECT_EQ(f.failed("a", t0).count(), 0);
-  EXPECT_EQ(f.failed("a", t0), FailedTokens::kFirstDelay);
-  EXPECT_EQ(f.wait("a", t0), FailedTokens::kFirstDelay);
-  EXPECT_EQ(f.wait("b", t0).count(), 0) << "another peer is not delayed";
-  EXPECT_EQ(f.failed("a", t0), 2 * FailedTokens::kFirstDelay);
-  for (int i = 0; i < 20; ++i) f.failed("a", t0);
-  EXPECT_EQ(f.wait("a", t0), FailedTokens::kMaxDelay);
-  EXPECT_EQ(f.wait("a", t0 + FailedTokens::kMaxDelay).count(), 0) << "a delay, not a lockout";
-  EXPECT_EQ(f.failed("a", t0 + FailedTokens::kMaxDelay + FailedTokens::kForget + std::chrono::seconds(1)).count(), 0);
-}
-
-TEST(FailedTokens, OnlyTrustedProxiesNameTheClient) {
-  const std::vector<std::string> trusted = {"10.0.0.1", "10.0.0.2"};
-  EXPECT_EQ(FailedTokens::key("1.2.3.4", "5.6.7.8", trusted), "1.2.3.4") << "an untrusted peer's header is ignored";
-  EXPECT_EQ(FailedTokens::key("10.0.0.1", "5.6.7.8", trusted), "5.6.7.8");
-  EXPECT_EQ(FailedTokens::key("10.0.0.1", "9.9.9.9, 5.6.7.8, 10.0.0.2", trusted), "5.6.7.8")
-      << "the rightmost hop a trusted proxy did not add";
-  EXPECT_EQ(FailedTokens::key("10.0.0.1", "", trusted), "10.0.0.1");
 }
 
 }  // namespace

@@ -4,8 +4,6 @@
 // the ctest entries with SPLITSPEC_KERNELS=scalar cover the portable one.
 #include "common/kernels/kernels.h"
 
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,52 +17,51 @@
 #include "common/kernels/quant.h"
 #include "common/kernels/threads.h"
 #include "common/model/model.h"
-#include "tests/torch_test_util.h"
+#include "tests/reference.h"
+#include "tests/test_util.h"
 
 namespace splitspec::test {
 
 namespace {
 
-at::Tensor randn(std::vector<int64_t> shape, uint64_t seed) {
-  return at::randn(shape, at::make_generator<at::CPUGeneratorImpl>(seed));
-}
-
-at::Tensor kernel_linear(const at::Tensor& x, const at::Tensor& w) {
-  at::Tensor y = at::empty({x.size(0), w.size(0)});
-  kernels::linear(x.data_ptr<float>(), x.size(0), MatrixRef{WType::F32, w.data_ptr<float>(), w.size(0), w.size(1)},
-                  y.data_ptr<float>());
+// x [n, in] times w [out, in] transposed, by the kernel.
+Rows kernel_linear(const std::vector<float>& x, int64_t n, const std::vector<float>& w, int64_t out, int64_t in) {
+  Rows y(n, out);
+  kernels::linear(x.data(), n, MatrixRef{WType::F32, w.data(), out, in}, y.data());
   return y;
 }
 
 }  // namespace
 
+// (Named for ATen's linear, the reference before this plain one: the name
+// stays, so that the test's history in ctest stays with it.)
 TEST(Kernels, LinearMatchesATenAndIsBatchInvariant) {
   std::cout << "[ kernels: " << kernels::isa() << " ]\n";
   // Input widths around the 8-lane vectors and the 768-wide k-blocks; output
   // counts that leave partial row blocks.
   for (int64_t in : {1, 7, 8, 64, 172, 768, 1000, 1728}) {
     for (int64_t out : {1, 5, 13, 50}) {
-      const at::Tensor w = randn({out, in}, in * 100 + out);
-      const at::Tensor x = randn({11, in}, in + out);
-      const at::Tensor all = kernel_linear(x, w);
-      EXPECT_TRUE(at::allclose(all, at::linear(x, w), 1e-4, 1e-4)) << in << "x" << out;
+      const std::vector<float> w = randn(out * in, in * 100 + out), x = randn(11 * in, in + out);
+      const Rows all = kernel_linear(x, 11, w, out, in);
+      const std::vector<float> want = reference_linear(x.data(), 11, w.data(), out, in);
+      EXPECT_TRUE(all_close(all, RowsView{want.data(), 11, out}, 1e-4, 1e-4)) << in << "x" << out;
       for (int64_t n : {1, 2, 3, 4, 5, 8}) {
-        const at::Tensor part = kernel_linear(x.slice(0, 0, n).contiguous(), w);
-        EXPECT_TRUE(at::equal(part, all.slice(0, 0, n))) << "in " << in << " out " << out << " rows " << n;
+        EXPECT_TRUE(same_values(kernel_linear(x, n, w, out, in), all.view().slice(0, n)))
+            << "in " << in << " out " << out << " rows " << n;
       }
     }
   }
 }
 
 TEST(Kernels, LinearIndependentOfThreadCount) {
-  const at::Tensor w = randn({301, 1000}, 1), x = randn({6, 1000}, 2);
+  const std::vector<float> w = randn(301 * 1000, 1), x = randn(6 * 1000, 2);
   const int before = compute_threads();
   set_compute_threads(1);
-  const at::Tensor one = kernel_linear(x, w);
+  const Rows one = kernel_linear(x, 6, w, 301, 1000);
   set_compute_threads(2);
-  const at::Tensor two = kernel_linear(x, w);
+  const Rows two = kernel_linear(x, 6, w, 301, 1000);
   set_compute_threads(before);
-  EXPECT_TRUE(at::equal(one, two));
+  EXPECT_TRUE(same_values(one, two));
 }
 
 // A forward gets the threads its work is worth, never more than the
@@ -87,23 +84,21 @@ TEST(Kernels, AForwardsThreadsFollowItsWork) {
 
 TEST(Kernels, AttentionRowDependsOnlyOnItsVisibleSlots) {
   const int64_t D = 64, cap = 40, kvh = 2, qh = 4;
-  const at::Tensor k = randn({kvh, cap, D}, 3), v = randn({kvh, cap, D}, 4), q = randn({5, qh, D}, 5);
+  const std::vector<float> k = randn(kvh * cap * D, 3), v = randn(kvh * cap * D, 4), q = randn(5 * qh * D, 5);
   const std::vector<std::vector<int32_t>> visible = {{0, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 3, 7}, {1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33}};
-  at::Tensor all = at::empty({5, qh * D});
-  kernels::attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), {5, qh, kvh, D, cap * D}, visible,
-                     0.125f, all.data_ptr<float>());
+  Rows all(5, qh * D);
+  kernels::attention(q.data(), k.data(), v.data(), {5, qh, kvh, D, cap * D}, visible, 0.125f, all.data());
   for (int64_t i = 0; i < 5; ++i) {
-    at::Tensor one = at::empty({1, qh * D});
-    const at::Tensor qi = q.slice(0, i, i + 1).contiguous();
-    kernels::attention(qi.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), {1, qh, kvh, D, cap * D},
-                       {visible[i]}, 0.125f, one.data_ptr<float>());
-    EXPECT_TRUE(at::equal(one[0], all[i])) << "row " << i;
+    Rows one(1, qh * D);
+    kernels::attention(q.data() + i * qh * D, k.data(), v.data(), {1, qh, kvh, D, cap * D}, {visible[i]}, 0.125f,
+                       one.data());
+    EXPECT_TRUE(same_values(one, all.view().slice(i, 1))) << "row " << i;
     // Against a plain softmax attention over the same slots.
-    const at::Tensor idx = at::tensor(std::vector<int64_t>(visible[i].begin(), visible[i].end()));
     for (int64_t h = 0; h < qh; ++h) {
-      const at::Tensor kk = k[h / 2].index_select(0, idx), vv = v[h / 2].index_select(0, idx);
-      const at::Tensor ref = at::softmax(at::mv(kk, q[i][h]) * 0.125, 0).matmul(vv);
-      EXPECT_TRUE(at::allclose(all[i].slice(0, h * D, (h + 1) * D), ref, 1e-4, 1e-5)) << i << "," << h;
+      const int64_t kv = (h / 2) * cap * D;
+      const std::vector<float> ref =
+          reference_attention(q.data() + (i * qh + h) * D, k.data() + kv, v.data() + kv, D, visible[i], 0.125);
+      EXPECT_TRUE(all_close(RowsView{all.row(i) + h * D, 1, D}, as_row(ref), 1e-4, 1e-5)) << i << "," << h;
     }
   }
 }
@@ -132,22 +127,20 @@ TEST(Kernels, FloatToHalfMatchesThePortableConversionEverywhere) {
 TEST(Kernels, AttentionOverHalvesIsAttentionOverTheirFloats) {
   for (int64_t D : {64, 36}) {  // 36: a partial last vector
     const int64_t cap = 24, kvh = 2, qh = 4;
-    const at::Tensor q = randn({3, qh, D}, 8);
-    const at::Tensor k = randn({kvh, cap, D}, 9), v = randn({kvh, cap, D}, 10);
-    std::vector<uint16_t> kh(k.numel()), vh(v.numel());
-    kernels::float_to_half(k.data_ptr<float>(), k.numel(), kh.data());
-    kernels::float_to_half(v.data_ptr<float>(), v.numel(), vh.data());
-    at::Tensor kw = at::empty_like(k), vw = at::empty_like(v);
-    kernels::half_to_float(kh.data(), k.numel(), kw.data_ptr<float>());
-    kernels::half_to_float(vh.data(), v.numel(), vw.data_ptr<float>());
-    for (int64_t i = 0; i < k.numel(); ++i) ASSERT_EQ(kh[i], float_to_half(k.data_ptr<float>()[i])) << i;
+    const std::vector<float> q = randn(3 * qh * D, 8), k = randn(kvh * cap * D, 9), v = randn(kvh * cap * D, 10);
+    const int64_t n = static_cast<int64_t>(k.size());
+    std::vector<uint16_t> kh(k.size()), vh(v.size());
+    kernels::float_to_half(k.data(), n, kh.data());
+    kernels::float_to_half(v.data(), n, vh.data());
+    std::vector<float> kw(k.size()), vw(v.size());
+    kernels::half_to_float(kh.data(), n, kw.data());
+    kernels::half_to_float(vh.data(), n, vw.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(kh[i], float_to_half(k[i])) << i;
     const std::vector<std::vector<int32_t>> visible = {{0, 1, 2, 3, 4}, {2, 5, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}};
-    at::Tensor halves = at::empty({3, qh * D}), floats = at::empty({3, qh * D});
-    kernels::attention(q.data_ptr<float>(), kh.data(), vh.data(), {3, qh, kvh, D, cap * D}, visible, 0.125f,
-                       halves.data_ptr<float>());
-    kernels::attention(q.data_ptr<float>(), kw.data_ptr<float>(), vw.data_ptr<float>(), {3, qh, kvh, D, cap * D},
-                       visible, 0.125f, floats.data_ptr<float>());
-    EXPECT_TRUE(at::equal(halves, floats)) << "head_dim " << D;
+    Rows halves(3, qh * D), floats(3, qh * D);
+    kernels::attention(q.data(), kh.data(), vh.data(), {3, qh, kvh, D, cap * D}, visible, 0.125f, halves.data());
+    kernels::attention(q.data(), kw.data(), vw.data(), {3, qh, kvh, D, cap * D}, visible, 0.125f, floats.data());
+    EXPECT_TRUE(same_values(halves, floats)) << "head_dim " << D;
   }
 }
 
@@ -164,11 +157,11 @@ TEST(Kernels, AttentionIsTheSameOnTheAvx2AndAvx512Paths) {
     const int64_t cap = 128, kvh = 2, qh = 6;
     for (auto [n, layout] : std::vector<std::pair<int64_t, int>>{
              {1, 0}, {4, 0}, {6, 0}, {7, 0}, {33, 0}, {7, 1}, {33, 1}, {7, 2}}) {
-      const at::Tensor q = randn({n, qh, D}, 20 + D + n) * 3;
-      const at::Tensor k = randn({kvh, cap, D}, 21 + D), v = randn({kvh, cap, D}, 22 + D);
-      std::vector<uint16_t> kh(k.numel()), vh(v.numel());
-      kernels::float_to_half(k.data_ptr<float>(), k.numel(), kh.data());
-      kernels::float_to_half(v.data_ptr<float>(), v.numel(), vh.data());
+      const std::vector<float> q = randn(n * qh * D, 20 + D + n, 3.0f);
+      const std::vector<float> k = randn(kvh * cap * D, 21 + D), v = randn(kvh * cap * D, 22 + D);
+      std::vector<uint16_t> kh(k.size()), vh(v.size());
+      kernels::float_to_half(k.data(), kvh * cap * D, kh.data());
+      kernels::float_to_half(v.data(), kvh * cap * D, vh.data());
       // A causal context of 71 to 103 slots, the first 71 shared (past a
       // value block of 32 and 64), then each row's own branch. Layout 1: the
       // last row sees only the first 5 slots, so 5 are shared (less than a
@@ -180,20 +173,18 @@ TEST(Kernels, AttentionIsTheSameOnTheAvx2AndAvx512Paths) {
       if (layout == 1) visible[n - 1].resize(5);
       if (layout == 2) visible[3] = {5};
       const kernels::AttentionShape shape{n, qh, kvh, D, cap * D};
-      at::Tensor out[2][2];
+      Rows out[2][2];
       for (int path = 0; path < 2; ++path) {
         kernels::use_isa(path == 0 ? kernels::Isa::kAvx2 : kernels::Isa::kAvx512);
-        out[path][0] = at::empty({n, qh * D});
-        out[path][1] = at::empty({n, qh * D});
-        kernels::attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), shape, visible, 0.125f,
-                           out[path][0].data_ptr<float>());
-        kernels::attention(q.data_ptr<float>(), kh.data(), vh.data(), shape, visible, 0.125f,
-                           out[path][1].data_ptr<float>());
+        out[path][0] = Rows(n, qh * D);
+        out[path][1] = Rows(n, qh * D);
+        kernels::attention(q.data(), k.data(), v.data(), shape, visible, 0.125f, out[path][0].data());
+        kernels::attention(q.data(), kh.data(), vh.data(), shape, visible, 0.125f, out[path][1].data());
       }
-      EXPECT_TRUE(at::equal(out[0][0], out[1][0])) << "f32 cache, head_dim " << D << ", rows " << n << ", layout "
-                                                   << layout;
-      EXPECT_TRUE(at::equal(out[0][1], out[1][1])) << "f16 cache, head_dim " << D << ", rows " << n << ", layout "
-                                                   << layout;
+      EXPECT_TRUE(same_values(out[0][0], out[1][0])) << "f32 cache, head_dim " << D << ", rows " << n << ", layout "
+                                                     << layout;
+      EXPECT_TRUE(same_values(out[0][1], out[1][1])) << "f16 cache, head_dim " << D << ", rows " << n << ", layout "
+                                                     << layout;
     }
   }
   kernels::use_isa(before);
@@ -204,37 +195,40 @@ TEST(Kernels, AttentionIsTheSameOnTheAvx2AndAvx512Paths) {
 TEST(Kernels, SiluMulIsTheSameOnTheAvx2AndAvx512Paths) {
   if (!kernels::isa_available(kernels::Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
   const kernels::Isa before = kernels::isa_in_use();
-  const at::Tensor g = randn({1001}, 8) * 6, u = randn({1001}, 9);
+  std::vector<float> g = randn(1001, 8, 6.0f);
+  const std::vector<float> u = randn(1001, 9);
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<float> edges = {88.0f, -88.0f, 88.8f, -88.8f, 104.0f, -104.0f, 110.0f, -110.0f,
                                     1e-40f, -1e-40f, 0.0f, -0.0f, inf, -inf, 30.0f, -30.0f};
-  std::copy(edges.begin(), edges.end(), g.data_ptr<float>() + 20);
+  std::copy(edges.begin(), edges.end(), g.begin() + 20);
   for (int64_t count : {1, 7, 8, 15, 16, 17, 1001}) {
-    at::Tensor out[2];
+    std::vector<float> out[2];
     for (int path = 0; path < 2; ++path) {
       kernels::use_isa(path == 0 ? kernels::Isa::kAvx2 : kernels::Isa::kAvx512);
-      out[path] = at::empty({count});
-      kernels::silu_mul(g.data_ptr<float>(), u.data_ptr<float>(), count, out[path].data_ptr<float>());
+      out[path].resize(static_cast<size_t>(count));
+      kernels::silu_mul(g.data(), u.data(), count, out[path].data());
     }
     // Bits, NaNs included (silu of -inf is inf / inf).
-    EXPECT_EQ(std::memcmp(out[0].data_ptr<float>(), out[1].data_ptr<float>(), count * sizeof(float)), 0) << count;
+    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), count * sizeof(float)), 0) << count;
   }
   kernels::use_isa(before);
 }
 
 TEST(Kernels, SiluMulIsElementwise) {
-  const at::Tensor g = randn({1001}, 6) * 4, u = randn({1001}, 7);
-  at::Tensor all = at::empty({1001});
-  kernels::silu_mul(g.data_ptr<float>(), u.data_ptr<float>(), 1001, all.data_ptr<float>());
-  EXPECT_TRUE(at::allclose(all, at::silu(g) * u, 1e-5, 1e-6));
+  const std::vector<float> g = randn(1001, 6, 4.0f), u = randn(1001, 7);
+  std::vector<float> all(1001), want(1001);
+  kernels::silu_mul(g.data(), u.data(), 1001, all.data());
+  for (size_t i = 0; i < g.size(); ++i)
+    want[i] = static_cast<float>(g[i] / (1.0 + std::exp(-static_cast<double>(g[i])))) * u[i];
+  EXPECT_TRUE(all_close(as_row(all), as_row(want), 1e-5, 1e-6));
   for (int64_t off : {1, 3, 999}) {
-    at::Tensor part = at::empty({1001 - off});
-    kernels::silu_mul(g.data_ptr<float>() + off, u.data_ptr<float>() + off, 1001 - off, part.data_ptr<float>());
-    EXPECT_TRUE(at::equal(part, all.slice(0, off))) << off;
+    Rows part(1, 1001 - off);
+    kernels::silu_mul(g.data() + off, u.data() + off, 1001 - off, part.data());
+    EXPECT_TRUE(same_values(part, RowsView{all.data() + off, 1, 1001 - off})) << off;
   }
 }
 
-// Every weight type computes with its stored values: against ATen's product
+// Every weight type computes with its stored values: against the product
 // of the dequantized weights (and, for the 32-weight blocks, of the
 // activations as the kernels quantize them, which is the only other
 // rounding; Q4_1's and Q5_1's min meets each block's sum as llama.cpp's
@@ -244,19 +238,19 @@ TEST(Kernels, LinearOfEveryTypeComputesWithItsStoredValues) {
                   WType::IQ4_NL}) {
     for (int64_t in : {32, 96, 704, 896}) {
       for (int64_t n : {1, 3, 4, 5, 9}) {
-        const at::Tensor wf = randn({37, in}, in * 10 + n), x = randn({n, in}, in + n);
+        const std::vector<float> wf = randn(37 * in, in * 10 + n), x = randn(n * in, in + n);
         std::vector<uint8_t> bytes(37 * row_bytes(t, in));
-        quantize_rows(t, wf.data_ptr<float>(), 37, in, bytes.data());
+        quantize_rows(t, wf.data(), 37, in, bytes.data());
         const MatrixRef m{t, bytes.data(), 37, in};
-        at::Tensor stored = at::empty({37, in});
-        dequantize_rows(m, 0, 37, stored.data_ptr<float>());
-        at::Tensor xs = x.clone();
+        std::vector<float> stored(static_cast<size_t>(37 * in));
+        dequantize_rows(m, 0, 37, stored.data());
+        std::vector<float> xs = x;
         QuantizedRows q;
         if (is_quantized(t)) {
-          quantize_activations(x.data_ptr<float>(), n, in, q);
-          for (int64_t i = 0; i < n * in; ++i) xs.data_ptr<float>()[i] = q.q[i] * q.d[i / kQBlock];
+          quantize_activations(x.data(), n, in, q);
+          for (int64_t i = 0; i < n * in; ++i) xs[i] = q.q[i] * q.d[i / kQBlock];
         }
-        at::Tensor want = at::linear(xs, stored);
+        std::vector<float> want = reference_linear(xs.data(), n, stored.data(), 37, in);
         if (block_has_min(t)) {
           // Each block's m x sum(d_x q) becomes m x s.
           for (int64_t r = 0; r < 37; ++r)
@@ -265,13 +259,13 @@ TEST(Kernels, LinearOfEveryTypeComputesWithItsStoredValues) {
               read_block(m, r, b, blk);
               for (int64_t j = 0; j < n; ++j) {
                 const int64_t i = j * q.blocks + b;
-                want[j][r] += block_m(blk) * (q.s[i] - q.d[i] * static_cast<float>(q.sum[i]));
+                want[j * 37 + r] += block_m(blk) * (q.s[i] - q.d[i] * static_cast<float>(q.sum[i]));
               }
             }
         }
-        at::Tensor y = at::empty({n, 37});
-        kernels::linear(x.data_ptr<float>(), n, m, y.data_ptr<float>());
-        EXPECT_TRUE(at::allclose(y, want, 1e-4, 1e-3)) << wtype_name(t) << " " << in << "x" << n;
+        Rows y(n, 37);
+        kernels::linear(x.data(), n, m, y.data());
+        EXPECT_TRUE(all_close(y, RowsView{want.data(), n, 37}, 1e-4, 1e-3)) << wtype_name(t) << " " << in << "x" << n;
       }
     }
   }
@@ -279,10 +273,11 @@ TEST(Kernels, LinearOfEveryTypeComputesWithItsStoredValues) {
 
 TEST(Kernels, SumExpIsTheSoftmaxDenominator) {
   for (int64_t n : {1, 7, 8, 1024, 1029}) {
-    const at::Tensor x = randn({n}, n) * 5;
-    const float max = x.max().item<float>();
-    const double want = at::exp(x.to(at::kDouble) - max).sum().item<double>();
-    EXPECT_NEAR(kernels::sum_exp(x.data_ptr<float>(), n, max), want, 1e-5 * want) << n;
+    const std::vector<float> x = randn(n, n, 5.0f);
+    const float max = *std::max_element(x.begin(), x.end());
+    double want = 0.0;
+    for (float v : x) want += std::exp(static_cast<double>(v) - max);
+    EXPECT_NEAR(kernels::sum_exp(x.data(), n, max), want, 1e-5 * want) << n;
   }
 }
 
@@ -302,27 +297,26 @@ TEST_P(ModelBatchInvariance, ChainAndTreeEqualSingleSteps) {
   c.hidden_size = 256;
   c.intermediate_size = 768;
   c.head_dim = 64;
-  auto f32 = Model::random(c, 31);
-  auto m = model_from_weights(c, float_weights(*f32), "typed", type);
+  auto m = Model::random(c, 31, type);
   m->set_kv_type(kv);
   const std::vector<int32_t> seq = {1, 9, 4, 33, 21, 7, 40, 2, 15, 16};
   KVCache step = m->new_cache();
   ASSERT_EQ(step.type(), kv);
-  std::vector<at::Tensor> rows;
+  std::vector<Rows> rows;
   ForwardRequest r;
   r.tokens = {seq[0], seq[1], seq[2]};
-  rows.push_back(T(m->forward(r, step).logits));
+  rows.push_back(m->forward(r, step).logits);
   for (size_t i = 3; i < seq.size(); ++i) {
     r.tokens = {seq[i]};
-    rows.push_back(T(m->forward(r, step).logits));
+    rows.push_back(m->forward(r, step).logits);
   }
-  const at::Tensor stepwise = at::cat(rows, 0);
+  const Rows stepwise = concat(rows);
 
   KVCache chain = m->new_cache();
   r.tokens = {seq[0], seq[1], seq[2]};
   m->forward(r, chain);
   r.tokens = std::vector<int32_t>(seq.begin() + 3, seq.end());
-  EXPECT_TRUE(at::equal(T(m->forward(r, chain).logits), stepwise.slice(0, 3))) << "chain of 7 vs 7 single steps";
+  EXPECT_TRUE(same_values(m->forward(r, chain).logits, stepwise.view().slice(3, 7))) << "chain of 7 vs 7 single steps";
 
   // The same continuation as one branch of a tree with a decoy branch first.
   KVCache tree = m->new_cache();
@@ -339,8 +333,9 @@ TEST_P(ModelBatchInvariance, ChainAndTreeEqualSingleSteps) {
   tr.tokens = t.tokens;
   for (int d : t.depths()) tr.positions.push_back(3 + d - 1);
   tr.mask = tree_attention_mask(t.parents, 3);
-  const at::Tensor tree_logits = T(m->forward(tr, tree).logits);
-  EXPECT_TRUE(at::equal(tree_logits.slice(0, 3), stepwise.slice(0, 3))) << "tree branch vs single steps";
+  const Rows tree_logits = m->forward(tr, tree).logits;
+  EXPECT_TRUE(same_values(tree_logits.view().slice(3, 7), stepwise.view().slice(3, 7)))
+      << "tree branch vs single steps";
   set_compute_threads(before);
 }
 
@@ -374,22 +369,22 @@ TEST(FamilyForwards, SlidingWindowAndLongRopeHoldUnderChainsTreesAndRollback) {
     const std::vector<int32_t> seq = {1, 9, 4, 33, 21, 7, 40, 2, 15, 16, 5, 8, 30, 12, 60, 3, 11, 44, 19, 50};
     const int64_t prefix = 6;
     KVCache step = m->new_cache();
-    std::vector<at::Tensor> rows;
+    std::vector<Rows> rows;
     ForwardRequest r;
     r.tokens.assign(seq.begin(), seq.begin() + prefix);
     m->forward(r, step);
     for (size_t i = prefix; i < seq.size(); ++i) {
       r.tokens = {seq[i]};
-      rows.push_back(T(m->forward(r, step).logits));
+      rows.push_back(m->forward(r, step).logits);
     }
-    const at::Tensor stepwise = at::cat(rows, 0);
+    const Rows stepwise = concat(rows);
     const std::vector<int32_t> rest(seq.begin() + prefix, seq.end());
 
     KVCache chain = m->new_cache();
     r.tokens.assign(seq.begin(), seq.begin() + prefix);
     m->forward(r, chain);
     r.tokens = rest;
-    EXPECT_TRUE(at::equal(T(m->forward(r, chain).logits), stepwise)) << "chain";
+    EXPECT_TRUE(same_values(m->forward(r, chain).logits, stepwise)) << "chain";
 
     // A decoy branch of 5 first, then the continuation: its nodes sit 5
     // slots past their positions, and the window must count positions.
@@ -407,8 +402,8 @@ TEST(FamilyForwards, SlidingWindowAndLongRopeHoldUnderChainsTreesAndRollback) {
     tr.tokens = t.tokens;
     for (int d : t.depths()) tr.positions.push_back(prefix + d - 1);
     tr.mask = tree_attention_mask(t.parents, prefix);
-    const at::Tensor tree_logits = T(m->forward(tr, tree).logits);
-    EXPECT_TRUE(at::equal(tree_logits.slice(0, 5), stepwise)) << "tree branch";
+    const Rows tree_logits = m->forward(tr, tree).logits;
+    EXPECT_TRUE(same_values(tree_logits.view().slice(5, tree_logits.rows() - 5), stepwise)) << "tree branch";
 
     // A rejected draft of 4, rolled back, then the right tokens; and the
     // tree's accepted branch kept and carried on.
@@ -419,12 +414,13 @@ TEST(FamilyForwards, SlidingWindowAndLongRopeHoldUnderChainsTreesAndRollback) {
     m->forward(r, redo);
     redo.truncate(prefix);
     r.tokens = rest;
-    EXPECT_TRUE(at::equal(T(m->forward(r, redo).logits), stepwise)) << "after a rollback";
+    EXPECT_TRUE(same_values(m->forward(r, redo).logits, stepwise)) << "after a rollback";
     std::vector<int64_t> keep;
     for (int64_t i = 5; i < 9; ++i) keep.push_back(i);
     tree.keep(prefix, keep);
     r.tokens.assign(rest.begin() + 4, rest.end());
-    EXPECT_TRUE(at::equal(T(m->forward(r, tree).logits), stepwise.slice(0, 4))) << "after keeping a branch";
+    EXPECT_TRUE(same_values(m->forward(r, tree).logits, stepwise.view().slice(4, stepwise.rows() - 4)))
+        << "after keeping a branch";
   }
 }
 

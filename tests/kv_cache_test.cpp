@@ -2,13 +2,15 @@
 // logits a full recompute gives.
 #include "common/model/kv_cache.h"
 
-#include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "common/decoding/token_tree.h"
 #include "common/model/model.h"
 #include "common/util/error.h"
-#include "tests/torch_test_util.h"
+#include "tests/reference.h"
+#include "tests/test_util.h"
 
 namespace splitspec::test {
 
@@ -16,13 +18,13 @@ namespace {
 
 constexpr double kTol = 1e-4;
 
-at::Tensor run(const Model& m, KVCache& cache, const std::vector<int32_t>& tokens) {
+Rows run(const Model& m, KVCache& cache, const std::vector<int32_t>& tokens) {
   ForwardRequest r;
   r.tokens = tokens;
-  return T(m.forward(r, cache).logits);
+  return m.forward(r, cache).logits;
 }
 
-at::Tensor full_logits(const Model& m, const std::vector<int32_t>& tokens) {
+Rows full_logits(const Model& m, const std::vector<int32_t>& tokens) {
   KVCache cache = m.new_cache();
   return run(m, cache, tokens);
 }
@@ -40,13 +42,13 @@ TEST(KVCache, IncrementalDecodingEqualsFullRecompute) {
   for (uint64_t seed : {1, 2, 3}) {
     auto m = Model::random(tiny_config(50, 3), seed);
     const auto toks = random_tokens(20, 50, seed);
-    const at::Tensor full = full_logits(*m, toks);
+    const Rows full = full_logits(*m, toks);
     KVCache cache = m->new_cache(32);
     std::vector<int32_t> prefix(toks.begin(), toks.begin() + 7);
-    at::Tensor inc = run(*m, cache, prefix);
-    std::vector<at::Tensor> rows = {inc};
+    std::vector<Rows> rows;
+    rows.push_back(run(*m, cache, prefix));
     for (size_t i = 7; i < toks.size(); ++i) rows.push_back(run(*m, cache, {toks[i]}));
-    EXPECT_TRUE(at::allclose(at::cat(rows, 0), full, 0.0, kTol)) << "seed " << seed;
+    EXPECT_TRUE(all_close(concat(rows), full, 0.0, kTol)) << "seed " << seed;
     EXPECT_EQ(cache.size(), 20);
   }
 }
@@ -66,15 +68,16 @@ TEST(KVCache, TreeMaskForwardEqualsEachBranchAsAChain) {
   r.tokens = tree.tokens;
   for (int d : depths) r.positions.push_back(static_cast<int64_t>(prefix.size()) + d - 1);
   r.mask = tree_attention_mask(tree.parents, cache.size());
-  const at::Tensor tree_logits = T(m->forward(r, cache).logits);
+  const Rows tree_logits = m->forward(r, cache).logits;
 
   for (int32_t node = 0; node < tree.size(); ++node) {
     std::vector<int32_t> branch;
     for (int32_t n = node; n >= 0; n = tree.parents[n]) branch.insert(branch.begin(), tree.tokens[n]);
     std::vector<int32_t> seq = prefix;
     seq.insert(seq.end(), branch.begin(), branch.end());
-    const at::Tensor chain = full_logits(*m, seq);
-    EXPECT_TRUE(at::allclose(tree_logits[node], chain[seq.size() - 1], 0.0, kTol)) << "node " << node;
+    const Rows chain = full_logits(*m, seq);
+    EXPECT_TRUE(all_close(tree_logits.view().slice(node, 1), chain.view().slice(chain.rows() - 1, 1), 0.0, kTol))
+        << "node " << node;
   }
 }
 
@@ -93,11 +96,11 @@ TEST(KVCache, RollbackThenReappendEqualsNeverAppended) {
   run(*m, a, prefix);
   run(*m, a, junk);
   a.truncate(9);
-  const at::Tensor after_rollback = run(*m, a, real);
+  const Rows after_rollback = run(*m, a, real);
   KVCache b = m->new_cache();
   run(*m, b, prefix);
-  const at::Tensor never = run(*m, b, real);
-  EXPECT_TRUE(at::allclose(after_rollback, never, 0.0, kTol));
+  const Rows never = run(*m, b, real);
+  EXPECT_TRUE(all_close(after_rollback, never, 0.0, kTol));
   EXPECT_EQ(a.size(), b.size());
 }
 
@@ -108,21 +111,21 @@ TEST(KVCache, ForkedPrefixEqualsFreshCompute) {
   run(*m, parent, toks);
   KVCache child = parent.fork(8);
   EXPECT_EQ(child.size(), 8);
-  const at::Tensor forked = run(*m, child, cont);
+  const Rows forked = run(*m, child, cont);
   std::vector<int32_t> seq(toks.begin(), toks.begin() + 8);
   seq.insert(seq.end(), cont.begin(), cont.end());
-  EXPECT_TRUE(at::allclose(forked, full_logits(*m, seq).slice(0, 8), 0.0, kTol));
+  EXPECT_TRUE(all_close(forked, full_logits(*m, seq).slice(8, 5), 0.0, kTol));
   // The fork is independent: the parent still continues its own sequence.
   EXPECT_EQ(parent.size(), 12);
   std::vector<int32_t> pseq = toks;
   pseq.push_back(3);
-  EXPECT_TRUE(at::allclose(run(*m, parent, {3}), full_logits(*m, pseq).slice(0, 12), 0.0, kTol));
+  EXPECT_TRUE(all_close(run(*m, parent, {3}), full_logits(*m, pseq).slice(12, 1), 0.0, kTol));
 
   // Re-forking into existing storage (what worker threads do each round).
   KVCache reused = m->new_cache();
   run(*m, reused, random_tokens(20, 50, 6));
   reused.copy_prefix_from(parent, 8);
-  EXPECT_TRUE(at::allclose(run(*m, reused, cont), forked, 0.0, kTol));
+  EXPECT_TRUE(all_close(run(*m, reused, cont), forked, 0.0, kTol));
 }
 
 TEST(KVCache, KeepCompactsATreeToItsAcceptedPath) {
@@ -140,9 +143,9 @@ TEST(KVCache, KeepCompactsATreeToItsAcceptedPath) {
   m->forward(r, cache);
   cache.keep(4, {1, 3, 4});
   EXPECT_EQ(cache.size(), 7);
-  const at::Tensor next = run(*m, cache, {20});
-  const at::Tensor ref = full_logits(*m, {1, 5, 6, 7, 12, 14, 15, 20});
-  EXPECT_TRUE(at::allclose(next, ref[7].unsqueeze(0), 0.0, kTol));
+  const Rows next = run(*m, cache, {20});
+  const Rows ref = full_logits(*m, {1, 5, 6, 7, 12, 14, 15, 20});
+  EXPECT_TRUE(all_close(next, ref.slice(7, 1), 0.0, kTol));
 }
 
 TEST(KVCache, PreallocatedAndBoundsChecked) {
@@ -184,8 +187,7 @@ TEST(KVCache, ReserveGrowsKeepingTheEntriesBitwise) {
     small.reserve(9);
     EXPECT_EQ(small.capacity(), 9);
     EXPECT_EQ(small.bytes(), KVCache::bytes_per_position(c, type) * 9);
-    const at::Tensor a = run(*m, small, then), b = run(*m, large, then);
-    EXPECT_TRUE(at::equal(a, b));
+    EXPECT_TRUE(same_values(run(*m, small, then), run(*m, large, then)));
     EXPECT_THROW(small.reserve(c.max_position_embeddings + 1), Error);
     EXPECT_EQ(small.size(), 8);
   }
@@ -218,14 +220,14 @@ TEST(KVCache, HalfCacheRollbackForkAndCompactionMatchAFreshOne) {
   auto m = Model::random(tiny_config(50, 3), 5);
   m->set_kv_type(KVType::F16);
   const std::vector<int32_t> toks = {1, 7, 22, 3, 41, 9, 12, 30};
-  const at::Tensor fresh = full_logits(*m, toks);
+  const Rows fresh = full_logits(*m, toks);
   KVCache c = m->new_cache(32);
   run(*m, c, {toks[0], toks[1], toks[2], toks[3]});
   run(*m, c, {5, 6});
   c.truncate(4);
   KVCache f = c.fork(4);
-  const at::Tensor rest = run(*m, f, {toks[4], toks[5], toks[6], toks[7]});
-  EXPECT_TRUE(at::equal(rest, fresh.slice(0, 4))) << "rollback then fork";
+  const Rows rest = run(*m, f, {toks[4], toks[5], toks[6], toks[7]});
+  EXPECT_TRUE(same_values(rest, fresh.slice(4, 4))) << "rollback then fork";
   // A tree of two branches, 8 -> 9 and toks[4] -> toks[5]; keep the second.
   ForwardRequest tree;
   tree.tokens = {8, toks[4], 9, toks[5]};
@@ -233,7 +235,7 @@ TEST(KVCache, HalfCacheRollbackForkAndCompactionMatchAFreshOne) {
   tree.mask = tree_attention_mask({-1, -1, 0, 1}, 4);
   m->forward(tree, c);
   c.keep(4, {1, 3});
-  EXPECT_TRUE(at::equal(run(*m, c, {toks[6], toks[7]}), fresh.slice(0, 6))) << "compaction";
+  EXPECT_TRUE(same_values(run(*m, c, {toks[6], toks[7]}), fresh.slice(6, 2))) << "compaction";
 }
 
 }  // namespace splitspec::test

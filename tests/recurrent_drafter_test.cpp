@@ -1,124 +1,22 @@
-// ReDrafter's recurrent head: the head file, beam search and its packing into
-// a tree, training, and the drafter end to end through the local verifier (in
-// memory and streamed) and over real gRPC with no draft model on the client.
+// ReDrafter's recurrent drafter end to end through the local verifier (in
+// memory and streamed) and over real gRPC with no draft model on the client,
+// and training its head (LibTorch's optimiser: this tier, not the unit one,
+// where recurrent_head_test.cpp checks the head itself).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "client/client.h"
-#include "common/drafting/beam_search.h"
 #include "common/drafting/recurrent_head.h"
 #include "common/early_exit/early_exit.h"
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/train/exit_trainer.h"
 #include "common/train/recurrent_trainer.h"
-#include "common/util/error.h"
-#include "common/weights/safetensors.h"
 #include "tests/edge_cloud_util.h"
-#include "tests/torch_test_util.h"
 
 namespace splitspec::test {
 namespace {
-
-RecurrentHeadConfig small_head(int64_t hidden, int64_t vocab) {
-  RecurrentHeadConfig c;
-  c.hidden_size = hidden;
-  c.vocab_size = vocab;
-  c.embed_dim = 16;
-  c.exit_dim = 24;
-  c.num_blocks = 2;
-  c.rank = 8;
-  return c;
-}
-
-TEST(BeamsToTree, SharedPrefixesBecomeOneNodeBestBeamFirst) {
-  const DraftTree t = beams_to_tree({{5, 6, 7}, {5, 6, 8}, {5, 9, 7}, {4, 6, 7}});
-  EXPECT_EQ(t.tokens, (std::vector<int32_t>{5, 6, 7, 8, 9, 7, 4, 6, 7}));
-  EXPECT_EQ(t.parents, (std::vector<int32_t>{-1, 0, 1, 1, 0, 4, -1, 6, 7}));
-  EXPECT_TRUE(t.q.empty()) << "beams are chosen, so verified as one-hot";
-  t.validate(10, false);
-  DraftTree cut = t;
-  cut.truncate(3);
-  EXPECT_EQ(cut.tokens, (std::vector<int32_t>{5, 6, 7})) << "a cut tree keeps the best beam";
-  EXPECT_EQ(beams_to_tree({{1, 2}, {1, 2}}).size(), 2) << "identical beams are one path";
-}
-
-TEST(BeamSearch, WidthOneIsTheHeadsGreedyChainAndBeamsAreRanked) {
-  const RecurrentHead head = RecurrentHead::random(small_head(12, 30), 3);
-  std::vector<float> h(12);
-  for (size_t i = 0; i < h.size(); ++i) h[i] = std::sin(static_cast<float>(i));
-  const Beams one = beam_search(head, h.data(), 4, 1, 5);
-  ASSERT_EQ(one.tokens.size(), 1u);
-  // The greedy chain, step by step.
-  std::vector<float> state(16), logits(30);
-  RecurrentHead::Scratch scratch;
-  int32_t token = 4;
-  for (int d = 0; d < 5; ++d) {
-    head.advance(state.data(), &token, 1, d == 0, scratch);
-    head.logits(h.data(), state.data(), 1, logits.data(), scratch);
-    token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    EXPECT_EQ(one.tokens[0][d], token) << "depth " << d;
-  }
-  const Beams four = beam_search(head, h.data(), 4, 4, 3);
-  ASSERT_EQ(four.tokens.size(), 4u);
-  for (size_t j = 0; j < 4; ++j) {
-    EXPECT_EQ(four.tokens[j].size(), 3u);
-    if (j > 0) {
-      EXPECT_GE(four.log_probs[j - 1], four.log_probs[j]);
-    }
-    for (size_t k = 0; k < j; ++k) EXPECT_NE(four.tokens[j], four.tokens[k]);
-  }
-  EXPECT_LE(beams_to_tree(four.tokens).size(), 12);
-  EXPECT_THROW(beam_search(head, h.data(), 4, 0, 3), Error);
-}
-
-TEST(RecurrentHead, SavesLoadsAndRefusesAnotherTargetsHead) {
-  TempDir dir;
-  RecurrentHeadConfig c = small_head(12, 30);
-  c.tokenizer_fingerprint = "00000000000000aa";
-  const RecurrentHead head = RecurrentHead::random(c, 5);
-  head.save(dir.str(), "{\"steps\": 3}");
-  const RecurrentHead back = RecurrentHead::load(dir.str());
-  EXPECT_EQ(back.weight_bytes(), head.weight_bytes());
-  std::vector<float> h(12, 0.5f), s1(16), s2(16), l1(30), l2(30);
-  const int32_t t = 7;
-  RecurrentHead::Scratch scratch;
-  head.advance(s1.data(), &t, 1, true, scratch);
-  back.advance(s2.data(), &t, 1, true, scratch);
-  head.logits(h.data(), s1.data(), 1, l1.data(), scratch);
-  back.logits(h.data(), s2.data(), 1, l2.data(), scratch);
-  EXPECT_EQ(l1, l2) << "weights are stored as they are held: half";
-  back.check_target(12, 30, "00000000000000aa");
-  back.check_target(12, 30, "");
-  EXPECT_NE(error_of([&] { back.check_target(16, 30, ""); }).find("hidden size 12"), std::string::npos);
-  EXPECT_NE(error_of([&] { back.check_target(12, 31, ""); }).find("vocabulary of 30"), std::string::npos);
-  EXPECT_NE(error_of([&] { back.check_target(12, 30, "00000000000000bb"); }).find("tokenizer 00000000000000aa"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { back.advance(s1.data(), std::vector<int32_t>{30}.data(), 1, false, scratch); }).find("outside"),
-            std::string::npos);
-
-  // Malformed files: clear errors, never a crash.
-  const std::filesystem::path json = dir.path() / "recurrent_drafter.json";
-  const std::string good = read_file(json);
-  EXPECT_NE(error_of([&] { RecurrentHead::load(dir.str("nowhere")); }).find("no recurrent draft head"), std::string::npos);
-  write_file(json, "{\"format\": ");
-  EXPECT_NE(error_of([&] { RecurrentHead::load(dir.str()); }).find("recurrent_drafter.json"), std::string::npos);
-  write_file(json, "{\"format\": \"splitspec-recurrent-drafter\", \"hidden_size\": 12, \"vocab_size\": 30, "
-                   "\"embed_dim\": 16, \"exit_dim\": 24, \"num_blocks\": 2, \"rank\": -1}");
-  EXPECT_NE(error_of([&] { RecurrentHead::load(dir.str()); }).find("rank -1"), std::string::npos);
-  write_file(json, "{\"format\": \"splitspec-recurrent-drafter\", \"hidden_size\": 12, \"vocab_size\": 30, "
-                   "\"embed_dim\": 16, \"exit_dim\": 24, \"num_blocks\": 3, \"rank\": 8}");
-  EXPECT_NE(error_of([&] { RecurrentHead::load(dir.str()); }).find("'blocks.2.w' is missing"), std::string::npos);
-  write_file(json, good);
-  const float nan = std::nanf("");
-  std::vector<std::vector<float>> params;
-  for (const HeadParam& p : recurrent_head_params(c)) {
-    params.emplace_back(static_cast<size_t>(p.numel()), p.name == "in.b" ? nan : 0.1f);
-  }
-  RecurrentHead::from_floats(c, params).save(dir.str());
-  EXPECT_NE(error_of([&] { RecurrentHead::load(dir.str()); }).find("not finite"), std::string::npos);
-}
 
 Request greedy(int tokens) {
   Request req;
@@ -209,7 +107,7 @@ TEST(RecurrentDrafter, SampledOutputHasTheTargetsDistribution) {
   constexpr int64_t kVocab = 10;
   const ModelConfig tc = tiny_config(kVocab, 2);
   Model::random(tc, 43)->save(dir.str("target"));
-  RecurrentHead::random(small_head(tc.hidden_size, kVocab), 9).save(dir.str("target"));
+  RecurrentHead::random(small_recurrent_head(tc.hidden_size, kVocab), 9).save(dir.str("target"));
   init_exits(tc, {1}, 8, 4).save(dir.str("target"));
   auto target = Model::load(dir.str("target"));
   LocalServer srv = start_server(dir.str("target"));
@@ -259,7 +157,7 @@ TEST(RecurrentDrafter, ClearErrors) {
   expect_connect_refused(o, "not a whole number");
   o.drafter_options = {{"head", dir.str()}};
   expect_connect_refused(o, "no recurrent draft head");
-  RecurrentHeadConfig other = small_head(64, 8000);
+  RecurrentHeadConfig other = small_recurrent_head(64, 8000);
   RecurrentHead::random(other, 1).save(dir.str());
   expect_connect_refused(o, "hidden size 64");
   o.predraft = true;
@@ -285,7 +183,7 @@ TEST(TrainRecurrent, DistilsTheTargetsGreedyContinuationsAndResumes) {
   job.target_dir = dir.str("target");
   job.corpus = dir.str("corpus.txt");
   job.out_dir = dir.str("out");
-  job.head = small_head(0, 0);
+  job.head = small_recurrent_head(0, 0);
   job.continuations = 10;
   job.opening_tokens = 4;
   job.new_tokens = 8;

@@ -5,8 +5,6 @@
 // verdict extras, which both verifiers must fill identically.
 #include "client/round_loop.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <mutex>

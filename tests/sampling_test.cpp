@@ -1,6 +1,5 @@
 #include "common/decoding/sampling.h"
 
-#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,12 +9,19 @@
 
 #include "common/drafting/drafter.h"
 #include "common/util/error.h"
-#include "tests/torch_test_util.h"
+#include "tests/reference.h"
+#include "tests/test_util.h"
 
 namespace splitspec::test {
 
 namespace {
-at::Tensor logits_of(std::vector<float> v) { return at::tensor(v); }
+// The decoding functions on a vector of logits.
+Distribution filtered_distribution(const std::vector<float>& logits, const SamplingParams& p) {
+  return splitspec::filtered_distribution(logits.data(), static_cast<int64_t>(logits.size()), p);
+}
+Sample sample(const std::vector<float>& logits, const SamplingParams& p, Rng& rng) {
+  return splitspec::sample(logits.data(), static_cast<int64_t>(logits.size()), p, rng);
+}
 int support(const Distribution& d) {
   return static_cast<int>(std::count_if(d.begin(), d.end(), [](float x) { return x > 0; }));
 }
@@ -42,18 +48,20 @@ TEST(Sampling, KeyedStreamsOfVerifierAndDrafterNeverAlias) {
 
 TEST(Sampling, GreedyIsOneHotOnFirstMaximum) {
   SamplingParams p;
-  const auto d = filtered_distribution(logits_of({1, 3, 3, 0}), p);
+  const std::vector<float> logits = {1, 3, 3, 0};
+  const auto d = filtered_distribution(logits, p);
   EXPECT_EQ(d, (Distribution{0, 1, 0, 0}));
   Rng rng(1);
-  EXPECT_EQ(sample(logits_of({1, 3, 3, 0}), p, rng).token, 1);
+  EXPECT_EQ(sample(logits, p, rng).token, 1);
 }
 
 TEST(Sampling, TemperatureIsSoftmaxOfScaledLogits) {
   SamplingParams p;
   p.temperature = 2.0f;
-  const auto d = filtered_distribution(logits_of({0, 2, 4}), p);
-  const auto ref = at::softmax(at::tensor({0.f, 1.f, 2.f}), 0);
-  for (int i = 0; i < 3; ++i) EXPECT_NEAR(d[i], ref[i].item<float>(), 1e-6);
+  const auto d = filtered_distribution({0, 2, 4}, p);
+  const std::vector<float> scaled = {0, 1, 2};
+  const std::vector<double> ref = reference_softmax(scaled.data(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(d[i], ref[i], 1e-6);
 }
 
 // With every token a candidate (top_k 0 or the whole vocabulary, top_p 1)
@@ -72,11 +80,11 @@ TEST(Sampling, AllCandidatesIsTheSoftmaxWithoutASort) {
   const Distribution a = filtered_distribution(lg.data(), static_cast<int64_t>(lg.size()), all);
   const Distribution b = filtered_distribution(lg.data(), static_cast<int64_t>(lg.size()), whole);
   const Distribution c = filtered_distribution(lg.data(), static_cast<int64_t>(lg.size()), sorted);
-  const auto ref = at::softmax(at::from_blob(lg.data(), {static_cast<int64_t>(lg.size())}).to(at::kDouble) / 0.7, 0);
+  const std::vector<double> ref = reference_softmax(lg.data(), static_cast<int64_t>(lg.size()), 0.7);
   EXPECT_EQ(a, b);
   double total = 0.0;
   for (size_t i = 0; i < lg.size(); ++i) {
-    EXPECT_NEAR(a[i], ref[static_cast<int64_t>(i)].item<double>(), 1e-7) << i;
+    EXPECT_NEAR(a[i], ref[i], 1e-7) << i;
     if (c[i] > 0) {
       EXPECT_NEAR(a[i], c[i], 1e-7) << i;
     }
@@ -89,7 +97,7 @@ TEST(Sampling, TopKKeepsKMostLikely) {
   SamplingParams p;
   p.temperature = 1.0f;
   p.top_k = 2;
-  const auto d = filtered_distribution(logits_of({0, 5, 1, 4, 2}), p);
+  const auto d = filtered_distribution({0, 5, 1, 4, 2}, p);
   EXPECT_EQ(support(d), 2);
   EXPECT_GT(d[1], 0);
   EXPECT_GT(d[3], 0);
@@ -101,7 +109,7 @@ TEST(Sampling, TopPKeepsSmallestPrefixReachingP) {
   SamplingParams p;
   p.temperature = 1.0f;
   // probabilities 0.5, 0.3, 0.2
-  const auto lg = logits_of({std::log(0.5f), std::log(0.3f), std::log(0.2f)});
+  const std::vector<float> lg = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
   p.top_p = 0.5f;
   EXPECT_EQ(support(filtered_distribution(lg, p)), 1);
   p.top_p = 0.75f;
@@ -117,7 +125,7 @@ TEST(Sampling, DrawsFollowTheReportedDistribution) {
   p.temperature = 0.7f;
   p.top_k = 6;
   p.top_p = 0.95f;
-  const at::Tensor lg = at::randn({10}, at::make_generator<at::CPUGeneratorImpl>(3));
+  const std::vector<float> lg = randn(10, 3);
   Rng rng(11);
   const Distribution q = filtered_distribution(lg, p);
   std::vector<int64_t> counts(10, 0);
@@ -172,7 +180,7 @@ TEST(Sampling, CopiesOfOneRngDrawTheSameIndexFromCloseDistributions) {
 TEST(Sampling, SeedReproduces) {
   SamplingParams p;
   p.temperature = 1.0f;
-  const at::Tensor lg = at::zeros({100});
+  const std::vector<float> lg(100, 0.0f);
   Rng a(5), b(5), c(6);
   std::vector<int32_t> x, y, z;
   for (int i = 0; i < 20; ++i) {

@@ -4,8 +4,6 @@
 // and files give clear errors.
 #include "common/model/streamed_weights.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,36 +12,35 @@
 #include "common/decoding/token_tree.h"
 #include "common/model/model.h"
 #include "common/util/error.h"
-#include "tests/edge_cloud_util.h"
-#include "tests/torch_test_util.h"
+#include "tests/reference.h"
+#include "tests/test_util.h"
 
 namespace splitspec::test {
 
 namespace {
 
 // Logits of a prompt forward, a decode step and a tree forward.
-std::vector<at::Tensor> three_forwards(const Model& m) {
-  c10::InferenceMode guard;
+std::vector<Rows> three_forwards(const Model& m) {
   KVCache cache = m.new_cache(64);
-  std::vector<at::Tensor> out;
+  std::vector<Rows> out;
   ForwardRequest prompt;
   prompt.tokens = {1, 7, 3, 9, 4};
-  out.push_back(T(m.forward(prompt, cache).logits));
+  out.push_back(m.forward(prompt, cache).logits);
   ForwardRequest step;
   step.tokens = {11};
-  out.push_back(T(m.forward(step, cache).logits));
+  out.push_back(m.forward(step, cache).logits);
   ForwardRequest tree;
   tree.tokens = {5, 6, 8, 2};
   const std::vector<int32_t> parents = {-1, 0, -1, 2};
   tree.mask = tree_attention_mask(parents, cache.size());
   tree.positions = {cache.size(), cache.size() + 1, cache.size(), cache.size() + 1};
-  out.push_back(T(m.forward(tree, cache).logits));
+  out.push_back(m.forward(tree, cache).logits);
   return out;
 }
 
-void expect_same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, const std::string& what) {
+void expect_same(const std::vector<Rows>& a, const std::vector<Rows>& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << what << ", forward " << i;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(same_values(a[i], b[i])) << what << ", forward " << i;
 }
 
 }  // namespace

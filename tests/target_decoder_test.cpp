@@ -3,13 +3,12 @@
 // and the extras (top-K, final hidden state) are read at the right rows.
 #include "common/decoding/target_decoder.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include "common/backend/cpu_backend.h"
 #include "common/util/error.h"
-#include "tests/torch_test_util.h"
+#include "tests/reference.h"
+#include "tests/test_util.h"
 
 namespace splitspec::test {
 
@@ -28,7 +27,6 @@ ForwardResult full_forward(const Model& m, const std::vector<int32_t>& seq) {
 }  // namespace
 
 TEST(TargetDecoder, TreeRoundsCommitTheTargetsTokensAndAnEmptyTreeIsOneStep) {
-  c10::InferenceMode guard;
   auto m = Model::random(tiny_config(30, 2), 7);
   const CpuBackend cpu(*m);
   GenerateOptions o;
@@ -53,7 +51,6 @@ TEST(TargetDecoder, TreeRoundsCommitTheTargetsTokensAndAnEmptyTreeIsOneStep) {
 }
 
 TEST(TargetDecoder, ExtrasAreTheTargetsTopKAndHiddenStateWhereEachTokenWasMade) {
-  c10::InferenceMode guard;
   auto m = Model::random(tiny_config(30, 2), 8);
   const CpuBackend cpu(*m);
   GenerateOptions o;
@@ -77,9 +74,10 @@ TEST(TargetDecoder, ExtrasAreTheTargetsTopKAndHiddenStateWhereEachTokenWasMade) 
     const TopK& k = r.extras.top_k[i];
     ASSERT_EQ(k.ids.size(), 4u);
     EXPECT_EQ(k.ids[0], r.verdict.tokens[i]) << "greedy: the token made there is the top one";
-    const at::Tensor p = at::softmax(T(full.logits)[static_cast<int64_t>(prompt.size() - 1 + i)], 0);
+    const std::vector<double> p =
+        reference_softmax(full.logits.row(static_cast<int64_t>(prompt.size() - 1 + i)), full.logits.cols());
     for (size_t j = 0; j < 4; ++j) {
-      EXPECT_NEAR(k.probs[j], p[k.ids[j]].item<float>(), 1e-5);
+      EXPECT_NEAR(k.probs[j], p[k.ids[j]], 1e-5);
       if (j > 0) {
         EXPECT_LE(k.probs[j], k.probs[j - 1]);
       }
@@ -87,8 +85,8 @@ TEST(TargetDecoder, ExtrasAreTheTargetsTopKAndHiddenStateWhereEachTokenWasMade) 
   }
   // The hidden state that produced the last token: after the last accepted node.
   ASSERT_EQ(r.extras.hidden.size(), 32u);
-  const at::Tensor h = T(full.final_hidden)[static_cast<int64_t>(seq.size()) - 1];
-  for (int64_t j = 0; j < 32; ++j) EXPECT_NEAR(r.extras.hidden[j], h[j].item<float>(), 1e-4);
+  const float* h = full.final_hidden.row(static_cast<int64_t>(seq.size()) - 1);
+  for (int64_t j = 0; j < 32; ++j) EXPECT_NEAR(r.extras.hidden[j], h[j], 1e-4);
   // Nothing asked, nothing sent.
   const RoundResult plain = dec.step();
   EXPECT_TRUE(plain.extras.top_k.empty());
@@ -96,7 +94,6 @@ TEST(TargetDecoder, ExtrasAreTheTargetsTopKAndHiddenStateWhereEachTokenWasMade) 
 }
 
 TEST(TargetDecoder, RoomShrinksToTheContextsEndAndTheTapSeesEveryAskedLayer) {
-  c10::InferenceMode guard;
   auto m = Model::random(tiny_config(30, 3), 9);  // context 64
   const CpuBackend cpu(*m);
   GenerateOptions o;
@@ -124,7 +121,6 @@ TEST(TargetDecoder, RoomShrinksToTheContextsEndAndTheTapSeesEveryAskedLayer) {
 // the generation does, never past what reserved_bytes() promised; the
 // tokens are those of a plain greedy loop over a cache of the whole context.
 TEST(TargetDecoder, TheCacheGrowsWithTheGenerationWithinItsReservation) {
-  c10::InferenceMode guard;
   ModelConfig c = tiny_config(30, 2);
   c.max_position_embeddings = 1024;
   auto m = Model::random(c, 10);

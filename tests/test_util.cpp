@@ -3,6 +3,7 @@
 #include "common/backend/cpu_backend.h"
 #include "client/local_verifier.h"
 #include "common/decoding/target_decoder.h"
+#include "common/kernels/quant.h"
 #include "common/util/error.h"
 
 #include <sys/wait.h>
@@ -70,6 +71,100 @@ ModelConfig tiny_longrope_config(int64_t vocab, int64_t layers) {
   c.rope_original_context = 16;
   c.rope_attention_factor = 1.25;
   return c;
+}
+
+RecurrentHeadConfig small_recurrent_head(int64_t hidden, int64_t vocab) {
+  RecurrentHeadConfig c;
+  c.hidden_size = hidden;
+  c.vocab_size = vocab;
+  c.embed_dim = 16;
+  c.exit_dim = 24;
+  c.num_blocks = 2;
+  c.rank = 8;
+  return c;
+}
+
+std::string demo_target_dir() { return std::string(SPLITSPEC_SOURCE_DIR) + "/models/demo-target"; }
+std::string demo_draft_dir() { return std::string(SPLITSPEC_SOURCE_DIR) + "/models/demo-draft"; }
+
+std::vector<std::vector<double>> token_marginals(const Model& target, const std::vector<int32_t>& prompt,
+                                                 const SamplingParams& params, int tokens) {
+  auto next = [&](const std::vector<int32_t>& seq) {
+    KVCache cache = target.new_cache();
+    ForwardRequest f;
+    f.tokens = seq;
+    f.logits_rows = std::vector<int64_t>{static_cast<int64_t>(seq.size()) - 1};
+    const ForwardResult out = target.forward(f, cache);
+    return filtered_distribution(out.logits.row(0), out.logits.cols(), params);
+  };
+  const size_t vocab = static_cast<size_t>(target.config().vocab_size);
+  std::vector<std::vector<double>> m(static_cast<size_t>(tokens), std::vector<double>(vocab, 0.0));
+  // Every continuation of up to `tokens` - 1 tokens with its probability.
+  std::function<void(std::vector<int32_t>&, double, int)> walk = [&](std::vector<int32_t>& seq, double prob, int depth) {
+    const Distribution p = next(seq);
+    for (size_t y = 0; y < vocab; ++y) {
+      m[depth][y] += prob * p[y];
+      if (depth + 1 < tokens && p[y] > 0) {
+        seq.push_back(static_cast<int32_t>(y));
+        walk(seq, prob * p[y], depth + 1);
+        seq.pop_back();
+      }
+    }
+  };
+  std::vector<int32_t> seq = prompt;
+  walk(seq, 1.0, 0);
+  return m;
+}
+
+TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params) {
+  std::vector<std::vector<double>> m = token_marginals(target, prompt, params, 2);
+  return {std::move(m[0]), std::move(m[1])};
+}
+
+const std::vector<std::string>& test_prompts() {
+  static const std::vector<std::string> prompts = {
+      "The ship sailed",
+      "Call me Ishmael. Some years ago",
+      "The President said that the Congress",
+      "It was a dark and stormy night",
+      "In the morning the captain",
+      "Our nation has always",
+      "She looked at the old house and",
+      "The whale rose from the sea",
+      "Fellow citizens, the state of the Union",
+      "He walked down the street",
+      "What is the meaning of",
+      "The committee reported that",
+  };
+  return prompts;
+}
+
+std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t seed) {
+  std::mt19937_64 engine(seed);
+  std::normal_distribution<float> normal(0.0f, static_cast<float>(noise));
+  const WeightSet& from = target.weight_set();
+  WeightSet w;
+  w.hidden = from.hidden;
+  w.norms = from.norms;
+  w.vectors = from.vectors;
+  auto copy = [&](const MatrixRef& m, bool jitter) {
+    std::vector<uint8_t>& bytes = w.owned.emplace_back(static_cast<size_t>(m.rows * m.cols) * sizeof(float));
+    auto* values = reinterpret_cast<float*>(bytes.data());
+    dequantize_rows(m, 0, m.rows, values);
+    if (jitter)
+      for (int64_t i = 0; i < m.rows * m.cols; ++i) values[i] += normal(engine);
+    return MatrixRef{WType::F32, values, m.rows, m.cols};
+  };
+  w.embed = copy(from.embed, true);
+  for (const auto& layer : from.layers) {
+    auto& to = w.layers.emplace_back();
+    for (int m = 0; m < kLayerMatrices; ++m) {
+      const auto lm = static_cast<LayerMatrix>(m);
+      to[m] = copy(layer[m], lm == LayerMatrix::kQ || lm == LayerMatrix::kGate || lm == LayerMatrix::kDown);
+    }
+  }
+  w.lm_head = target.config().tie_word_embeddings ? w.embed : copy(from.lm_head, true);
+  return Model::from_weight_set(target.config(), std::move(w), "noisy-draft");
 }
 
 std::optional<fs::path> shared_dir() {

@@ -1,6 +1,6 @@
 #pragma once
-// Helpers shared by the tests, free of LibTorch (torch_test_util.h adds
-// the tensor ones).
+// Helpers shared by the tests of every tier, free of LibTorch (reference.h
+// adds the references the unit tests compute against).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,6 +14,7 @@
 #include "client/round_loop.h"
 #include "common/decoding/generate_options.h"
 #include "common/decoding/verify.h"
+#include "common/drafting/recurrent_head.h"
 #include "common/model/model.h"
 #include "common/model/model_config.h"
 #include "common/util/chi_square.h"
@@ -46,6 +47,30 @@ RoundLoopResult decode_locally(const std::shared_ptr<const Model>& target, Draft
                                const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                int32_t gamma = Request{}.gamma);
 
+std::string demo_target_dir();
+std::string demo_draft_dir();
+
+// The target's own distributions of the first two tokens it would emit after
+// `prompt` under `params`: p(x) and the marginal sum_x p(x) p(y | x).
+struct TwoTokenMarginals {
+  std::vector<double> first, second;
+};
+TwoTokenMarginals two_token_marginals(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& params);
+
+// The target's marginal distribution of each of the first `tokens` tokens it
+// would emit after `prompt` under `params` (every continuation enumerated:
+// tiny vocabularies only).
+std::vector<std::vector<double>> token_marginals(const Model& target, const std::vector<int32_t>& prompt,
+                                                 const SamplingParams& params, int tokens);
+
+// English prompts of a few words each, for exactness over many prompts.
+const std::vector<std::string>& test_prompts();
+
+// A draft that agrees with `target` often but not always: its weights, as
+// floats, with Gaussian noise of deviation `noise` added to the embedding,
+// the head and some of each layer's matrices.
+std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t seed);
+
 // Small LLaMA shapes with grouped-query attention (2 query heads per KV head).
 ModelConfig tiny_config(int64_t vocab = 50, int64_t layers = 2, bool tied = false);
 // tiny_config as Gemma 3 (GeGLU, post norms, the embedding scale, q/k
@@ -54,6 +79,8 @@ ModelConfig tiny_config(int64_t vocab = 50, int64_t layers = 2, bool tied = fals
 // the long factors past a 16-token original context).
 ModelConfig tiny_gemma3_config(int64_t vocab, int64_t layers, int64_t window = 3, int64_t pattern = 2);
 ModelConfig tiny_longrope_config(int64_t vocab, int64_t layers);
+// A small recurrent draft head (ReDrafter's) for a target of these widths.
+RecurrentHeadConfig small_recurrent_head(int64_t hidden, int64_t vocab);
 
 // The `splitspec` binary run with `args` through the shell: exit status,
 // stdout and stderr.

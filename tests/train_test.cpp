@@ -16,7 +16,8 @@
 #include "common/train/trainer.h"
 #include "common/util/error.h"
 #include "common/convert/gguf_convert.h"
-#include "tests/torch_test_util.h"
+#include "common/train/model_weights.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -121,8 +122,8 @@ TEST(TrainLm, SavedModelLoadsWithIdenticalLogits) {
   KVCache c1 = loaded->new_cache(), c2 = in_memory->new_cache();
   ForwardRequest r;
   r.tokens = {1, 40, 41, 42, 100, 7};
-  const at::Tensor from_file = T(loaded->forward(r, c1).logits);
-  EXPECT_TRUE(at::equal(from_file, T(in_memory->forward(r, c2).logits)));
+  const at::Tensor from_file = to_tensor(loaded->forward(r, c1).logits);
+  EXPECT_TRUE(at::equal(from_file, to_tensor(in_memory->forward(r, c2).logits)));
   // The training forward computes the same function as inference.
   const at::Tensor train_logits = trainable.forward(at::tensor(std::vector<int64_t>{1, 40, 41, 42, 100, 7}).unsqueeze(0));
   EXPECT_TRUE(at::allclose(train_logits[0].detach(), from_file, 1e-4, 1e-4));

@@ -6,8 +6,6 @@
 // sampled in distribution.
 #include "common/drafting/tree_drafter.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -20,8 +18,7 @@
 #include "common/drafting/registry.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/error.h"
-#include "tests/edge_cloud_util.h"
-#include "tests/torch_test_util.h"
+#include "tests/test_util.h"
 
 namespace splitspec::test {
 
@@ -109,7 +106,6 @@ TEST(TreeDrafter, EachNodeIsDraftedAsItsBranchAloneWouldBe) {
     for (int32_t i = 0; i < tree.size(); ++i) branched = branched || tree.parents[i] != i - 1;
     EXPECT_TRUE(branched) << "three children on offer per node: the pacer should open a second branch";
     // Node i's first child is the draft's greedy token after node i's branch.
-    c10::InferenceMode guard;
     for (int32_t i = 0; i < tree.size(); ++i) {
       std::vector<int32_t> branch;
       for (int32_t a = i; a >= 0; a = tree.parents[a]) branch.insert(branch.begin(), tree.tokens[a]);
@@ -159,7 +155,6 @@ TEST(TreeDrafter, ProvisionalTokensAreDraftedOnlyWhileTheVerifierHasComputeToSpa
 // room, then leaves the rounds to the target (empty trees): the generation
 // runs to the target's length with the target's tokens (issue 46, item 15).
 TEST(TreeDrafter, ADraftWithAShorterContextStopsDraftingNotTheGeneration) {
-  c10::InferenceMode guard;
   ModelConfig tc = tiny_config(40, 2);
   tc.max_position_embeddings = 256;
   auto target = Model::random(tc, 3);
@@ -180,7 +175,6 @@ TEST(TreeDrafter, ADraftWithAShorterContextStopsDraftingNotTheGeneration) {
 // drafter, round-trip through TreeOptions::options(), and an unknown key or
 // a bad value is refused by name.
 TEST(TreeDrafter, ItsSettingsAreDrafterOptions) {
-  c10::InferenceMode guard;
   DrafterSpec spec;
   spec.draft = Model::random(tiny_config(40, 2), 5);
   spec.options = {{"fallback", "0"}, {"nodes", "5"}, {"provisional", "0"}};
@@ -270,7 +264,6 @@ class SpareComputeVerifier final : public Verifier {
 // used to fork them while the worker wrote the same nodes and KV cache;
 // scripts/sanitize.sh with SANITIZER=thread runs this test under TSan.
 TEST(TreeDrafter, PreDraftForksNeverRunWhileTheProvisionalWorkerDrafts) {
-  c10::InferenceMode guard;
   // Room for many provisional steps, so they are still running when the
   // early verdicts come in.
   ModelConfig c = tiny_config(40, 4);
@@ -461,7 +454,6 @@ TEST(LocalTree, ClearErrors) {
 
 // A fork of a tree drafter, given the same verdict, grows the same next tree.
 TEST(TreeDrafter, ForksContinueAsTheOriginal) {
-  c10::InferenceMode guard;
   std::shared_ptr<const Model> draft = Model::random(tiny_config(40, 2), 12);
   TreeDrafter main(draft, children(3));
   main.begin({1, 5, 9, 2}, DraftParams{});

@@ -9,7 +9,6 @@
 // DeliberatelyBrokenVerifierIsCaught shows a subtly wrong verifier failing.
 #include "common/decoding/verify.h"
 
-#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -17,7 +16,8 @@
 
 #include "common/model/model.h"
 #include "common/util/error.h"
-#include "tests/torch_test_util.h"
+#include "tests/reference.h"
+#include "tests/test_util.h"
 
 namespace splitspec::test {
 
@@ -28,7 +28,7 @@ constexpr int kCases = 16;
 constexpr int kSamples = 20000;
 constexpr int kVocab = 8;
 
-using Verifier = std::function<Verdict(const DraftTree&, const at::Tensor&, const SamplingParams&, Rng&)>;
+using Verifier = std::function<Verdict(const DraftTree&, RowsView, const SamplingParams&, Rng&)>;
 
 // A random distribution over kVocab tokens, with some exact zeros when allowed.
 Distribution random_dist(std::mt19937_64& g, bool zeros) {
@@ -45,10 +45,10 @@ Distribution random_dist(std::mt19937_64& g, bool zeros) {
 }
 
 // Logits whose temperature-1 softmax is p (log 0 = -inf stays excluded).
-at::Tensor logits_of(const std::vector<Distribution>& ps) {
-  at::Tensor t = at::empty({static_cast<int64_t>(ps.size()), kVocab});
+Rows logits_of(const std::vector<Distribution>& ps) {
+  Rows t(static_cast<int64_t>(ps.size()), kVocab);
   for (size_t r = 0; r < ps.size(); ++r)
-    for (int i = 0; i < kVocab; ++i) t[r][i] = std::log(ps[r][i]);
+    for (int i = 0; i < kVocab; ++i) t.row(static_cast<int64_t>(r))[i] = std::log(ps[r][i]);
   return t;
 }
 
@@ -97,7 +97,7 @@ std::vector<double> tree_pvalues(const Verifier& verify, const TreeShape& shape,
     for (int i = 0; i <= nodes; ++i) p.push_back(random_dist(g, true));
     const Distribution q_root = random_dist(g, !shape.without_replacement);
     const Distribution q_child = random_dist(g, true);
-    const at::Tensor logits = logits_of(p);
+    const Rows logits = logits_of(p);
     std::vector<int64_t> first(kVocab, 0), second(kVocab, 0);
     Rng rng(seed * 1000 + c);
     for (int s = 0; s < kSamples; ++s) {
@@ -106,7 +106,7 @@ std::vector<double> tree_pvalues(const Verifier& verify, const TreeShape& shape,
       const int32_t kids = t.size();
       if (shape.grandchildren > 0) draw_children(t, 0, q_child, shape.grandchildren, shape.without_replacement, rng);
       // Rows follow node indices; nodes missing after an early stop get unused rows.
-      const Verdict v = verify(t, logits.slice(0, 0, t.size() + 1), unit_temperature(), rng);
+      const Verdict v = verify(t, logits.view().slice(0, t.size() + 1), unit_temperature(), rng);
       first[v.tokens[0]]++;
       if (v.accepted >= 1 && v.path[0] == 0 && kids > 0) second[v.tokens[1]]++;
     }
@@ -125,7 +125,7 @@ std::vector<double> chain_pvalues(const Verifier& verify, uint64_t seed) {
     std::vector<Distribution> p, q;
     for (int i = 0; i < 4; ++i) p.push_back(random_dist(g, true));
     for (int i = 0; i < 3; ++i) q.push_back(random_dist(g, true));
-    const at::Tensor logits = logits_of(p);
+    const Rows logits = logits_of(p);
     std::vector<std::vector<int64_t>> counts(4, std::vector<int64_t>(kVocab, 0));
     Rng rng(seed * 1000 + c);
     for (int s = 0; s < kSamples; ++s) {
@@ -145,17 +145,17 @@ int count_below(const std::vector<double>& ps, double alpha) {
   return static_cast<int>(std::count_if(ps.begin(), ps.end(), [&](double p) { return p < alpha; }));
 }
 
-Verdict real_verifier(const DraftTree& t, const at::Tensor& l, const SamplingParams& p, Rng& r) {
+Verdict real_verifier(const DraftTree& t, RowsView l, const SamplingParams& p, Rng& r) {
   return verify_tree(t, l, p, r);
 }
 
 // Wrong in the classic way: after a rejection it resamples from p itself
 // instead of the residual norm(max(0, p - q)), over-weighting draft tokens.
-Verdict broken_verifier(const DraftTree& t, const at::Tensor& l, const SamplingParams& params, Rng& rng) {
+Verdict broken_verifier(const DraftTree& t, RowsView l, const SamplingParams& params, Rng& rng) {
   Verdict v;
   int32_t node = -1;
   while (true) {
-    const Distribution p = filtered_distribution(l[node + 1], params);
+    const Distribution p = filtered_distribution(l.row(node + 1), l.cols, params);
     int32_t next = -1;
     for (int32_t c : t.children(node)) {
       if (rng.uniform() * t.q[c][t.tokens[c]] < p[t.tokens[c]]) {
@@ -178,11 +178,12 @@ Verdict broken_verifier(const DraftTree& t, const at::Tensor& l, const SamplingP
 
 TEST(VerifyGreedy, ChainAcceptsMatchingPrefixThenTargetToken) {
   // Row i's argmax is 10 + i.
-  at::Tensor logits = at::zeros({4, 20});
-  for (int i = 0; i < 4; ++i) logits[i][10 + i] = 1.0;
+  std::vector<float> values(4 * 20, 0.0f);
+  for (int i = 0; i < 4; ++i) values[i * 20 + 10 + i] = 1.0f;
+  const RowsView logits{values.data(), 4, 20};
   Rng rng(0);
   SamplingParams greedy;
-  auto verify_chain = [&](std::vector<int32_t> draft, const at::Tensor& l) {
+  auto verify_chain = [&](std::vector<int32_t> draft, RowsView l) {
     return verify_tree(DraftTree::chain(std::move(draft)), l, greedy, rng);
   };
   Verdict v = verify_chain({10, 11, 5}, logits);
@@ -194,7 +195,7 @@ TEST(VerifyGreedy, ChainAcceptsMatchingPrefixThenTargetToken) {
   v = verify_chain({3, 11, 12}, logits);
   EXPECT_EQ(v.accepted, 0);
   EXPECT_EQ(v.tokens, std::vector<int32_t>{10});
-  v = verify_chain({}, logits.slice(0, 0, 1));
+  v = verify_chain({}, logits.slice(0, 1));
   EXPECT_EQ(v.tokens, std::vector<int32_t>{10}) << "an empty draft is plain decoding";
 }
 
@@ -202,12 +203,12 @@ TEST(VerifyGreedy, TreeFollowsTheMatchingChild) {
   DraftTree t;
   t.tokens = {4, 7, 9, 1, 9};
   t.parents = {-1, -1, 0, 1, 1};
-  at::Tensor logits = at::zeros({6, 20});
-  logits[0][7] = 1;  // root -> node 1
-  logits[2][9] = 1;  // node 1 -> node 4 (token 9; node 2 is under node 0)
-  logits[5][15] = 1;  // after node 4: 15
+  std::vector<float> logits(6 * 20, 0.0f);
+  logits[0 * 20 + 7] = 1;  // root -> node 1
+  logits[2 * 20 + 9] = 1;  // node 1 -> node 4 (token 9; node 2 is under node 0)
+  logits[5 * 20 + 15] = 1;  // after node 4: 15
   Rng rng(0);
-  Verdict v = verify_tree(t, logits, SamplingParams{}, rng);
+  Verdict v = verify_tree(t, RowsView{logits.data(), 6, 20}, SamplingParams{}, rng);
   EXPECT_EQ(v.path, (std::vector<int32_t>{1, 4}));
   EXPECT_EQ(v.tokens, (std::vector<int32_t>{7, 9, 15}));
 }
@@ -236,7 +237,7 @@ TEST(VerifyStochastic, TreeWithDeterministicNodesEmitsTargetDistribution) {
     std::vector<Distribution> p;
     for (int i = 0; i < 5; ++i) p.push_back(random_dist(g, true));
     const Distribution q_root = random_dist(g, true);
-    const at::Tensor logits = logits_of(p);
+    const Rows logits = logits_of(p);
     const int32_t a = static_cast<int32_t>(g() % kVocab), b = static_cast<int32_t>((a + 1 + g() % (kVocab - 1)) % kVocab);
     std::vector<int64_t> first(kVocab, 0), second(kVocab, 0);
     Rng rng(9000 + c);
@@ -271,20 +272,19 @@ TEST(VerifyStochastic, TargetFiltersApplyToP) {
   std::mt19937_64 g(4);
   int failures = 0;
   for (int c = 0; c < kCases; ++c) {
-    const at::Tensor logits = at::randn({3, kVocab}, at::make_generator<at::CPUGeneratorImpl>(100 + c)) * 2.0;
-    const at::Tensor draft_logits = at::randn({2, kVocab}, at::make_generator<at::CPUGeneratorImpl>(200 + c)) * 2.0;
-    const Distribution p0 = filtered_distribution(logits[0], params);
+    const std::vector<float> logits = randn(3 * kVocab, 100 + c, 2.0f), draft_logits = randn(2 * kVocab, 200 + c, 2.0f);
+    const Distribution p0 = filtered_distribution(logits.data(), kVocab, params);
     std::vector<int64_t> counts(kVocab, 0);
     Rng rng(300 + c);
     for (int s = 0; s < kSamples; ++s) {
       std::vector<int32_t> draft;
       std::vector<Distribution> q;
       for (int i = 0; i < 2; ++i) {
-        Sample d = sample(draft_logits[i], params, rng);
+        Sample d = sample(draft_logits.data() + i * kVocab, kVocab, params, rng);
         draft.push_back(d.token);
         q.push_back(std::move(d.q));
       }
-      counts[verify_tree(DraftTree::chain(draft, q), logits, params, rng).tokens[0]]++;
+      counts[verify_tree(DraftTree::chain(draft, q), RowsView{logits.data(), 3, kVocab}, params, rng).tokens[0]]++;
     }
     failures += goodness_of_fit_pvalue(counts, as_double(p0)) < kAlpha;
   }
@@ -305,12 +305,13 @@ TEST(VerifyStochastic, DeliberatelyBrokenVerifierIsCaught) {
 }
 
 TEST(VerifyBadInput, MalformedDraftsAreRejected) {
-  at::Tensor logits = at::zeros({3, 8});
+  const std::vector<float> zeros(3 * 8, 0.0f);
+  const RowsView logits{zeros.data(), 3, 8};
   Rng rng(0);
   SamplingParams greedy, sampled = unit_temperature();
   auto error_of = [&](const DraftTree& t, const SamplingParams& p) -> std::string {
     try {
-      verify_tree(t, logits.slice(0, 0, t.size() + 1), p, rng);
+      verify_tree(t, logits.slice(0, t.size() + 1), p, rng);
     } catch (const Error& e) {
       return e.what();
     }
@@ -332,7 +333,7 @@ TEST(VerifyBadInput, MalformedDraftsAreRejected) {
   Distribution negative(8, 0.25f);
   negative[7] = -0.75f;
   EXPECT_NE(error_of(DraftTree::chain({1}, {negative}), sampled).find("negative"), std::string::npos);
-  EXPECT_THROW(verify_tree(DraftTree::chain({1, 2}), logits.slice(0, 0, 2), greedy, rng), Error);
+  EXPECT_THROW(verify_tree(DraftTree::chain({1, 2}), logits.slice(0, 2), greedy, rng), Error);
 }
 
 // End to end on a real forward pass: greedy speculation with a draft that is
@@ -379,7 +380,7 @@ TEST(VerifyGreedy, SpeculativeDecodingReproducesTargetOutput) {
       for (int32_t d : t.depths()) depth.push_back(d);
       for (int32_t d : depth) r.positions.push_back(base + d);
       r.mask = tree_attention_mask(parents, base);
-      const at::Tensor logits = T(model->forward(r, cache).logits);
+      const Rows logits = model->forward(r, cache).logits;
       Rng rng(0);
       const Verdict v = verify_tree(t, logits, SamplingParams{}, rng);
       std::vector<int64_t> keep = {0};
