@@ -33,9 +33,7 @@ Rows kernel_linear(const std::vector<float>& x, int64_t n, const std::vector<flo
 
 }  // namespace
 
-// (Named for ATen's linear, the reference before this plain one: the name
-// stays, so that the test's history in ctest stays with it.)
-TEST(Kernels, LinearMatchesATenAndIsBatchInvariant) {
+TEST(Kernels, LinearMatchesTheReferenceAndIsBatchInvariant) {
   std::cout << "[ kernels: " << kernels::isa() << " ]\n";
   // Input widths around the 8-lane vectors and the 768-wide k-blocks; output
   // counts that leave partial row blocks.
