@@ -7,6 +7,7 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <utility>
 
 #include "common/util/error.h"
 #include "server/server_config.h"
@@ -34,44 +35,43 @@ TEST(ServerConfig, ShippedConfigParsesAndBadOnesAreNamed) {
   EXPECT_EQ(c.max_sessions, 8);
   EXPECT_EQ(c.max_verdict_top_k, 16);
   EXPECT_EQ(c.compute_threads, ServerConfig{}.compute_threads) << "the shipped config keeps the default";
-  EXPECT_NE(config_error("{\"max_verdict_top_k\": 300}").find("max_verdict_top_k must be in [0, 256]"), std::string::npos);
-  EXPECT_NE(config_error("{\"max_sessions\": ").find("not valid JSON"), std::string::npos);
-  EXPECT_NE(config_error("[1]").find("must be a JSON object"), std::string::npos);
-  EXPECT_NE(config_error("{\"max_sesions\": 3}").find("unknown key 'max_sesions'"), std::string::npos);
-  EXPECT_NE(config_error("{\"max_sessions\": \"many\"}").find("server.json"), std::string::npos);
-  EXPECT_NE(config_error("{\"max_sessions\": 0}").find("max_sessions must be at least 1"), std::string::npos);
-  // Found by scripts/fuzz.sh: a float beyond an integer's range is refused, not converted.
-  EXPECT_NE(config_error("{\"max_sessions\": 3.3e102}").find("max_sessions must be an integer"), std::string::npos);
-  EXPECT_NE(config_error("{\"max_sessions\": 2.5}").find("must be an integer"), std::string::npos);
-  EXPECT_NE(config_error("{\"early_exit_layers\": [4, 1e300]}").find("early_exit_layers must be an integer"),
-            std::string::npos);
-  EXPECT_NE(config_error("{\"max_batch_rows\": 4294967296}").find("server.json: max_batch_rows"), std::string::npos);
-  EXPECT_NE(config_error("{\"listen\": \"nowhere\"}").find("HOST:PORT"), std::string::npos);
-  EXPECT_NE(config_error("{\"log_level\": \"loud\"}").find("log_level"), std::string::npos);
-  EXPECT_NE(config_error("{\"shutdown_grace_s\": -1}").find("shutdown_grace_s"), std::string::npos);
-  EXPECT_NE(config_error("{\"max_message_bytes\": 10}").find("max_message_bytes"), std::string::npos);
-  EXPECT_NE(config_error("{\"max_concurrent_streams\": 0}").find("max_concurrent_streams"), std::string::npos);
-  EXPECT_NE(config_error("{\"max_connection_idle_s\": 0}").find("max_connection_idle_s"), std::string::npos);
-  EXPECT_NE(config_error("{\"max_ping_strikes\": 0}").find("max_ping_strikes"), std::string::npos);
-  EXPECT_NE(config_error("{\"max_rpc_threads\": 1}").find("max_rpc_threads"), std::string::npos);
-  EXPECT_NE(config_error("{\"http_listen\": \"8080\"}").find("http_listen must be HOST:PORT"), std::string::npos);
-  // The HTTP door is never weaker than the gRPC door unless the operator says TLS ends upstream.
-  EXPECT_NE(config_error("{\"http_listen\": \"0.0.0.0:8080\", \"auth_tokens_file\": \"t\"}").find("plaintext HTTP"),
-            std::string::npos);
-  EXPECT_NE(config_error("{\"http_listen\": \"0.0.0.0:8080\", \"http_tls\": \"upstream\"}")
-                .find("http_tls is upstream but the gRPC port has no TLS"),
-            std::string::npos);
-  EXPECT_NE(config_error("{\"http_tls\": \"sideways\"}").find("http_tls must be same"), std::string::npos);
-  EXPECT_NE(config_error("{\"http_request_timeout_s\": 0}").find("http_request_timeout_s"), std::string::npos);
-  EXPECT_NE(config_error("{\"http_send_timeout_s\": -1}").find("http_send_timeout_s"), std::string::npos);
-  EXPECT_NE(config_error("{\"http_max_connections\": 0}").find("http_max_connections"), std::string::npos);
-  EXPECT_NE(config_error("{\"trusted_proxies\": \"10.0.0.1\"}").find("trusted_proxies must be an array"),
-            std::string::npos);
-  EXPECT_NE(config_error("{\"chat_template\": \"jinja\"}").find("chat_template must be a built-in"), std::string::npos);
-  EXPECT_NE(config_error("{\"session_idle_timeout_s\": -1}").find("session_idle_timeout_s"), std::string::npos);
-  EXPECT_NE(config_error("{\"emulate_forward_ms\": \"fast\"}").find("server.json: emulate_forward_ms 'fast'"),
-            std::string::npos);
-  EXPECT_NE(config_error("{\"emulate_forward_ms\": -5}").find("emulate_forward_ms"), std::string::npos);
+  // Each bad file and what its error must say.
+  const std::pair<const char*, const char*> refused[] = {
+      {"{\"max_verdict_top_k\": 300}", "max_verdict_top_k must be in [0, 256]"},
+      {"{\"max_sessions\": ", "not valid JSON"},
+      {"[1]", "must be a JSON object"},
+      {"{\"max_sesions\": 3}", "unknown key 'max_sesions'"},
+      {"{\"max_sessions\": \"many\"}", "server.json"},
+      {"{\"max_sessions\": 0}", "max_sessions must be at least 1"},
+      // Found by scripts/fuzz.sh: a float beyond an integer's range is refused, not converted.
+      {"{\"max_sessions\": 3.3e102}", "max_sessions must be an integer"},
+      {"{\"max_sessions\": 2.5}", "must be an integer"},
+      {"{\"early_exit_layers\": [4, 1e300]}", "early_exit_layers must be an integer"},
+      {"{\"max_batch_rows\": 4294967296}", "server.json: max_batch_rows"},
+      {"{\"listen\": \"nowhere\"}", "HOST:PORT"},
+      {"{\"log_level\": \"loud\"}", "log_level"},
+      {"{\"shutdown_grace_s\": -1}", "shutdown_grace_s"},
+      {"{\"max_message_bytes\": 10}", "max_message_bytes"},
+      {"{\"max_concurrent_streams\": 0}", "max_concurrent_streams"},
+      {"{\"max_connection_idle_s\": 0}", "max_connection_idle_s"},
+      {"{\"max_ping_strikes\": 0}", "max_ping_strikes"},
+      {"{\"max_rpc_threads\": 1}", "max_rpc_threads"},
+      {"{\"http_listen\": \"8080\"}", "http_listen must be HOST:PORT"},
+      // The HTTP door is never weaker than the gRPC door unless the operator says TLS ends upstream.
+      {"{\"http_listen\": \"0.0.0.0:8080\", \"auth_tokens_file\": \"t\"}", "plaintext HTTP"},
+      {"{\"http_listen\": \"0.0.0.0:8080\", \"http_tls\": \"upstream\"}",
+       "http_tls is upstream but the gRPC port has no TLS"},
+      {"{\"http_tls\": \"sideways\"}", "http_tls must be same"},
+      {"{\"http_request_timeout_s\": 0}", "http_request_timeout_s"},
+      {"{\"http_send_timeout_s\": -1}", "http_send_timeout_s"},
+      {"{\"http_max_connections\": 0}", "http_max_connections"},
+      {"{\"trusted_proxies\": \"10.0.0.1\"}", "trusted_proxies must be an array"},
+      {"{\"chat_template\": \"jinja\"}", "chat_template must be a built-in"},
+      {"{\"session_idle_timeout_s\": -1}", "session_idle_timeout_s"},
+      {"{\"emulate_forward_ms\": \"fast\"}", "server.json: emulate_forward_ms 'fast'"},
+      {"{\"emulate_forward_ms\": -5}", "emulate_forward_ms"},
+  };
+  for (const auto& [json, says] : refused) EXPECT_NE(config_error(json).find(says), std::string::npos) << json;
 }
 
 // configs/README.md's table of server.json keys against server_options.inc,
