@@ -9,7 +9,8 @@ out, saying so). Thread counts interleaved ABBA within each setting; medians of 
 runs' medians and p99s (`bench forward --json`), and the control loop's
 misses per thousand ticks beside each thread count.
 
-  python3 bench/shared_cores.py [--rounds 2] [--model NAME=DIR:K ...] [--out FILE]
+  python3 bench/shared_cores.py [--rounds 2] [--model NAME=DIR:K ...] [--settings yes,...]
+      [--min-seconds 2] [--out FILE]
 """
 import argparse, json, os, signal, statistics, subprocess, sys, time
 
@@ -20,6 +21,9 @@ p.add_argument("--rounds", type=int, default=2)
 p.add_argument("--model", action="append", help="NAME=PATH:K (default: the demo draft at k=1, the demo target at k=5, "
                "and build/vs_llamacpp/bench-1b-lq-q4_k_m.gguf at k=1 where it exists)")
 p.add_argument("--out")
+p.add_argument("--settings", default="nothing,yes,control loop,real-time control loop",
+               help="comma-separated, of: nothing, yes, control loop, real-time control loop")
+p.add_argument("--min-seconds", default="2", help="each bench forward's length (a fresh process each run)")
 p.add_argument("--control-loop", action="store_true", help=argparse.SUPPRESS)
 a = p.parse_args()
 
@@ -49,13 +53,17 @@ models = a.model or [f"demo draft=models/demo-draft:1", f"demo target=models/dem
     ["1B Q4_K_M=build/vs_llamacpp/bench-1b-lq-q4_k_m.gguf:1"]
     if os.path.exists(os.path.join(ROOT, "build/vs_llamacpp/bench-1b-lq-q4_k_m.gguf")) else [])
 threads = {"default": "0", "1": "1", "2": "2"}
-settings = ["nothing", "yes", "control loop", "real-time control loop"]
+settings = [x for x in a.settings.split(",") if x]
+unknown = set(settings) - {"nothing", "yes", "control loop", "real-time control loop"}
+if unknown:
+    sys.exit(f"unknown settings: {', '.join(sorted(unknown))}")
 try:
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
     os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 except PermissionError:
-    print("no privilege for SCHED_FIFO: the real-time control loop is left out", file=sys.stderr)
-    settings.remove("real-time control loop")
+    if "real-time control loop" in settings:
+        print("no privilege for SCHED_FIFO: the real-time control loop is left out", file=sys.stderr)
+        settings.remove("real-time control loop")
 rows = []
 for setting in settings:
     for m in models:
@@ -73,7 +81,7 @@ for setting in settings:
                     side = subprocess.Popen([sys.executable, __file__, "--control-loop"], stdout=subprocess.PIPE,
                                             text=True, env=env)
                 out = subprocess.run([a.bin, "bench", "forward", "--target", os.path.join(ROOT, path), "--contexts", "128",
-                                      "--new-tokens", k, "--threads", threads[t], "--min-seconds", "2", "--json"],
+                                      "--new-tokens", k, "--threads", threads[t], "--min-seconds", a.min_seconds, "--json"],
                                      capture_output=True, text=True, env={k_: v for k_, v in os.environ.items()
                                                                           if k_ != "OMP_NUM_THREADS"})
                 if side:
