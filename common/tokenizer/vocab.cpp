@@ -681,11 +681,14 @@ json read_json(const fs::path& path) {
   }
 }
 
-// Llama 3's and Qwen2's Split patterns as tokenizer.json spells them.
+// Llama 3's, Qwen2's and Qwen3.5's Split patterns as tokenizer.json spells them.
 constexpr const char* kHfLlama3 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr const char* kHfQwen2 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kHfQwen35 =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
 
 // The llama.cpp pre-tokenizer a tokenizer.json's pre_tokenizer amounts to.
 std::string hf_pre_tokenizer(const json& pre, const std::string& path) {
@@ -706,12 +709,15 @@ std::string hf_pre_tokenizer(const json& pre, const std::string& path) {
       byte_level_regex = s->value("use_regex", true);
     }
   }
-  if (!byte_level) throw Error(path + ": pre_tokenizer is not byte-level; supported: byte-level BPE (Llama 3, Qwen2, GPT-2)");
+  if (!byte_level)
+    throw Error(path + ": pre_tokenizer is not byte-level; supported: byte-level BPE (Llama 3, Qwen2, Qwen3.5, GPT-2)");
   if (regex == kHfLlama3) return "llama-bpe";
   if (regex == kHfQwen2) return "qwen2";
+  if (regex == kHfQwen35) return "qwen35";
   if (regex.empty() && byte_level_regex) return "gpt-2";
   throw Error(path + ": unknown pre-tokenizer pattern " + (regex.empty() ? std::string("(none)") : "'" + regex + "'") +
-              "; supported: Llama 3's (llama-bpe), Qwen2's (qwen2), GPT-2's ByteLevel regex (gpt-2)");
+              "; supported: Llama 3's (llama-bpe), Qwen2's (qwen2), Qwen3.5's (qwen35), GPT-2's ByteLevel regex "
+              "(gpt-2)");
 }
 
 // The text llama.cpp's converter (and write_hf) gives an id that no token
@@ -966,11 +972,12 @@ void Vocab::write_hf(const std::string& dir) const {
                 "SentencePiece vocabularies are written as tokenizer.model");
   // The pre-tokenizer as Hugging Face files spell it.
   json pre;
-  if (v.pre == "llama-bpe" || v.pre == "qwen2") {
+  if (v.pre == "llama-bpe" || v.pre == "qwen2" || v.pre == "qwen35") {
+    const char* regex = v.pre == "qwen2" ? kHfQwen2 : v.pre == "qwen35" ? kHfQwen35 : kHfLlama3;
     pre = {{"type", "Sequence"},
            {"pretokenizers",
             json::array({{{"type", "Split"},
-                          {"pattern", {{"Regex", v.pre == "qwen2" ? kHfQwen2 : kHfLlama3}}},
+                          {"pattern", {{"Regex", regex}}},
                           {"behavior", "Isolated"},
                           {"invert", false}},
                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}})}};
@@ -981,7 +988,7 @@ void Vocab::write_hf(const std::string& dir) const {
     pre = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"}, {"invert", false}};
   } else {
     throw Error(v.source + ": pre-tokenizer '" + v.pre +
-                "' has no tokenizer.json form here; supported: llama-bpe, qwen2, gpt-2, gemma4");
+                "' has no tokenizer.json form here; supported: llama-bpe, qwen2, qwen35, gpt-2, gemma4");
   }
   const int32_t n = static_cast<int32_t>(v.texts.size());
   for (int32_t i = 0; i < n; ++i)

@@ -441,7 +441,7 @@ TEST_P(GgufRoundTrip, AddToGgufReadsBackTheSameVocabulary) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, GgufRoundTrip,
-                         ::testing::Values("llama-bpe", "qwen2", "gpt-2", "phi-3", "llama-spm", "gemma-4"),
+                         ::testing::Values("llama-bpe", "qwen2", "qwen35", "gpt-2", "phi-3", "llama-spm", "gemma-4"),
                          vocab_param_name);
 
 class HfRoundTrip : public ::testing::TestWithParam<std::string> {};
@@ -467,7 +467,8 @@ TEST_P(HfRoundTrip, WriteHfReadsBackTheSameVocabulary) {
 // tokenizer.json form that reads back as user-defined (Gemma's files list
 // every non-special added token alike); Gemma 3's own file round-trips
 // below (HuggingFaceFilesReadBackTheSame).
-INSTANTIATE_TEST_SUITE_P(Vocabs, HfRoundTrip, ::testing::Values("llama-bpe", "qwen2", "gpt-2"), vocab_param_name);
+INSTANTIATE_TEST_SUITE_P(Vocabs, HfRoundTrip, ::testing::Values("llama-bpe", "qwen2", "qwen35", "gpt-2"),
+                         vocab_param_name);
 
 TEST(HfRoundTrip, HuggingFaceFilesReadBackTheSame) {
   for (const char* name : {"llama3", "qwen3", "gemma3"}) {
@@ -653,7 +654,7 @@ TEST_P(ConvertedVocab, DirectoryKeepsIdsSpecialTokensChatTemplateAndFingerprint)
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, ConvertedVocab,
-                         ::testing::Values("llama-bpe", "qwen2", "gpt-2", "phi-3", "llama-spm", "gemma-4"),
+                         ::testing::Values("llama-bpe", "qwen2", "qwen35", "gpt-2", "phi-3", "llama-spm", "gemma-4"),
                          vocab_param_name);
 
 // Phi-3's SentencePiece-style vocabulary in a directory: its chat template
