@@ -113,6 +113,8 @@ TEST(Model, HiddenStatesOfRequestedLayers) {
   EXPECT_EQ(out.hidden.at(0).cols(), 32);
   EXPECT_EQ(out.logits.rows(), 1);
   EXPECT_EQ(out.logits.cols(), 50);
+  ASSERT_EQ(out.hidden.at(2).rows(), 3);
+  ASSERT_EQ(out.hidden.at(2).cols(), 32);
   EXPECT_FALSE(all_close(out.hidden.at(0), out.hidden.at(2)));
 }
 

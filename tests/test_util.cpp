@@ -143,6 +143,9 @@ std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t se
   std::mt19937_64 engine(seed);
   std::normal_distribution<float> normal(0.0f, static_cast<float>(noise));
   const WeightSet& from = target.weight_set();
+  // A streamed model's matrices are on disk, not in its weight set.
+  if (static_cast<int64_t>(from.layers.size()) != target.config().num_hidden_layers)
+    throw Error("noisy_copy: " + target.name() + " holds no weights in memory (streamed?)");
   WeightSet w;
   w.hidden = from.hidden;
   w.norms = from.norms;
