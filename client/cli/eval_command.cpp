@@ -95,10 +95,10 @@ int run_acceptance(const EvalArgs& a) {
     o.max_new_tokens = a.max_new_tokens;
     o.ignore_eos = true;
     o.sampling.temperature = greedy ? 0.0f : a.temperature;
-    DrafterStats total;
+    // Summed as a client sums generations (Stats +=), every position up to gamma listed.
+    Stats total;
     total.proposed_per_position.assign(a.speculative.gamma, 0);
     total.accepted_per_position.assign(a.speculative.gamma, 0);
-    int64_t tokens = 0;
     LocalVerifier verifier(std::make_shared<CpuBackend>(target));
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::vector<int32_t> ids = tok.encode(prompts[i]);
@@ -111,19 +111,13 @@ int run_acceptance(const EvalArgs& a) {
       RoundLoopOptions lo;
       lo.generate = o;
       lo.speculative = a.speculative;
-      const RoundLoopResult r = run_round_loop(drafter, verifier, ids, lo);
-      total.rounds += r.stats.rounds;
-      const DrafterStats& ds = drafter.stats();
-      for (int32_t p = 0; p < a.speculative.gamma && p < static_cast<int32_t>(ds.proposed_per_position.size()); ++p) {
-        total.proposed_per_position[p] += ds.proposed_per_position[p];
-        total.accepted_per_position[p] += ds.accepted_per_position[p];
-      }
-      tokens += static_cast<int64_t>(r.ids.size());
+      RoundLoopResult r = run_round_loop(drafter, verifier, ids, lo);
+      r.stats.new_tokens = static_cast<int64_t>(r.ids.size());
+      static_cast<DrafterCounts&>(r.stats) = drafter.stats();
+      total += r.stats;
     }
     modes[greedy ? "greedy" : "sampled"] = {
-        {"tau", total.rounds ? static_cast<double>(tokens) / total.rounds : 0.0},
-        {"acceptance_per_position", total.acceptance_per_depth()},
-        {"rounds", total.rounds}};
+        {"tau", total.tau}, {"acceptance_per_position", total.acceptance_per_position}, {"rounds", total.rounds}};
   }
   const double tp = step_ms(*draft), tq = step_ms(*target);
   const nlohmann::json out = {{"tau", modes["greedy"]["tau"]},

@@ -9,15 +9,6 @@
 
 namespace splitspec {
 
-std::vector<double> DrafterStats::acceptance_per_depth() const {
-  std::vector<double> out;
-  for (size_t i = 0; i < proposed_per_position.size(); ++i)
-    out.push_back(proposed_per_position[i]
-                      ? static_cast<double>(accepted_per_position[i]) / static_cast<double>(proposed_per_position[i])
-                      : 0.0);
-  return out;
-}
-
 void Drafter::begin(const std::vector<int32_t>& prompt, const DraftParams& params) {
   if (prompt.empty()) throw Error("prompt is empty: give at least one token (e.g. BOS)");
   params.sampling.validate();

@@ -57,7 +57,6 @@ struct DrafterStats : DrafterCounts {
   int64_t nodes = 0;           // tree nodes verified
   int64_t accepted_nodes = 0;  // of those, accepted
   double prefill_ms = 0;       // begin()
-  std::vector<double> acceptance_per_depth() const;
 };
 
 class Drafter {
