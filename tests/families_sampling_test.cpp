@@ -1,7 +1,8 @@
 // Exactness under sampling on family targets loaded from GGUF files: a Llama 3
-// target (its RoPE frequency divisors) and a Qwen2 target (query, key and
-// value biases), each with a draft of its vocabulary, keep the target's own
-// distribution of the first two tokens in every drafter x verifier pairing.
+// target (its RoPE frequency divisors), a Qwen2 target (query, key and value
+// biases) and a Qwen3.5 target (delta-rule layers, whose states roll back),
+// each with a draft of its vocabulary, keep the target's own distribution of
+// the first two tokens in every drafter x verifier pairing.
 // Greedy exactness against llama.cpp with the families' real vocabularies is
 // tests/families/families_test.py.
 #include <gtest/gtest.h>
@@ -17,7 +18,7 @@ namespace {
 
 std::string write_family(const TempDir& dir, const std::string& name, const std::string& arch, int64_t layers,
                          uint64_t seed) {
-  ModelConfig c = tiny_config(12, layers, arch == "qwen2");
+  ModelConfig c = arch == "qwen35" ? tiny_qwen35_config(12, 2 * layers) : tiny_config(12, layers, arch == "qwen2");
   c.architecture = arch;
   c.attention_bias = arch == "qwen2";
   if (arch == "llama") c.rope_freq_factors = llama3_rope_factors(500000.0, c.head_dim, 8.0, 1.0, 4.0, 16);
@@ -62,7 +63,7 @@ TEST_P(FamilySampling, EveryDrafterAndVerifierKeepsTheTargetsDistribution) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilySampling, ::testing::Values("llama", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Families, FamilySampling, ::testing::Values("llama", "qwen2", "qwen35"));
 
 }  // namespace
 }  // namespace splitspec::test

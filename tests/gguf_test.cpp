@@ -298,7 +298,8 @@ TEST(GgufFamilies, HuggingFacePhi3FusedTensorsAreSplitByRows) {
                                                                               : std::vector<int64_t>{rows, parts[0]->cols},
                  keep.back().data(), keep.back().size()});
   };
-  const auto& L = w.layers[0];
+  const auto& layer = w.layers[0];
+  auto L = [&](LayerMatrix m) { return &layer[static_cast<int>(m)]; };
   const MatrixRef in{WType::F32, w.input_norm(0), 1, c.hidden_size}, post{WType::F32, w.post_norm(0), 1, c.hidden_size},
       fin{WType::F32, w.final_norm(), 1, c.hidden_size};
   add(kEmbedName, {&w.embed});
@@ -306,10 +307,10 @@ TEST(GgufFamilies, HuggingFacePhi3FusedTensorsAreSplitByRows) {
   add(kFinalNormName, {&fin});
   add(layer_norm_name(0, false), {&in});
   add(layer_norm_name(0, true), {&post});
-  add("model.layers.0.self_attn.qkv_proj.weight", {&L[0], &L[1], &L[2]});
-  add(layer_matrix_name(0, LayerMatrix::kO), {&L[3]});
-  add("model.layers.0.mlp.gate_up_proj.weight", {&L[4], &L[5]});
-  add(layer_matrix_name(0, LayerMatrix::kDown), {&L[6]});
+  add("model.layers.0.self_attn.qkv_proj.weight", {L(LayerMatrix::kQ), L(LayerMatrix::kK), L(LayerMatrix::kV)});
+  add(layer_matrix_name(0, LayerMatrix::kO), {L(LayerMatrix::kO)});
+  add("model.layers.0.mlp.gate_up_proj.weight", {L(LayerMatrix::kGate), L(LayerMatrix::kUp)});
+  add(layer_matrix_name(0, LayerMatrix::kDown), {L(LayerMatrix::kDown)});
   write_safetensors(dir.str("model.safetensors"), t);
   std::ofstream(dir.str("config.json")) << model_config_to_json(c);
   EXPECT_TRUE(same_values(family_logits(*Model::load(dir.str())), family_logits(*m)));

@@ -267,12 +267,13 @@ TEST(KQuant, ModelThroughGgufAndDirectoryIsUnchanged) {
   // The layers' matrices replaced by random K-quant bytes of their shapes.
   WeightSet w = f32->weight_set();
   std::vector<std::vector<uint8_t>> keep;
-  const WType types[kLayerMatrices] = {WType::Q4_K, WType::Q5_K, WType::Q6_K, WType::Q4_K,
-                                       WType::Q5_K, WType::Q6_K, WType::Q4_K};
-  for (int m = 0; m < kLayerMatrices; ++m) {
-    MatrixRef& ref = w.layers[0][m];
-    keep.push_back(random_kquant(types[m], ref.rows, ref.cols, 20 + m));
-    ref = MatrixRef{types[m], keep.back().data(), ref.rows, ref.cols};
+  const WType types[] = {WType::Q4_K, WType::Q5_K, WType::Q6_K};
+  int i = 0;
+  for (LayerMatrix m : layer_matrices(c, 0)) {
+    MatrixRef& ref = w.layers[0][static_cast<int>(m)];
+    const WType t = types[i % 3];
+    keep.push_back(random_kquant(t, ref.rows, ref.cols, 20 + i++));
+    ref = MatrixRef{t, keep.back().data(), ref.rows, ref.cols};
   }
   const auto model = Model::from_weight_set(c, w, "kq");
   const std::string gguf = dir.str("kq.gguf");

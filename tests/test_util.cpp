@@ -47,6 +47,20 @@ ModelConfig tiny_config(int64_t vocab, int64_t layers, bool tied) {
   return c;
 }
 
+ModelConfig tiny_qwen35_config(int64_t vocab, int64_t layers) {
+  ModelConfig c = tiny_config(vocab, layers, true);
+  c.architecture = "qwen35";
+  c.qk_norm = true;
+  c.attn_output_gate = true;
+  c.rotary_dim = 4;
+  c.ssm_conv_kernel = 4;
+  c.ssm_key_heads = 2;
+  c.ssm_value_heads = 4;
+  c.ssm_head_dim = 8;
+  for (int64_t l = 0; l < layers; ++l) c.recurrent_layers.push_back((l + 1) % 4 != 0);
+  return c;
+}
+
 ModelConfig tiny_gemma3_config(int64_t vocab, int64_t layers, int64_t window, int64_t pattern) {
   ModelConfig c = tiny_config(vocab, layers, true);
   c.architecture = "gemma3";

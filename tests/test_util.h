@@ -78,6 +78,10 @@ ModelConfig tiny_config(int64_t vocab = 50, int64_t layers = 2, bool tied = fals
 // `window`) and as Phi-3 with LongRoPE over a partial rotary (6 of 8 dims,
 // the long factors past a 16-token original context).
 ModelConfig tiny_gemma3_config(int64_t vocab, int64_t layers, int64_t window = 3, int64_t pattern = 2);
+// tiny_config as Qwen3.5: delta-rule layers (two key heads, four value
+// heads of 8, a convolution of 4 taps) with every fourth layer gated full
+// attention, query and key norms, RoPE on half of each head.
+ModelConfig tiny_qwen35_config(int64_t vocab = 50, int64_t layers = 4);
 ModelConfig tiny_longrope_config(int64_t vocab, int64_t layers);
 // A small recurrent draft head (ReDrafter's) for a target of these widths.
 RecurrentHeadConfig small_recurrent_head(int64_t hidden, int64_t vocab);

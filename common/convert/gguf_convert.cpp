@@ -196,7 +196,7 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
                  keep.back().size());
   };
   auto vec = [&](const std::string& hf, const float* v, int64_t n) {
-    g.add_tensor(gguf_tensor_name(hf, c), {n}, GgmlType::kF32, v, static_cast<uint64_t>(n) * 4);
+    g.add_tensor(gguf_tensor_name(hf, c), gguf_vector_ne(hf, n, c), GgmlType::kF32, v, static_cast<uint64_t>(n) * 4);
   };
   auto factors = [&](const char* tensor, const std::vector<float>& f) {
     if (!f.empty()) g.add_tensor(tensor, {static_cast<int64_t>(f.size())}, GgmlType::kF32, f.data(), f.size() * 4);
@@ -216,15 +216,15 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
     vec(layer_norm_name(l, false), w.input_norm(l), c.hidden_size);
     for (int v = 0; v < kLayerVectors; ++v) {
       const auto lv = static_cast<LayerVector>(v);
-      if (const float* x = w.vector(l, lv)) vec(layer_vector_name(l, lv), x, layer_vector_size(lv, c));
+      if (const float* x = w.vector(l, lv)) vec(layer_vector_name(l, lv), x, layer_vector_size(lv, c, l));
     }
     const auto& L = w.layers[l];
     auto part = [&](LayerMatrix m) { return std::make_pair(layer_matrix_name(l, m), &L[static_cast<int>(m)]); };
     auto slot = [&](LayerMatrix m) { return layer_slot(c, l, m); };
     auto single = [&](LayerMatrix m) { matrix(layer_matrix_name(l, m), L[static_cast<int>(m)], as(L[static_cast<int>(m)], slot(m))); };
     std::set<std::string> written;
-    for (int i = 0; i < kLayerMatrices; ++i) {
-      const auto m = static_cast<LayerMatrix>(i);
+    for (LayerMatrix m : layer_matrices(c, l)) {
+      const int i = static_cast<int>(m);
       const auto f = fused_part(l, m, c);
       if (!f) {
         single(m);

@@ -97,6 +97,15 @@ std::string gguf_tensor_name(const std::string& name, const ModelConfig& c) {
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
+      {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
+      {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
+      {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
+      {"linear_attn.out_proj.weight", "ssm_out.weight"},
+      {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
+      {"linear_attn.dt_bias", "ssm_dt.bias"},
+      {"linear_attn.A", "ssm_a"},
+      {"linear_attn.norm.weight", "ssm_norm.weight"},
   };
   const std::string prefix = "model.layers.";
   if (name.compare(0, prefix.size(), prefix) == 0) {
@@ -108,6 +117,14 @@ std::string gguf_tensor_name(const std::string& name, const ModelConfig& c) {
       if (part == from) return "blk." + layer + "." + to;
   }
   throw Error("gguf: no GGUF name for '" + name + "' in a " + c.architecture + " model");
+}
+
+std::vector<int64_t> gguf_vector_ne(const std::string& name, int64_t size, const ModelConfig& c) {
+  static const std::string kConv = "linear_attn.conv1d.weight";
+  if (c.ssm_conv_kernel > 0 && name.size() > kConv.size() &&
+      name.compare(name.size() - kConv.size(), kConv.size(), kConv) == 0)
+    return {c.ssm_conv_kernel, size / c.ssm_conv_kernel};
+  return {size};
 }
 
 ModelConfig gguf_model_config(const GgufFile& f) {
@@ -139,11 +156,6 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.bos_token_id = f.has("tokenizer.ggml.bos_token_id") ? static_cast<int64_t>(gguf_u32(f, "tokenizer.ggml.bos_token_id")) : -1;
   c.eos_token_id = f.has("tokenizer.ggml.eos_token_id") ? static_cast<int64_t>(gguf_u32(f, "tokenizer.ggml.eos_token_id")) : -1;
   if (c.eos_token_id >= 0) c.eos_token_ids.push_back(c.eos_token_id);
-  c.attention_bias = f.tensor("blk.0.attn_q.bias") != nullptr;
-  if (f.tensor("blk.0.attn_output.bias"))
-    throw Error(path + ": a bias on the attention output (blk.0.attn_output.bias) is not supported");
-  c.qk_norm = f.tensor("blk.0.attn_q_norm.weight") != nullptr;
-  if (family->qk_norm && !c.qk_norm) throw Error(path + ": a " + arch + " model without blk.0.attn_q_norm.weight");
   // Each a [rotary_dim / 2] F32 tensor, as rope_freqs below.
   auto factors = [&](const char* name, std::vector<float>& out) {
     const GgufTensor* t = f.tensor(name);
@@ -177,6 +189,20 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     std::memcpy(c.rope_freq_factors.data(), freqs->data, c.rope_freq_factors.size() * sizeof(float));
   }
   if (family->read_gguf) family->read_gguf(f, c);
+  // What the attention layers have, seen on the first (a hybrid model's
+  // first layers may be delta-rule ones).
+  int64_t first = 0;
+  while (first < c.num_hidden_layers && c.layer_is_recurrent(first)) ++first;
+  if (first < c.num_hidden_layers) {
+    const std::string blk = "blk." + std::to_string(first) + ".";
+    c.attention_bias = f.tensor(blk + "attn_q.bias") != nullptr;
+    if (f.tensor(blk + "attn_output.bias"))
+      throw Error(path + ": a bias on the attention output (" + blk + "attn_output.bias) is not supported");
+    c.qk_norm = f.tensor(blk + "attn_q_norm.weight") != nullptr;
+    if (family->qk_norm && !c.qk_norm) throw Error(path + ": a " + arch + " model without " + blk + "attn_q_norm.weight");
+  } else {
+    c.qk_norm = family->qk_norm;  // no attention layer to say otherwise
+  }
   if (f.has(k + "attention.sliding_window")) {
     c.sliding_window = gguf_u32(f, k + "attention.sliding_window");
     if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings && c.sliding_window_pattern == 0) {
@@ -197,7 +223,8 @@ WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::ma
     const GgufTensor* t = f.tensor(gname);
     if (!t) throw Error(f.path() + ": tensor '" + gname + "' is missing");
     const int64_t rows = shape.size() == 2 ? (sliced ? part->second.fused_rows : shape[0]) : 1;
-    const std::vector<int64_t> want = shape.size() == 2 ? std::vector<int64_t>{shape[1], rows} : shape;
+    const std::vector<int64_t> want =
+        shape.size() == 2 ? std::vector<int64_t>{shape[1], rows} : gguf_vector_ne(name, shape[0], c);
     if (t->ne != want)
       throw Error(f.path() + ": tensor '" + gname + "' has shape " + shape_str(t->ne) + " (ggml order), expected " +
                   shape_str(want));

@@ -31,6 +31,11 @@ std::function<void(const std::string&)> gguf_copied_releaser(const GgufFile& f, 
 // llama.cpp's name of our tensor `name` in a model of `c`'s family.
 std::string gguf_tensor_name(const std::string& name, const ModelConfig& c);
 
+// The dimensions (ggml order) of our vector `name` of `size` values in a
+// GGUF file: {size}, but a delta-rule layer's convolution taps, which
+// llama.cpp holds as [kernel, channels].
+std::vector<int64_t> gguf_vector_ne(const std::string& name, int64_t size, const ModelConfig& c);
+
 // Row i of llama.cpp's LLaMA query or key matrix is Hugging Face's row
 // perm(i): llama.cpp rotates adjacent pairs, Hugging Face halves.
 std::vector<uint8_t> permute_rope_rows(const uint8_t* rows, int64_t count, int64_t head_dim, int64_t row_bytes,

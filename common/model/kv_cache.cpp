@@ -19,32 +19,50 @@ KVType parse_kv_type(const std::string& name) {
 
 const char* kv_type_name(KVType type) { return type == KVType::F16 ? "f16" : "f32"; }
 
-KVCache::KVCache(const ModelConfig& c, int64_t capacity, KVType type)
+namespace {
+
+int64_t attention_layers(const ModelConfig& c) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) n += !c.layer_is_recurrent(l);
+  return n;
+}
+
+}  // namespace
+
+KVCache::KVCache(const ModelConfig& c, int64_t capacity, KVType type, int64_t state_window)
     : layers_(c.num_hidden_layers),
       kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim),
+      kv_layers_(attention_layers(c)),
       capacity_(capacity),
       max_capacity_(c.max_position_embeddings),
       type_(type) {
   if (capacity <= 0 || capacity > c.max_position_embeddings)
     throw Error("KV cache capacity " + std::to_string(capacity) + " must be in [1, max_position_embeddings=" +
                 std::to_string(c.max_position_embeddings) + "]");
+  if (c.has_recurrent_layers()) {
+    int64_t next = 0;
+    for (int64_t l = 0; l < layers_; ++l) slots_.push_back(c.layer_is_recurrent(l) ? -1 : next++);
+    states_ = RecurrentStates((layers_ - kv_layers_) * c.ssm_state_floats(), state_window);
+  }
   allocate();
 }
 
 void KVCache::allocate() {
-  keys_.reset(new uint8_t[layers_ * layer_bytes()]);
-  values_.reset(new uint8_t[layers_ * layer_bytes()]);
+  keys_.reset(new uint8_t[std::max<int64_t>(kv_layers_ * layer_bytes(), 1)]);
+  values_.reset(new uint8_t[std::max<int64_t>(kv_layers_ * layer_bytes(), 1)]);
 }
 
 bool KVCache::fits(const ModelConfig& c) const {
-  return layers_ == c.num_hidden_layers && kv_heads_ == c.num_key_value_heads && head_dim_ == c.head_dim;
+  return layers_ == c.num_hidden_layers && kv_heads_ == c.num_key_value_heads && head_dim_ == c.head_dim &&
+         kv_layers_ == attention_layers(c) &&
+         states_.floats() == (c.has_recurrent_layers() ? (layers_ - kv_layers_) * c.ssm_state_floats() : 0);
 }
 
-size_t KVCache::bytes() const { return 2 * static_cast<size_t>(layers_ * layer_bytes()); }
+size_t KVCache::bytes() const { return 2 * static_cast<size_t>(kv_layers_ * layer_bytes()) + states_.bytes(); }
 
 size_t KVCache::bytes_per_position(const ModelConfig& c, KVType type) {
-  return 2 * static_cast<size_t>(c.num_hidden_layers * c.num_key_value_heads * c.head_dim) *
+  return 2 * static_cast<size_t>(attention_layers(c) * c.num_key_value_heads * c.head_dim) *
          (type == KVType::F16 ? 2 : 4);
 }
 
@@ -56,6 +74,7 @@ void KVCache::reserve(int64_t n) {
   KVCache bigger = empty_like(n);
   bigger.move_entries(*this, 0, 0, size_);
   bigger.size_ = size_;
+  bigger.states_ = std::move(states_);
   *this = std::move(bigger);
 }
 
@@ -64,8 +83,8 @@ void KVCache::write_rows(int64_t layer, const float* k, const float* v, int64_t 
     throw Error("KV cache full: " + std::to_string(size_) + " + " + std::to_string(n) + " > capacity " +
                 std::to_string(capacity_));
   const int64_t heads = kv_heads_, D = head_dim_;
-  uint8_t* kb = keys_.get() + layer * layer_bytes();
-  uint8_t* vb = values_.get() + layer * layer_bytes();
+  uint8_t* kb = keys_.get() + slot(layer) * layer_bytes();
+  uint8_t* vb = values_.get() + slot(layer) * layer_bytes();
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < n; ++i) {
       const int64_t dst = (h * capacity_ + size_ + i) * D * elem_bytes(), src = (i * heads + h) * D;
@@ -79,18 +98,22 @@ void KVCache::write_rows(int64_t layer, const float* k, const float* v, int64_t 
     }
 }
 
-void KVCache::commit(int64_t n) { size_ += n; }
+void KVCache::commit(int64_t n) {
+  size_ += n;
+  if (!states_.empty()) states_.commit(size_);
+}
 
 void KVCache::truncate(int64_t n) {
   if (n < 0 || n > size_)
     throw Error("KV cache truncate to " + std::to_string(n) + " outside [0, " + std::to_string(size_) + "]");
+  if (!states_.empty()) states_.truncate(n);
   size_ = n;
 }
 
 void KVCache::move_entries(const KVCache& src, int64_t from, int64_t to, int64_t n) {
   const int64_t row = head_dim_ * elem_bytes();
   const size_t bytes = static_cast<size_t>(n * row);
-  for (int64_t l = 0; l < layers_; ++l)
+  for (int64_t l = 0; l < kv_layers_; ++l)
     for (int64_t h = 0; h < kv_heads_; ++h) {
       const int64_t head = l * layer_bytes() + h * capacity_ * row;
       const int64_t src_head = l * src.layer_bytes() + h * src.capacity_ * row;
@@ -106,6 +129,7 @@ void KVCache::keep(int64_t base, const std::vector<int64_t>& rows) {
     if (rows[i] < 0 || rows[i] >= appended || (i > 0 && rows[i] <= rows[i - 1]))
       throw Error("KV cache keep: rows must be strictly increasing offsets in [0, " + std::to_string(appended) + ")");
   }
+  if (!states_.empty()) states_.keep(base, rows);
   // Rows increase and row i lands at i <= rows[i], so copying in order never
   // overwrites a row that is still to be read.
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -121,9 +145,12 @@ KVCache KVCache::empty_like(int64_t capacity) const {
   out.layers_ = layers_;
   out.kv_heads_ = kv_heads_;
   out.head_dim_ = head_dim_;
+  out.kv_layers_ = kv_layers_;
+  out.slots_ = slots_;
   out.capacity_ = capacity;
   out.max_capacity_ = max_capacity_;
   out.type_ = type_;
+  if (!states_.empty()) out.states_ = RecurrentStates(states_.floats(), states_.window());
   out.allocate();
   return out;
 }
@@ -136,12 +163,14 @@ KVCache KVCache::fork(int64_t n) const {
 
 void KVCache::copy_prefix_from(const KVCache& src, int64_t n) {
   if (n < 0 || n > src.size_) throw Error("KV cache fork: prefix " + std::to_string(n) + " longer than the source");
-  if (layers_ != src.layers_ || kv_heads_ != src.kv_heads_ || head_dim_ != src.head_dim_)
+  if (layers_ != src.layers_ || kv_heads_ != src.kv_heads_ || head_dim_ != src.head_dim_ || slots_ != src.slots_ ||
+      states_.floats() != src.states_.floats())
     throw Error("KV cache fork: caches belong to different model shapes");
   if (type_ != src.type_)
     throw Error(std::string("KV cache fork: an ") + kv_type_name(src.type_) + " cache into an " + kv_type_name(type_) +
                 " one");
   if (n > capacity_) throw Error("KV cache fork: prefix " + std::to_string(n) + " exceeds capacity");
+  if (!src.states_.empty()) states_ = src.states_.copy_at(n);
   move_entries(src, 0, 0, n);
   size_ = n;
 }

@@ -1,14 +1,17 @@
 #pragma once
 // Per-sequence key/value cache, allocated to a capacity that reserve() grows
-// between forwards (never during one). Layout per layer: [kv_heads,
-// capacity, head_dim], so the live prefix of every head is one strided view
-// with no copy.
+// between forwards (never during one). Layout per attention layer:
+// [kv_heads, capacity, head_dim], so the live prefix of every head is one
+// strided view with no copy. A hybrid model's delta-rule layers keep no keys
+// and values but recurrent states (recurrent_states.h), which truncate(),
+// keep() and fork() move with the entries.
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/model/model_config.h"
+#include "common/model/recurrent_states.h"
 
 namespace splitspec {
 
@@ -21,9 +24,15 @@ enum class KVType : uint8_t { F32, F16 };
 KVType parse_kv_type(const std::string& name);
 const char* kv_type_name(KVType type);
 
+// How many entries back a delta-rule model's cache can roll back to beyond
+// its last forward's rows (RecurrentStates' window), unless the model says
+// otherwise (Model::set_state_window).
+constexpr int64_t kDefaultStateWindow = 16;
+
 class KVCache {
  public:
-  KVCache(const ModelConfig& config, int64_t capacity, KVType type = KVType::F32);
+  KVCache(const ModelConfig& config, int64_t capacity, KVType type = KVType::F32,
+          int64_t state_window = kDefaultStateWindow);
   // Moves only: a copy of the entries is fork() or copy_prefix_from().
   KVCache(KVCache&&) = default;
   KVCache& operator=(KVCache&&) = default;
@@ -34,9 +43,9 @@ class KVCache {
   KVType type() const { return type_; }
   // Whether this cache has `config`'s layers, key-value heads and head size.
   bool fits(const ModelConfig& config) const;
-  // Bytes held by the allocated storage (keys and values).
+  // Bytes held by the allocated storage (keys and values, recurrent states).
   size_t bytes() const;
-  // Bytes one position takes (keys and values of every layer).
+  // Bytes one position takes (keys and values of every attention layer).
   static size_t bytes_per_position(const ModelConfig& config, KVType type);
   // Grows the capacity to at least n (at most max_position_embeddings),
   // keeping the live entries; nothing changes if the allocation fails.
@@ -51,17 +60,25 @@ class KVCache {
   // Keys/values of `layer`: [kv_heads][capacity][head_dim], the live
   // entries first in each head (head_stride() elements apart), as `type()`:
   // float for F32, IEEE half bits for F16.
-  const void* keys(int64_t layer) const { return keys_.get() + layer * layer_bytes(); }
-  const void* values(int64_t layer) const { return values_.get() + layer * layer_bytes(); }
+  const void* keys(int64_t layer) const { return keys_.get() + slot(layer) * layer_bytes(); }
+  const void* values(int64_t layer) const { return values_.get() + slot(layer) * layer_bytes(); }
   int64_t head_stride() const { return capacity_ * head_dim_; }
+  // The delta-rule layers' states (empty for a model without them); the
+  // forward reads and saves them (RecurrentStates::find, save).
+  RecurrentStates& states() { return states_; }
+  const RecurrentStates& states() const { return states_; }
 
-  // Rollback: forget everything after the first n entries.
+  // Rollback: forget everything after the first n entries. With delta-rule
+  // layers, throws (changing nothing) where the state after n is not kept.
   void truncate(int64_t n);
   // Tree compaction: of the entries appended after `base`, keep `rows`
   // (offsets from base, strictly increasing) so that they end up at base,
-  // base+1, ...; everything else after base is dropped.
+  // base+1, ...; everything else after base is dropped. With delta-rule
+  // layers the rows must be a path of the tree, the state of its last the
+  // state kept.
   void keep(int64_t base, const std::vector<int64_t>& rows);
-  // A new cache, with this one's capacity, holding a copy of the first n entries.
+  // A new cache, with this one's capacity, holding a copy of the first n
+  // entries (and, with delta-rule layers, the state after them alone).
   KVCache fork(int64_t n) const;
   // Reuses this cache's storage to hold a copy of src's first n entries, so a
   // worker thread can re-fork every round without allocating. Both caches
@@ -76,14 +93,19 @@ class KVCache {
   KVCache empty_like(int64_t capacity) const;
   int64_t elem_bytes() const { return type_ == KVType::F16 ? 2 : 4; }
   int64_t layer_bytes() const { return kv_heads_ * capacity_ * head_dim_ * elem_bytes(); }
+  // Layer l's place among the attention layers (those with keys and values).
+  int64_t slot(int64_t layer) const { return slots_.empty() ? layer : slots_[static_cast<size_t>(layer)]; }
   // Copies entries [from, from+n) of every layer and head to `to`.
   void move_entries(const KVCache& src, int64_t from, int64_t to, int64_t n);
   int64_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
+  int64_t kv_layers_ = 0;       // the attention layers
+  std::vector<int64_t> slots_;  // per layer, its attention slot (-1: a delta-rule layer); empty: every layer's own
+  RecurrentStates states_;
   int64_t capacity_ = 0;
   int64_t max_capacity_ = 0;  // the model's max_position_embeddings
   int64_t size_ = 0;
   KVType type_ = KVType::F32;
-  // [layers, kv_heads, capacity, head_dim] of type_, uninitialised: pages
+  // [kv_layers, kv_heads, capacity, head_dim] of type_, uninitialised: pages
   // become resident as the context grows.
   std::unique_ptr<uint8_t[]> keys_;
   std::unique_ptr<uint8_t[]> values_;

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "common/kernels/kernels.h"
+#include "common/model/delta_rule.h"
 #include "common/model/digest_cache.h"
 #include "common/kernels/linear.h"
 #include "common/kernels/parallel.h"
@@ -152,11 +153,14 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed, WType 
   std::mt19937_64 engine(seed);
   std::normal_distribution<float> normal(0.0f, scale);
   std::vector<std::vector<float>> keep;
-  auto source = [&](const std::string&, const std::vector<int64_t>& shape) {
+  auto source = [&](const std::string& name, const std::vector<int64_t>& shape) {
     const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
     keep.emplace_back(static_cast<size_t>(rows * cols));
-    // Norm gains near 1 but not exactly, so tests notice a norm applied wrongly.
-    for (float& v : keep.back()) v = shape.size() == 1 ? 1.0f + normal(engine) * 5.0f : normal(engine);
+    // Norm gains near 1 but not exactly, so tests notice a norm applied
+    // wrongly; a delta-rule layer's A negative, as -exp(A_log) is, so its
+    // states decay.
+    const float sign = name.size() > 2 && name.compare(name.size() - 2, 2, ".A") == 0 ? -1.0f : 1.0f;
+    for (float& v : keep.back()) v = shape.size() == 1 ? sign * (1.0f + normal(engine) * 5.0f) : normal(engine);
     return MatrixRef{WType::F32, keep.back().data(), rows, cols};
   };
   std::string name = "random-" + std::to_string(seed);
@@ -195,7 +199,7 @@ size_t Model::weight_bytes() const {
 }
 
 KVCache Model::new_cache(int64_t capacity) const {
-  return KVCache(config_, capacity > 0 ? capacity : config_.max_position_embeddings, kv_type_);
+  return KVCache(config_, capacity > 0 ? capacity : config_.max_position_embeddings, kv_type_, state_window_);
 }
 
 ForwardResult Model::forward(const ForwardRequest& req, KVCache& cache) const {
@@ -213,7 +217,46 @@ struct Sequence {
   std::vector<std::vector<int32_t>> visible;  // row i attends to these cache slots, increasing
   // The same within the sliding window, for a model with local layers.
   std::vector<std::vector<int32_t>> visible_local;
+  // With delta-rule layers: the entries whose state each row starts from,
+  // and the rows whose end state is kept (delta_rule.h).
+  std::vector<int64_t> before;
+  std::vector<uint8_t> save;
 };
+
+// A delta-rule model's rows must each continue one state: a row sees
+// exactly what its parent (the last slot it sees before itself) saw, and
+// itself, so the rows form chains and trees over the cache (a parent already
+// in the cache continues the state kept after it). Fills the
+// sequence's `before` and `save`; throws splitspec::Error, the cache
+// untouched, for any other mask, or for a parent whose state is not kept.
+void plan_states(Sequence& s, int64_t window) {
+  const int64_t past = s.cache->size();
+  bool chain = true;
+  s.before.assign(static_cast<size_t>(s.n), 0);
+  for (int64_t i = 0; i < s.n; ++i) {
+    const std::vector<int32_t>& vis = s.visible[static_cast<size_t>(i)];
+    auto refuse = [&](const std::string& why) {
+      throw Error("forward: row " + std::to_string(i) + " of a model with delta-rule layers " + why);
+    };
+    if (vis.back() != past + i) refuse("must see itself");
+    const int64_t parent = vis.size() >= 2 ? vis[vis.size() - 2] : -1;
+    if (parent >= past) {
+      const std::vector<int32_t>& theirs = s.visible[static_cast<size_t>(parent - past)];
+      if (vis.size() != theirs.size() + 1 || !std::equal(theirs.begin(), theirs.end(), vis.begin()))
+        refuse("must see exactly what the row it follows sees, and itself (a chain or a tree)");
+    } else if (parent >= 0 && !s.cache->states().has(parent + 1)) {
+      // A cached entry's state is its own path's (a chain's, or a tree
+      // node's that a drafter keeps in its cache).
+      refuse("follows entry " + std::to_string(parent) + ", whose recurrent state is not kept");
+    }
+    s.before[static_cast<size_t>(i)] = parent + 1;
+    chain = chain && parent == past + i - 1;
+  }
+  // A chain's rows are each the next one's start; a rollback needs the last
+  // `window` of them. Any of a tree's nodes may end the accepted path.
+  s.save.assign(static_cast<size_t>(s.n), 0);
+  for (int64_t i = 0; i < s.n; ++i) s.save[static_cast<size_t>(i)] = !chain || i >= s.n - window;
+}
 
 // Of each row's visible slots, those less than `window` positions back. A
 // slot before the cache's new entries holds the token at that position (a
@@ -297,8 +340,11 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
                     check_forward_request(c, req, cache.size(), cache.capacity()), {}});
     if (c.sliding_window_pattern > 0)
       seqs.back().visible_local = within_window(seqs.back().visible, req, cache.size(), c.sliding_window);
+    if (c.has_recurrent_layers()) plan_states(seqs.back(), cache.states().window());
     n += seqs.back().n;
   }
+  for (const Sequence& s : seqs)
+    if (c.has_recurrent_layers()) s.cache->states().begin(s.cache->size());
 
   // As many threads as the forward's work is worth (kernels::threads_for):
   // a draft's step runs on one, a target's verification on all.
@@ -350,6 +396,13 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
   Rows h(n, H), q(n, Hq * D), k(n, Hkv * D), v(n, Hkv * D), attn(n, Hq * D);
   Rows delta(n, H), gate(n, I), up(n, I);
   Rows head_normed(c.qk_norm ? n : 0, Hq * D);
+  // The output gate's projection (q and gate interleaved by head), and its gate.
+  Rows q_gate(c.attn_output_gate ? n : 0, 2 * Hq * D), attn_gate(c.attn_output_gate ? n : 0, Hq * D);
+  // A delta-rule layer's projections and output (delta_rule.h).
+  const bool hybrid = c.has_recurrent_layers();
+  Rows ssm_qkv(hybrid ? n : 0, c.ssm_channels()), ssm_z(hybrid ? n : 0, c.ssm_value_dim());
+  Rows ssm_b(hybrid ? n : 0, c.ssm_value_heads), ssm_a(hybrid ? n : 0, c.ssm_value_heads);
+  Rows ssm_out(hybrid ? n : 0, c.ssm_value_dim());
   auto f = [](Rows& t) { return t.data(); };
   // Row by row, so a row's sums do not depend on the batch.
   auto add_bias = [](float* x, int64_t rows, int64_t cols, const float* bias) {
@@ -366,42 +419,70 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
   // Every kernel but attention treats rows independently and is
   // batch-invariant, so it runs once over the whole batch; attention reads
   // each sequence's own cache under its own mask.
+  int64_t recurrent_index = 0;  // which delta-rule layer, for its part of a state
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     kernels::rms_norm(f(x), n, H, w.input_norm(l), eps, f(h));
-    linear(h, l, LayerMatrix::kQ, q);
-    linear(h, l, LayerMatrix::kK, k);
-    linear(h, l, LayerMatrix::kV, v);
-    if (c.attention_bias) {
-      add_bias(f(q), n, Hq * D, w.vector(l, LayerVector::kQBias));
-      add_bias(f(k), n, Hkv * D, w.vector(l, LayerVector::kKBias));
-      add_bias(f(v), n, Hkv * D, w.vector(l, LayerVector::kVBias));
+    if (c.layer_is_recurrent(l)) {
+      linear(h, l, LayerMatrix::kSsmQkv, ssm_qkv);
+      linear(h, l, LayerMatrix::kSsmZ, ssm_z);
+      linear(h, l, LayerMatrix::kSsmBeta, ssm_b);
+      linear(h, l, LayerMatrix::kSsmAlpha, ssm_a);
+      const DeltaRuleWeights dw{w.vector(l, LayerVector::kSsmConv), w.vector(l, LayerVector::kSsmDtBias),
+                                w.vector(l, LayerVector::kSsmA), w.vector(l, LayerVector::kSsmNorm)};
+      for (const Sequence& s : seqs)
+        delta_rule_rows(c, dw, s.n, f(ssm_qkv) + s.offset * c.ssm_channels(), f(ssm_z) + s.offset * c.ssm_value_dim(),
+                        f(ssm_b) + s.offset * c.ssm_value_heads, f(ssm_a) + s.offset * c.ssm_value_heads, s.before,
+                        s.cache->size(), s.save, s.cache->states(), recurrent_index * c.ssm_state_floats(),
+                        f(ssm_out) + s.offset * c.ssm_value_dim());
+      ++recurrent_index;
+      linear(ssm_out, l, LayerMatrix::kSsmOut, delta);
+    } else {
+      if (c.attn_output_gate) {
+        // Each head's query, then its gate.
+        linear(h, l, LayerMatrix::kQ, q_gate);
+        for (int64_t r = 0; r < n * Hq; ++r) {
+          std::memcpy(f(q) + r * D, f(q_gate) + r * 2 * D, D * sizeof(float));
+          std::memcpy(f(attn_gate) + r * D, f(q_gate) + r * 2 * D + D, D * sizeof(float));
+        }
+      } else {
+        linear(h, l, LayerMatrix::kQ, q);
+      }
+      linear(h, l, LayerMatrix::kK, k);
+      linear(h, l, LayerMatrix::kV, v);
+      if (c.attention_bias) {
+        add_bias(f(q), n, Hq * D, w.vector(l, LayerVector::kQBias));
+        add_bias(f(k), n, Hkv * D, w.vector(l, LayerVector::kKBias));
+        add_bias(f(v), n, Hkv * D, w.vector(l, LayerVector::kVBias));
+      }
+      if (c.qk_norm) {
+        // Each head's query and key rows, normed as rows of their own.
+        kernels::rms_norm(f(q), n * Hq, D, w.vector(l, LayerVector::kQNorm), eps, f(head_normed));
+        std::memcpy(f(q), f(head_normed), n * Hq * D * sizeof(float));
+        kernels::rms_norm(f(k), n * Hkv, D, w.vector(l, LayerVector::kKNorm), eps, f(head_normed));
+        std::memcpy(f(k), f(head_normed), n * Hkv * D * sizeof(float));
+      }
+      const bool sliding = c.layer_is_sliding(l);
+      const float* lc = sliding ? f(local_cos) : f(cos);
+      const float* ls = sliding ? f(local_sin) : f(sin);
+      kernels::rope(f(q), n, Hq, D, rotary, lc, ls);
+      kernels::rope(f(k), n, Hkv, D, rotary, lc, ls);
+      for (const Sequence& s : seqs) {
+        s.cache->write_rows(l, f(k) + s.offset * Hkv * D, f(v) + s.offset * Hkv * D, s.n);
+        const kernels::AttentionShape shape{s.n, Hq, Hkv, D, s.cache->head_stride()};
+        float* const qs = f(q) + s.offset * Hq * D;
+        float* const os = f(attn) + s.offset * Hq * D;
+        const auto& visible = sliding ? s.visible_local : s.visible;
+        if (s.cache->type() == KVType::F16)
+          kernels::attention(qs, static_cast<const uint16_t*>(s.cache->keys(l)),
+                             static_cast<const uint16_t*>(s.cache->values(l)), shape, visible, scale, os);
+        else
+          kernels::attention(qs, static_cast<const float*>(s.cache->keys(l)),
+                             static_cast<const float*>(s.cache->values(l)), shape, visible, scale, os);
+      }
+      if (c.attn_output_gate)
+        for (int64_t e = 0; e < n * Hq * D; ++e) f(attn)[e] *= 1.0f / (1.0f + std::exp(-f(attn_gate)[e]));
+      linear(attn, l, LayerMatrix::kO, delta);
     }
-    if (c.qk_norm) {
-      // Each head's query and key rows, normed as rows of their own.
-      kernels::rms_norm(f(q), n * Hq, D, w.vector(l, LayerVector::kQNorm), eps, f(head_normed));
-      std::memcpy(f(q), f(head_normed), n * Hq * D * sizeof(float));
-      kernels::rms_norm(f(k), n * Hkv, D, w.vector(l, LayerVector::kKNorm), eps, f(head_normed));
-      std::memcpy(f(k), f(head_normed), n * Hkv * D * sizeof(float));
-    }
-    const bool sliding = c.layer_is_sliding(l);
-    const float* lc = sliding ? f(local_cos) : f(cos);
-    const float* ls = sliding ? f(local_sin) : f(sin);
-    kernels::rope(f(q), n, Hq, D, rotary, lc, ls);
-    kernels::rope(f(k), n, Hkv, D, rotary, lc, ls);
-    for (const Sequence& s : seqs) {
-      s.cache->write_rows(l, f(k) + s.offset * Hkv * D, f(v) + s.offset * Hkv * D, s.n);
-      const kernels::AttentionShape shape{s.n, Hq, Hkv, D, s.cache->head_stride()};
-      float* const qs = f(q) + s.offset * Hq * D;
-      float* const os = f(attn) + s.offset * Hq * D;
-      const auto& visible = sliding ? s.visible_local : s.visible;
-      if (s.cache->type() == KVType::F16)
-        kernels::attention(qs, static_cast<const uint16_t*>(s.cache->keys(l)),
-                           static_cast<const uint16_t*>(s.cache->values(l)), shape, visible, scale, os);
-      else
-        kernels::attention(qs, static_cast<const float*>(s.cache->keys(l)),
-                           static_cast<const float*>(s.cache->values(l)), shape, visible, scale, os);
-    }
-    linear(attn, l, LayerMatrix::kO, delta);
     // Gemma's norms on each branch's output, before its residual add.
     auto branch_norm = [&](LayerVector v) {
       if (!c.post_norms) return;

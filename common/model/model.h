@@ -148,6 +148,12 @@ class Model {
   void set_kv_type(KVType type) { kv_type_ = type; }
   KVType kv_type() const { return kv_type_; }
   KVCache new_cache(int64_t capacity = 0) const;  // 0: max_position_embeddings
+  // With delta-rule layers: how many entries back the caches new_cache()
+  // makes keep recurrent states for a rollback, past their last forward's
+  // rows (RecurrentStates; default kDefaultStateWindow). Each state holds
+  // every such layer's, ModelConfig::ssm_state_floats() floats a layer.
+  void set_state_window(int64_t entries) { state_window_ = entries; }
+  int64_t state_window() const { return state_window_; }
 
   // Appends the new tokens to `cache` and returns the requested logits. On
   // invalid input it throws splitspec::Error and leaves the cache unchanged.
@@ -192,6 +198,7 @@ class Model {
   // What the forward reads its weights from: resident_, or stream_.
   WeightProvider* provider_ = &resident_;
   KVType kv_type_ = KVType::F32;
+  int64_t state_window_ = kDefaultStateWindow;
 };
 
 }  // namespace splitspec

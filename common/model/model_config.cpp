@@ -38,12 +38,16 @@ int64_t integer(const json& j, const char* key, const std::string& source) {
 }  // namespace
 
 int64_t ModelConfig::num_parameters() const {
-  const int64_t attn = hidden_size * head_dim * (2 * num_attention_heads + 2 * num_key_value_heads);
+  const int64_t attn = hidden_size * head_dim * ((attn_output_gate ? 3 : 2) * num_attention_heads + 2 * num_key_value_heads);
   const int64_t mlp = 3 * hidden_size * intermediate_size;
   const int64_t norms = (post_norms ? 4 : 2) * hidden_size + (qk_norm ? 2 * head_dim : 0) +
                         (attention_bias ? head_dim * (num_attention_heads + 2 * num_key_value_heads) : 0);
+  const int64_t delta_rule = hidden_size * (ssm_channels() + 2 * ssm_value_dim() + 2 * ssm_value_heads) +
+                             ssm_channels() * ssm_conv_kernel + 2 * ssm_value_heads + ssm_head_dim;
+  int64_t layers = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) layers += (layer_is_recurrent(l) ? delta_rule : attn) + mlp + norms;
   const int64_t emb = vocab_size * hidden_size;
-  return num_hidden_layers * (attn + mlp + norms) + hidden_size + emb * (tie_word_embeddings ? 1 : 2);
+  return layers + hidden_size + emb * (tie_word_embeddings ? 1 : 2);
 }
 
 void ModelConfig::validate(const std::string& source) const {
@@ -73,6 +77,23 @@ void ModelConfig::validate(const std::string& source) const {
     if (id < 0 || id >= vocab_size) throw Error(source + ": eos_token_id " + std::to_string(id) + " outside the vocabulary");
   if (eos_token_id < -1 || eos_token_id >= vocab_size)
     throw Error(source + ": eos_token_id " + std::to_string(eos_token_id) + " outside the vocabulary");
+  if (!recurrent_layers.empty()) {
+    if (static_cast<int64_t>(recurrent_layers.size()) != num_hidden_layers)
+      throw Error(source + ": " + std::to_string(recurrent_layers.size()) + " layer kinds for " +
+                  std::to_string(num_hidden_layers) + " layers");
+    if (has_recurrent_layers()) {
+      positive(ssm_conv_kernel, "linear_conv_kernel_dim");
+      positive(ssm_key_heads, "linear_num_key_heads");
+      positive(ssm_value_heads, "linear_num_value_heads");
+      positive(ssm_head_dim, "linear_key_head_dim");
+      if (ssm_value_heads % ssm_key_heads != 0)
+        throw Error(source + ": linear_num_value_heads (" + std::to_string(ssm_value_heads) +
+                    ") must be a multiple of linear_num_key_heads (" + std::to_string(ssm_key_heads) + ")");
+      if (ssm_head_dim > kernels::kMaxHeadDim)
+        throw Error(source + ": a delta-rule head of " + std::to_string(ssm_head_dim) + " exceeds the supported " +
+                    std::to_string(kernels::kMaxHeadDim));
+    }
+  }
   if (rotary_dim < 0 || rotary_dim > head_dim || rotary_dim % 2 != 0)
     throw Error(source + ": rotary size " + std::to_string(rotary_dim) + " must be even and at most head_dim " +
                 std::to_string(head_dim));

@@ -81,6 +81,20 @@ struct ModelConfig {
   // The context the file declares when max_position_embeddings was lowered
   // at load to what this process runs (model_context_limit()); 0 when not.
   int64_t declared_context = 0;
+  // Hybrid decoders (Qwen3.5): layer l with recurrent_layers[l] set is a
+  // gated delta-rule layer (linear attention: a short causal convolution
+  // over the projected q, k and v, then a recurrent state per key head of
+  // ssm_head_dim x ssm_head_dim that each token decays and corrects), the
+  // others full attention. Empty: every layer attends.
+  std::vector<uint8_t> recurrent_layers;
+  int64_t ssm_conv_kernel = 0;  // the convolution's taps (it keeps kernel - 1 inputs)
+  int64_t ssm_key_heads = 0;    // query and key heads of a delta-rule layer
+  int64_t ssm_value_heads = 0;  // value heads (a multiple of the key heads), each with a state
+  int64_t ssm_head_dim = 0;     // the size of every such head
+  // The query projection gives each head's query and then a gate of the
+  // same size; the attention's output is multiplied by sigmoid(gate) before
+  // the output projection (Qwen3.5's full-attention layers).
+  bool attn_output_gate = false;
 
   // Parameter count of the model this config describes.
   int64_t num_parameters() const;
@@ -89,6 +103,23 @@ struct ModelConfig {
     return sliding_window_pattern > 0 && sliding_window > 0 && l % sliding_window_pattern < sliding_window_pattern - 1;
   }
   int64_t rotary_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  bool layer_is_recurrent(int64_t l) const {
+    return !recurrent_layers.empty() && recurrent_layers[static_cast<size_t>(l)] != 0;
+  }
+  bool has_recurrent_layers() const {
+    for (uint8_t r : recurrent_layers)
+      if (r) return true;
+    return false;
+  }
+  // A delta-rule layer's sizes: its keys' (and queries'), its values', the
+  // convolution's channels (q, k and v), and the floats one sequence's state
+  // takes after a token (the convolution's last kernel - 1 inputs, then
+  // every value head's state).
+  int64_t ssm_key_dim() const { return ssm_key_heads * ssm_head_dim; }
+  int64_t ssm_value_dim() const { return ssm_value_heads * ssm_head_dim; }
+  int64_t ssm_channels() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
+  int64_t ssm_conv_floats() const { return (ssm_conv_kernel - 1) * ssm_channels(); }
+  int64_t ssm_state_floats() const { return ssm_conv_floats() + ssm_value_heads * ssm_head_dim * ssm_head_dim; }
   // The frequency divisors RoPE uses (Llama 3's, or LongRoPE's by the
   // context), empty for none.
   const std::vector<float>& rope_divisors() const {

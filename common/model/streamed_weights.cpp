@@ -106,10 +106,13 @@ void StreamedWeights::plan_units(const SafetensorsModel& st, const ModelConfig& 
   };
   const int64_t H = c.hidden_size;
   uint64_t largest = 0;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (int m = 0; m < kLayerMatrices; ++m) {
-      const auto lm = static_cast<LayerMatrix>(m);
-      const std::vector<int64_t> shape = layer_matrix_shape(lm, c);
+  unit_at_.assign(static_cast<size_t>(c.num_hidden_layers * kLayerMatrices), -1);
+  int64_t two_layers = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (l == 2) two_layers = static_cast<int64_t>(units_.size());
+    for (LayerMatrix lm : layer_matrices(c, l)) {
+      unit_at_[static_cast<size_t>(l * kLayerMatrices + static_cast<int>(lm))] = static_cast<int64_t>(units_.size());
+      const std::vector<int64_t> shape = layer_matrix_shape(lm, c, l);
       const auto part = fused_part(l, lm, c);
       if (part && !st.has(layer_matrix_name(l, lm))) {
         // A row slice of the fused matrix, read as a unit of its own.
@@ -124,6 +127,9 @@ void StreamedWeights::plan_units(const SafetensorsModel& st, const ModelConfig& 
       }
       largest = std::max(largest, units_.back().raw_bytes);
     }
+  }
+  first_layers_units_ = c.num_hidden_layers > 2 ? two_layers : static_cast<int64_t>(units_.size());
+  head_unit0_ = static_cast<int64_t>(units_.size());
   // LM-head slices no larger than the largest layer matrix, so the head needs
   // no bigger read buffer than the layers do.
   head_is_embed_ = c.tie_word_embeddings;
@@ -154,7 +160,7 @@ void StreamedWeights::plan_units(const SafetensorsModel& st, const ModelConfig& 
   vector_at_.assign(static_cast<size_t>(c.num_hidden_layers * kLayerVectors), -1);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (int v = 0; v < kLayerVectors; ++v)
-      if (const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c)) {
+      if (const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c, l)) {
         vector_at_[l * kLayerVectors + v] = vector_floats_;
         vector_units_.push_back(unit_of(layer_vector_name(l, static_cast<LayerVector>(v)), {size}));
         vector_floats_ += size;
@@ -205,7 +211,7 @@ void StreamedWeights::allocate(const ModelConfig& c) {
       // spent reading the next forward's first layers, and the forward
       // starts on weights already in memory. Never more than the budget has
       // left, and never less than the largest unit.
-      for (int64_t i = 0; i < std::min<int64_t>(2 * kLayerMatrices, units_.size()); ++i)
+      for (int64_t i = 0; i < first_layers_units_; ++i)
         ring += span_of(units_[i].offset, units_[i].raw_bytes);
       const uint64_t used = fixed_bytes_ + buffer_bytes_;
       ring = std::max(std::min(ring, budget > used ? round_down(budget - used, kAlign) : 0), largest_span);
@@ -382,11 +388,11 @@ MatrixRef StreamedWeights::acquire_unit(int64_t index) {
 }
 
 MatrixRef StreamedWeights::acquire(int64_t layer, LayerMatrix m) {
-  return acquire_unit(layer * kLayerMatrices + static_cast<int64_t>(m));
+  return acquire_unit(unit_at_[static_cast<size_t>(layer * kLayerMatrices + static_cast<int64_t>(m))]);
 }
 
 MatrixRef StreamedWeights::acquire_head(int64_t chunk, int64_t* row0, int64_t* rows) {
-  const int64_t index = layers_ * kLayerMatrices + chunk;
+  const int64_t index = head_unit0_ + chunk;
   const MatrixRef m = acquire_unit(index);
   *row0 = units_[index].row0;
   *rows = units_[index].rows;
@@ -449,7 +455,7 @@ void StreamedWeights::embed(const int64_t* ids, int64_t n, float* out) {
     const int64_t id = ids[i];
     float* row = out + i * H;
     if (head_is_embed_) {
-      const Unit& chunk = units_[layers_ * kLayerMatrices + id / units_[layers_ * kLayerMatrices].rows];
+      const Unit& chunk = units_[head_unit0_ + id / units_[head_unit0_].rows];
       if (chunk.resident) {
         dequantize_rows(ref(chunk, chunk.resident, true), id - chunk.row0, id - chunk.row0 + 1, row);
         continue;

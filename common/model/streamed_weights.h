@@ -163,6 +163,11 @@ class StreamedWeights final : public WeightProvider {
   float* vectors_ = nullptr;
   std::vector<int64_t> streamed_;  // indices of the units not resident, forward order
   int64_t head_chunks_ = 0;
+  // units_'s index of layer l's matrix m ([l * kLayerMatrices + m], -1 where
+  // the layer has none), of the head's first chunk, and how many units the
+  // first two layers take.
+  std::vector<int64_t> unit_at_;
+  int64_t head_unit0_ = 0, first_layers_units_ = 0;
   bool head_is_embed_ = false;
   int embed_file_ = 0;
   WType embed_type_ = WType::F32;

@@ -11,6 +11,11 @@ std::string layer_matrix_name(int64_t layer, LayerMatrix m) {
     case LayerMatrix::kK: suffix = "self_attn.k_proj.weight"; break;
     case LayerMatrix::kV: suffix = "self_attn.v_proj.weight"; break;
     case LayerMatrix::kO: suffix = "self_attn.o_proj.weight"; break;
+    case LayerMatrix::kSsmQkv: suffix = "linear_attn.in_proj_qkv.weight"; break;
+    case LayerMatrix::kSsmZ: suffix = "linear_attn.in_proj_z.weight"; break;
+    case LayerMatrix::kSsmBeta: suffix = "linear_attn.in_proj_b.weight"; break;
+    case LayerMatrix::kSsmAlpha: suffix = "linear_attn.in_proj_a.weight"; break;
+    case LayerMatrix::kSsmOut: suffix = "linear_attn.out_proj.weight"; break;
     case LayerMatrix::kGate: suffix = "mlp.gate_proj.weight"; break;
     case LayerMatrix::kUp: suffix = "mlp.up_proj.weight"; break;
     case LayerMatrix::kDown: suffix = "mlp.down_proj.weight"; break;
@@ -18,18 +23,37 @@ std::string layer_matrix_name(int64_t layer, LayerMatrix m) {
   return "model.layers." + std::to_string(layer) + "." + suffix;
 }
 
-std::vector<int64_t> layer_matrix_shape(LayerMatrix m, const ModelConfig& c) {
+std::vector<int64_t> layer_matrix_shape(LayerMatrix m, const ModelConfig& c, int64_t layer) {
   const int64_t H = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const bool recurrent = c.layer_is_recurrent(layer);
   switch (m) {
-    case LayerMatrix::kQ: return {q, H};
+    case LayerMatrix::kQ:
+      if (recurrent) return {};
+      return {c.attn_output_gate ? 2 * q : q, H};
     case LayerMatrix::kK:
-    case LayerMatrix::kV: return {kv, H};
-    case LayerMatrix::kO: return {H, q};
+    case LayerMatrix::kV:
+      if (recurrent) return {};
+      return {kv, H};
+    case LayerMatrix::kO:
+      if (recurrent) return {};
+      return {H, q};
+    case LayerMatrix::kSsmQkv: return recurrent ? std::vector<int64_t>{c.ssm_channels(), H} : std::vector<int64_t>{};
+    case LayerMatrix::kSsmZ: return recurrent ? std::vector<int64_t>{c.ssm_value_dim(), H} : std::vector<int64_t>{};
+    case LayerMatrix::kSsmBeta:
+    case LayerMatrix::kSsmAlpha: return recurrent ? std::vector<int64_t>{c.ssm_value_heads, H} : std::vector<int64_t>{};
+    case LayerMatrix::kSsmOut: return recurrent ? std::vector<int64_t>{H, c.ssm_value_dim()} : std::vector<int64_t>{};
     case LayerMatrix::kGate:
     case LayerMatrix::kUp: return {c.intermediate_size, H};
     case LayerMatrix::kDown: return {H, c.intermediate_size};
   }
   return {};
+}
+
+std::vector<LayerMatrix> layer_matrices(const ModelConfig& c, int64_t layer) {
+  std::vector<LayerMatrix> out;
+  for (int m = 0; m < kLayerMatrices; ++m)
+    if (!layer_matrix_shape(static_cast<LayerMatrix>(m), c, layer).empty()) out.push_back(static_cast<LayerMatrix>(m));
+  return out;
 }
 
 std::string layer_norm_name(int64_t layer, bool post) {
@@ -46,6 +70,10 @@ std::string layer_vector_name(int64_t layer, LayerVector v) {
     case LayerVector::kKNorm: suffix = "self_attn.k_norm.weight"; break;
     case LayerVector::kPostAttnNorm: suffix = "post_attention_norm.weight"; break;
     case LayerVector::kPostFfnNorm: suffix = "post_feedforward_layernorm.weight"; break;
+    case LayerVector::kSsmConv: suffix = "linear_attn.conv1d.weight"; break;
+    case LayerVector::kSsmDtBias: suffix = "linear_attn.dt_bias"; break;
+    case LayerVector::kSsmA: suffix = "linear_attn.A"; break;
+    case LayerVector::kSsmNorm: suffix = "linear_attn.norm.weight"; break;
   }
   return "model.layers." + std::to_string(layer) + "." + suffix;
 }
@@ -76,7 +104,7 @@ std::optional<FusedPart> fused_part(int64_t layer, LayerMatrix m, const ModelCon
     int64_t rows = 0, row0 = -1;
     for (LayerMatrix part : fusion.parts) {
       if (part == m) row0 = rows;
-      rows += layer_matrix_shape(part, c)[0];
+      rows += layer_matrix_shape(part, c, layer)[0];
     }
     if (row0 >= 0) return FusedPart{"model.layers." + std::to_string(layer) + "." + fusion.name, rows, row0};
   }
@@ -86,20 +114,25 @@ std::optional<FusedPart> fused_part(int64_t layer, LayerMatrix m, const ModelCon
 std::map<std::string, FusedPart> fused_parts(const ModelConfig& c) {
   std::map<std::string, FusedPart> fused;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (int m = 0; m < kLayerMatrices; ++m)
-      if (auto part = fused_part(l, static_cast<LayerMatrix>(m), c)) fused[layer_matrix_name(l, static_cast<LayerMatrix>(m))] = *part;
+    for (LayerMatrix m : layer_matrices(c, l))
+      if (auto part = fused_part(l, m, c)) fused[layer_matrix_name(l, m)] = *part;
   return fused;
 }
 
-int64_t layer_vector_size(LayerVector v, const ModelConfig& c) {
+int64_t layer_vector_size(LayerVector v, const ModelConfig& c, int64_t layer) {
+  const bool recurrent = c.layer_is_recurrent(layer);
   switch (v) {
-    case LayerVector::kQBias: return c.attention_bias ? c.num_attention_heads * c.head_dim : 0;
+    case LayerVector::kQBias: return c.attention_bias && !recurrent ? c.num_attention_heads * c.head_dim : 0;
     case LayerVector::kKBias:
-    case LayerVector::kVBias: return c.attention_bias ? c.num_key_value_heads * c.head_dim : 0;
+    case LayerVector::kVBias: return c.attention_bias && !recurrent ? c.num_key_value_heads * c.head_dim : 0;
     case LayerVector::kQNorm:
-    case LayerVector::kKNorm: return c.qk_norm ? c.head_dim : 0;
+    case LayerVector::kKNorm: return c.qk_norm && !recurrent ? c.head_dim : 0;
     case LayerVector::kPostAttnNorm:
     case LayerVector::kPostFfnNorm: return c.post_norms ? c.hidden_size : 0;
+    case LayerVector::kSsmConv: return recurrent ? c.ssm_channels() * c.ssm_conv_kernel : 0;
+    case LayerVector::kSsmDtBias:
+    case LayerVector::kSsmA: return recurrent ? c.ssm_value_heads : 0;
+    case LayerVector::kSsmNorm: return recurrent ? c.ssm_head_dim : 0;
   }
   return 0;
 }

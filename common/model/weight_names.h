@@ -10,27 +10,39 @@
 
 namespace splitspec {
 
-// A decoder layer's matrices, in the order its forward uses them.
-enum class LayerMatrix { kQ, kK, kV, kO, kGate, kUp, kDown };
-constexpr int kLayerMatrices = 7;
+// A decoder layer's matrices, in the order its forward uses them: an
+// attention layer's q, k, v and o, or a delta-rule layer's (Qwen3.5's
+// linear attention: q, k and v for the convolution, the output gate z, beta,
+// alpha, the output), then the MLP's.
+enum class LayerMatrix { kQ, kK, kV, kO, kSsmQkv, kSsmZ, kSsmBeta, kSsmAlpha, kSsmOut, kGate, kUp, kDown };
+constexpr int kLayerMatrices = 12;
 
 // "model.layers.<layer>.self_attn.q_proj.weight", ...
 std::string layer_matrix_name(int64_t layer, LayerMatrix m);
-// [rows, cols] of a layer matrix.
-std::vector<int64_t> layer_matrix_shape(LayerMatrix m, const ModelConfig& c);
+// [rows, cols] of layer l's matrix m; empty where the layer has none (an
+// attention layer has no delta-rule matrices, and a delta-rule layer no
+// attention ones).
+std::vector<int64_t> layer_matrix_shape(LayerMatrix m, const ModelConfig& c, int64_t layer);
+// The matrices layer l has, in LayerMatrix order.
+std::vector<LayerMatrix> layer_matrices(const ModelConfig& c, int64_t layer);
 // "model.layers.<layer>.input_layernorm.weight" (post: post_attention_layernorm).
 std::string layer_norm_name(int64_t layer, bool post);
 
 // A layer's vectors that only some families have: the projections' biases
-// (Qwen2), the per-head query and key norms (Qwen3, Gemma 3), and the norms
-// on the attention's and the MLP's outputs (Gemma 3).
-enum class LayerVector { kQBias, kKBias, kVBias, kQNorm, kKNorm, kPostAttnNorm, kPostFfnNorm };
-constexpr int kLayerVectors = 7;
+// (Qwen2), the per-head query and key norms (Qwen3, Gemma 3), the norms on
+// the attention's and the MLP's outputs (Gemma 3), and a delta-rule layer's
+// convolution taps ([channels][kernel], oldest input first), dt bias, A (as
+// llama.cpp holds it: -exp(A_log)) and the gated norm's gains (Qwen3.5).
+enum class LayerVector {
+  kQBias, kKBias, kVBias, kQNorm, kKNorm, kPostAttnNorm, kPostFfnNorm, kSsmConv, kSsmDtBias, kSsmA, kSsmNorm
+};
+constexpr int kLayerVectors = 11;
 // "model.layers.<layer>.self_attn.q_proj.bias", "....self_attn.q_norm.weight",
-// "....post_attention_norm.weight", "....post_feedforward_layernorm.weight".
+// "....post_attention_norm.weight", "....post_feedforward_layernorm.weight",
+// "....linear_attn.conv1d.weight", ....
 std::string layer_vector_name(int64_t layer, LayerVector v);
-// Its length, or 0 when the family has none.
-int64_t layer_vector_size(LayerVector v, const ModelConfig& c);
+// Layer l's length of it, or 0 when it has none.
+int64_t layer_vector_size(LayerVector v, const ModelConfig& c, int64_t layer);
 
 // Where a family's files hold a layer matrix inside a fused one (its
 // Family::fusions): the fused tensor's name, its rows, and the part's first

@@ -68,7 +68,7 @@ TensorSlot layer_slot(const ModelConfig& c, int64_t layer, LayerMatrix m) {
   if (m == LayerMatrix::kO) kind = TensorSlot::kAttnOut;
   if (m == LayerMatrix::kDown) kind = TensorSlot::kFfnDown;
   const int64_t gqa = c.num_key_value_heads > 0 ? c.num_attention_heads / c.num_key_value_heads : 1;
-  return {kind, layer, c.num_hidden_layers, layer_matrix_shape(m, c)[1], gqa};
+  return {kind, layer, c.num_hidden_layers, layer_matrix_shape(m, c, layer)[1], gqa};
 }
 
 namespace {
@@ -161,6 +161,15 @@ class Digest {
   uint64_t h_ = 0xcbf29ce484222325ull;
 };
 
+// A layer's vector, counted with its size; the delta-rule ones only where
+// the layer has them, so that the digests of models without them stay what
+// they were before those existed.
+void digest_vector(Digest& d, LayerVector v, const std::vector<float>& x) {
+  if (x.empty() && static_cast<int>(v) >= static_cast<int>(LayerVector::kSsmConv)) return;
+  d.add(static_cast<int64_t>(x.size()));
+  d.add(x.data(), x.size() * sizeof(float));
+}
+
 }  // namespace
 
 std::string WeightSet::digest() const {
@@ -181,14 +190,12 @@ std::string WeightSet::digest() const {
   };
   matrix(embed);
   for (const auto& l : layers)
-    for (const MatrixRef& m : l) matrix(m);
+    for (const MatrixRef& m : l)
+      if (m.data) matrix(m);
   matrix(lm_head);
   d.add(norms.data(), norms.size() * sizeof(float));
   for (const auto& l : vectors)
-    for (const auto& v : l) {
-      d.add(static_cast<int64_t>(v.size()));
-      d.add(v.data(), v.size() * sizeof(float));
-    }
+    for (int v = 0; v < kLayerVectors; ++v) digest_vector(d, static_cast<LayerVector>(v), l[v]);
   return d.hex();
 }
 
@@ -210,8 +217,7 @@ std::string source_digest(const ModelConfig& c, const WeightSource& source) {
   const int64_t H = c.hidden_size;
   matrix(kEmbedName, {c.vocab_size, H});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (int m = 0; m < kLayerMatrices; ++m)
-      matrix(layer_matrix_name(l, static_cast<LayerMatrix>(m)), layer_matrix_shape(static_cast<LayerMatrix>(m), c));
+    for (LayerMatrix m : layer_matrices(c, l)) matrix(layer_matrix_name(l, m), layer_matrix_shape(m, c, l));
   matrix(c.tie_word_embeddings ? kEmbedName : kHeadName, {c.vocab_size, H});
   std::vector<float> norms;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
@@ -224,10 +230,9 @@ std::string source_digest(const ModelConfig& c, const WeightSource& source) {
   d.add(norms.data(), norms.size() * sizeof(float));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (int v = 0; v < kLayerVectors; ++v) {
-      const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c);
-      const std::vector<float> x = size ? floats(layer_vector_name(l, static_cast<LayerVector>(v)), size) : std::vector<float>{};
-      d.add(static_cast<int64_t>(x.size()));
-      d.add(x.data(), x.size() * sizeof(float));
+      const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c, l);
+      digest_vector(d, static_cast<LayerVector>(v),
+                    size ? floats(layer_vector_name(l, static_cast<LayerVector>(v)), size) : std::vector<float>{});
     }
   return d.hex();
 }
@@ -308,12 +313,10 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     norm(layer_norm_name(l, false));
     for (int v = 0; v < kLayerVectors; ++v)
-      if (const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c))
+      if (const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c, l))
         w.vectors[l][v] = vector(layer_vector_name(l, static_cast<LayerVector>(v)), size);
-    for (int m = 0; m < kLayerMatrices; ++m) {
-      const auto lm = static_cast<LayerMatrix>(m);
-      w.layers[l][m] = take(layer_matrix_name(l, lm), layer_matrix_shape(lm, c), layer_slot(c, l, lm));
-    }
+    for (LayerMatrix lm : layer_matrices(c, l))
+      w.layers[l][static_cast<int>(lm)] = take(layer_matrix_name(l, lm), layer_matrix_shape(lm, c, l), layer_slot(c, l, lm));
     norm(layer_norm_name(l, true));
   }
   norm(kFinalNormName);
@@ -408,8 +411,9 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
     // A family's fused matrices are written fused, as its Hugging Face files
     // hold them (Phi-3's qkv_proj and gate_up_proj): the parts' rows in turn.
     std::map<std::string, std::vector<int>> fused;
-    for (int m = 0; m < kLayerMatrices; ++m) {
-      const auto part = fused_part(l, static_cast<LayerMatrix>(m), c);
+    for (LayerMatrix lm : layer_matrices(c, l)) {
+      const int m = static_cast<int>(lm);
+      const auto part = fused_part(l, lm, c);
       if (!part) {
         add(layer_matrix_name(l, static_cast<LayerMatrix>(m)), w.layers[l][m],
             matrix_type(w.layers[l][m], layer_slot(c, l, static_cast<LayerMatrix>(m))), true);
@@ -459,10 +463,9 @@ uint64_t stored_weight_bytes(const std::string& dir) {
     add(layer_norm_name(l, false));
     add(layer_norm_name(l, true));
     for (int v = 0; v < kLayerVectors; ++v)
-      if (layer_vector_size(static_cast<LayerVector>(v), c) > 0) add(layer_vector_name(l, static_cast<LayerVector>(v)));
+      if (layer_vector_size(static_cast<LayerVector>(v), c, l) > 0) add(layer_vector_name(l, static_cast<LayerVector>(v)));
     std::set<std::string> fused;
-    for (int m = 0; m < kLayerMatrices; ++m) {
-      const auto lm = static_cast<LayerMatrix>(m);
+    for (LayerMatrix lm : layer_matrices(c, l)) {
       const auto part = fused_part(l, lm, c);
       if (!part || st.has(layer_matrix_name(l, lm))) add(layer_matrix_name(l, lm));
       else if (fused.insert(part->name).second) add(part->name);

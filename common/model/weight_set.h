@@ -41,8 +41,9 @@ struct WeightSet {
     const auto& x = vectors[static_cast<size_t>(l)][static_cast<int>(v)];
     return x.empty() ? nullptr : x.data();
   }
-  // The layer matrices' type (every layer has the same).
-  WType type() const { return layers.empty() ? embed.type : layers[0][0].type; }
+  // The layer matrices' type (every layer has the same): its MLP's gate's,
+  // which every kind of layer has.
+  WType type() const { return layers.empty() ? embed.type : layers[0][static_cast<int>(LayerMatrix::kGate)].type; }
   // Bytes in memory: the matrices at their types (a tied head once) and the
   // norms as fp32.
   uint64_t bytes() const;

@@ -334,6 +334,7 @@ class CudaBackend final : public Backend, public std::enable_shared_from_this<Cu
  private:
   struct Layer {
     std::array<DeviceMatrix, kLayerMatrices> m;
+    const DeviceMatrix& at(LayerMatrix which) const { return m[static_cast<int>(which)]; }
     const float* input_norm = nullptr;
     const float* post_norm = nullptr;
     std::array<const float*, kLayerVectors> vectors{};
@@ -366,6 +367,10 @@ class CudaBackend final : public Backend, public std::enable_shared_from_this<Cu
       throw Error("device cuda: the " + c.architecture +
                   " family (GeGLU, its post norms and sliding-window layers) does not run on the GPU yet; run it with "
                   "--device cpu");
+    if (c.has_recurrent_layers() || c.attn_output_gate)
+      throw Error("device cuda: the " + c.architecture +
+                  " family (gated delta-rule layers, gated attention) does not run on the GPU yet; run it with "
+                  "--device cpu");
     if (c.rotary_dim > 0)
       throw Error("device cuda: partial rotary embeddings (" + std::to_string(c.rotary_dim) + " of " +
                   std::to_string(c.head_dim) + " dims) do not run on the GPU yet; run it with --device cpu");
@@ -388,8 +393,7 @@ class CudaBackend final : public Backend, public std::enable_shared_from_this<Cu
     };
     check(kEmbedName, {c.vocab_size, c.hidden_size});
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-      for (int m = 0; m < kLayerMatrices; ++m)
-        check(layer_matrix_name(l, static_cast<LayerMatrix>(m)), layer_matrix_shape(static_cast<LayerMatrix>(m), c));
+      for (LayerMatrix m : layer_matrices(c, l)) check(layer_matrix_name(l, m), layer_matrix_shape(m, c, l));
     if (!c.tie_word_embeddings) check(kHeadName, {c.vocab_size, c.hidden_size});
   }
 
@@ -429,13 +433,12 @@ class CudaBackend final : public Backend, public std::enable_shared_from_this<Cu
     };
     std::vector<At> at(layers_.size());
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      for (int m = 0; m < kLayerMatrices; ++m)
-        layers_[l].m[m] = take(layer_matrix_name(l, static_cast<LayerMatrix>(m)),
-                               layer_matrix_shape(static_cast<LayerMatrix>(m), c));
+      for (LayerMatrix m : layer_matrices(c, l))
+        layers_[l].m[static_cast<int>(m)] = take(layer_matrix_name(l, m), layer_matrix_shape(m, c, l));
       at[l].input = floats(layer_norm_name(l, false), H, all);
       at[l].post = floats(layer_norm_name(l, true), H, all);
       for (int v = 0; v < kLayerVectors; ++v) {
-        const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c);
+        const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c, l);
         at[l].vectors[v] = size ? static_cast<int64_t>(floats(layer_vector_name(l, static_cast<LayerVector>(v)), size, all)) : -1;
       }
     }
@@ -472,14 +475,14 @@ class CudaBackend final : public Backend, public std::enable_shared_from_this<Cu
     embed_ = make(mix ? tensor_type(type, embed_slot(c)) : type, {c.vocab_size, H});
     layers_.resize(static_cast<size_t>(c.num_hidden_layers));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-      for (int m = 0; m < kLayerMatrices; ++m) {
-        const auto lm = static_cast<LayerMatrix>(m);
-        layers_[l].m[m] = make(mix ? tensor_type(type, layer_slot(c, l, lm)) : type, layer_matrix_shape(lm, c));
-      }
+      for (LayerMatrix lm : layer_matrices(c, l))
+        layers_[l].m[static_cast<int>(lm)] =
+            make(mix ? tensor_type(type, layer_slot(c, l, lm)) : type, layer_matrix_shape(lm, c, l));
     head_ = c.tie_word_embeddings ? embed_ : make(mix ? tensor_type(type, head_slot(c)) : type, {c.vocab_size, H});
     // Norms near 1, then every vector the family has (biases, head norms).
     int64_t floats = (2 * c.num_hidden_layers + 1) * H;
-    for (int v = 0; v < kLayerVectors; ++v) floats += c.num_hidden_layers * layer_vector_size(static_cast<LayerVector>(v), c);
+    // (Every layer alike: check_config refused the hybrid families.)
+    for (int v = 0; v < kLayerVectors; ++v) floats += c.num_hidden_layers * layer_vector_size(static_cast<LayerVector>(v), c, 0);
     vectors_ = DeviceBuffer(static_cast<size_t>(floats) * sizeof(float));
     random_gains(vectors_.as<float>(), floats, 0.1f, ++next, stream_);
     SPLITSPEC_CUDA(cudaStreamSynchronize(stream_));
@@ -495,7 +498,7 @@ class CudaBackend final : public Backend, public std::enable_shared_from_this<Cu
     at += H;
     for (Layer& layer : layers_)
       for (int v = 0; v < kLayerVectors; ++v) {
-        const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c);
+        const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c, 0);
         layer.vectors[v] = size ? base + at : nullptr;
         at += size;
       }
@@ -860,9 +863,9 @@ std::vector<ForwardResult> CudaBackend::forward_batch(const std::vector<Item>& i
         const Layer& layer = layers_[l];
         rms_norm(x, n, H, layer.input_norm, eps, h, stream_);
         prepared_for = nullptr;
-        lin(layer.m[0], h, n, q);
-        lin(layer.m[1], h, n, k);
-        lin(layer.m[2], h, n, v);
+        lin(layer.at(LayerMatrix::kQ), h, n, q);
+        lin(layer.at(LayerMatrix::kK), h, n, k);
+        lin(layer.at(LayerMatrix::kV), h, n, v);
         if (c.attention_bias) {
           add_bias(q, n, Hq * D, layer.vectors[static_cast<int>(LayerVector::kQBias)], stream_);
           add_bias(k, n, Hkv * D, layer.vectors[static_cast<int>(LayerVector::kKBias)], stream_);
@@ -877,15 +880,15 @@ std::vector<ForwardResult> CudaBackend::forward_batch(const std::vector<Item>& i
         rope(k, n, Hkv, D, d_pos, cos, sin, stream_);
         kv_write(shape, l, d_seqs, static_cast<int64_t>(seqs.size()), d_row_seq, k, v, stream_);
         attention(shape, l, d_seqs, d_vis, d_extras, q, scale, len_bound, ws_.attn_partial.get(), attn, stream_);
-        lin(layer.m[3], attn, n, delta);
+        lin(layer.at(LayerMatrix::kO), attn, n, delta);
         add_inplace(x, delta, n * H, stream_);
         rms_norm(x, n, H, layer.post_norm, eps, h, stream_);
         prepared_for = nullptr;
-        lin(layer.m[4], h, n, gate);
-        lin(layer.m[5], h, n, up);
+        lin(layer.at(LayerMatrix::kGate), h, n, gate);
+        lin(layer.at(LayerMatrix::kUp), h, n, up);
         silu_mul(gate, up, n * I, stream_);
         prepared_for = nullptr;
-        lin(layer.m[6], gate, n, delta);
+        lin(layer.at(LayerMatrix::kDown), gate, n, delta);
         add_inplace(x, delta, n * H, stream_);
         const auto slot = tap_slot.find(l);
         if (slot != tap_slot.end()) {

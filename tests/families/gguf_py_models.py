@@ -1,0 +1,147 @@
+"""Random-weight GGUF files of the new families, written by llama.cpp's own
+gguf-py (from its source bundle: scripts/setup_test_material.sh) with its
+tensor names and metadata keys, as its convert_hf_to_gguf.py writes them:
+a file of ours is then never what proves ours right.
+
+  write_qwen35(path, vocab_gguf, gguf_py_dir, seed=..., ...)
+
+The vocabulary comes from one of llama.cpp's models/ggml-vocab-*.gguf
+(every tokenizer.* key copied), so the model tokenizes as the real one.
+"""
+import os
+import sys
+
+# Qwen3.5 in small real proportions: three delta-rule layers to one of full
+# attention, twice as many value heads as key heads (as its 9B and 27B; the
+# order llama.cpp holds them in then matters), RoPE on a quarter of each
+# attention head, one MTP block past the decoder's layers.
+QWEN35_SHAPE = dict(hidden=256, ffn=768, layers=8, heads=4, kv_heads=2, head_dim=128, conv=4,
+                    key_heads=2, value_heads=4, ssm_head=64, nextn=1, context=4096)
+
+
+def _gguf(gguf_py_dir):
+    if gguf_py_dir not in sys.path:
+        sys.path.insert(0, gguf_py_dir)
+    import gguf  # noqa: E402 (llama.cpp's, from its bundle)
+    return gguf
+
+
+def _copy_vocab(gguf, writer, vocab_gguf):
+    """Every tokenizer.* key of the vocabulary file, as it holds them."""
+    reader = gguf.GGUFReader(vocab_gguf)
+    n_vocab = None
+    for field in reader.fields.values():
+        if not field.name.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            sub = field.types[-1]
+            if sub == gguf.GGUFValueType.STRING:
+                value = [bytes(field.parts[i]).decode("utf-8", "surrogateescape") for i in field.data]
+            else:
+                value = [field.parts[i].tolist()[0] for i in field.data]
+            writer.add_array(field.name, value)
+            if field.name == "tokenizer.ggml.tokens":
+                n_vocab = len(value)
+        elif vtype == gguf.GGUFValueType.STRING:
+            writer.add_string(field.name, bytes(field.parts[field.data[0]]).decode("utf-8"))
+        else:
+            writer.add_key_value(field.name, field.parts[field.data[0]].tolist()[0], vtype)
+    return n_vocab
+
+
+def write_qwen35(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None):
+    """A Qwen3.5 (qwen35) file of random F32 weights (norm gains near 1, A
+    negative as -exp(A_log) is). Returns the shape used."""
+    import numpy as np
+    gguf = _gguf(gguf_py_dir)
+    s = dict(QWEN35_SHAPE, **(shape or {}))
+    rng = np.random.default_rng(seed)
+    arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN35]
+    w = gguf.GGUFWriter(path, arch)
+    n_vocab = _copy_vocab(gguf, w, vocab_gguf)
+    H, L, N = s["hidden"], s["layers"], s["nextn"]
+    w.add_context_length(s["context"])
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(s["ffn"])
+    w.add_block_count(L + N)
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv(s["kv_heads"])
+    w.add_key_length(s["head_dim"])
+    w.add_value_length(s["head_dim"])
+    w.add_rope_dimension_count(s["head_dim"] // 4)
+    half = s["head_dim"] // 8
+    w.add_rope_dimension_sections([(half + 2) // 3, (half + 1) // 3, half // 3, 0])
+    w.add_rope_freq_base(10000000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_ssm_conv_kernel(s["conv"])
+    w.add_ssm_state_size(s["ssm_head"])
+    w.add_ssm_group_count(s["key_heads"])
+    w.add_ssm_time_step_rank(s["value_heads"])
+    w.add_ssm_inner_size(s["ssm_head"] * s["value_heads"])
+    recurrent = [(i + 1) % 4 != 0 for i in range(L)]
+    w.add_recurrent_layers(recurrent + [False] * N)
+    w.add_full_attention_interval(4)
+    w.add_nextn_predict_layers(N)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    def mat(rows, cols):
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+
+    def gain(n):
+        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+
+    def t(name, data):
+        w.add_tensor(name, data)
+
+    kd, vd = s["key_heads"] * s["ssm_head"], s["value_heads"] * s["ssm_head"]
+    qd, kvd = s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
+    t("token_embd.weight", mat(n_vocab, H))
+    t("output_norm.weight", gain(H))
+
+    def attention(b):
+        t(f"blk.{b}.attn_q.weight", mat(2 * qd, H))
+        t(f"blk.{b}.attn_k.weight", mat(kvd, H))
+        t(f"blk.{b}.attn_v.weight", mat(kvd, H))
+        t(f"blk.{b}.attn_output.weight", mat(H, qd))
+        t(f"blk.{b}.attn_q_norm.weight", gain(s["head_dim"]))
+        t(f"blk.{b}.attn_k_norm.weight", gain(s["head_dim"]))
+
+    def block(b, rec):
+        t(f"blk.{b}.attn_norm.weight", gain(H))
+        t(f"blk.{b}.post_attention_norm.weight", gain(H))
+        if rec:
+            t(f"blk.{b}.attn_qkv.weight", mat(2 * kd + vd, H))
+            t(f"blk.{b}.attn_gate.weight", mat(vd, H))
+            t(f"blk.{b}.ssm_conv1d.weight", (rng.standard_normal((2 * kd + vd, s["conv"])) * 0.5).astype(np.float32))
+            t(f"blk.{b}.ssm_dt.bias", (rng.standard_normal(s["value_heads"]) * 0.5).astype(np.float32))
+            t(f"blk.{b}.ssm_a", (-np.exp(rng.uniform(0.0, np.log(16.0), s["value_heads"]))).astype(np.float32))
+            t(f"blk.{b}.ssm_beta.weight", mat(s["value_heads"], H))
+            t(f"blk.{b}.ssm_alpha.weight", mat(s["value_heads"], H))
+            t(f"blk.{b}.ssm_norm.weight", gain(s["ssm_head"]))
+            t(f"blk.{b}.ssm_out.weight", mat(H, vd))
+        else:
+            attention(b)
+        t(f"blk.{b}.ffn_gate.weight", mat(s["ffn"], H))
+        t(f"blk.{b}.ffn_up.weight", mat(s["ffn"], H))
+        t(f"blk.{b}.ffn_down.weight", mat(H, s["ffn"]))
+
+    for b in range(L):
+        block(b, recurrent[b])
+    for b in range(L, L + N):
+        block(b, False)
+        t(f"blk.{b}.nextn.eh_proj.weight", mat(H, 2 * H))
+        t(f"blk.{b}.nextn.enorm.weight", gain(H))
+        t(f"blk.{b}.nextn.hnorm.weight", gain(H))
+        t(f"blk.{b}.nextn.shared_head_norm.weight", gain(H))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return s
+
+
+if __name__ == "__main__":
+    # write_qwen35 OUT.gguf VOCAB.gguf GGUF_PY_DIR [SEED]
+    write_qwen35(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 1)
+    print(os.path.getsize(sys.argv[1]))

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Qwen3.5 (qwen35), gated delta-rule layers and gated attention, against llama.cpp.
+
+A random-weight Qwen3.5 in small real proportions (tests/families/
+gguf_py_models.py: three delta-rule layers to one of attention, value heads
+twice the key heads, RoPE on a quarter of a head, an MTP block past the
+decoder) with the real Qwen3.5 vocabulary, written by llama.cpp's own gguf-py,
+F32; then quantized by llama.cpp's quantizer to Q8_0 and Q4_K_M. Each file:
+  - loads in llama.cpp's libllama and in SplitSpec; the prompts tokenize to
+    the same ids in both;
+  - gives logits near llama.cpp's exact path's (F32 KV cache, no flash
+    attention) at every position of each prompt and its greedy continuation:
+    mean NMSE (test-backend-ops' measure) no larger than llama.cpp's own
+    default path's, and the greedy choice agreeing position by position at
+    least as often (quant_files_test.check_file).
+Then, on the F32 target, every mode gives the target alone's greedy tokens:
+local and server verification with a Qwen3.5 draft (itself recurrent, so
+both sides roll back), prompt lookup, and a token tree; and a sampled tree
+crosses the wire.
+
+  qwen35_test.py --bin BUILD/bin --llamacpp BUILD/llamacpp --material BUILD/test-material
+
+Exits 77 (skipped) naming what is missing when llama.cpp's material or NumPy
+is absent (scripts/setup.sh, scripts/setup_test_material.sh).
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from families_test import N_NEW, PROMPTS, SKIP, Runner, free_port  # noqa: E402
+from quant_files_test import check_file  # noqa: E402
+
+MIXES = ["q8_0", "q4_k_m"]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bin", required=True)
+    p.add_argument("--llamacpp", required=True)
+    p.add_argument("--material", required=True)
+    p.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--new", type=int, default=16)
+    p.add_argument("--free-running", action="store_true")
+    a = p.parse_args()
+    gguf_py = os.path.join(a.llamacpp, "src", "gguf-py")
+    vocab = os.path.join(a.llamacpp, "src", "models", "ggml-vocab-qwen35.gguf")
+    for need in (gguf_py, vocab):
+        if not os.path.exists(need):
+            print(f"SKIP: {need} is missing; scripts/setup_test_material.sh provides it")
+            return SKIP
+    try:
+        import numpy  # noqa: F401
+        import yaml  # noqa: F401 (gguf-py's metadata module)
+    except ImportError as e:
+        print(f"SKIP: {e}; scripts/setup.sh installs python3-numpy and python3-yaml")
+        return SKIP
+    from gguf_py_models import write_qwen35
+
+    with tempfile.TemporaryDirectory() as work:
+        r = Runner(a, work)
+        r.build_driver()
+        target = os.path.join(work, "qwen35-f32.gguf")
+        shape = write_qwen35(target, vocab, gguf_py, seed=1)
+        print("shape:", json.dumps(shape), flush=True)
+        texts = PROMPTS[:a.prompts]
+        prompt_ids = []
+        for t in texts:
+            ours = json.loads(r.run([r.splitspec, "tokenize", "--target", target, "--text", t, "--json"]))["ids"]
+            theirs = r.llama(target, "tokenize", t)["ids"]
+            r.check(ours == theirs, f"tokenize {t!r}: {ours} vs llama.cpp's {theirs}")
+            prompt_ids.append(ours)
+
+        print("| file | mix | mean NMSE | llama.cpp default's | max NMSE | default's | greedy = exact's | default's |"
+              " free-running | default's |")
+        print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+        files = [("f32", target)]
+        for mix in MIXES:
+            q = os.path.join(work, f"qwen35-{mix}.gguf")
+            r.run([r.driver, r.bins, target, "quantize", q, mix, "2"])
+            files.append((mix, q))
+        for mix, path in files:
+            line, ok = check_file(r, work, "qwen35", mix, path, prompt_ids, a.new)
+            r.check(ok, f"{mix}: logits and greedy choices as near llama.cpp's exact path as its default path")
+            print(line, flush=True)
+            if path != target:
+                os.remove(path)
+
+        # Every mode gives the target alone's tokens. The draft is a Qwen3.5
+        # too (two layers, another seed): its own states roll back as well.
+        draft = os.path.join(work, "qwen35-draft.gguf")
+        write_qwen35(draft, vocab, gguf_py, seed=2, shape=dict(layers=4, nextn=0))
+        prompt = "The robot arm moves to the left. The robot arm moves to the left. The robot arm"
+        alone = r.ours(target, prompt=prompt)["output_ids"]
+        # The target as its own draft is accepted whole: verification then
+        # commits every row, and the draft's cache rolls back only the bonus.
+        for args in (["--draft", draft, "--drafter", "model"], ["--draft", draft, "--drafter", "model-tree"],
+                     ["--drafter", "pld"], ["--draft", target, "--drafter", "model"]):
+            got = r.ours(target, *args, prompt=prompt)
+            r.check(got["output_ids"] == alone, f"local {' '.join(args[-3:])}: {got['output_ids']} vs {alone}")
+            print(f"local {os.path.basename(args[1]) if len(args) > 2 else ''} {args[-1]}: tau {got['stats']['tau']:.2f}",
+                  flush=True)
+        r.check(got["stats"]["tau"] > 4.5, f"the target as its own draft: tau {got['stats']['tau']}")
+        port = free_port()
+        server = subprocess.Popen([r.server, "--target", target, "--listen", f"127.0.0.1:{port}"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, OMP_NUM_THREADS="1"))
+        try:
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                time.sleep(0.2)
+            remote = ["--server", f"127.0.0.1:{port}", "--tokenizer", target]
+            for args in (["--draft", draft, "--drafter", "model"], ["--draft", draft, "--drafter", "model-tree"],
+                         ["--drafter", "pld"]):
+                cmd = [r.splitspec, "generate", *remote, *args, "--prompt", prompt, "--max-new-tokens", str(N_NEW),
+                       "--ignore-eos", "--json", "--threads", "1"]
+                out = json.loads(r.run(cmd).strip().splitlines()[-1])
+                r.check(out["output_ids"] == alone, f"server {args[-1]}: {out['output_ids']} vs {alone}")
+                print(f"server {args[-1]}: tau {out['stats']['tau']:.2f}", flush=True)
+            cmd = [r.splitspec, "generate", *remote, "--draft", draft, "--drafter", "model-tree", "--prompt", prompt,
+                   "--max-new-tokens", "8", "--temperature", "1.0", "--seed", "3", "--json", "--threads", "1"]
+            out = json.loads(r.run(cmd).strip().splitlines()[-1])
+            r.check(len(out["output_ids"]) == 8, "a sampled tree over the wire")
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        print(f"{r.checks - len(r.failures)} passed, {len(r.failures)} failed")
+        return 1 if r.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
