@@ -23,6 +23,7 @@ Exits 77 (skipped) naming what is missing when llama.cpp's material is absent
 (scripts/setup_test_material.sh provides it).
 """
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -281,6 +282,27 @@ def free_port():
     return port
 
 
+@contextlib.contextmanager
+def serving(r, target):
+    """A splitspec-server on `target` for the block: yields the client's
+    arguments that reach it (--server, --tokenizer)."""
+    port = free_port()
+    server = subprocess.Popen([r.server, "--target", target, "--listen", f"127.0.0.1:{port}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        yield ["--server", f"127.0.0.1:{port}", "--tokenizer", target]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", required=True)
@@ -382,18 +404,7 @@ def main():
             alone = r.ours(target, prompt=prompt)["output_ids"]
             for args in (["--draft", draft, "--drafter", "model"], ["--drafter", "pld"]):
                 r.check(r.ours(target, *args, prompt=prompt)["output_ids"] == alone, f"{name}: local {args[-1]}")
-            port = free_port()
-            server = subprocess.Popen([r.server, "--target", target, "--listen", f"127.0.0.1:{port}"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                      env=dict(os.environ, OMP_NUM_THREADS="1"))
-            try:
-                deadline = time.time() + 60
-                while time.time() < deadline:
-                    with socket.socket() as s:
-                        if s.connect_ex(("127.0.0.1", port)) == 0:
-                            break
-                    time.sleep(0.2)
-                remote = ["--server", f"127.0.0.1:{port}", "--tokenizer", target]
+            with serving(r, target) as remote:
                 for args in (["--draft", draft, "--drafter", "model"], ["--drafter", "lut"]):
                     cmd = [r.splitspec, "generate", *remote, *args, "--prompt", prompt, "--max-new-tokens", str(N_NEW),
                            "--ignore-eos", "--json", "--threads", "1"]
@@ -404,9 +415,6 @@ def main():
                        "--max-new-tokens", "8", "--temperature", "1.0", "--seed", "3", "--json", "--threads", "1"]
                 out = json.loads(r.run(cmd).strip().splitlines()[-1])
                 r.check(len(out["output_ids"]) == 8, f"{name}: a sampled tree over the wire")
-            finally:
-                server.terminate()
-                server.wait(timeout=30)
 
         print(f"{r.checks - len(r.failures)} passed, {len(r.failures)} failed")
         return 1 if r.failures else 0

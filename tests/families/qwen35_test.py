@@ -26,14 +26,11 @@ is absent (scripts/setup.sh, scripts/setup_test_material.sh).
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from families_test import N_NEW, PROMPTS, SKIP, Runner, free_port  # noqa: E402
+from families_test import N_NEW, PROMPTS, SKIP, Runner, serving  # noqa: E402
 from quant_files_test import check_file  # noqa: E402
 
 MIXES = ["q8_0", "q4_k_m"]
@@ -107,18 +104,7 @@ def main():
             print(f"local {os.path.basename(args[1]) if len(args) > 2 else ''} {args[-1]}: tau {got['stats']['tau']:.2f}",
                   flush=True)
         r.check(got["stats"]["tau"] > 4.5, f"the target as its own draft: tau {got['stats']['tau']}")
-        port = free_port()
-        server = subprocess.Popen([r.server, "--target", target, "--listen", f"127.0.0.1:{port}"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                  env=dict(os.environ, OMP_NUM_THREADS="1"))
-        try:
-            deadline = time.time() + 60
-            while time.time() < deadline:
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", port)) == 0:
-                        break
-                time.sleep(0.2)
-            remote = ["--server", f"127.0.0.1:{port}", "--tokenizer", target]
+        with serving(r, target) as remote:
             for args in (["--draft", draft, "--drafter", "model"], ["--draft", draft, "--drafter", "model-tree"],
                          ["--drafter", "pld"]):
                 cmd = [r.splitspec, "generate", *remote, *args, "--prompt", prompt, "--max-new-tokens", str(N_NEW),
@@ -130,9 +116,6 @@ def main():
                    "--max-new-tokens", "8", "--temperature", "1.0", "--seed", "3", "--json", "--threads", "1"]
             out = json.loads(r.run(cmd).strip().splitlines()[-1])
             r.check(len(out["output_ids"]) == 8, "a sampled tree over the wire")
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
         print(f"{r.checks - len(r.failures)} passed, {len(r.failures)} failed")
         return 1 if r.failures else 0
 
