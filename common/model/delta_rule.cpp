@@ -10,21 +10,21 @@ namespace splitspec {
 
 namespace {
 
-float dot(const float* x, const float* y, int64_t n) {
+float delta_dot(const float* x, const float* y, int64_t n) {
   float s = 0.0f;
   for (int64_t i = 0; i < n; ++i) s += x[i] * y[i];
   return s;
 }
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float delta_silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // ggml's softplus: x itself past 20, where log(1 + e^x) rounds to it.
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+float delta_softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 // x / sqrt(sum(x^2) + eps), as llama.cpp's build_gdn_l2_norm and Hugging
 // Face's l2norm.
-void l2_norm(float* x, int64_t n, float eps) {
-  const float inv = 1.0f / std::sqrt(dot(x, x, n) + eps);
+void delta_l2_norm(float* x, int64_t n, float eps) {
+  const float inv = 1.0f / std::sqrt(delta_dot(x, x, n) + eps);
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
@@ -59,7 +59,7 @@ void delta_rule_rows(const ModelConfig& c, const DeltaRuleWeights& w, int64_t n,
       float s = 0.0f;
       for (int64_t j = 0; j + 1 < K; ++j) s += conv_state[j * C + ch] * taps[j];
       s += x[ch] * taps[K - 1];
-      mixed[ch] = silu(s);
+      mixed[ch] = delta_silu(s);
     }
     if (K > 1) {
       std::memmove(conv_state, conv_state + C, static_cast<size_t>((K - 2) * C) * sizeof(float));
@@ -69,8 +69,8 @@ void delta_rule_rows(const ModelConfig& c, const DeltaRuleWeights& w, int64_t n,
     float* const k = mixed.data() + Kd;
     const float* const v = mixed.data() + 2 * Kd;
     for (int64_t h = 0; h < Hk; ++h) {
-      l2_norm(q + h * S, S, eps);
-      l2_norm(k + h * S, S, eps);
+      delta_l2_norm(q + h * S, S, eps);
+      delta_l2_norm(k + h * S, S, eps);
       for (int64_t j = 0; j < S; ++j) q[h * S + j] *= scale;
     }
     float* const o = out + i * Hv * S;
@@ -79,20 +79,20 @@ void delta_rule_rows(const ModelConfig& c, const DeltaRuleWeights& w, int64_t n,
       const float* kh = k + (h % Hk) * S;
       const float* vh = v + h * S;
       const float beta = 1.0f / (1.0f + std::exp(-b[i * Hv + h]));
-      const float decay = std::exp(softplus(alpha[i * Hv + h] + w.dt_bias[h]) * w.a[h]);
+      const float decay = std::exp(delta_softplus(alpha[i * Hv + h] + w.dt_bias[h]) * w.a[h]);
       float* const M = heads + h * S * S;  // row j: value j's weights over the keys
       for (int64_t e = 0; e < S * S; ++e) M[e] *= decay;
-      for (int64_t j = 0; j < S; ++j) d[j] = (vh[j] - dot(M + j * S, kh, S)) * beta;
+      for (int64_t j = 0; j < S; ++j) d[j] = (vh[j] - delta_dot(M + j * S, kh, S)) * beta;
       for (int64_t j = 0; j < S; ++j) {
         float* row = M + j * S;
         for (int64_t e = 0; e < S; ++e) row[e] += kh[e] * d[j];
       }
       float* const oh = o + h * S;
-      for (int64_t j = 0; j < S; ++j) oh[j] = dot(M + j * S, qh, S);
+      for (int64_t j = 0; j < S; ++j) oh[j] = delta_dot(M + j * S, qh, S);
       // The gated RMSNorm.
-      const float inv = 1.0f / std::sqrt(dot(oh, oh, S) / static_cast<float>(S) + eps);
+      const float inv = 1.0f / std::sqrt(delta_dot(oh, oh, S) / static_cast<float>(S) + eps);
       const float* zh = z + i * Hv * S + h * S;
-      for (int64_t j = 0; j < S; ++j) oh[j] = oh[j] * inv * w.norm[j] * silu(zh[j]);
+      for (int64_t j = 0; j < S; ++j) oh[j] = oh[j] * inv * w.norm[j] * delta_silu(zh[j]);
     }
     held = past + i + 1;
     if (save[static_cast<size_t>(i)])

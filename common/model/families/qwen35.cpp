@@ -25,9 +25,9 @@ namespace {
 
 // llama.cpp's own default when a file gives neither the per-layer kinds nor
 // the interval.
-constexpr uint32_t kFullAttentionInterval = 4;
+constexpr uint32_t kQwen35FullAttentionInterval = 4;
 
-void read_gguf(const GgufFile& f, ModelConfig& c) {
+void read_qwen35_gguf(const GgufFile& f, ModelConfig& c) {
   const std::string& path = f.path();
   const std::string k = "qwen35.";
   // block_count counts the MTP blocks stored after the decoder's layers.
@@ -54,13 +54,13 @@ void read_gguf(const GgufFile& f, ModelConfig& c) {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
       c.recurrent_layers[static_cast<size_t>(l)] = v.nums.empty() ? v.bytes[static_cast<size_t>(l)] != 0 : v.nums[static_cast<size_t>(l)] != 0;
   } else {
-    const int64_t interval = gguf_u32(f, k + "full_attention_interval", kFullAttentionInterval);
+    const int64_t interval = gguf_u32(f, k + "full_attention_interval", kQwen35FullAttentionInterval);
     if (interval <= 0) throw Error(path + ": " + k + "full_attention_interval must be positive");
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) c.recurrent_layers[static_cast<size_t>(l)] = (l + 1) % interval != 0;
   }
 }
 
-void write_gguf(const ModelConfig& c, GgufWriter& g, const std::string&) {
+void write_qwen35_gguf(const ModelConfig& c, GgufWriter& g, const std::string&) {
   const std::string k = "qwen35.";
   g.add_u32(k + "ssm.conv_kernel", static_cast<uint32_t>(c.ssm_conv_kernel));
   g.add_u32(k + "ssm.state_size", static_cast<uint32_t>(c.ssm_head_dim));
@@ -78,12 +78,12 @@ void write_gguf(const ModelConfig& c, GgufWriter& g, const std::string&) {
   g.add_i32s(k + "rope.dimension_sections", {(half + 2) / 3, (half + 1) / 3, half / 3, 0});
 }
 
-void refuse_hf(const nlohmann::json&, ModelConfig&, const std::string& source) {
+void refuse_qwen35_hf(const nlohmann::json&, ModelConfig&, const std::string& source) {
   throw Error(source + ": Qwen3.5's Hugging Face directories are not read yet; convert it with llama.cpp's "
               "convert_hf_to_gguf.py and run the GGUF file");
 }
 
-void refuse_write_hf(const ModelConfig&, nlohmann::json&) {
+void refuse_qwen35_hf_write(const ModelConfig&, nlohmann::json&) {
   throw Error("a qwen35 model is not written as a directory yet; keep its GGUF file");
 }
 
@@ -95,10 +95,10 @@ Family qwen35_family() {
   f.hf = {{"Qwen3_5ForCausalLM", "qwen3_5_text", 1e-6, 262144, -1, -1}};
   f.qk_norm = true;
   f.gguf_names = {{"post_attention_layernorm.weight", "post_attention_norm.weight"}};
-  f.read_gguf = read_gguf;
-  f.write_gguf = write_gguf;
-  f.read_hf = refuse_hf;
-  f.write_hf = refuse_write_hf;
+  f.read_gguf = read_qwen35_gguf;
+  f.write_gguf = write_qwen35_gguf;
+  f.read_hf = refuse_qwen35_hf;
+  f.write_hf = refuse_qwen35_hf_write;
   return f;
 }
 
