@@ -340,6 +340,10 @@ void Client::Impl::check_server(const ExtrasRequest& wants, const v1::ServerInfo
   if (o.predraft && info.early_exit_layers().empty())
     throw Error("server " + o.server + " runs no early exits, which pre-drafting (" + label +
                 ") needs (its target ships no early_exits.json, or early_exits is off): drop it (edge-sd)");
+  if (wants.hidden_rows && !info.verdict_hidden_rows())
+    throw Error("server " + o.server + " does not send the target's hidden rows, which drafter " + o.drafter +
+                " reads (its version " + info.version() + ", backend '" + info.backend() +
+                "'): run it with a local target or against a CPU server of this version");
   // Refuse a mismatched pair now rather than decode garbage later.
   if (spec.draft && spec.draft->config().vocab_size != info.vocab_size())
     throw Error("draft " + o.draft_dir + " has vocab_size " + std::to_string(spec.draft->config().vocab_size) +
@@ -434,6 +438,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   spec.vocab_size = impl->vocab;
   spec.hidden_size = impl->target ? impl->target->config().hidden_size : impl->link->info().hidden_size();
   spec.target_dir = local ? model_side_dir(o.target_dir) : std::filesystem::is_directory(tok_path) ? tok_path : "";
+  spec.target_path = local ? o.target_dir : tok_path;
   spec.tokenizer_fingerprint = impl->fingerprint();
   // Built once here so that bad settings fail now, not at the first request.
   const std::unique_ptr<Drafter> probe = impl->drafter.make(spec);

@@ -140,7 +140,7 @@ struct LinkStats {
   double network_rtt_ms = 0;          // mean per round: verify wait minus server time
   int64_t verdict_bytes = 0;          // final verdicts received, serialized
   int64_t verdict_top_k_bytes = 0;    //   of those, the target's top K (the lut drafter asks for them)
-  int64_t verdict_hidden_bytes = 0;   //   of those, the target's hidden state (the recurrent drafter's)
+  int64_t verdict_hidden_bytes = 0;   //   of those, the target's hidden states (the recurrent drafter's; every row an MTP head reads)
   int64_t draft_bytes = 0;            // drafts sent upstream, serialized
   // The server's --emulate-forward-ms (ServerInfo): nonzero, its forward
   // times, and every time measured through it, are emulated.

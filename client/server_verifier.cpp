@@ -24,6 +24,11 @@ void ServerVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOpt
   greedy_ = options.sampling.greedy();
   want_extras_ = extras.any();
   want_hidden_ = extras.hidden;
+  want_rows_ = extras.hidden_rows;
+  if (want_rows_ && !link_.info().verdict_hidden_rows())
+    throw Error(link_.address() + ": the server does not send the target's hidden rows a model's own MTP head drafts "
+                "from (its version " + link_.info().version() + ", backend '" + link_.info().backend() +
+                "'); run the drafter with a local target or a CPU server of this version");
   handler_ = std::move(on_early);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -48,6 +53,7 @@ void ServerVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOpt
   open.mutable_open()->set_early_verdicts(static_cast<bool>(handler_));
   open.mutable_open()->set_verdict_top_k(extras.top_k);
   open.mutable_open()->set_verdict_hidden_state(extras.hidden);
+  open.mutable_open()->set_verdict_hidden_rows(extras.hidden_rows);
   stream_->send(std::move(open));
 }
 
@@ -177,10 +183,13 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
     std::string bad = decode_hidden(v.hidden_state(), link_.info().hidden_size(), r.extras.hidden);
     if (bad.empty() && want_hidden_ && !v.tokens().empty() && r.extras.hidden.empty()) bad = "none was sent";
     if (!bad.empty()) throw link_.error("malformed hidden state in the verdict for round " + std::to_string(round) + ": " + bad);
-    const size_t bytes = v.hidden_state().size();
-    if (bytes > 0)
-      stats_.verdict_hidden_bytes += static_cast<int64_t>(
-          bytes + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(bytes)));
+    bad = decode_hidden_rows(v.hidden_rows(), link_.info().hidden_size(), r.extras.hidden_rows);
+    if (bad.empty() && want_rows_ && !v.tokens().empty() && r.extras.hidden_rows.empty()) bad = "none were sent";
+    if (!bad.empty()) throw link_.error("malformed hidden rows in the verdict for round " + std::to_string(round) + ": " + bad);
+    for (const size_t bytes : {v.hidden_state().size(), v.hidden_rows().size()})
+      if (bytes > 0)
+        stats_.verdict_hidden_bytes += static_cast<int64_t>(
+            bytes + 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(bytes)));
   }
   stats_.target_forwards += 1;
   stats_.verdict_bytes += static_cast<int64_t>(v.ByteSizeLong());

@@ -56,6 +56,7 @@ class ServerVerifier final : public Verifier {
   bool finished_ = false;
   bool want_extras_ = false;
   bool want_hidden_ = false;
+  bool want_rows_ = false;  // hidden rows (a model's own MTP head)
   uint32_t round_ = 0;
   // The last final verdict's draft_hint (0: none): budget() keeps to it, and
   // pre-drafting threads ask budget() too.

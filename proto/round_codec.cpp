@@ -167,24 +167,46 @@ std::string decode_top_k(const v1::RoundVerdict& v, int64_t vocab, std::vector<T
   return "";
 }
 
-void encode_hidden(const std::vector<float>& hidden, v1::RoundVerdict& out) {
-  if (hidden.empty()) return;
-  std::vector<uint16_t> half(hidden.size());
-  kernels::float_to_half(hidden.data(), static_cast<int64_t>(half.size()), half.data());
-  out.mutable_hidden_state()->assign(reinterpret_cast<const char*>(half.data()), half.size() * sizeof(uint16_t));
+namespace {
+
+void to_half(const std::vector<float>& values, std::string& out) {
+  std::vector<uint16_t> half(values.size());
+  kernels::float_to_half(values.data(), static_cast<int64_t>(half.size()), half.data());
+  out.assign(reinterpret_cast<const char*>(half.data()), half.size() * sizeof(uint16_t));
 }
 
-std::string decode_hidden(const std::string& bytes, int64_t hidden_size, std::vector<float>& out) {
+// Half values into `out`: whole rows of `row` values (0: any count); empty,
+// or what is wrong.
+std::string from_half(const std::string& bytes, int64_t row, bool one_row, std::vector<float>& out) {
   out.clear();
   if (bytes.empty()) return "";
+  const size_t row_bytes = static_cast<size_t>(row) * sizeof(uint16_t);
   if (bytes.size() % sizeof(uint16_t) != 0 ||
-      (hidden_size > 0 && bytes.size() != static_cast<size_t>(hidden_size) * sizeof(uint16_t)))
-    return std::to_string(bytes.size()) + " bytes for a hidden size of " + std::to_string(hidden_size);
+      (row > 0 && (one_row ? bytes.size() != row_bytes : bytes.size() % row_bytes != 0)))
+    return std::to_string(bytes.size()) + " bytes for a hidden size of " + std::to_string(row);
   std::vector<uint16_t> half(bytes.size() / sizeof(uint16_t));
   std::memcpy(half.data(), bytes.data(), bytes.size());
   out.resize(half.size());
   kernels::half_to_float(half.data(), static_cast<int64_t>(half.size()), out.data());
   return "";
+}
+
+}  // namespace
+
+void encode_hidden(const std::vector<float>& hidden, v1::RoundVerdict& out) {
+  if (!hidden.empty()) to_half(hidden, *out.mutable_hidden_state());
+}
+
+std::string decode_hidden(const std::string& bytes, int64_t hidden_size, std::vector<float>& out) {
+  return from_half(bytes, hidden_size, true, out);
+}
+
+void encode_hidden_rows(const std::vector<float>& rows, v1::RoundVerdict& out) {
+  if (!rows.empty()) to_half(rows, *out.mutable_hidden_rows());
+}
+
+std::string decode_hidden_rows(const std::string& bytes, int64_t hidden_size, std::vector<float>& out) {
+  return from_half(bytes, hidden_size, false, out);
 }
 
 }  // namespace splitspec

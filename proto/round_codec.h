@@ -36,5 +36,9 @@ std::string decode_top_k(const v1::RoundVerdict& v, int64_t vocab, std::vector<T
 void encode_hidden(const std::vector<float>& hidden, v1::RoundVerdict& out);
 // Into `out`; empty, or why it is not `hidden_size` values (0: not known).
 std::string decode_hidden(const std::string& bytes, int64_t hidden_size, std::vector<float>& out);
+// Hidden rows (VerdictExtras::hidden_rows) the same way, into hidden_rows.
+void encode_hidden_rows(const std::vector<float>& rows, v1::RoundVerdict& out);
+// Into `out`; empty, or why it is not whole rows of `hidden_size` values.
+std::string decode_hidden_rows(const std::string& bytes, int64_t hidden_size, std::vector<float>& out);
 
 }  // namespace splitspec

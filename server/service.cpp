@@ -381,6 +381,8 @@ grpc::ServerUnaryReactor* SplitSpecService::GetInfo(grpc::CallbackServerContext*
   info->set_device(ctx_.device);
   if (ctx_.config.emulate_forward.enabled()) info->set_emulated_forward_ms(ctx_.config.emulate_forward.spec());
   info->set_hidden_size(static_cast<int32_t>(ctx_.target->config().hidden_size));
+  // The CPU backend sends them; a GPU does not yet.
+  info->set_verdict_hidden_rows(ctx_.numerics.backend == "cpu");
   info->set_max_sessions(ctx_.config.max_sessions);
   info->set_version(SPLITSPEC_VERSION);
   {

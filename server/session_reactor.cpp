@@ -131,6 +131,7 @@ class SessionReactor final : public Base, public LimitedStream {
     early_ = o.early_verdicts() && ctx_.exits.has_value();
     extras_.top_k = o.verdict_top_k();
     extras_.hidden = o.verdict_hidden_state();
+    extras_.hidden_rows = o.verdict_hidden_rows();
     spdlog::info("session={} event=open peer={} prompt_tokens={} max_new_tokens={} temperature={}", id_, peer_,
                  o.prompt_ids_size(), o.max_new_tokens(), o.sampling().temperature());
     v1::SessionResponse r;
@@ -210,6 +211,7 @@ class SessionReactor final : public Base, public LimitedStream {
       v->set_exit_layer(static_cast<int32_t>(ctx_.target->config().num_hidden_layers));
       encode_top_k(r.extras.top_k, *v);
       encode_hidden(r.extras.hidden, *v);
+      encode_hidden_rows(r.extras.hidden_rows, *v);
       v1::ServerTimings* t = v->mutable_timings();
       t->set_queue_ms(o.queue_ms);
       t->set_forward_ms(r.forward_ms);

@@ -77,7 +77,9 @@ ForwardRequest TargetDecoder::pending_request(const DraftTree& tree, const Round
   std::vector<int64_t> rows{pending - 1};
   for (int32_t i = 0; i < tree.size(); ++i) rows.push_back(pending + i);
   r.logits_rows = std::move(rows);
-  r.final_hidden = request.extras.hidden;
+  r.final_hidden = request.extras.hidden || request.extras.hidden_rows;
+  if (request.extras.hidden_rows)
+    for (int64_t i = 0; i + 1 < pending; ++i) r.final_hidden_rows.push_back(i);
   r.argmax_only = options_.sampling.greedy() && request.extras.top_k <= 0;
   if (!tree.is_chain()) {
     // The pending tokens are a chain the tree hangs from.
@@ -226,6 +228,14 @@ void TargetDecoder::add_extras(RoundResult& r, const ForwardResult& out, const E
   if (want.hidden && !v.tokens.empty()) {
     const float* row = out.final_hidden.row(verdict_row(v, v.tokens.size() - 1));
     r.extras.hidden.assign(row, row + out.final_hidden.cols());
+  }
+  if (want.hidden_rows) {
+    const Rows& pending = out.final_hidden_rows;
+    r.extras.hidden_rows.assign(pending.data(), pending.data() + pending.rows() * pending.cols());
+    for (size_t i = 0; i < v.tokens.size(); ++i) {
+      const float* row = out.final_hidden.row(verdict_row(v, i));
+      r.extras.hidden_rows.insert(r.extras.hidden_rows.end(), row, row + out.final_hidden.cols());
+    }
   }
 }
 

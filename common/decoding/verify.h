@@ -25,7 +25,11 @@ struct Verdict {
 struct ExtrasRequest {
   int32_t top_k = 0;    // the target's K most probable tokens at each appended token's position
   bool hidden = false;  // the target's final hidden state at the last accepted position
-  bool any() const { return top_k > 0 || hidden; }
+  // The target's final hidden state at every position the round commits a
+  // token after (VerdictExtras::hidden_rows): a model's own MTP head pairs
+  // each with the token that follows it.
+  bool hidden_rows = false;
+  bool any() const { return top_k > 0 || hidden || hidden_rows; }
 };
 
 struct TopK {
@@ -40,6 +44,12 @@ struct VerdictExtras {
   // After the final norm, at the row that produced the last appended token
   // (the last accepted node, or the root): what the LM head reads there.
   std::vector<float> hidden;
+  // After the final norm, [rows, hidden] one after another: at each
+  // committed token the round's forward carried but the last (the prompt's
+  // in round one; none after), then at each row that produced an appended
+  // token (the root's, then the accepted nodes'). Row i is the position
+  // whose successor is the i-th token committed after the forward's first.
+  std::vector<float> hidden_rows;
 };
 
 // `target_logits` is [tree.size()+1, vocab]: row 0 is the target's prediction

@@ -40,6 +40,9 @@ struct DrafterSpec {
   // directory, else the tokenizer's (a head trained for the target ships
   // beside both).
   std::string target_dir;
+  // The local target's file or directory as given, else the tokenizer's: a
+  // drafter reading the model's own heads (mtp) opens it.
+  std::string target_path;
   std::string tokenizer_fingerprint;  // the client's tokenizer's, when it has one
   std::shared_ptr<DrafterState> state = std::make_shared<DrafterState>();
 };

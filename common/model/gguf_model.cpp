@@ -215,6 +215,30 @@ ModelConfig gguf_model_config(const GgufFile& f) {
 }
 
 
+namespace {
+
+WType read_type(const GgufFile& f, const GgufTensor& t) {
+  const auto wt = wtype_of(t.type);
+  if (!wt)
+    throw Error(f.path() + ": tensor '" + t.name + "' is " + ggml_type_name(t.type) +
+                ", which SplitSpec does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, "
+                "Q4_K, Q5_K, Q6_K and IQ4_XS are); requantize the F16 original with llama.cpp's llama-quantize to "
+                "one of the mixes Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, Q6_K, Q8_0 or IQ4_XS");
+  return *wt;
+}
+
+}  // namespace
+
+MatrixRef gguf_tensor_ref(const GgufFile& f, const std::string& gguf_name, const std::vector<int64_t>& shape) {
+  const GgufTensor* t = f.tensor(gguf_name);
+  if (!t) throw Error(f.path() + ": tensor '" + gguf_name + "' is missing");
+  const std::vector<int64_t> want = shape.size() == 2 ? std::vector<int64_t>{shape[1], shape[0]} : shape;
+  if (t->ne != want)
+    throw Error(f.path() + ": tensor '" + gguf_name + "' has shape " + shape_str(t->ne) + " (ggml order), expected " +
+                shape_str(want));
+  return MatrixRef{read_type(f, *t), t->data, shape.size() == 2 ? shape[0] : 1, shape.back()};
+}
+
 WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, std::vector<uint8_t>>& keep) {
   return [&f, &c, &keep, fused = fused_parts(c)](const std::string& name, const std::vector<int64_t>& shape) -> MatrixRef {
     const auto part = fused.find(name);
@@ -228,14 +252,9 @@ WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::ma
     if (t->ne != want)
       throw Error(f.path() + ": tensor '" + gname + "' has shape " + shape_str(t->ne) + " (ggml order), expected " +
                   shape_str(want));
-    const auto wt = wtype_of(t->type);
-    if (!wt)
-      throw Error(f.path() + ": tensor '" + gname + "' is " + ggml_type_name(t->type) +
-                  ", which SplitSpec does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, "
-                  "Q4_K, Q5_K, Q6_K and IQ4_XS are); requantize the F16 original with llama.cpp's llama-quantize to "
-                  "one of the mixes Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, Q6_K, Q8_0 or IQ4_XS");
-    const int64_t rb = row_bytes(*wt, shape.back());
-    MatrixRef m{*wt, static_cast<const uint8_t*>(t->data) + (sliced ? part->second.row0 * rb : 0),
+    const WType wt = read_type(f, *t);
+    const int64_t rb = row_bytes(wt, shape.back());
+    MatrixRef m{wt, static_cast<const uint8_t*>(t->data) + (sliced ? part->second.row0 * rb : 0),
                 shape.size() == 2 ? shape[0] : 1, shape.back()};
     if (const int64_t heads = permuted_heads(name, c)) {
       std::vector<uint8_t>& copy = keep[name];

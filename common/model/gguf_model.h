@@ -23,6 +23,11 @@ ModelConfig gguf_model_config(const GgufFile& f);
 // Tensors by our names. The permuted query and key rows are copied into
 // `keep` (by our name), which must outlive the references.
 WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, std::vector<uint8_t>>& keep);
+// The tensor `gguf_name` of the file as a matrix of `shape` (ours: rows,
+// columns; or a vector's length), in place; throws splitspec::Error naming it
+// when it is missing, of another shape, or of a type we do not read.
+MatrixRef gguf_tensor_ref(const GgufFile& f, const std::string& gguf_name, const std::vector<int64_t>& shape);
+
 // A function dropping the pages of the tensor our matrix `name` came from,
 // once the model holds a copy of it (converted or packed): the file's bytes
 // are then not held twice, at load or after. `f` and `c` must outlive it.

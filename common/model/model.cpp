@@ -300,6 +300,10 @@ std::vector<std::vector<int32_t>> check_forward_request(const ModelConfig& c, co
   if (req.logits_rows)
     for (int64_t r : *req.logits_rows)
       if (r < 0 || r >= n) throw Error("forward: logits row " + std::to_string(r) + " outside the " + std::to_string(n) + " new tokens");
+  for (int64_t r : req.final_hidden_rows)
+    if (r < 0 || r >= n) throw Error("forward: hidden row " + std::to_string(r) + " outside the " + std::to_string(n) + " new tokens");
+  if (!req.inputs.empty() && (req.inputs.rows() != n || req.inputs.cols() != c.hidden_size))
+    throw Error("forward: inputs must be [" + std::to_string(n) + ", " + std::to_string(c.hidden_size) + "]");
   for (int64_t l : req.hidden_layers)
     if (l < 0 || l >= c.num_hidden_layers) throw Error("forward: hidden layer " + std::to_string(l) + " does not exist");
   for (int64_t l : req.tap_layers)
@@ -387,6 +391,9 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     const float s = std::sqrt(static_cast<float>(c.hidden_size));
     for (int64_t i = 0; i < n * c.hidden_size; ++i) x.data()[i] *= s;
   }
+  for (const Sequence& s : seqs)
+    if (!s.req->inputs.empty())
+      std::memcpy(x.row(s.offset), s.req->inputs.data(), static_cast<size_t>(s.n * c.hidden_size) * sizeof(float));
 
   const int64_t H = c.hidden_size, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
   const int64_t I = c.intermediate_size;
@@ -541,6 +548,11 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
       if (seqs[b].req->final_hidden) out[b].final_hidden = normed.slice(first, counts[b]);
     }
     first += counts[b];
+    if (!seqs[b].req->final_hidden_rows.empty()) {
+      std::vector<int64_t> wanted;
+      for (int64_t r : seqs[b].req->final_hidden_rows) wanted.push_back(seqs[b].offset + r);
+      out[b].final_hidden_rows = final_norm_rows(x.select(wanted));
+    }
   }
   // Only now, with nothing left to throw, do the new entries become part of
   // the caches: a forward that fails anywhere leaves every cache as it was.

@@ -52,6 +52,15 @@ struct ForwardRequest {
   // Also return the logits rows' hidden states after the final norm: what
   // the LM head reads (a drafter conditioned on the target reads it too).
   bool final_hidden = false;
+  // The new rows' inputs [n, hidden], taken as they are instead of the
+  // tokens' embedding rows (the tokens still count and are checked): an MTP
+  // block's input is a projection of an embedding and the target's hidden
+  // state. Empty: the embedding.
+  Rows inputs;
+  // Rows (of `tokens`) whose hidden states after the final norm are wanted
+  // without their logits (ForwardResult::final_hidden_rows): a model's own
+  // MTP head reads the target's at every position, the prompt's included.
+  std::vector<int64_t> final_hidden_rows;
   // Only each logits row's argmax (its first maximum) is needed: a backend
   // may answer with ForwardResult::argmax and no logits (a GPU then sends 4
   // bytes a row to the host, not the vocabulary's logits). The CPU returns
@@ -64,6 +73,7 @@ struct ForwardResult {
   std::vector<int32_t> argmax;     // per logits row, where a backend computed it
   std::map<int64_t, Rows> hidden;  // layer -> [n, hidden]
   Rows final_hidden;               // [rows, hidden] when asked for
+  Rows final_hidden_rows;          // [final_hidden_rows.size(), hidden]: the request's final_hidden_rows'
 };
 
 // What every backend's forward checks of a request against a KV store of

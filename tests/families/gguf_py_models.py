@@ -50,9 +50,17 @@ def _copy_vocab(gguf, writer, vocab_gguf):
     return n_vocab
 
 
-def write_qwen35(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None):
+def write_qwen35(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None, planted=False):
     """A Qwen3.5 (qwen35) file of random F32 weights (norm gains near 1, A
-    negative as -exp(A_log) is). Returns the shape used."""
+    negative as -exp(A_log) is). Returns the shape used.
+
+    planted: weights that make the MTP block predict what the target does.
+    Every layer's output projections are zero, so the target's last hidden
+    state is its token's embedding and its next token is a fixed permutation
+    of the current one (its head is the embedding's rows permuted); the MTP
+    block's eh_proj passes the token's normed embedding alone and its own
+    outputs are zero, so it reads the token it is given and predicts the
+    same successor: its drafts should all be accepted."""
     import numpy as np
     gguf = _gguf(gguf_py_dir)
     s = dict(QWEN35_SHAPE, **(shape or {}))
@@ -96,14 +104,24 @@ def write_qwen35(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None):
 
     kd, vd = s["key_heads"] * s["ssm_head"], s["value_heads"] * s["ssm_head"]
     qd, kvd = s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
-    t("token_embd.weight", mat(n_vocab, H))
+    embed = (rng.standard_normal((n_vocab, H)) * (1.0 if planted else scale)).astype(np.float32)
+    t("token_embd.weight", embed)
     t("output_norm.weight", gain(H))
+    if planted:
+        # Row perm[x] of the head is x's embedding: after x comes perm[x].
+        perm = rng.permutation(n_vocab)
+        head = np.empty_like(embed)
+        head[perm] = embed
+        t("output.weight", head)
+
+    def out_mat(rows, cols):
+        return np.zeros((rows, cols), np.float32) if planted else mat(rows, cols)
 
     def attention(b):
         t(f"blk.{b}.attn_q.weight", mat(2 * qd, H))
         t(f"blk.{b}.attn_k.weight", mat(kvd, H))
         t(f"blk.{b}.attn_v.weight", mat(kvd, H))
-        t(f"blk.{b}.attn_output.weight", mat(H, qd))
+        t(f"blk.{b}.attn_output.weight", out_mat(H, qd))
         t(f"blk.{b}.attn_q_norm.weight", gain(s["head_dim"]))
         t(f"blk.{b}.attn_k_norm.weight", gain(s["head_dim"]))
 
@@ -119,18 +137,21 @@ def write_qwen35(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None):
             t(f"blk.{b}.ssm_beta.weight", mat(s["value_heads"], H))
             t(f"blk.{b}.ssm_alpha.weight", mat(s["value_heads"], H))
             t(f"blk.{b}.ssm_norm.weight", gain(s["ssm_head"]))
-            t(f"blk.{b}.ssm_out.weight", mat(H, vd))
+            t(f"blk.{b}.ssm_out.weight", out_mat(H, vd))
         else:
             attention(b)
         t(f"blk.{b}.ffn_gate.weight", mat(s["ffn"], H))
         t(f"blk.{b}.ffn_up.weight", mat(s["ffn"], H))
-        t(f"blk.{b}.ffn_down.weight", mat(H, s["ffn"]))
+        t(f"blk.{b}.ffn_down.weight", out_mat(H, s["ffn"]))
 
     for b in range(L):
         block(b, recurrent[b])
     for b in range(L, L + N):
         block(b, False)
-        t(f"blk.{b}.nextn.eh_proj.weight", mat(H, 2 * H))
+        eh = mat(H, 2 * H)
+        if planted:
+            eh = np.concatenate([np.eye(H, dtype=np.float32), np.zeros((H, H), np.float32)], axis=1)
+        t(f"blk.{b}.nextn.eh_proj.weight", eh)
         t(f"blk.{b}.nextn.enorm.weight", gain(H))
         t(f"blk.{b}.nextn.hnorm.weight", gain(H))
         t(f"blk.{b}.nextn.shared_head_norm.weight", gain(H))

@@ -98,7 +98,7 @@ def main():
         # The target as its own draft is accepted whole: verification then
         # commits every row, and the draft's cache rolls back only the bonus.
         for args in (["--draft", draft, "--drafter", "model"], ["--draft", draft, "--drafter", "model-tree"],
-                     ["--drafter", "pld"], ["--draft", target, "--drafter", "model"]):
+                     ["--drafter", "pld"], ["--drafter", "mtp"], ["--draft", target, "--drafter", "model"]):
             got = r.ours(target, *args, prompt=prompt)
             r.check(got["output_ids"] == alone, f"local {' '.join(args[-3:])}: {got['output_ids']} vs {alone}")
             print(f"local {os.path.basename(args[1]) if len(args) > 2 else ''} {args[-1]}: tau {got['stats']['tau']:.2f}",
@@ -106,7 +106,7 @@ def main():
         r.check(got["stats"]["tau"] > 4.5, f"the target as its own draft: tau {got['stats']['tau']}")
         with serving(r, target) as remote:
             for args in (["--draft", draft, "--drafter", "model"], ["--draft", draft, "--drafter", "model-tree"],
-                         ["--drafter", "pld"]):
+                         ["--drafter", "pld"], ["--drafter", "mtp"]):
                 cmd = [r.splitspec, "generate", *remote, *args, "--prompt", prompt, "--max-new-tokens", str(N_NEW),
                        "--ignore-eos", "--json", "--threads", "1"]
                 out = json.loads(r.run(cmd).strip().splitlines()[-1])
@@ -116,6 +116,26 @@ def main():
                    "--max-new-tokens", "8", "--temperature", "1.0", "--seed", "3", "--json", "--threads", "1"]
             out = json.loads(r.run(cmd).strip().splitlines()[-1])
             r.check(len(out["output_ids"]) == 8, "a sampled tree over the wire")
+        # The model's own MTP block, planted to predict what the target does
+        # (gguf_py_models.write_qwen35(planted=True)): its drafts are
+        # accepted, here and over the wire, where the server sends the
+        # hidden rows it reads in half precision.
+        planted = os.path.join(work, "qwen35-planted.gguf")
+        write_qwen35(planted, vocab, gguf_py, seed=3, planted=True)
+        alone = r.ours(planted, prompt=prompt)["output_ids"]
+        local = r.ours(planted, "--drafter", "mtp", prompt=prompt)
+        r.check(local["output_ids"] == alone, "planted mtp, local: the target's tokens")
+        with serving(r, planted) as remote:
+            cmd = [r.splitspec, "generate", *remote, "--drafter", "mtp", "--prompt", prompt, "--max-new-tokens",
+                   str(N_NEW), "--ignore-eos", "--json", "--threads", "1"]
+            edge = json.loads(r.run(cmd).strip().splitlines()[-1])
+        r.check(edge["output_ids"] == alone, "planted mtp, server: the target's tokens")
+        for where, out in (("local", local), ("server", edge)):
+            st = out["stats"]
+            r.check(st["acceptance_rate"] > 0.9, f"planted mtp, {where}: acceptance {st['acceptance_rate']}")
+            print(f"planted mtp, {where}: acceptance {st['acceptance_rate']:.2f}, tau {st['tau']:.2f}, "
+                  f"hidden rows {st.get('verdict_hidden_bytes', 0) / max(st['rounds'], 1):.0f} bytes a round, "
+                  f"head {st['drafter_counters'].get('mtp_head_bytes', 0) / 2**20:.1f} MiB", flush=True)
         print(f"{r.checks - len(r.failures)} passed, {len(r.failures)} failed")
         return 1 if r.failures else 0
 

@@ -809,6 +809,9 @@ std::vector<ForwardResult> CudaBackend::forward_batch(const std::vector<Item>& i
   for (const Item& it : items) {
     all_logits = all_logits || !it.request->argmax_only;
     any_hidden = any_hidden || it.request->final_hidden;
+    if (!it.request->final_hidden_rows.empty() || !it.request->inputs.empty())
+      throw Error("device cuda: hidden rows without logits and inputs other than embeddings (a model's own MTP "
+                  "head) are not on the GPU yet; run the target with --device cpu");
   }
 
   std::lock_guard<std::mutex> lk(mu_);
