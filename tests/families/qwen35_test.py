@@ -30,10 +30,21 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from families_test import N_NEW, PROMPTS, SKIP, Runner, serving  # noqa: E402
-from quant_files_test import check_file  # noqa: E402
+from families_test import N_NEW, PROMPTS, SKIP, Runner, gguf_token_count, serving  # noqa: E402
+from quant_files_test import NMSE_BAR, check_file  # noqa: E402
 
 MIXES = ["q8_0", "q4_k_m"]
+
+
+def nmse_rows(reference, other, vocab):
+    """The largest test-backend-ops NMSE, sum((o - r)^2) / sum(r^2), over
+    the float32 rows of two files of `vocab`-wide rows."""
+    import numpy
+    r = numpy.fromfile(reference, dtype=numpy.float32).reshape(-1, vocab).astype(numpy.float64)
+    o = numpy.fromfile(other, dtype=numpy.float32).reshape(-1, vocab).astype(numpy.float64)
+    if r.shape != o.shape:
+        return float("inf")
+    return float(max(((o - r) ** 2).sum(axis=1) / (r ** 2).sum(axis=1)))
 
 
 def main():
@@ -88,6 +99,26 @@ def main():
             print(line, flush=True)
             if path != target:
                 os.remove(path)
+
+        # The MTP block against llama.cpp's draft-mtp path: the same prompts,
+        # the target's hidden rows fed alike, GAMMA greedy drafts.
+        mtp_driver = r.build_llama_program("llamacpp_mtp.cpp", "c++")
+        gamma = 4
+        ids_txt, ids_jsonl = os.path.join(work, "mtp.txt"), os.path.join(work, "mtp.jsonl")
+        with open(ids_txt, "w") as f, open(ids_jsonl, "w") as g:
+            for ids in prompt_ids:
+                f.write(",".join(map(str, ids)) + "\n")
+                g.write(json.dumps({"prompt_ids": ids}) + "\n")
+        theirs_bin, ours_bin = os.path.join(work, "mtp-llama.bin"), os.path.join(work, "mtp-ours.bin")
+        theirs = [json.loads(x) for x in r.run([mtp_driver, r.bins, target, str(gamma), ids_txt, theirs_bin]).splitlines()]
+        ours = [json.loads(x) for x in r.run([r.splitspec, "eval", "mtp", "--target", target, "--ids-file", ids_jsonl,
+                                              "--out", ours_bin, "--gamma", str(gamma), "--threads", "1"]).splitlines()]
+        same = sum(o == t for o, t in zip(ours, theirs))
+        r.check(same == len(theirs), f"mtp drafts as llama.cpp's draft-mtp: {same}/{len(theirs)} prompts alike")
+        worst = nmse_rows(theirs_bin, ours_bin, gguf_token_count(target))
+        r.check(worst <= NMSE_BAR, f"mtp logits within test-backend-ops' {NMSE_BAR} of llama.cpp's: worst {worst:.2e}")
+        print(f"mtp vs llama.cpp's draft-mtp: next token and {gamma} drafts alike on {same}/{len(theirs)} prompts; "
+              f"draft logits' worst NMSE {worst:.2e}", flush=True)
 
         # Every mode gives the target alone's tokens. The draft is a Qwen3.5
         # too (two layers, another seed): its own states roll back as well.
