@@ -60,6 +60,18 @@ llama_context* context(llama_model* model, bool mtp, llama_context* other) {
   return ctx;
 }
 
+// Tokens at pos0.., one sequence, the last row's output asked for.
+void fill(llama_batch& b, const std::vector<llama_token>& toks, int pos0) {
+  b.n_tokens = static_cast<int32_t>(toks.size());
+  for (int i = 0; i < b.n_tokens; ++i) {
+    b.token[i] = toks[i];
+    b.pos[i] = pos0 + i;
+    b.n_seq_id[i] = 1;
+    b.seq_id[i][0] = 0;
+    b.logits[i] = i == b.n_tokens - 1;
+  }
+}
+
 int argmax(const float* row, int n) {
   int best = 0;
   for (int v = 1; v < n; ++v)
@@ -99,14 +111,7 @@ int main(int argc, char** argv) {
     llama_memory_clear(llama_get_memory(tgt), true);
     llama_memory_clear(llama_get_memory(dft), true);
     llama_batch b = llama_batch_init(P + 1, 0, 1);
-    b.n_tokens = P;
-    for (int i = 0; i < P; ++i) {
-      b.token[i] = ids[i];
-      b.pos[i] = i;
-      b.n_seq_id[i] = 1;
-      b.seq_id[i][0] = 0;
-      b.logits[i] = i == P - 1;
-    }
+    fill(b, ids, 0);
     if (llama_decode(tgt, b) != 0) die("the target's decode failed");
     const int next = argmax(llama_get_logits_ith(tgt, P - 1), n_vocab);
     // Token q with the target's row q - 1, zeros before the first.
@@ -118,40 +123,25 @@ int main(int argc, char** argv) {
     // draft-mtp's batch carries both tokens and embeddings.
     llama_batch m = llama_batch_init(P + 1, n_embd, 1);
     m.token = static_cast<llama_token*>(std::malloc(sizeof(llama_token) * (P + 1)));
-    auto run = [&](const std::vector<llama_token>& toks, const float* rows, int pos0) {
-      m.n_tokens = static_cast<int32_t>(toks.size());
-      for (int i = 0; i < m.n_tokens; ++i) {
-        m.token[i] = toks[i];
-        m.pos[i] = pos0 + i;
-        m.n_seq_id[i] = 1;
-        m.seq_id[i][0] = 0;
-        m.logits[i] = i == m.n_tokens - 1;
-      }
+    // Decodes `toks` at pos0.. with `rows`; a draft step also writes its
+    // logits and returns its argmax.
+    auto run = [&](const std::vector<llama_token>& toks, const float* rows, int pos0, bool draft) {
+      fill(m, toks, pos0);
       std::memcpy(m.embd, rows, sizeof(float) * n_embd * m.n_tokens);
       if (llama_decode(dft, m) != 0) die("the MTP decode failed");
+      if (!draft) return -1;
       const float* logits = llama_get_logits_ith(dft, m.n_tokens - 1);
       out.write(reinterpret_cast<const char*>(logits), sizeof(float) * n_vocab);
       return argmax(logits, n_vocab);
     };
     // process(): the prompt's pairs; then draft(): the next token with the
     // target's last row, and each draft with the block's own row.
-    {
-      m.n_tokens = P;
-      for (int i = 0; i < P; ++i) {
-        m.token[i] = ids[i];
-        m.pos[i] = i;
-        m.n_seq_id[i] = 1;
-        m.seq_id[i][0] = 0;
-        m.logits[i] = i == P - 1;
-      }
-      std::memcpy(m.embd, h.data(), sizeof(float) * n_embd * P);
-      if (llama_decode(dft, m) != 0) die("the MTP decode failed");
-    }
-    std::vector<int> drafts{run({next}, h.data() + static_cast<size_t>(P) * n_embd, P)};
+    run(ids, h.data(), 0, false);
+    std::vector<int> drafts{run({next}, h.data() + static_cast<size_t>(P) * n_embd, P, true)};
     for (int k = 1; k < gamma; ++k) {
       const float* own_row = llama_get_embeddings_nextn_ith(dft, 0);
       std::vector<float> own(own_row, own_row + n_embd);
-      drafts.push_back(run({drafts.back()}, own.data(), P + k));
+      drafts.push_back(run({drafts.back()}, own.data(), P + k, true));
     }
     std::free(m.token);
     m.token = nullptr;
