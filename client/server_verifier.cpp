@@ -1,5 +1,7 @@
 #include "client/server_verifier.h"
 
+#include <algorithm>
+
 #include <google/protobuf/io/coded_stream.h>
 
 #include "common/util/stopwatch.h"
@@ -54,6 +56,8 @@ void ServerVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOpt
   open.mutable_open()->set_verdict_top_k(extras.top_k);
   open.mutable_open()->set_verdict_hidden_state(extras.hidden);
   open.mutable_open()->set_verdict_hidden_rows(extras.hidden_rows);
+  for (int32_t l : extras.hidden_row_layers) open.mutable_open()->add_verdict_hidden_row_layers(l);
+  row_layers_ = static_cast<int64_t>(extras.hidden_row_layers.size());
   stream_->send(std::move(open));
 }
 
@@ -183,7 +187,8 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
     std::string bad = decode_hidden(v.hidden_state(), link_.info().hidden_size(), r.extras.hidden);
     if (bad.empty() && want_hidden_ && !v.tokens().empty() && r.extras.hidden.empty()) bad = "none was sent";
     if (!bad.empty()) throw link_.error("malformed hidden state in the verdict for round " + std::to_string(round) + ": " + bad);
-    bad = decode_hidden_rows(v.hidden_rows(), link_.info().hidden_size(), r.extras.hidden_rows);
+    bad = decode_hidden_rows(v.hidden_rows(), link_.info().hidden_size() * std::max<int64_t>(1, row_layers_),
+                             r.extras.hidden_rows);
     if (bad.empty() && want_rows_ && !v.tokens().empty() && r.extras.hidden_rows.empty()) bad = "none were sent";
     if (!bad.empty()) throw link_.error("malformed hidden rows in the verdict for round " + std::to_string(round) + ": " + bad);
     for (const size_t bytes : {v.hidden_state().size(), v.hidden_rows().size()})

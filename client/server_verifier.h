@@ -57,6 +57,7 @@ class ServerVerifier final : public Verifier {
   bool want_extras_ = false;
   bool want_hidden_ = false;
   bool want_rows_ = false;  // hidden rows (a model's own MTP head)
+  int64_t row_layers_ = 0;  // layers in each of them (0: the final hidden state)
   uint32_t round_ = 0;
   // The last final verdict's draft_hint (0: none): budget() keeps to it, and
   // pre-drafting threads ask budget() too.

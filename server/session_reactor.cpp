@@ -132,6 +132,13 @@ class SessionReactor final : public Base, public LimitedStream {
     extras_.top_k = o.verdict_top_k();
     extras_.hidden = o.verdict_hidden_state();
     extras_.hidden_rows = o.verdict_hidden_rows();
+    extras_.hidden_row_layers.assign(o.verdict_hidden_row_layers().begin(), o.verdict_hidden_row_layers().end());
+    const int64_t layers = ctx_.target->config().num_hidden_layers;
+    for (int32_t l : extras_.hidden_row_layers)
+      if (l < 1 || l > layers)
+        return invalid("verdict_hidden_row_layers names layer " + std::to_string(l) + ", outside [1, " +
+                       std::to_string(layers) + "]");
+    if (extras_.hidden_row_layers.size() > 8) return invalid("verdict_hidden_row_layers names more than 8 layers");
     spdlog::info("session={} event=open peer={} prompt_tokens={} max_new_tokens={} temperature={}", id_, peer_,
                  o.prompt_ids_size(), o.max_new_tokens(), o.sampling().temperature());
     v1::SessionResponse r;

@@ -14,6 +14,7 @@
 #include "client/local_verifier.h"
 #include "client/round_loop.h"
 #include "common/drafting/model_drafter.h"
+#include "common/drafting/eagle3_head.h"
 #include "common/drafting/mtp_head.h"
 #include "common/early_exit/early_exit_eval.h"
 #include "common/model/model.h"
@@ -42,6 +43,7 @@ struct EvalArgs {
   int64_t windows = 48;
   std::string plot;
   std::string ids_file, out;
+  std::string head;  // eval eagle3: the head's GGUF file
 };
 
 
@@ -254,6 +256,57 @@ int run_mtp(const EvalArgs& a) {
   return 0;
 }
 
+// An EAGLE-3 head's drafts after each sequence, as the eagle3 drafter makes
+// them in its first speculative round but in float: the target's greedy next
+// token, then `gamma` greedy drafts, and each draft step's logits over the
+// target's vocabulary (-inf outside the draft vocabulary; held to
+// llama.cpp's draft-eagle3 by tests/families/eagle3_test.py).
+int run_eagle3(const EvalArgs& a) {
+  set_training_threads(a.threads);
+  auto target = Model::load(a.model_dir);
+  auto head = Eagle3Head::load(a.head, a.model_dir);
+  const std::vector<PromptRecord> records = read_prompt_records(a.ids_file, 0);
+  std::ofstream out(a.out, std::ios::binary);
+  if (!out) throw Error(a.out + ": cannot write the logits");
+  const int64_t H = target->config().hidden_size, L = target->config().num_hidden_layers, V = target->config().vocab_size;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const std::vector<int32_t>& ids = records[i].ids;
+    if (ids.empty()) throw Error(a.ids_file + ": line " + std::to_string(i + 1) + " has no \"prompt_ids\"");
+    const int64_t P = static_cast<int64_t>(ids.size());
+    KVCache cache = target->new_cache(P);
+    ForwardRequest r;
+    r.tokens = ids;
+    r.logits_rows = std::vector<int64_t>{P - 1};
+    for (int64_t q = 0; q < P; ++q) r.final_hidden_rows.push_back(q);
+    for (int32_t l : head->target_layers())
+      if (l < L) r.hidden_layers.push_back(l - 1);
+    const ForwardResult t = target->forward(r, cache);
+    const int32_t next = greedy_token(t.logits.row(0), V);
+    // Each position's three layer inputs side by side.
+    Rows features(P, 3 * H);
+    for (int64_t q = 0; q < P; ++q)
+      for (size_t k = 0; k < 3; ++k) {
+        const int32_t l = head->target_layers()[k];
+        const float* x = l == L ? t.final_hidden_rows.row(q) : t.hidden.at(l - 1).row(q);
+        std::memcpy(features.row(q) + k * H, x, static_cast<size_t>(H) * sizeof(float));
+      }
+    // Entry k reads token k + 1 with g_k.
+    std::vector<int32_t> tokens(ids.begin() + 1, ids.end());
+    tokens.push_back(next);
+    KVCache decoder = head->new_cache();
+    Eagle3Head::Step step = head->forward(tokens, head->fuse(features), decoder);
+    std::vector<int32_t> drafts;
+    for (int32_t k = 0; k < a.speculative.gamma; ++k) {
+      if (k > 0) step = head->forward({drafts.back()}, step.hidden, decoder);
+      out.write(reinterpret_cast<const char*>(step.logits.data()), static_cast<std::streamsize>(V * sizeof(float)));
+      drafts.push_back(greedy_token(step.logits.row(0), V));
+    }
+    std::cout << nlohmann::json{{"next", next}, {"drafts", drafts}}.dump() << std::endl;
+  }
+  if (!out.flush()) throw Error(a.out + ": write failed");
+  return 0;
+}
+
 }  // namespace
 
 Command add_eval_command(CLI::App& app) {
@@ -303,10 +356,21 @@ Command add_eval_command(CLI::App& app) {
   mtp->add_option("--out", a->out, "File to write: each draft step's vocab_size float32s, in order")->required();
   add_speculative_flags(mtp, a->speculative);
   mtp->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
-  return {eval, [a, ppl, ex, lg, mtp]() {
+  CLI::App* e3 = eval->add_subcommand(
+      "eagle3", "An EAGLE-3 head's drafts after token sequences, with each draft step's logits as raw float32 rows");
+  e3->add_option("--target,--model", a->model_dir, "The target's GGUF file")->required();
+  e3->add_option("--head", a->head, "The EAGLE-3 head's GGUF file (llama.cpp's draft-eagle3 layout)")->required();
+  e3->add_option("--ids-file", a->ids_file, "JSONL of {\"prompt_ids\": [ids]}, one sequence a line")
+      ->required()
+      ->check(CLI::ExistingFile);
+  e3->add_option("--out", a->out, "File to write: each draft step's vocab_size float32s, in order")->required();
+  add_speculative_flags(e3, a->speculative);
+  e3->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
+  return {eval, [a, ppl, ex, lg, mtp, e3]() {
             if (ex->parsed()) return run_exits(*a);
             if (lg->parsed()) return run_logits(*a);
             if (mtp->parsed()) return run_mtp(*a);
+            if (e3->parsed()) return run_eagle3(*a);
             return ppl->parsed() ? run_ppl(*a) : run_acceptance(*a);
           }};
 }

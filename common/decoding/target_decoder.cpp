@@ -78,8 +78,16 @@ ForwardRequest TargetDecoder::pending_request(const DraftTree& tree, const Round
   for (int32_t i = 0; i < tree.size(); ++i) rows.push_back(pending + i);
   r.logits_rows = std::move(rows);
   r.final_hidden = request.extras.hidden || request.extras.hidden_rows;
-  if (request.extras.hidden_rows)
+  if (request.extras.hidden_rows) {
     for (int64_t i = 0; i + 1 < pending; ++i) r.final_hidden_rows.push_back(i);
+    const int64_t layers = target_.config().num_hidden_layers;
+    for (int32_t l : request.extras.hidden_row_layers) {
+      if (l < 1 || l > layers)
+        throw Error("hidden rows: layer " + std::to_string(l) + " outside [1, " + std::to_string(layers) +
+                    "] (the input of layer 0, the embedding, is not sent)");
+      if (l < layers) r.hidden_layers.push_back(l - 1);
+    }
+  }
   r.argmax_only = options_.sampling.greedy() && request.extras.top_k <= 0;
   if (!tree.is_chain()) {
     // The pending tokens are a chain the tree hangs from.
@@ -230,11 +238,22 @@ void TargetDecoder::add_extras(RoundResult& r, const ForwardResult& out, const E
     r.extras.hidden.assign(row, row + out.final_hidden.cols());
   }
   if (want.hidden_rows) {
-    const Rows& pending = out.final_hidden_rows;
-    r.extras.hidden_rows.assign(pending.data(), pending.data() + pending.rows() * pending.cols());
+    const int64_t pending = out.final_hidden_rows.rows() + 1, H = out.final_hidden.cols();
+    const int64_t layers = target_.config().num_hidden_layers;
+    std::vector<float>& rows = r.extras.hidden_rows;
+    rows.clear();
+    // Forward row `at`: the final hidden state (`normed`), or the layers' inputs.
+    auto add = [&](int64_t at, const float* normed) {
+      if (want.hidden_row_layers.empty()) rows.insert(rows.end(), normed, normed + H);
+      for (int32_t l : want.hidden_row_layers) {
+        const float* x = l == layers ? normed : out.hidden.at(l - 1).row(at);
+        rows.insert(rows.end(), x, x + H);
+      }
+    };
+    for (int64_t i = 0; i + 1 < pending; ++i) add(i, out.final_hidden_rows.row(i));
     for (size_t i = 0; i < v.tokens.size(); ++i) {
-      const float* row = out.final_hidden.row(verdict_row(v, i));
-      r.extras.hidden_rows.insert(r.extras.hidden_rows.end(), row, row + out.final_hidden.cols());
+      const int64_t row = verdict_row(v, i);  // of the logits rows: the root's, then the nodes'
+      add(row == 0 ? pending - 1 : pending + row - 1, out.final_hidden.row(row));
     }
   }
 }

@@ -29,6 +29,11 @@ struct ExtrasRequest {
   // token after (VerdictExtras::hidden_rows): a model's own MTP head pairs
   // each with the token that follows it.
   bool hidden_rows = false;
+  // With hidden_rows: instead of the final hidden state, the inputs of these
+  // layers (the residual stream entering each; the layer count names the
+  // final hidden state after the final norm), side by side in each row: an
+  // EAGLE-3 head reads three.
+  std::vector<int32_t> hidden_row_layers;
   bool any() const { return top_k > 0 || hidden || hidden_rows; }
 };
 
@@ -49,6 +54,7 @@ struct VerdictExtras {
   // in round one; none after), then at each row that produced an appended
   // token (the root's, then the accepted nodes'). Row i is the position
   // whose successor is the i-th token committed after the forward's first.
+  // With hidden_row_layers, each row is those layers' inputs side by side.
   std::vector<float> hidden_rows;
 };
 

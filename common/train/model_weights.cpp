@@ -104,16 +104,16 @@ ModelWeights float_weights(const Model& model) {
   w.layers.resize(c.num_hidden_layers);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     LayerWeights& lw = w.layers[l];
-    const auto& m = ws.layers[l];
+    auto m = [&](LayerMatrix which) { return matrix(ws.layers[l][static_cast<int>(which)]); };
     lw.input_norm = norm(ws.input_norm(l));
-    lw.q_proj = matrix(m[0]);
-    lw.k_proj = matrix(m[1]);
-    lw.v_proj = matrix(m[2]);
-    lw.o_proj = matrix(m[3]);
+    lw.q_proj = m(LayerMatrix::kQ);
+    lw.k_proj = m(LayerMatrix::kK);
+    lw.v_proj = m(LayerMatrix::kV);
+    lw.o_proj = m(LayerMatrix::kO);
     lw.post_norm = norm(ws.post_norm(l));
-    lw.gate_proj = matrix(m[4]);
-    lw.up_proj = matrix(m[5]);
-    lw.down_proj = matrix(m[6]);
+    lw.gate_proj = m(LayerMatrix::kGate);
+    lw.up_proj = m(LayerMatrix::kUp);
+    lw.down_proj = m(LayerMatrix::kDown);
   }
   w.final_norm = norm(ws.final_norm());
   w.lm_head = c.tie_word_embeddings ? w.embed : matrix(ws.lm_head);

@@ -122,6 +122,7 @@ uint64_t ggml_nbytes(uint32_t type, uint64_t elements) {
     case GgmlType::kQ4_K: return elements / 256 * 144;
     case GgmlType::kQ5_K: return elements / 256 * 176;
     case GgmlType::kQ6_K: return elements / 256 * 210;
+    case GgmlType::kI64: return elements * 8;  // EAGLE-3's d2t
   }
   return 0;
 }

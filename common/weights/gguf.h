@@ -22,7 +22,7 @@ enum class GgufType : uint32_t {
 // ggml's tensor types that SplitSpec reads and writes.
 enum class GgmlType : uint32_t {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ2_K = 10, kQ3_K = 11, kQ4_K = 12,
-  kQ5_K = 13, kQ6_K = 14, kIQ4_NL = 20, kIQ4_XS = 23, kBF16 = 30
+  kQ5_K = 13, kQ6_K = 14, kIQ4_NL = 20, kIQ4_XS = 23, kI64 = 27, kBF16 = 30
 };
 
 // One metadata value: a scalar (in `num`/`str`) or an array of them.

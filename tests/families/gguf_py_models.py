@@ -162,6 +162,150 @@ def write_qwen35(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None, 
     return s
 
 
+# Llama 3 in small proportions, and an EAGLE-3 head for it reading the
+# inputs of three of its layers.
+LLAMA3_SHAPE = dict(hidden=256, ffn=768, layers=6, heads=4, kv_heads=2, context=4096)
+EAGLE3_SHAPE = dict(hidden=256, ffn=512, heads=4, kv_heads=4, layers=(1, 3, 5), draft_vocab=None)
+
+
+def _permute(w, n_head):
+    """llama.cpp's LlamaModel.permute: Hugging Face's rotated halves into
+    its adjacent pairs, for a query or key matrix of n_head heads."""
+    rows = w.shape[0]
+    return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_llama3(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None, planted=False):
+    """A Llama 3-shaped (llama) target of random F32 weights. planted: every
+    layer's output projections zero, so each layer's input is the token's
+    embedding and the next token a fixed permutation of the current one, as
+    write_qwen35's planted target. Returns the shape, the permutation and
+    the embedding."""
+    import numpy as np
+    gguf = _gguf(gguf_py_dir)
+    s = dict(LLAMA3_SHAPE, **(shape or {}))
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA])
+    n_vocab = _copy_vocab(gguf, w, vocab_gguf)
+    H, D = s["hidden"], s["hidden"] // s["heads"]
+    w.add_context_length(s["context"])
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(s["ffn"])
+    w.add_block_count(s["layers"])
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv(s["kv_heads"])
+    w.add_rope_dimension_count(D)
+    w.add_rope_freq_base(500000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    def mat(rows, cols):
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+
+    def gain(n):
+        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+
+    embed = (rng.standard_normal((n_vocab, H)) * (1.0 if planted else scale)).astype(np.float32)
+    w.add_tensor("token_embd.weight", embed)
+    w.add_tensor("output_norm.weight", gain(H))
+    perm = rng.permutation(n_vocab)
+    head = np.empty_like(embed)
+    head[perm] = embed
+    w.add_tensor("output.weight", head if planted else mat(n_vocab, H))
+    kv = s["kv_heads"] * D
+    for b in range(s["layers"]):
+        w.add_tensor(f"blk.{b}.attn_norm.weight", gain(H))
+        w.add_tensor(f"blk.{b}.attn_q.weight", _permute(mat(H, H), s["heads"]))
+        w.add_tensor(f"blk.{b}.attn_k.weight", _permute(mat(kv, H), s["kv_heads"]))
+        w.add_tensor(f"blk.{b}.attn_v.weight", mat(kv, H))
+        w.add_tensor(f"blk.{b}.attn_output.weight", np.zeros((H, H), np.float32) if planted else mat(H, H))
+        w.add_tensor(f"blk.{b}.ffn_norm.weight", gain(H))
+        w.add_tensor(f"blk.{b}.ffn_gate.weight", mat(s["ffn"], H))
+        w.add_tensor(f"blk.{b}.ffn_up.weight", mat(s["ffn"], H))
+        w.add_tensor(f"blk.{b}.ffn_down.weight", np.zeros((H, s["ffn"]), np.float32) if planted else mat(H, s["ffn"]))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return s, perm, embed
+
+
+def write_eagle3(path, vocab_gguf, gguf_py_dir, target_hidden, seed=1, scale=0.02, shape=None, planted=None):
+    """An EAGLE-3 head (eagle3) as llama.cpp's converter writes one: fc over
+    three target layers' inputs, one decoder layer reading [embedding,
+    features], its own head over a reduced draft vocabulary mapped to the
+    target's by d2t (absolute ids, I64); the target's vocabulary, no
+    token_embd (it reads the target's). planted: (permutation, embedding) of
+    write_llama3's planted target: the layer then attends to its own row
+    only and passes its token's normed embedding through, and the head
+    scores each token by its predecessor's embedding, so its drafts are what
+    the target says."""
+    import numpy as np
+    gguf = _gguf(gguf_py_dir)
+    s = dict(EAGLE3_SHAPE, **(shape or {}))
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.EAGLE3])
+    n_vocab = _copy_vocab(gguf, w, vocab_gguf)
+    H, D = s["hidden"], s["hidden"] // s["heads"]
+    nd = s["draft_vocab"] or n_vocab // 4
+    w.add_context_length(4096)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(s["ffn"])
+    w.add_block_count(1)
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv(s["kv_heads"])
+    w.add_rope_dimension_count(D)
+    w.add_rope_freq_base(500000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_target_layers(list(s["layers"]))
+    w.add_target_hidden_size(target_hidden)
+    # Planted: the residual is the features normed (RedHat's variant), so a
+    # chain's own outputs do not pile up in it.
+    w.add_norm_before_residual(planted is not None)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    def mat(rows, cols):
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+
+    def gain(n):
+        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+
+    kv = s["kv_heads"] * D
+    eye = np.concatenate([np.eye(H, dtype=np.float32), np.zeros((H, H), np.float32)], axis=1)
+    w.add_tensor("fc.weight", np.zeros((H, 3 * target_hidden), np.float32) if planted else mat(H, 3 * target_hidden))
+    w.add_tensor("blk.0.attn_norm.weight", np.ones(H, np.float32) if planted else gain(H))
+    w.add_tensor("blk.0.attn_norm_2.weight", np.ones(H, np.float32) if planted else gain(H))
+    w.add_tensor("blk.0.attn_q.weight", _permute(eye * 8.0 if planted else mat(H, 2 * H), s["heads"]))
+    w.add_tensor("blk.0.attn_k.weight", _permute(eye[:kv] * 8.0 if planted else mat(kv, 2 * H), s["kv_heads"]))
+    w.add_tensor("blk.0.attn_v.weight", eye[:kv] if planted else mat(kv, 2 * H))
+    # Planted: ten times the token's embedding, over the residual (the
+    # features: zero from fc, the previous step's output when chaining).
+    w.add_tensor("blk.0.attn_output.weight", np.eye(H, dtype=np.float32) * 10.0 if planted else mat(H, H))
+    w.add_tensor("blk.0.ffn_norm.weight", gain(H))
+    w.add_tensor("blk.0.ffn_gate.weight", mat(s["ffn"], H))
+    w.add_tensor("blk.0.ffn_up.weight", mat(s["ffn"], H))
+    w.add_tensor("blk.0.ffn_down.weight", np.zeros((H, s["ffn"]), np.float32) if planted else mat(H, s["ffn"]))
+    w.add_tensor("output_norm.weight", np.ones(H, np.float32) if planted else gain(H))
+    # The draft vocabulary: nd target ids, absolute (llama.cpp's converter
+    # turns the checkpoint's offsets into them).
+    d2t = np.sort(rng.choice(n_vocab, nd, replace=False)).astype(np.int64)
+    out = mat(nd, H)
+    if planted:
+        perm, embed = planted
+        d2t = rng.permutation(n_vocab).astype(np.int64)
+        # Row i scores the token whose successor is d2t[i].
+        inverse = np.empty_like(perm)
+        inverse[perm] = np.arange(len(perm))
+        out = embed[inverse[d2t]]
+    w.add_tensor("output.weight", out.astype(np.float32))
+    w.add_tensor("d2t", d2t, raw_dtype=gguf.GGMLQuantizationType.I64)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return s
+
+
 if __name__ == "__main__":
     # write_qwen35 OUT.gguf VOCAB.gguf GGUF_PY_DIR [SEED]
     write_qwen35(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 1)
