@@ -1,7 +1,8 @@
 // Exactness under sampling on family targets loaded from GGUF files: a Llama 3
 // target (its RoPE frequency divisors), a Qwen2 target (query, key and value
-// biases) and a Qwen3.5 target (delta-rule layers, whose states roll back;
-// its own MTP block drafting too),
+// biases; an EAGLE-3 head drafting for the Llama 3 one too) and a Qwen3.5
+// target (delta-rule layers, whose states roll back; its own MTP block
+// drafting too),
 // each with a draft of its vocabulary, keep the target's own distribution of
 // the first two tokens in every drafter x verifier pairing.
 // Greedy exactness against llama.cpp with the families' real vocabularies is
@@ -48,6 +49,54 @@ std::string write_family(const TempDir& dir, const std::string& name, const std:
   return path;
 }
 
+// An EAGLE-3 head for a tiny_config target (hidden 32) in llama.cpp's
+// draft-eagle3 layout: random weights, a draft vocabulary of 8 of the 12
+// target ids (d2t), the target's embedding.
+std::string write_eagle3_head(const TempDir& dir, uint64_t seed) {
+  const int64_t H = 32, Q = 32, KV = 16, I = 64, nd = 8;
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  std::vector<std::vector<float>> keep;
+  GgufWriter g;
+  g.add_string("general.architecture", "eagle3");
+  const std::string k = "eagle3.";
+  g.add_u32(k + "embedding_length", H);
+  g.add_u32(k + "feed_forward_length", I);
+  g.add_u32(k + "block_count", 1);
+  g.add_u32(k + "attention.head_count", 4);
+  g.add_u32(k + "attention.head_count_kv", 2);
+  g.add_u32(k + "context_length", 64);
+  g.add_f32(k + "rope.freq_base", 10000.0f);
+  g.add_f32(k + "attention.layer_norm_rms_epsilon", 1e-5f);
+  g.add_i32s(k + "target_layers", {1, 2, 2});  // the second layer's input, the final state twice
+  g.add_u32(k + "target_hidden_size", H);
+  auto tensor = [&](const std::string& name, std::vector<int64_t> ne, bool gain = false) {
+    int64_t n = 1;
+    for (int64_t d : ne) n *= d;
+    keep.emplace_back(static_cast<size_t>(n));
+    for (float& x : keep.back()) x = gain ? 1.0f : normal(rng);
+    g.add_tensor(name, ne, GgmlType::kF32, keep.back().data(), static_cast<uint64_t>(n) * 4);
+  };
+  tensor("fc.weight", {3 * H, H});
+  tensor("blk.0.attn_norm.weight", {H}, true);
+  tensor("blk.0.attn_norm_2.weight", {H}, true);
+  tensor("blk.0.attn_q.weight", {2 * H, Q});
+  tensor("blk.0.attn_k.weight", {2 * H, KV});
+  tensor("blk.0.attn_v.weight", {2 * H, KV});
+  tensor("blk.0.attn_output.weight", {Q, H});
+  tensor("blk.0.ffn_norm.weight", {H}, true);
+  tensor("blk.0.ffn_gate.weight", {H, I});
+  tensor("blk.0.ffn_up.weight", {H, I});
+  tensor("blk.0.ffn_down.weight", {I, H});
+  tensor("output_norm.weight", {H}, true);
+  tensor("output.weight", {H, nd});
+  const std::vector<int64_t> d2t = {0, 2, 3, 5, 6, 8, 9, 11};
+  g.add_tensor("d2t", {nd}, GgmlType::kI64, d2t.data(), d2t.size() * sizeof(int64_t));
+  const std::string path = dir.str("eagle3.gguf");
+  g.write(path);
+  return path;
+}
+
 class FamilySampling : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FamilySampling, EveryDrafterAndVerifierKeepsTheTargetsDistribution) {
@@ -68,19 +117,25 @@ TEST_P(FamilySampling, EveryDrafterAndVerifierKeepsTheTargetsDistribution) {
   uint64_t seed = 40000;
   std::vector<Pairing> pairings{{"model", false}, {"model", true}, {"lut", true}, {"pld", false}};
   if (GetParam() == "qwen35") pairings.insert(pairings.end(), {{"mtp", false}, {"mtp", true}});
+  if (GetParam() == "llama") pairings.insert(pairings.end(), {{"eagle3", false}, {"eagle3", true}});
+  const std::string eagle3 = GetParam() == "llama" ? write_eagle3_head(dir, 33) : "";
   for (const Pairing& p : pairings) {
     SCOPED_TRACE(p.drafter + (p.server ? " on the server" : " here"));
     ClientOptions o;
     o.drafter = p.drafter;
     if (p.drafter == "model") o.draft_dir = draft_path;
     if (p.drafter == "mtp") o.drafter_options["head"] = target_path;
+    if (p.drafter == "eagle3") {
+      o.drafter_options["head"] = eagle3;
+      o.drafter_options["target"] = target_path;
+    }
     auto client = Client::connect(with_verifier(o, p.server ? srv.address : "", target_path));
     int64_t accepted = 0;
     expect_targets_two_token_distribution(*client, *target, prompt, req, 2000, seed += 10000, [&](const Result& r) {
       EXPECT_EQ(r.ids.size(), 2u);
       accepted += r.stats.accepted_tokens;
     });
-    if (p.drafter == "model" || p.drafter == "mtp") {
+    if (p.drafter == "model" || p.drafter == "mtp" || p.drafter == "eagle3") {
       EXPECT_GT(accepted, 0) << "drafts should be accepted sometimes";
     }
   }
