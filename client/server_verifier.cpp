@@ -189,6 +189,8 @@ RoundResult ServerVerifier::verify(const DraftTree& tree, bool early) {
     if (!bad.empty()) throw link_.error("malformed hidden state in the verdict for round " + std::to_string(round) + ": " + bad);
     bad = decode_hidden_rows(v.hidden_rows(), link_.info().hidden_size() * std::max<int64_t>(1, row_layers_),
                              r.extras.hidden_rows);
+    r.extras.hidden_rows_from = v.hidden_rows_from();
+    if (bad.empty() && r.extras.hidden_rows_from < 0) bad = "a negative first position";
     if (bad.empty() && want_rows_ && !v.tokens().empty() && r.extras.hidden_rows.empty()) bad = "none were sent";
     if (!bad.empty()) throw link_.error("malformed hidden rows in the verdict for round " + std::to_string(round) + ": " + bad);
     for (const size_t bytes : {v.hidden_state().size(), v.hidden_rows().size()})

@@ -53,7 +53,11 @@ void ComputeQueue::take_rounds(std::vector<RoundJob>& rounds, std::vector<Chunk>
     if (r > room) {
       // A round that fits a forward of its own waits for the next one; a
       // larger one (a long prompt) fills this one with a chunk of its prefill.
-      const int64_t chunk = r > batching_.max_rows ? std::min(next.decoder->prefill_left(), room) : 0;
+      // A round whose drafter reads the target's rows at every position
+      // (hidden_rows) runs whole: a chunk's rows would not reach it.
+      const int64_t chunk = r > batching_.max_rows && !next.request.extras.hidden_rows
+                                ? std::min(next.decoder->prefill_left(), room)
+                                : 0;
       if (chunk > 0) {
         chunks.push_back(Chunk{std::move(next), chunk});
         jobs_.pop_front();

@@ -219,6 +219,7 @@ class SessionReactor final : public Base, public LimitedStream {
       encode_top_k(r.extras.top_k, *v);
       encode_hidden(r.extras.hidden, *v);
       encode_hidden_rows(r.extras.hidden_rows, *v);
+      v->set_hidden_rows_from(r.extras.hidden_rows_from);
       v1::ServerTimings* t = v->mutable_timings();
       t->set_queue_ms(o.queue_ms);
       t->set_forward_ms(r.forward_ms);

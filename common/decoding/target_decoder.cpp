@@ -194,6 +194,7 @@ std::vector<RoundResult> TargetDecoder::verify_batch(const std::vector<BatchRoun
     TargetDecoder& d = *rounds[i].decoder;
     const auto tv = SteadyClock::now();
     d.forwards_ += 1;
+    if (rounds[i].request->extras.hidden_rows) results[i].extras.hidden_rows_from = pasts[i];
     d.apply_round(results[i], pasts[i]);
     results[i].forward_ms = forward_ms;
     results[i].verify_ms += ms_since(tv);

@@ -56,6 +56,9 @@ struct VerdictExtras {
   // whose successor is the i-th token committed after the forward's first.
   // With hidden_row_layers, each row is those layers' inputs side by side.
   std::vector<float> hidden_rows;
+  // The position of hidden_rows' first row: the round's first forwarded
+  // token's (0 in a generation's first round, or a resumed one's).
+  int64_t hidden_rows_from = 0;
 };
 
 // `target_logits` is [tree.size()+1, vocab]: row 0 is the target's prediction

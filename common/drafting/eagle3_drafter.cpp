@@ -92,15 +92,17 @@ class Eagle3Drafter final : public Drafter {
     next_ = {};
     const int64_t end = static_cast<int64_t>(seq_.size()) - 1;  // entries wanted
     if (end <= have_entries) return;
-    // Row 0 is the position of the round's first forwarded token: the
-    // decoder's next entry.
+    // Row 0 is the position of the round's first forwarded token; entry k
+    // reads position k's row.
+    const int64_t first = o.extras.hidden_rows_from;
     const int64_t n = end - have_entries, have = static_cast<int64_t>(rows.size()) / F;
-    if (n > have)
-      throw Error("drafter eagle3: the verifier sent " + std::to_string(have) + " rows; the round needs " +
-                  std::to_string(n));
+    if (first > have_entries || have_entries - first + n > have)
+      throw Error("drafter eagle3: the verifier sent " + std::to_string(have) + " rows from position " +
+                  std::to_string(first) + "; the round needs positions " + std::to_string(have_entries) + " to " +
+                  std::to_string(end - 1));
     Rows features(n, F);
     half_.resize(static_cast<size_t>(n * F));
-    kernels::float_to_half(rows.data(), n * F, half_.data());
+    kernels::float_to_half(rows.data() + (have_entries - first) * F, n * F, half_.data());
     kernels::half_to_float(half_.data(), n * F, features.data());
     for (int64_t i = 0; i < n * F; ++i)
       if (!std::isfinite(features.data()[i])) throw Error("drafter eagle3: the verifier sent rows that are not finite");

@@ -14,13 +14,19 @@
 // local run drafts exactly what an edge one does.
 //
 // Under sampling each draft is drawn from the block's softmax and carries it
-// as q; greedy drafts are the block's argmax. The first round has no hidden
-// rows yet and drafts nothing.
+// as q; greedy drafts are the block's argmax. With width W > 1 the block
+// branches where it is least sure, at the first draft: its W most probable
+// tokens, each continued greedily to gamma tokens, a tree verified as one
+// (nodes chosen deterministically, so verified as one-hot q, exact under
+// sampling too). The first round has no hidden rows yet and drafts nothing.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <numeric>
 
 #include "common/drafting/drafter_options.h"
 #include "common/drafting/mtp_head.h"
+#include "common/decoding/token_tree.h"
 #include "common/drafting/registry.h"
 #include "common/kernels/kernels.h"
 #include "common/util/error.h"
@@ -31,7 +37,8 @@ namespace {
 
 class MtpDrafter final : public Drafter {
  public:
-  explicit MtpDrafter(std::shared_ptr<const MtpHead> head) : head_(std::move(head)), cache_(head_->new_cache()) {
+  MtpDrafter(std::shared_ptr<const MtpHead> head, int32_t width)
+      : head_(std::move(head)), cache_(head_->new_cache()), width_(width) {
     stats_.drafter_counters["mtp_head_bytes"] = static_cast<double>(head_->weight_bytes());
   }
 
@@ -61,8 +68,57 @@ class MtpDrafter final : public Drafter {
     return s.token;
   }
 
+  // The W most probable tokens of the first draft, each continued greedily,
+  // level by level: a level's nodes go through the block in one forward
+  // under the tree's mask.
+  DraftTree propose_tree(int32_t budget, const std::function<bool()>& stop) {
+    const int64_t V = next_.logits.cols(), H = next_.hidden.cols();
+    const int64_t room = cache_.capacity() - cache_.size();
+    const int32_t depth_limit = static_cast<int32_t>(std::min<int64_t>(params().gamma, room));
+    const int32_t width = std::min<int32_t>(width_, budget);
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    const float* first = next_.logits.row(0);
+    std::partial_sort(order.begin(), order.begin() + width, order.end(),
+                      [&](int32_t a, int32_t b) { return first[a] > first[b] || (first[a] == first[b] && a < b); });
+    DraftTree tree;
+    std::vector<int32_t> level;  // the current level's nodes
+    Rows level_h(width, H);
+    for (int32_t i = 0; i < width; ++i) {
+      level.push_back(tree.size());
+      tree.tokens.push_back(order[static_cast<size_t>(i)]);
+      tree.parents.push_back(-1);
+      std::memcpy(level_h.row(i), next_.hidden.row(0), static_cast<size_t>(H) * sizeof(float));
+    }
+    // Each level's forward gives the next level's tokens.
+    for (int32_t depth = 1; depth < depth_limit && tree.size() + static_cast<int32_t>(level.size()) <= budget; ++depth) {
+      if (stop && stop()) break;
+      const int64_t n = static_cast<int64_t>(level.size()), base = cache_.size();
+      const AttentionMask all = tree_attention_mask(tree.parents, fed_);
+      AttentionMask mask(n, base + n);
+      std::vector<int32_t> tokens;
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(mask.row(i), all.row(level[static_cast<size_t>(i)]), static_cast<size_t>(base + n));
+        tokens.push_back(tree.tokens[static_cast<size_t>(level[static_cast<size_t>(i)])]);
+      }
+      MtpHead::Step step =
+          head_->forward_tree(tokens, level_h, std::vector<int64_t>(static_cast<size_t>(n), fed_ + depth - 1), mask, cache_);
+      stats_.draft_forwards += 1;
+      std::vector<int32_t> next;
+      for (int64_t i = 0; i < n; ++i) {
+        next.push_back(tree.size());
+        tree.tokens.push_back(greedy_token(step.logits.row(i), V));
+        tree.parents.push_back(level[static_cast<size_t>(i)]);
+      }
+      level = std::move(next);
+      level_h = std::move(step.hidden);
+    }
+    return tree;
+  }
+
   DraftTree on_propose(int32_t budget, const std::function<bool()>& stop) override {
     if (next_.logits.empty() || budget < 1) return {};
+    if (width_ > 1) return propose_tree(budget, stop);
     const int32_t k = static_cast<int32_t>(
         std::min<int64_t>({params().gamma, budget, cache_.capacity() - static_cast<int64_t>(seq_.size()) + 1}));
     const int64_t V = next_.logits.cols();
@@ -86,9 +142,12 @@ class MtpDrafter final : public Drafter {
     const std::vector<float>& rows = o.extras.hidden_rows;
     if (rows.size() % static_cast<size_t>(H) != 0)
       throw Error("drafter mtp: the verifier sent hidden rows of another size than the target's " + std::to_string(H));
-    // Row 0 is the position of the round's first forwarded token: the
-    // prompt's first in round one, else the last token committed before.
-    const int64_t first = std::max<int64_t>(fed_ - 1, 0);
+    // Row 0 is the position of the round's first forwarded token (the
+    // prompt's first in round one, else the last token committed before).
+    const int64_t first = o.extras.hidden_rows_from;
+    if (fed_ > 0 && first > fed_ - 1)
+      throw Error("drafter mtp: the verifier's hidden rows start at position " + std::to_string(first) +
+                  "; the block needs position " + std::to_string(fed_ - 1) + "'s");
     seq_.insert(seq_.end(), o.verdict.tokens.begin(), o.verdict.tokens.end());
     const int64_t end = static_cast<int64_t>(seq_.size());
     const int64_t have = static_cast<int64_t>(rows.size()) / H;
@@ -119,6 +178,7 @@ class MtpDrafter final : public Drafter {
 
   std::shared_ptr<const MtpHead> head_;
   KVCache cache_;
+  int32_t width_ = 1;  // branches at the first draft
   std::vector<int32_t> seq_;  // committed tokens
   int64_t fed_ = 0;           // of them, the block's cache holds the first fed_
   MtpHead::Step next_;        // the block's output after the last committed token
@@ -130,7 +190,9 @@ class MtpDrafter final : public Drafter {
 std::unique_ptr<Drafter> make_mtp_drafter(const DrafterSpec& spec) {
   DrafterOptions opt("mtp", spec.options);
   const std::string path = opt.text("head", spec.target_path);
+  const int width = opt.integer("width", 1);
   opt.finish();
+  if (width < 1 || width > 16) throw Error("drafter mtp: width must be in [1, 16], got " + std::to_string(width));
   if (path.empty())
     throw Error("drafter mtp: no model file: give the target's GGUF file (option head), or run it with the target "
                 "local or as the tokenizer");
@@ -145,7 +207,7 @@ std::unique_ptr<Drafter> make_mtp_drafter(const DrafterSpec& spec) {
                   "; the target's is " + std::to_string(spec.hidden_size));
     spec.state->value = std::const_pointer_cast<MtpHead>(head);
   }
-  return std::make_unique<MtpDrafter>(std::static_pointer_cast<const MtpHead>(spec.state->value));
+  return std::make_unique<MtpDrafter>(std::static_pointer_cast<const MtpHead>(spec.state->value), width);
 }
 
 }  // namespace splitspec

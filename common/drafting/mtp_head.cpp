@@ -78,7 +78,7 @@ size_t MtpHead::weight_bytes() const {
   return n;
 }
 
-MtpHead::Step MtpHead::forward(const std::vector<int32_t>& tokens, RowsView hidden, KVCache& cache) const {
+Rows MtpHead::inputs(const std::vector<int32_t>& tokens, RowsView hidden) const {
   const int64_t n = static_cast<int64_t>(tokens.size()), H = target_.hidden_size;
   if (n == 0 || hidden.rows != n || hidden.cols != H)
     throw Error("mtp head: " + std::to_string(n) + " tokens need as many hidden rows of " + std::to_string(H));
@@ -98,11 +98,28 @@ MtpHead::Step MtpHead::forward(const std::vector<int32_t>& tokens, RowsView hidd
     std::memcpy(both.row(i), en.row(i), static_cast<size_t>(H) * sizeof(float));
     std::memcpy(both.row(i) + H, hn.row(i), static_cast<size_t>(H) * sizeof(float));
   }
+  Rows x(n, H);
+  kernels::linear(both.data(), n, eh_proj_, x.data());
+  return x;
+}
+
+MtpHead::Step MtpHead::forward(const std::vector<int32_t>& tokens, RowsView hidden, KVCache& cache) const {
   ForwardRequest r;
   r.tokens = tokens;
-  r.inputs = Rows(n, H);
-  kernels::linear(both.data(), n, eh_proj_, r.inputs.data());
-  r.logits_rows = std::vector<int64_t>{n - 1};
+  r.inputs = inputs(tokens, hidden);
+  r.logits_rows = std::vector<int64_t>{static_cast<int64_t>(tokens.size()) - 1};
+  r.final_hidden = true;
+  ForwardResult out = block_->forward(r, cache);
+  return {std::move(out.logits), std::move(out.final_hidden)};
+}
+
+MtpHead::Step MtpHead::forward_tree(const std::vector<int32_t>& tokens, RowsView hidden, std::vector<int64_t> positions,
+                                    AttentionMask mask, KVCache& cache) const {
+  ForwardRequest r;
+  r.tokens = tokens;
+  r.inputs = inputs(tokens, hidden);
+  r.positions = std::move(positions);
+  r.mask = std::move(mask);
   r.final_hidden = true;
   ForwardResult out = block_->forward(r, cache);
   return {std::move(out.logits), std::move(out.final_hidden)};

@@ -43,8 +43,14 @@ class MtpHead {
     Rows hidden;
   };
   Step forward(const std::vector<int32_t>& tokens, RowsView hidden, KVCache& cache) const;
+  // Nodes of a token tree after the cache's entries, at `positions` under
+  // `mask` (ForwardRequest's): every row's logits [n, vocab] and h' [n, hidden].
+  Step forward_tree(const std::vector<int32_t>& tokens, RowsView hidden, std::vector<int64_t> positions,
+                    AttentionMask mask, KVCache& cache) const;
 
  private:
+  // The block's input rows for tokens and hidden states.
+  Rows inputs(const std::vector<int32_t>& tokens, RowsView hidden) const;
   ModelConfig target_;
   std::shared_ptr<Model> block_;  // one layer; its head is the MTP head
   std::vector<float> eh_floats_;

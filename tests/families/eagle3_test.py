@@ -24,6 +24,7 @@ is absent (scripts/setup.sh, scripts/setup_test_material.sh).
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -97,6 +98,14 @@ def main():
         r.check(worst <= NMSE_BAR, f"eagle3 logits within test-backend-ops' {NMSE_BAR} of llama.cpp's: worst {worst:.2e}")
         print(f"eagle3 vs llama.cpp's draft-eagle3: next token and {gamma} drafts alike on {same}/{len(theirs)} "
               f"prompts; draft logits' worst NMSE {worst:.2e}", flush=True)
+
+        # Refused in one clear line: no head, and a head of another target.
+        for args, want in ((["--drafter", "eagle3"], "option head"),
+                           (["--drafter", "eagle3", "--drafter-option", "head=" + target], "not an EAGLE-3 head")):
+            bad = subprocess.run([r.splitspec, "generate", "--target", target, *args, "--prompt", "hi",
+                                  "--max-new-tokens", "2"], capture_output=True, text=True, timeout=300)
+            r.check(bad.returncode == 1 and want in bad.stderr and bad.stderr.count("\n") == 1,
+                    f"eagle3 {args[-1]}: one clear error, got {bad.returncode} {bad.stderr!r}")
 
         # Every mode gives the target alone's tokens.
         prompt = PROMPTS[2]

@@ -26,6 +26,7 @@ is absent (scripts/setup.sh, scripts/setup_test_material.sh).
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -129,7 +130,8 @@ def main():
         # The target as its own draft is accepted whole: verification then
         # commits every row, and the draft's cache rolls back only the bonus.
         for args in (["--draft", draft, "--drafter", "model"], ["--draft", draft, "--drafter", "model-tree"],
-                     ["--drafter", "pld"], ["--drafter", "mtp"], ["--draft", target, "--drafter", "model"]):
+                     ["--drafter", "pld"], ["--drafter", "mtp"], ["--drafter", "mtp", "--drafter-option", "width=3"],
+                     ["--draft", target, "--drafter", "model"]):
             got = r.ours(target, *args, prompt=prompt)
             r.check(got["output_ids"] == alone, f"local {' '.join(args[-3:])}: {got['output_ids']} vs {alone}")
             print(f"local {os.path.basename(args[1]) if len(args) > 2 else ''} {args[-1]}: tau {got['stats']['tau']:.2f}",
@@ -137,7 +139,7 @@ def main():
         r.check(got["stats"]["tau"] > 4.5, f"the target as its own draft: tau {got['stats']['tau']}")
         with serving(r, target) as remote:
             for args in (["--draft", draft, "--drafter", "model"], ["--draft", draft, "--drafter", "model-tree"],
-                         ["--drafter", "pld"], ["--drafter", "mtp"]):
+                         ["--drafter", "pld"], ["--drafter", "mtp"], ["--drafter", "mtp", "--drafter-option", "width=3"]):
                 cmd = [r.splitspec, "generate", *remote, *args, "--prompt", prompt, "--max-new-tokens", str(N_NEW),
                        "--ignore-eos", "--json", "--threads", "1"]
                 out = json.loads(r.run(cmd).strip().splitlines()[-1])
@@ -147,6 +149,12 @@ def main():
                    "--max-new-tokens", "8", "--temperature", "1.0", "--seed", "3", "--json", "--threads", "1"]
             out = json.loads(r.run(cmd).strip().splitlines()[-1])
             r.check(len(out["output_ids"]) == 8, "a sampled tree over the wire")
+        # A file without an MTP block is refused in one clear line.
+        bad = subprocess.run([r.splitspec, "generate", "--target", draft, "--drafter", "mtp", "--prompt", "hi",
+                              "--max-new-tokens", "2"], capture_output=True, text=True, timeout=300)
+        r.check(bad.returncode == 1 and "no MTP block" in bad.stderr and bad.stderr.count("\n") == 1,
+                f"mtp on a file without an MTP block: one clear error, got {bad.returncode} {bad.stderr!r}")
+
         # The model's own MTP block, planted to predict what the target does
         # (gguf_py_models.write_qwen35(planted=True)): its drafts are
         # accepted, here and over the wire, where the server sends the
@@ -156,6 +164,10 @@ def main():
         alone = r.ours(planted, prompt=prompt)["output_ids"]
         local = r.ours(planted, "--drafter", "mtp", prompt=prompt)
         r.check(local["output_ids"] == alone, "planted mtp, local: the target's tokens")
+        # A tree of three branches at the first draft keeps its first whole.
+        tree = r.ours(planted, "--drafter", "mtp", "--drafter-option", "width=3", prompt=prompt)
+        r.check(tree["output_ids"] == alone and tree["stats"]["tau"] == local["stats"]["tau"],
+                f"planted mtp tree: the target's tokens at the chain's tau ({tree['stats']['tau']})")
         with serving(r, planted) as remote:
             cmd = [r.splitspec, "generate", *remote, "--drafter", "mtp", "--prompt", prompt, "--max-new-tokens",
                    str(N_NEW), "--ignore-eos", "--json", "--threads", "1"]
