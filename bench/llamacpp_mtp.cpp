@@ -14,106 +14,44 @@
 // the target's last row and each draft with the block's own row (its only
 // one), as its draft() does: GAMMA greedy drafts. Prints one JSON line a prompt
 // {"next", "drafts"}; OUT.bin gets each draft step's logits (float32 rows).
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "llama.h"
-
-// llama.cpp's staging API (its src/llama-ext.h), declared as it declares
-// them: C++ functions of libllama.
-LLAMA_API void llama_set_embeddings_nextn(struct llama_context* ctx, bool value, bool masked);
-LLAMA_API float* llama_get_embeddings_nextn_ith(struct llama_context* ctx, int32_t i);
-
-namespace {
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "llamacpp_mtp: %s\n", what.c_str());
-  std::exit(1);
-}
-
-void quiet(enum ggml_log_level level, const char* text, void*) {
-  if (level >= GGML_LOG_LEVEL_ERROR || std::getenv("VERBOSE")) std::fputs(text, stderr);
-}
-
-llama_context* context(llama_model* model, bool mtp, llama_context* other) {
-  llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = 512;
-  cp.n_batch = 512;
-  cp.n_ubatch = 512;
-  cp.n_threads = 1;
-  cp.n_threads_batch = 1;
-  cp.type_k = GGML_TYPE_F32;
-  cp.type_v = GGML_TYPE_F32;
-  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-  if (mtp) {
-    cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
-    cp.n_rs_seq = 0;
-    cp.ctx_other = other;
-  }
-  llama_context* ctx = llama_init_from_model(model, cp);
-  if (!ctx) die("cannot create a context");
-  return ctx;
-}
-
-// Tokens at pos0.., one sequence, the last row's output asked for.
-void fill(llama_batch& b, const std::vector<llama_token>& toks, int pos0) {
-  b.n_tokens = static_cast<int32_t>(toks.size());
-  for (int i = 0; i < b.n_tokens; ++i) {
-    b.token[i] = toks[i];
-    b.pos[i] = pos0 + i;
-    b.n_seq_id[i] = 1;
-    b.seq_id[i][0] = 0;
-    b.logits[i] = i == b.n_tokens - 1;
-  }
-}
-
-int argmax(const float* row, int n) {
-  int best = 0;
-  for (int v = 1; v < n; ++v)
-    if (row[v] > row[best]) best = v;
-  return best;
-}
-
-}  // namespace
+#include "llamacpp_heads.h"
 
 int main(int argc, char** argv) {
-  if (argc != 6) die("usage: llamacpp_mtp BINS MODEL.gguf GAMMA IDS_FILE OUT.bin");
-  llama_log_set(quiet, nullptr);
+  if (argc != 6) heads::die("usage: llamacpp_mtp BINS MODEL.gguf GAMMA IDS_FILE OUT.bin");
+  llama_log_set(heads::quiet, nullptr);
   ggml_backend_load_all_from_path(argv[1]);
   llama_model_params mp = llama_model_default_params();
   mp.load_mtp = true;
   llama_model* model = llama_model_load_from_file(argv[2], mp);
-  if (!model) die("cannot load the model");
-  if (llama_model_n_layer_nextn(model) < 1) die("the model has no MTP block");
+  if (!model) heads::die("cannot load the model");
+  if (llama_model_n_layer_nextn(model) < 1) heads::die("the model has no MTP block");
   const int gamma = std::atoi(argv[3]);
   const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
   const int n_embd = llama_model_n_embd(model);
-  llama_context* tgt = context(model, false, nullptr);
+  llama_context* tgt = heads::context(model, false, nullptr);
   llama_set_embeddings_nextn(tgt, true, false);
-  llama_context* dft = context(model, true, tgt);
+  llama_context* dft = heads::context(model, true, tgt);
   llama_set_embeddings_nextn(dft, true, true);
   std::ifstream in(argv[4]);
   std::ofstream out(argv[5], std::ios::binary);
-  if (!in || !out) die("cannot open the ids file or the output");
+  if (!in || !out) heads::die("cannot open the ids file or the output");
   std::string line;
   while (std::getline(in, line)) {
-    std::vector<llama_token> ids;
-    std::stringstream ss(line);
-    std::string tok;
-    while (std::getline(ss, tok, ',')) ids.push_back(std::atoi(tok.c_str()));
+    const std::vector<llama_token> ids = heads::parse_ids(line);
     if (ids.empty()) continue;
     const int P = static_cast<int>(ids.size());
     llama_memory_clear(llama_get_memory(tgt), true);
     llama_memory_clear(llama_get_memory(dft), true);
     llama_batch b = llama_batch_init(P + 1, 0, 1);
-    fill(b, ids, 0);
-    if (llama_decode(tgt, b) != 0) die("the target's decode failed");
-    const int next = argmax(llama_get_logits_ith(tgt, P - 1), n_vocab);
+    heads::fill(b, ids, 0);
+    if (llama_decode(tgt, b) != 0) heads::die("the target's decode failed");
+    const int next = heads::argmax(llama_get_logits_ith(tgt, P - 1), n_vocab);
     // Token q with the target's row q - 1, zeros before the first.
     std::vector<float> h(static_cast<size_t>(P + 1) * n_embd, 0.0f);
     for (int q = 1; q <= P; ++q)
@@ -126,13 +64,13 @@ int main(int argc, char** argv) {
     // Decodes `toks` at pos0.. with `rows`; a draft step also writes its
     // logits and returns its argmax.
     auto run = [&](const std::vector<llama_token>& toks, const float* rows, int pos0, bool draft) {
-      fill(m, toks, pos0);
+      heads::fill(m, toks, pos0);
       std::memcpy(m.embd, rows, sizeof(float) * n_embd * m.n_tokens);
-      if (llama_decode(dft, m) != 0) die("the MTP decode failed");
+      if (llama_decode(dft, m) != 0) heads::die("the MTP decode failed");
       if (!draft) return -1;
       const float* logits = llama_get_logits_ith(dft, m.n_tokens - 1);
       out.write(reinterpret_cast<const char*>(logits), sizeof(float) * n_vocab);
-      return argmax(logits, n_vocab);
+      return heads::argmax(logits, n_vocab);
     };
     // process(): the prompt's pairs; then draft(): the next token with the
     // target's last row, and each draft with the block's own row.

@@ -50,31 +50,14 @@ class Eagle3Drafter final : public Drafter {
     next_ = {};
   }
 
-  int32_t choose(const float* logits, int64_t vocab, std::vector<Distribution>& qs) {
-    const SamplingParams& sampling = params().sampling;
-    if (sampling.greedy()) return greedy_token(logits, vocab);
-    Sample s = sample(logits, vocab, sampling, rng());
-    qs.push_back(std::move(s.q));
-    return s.token;
-  }
 
   DraftTree on_propose(int32_t budget, const std::function<bool()>& stop) override {
     if (next_.logits.empty() || budget < 1) return {};
     const int32_t k = static_cast<int32_t>(
         std::min<int64_t>({params().gamma, budget, cache_.capacity() - cache_.size() + 1}));
-    const int64_t V = next_.logits.cols();
-    std::vector<int32_t> tokens;
-    std::vector<Distribution> qs;
-    tokens.push_back(choose(next_.logits.row(0), V, qs));
-    Rows g = next_.hidden;
-    for (int32_t i = 1; i < k; ++i) {
-      if (stop && stop()) break;
-      Eagle3Head::Step step = head_->forward({tokens.back()}, g, cache_);
-      tokens.push_back(choose(step.logits.row(0), V, qs));
-      g = std::move(step.hidden);
-      stats_.draft_forwards += 1;
-    }
-    return DraftTree::chain(std::move(tokens), std::move(qs));
+    return chain_from_head(
+        next_, k, params().sampling, rng(),
+        [&](int32_t token, const Rows& g) { return head_->forward({token}, g, cache_); }, stop, stats_.draft_forwards);
   }
 
   void on_accept(const RoundOutcome& o) override {

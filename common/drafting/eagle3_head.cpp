@@ -17,16 +17,6 @@
 
 namespace splitspec {
 
-namespace {
-
-std::vector<float> floats_of(const MatrixRef& m) {
-  std::vector<float> v(static_cast<size_t>(m.rows * m.cols));
-  dequantize_rows(m, 0, m.rows, v.data());
-  return v;
-}
-
-}  // namespace
-
 std::shared_ptr<const Eagle3Head> Eagle3Head::load(const std::string& path, const std::string& target) {
   namespace fs = std::filesystem;
   if (!fs::is_regular_file(path) || !is_gguf_file(path))
@@ -51,7 +41,7 @@ std::shared_ptr<const Eagle3Head> Eagle3Head::load(const std::string& path, cons
   c.bos_token_id = c.eos_token_id = -1;
   if (gguf_u32(f, k + "rope.dimension_count", static_cast<uint32_t>(c.head_dim)) != c.head_dim)
     throw Error(path + ": partial rotary embeddings are not read in an EAGLE-3 head");
-  if (const GgufTensor* t = f.tensor("rope_freqs.weight")) c.rope_freq_factors = floats_of(gguf_tensor_ref(f, t->name, {c.head_dim / 2}));
+  if (const GgufTensor* t = f.tensor("rope_freqs.weight")) c.rope_freq_factors = dequantize_all(gguf_tensor_ref(f, t->name, {c.head_dim / 2}));
   apply_context_limit(c);
   c.validate(path);
   const GgufValue& layers = f.get(k + "target_layers");
@@ -67,7 +57,7 @@ std::shared_ptr<const Eagle3Head> Eagle3Head::load(const std::string& path, cons
     Matrix m;
     m.rows = rows;
     m.cols = cols;
-    m.w = floats_of(gguf_tensor_ref(file, name, {rows, cols}));
+    m.w = dequantize_all(gguf_tensor_ref(file, name, {rows, cols}));
     // llama.cpp's files hold Llama's query and key rows in adjacent pairs.
     if (rope_heads > 0) {
       const std::vector<uint8_t> back = permute_rope_rows(reinterpret_cast<const uint8_t*>(m.w.data()), rows, D,
@@ -76,7 +66,7 @@ std::shared_ptr<const Eagle3Head> Eagle3Head::load(const std::string& path, cons
     }
     return m;
   };
-  auto vec = [&](const std::string& name, int64_t n) { return floats_of(gguf_tensor_ref(f, name, {n})); };
+  auto vec = [&](const std::string& name, int64_t n) { return dequantize_all(gguf_tensor_ref(f, name, {n})); };
   head->fc_ = matrix(f, "fc.weight", H, 3 * Ht);
   if (norm_before_fc) head->fc_norm_ = vec("enc.output_norm.weight", 3 * Ht);
   head->attn_norm_ = vec("blk.0.attn_norm.weight", H);

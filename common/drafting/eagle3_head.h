@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/drafting/head_chain.h"
 #include "common/kernels/weight_type.h"
 #include "common/model/kv_cache.h"
 #include "common/model/model_config.h"
@@ -45,10 +46,7 @@ class Eagle3Head {
   // Positions cache.size(), ...: tokens[i] with g[i]. Returns the last
   // row's logits over the target's vocabulary [1, vocab] (-inf outside the
   // draft vocabulary) and its output, which the next step reads as g.
-  struct Step {
-    Rows logits;
-    Rows hidden;
-  };
+  using Step = HeadStep;
   Step forward(const std::vector<int32_t>& tokens, RowsView g, KVCache& cache) const;
 
  private:

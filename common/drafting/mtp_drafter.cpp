@@ -60,13 +60,6 @@ class MtpDrafter final : public Drafter {
     next_ = {};
   }
 
-  int32_t choose(const float* logits, int64_t vocab, std::vector<Distribution>& qs) {
-    const SamplingParams& sampling = params().sampling;
-    if (sampling.greedy()) return greedy_token(logits, vocab);
-    Sample s = sample(logits, vocab, sampling, rng());
-    qs.push_back(std::move(s.q));
-    return s.token;
-  }
 
   // The W most probable tokens of the first draft, each continued greedily,
   // level by level: a level's nodes go through the block in one forward
@@ -121,19 +114,9 @@ class MtpDrafter final : public Drafter {
     if (width_ > 1) return propose_tree(budget, stop);
     const int32_t k = static_cast<int32_t>(
         std::min<int64_t>({params().gamma, budget, cache_.capacity() - static_cast<int64_t>(seq_.size()) + 1}));
-    const int64_t V = next_.logits.cols();
-    std::vector<int32_t> tokens;
-    std::vector<Distribution> qs;
-    tokens.push_back(choose(next_.logits.row(0), V, qs));
-    Rows h = next_.hidden;
-    for (int32_t i = 1; i < k; ++i) {
-      if (stop && stop()) break;
-      MtpHead::Step step = head_->forward({tokens.back()}, h, cache_);
-      tokens.push_back(choose(step.logits.row(0), V, qs));
-      h = std::move(step.hidden);
-      stats_.draft_forwards += 1;
-    }
-    return DraftTree::chain(std::move(tokens), std::move(qs));
+    return chain_from_head(
+        next_, k, params().sampling, rng(),
+        [&](int32_t token, const Rows& h) { return head_->forward({token}, h, cache_); }, stop, stats_.draft_forwards);
   }
 
   void on_accept(const RoundOutcome& o) override {

@@ -13,16 +13,6 @@
 
 namespace splitspec {
 
-namespace {
-
-std::vector<float> floats_of(const MatrixRef& m) {
-  std::vector<float> v(static_cast<size_t>(m.rows * m.cols));
-  dequantize_rows(m, 0, m.rows, v.data());
-  return v;
-}
-
-}  // namespace
-
 std::shared_ptr<const MtpHead> MtpHead::load(const std::string& path) {
   namespace fs = std::filesystem;
   if (!fs::is_regular_file(path) || !is_gguf_file(path))
@@ -63,10 +53,10 @@ std::shared_ptr<const MtpHead> MtpHead::load(const std::string& path) {
   const int64_t H = c.hidden_size;
   // The projection as floats: it is read once a drafted token, and any
   // stored type the kernels take packed is then no concern.
-  head->eh_floats_ = floats_of(gguf_tensor_ref(*f, blk + "nextn.eh_proj.weight", {H, 2 * H}));
+  head->eh_floats_ = dequantize_all(gguf_tensor_ref(*f, blk + "nextn.eh_proj.weight", {H, 2 * H}));
   head->eh_proj_ = MatrixRef{WType::F32, head->eh_floats_.data(), H, 2 * H};
-  head->enorm_ = floats_of(gguf_tensor_ref(*f, blk + "nextn.enorm.weight", {H}));
-  head->hnorm_ = floats_of(gguf_tensor_ref(*f, blk + "nextn.hnorm.weight", {H}));
+  head->enorm_ = dequantize_all(gguf_tensor_ref(*f, blk + "nextn.enorm.weight", {H}));
+  head->hnorm_ = dequantize_all(gguf_tensor_ref(*f, blk + "nextn.hnorm.weight", {H}));
   head->block_ = Model::from_weight_set(b, std::move(w), fs::path(path).stem().string() + "-mtp");
   return head;
 }

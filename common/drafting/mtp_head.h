@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/drafting/head_chain.h"
 #include "common/model/model.h"
 
 namespace splitspec {
@@ -38,10 +39,7 @@ class MtpHead {
   // the block's own, when chaining) hidden state of the position before.
   // Returns the last row's logits [1, vocab] and its h' [1, hidden], which
   // the next step reads.
-  struct Step {
-    Rows logits;
-    Rows hidden;
-  };
+  using Step = HeadStep;
   Step forward(const std::vector<int32_t>& tokens, RowsView hidden, KVCache& cache) const;
   // Nodes of a token tree after the cache's entries, at `positions` under
   // `mask` (ForwardRequest's): every row's logits [n, vocab] and h' [n, hidden].

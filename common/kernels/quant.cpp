@@ -334,6 +334,12 @@ void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst) {
   }
 }
 
+std::vector<float> dequantize_all(const MatrixRef& m) {
+  std::vector<float> v(static_cast<size_t>(m.rows * m.cols));
+  dequantize_rows(m, 0, m.rows, v.data());
+  return v;
+}
+
 int64_t first_non_finite_row(const MatrixRef& m) {
   std::vector<float> row(static_cast<size_t>(m.cols));
   uint8_t block[2 + kQBlock];

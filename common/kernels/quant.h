@@ -22,6 +22,8 @@ void quantize_rows(WType type, const float* src, int64_t rows, int64_t cols, voi
 // Rows [r0, r1) of `m` as floats into dst[(r1 - r0) * m.cols]: exact for
 // F32, F16 and BF16; d * q for the quantized types. Plain or packed.
 void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst);
+// Every row of `m` as floats.
+std::vector<float> dequantize_all(const MatrixRef& m);
 
 // A plain 32-weight block's integer weights: Q8_0's int8s, Q4_0's nibbles
 // less 8, Q5_0's 5-bit values less 16, Q4_1's and Q5_1's as stored (the min

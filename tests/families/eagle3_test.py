@@ -21,7 +21,6 @@ mapped by d2t), both written by llama.cpp's own gguf-py
 Exits 77 (skipped) naming what is missing when llama.cpp's material or NumPy
 is absent (scripts/setup.sh, scripts/setup_test_material.sh).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -29,7 +28,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from families_test import N_NEW, PROMPTS, SKIP, Runner, serving  # noqa: E402
+from families_test import N_NEW, PROMPTS, Runner, arguments, gguf_py_material, serving, write_ids  # noqa: E402
 from quant_files_test import NMSE_BAR  # noqa: E402
 
 
@@ -48,25 +47,10 @@ def nmse_finite(reference, other, vocab):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--bin", required=True)
-    p.add_argument("--llamacpp", required=True)
-    p.add_argument("--material", required=True)
-    p.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    p = arguments()
     p.add_argument("--prompts", type=int, default=8)
     a = p.parse_args()
-    gguf_py = os.path.join(a.llamacpp, "src", "gguf-py")
-    vocab = os.path.join(a.llamacpp, "src", "models", "ggml-vocab-llama-bpe.gguf")
-    for need in (gguf_py, vocab):
-        if not os.path.exists(need):
-            print(f"SKIP: {need} is missing; scripts/setup_test_material.sh provides it")
-            return SKIP
-    try:
-        import numpy  # noqa: F401
-        import yaml  # noqa: F401 (gguf-py's metadata module)
-    except ImportError as e:
-        print(f"SKIP: {e}; scripts/setup.sh installs python3-numpy and python3-yaml")
-        return SKIP
+    gguf_py, vocab = gguf_py_material(a, "llama-bpe")
     from gguf_py_models import write_eagle3, write_llama3
 
     with tempfile.TemporaryDirectory() as work:
@@ -81,11 +65,7 @@ def main():
 
         # The head against llama.cpp's draft-eagle3 path.
         gamma = 4
-        ids_txt, ids_jsonl = os.path.join(work, "ids.txt"), os.path.join(work, "ids.jsonl")
-        with open(ids_txt, "w") as f, open(ids_jsonl, "w") as g:
-            for ids in prompt_ids:
-                f.write(",".join(map(str, ids)) + "\n")
-                g.write(json.dumps({"prompt_ids": ids}) + "\n")
+        ids_txt, ids_jsonl = write_ids(work, prompt_ids)
         theirs_bin, ours_bin = os.path.join(work, "llama.bin"), os.path.join(work, "ours.bin")
         theirs = [json.loads(x) for x in r.run([driver, r.bins, target, head, str(gamma), ids_txt, theirs_bin]).splitlines()]
         ours = [json.loads(x) for x in r.run([r.splitspec, "eval", "eagle3", "--target", target, "--head", head,

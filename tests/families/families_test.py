@@ -280,6 +280,46 @@ def kquants(r, work):
     return 1 if failed else 0
 
 
+def arguments():
+    """The family tests' common arguments: where the programs, llama.cpp and
+    the test material are, and the source tree."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--bin", required=True)
+    p.add_argument("--llamacpp", required=True)
+    p.add_argument("--material", required=True)
+    p.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    return p
+
+
+def gguf_py_material(a, vocabulary):
+    """llama.cpp's gguf-py and its models/ggml-vocab-VOCABULARY.gguf, with
+    NumPy and PyYAML to run it; exits 77 naming what is missing."""
+    gguf_py = os.path.join(a.llamacpp, "src", "gguf-py")
+    vocab = os.path.join(a.llamacpp, "src", "models", f"ggml-vocab-{vocabulary}.gguf")
+    for need in (gguf_py, vocab):
+        if not os.path.exists(need):
+            print(f"SKIP: {need} is missing; scripts/setup_test_material.sh provides it")
+            sys.exit(SKIP)
+    try:
+        import numpy  # noqa: F401
+        import yaml  # noqa: F401 (gguf-py's metadata module)
+    except ImportError as e:
+        print(f"SKIP: {e}; scripts/setup.sh installs python3-numpy and python3-yaml")
+        sys.exit(SKIP)
+    return gguf_py, vocab
+
+
+def write_ids(work, prompt_ids):
+    """The prompts' ids as llama.cpp's drivers read them (a line of ids each)
+    and as splitspec eval does (JSONL): the two files' paths."""
+    txt, jsonl = os.path.join(work, "ids.txt"), os.path.join(work, "ids.jsonl")
+    with open(txt, "w") as f, open(jsonl, "w") as g:
+        for ids in prompt_ids:
+            f.write(",".join(map(str, ids)) + "\n")
+            g.write(json.dumps({"prompt_ids": ids}) + "\n")
+    return txt, jsonl
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -310,11 +350,7 @@ def serving(r, target):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--bin", required=True)
-    p.add_argument("--llamacpp", required=True)
-    p.add_argument("--material", required=True)
-    p.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    p = arguments()
     p.add_argument("--scale", type=float, default=0.5, help="random weights' deviation: confident logits")
     p.add_argument("--kquants", action="store_true",
                    help="instead: each family quantized by llama.cpp's own quantizer (Q4_K_M, Q5_K_M, Q6_K)")

@@ -42,14 +42,13 @@ quantized, so NMSE there measures the chaos, not the arithmetic.
 Exits 77 (skipped) naming what is missing when llama.cpp's material is absent
 (scripts/setup_test_material.sh provides it). Slow: the suite's `slow` label.
 """
-import argparse
 import json
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from families_test import PROMPTS as FAMILY_PROMPTS, Runner, gguf_token_count  # noqa: E402
+from families_test import PROMPTS as FAMILY_PROMPTS, Runner, arguments, gguf_token_count  # noqa: E402
 
 MIXES = ["q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "iq4_xs"]
 # The family test's first ten, then ten more.
@@ -160,11 +159,7 @@ def check_file(r, work, name, mix, q, prompt_ids, n_new):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--bin", required=True)
-    p.add_argument("--llamacpp", required=True)
-    p.add_argument("--material", required=True)
-    p.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    p = arguments()
     p.add_argument("--scale", type=float, default=0.02, help="random weights' deviation")
     p.add_argument("--families", default="", help="comma-separated subset (default: all)")
     p.add_argument("--mixes", default=",".join(MIXES),

@@ -23,7 +23,6 @@ crosses the wire.
 Exits 77 (skipped) naming what is missing when llama.cpp's material or NumPy
 is absent (scripts/setup.sh, scripts/setup_test_material.sh).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -31,7 +30,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from families_test import N_NEW, PROMPTS, SKIP, Runner, gguf_token_count, serving  # noqa: E402
+from families_test import (N_NEW, PROMPTS, Runner, arguments, gguf_py_material, gguf_token_count,  # noqa: E402
+                           serving, write_ids)
 from quant_files_test import NMSE_BAR, check_file  # noqa: E402
 
 MIXES = ["q8_0", "q4_k_m"]
@@ -49,27 +49,12 @@ def nmse_rows(reference, other, vocab):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--bin", required=True)
-    p.add_argument("--llamacpp", required=True)
-    p.add_argument("--material", required=True)
-    p.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    p = arguments()
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--new", type=int, default=16)
     p.add_argument("--free-running", action="store_true")
     a = p.parse_args()
-    gguf_py = os.path.join(a.llamacpp, "src", "gguf-py")
-    vocab = os.path.join(a.llamacpp, "src", "models", "ggml-vocab-qwen35.gguf")
-    for need in (gguf_py, vocab):
-        if not os.path.exists(need):
-            print(f"SKIP: {need} is missing; scripts/setup_test_material.sh provides it")
-            return SKIP
-    try:
-        import numpy  # noqa: F401
-        import yaml  # noqa: F401 (gguf-py's metadata module)
-    except ImportError as e:
-        print(f"SKIP: {e}; scripts/setup.sh installs python3-numpy and python3-yaml")
-        return SKIP
+    gguf_py, vocab = gguf_py_material(a, "qwen35")
     from gguf_py_models import write_qwen35
 
     with tempfile.TemporaryDirectory() as work:
@@ -105,11 +90,7 @@ def main():
         # the target's hidden rows fed alike, GAMMA greedy drafts.
         mtp_driver = r.build_llama_program("llamacpp_mtp.cpp", "c++")
         gamma = 4
-        ids_txt, ids_jsonl = os.path.join(work, "mtp.txt"), os.path.join(work, "mtp.jsonl")
-        with open(ids_txt, "w") as f, open(ids_jsonl, "w") as g:
-            for ids in prompt_ids:
-                f.write(",".join(map(str, ids)) + "\n")
-                g.write(json.dumps({"prompt_ids": ids}) + "\n")
+        ids_txt, ids_jsonl = write_ids(work, prompt_ids)
         theirs_bin, ours_bin = os.path.join(work, "mtp-llama.bin"), os.path.join(work, "mtp-ours.bin")
         theirs = [json.loads(x) for x in r.run([mtp_driver, r.bins, target, str(gamma), ids_txt, theirs_bin]).splitlines()]
         ours = [json.loads(x) for x in r.run([r.splitspec, "eval", "mtp", "--target", target, "--ids-file", ids_jsonl,
