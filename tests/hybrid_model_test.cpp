@@ -169,6 +169,36 @@ TEST(HybridModel, AForkContinuesAsItsSource) {
             static_cast<size_t>(2 * 1 * m->config().num_key_value_heads * m->config().head_dim * 4));
 }
 
+TEST(HybridModel, StatesStayWithinWhatAServerReservesForThem) {
+  auto m = hybrid(17);
+  m->set_state_window(4);
+  const ModelConfig& c = m->config();
+  const size_t bound = KVCache::state_bytes(c, 4, 5);
+  EXPECT_EQ(bound, static_cast<size_t>(3 * c.ssm_state_floats()) * sizeof(float) * (2 * 4 + 5 + 1));
+  EXPECT_EQ(KVCache::state_bytes(tiny_config(), 4, 5), 0u);
+  KVCache cache = m->new_cache();
+  run(*m, cache, kPrompt);
+  EXPECT_LE(cache.states().bytes(), bound);
+  // Rounds of the last token and four drafts, one or none accepted: more
+  // rows than the window, all of which a verification may roll back to.
+  for (int round = 0; round < 8; ++round) {
+    const int64_t past = cache.size();
+    ForwardRequest r;
+    r.tokens = {3, 4, 5, 6, 7};
+    r.rollback_rows = 5;
+    m->forward(r, cache);
+    cache.truncate(past + 1 + round % 2);
+    EXPECT_LE(cache.states().bytes(), bound) << round;
+  }
+  // Without rollback rows, a chain longer than the window keeps its last
+  // rows' states only.
+  ForwardRequest r;
+  r.tokens = {3, 4, 5, 6, 7};
+  const int64_t past = cache.size();
+  m->forward(r, cache);
+  EXPECT_NE(error_of([&] { cache.truncate(past + 1); }).find("not kept"), std::string::npos);
+}
+
 TEST(HybridModelBadInput, WhatTheStatesCannotFollowIsRefusedLeavingTheCache) {
   auto m = hybrid(15);
   m->set_state_window(3);

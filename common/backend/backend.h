@@ -79,6 +79,10 @@ class Backend {
   virtual std::unique_ptr<KVStore> new_kv(int64_t capacity) const = 0;
   // Bytes one position of a KV store takes.
   virtual size_t kv_bytes_per_position() const = 0;
+  // Bytes a KV store's recurrent states may take besides (a hybrid model's
+  // delta-rule layers: kv_cache.h) when its forwards carry at most `rows`
+  // rows; 0 for a model without them.
+  virtual size_t recurrent_state_bytes(int64_t rows) const { return 0; }
   // Bytes left on the device for KV stores; 0 when they live in host
   // memory (the server budgets those from its own limit).
   virtual uint64_t device_memory_free() const { return 0; }

@@ -43,6 +43,10 @@ size_t CpuBackend::kv_bytes_per_position() const {
   return KVCache::bytes_per_position(model_.config(), model_.kv_type());
 }
 
+size_t CpuBackend::recurrent_state_bytes(int64_t rows) const {
+  return KVCache::state_bytes(model_.config(), model_.state_window(), rows);
+}
+
 std::vector<ForwardResult> CpuBackend::forward_batch(const std::vector<Item>& items) const {
   std::vector<Model::BatchItem> batch;
   batch.reserve(items.size());

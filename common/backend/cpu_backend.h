@@ -48,6 +48,7 @@ class CpuBackend : public Backend {
   size_t weight_bytes() const override { return model_.weight_bytes(); }
   std::unique_ptr<KVStore> new_kv(int64_t capacity) const override;
   size_t kv_bytes_per_position() const override;
+  size_t recurrent_state_bytes(int64_t rows) const override;
   std::vector<ForwardResult> forward_batch(const std::vector<Item>& items) const override;
   const float* final_norm() const override { return model_.final_norm(); }
   Rows head_rows(const std::vector<int64_t>& ids) const override { return model_.head_rows(ids); }

@@ -35,6 +35,7 @@ TargetDecoder::TargetDecoder(const Backend& target, std::vector<int32_t> prompt,
       context_(target.config().max_position_embeddings),
       budget_(std::clamp<int64_t>(options.max_new_tokens, 0, std::max<int64_t>(0, context_ - prompt_len_))),
       capacity_limit_(max_tree < 0 ? context_ : std::min<int64_t>(context_, prompt_len_ + budget_ + max_tree)),
+      max_tree_(max_tree),
       cache_(target.new_kv(std::clamp<int64_t>(prompt_len_ + kInitialHeadroom, 1, std::max<int64_t>(1, capacity_limit_)))),
       seq_(std::move(prompt)) {
   const ModelConfig& c = target.config();
@@ -51,7 +52,11 @@ TargetDecoder::TargetDecoder(const Backend& target, std::vector<int32_t> prompt,
 }
 
 size_t TargetDecoder::reserved_bytes() const {
-  return static_cast<size_t>(capacity_limit_) * target_.kv_bytes_per_position();
+  // A round carries the last token and a tree of at most max_tree nodes
+  // (none given: the window bounds it); a prompt's forward saves no more
+  // states than the window.
+  const int64_t rows = 1 + std::max<int32_t>(0, max_tree_);
+  return static_cast<size_t>(capacity_limit_) * target_.kv_bytes_per_position() + target_.recurrent_state_bytes(rows);
 }
 
 void TargetDecoder::reserve_rows(int64_t rows) {
@@ -77,6 +82,7 @@ ForwardRequest TargetDecoder::pending_request(const DraftTree& tree, const Round
   std::vector<int64_t> rows{pending - 1};
   for (int32_t i = 0; i < tree.size(); ++i) rows.push_back(pending + i);
   r.logits_rows = std::move(rows);
+  r.rollback_rows = tree.size() + 1;  // the root and every node: where an accepted path may end
   r.final_hidden = request.extras.hidden || request.extras.hidden_rows;
   if (request.extras.hidden_rows) {
     for (int64_t i = 0; i + 1 < pending; ++i) r.final_hidden_rows.push_back(i);

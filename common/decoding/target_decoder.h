@@ -129,6 +129,7 @@ class TargetDecoder {
   int64_t context_;
   int64_t budget_;          // new tokens this generation may produce
   int64_t capacity_limit_;  // the most positions the cache may grow to
+  int32_t max_tree_;        // draft nodes a round may carry (-1: the context bounds them)
   std::unique_ptr<KVStore> cache_;  // every committed token but the last (none before the first round)
   std::vector<int32_t> seq_;
   FinishReason finish_ = FinishReason::kNone;

@@ -66,6 +66,12 @@ size_t KVCache::bytes_per_position(const ModelConfig& c, KVType type) {
          (type == KVType::F16 ? 2 : 4);
 }
 
+size_t KVCache::state_bytes(const ModelConfig& c, int64_t window, int64_t rows) {
+  if (!c.has_recurrent_layers()) return 0;
+  return static_cast<size_t>((c.num_hidden_layers - attention_layers(c)) * c.ssm_state_floats()) * sizeof(float) *
+         static_cast<size_t>(2 * window + rows + 1);
+}
+
 void KVCache::reserve(int64_t n) {
   if (n <= capacity_) return;
   if (n > max_capacity_)

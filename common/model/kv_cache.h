@@ -47,6 +47,11 @@ class KVCache {
   size_t bytes() const;
   // Bytes one position takes (keys and values of every attention layer).
   static size_t bytes_per_position(const ModelConfig& config, KVType type);
+  // The most bytes a cache's recurrent states take (0 without delta-rule
+  // layers) when forwards carry at most `rows` rows: the window's states,
+  // those a forward saves, the state before it, and the buffers kept for
+  // reuse (RecurrentStates).
+  static size_t state_bytes(const ModelConfig& config, int64_t window, int64_t rows);
   // Grows the capacity to at least n (at most max_position_embeddings),
   // keeping the live entries; nothing changes if the allocation fails.
   void reserve(int64_t n);

@@ -230,6 +230,7 @@ struct Sequence {
 // sequence's `before` and `save`; throws splitspec::Error, the cache
 // untouched, for any other mask, or for a parent whose state is not kept.
 void plan_states(Sequence& s, int64_t window) {
+  window = std::max(window, s.req->rollback_rows);
   const int64_t past = s.cache->size();
   bool chain = true;
   s.before.assign(static_cast<size_t>(s.n), 0);
@@ -253,7 +254,8 @@ void plan_states(Sequence& s, int64_t window) {
     chain = chain && parent == past + i - 1;
   }
   // A chain's rows are each the next one's start; a rollback needs the last
-  // `window` of them. Any of a tree's nodes may end the accepted path.
+  // `window` of them (or the request's rollback rows). Any of a tree's nodes
+  // may end the accepted path.
   s.save.assign(static_cast<size_t>(s.n), 0);
   for (int64_t i = 0; i < s.n; ++i) s.save[static_cast<size_t>(i)] = !chain || i >= s.n - window;
 }

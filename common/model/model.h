@@ -57,6 +57,10 @@ struct ForwardRequest {
   // block's input is a projection of an embedding and the target's hidden
   // state. Empty: the embedding.
   Rows inputs;
+  // With delta-rule layers: how many of the last rows a rollback may return
+  // to, beyond the model's state window (a verification's root and draft
+  // nodes), so their states are kept; a tree's are kept whatever this says.
+  int64_t rollback_rows = 0;
   // Rows (of `tokens`) whose hidden states after the final norm are wanted
   // without their logits (ForwardResult::final_hidden_rows): a model's own
   // MTP head reads the target's at every position, the prompt's included.

@@ -112,6 +112,8 @@ def main():
         # commits every row, and the draft's cache rolls back only the bonus.
         for args in (["--draft", draft, "--drafter", "model"], ["--draft", draft, "--drafter", "model-tree"],
                      ["--drafter", "pld"], ["--drafter", "mtp"], ["--drafter", "mtp", "--drafter-option", "width=3"],
+                     # More rows than the state window (16): each may be where a rollback lands.
+                     ["--drafter", "mtp", "--gamma", "20"],
                      ["--draft", target, "--drafter", "model"]):
             got = r.ours(target, *args, prompt=prompt)
             r.check(got["output_ids"] == alone, f"local {' '.join(args[-3:])}: {got['output_ids']} vs {alone}")
