@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "llamacpp_heads.h"
+#include "bench/llamacpp_heads.h"
 
 int main(int argc, char** argv) {
   if (argc != 7) heads::die("usage: llamacpp_eagle3 BINS TARGET.gguf EAGLE3.gguf GAMMA IDS_FILE OUT.bin");

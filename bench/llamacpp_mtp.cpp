@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "llamacpp_heads.h"
+#include "bench/llamacpp_heads.h"
 
 int main(int argc, char** argv) {
   if (argc != 6) heads::die("usage: llamacpp_mtp BINS MODEL.gguf GAMMA IDS_FILE OUT.bin");

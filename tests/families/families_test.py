@@ -153,7 +153,7 @@ class Runner:
         libggml = os.path.basename(glob.glob(os.path.join(self.bins, "libggml.v*.so"))[0])
         out = os.path.join(self.work, os.path.splitext(source)[0])
         self.run([compiler, "-O2", "-I" + os.path.join(src, "include"), "-I" + os.path.join(src, "ggml", "include"),
-                  os.path.join(self.a.source, "bench", source), "-o", out, "-L" + self.bins,
+                  "-I" + self.a.source, os.path.join(self.a.source, "bench", source), "-o", out, "-L" + self.bins,
                   "-l:" + libllama, "-l:" + libggml, "-l:libggml-base.so", "-lm", "-Wl,-rpath," + self.bins])
         return out
 
