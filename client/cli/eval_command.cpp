@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -207,48 +208,38 @@ int run_logits(const EvalArgs& a) {
   return 0;
 }
 
-// A model's own MTP drafts after each sequence, as the mtp drafter makes
-// them in its first speculative round but in float (no half-precision wire):
-// the target's greedy next token, then `gamma` greedy drafts, and each draft
-// step's logits (tests/families/qwen35_test.py holds them to llama.cpp's
-// draft-mtp, bench/llamacpp_mtp.cpp).
-int run_mtp(const EvalArgs& a) {
-  set_training_threads(a.threads);
-  auto target = Model::load(a.model_dir);
-  auto head = MtpHead::load(a.model_dir);
+// What eval mtp and eval eagle3 share: each sequence of the ids file through
+// the target (`want` adds to its request what the head reads), the target's
+// greedy next token, then the head's first step from that forward (`first`)
+// and each next from the draft before (`step`): gamma greedy drafts, printed
+// as {"next", "drafts"}, and each draft step's logits written as float32
+// rows (tests/families/qwen35_test.py and eagle3_test.py hold them to
+// llama.cpp's draft-mtp and draft-eagle3). In float, where the drafters round
+// the target's rows through half precision as the wire does.
+int run_head_drafts(const EvalArgs& a, const Model& target, const std::function<void(ForwardRequest&)>& want,
+                    const std::function<HeadStep(const std::vector<int32_t>& ids, int32_t next, const ForwardResult&)>& first,
+                    const std::function<HeadStep(int32_t token, const Rows& hidden)>& step) {
   const std::vector<PromptRecord> records = read_prompt_records(a.ids_file, 0);
   std::ofstream out(a.out, std::ios::binary);
   if (!out) throw Error(a.out + ": cannot write the logits");
-  const int64_t H = target->config().hidden_size, V = target->config().vocab_size;
-  auto write = [&](const Rows& logits) {
-    out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.cols() * sizeof(float)));
-  };
+  const int64_t V = target.config().vocab_size;
   for (size_t i = 0; i < records.size(); ++i) {
     const std::vector<int32_t>& ids = records[i].ids;
     if (ids.empty()) throw Error(a.ids_file + ": line " + std::to_string(i + 1) + " has no \"prompt_ids\"");
     const int64_t P = static_cast<int64_t>(ids.size());
-    KVCache cache = target->new_cache(P);
+    KVCache cache = target.new_cache(P);
     ForwardRequest r;
     r.tokens = ids;
     r.logits_rows = std::vector<int64_t>{P - 1};
-    r.final_hidden = true;
-    for (int64_t q = 0; q + 1 < P; ++q) r.final_hidden_rows.push_back(q);
-    const ForwardResult t = target->forward(r, cache);
+    want(r);
+    const ForwardResult t = target.forward(r, cache);
     const int32_t next = greedy_token(t.logits.row(0), V);
-    // Token q with the target's row q - 1, zeros before the first.
-    Rows h(P + 1, H);
-    std::fill(h.row(0), h.row(0) + H, 0.0f);
-    if (P > 1) std::memcpy(h.row(1), t.final_hidden_rows.data(), static_cast<size_t>((P - 1) * H) * sizeof(float));
-    std::memcpy(h.row(P), t.final_hidden.data(), static_cast<size_t>(H) * sizeof(float));
-    std::vector<int32_t> tokens(ids);
-    tokens.push_back(next);
-    KVCache mtp = head->new_cache();
-    MtpHead::Step step = head->forward(tokens, h, mtp);
+    HeadStep s = first(ids, next, t);
     std::vector<int32_t> drafts;
     for (int32_t k = 0; k < a.speculative.gamma; ++k) {
-      if (k > 0) step = head->forward({drafts.back()}, step.hidden, mtp);
-      write(step.logits);
-      drafts.push_back(greedy_token(step.logits.row(0), V));
+      if (k > 0) s = step(drafts.back(), s.hidden);
+      out.write(reinterpret_cast<const char*>(s.logits.data()), static_cast<std::streamsize>(V * sizeof(float)));
+      drafts.push_back(greedy_token(s.logits.row(0), V));
     }
     std::cout << nlohmann::json{{"next", next}, {"drafts", drafts}}.dump() << std::endl;
   }
@@ -256,55 +247,65 @@ int run_mtp(const EvalArgs& a) {
   return 0;
 }
 
-// An EAGLE-3 head's drafts after each sequence, as the eagle3 drafter makes
-// them in its first speculative round but in float: the target's greedy next
-// token, then `gamma` greedy drafts, and each draft step's logits over the
-// target's vocabulary (-inf outside the draft vocabulary; held to
-// llama.cpp's draft-eagle3 by tests/families/eagle3_test.py).
+// A model's own MTP drafts: token q with the target's final hidden state at
+// q - 1 (zeros before the first), as the mtp drafter pairs them.
+int run_mtp(const EvalArgs& a) {
+  set_training_threads(a.threads);
+  auto target = Model::load(a.model_dir);
+  auto head = MtpHead::load(a.model_dir);
+  const int64_t H = target->config().hidden_size;
+  KVCache mtp = head->new_cache();
+  return run_head_drafts(
+      a, *target,
+      [](ForwardRequest& r) {
+        r.final_hidden = true;
+        for (int64_t q = 0; q + 1 < static_cast<int64_t>(r.tokens.size()); ++q) r.final_hidden_rows.push_back(q);
+      },
+      [&](const std::vector<int32_t>& ids, int32_t next, const ForwardResult& t) {
+        const int64_t P = static_cast<int64_t>(ids.size());
+        Rows h(P + 1, H);
+        std::fill(h.row(0), h.row(0) + H, 0.0f);
+        if (P > 1) std::memcpy(h.row(1), t.final_hidden_rows.data(), static_cast<size_t>((P - 1) * H) * sizeof(float));
+        std::memcpy(h.row(P), t.final_hidden.data(), static_cast<size_t>(H) * sizeof(float));
+        std::vector<int32_t> tokens(ids);
+        tokens.push_back(next);
+        mtp.truncate(0);
+        return head->forward(tokens, h, mtp);
+      },
+      [&](int32_t token, const Rows& h) { return head->forward({token}, h, mtp); });
+}
+
+// An EAGLE-3 head's drafts: entry k reads token k + 1 with the fused inputs
+// of its three target layers at k, as the eagle3 drafter pairs them; logits
+// over the target's vocabulary, -inf outside the draft vocabulary.
 int run_eagle3(const EvalArgs& a) {
   set_training_threads(a.threads);
   auto target = Model::load(a.model_dir);
   auto head = Eagle3Head::load(a.head, a.model_dir);
-  const std::vector<PromptRecord> records = read_prompt_records(a.ids_file, 0);
-  std::ofstream out(a.out, std::ios::binary);
-  if (!out) throw Error(a.out + ": cannot write the logits");
-  const int64_t H = target->config().hidden_size, L = target->config().num_hidden_layers, V = target->config().vocab_size;
-  for (size_t i = 0; i < records.size(); ++i) {
-    const std::vector<int32_t>& ids = records[i].ids;
-    if (ids.empty()) throw Error(a.ids_file + ": line " + std::to_string(i + 1) + " has no \"prompt_ids\"");
-    const int64_t P = static_cast<int64_t>(ids.size());
-    KVCache cache = target->new_cache(P);
-    ForwardRequest r;
-    r.tokens = ids;
-    r.logits_rows = std::vector<int64_t>{P - 1};
-    for (int64_t q = 0; q < P; ++q) r.final_hidden_rows.push_back(q);
-    for (int32_t l : head->target_layers())
-      if (l < L) r.hidden_layers.push_back(l - 1);
-    const ForwardResult t = target->forward(r, cache);
-    const int32_t next = greedy_token(t.logits.row(0), V);
-    // Each position's three layer inputs side by side.
-    Rows features(P, 3 * H);
-    for (int64_t q = 0; q < P; ++q)
-      for (size_t k = 0; k < 3; ++k) {
-        const int32_t l = head->target_layers()[k];
-        const float* x = l == L ? t.final_hidden_rows.row(q) : t.hidden.at(l - 1).row(q);
-        std::memcpy(features.row(q) + k * H, x, static_cast<size_t>(H) * sizeof(float));
-      }
-    // Entry k reads token k + 1 with g_k.
-    std::vector<int32_t> tokens(ids.begin() + 1, ids.end());
-    tokens.push_back(next);
-    KVCache decoder = head->new_cache();
-    Eagle3Head::Step step = head->forward(tokens, head->fuse(features), decoder);
-    std::vector<int32_t> drafts;
-    for (int32_t k = 0; k < a.speculative.gamma; ++k) {
-      if (k > 0) step = head->forward({drafts.back()}, step.hidden, decoder);
-      out.write(reinterpret_cast<const char*>(step.logits.data()), static_cast<std::streamsize>(V * sizeof(float)));
-      drafts.push_back(greedy_token(step.logits.row(0), V));
-    }
-    std::cout << nlohmann::json{{"next", next}, {"drafts", drafts}}.dump() << std::endl;
-  }
-  if (!out.flush()) throw Error(a.out + ": write failed");
-  return 0;
+  const int64_t H = target->config().hidden_size, L = target->config().num_hidden_layers;
+  KVCache decoder = head->new_cache();
+  return run_head_drafts(
+      a, *target,
+      [&](ForwardRequest& r) {
+        for (int64_t q = 0; q < static_cast<int64_t>(r.tokens.size()); ++q) r.final_hidden_rows.push_back(q);
+        for (int32_t l : head->target_layers())
+          if (l < L) r.hidden_layers.push_back(l - 1);
+      },
+      [&](const std::vector<int32_t>& ids, int32_t next, const ForwardResult& t) {
+        const int64_t P = static_cast<int64_t>(ids.size());
+        Rows features(P, 3 * H);
+        for (int64_t q = 0; q < P; ++q)
+          for (size_t k = 0; k < 3; ++k) {
+            const int32_t l = head->target_layers()[k];
+            const float* x = l == L ? t.final_hidden_rows.row(q) : t.hidden.at(l - 1).row(q);
+            std::memcpy(features.row(q) + k * H, x, static_cast<size_t>(H) * sizeof(float));
+          }
+        std::vector<int32_t> tokens(ids.begin() + 1, ids.end());
+        tokens.push_back(next);
+        decoder.truncate(0);
+        return head->forward(tokens, head->fuse(features), decoder);
+      },
+      [&](int32_t token, const Rows& g) { return head->forward({token}, g, decoder); });
 }
 
 }  // namespace

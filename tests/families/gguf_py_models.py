@@ -50,6 +50,26 @@ def _copy_vocab(gguf, writer, vocab_gguf):
     return n_vocab
 
 
+def _random(rng, scale):
+    """Random matrices of deviation `scale`, and norm gains near 1."""
+    import numpy as np
+
+    def mat(rows, cols):
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+
+    def gain(n):
+        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+
+    return mat, gain
+
+
+def _finish(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def write_qwen35(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None, planted=False):
     """A Qwen3.5 (qwen35) file of random F32 weights (norm gains near 1, A
     negative as -exp(A_log) is). Returns the shape used.
@@ -93,11 +113,7 @@ def write_qwen35(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None, 
     w.add_nextn_predict_layers(N)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    def mat(rows, cols):
-        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
-
-    def gain(n):
-        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+    mat, gain = _random(rng, scale)
 
     def t(name, data):
         w.add_tensor(name, data)
@@ -155,10 +171,7 @@ def write_qwen35(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None, 
         t(f"blk.{b}.nextn.enorm.weight", gain(H))
         t(f"blk.{b}.nextn.hnorm.weight", gain(H))
         t(f"blk.{b}.nextn.shared_head_norm.weight", gain(H))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     return s
 
 
@@ -199,11 +212,7 @@ def write_llama3(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None, 
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    def mat(rows, cols):
-        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
-
-    def gain(n):
-        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+    mat, gain = _random(rng, scale)
 
     embed = (rng.standard_normal((n_vocab, H)) * (1.0 if planted else scale)).astype(np.float32)
     w.add_tensor("token_embd.weight", embed)
@@ -223,10 +232,7 @@ def write_llama3(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None, 
         w.add_tensor(f"blk.{b}.ffn_gate.weight", mat(s["ffn"], H))
         w.add_tensor(f"blk.{b}.ffn_up.weight", mat(s["ffn"], H))
         w.add_tensor(f"blk.{b}.ffn_down.weight", np.zeros((H, s["ffn"]), np.float32) if planted else mat(H, s["ffn"]))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     return s, perm, embed
 
 
@@ -264,11 +270,7 @@ def write_eagle3(path, vocab_gguf, gguf_py_dir, target_hidden, seed=1, scale=0.0
     w.add_norm_before_residual(planted is not None)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    def mat(rows, cols):
-        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
-
-    def gain(n):
-        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+    mat, gain = _random(rng, scale)
 
     kv = s["kv_heads"] * D
     eye = np.concatenate([np.eye(H, dtype=np.float32), np.zeros((H, H), np.float32)], axis=1)
@@ -299,10 +301,7 @@ def write_eagle3(path, vocab_gguf, gguf_py_dir, target_hidden, seed=1, scale=0.0
         out = embed[inverse[d2t]]
     w.add_tensor("output.weight", out.astype(np.float32))
     w.add_tensor("d2t", d2t, raw_dtype=gguf.GGMLQuantizationType.I64)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     return s
 
 
