@@ -56,9 +56,10 @@ bool same(const Rows& a, const Rows& b) {
 }
 
 // Layer l's live keys (or values) of two caches of one type, bitwise.
-bool same_entries(const ModelConfig& c, const KVCache& cache, const void* a, const void* b, int64_t size) {
+bool same_entries(const ModelConfig& c, const KVCache& cache, int64_t layer, const void* a, const void* b,
+                  int64_t size) {
   const size_t elem = cache.type() == KVType::F16 ? 2 : 4;
-  const size_t stride = static_cast<size_t>(cache.head_stride()) * elem;
+  const size_t stride = static_cast<size_t>(cache.head_stride(layer)) * elem;
   for (int64_t h = 0; h < c.num_key_value_heads; ++h)
     if (std::memcmp(static_cast<const char*>(a) + h * stride, static_cast<const char*>(b) + h * stride,
                     static_cast<size_t>(size * c.head_dim) * elem) != 0)
@@ -133,9 +134,9 @@ TEST_P(BatchedForward, EachSequenceIsBitwiseItsForwardAlone) {
     ASSERT_EQ(batched[s].size(), alone[s].size());
     for (int64_t l = 0; l < m->config().num_hidden_layers; ++l) {
       const int64_t size = alone[s].size();
-      EXPECT_TRUE(same_entries(m->config(), alone[s], batched[s].keys(l), alone[s].keys(l), size))
+      EXPECT_TRUE(same_entries(m->config(), alone[s], l, batched[s].keys(l), alone[s].keys(l), size))
           << "sequence " << s << " layer " << l;
-      EXPECT_TRUE(same_entries(m->config(), alone[s], batched[s].values(l), alone[s].values(l), size))
+      EXPECT_TRUE(same_entries(m->config(), alone[s], l, batched[s].values(l), alone[s].values(l), size))
           << "sequence " << s << " layer " << l;
     }
   }

@@ -167,7 +167,7 @@ TEST(NewFamily, RegistrationRefusesTakenNamesAndBadPatternsLeavingNothing) {
   Family other = toy_family();
   other.name = "toyfam2";
   EXPECT_NE(error_of([&] { register_family(other); }).find("'ToyForCausalLM' is already toyfam's"), std::string::npos);
-  EXPECT_NE(error_of([] { find_family("falcon"); }).find("SplitSpec runs llama, qwen2, qwen3, phi3, gemma3, qwen35, toyfam"),
+  EXPECT_NE(error_of([] { find_family("falcon"); }).find("SplitSpec runs llama, qwen2, qwen3, phi3, gemma3, qwen35, gemma4, toyfam"),
             std::string::npos);
   Family bad = toy_family();
   bad.name = "badfam";
@@ -175,7 +175,7 @@ TEST(NewFamily, RegistrationRefusesTakenNamesAndBadPatternsLeavingNothing) {
   bad.chat_templates[0].name = "badchat";
   bad.pre_tokenizers = {{{"bad-pre"}, {{"(", PreTokenizerPattern::Gaps::kWhole}}}};
   EXPECT_NE(error_of([&] { register_family(bad); }).find("pre-tokenizer bad-pre: cannot compile /(/"), std::string::npos);
-  EXPECT_EQ(family_names(), "llama, qwen2, qwen3, phi3, gemma3, qwen35, toyfam");
+  EXPECT_EQ(family_names(), "llama, qwen2, qwen3, phi3, gemma3, qwen35, gemma4, toyfam");
   const std::vector<std::string> templates = chat_template_names();
   EXPECT_EQ(std::count(templates.begin(), templates.end(), "badchat"), 0);
   EXPECT_FALSE(is_supported_pre_tokenizer("bad-pre"));

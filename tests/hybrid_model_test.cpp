@@ -45,7 +45,7 @@ std::vector<uint8_t> snapshot(const Model& m, const KVCache& cache) {
     if (c.layer_is_recurrent(l)) continue;
     for (const void* kv : {cache.keys(l), cache.values(l)})
       for (int64_t h = 0; h < c.num_key_value_heads; ++h)
-        add(static_cast<const float*>(kv) + h * cache.head_stride(),
+        add(static_cast<const float*>(kv) + h * cache.head_stride(l),
             static_cast<size_t>(cache.size() * c.head_dim) * sizeof(float));
   }
   return out;

@@ -76,6 +76,28 @@ ModelConfig tiny_gemma3_config(int64_t vocab, int64_t layers, int64_t window, in
   return c;
 }
 
+ModelConfig tiny_gemma4_config(int64_t vocab) {
+  // Eight layers, every fourth global; the last four share the keys and
+  // values of layers 2 (local) and 3 (global, whose value is its key).
+  ModelConfig c = tiny_gemma3_config(vocab, 8, 4, 4);
+  c.architecture = "gemma4";
+  c.query_pre_attn_scalar = 1.0;
+  c.value_norm = true;
+  c.head_dim = 16;
+  // Proportional RoPE as Gemma 4's converter writes it: a quarter of the
+  // global layers' pairs rotate, the rest have 1e30 divisors.
+  c.rope_freq_factors = {1.0f, 1.0f, 1e30f, 1e30f, 1e30f, 1e30f, 1e30f, 1e30f};
+  c.local_head_dim = 8;
+  c.local_kv_heads = 1;
+  c.layer_intermediate_sizes = {64, 64, 64, 64, 128, 128, 128, 128};
+  c.shared_kv_layers = 4;
+  c.value_is_key_layers = {0, 0, 0, 1, 0, 0, 0, 0};
+  c.per_layer_input_size = 8;
+  c.layer_output_scale = true;
+  c.final_logit_softcap = 30.0;
+  return c;
+}
+
 ModelConfig tiny_longrope_config(int64_t vocab, int64_t layers) {
   ModelConfig c = tiny_config(vocab, layers);
   c.architecture = "phi3";

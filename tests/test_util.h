@@ -82,6 +82,10 @@ ModelConfig tiny_gemma3_config(int64_t vocab, int64_t layers, int64_t window = 3
 // heads of 8, a convolution of 4 taps) with every fourth layer gated full
 // attention, query and key norms, RoPE on half of each head.
 ModelConfig tiny_qwen35_config(int64_t vocab = 50, int64_t layers = 4);
+// Gemma 4's options in small: local and global layers of their own head
+// sizes and key-value heads, shared keys and values, per-layer inputs, a
+// value that is its key, output scales, soft-capped logits.
+ModelConfig tiny_gemma4_config(int64_t vocab = 50);
 ModelConfig tiny_longrope_config(int64_t vocab, int64_t layers);
 // A small recurrent draft head (ReDrafter's) for a target of these widths.
 RecurrentHeadConfig small_recurrent_head(int64_t hidden, int64_t vocab);

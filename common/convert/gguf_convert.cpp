@@ -1,6 +1,8 @@
 #include "common/convert/gguf_convert.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -147,9 +149,18 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   g.add_u32(a + "context_length", static_cast<uint32_t>(c.declared_context > 0 ? c.declared_context : c.max_position_embeddings));
   g.add_u32(a + "embedding_length", static_cast<uint32_t>(c.hidden_size));
   g.add_u32(a + "block_count", static_cast<uint32_t>(c.num_hidden_layers));
-  g.add_u32(a + "feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
+  // Counts that differ between layers as llama.cpp's arrays (get_key_or_arr).
+  auto counts = [&](const std::string& key, const std::function<int64_t(int64_t)>& of) {
+    std::vector<int32_t> v;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) v.push_back(static_cast<int32_t>(of(l)));
+    if (std::count(v.begin(), v.end(), v.front()) == static_cast<std::ptrdiff_t>(v.size()))
+      g.add_u32(key, static_cast<uint32_t>(v.front()));
+    else
+      g.add_i32s(key, v);
+  };
+  counts(a + "feed_forward_length", [&](int64_t l) { return c.layer_intermediate_size(l); });
   g.add_u32(a + "attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
-  g.add_u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
+  counts(a + "attention.head_count_kv", [&](int64_t l) { return c.layer_kv_heads(l); });
   g.add_u32(a + "rope.dimension_count", static_cast<uint32_t>(c.rotary_dims()));
   if (c.head_dim * c.num_attention_heads != c.hidden_size) {
     g.add_u32(a + "attention.key_length", static_cast<uint32_t>(c.head_dim));
@@ -212,6 +223,12 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   factors("rope_factors_long.weight", c.rope_long_factors);
   factors("rope_factors_short.weight", c.rope_short_factors);
   matrix(kEmbedName, w.embed, as(w.embed, embed_slot(c)));
+  if (const PerLayerInputs& pl = w.per_layer; pl.embed.data) {
+    const int64_t L = c.num_hidden_layers;
+    matrix(kPerLayerEmbedName, pl.embed, as(pl.embed, {TensorSlot::kEmbed, 0, L, pl.embed.cols}));
+    matrix(kPerLayerProjName, pl.proj, as(pl.proj, {TensorSlot::kOther, 0, L, pl.proj.cols}));
+    vec(kPerLayerNormName, pl.norm.data(), static_cast<int64_t>(pl.norm.size()));
+  }
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     vec(layer_norm_name(l, false), w.input_norm(l), c.hidden_size);
     for (int v = 0; v < kLayerVectors; ++v) {

@@ -176,7 +176,7 @@ Eagle3Head::Step Eagle3Head::forward(const std::vector<int32_t>& tokens, RowsVie
     visible[static_cast<size_t>(i)].resize(static_cast<size_t>(past + i + 1));
     std::iota(visible[static_cast<size_t>(i)].begin(), visible[static_cast<size_t>(i)].end(), 0);
   }
-  const kernels::AttentionShape shape{n, Hq, Hkv, D, cache.head_stride()};
+  const kernels::AttentionShape shape{n, Hq, Hkv, D, cache.head_stride(0)};
   kernels::attention(q.data(), static_cast<const float*>(cache.keys(0)), static_cast<const float*>(cache.values(0)), shape,
                      visible, 1.0f / std::sqrt(static_cast<float>(D)), attn.data());
   Rows h(n, H), normed(n, H), gate(n, I), up(n, I), mlp(n, H);

@@ -47,7 +47,7 @@ struct AttentionShape {
   int64_t head_dim;        // at most kMaxHeadDim
   int64_t kv_head_stride;  // elements between consecutive kv heads in k and v
 };
-constexpr int64_t kMaxHeadDim = 256;
+constexpr int64_t kMaxHeadDim = 512;  // Gemma 4's global layers
 
 // out[n, q_heads * head_dim] = softmax(q k^T * scale) v, where row i attends
 // exactly to the cache slots visible[i] (increasing). k and v hold

@@ -68,6 +68,9 @@ struct Family {
   // llama.cpp reads its linear RoPE scaling as rope.scaling.factor, not as a
   // rope_freqs tensor.
   bool gguf_linear_rope_scaling = false;
+  // Its GGUF files may give the MLP width and key-value heads per layer,
+  // which its read_gguf reads (llama.cpp's get_key_or_arr).
+  bool gguf_per_layer_counts = false;
   // The training module trains it (train/trainable_llama.h).
   bool trainable = false;
 
@@ -93,6 +96,11 @@ struct Family {
 double config_number(const nlohmann::json& j, const char* key, double fallback, const std::string& source);
 int64_t config_integer(const nlohmann::json& j, const char* key, int64_t fallback, const std::string& source);
 double gguf_number(const GgufFile& f, const std::string& key, double fallback);
+// The period of interleaved local and global layers (ModelConfig::
+// sliding_window_pattern) from a GGUF key giving it as a period or as a
+// per-layer list of booleans (true where local), `fallback` where absent.
+// Throws splitspec::Error for a list that is not every pattern-th layer global.
+int64_t gguf_sliding_pattern(const GgufFile& f, const std::string& key, int64_t layers, int64_t fallback);
 
 // The built-in families (families.inc's order), then registered ones.
 std::vector<const Family*> families();

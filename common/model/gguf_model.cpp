@@ -1,5 +1,6 @@
 #include "common/model/gguf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -22,6 +23,23 @@ uint32_t gguf_u32(const GgufFile& f, const std::string& key, std::optional<uint3
       v.num != static_cast<double>(v.i64))
     throw Error(f.path() + ": GGUF metadata '" + key + "' is not a count");
   return static_cast<uint32_t>(v.i64);
+}
+
+std::vector<int64_t> gguf_counts(const GgufFile& f, const std::string& key, int64_t layers,
+                                 std::optional<uint32_t> fallback) {
+  if (!f.has(key) || f.get(key).type != GgufType::kArray)
+    return std::vector<int64_t>(static_cast<size_t>(layers), gguf_u32(f, key, fallback));
+  const GgufValue& v = f.get(key);
+  if (static_cast<int64_t>(v.nums.size()) != layers)
+    throw Error(f.path() + ": GGUF metadata '" + key + "' lists " + std::to_string(v.nums.size()) + " values for " +
+                std::to_string(layers) + " layers");
+  std::vector<int64_t> out;
+  for (double x : v.nums) {
+    if (!(x >= 0) || x > UINT32_MAX || x != static_cast<double>(static_cast<int64_t>(x)))
+      throw Error(f.path() + ": GGUF metadata '" + key + "' is not a list of counts");
+    out.push_back(static_cast<int64_t>(x));
+  }
+  return out;
 }
 
 namespace {
@@ -66,6 +84,31 @@ double gguf_number(const GgufFile& f, const std::string& key, double fallback) {
   return v.num;
 }
 
+int64_t gguf_sliding_pattern(const GgufFile& f, const std::string& key, int64_t layers, int64_t fallback) {
+  if (!f.has(key)) return fallback;
+  const std::string& path = f.path();
+  const GgufValue& v = f.get(key);
+  if (v.type != GgufType::kArray) {
+    const int64_t pattern = gguf_u32(f, key);
+    if (pattern <= 0) throw Error(path + ": " + key + " must be positive");
+    return pattern;
+  }
+  // Per layer, true where it is local: accepted when periodic.
+  if (v.elem != GgufType::kBool) throw Error(path + ": " + key + " must be a count or a list of booleans");
+  std::vector<bool> local;
+  for (double x : v.nums) local.push_back(x != 0.0);
+  if (static_cast<int64_t>(local.size()) != layers)
+    throw Error(path + ": " + key + " lists " + std::to_string(local.size()) + " layers of " + std::to_string(layers));
+  int64_t pattern = 0;
+  for (size_t i = 0; i < local.size() && pattern == 0; ++i)
+    if (!local[i]) pattern = static_cast<int64_t>(i) + 1;
+  if (pattern == 0) pattern = layers + 1;
+  for (size_t i = 0; i < local.size(); ++i)
+    if (local[i] != (static_cast<int64_t>(i) % pattern < pattern - 1))
+      throw Error(path + ": " + key + " is not every " + std::to_string(pattern) + "th layer global");
+  return pattern;
+}
+
 std::vector<uint8_t> permute_rope_rows(const uint8_t* rows, int64_t count, int64_t head_dim, int64_t rb, bool to_gguf) {
   std::vector<uint8_t> out(static_cast<size_t>(count * rb));
   for (int64_t h = 0; h < count / head_dim; ++h)
@@ -82,6 +125,9 @@ std::string gguf_tensor_name(const std::string& name, const ModelConfig& c) {
   if (name == kEmbedName) return "token_embd.weight";
   if (name == kHeadName) return "output.weight";
   if (name == kFinalNormName) return "output_norm.weight";
+  if (name == kPerLayerEmbedName) return "per_layer_token_embd.weight";
+  if (name == kPerLayerProjName) return "per_layer_model_proj.weight";
+  if (name == kPerLayerNormName) return "per_layer_proj_norm.weight";
   static const std::pair<const char*, const char*> kParts[] = {
       {"input_layernorm.weight", "attn_norm.weight"},
       {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -106,6 +152,10 @@ std::string gguf_tensor_name(const std::string& name, const ModelConfig& c) {
       {"linear_attn.dt_bias", "ssm_dt.bias"},
       {"linear_attn.A", "ssm_a"},
       {"linear_attn.norm.weight", "ssm_norm.weight"},
+      {"per_layer_input_gate.weight", "inp_gate.weight"},
+      {"per_layer_projection.weight", "proj.weight"},
+      {"post_per_layer_input_norm.weight", "post_norm.weight"},
+      {"layer_scalar", "layer_output_scale.weight"},
   };
   const std::string prefix = "model.layers.";
   if (name.compare(0, prefix.size(), prefix) == 0) {
@@ -138,10 +188,18 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   ModelConfig c;
   c.architecture = arch;
   c.hidden_size = gguf_u32(f, k + "embedding_length");
-  c.intermediate_size = gguf_u32(f, k + "feed_forward_length");
   c.num_hidden_layers = gguf_u32(f, k + "block_count");
   c.num_attention_heads = gguf_u32(f, k + "attention.head_count");
-  c.num_key_value_heads = gguf_u32(f, k + "attention.head_count_kv", static_cast<uint32_t>(c.num_attention_heads));
+  // Counts a family may give per layer: the first layer's here, the rest
+  // its read_gguf's business (one that does not read them refuses them).
+  const std::vector<int64_t> widths = gguf_counts(f, k + "feed_forward_length", c.num_hidden_layers);
+  const std::vector<int64_t> kv_heads = gguf_counts(f, k + "attention.head_count_kv", c.num_hidden_layers,
+                                                    static_cast<uint32_t>(c.num_attention_heads));
+  for (const auto* counts : {&widths, &kv_heads})
+    if (!family->gguf_per_layer_counts && std::count(counts->begin(), counts->end(), counts->front()) != c.num_hidden_layers)
+      throw Error(path + ": per-layer MLP widths or key-value heads are not supported in a " + arch + " model");
+  c.intermediate_size = widths.empty() ? 0 : widths.front();
+  c.num_key_value_heads = kv_heads.empty() ? 0 : kv_heads.front();
   if (c.num_attention_heads <= 0) throw Error(path + ": " + k + "attention.head_count must be positive");
   c.head_dim = gguf_u32(f, k + "attention.key_length", static_cast<uint32_t>(c.hidden_size / c.num_attention_heads));
   if (gguf_u32(f, k + "attention.value_length", static_cast<uint32_t>(c.head_dim)) != c.head_dim)

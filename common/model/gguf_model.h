@@ -49,5 +49,10 @@ std::vector<uint8_t> permute_rope_rows(const uint8_t* rows, int64_t count, int64
 // An unsigned count in the metadata; throws naming the key when it is
 // missing (without a fallback) or not a count.
 uint32_t gguf_u32(const GgufFile& f, const std::string& key, std::optional<uint32_t> fallback = std::nullopt);
+// A count given once or per layer (llama.cpp's get_key_or_arr): `layers`
+// values, the fallback's where the key is absent. Throws splitspec::Error
+// naming the key for a list of another length or anything not a count.
+std::vector<int64_t> gguf_counts(const GgufFile& f, const std::string& key, int64_t layers,
+                                 std::optional<uint32_t> fallback = std::nullopt);
 
 }  // namespace splitspec

@@ -1,10 +1,12 @@
 #pragma once
 // Per-sequence key/value cache, allocated to a capacity that reserve() grows
 // between forwards (never during one). Layout per attention layer:
-// [kv_heads, capacity, head_dim], so the live prefix of every head is one
-// strided view with no copy. A hybrid model's delta-rule layers keep no keys
-// and values but recurrent states (recurrent_states.h), which truncate(),
-// keep() and fork() move with the entries.
+// [kv_heads, capacity, head_dim] (each layer its own heads and size), so the
+// live prefix of every head is one strided view with no copy. A hybrid
+// model's delta-rule layers keep no keys and values but recurrent states
+// (recurrent_states.h), which truncate(), keep() and fork() move with the
+// entries; a layer sharing another's keys and values (Gemma 4) reads that
+// layer's.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,7 +43,7 @@ class KVCache {
   int64_t capacity() const { return capacity_; }
   int64_t num_layers() const { return layers_; }
   KVType type() const { return type_; }
-  // Whether this cache has `config`'s layers, key-value heads and head size.
+  // Whether this cache has `config`'s layers, key-value heads and head sizes.
   bool fits(const ModelConfig& config) const;
   // Bytes held by the allocated storage (keys and values, recurrent states).
   size_t bytes() const;
@@ -65,13 +67,22 @@ class KVCache {
   // Keys/values of `layer`: [kv_heads][capacity][head_dim], the live
   // entries first in each head (head_stride() elements apart), as `type()`:
   // float for F32, IEEE half bits for F16.
-  const void* keys(int64_t layer) const { return keys_.get() + slot(layer) * layer_bytes(); }
-  const void* values(int64_t layer) const { return values_.get() + slot(layer) * layer_bytes(); }
-  int64_t head_stride() const { return capacity_ * head_dim_; }
+  const void* keys(int64_t layer) const { return keys_.get() + slot_offset(slot(layer)); }
+  const void* values(int64_t layer) const { return values_.get() + slot_offset(slot(layer)); }
+  int64_t head_stride(int64_t layer) const { return capacity_ * dims_[static_cast<size_t>(slot(layer))]; }
+  // One entry's keys (or values) of `layer`: its key-value heads x head size.
+  int64_t layer_kv_width(int64_t layer) const {
+    const auto s = static_cast<size_t>(slot(layer));
+    return heads_[s] * dims_[s];
+  }
   // The delta-rule layers' states (empty for a model without them); the
   // forward reads and saves them (RecurrentStates::find, save).
   RecurrentStates& states() { return states_; }
   const RecurrentStates& states() const { return states_; }
+
+  // Entries [from, from + n) of `layer` as float: k and v [n, kv_heads,
+  // head_dim], as write_rows took them.
+  void read_rows(int64_t layer, int64_t from, int64_t n, float* k, float* v) const;
 
   // Rollback: forget everything after the first n entries. With delta-rule
   // layers, throws (changing nothing) where the state after n is not kept.
@@ -97,20 +108,24 @@ class KVCache {
   // An empty cache of this one's shape and type, allocated to `capacity`.
   KVCache empty_like(int64_t capacity) const;
   int64_t elem_bytes() const { return type_ == KVType::F16 ? 2 : 4; }
-  int64_t layer_bytes() const { return kv_heads_ * capacity_ * head_dim_ * elem_bytes(); }
-  // Layer l's place among the attention layers (those with keys and values).
-  int64_t slot(int64_t layer) const { return slots_.empty() ? layer : slots_[static_cast<size_t>(layer)]; }
+  // Where slot s's keys (and values) start in their storage.
+  int64_t slot_offset(int64_t s) const { return capacity_ * bases_[static_cast<size_t>(s)] * elem_bytes(); }
+  // Layer l's place among the layers with keys and values.
+  int64_t slot(int64_t layer) const { return slots_[static_cast<size_t>(layer)]; }
   // Copies entries [from, from+n) of every layer and head to `to`.
   void move_entries(const KVCache& src, int64_t from, int64_t to, int64_t n);
-  int64_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
-  int64_t kv_layers_ = 0;       // the attention layers
-  std::vector<int64_t> slots_;  // per layer, its attention slot (-1: a delta-rule layer); empty: every layer's own
+  int64_t layers_ = 0;
+  // Per layer, its slot (-1: a delta-rule layer; a sharing layer its
+  // source's); per slot, its key-value heads, head size, and the elements
+  // per position of the slots before it.
+  std::vector<int64_t> slots_, heads_, dims_, bases_;
+  int64_t position_elems_ = 0;  // keys (or values) of one position, every slot
   RecurrentStates states_;
   int64_t capacity_ = 0;
   int64_t max_capacity_ = 0;  // the model's max_position_embeddings
   int64_t size_ = 0;
   KVType type_ = KVType::F32;
-  // [kv_layers, kv_heads, capacity, head_dim] of type_, uninitialised: pages
+  // Per slot [kv_heads, capacity, head_dim] of type_, uninitialised: pages
   // become resident as the context grows.
   std::unique_ptr<uint8_t[]> keys_;
   std::unique_ptr<uint8_t[]> values_;

@@ -33,7 +33,7 @@ Model::Model(ModelConfig config, WeightSet weights, std::string name)
 }
 
 void rope_tables(const ModelConfig& c, std::vector<float>& cos, std::vector<float>& sin, bool local) {
-  const int64_t rotary = c.rotary_dims(), half = rotary / 2;
+  const int64_t rotary = local ? c.local_rotary_dims() : c.rotary_dims(), half = rotary / 2;
   const std::vector<float>& divisors = local ? std::vector<float>{} : c.rope_divisors();
   const double theta = local ? c.rope_local_theta : c.rope_theta;
   const double factor = local ? 1.0 : c.rope_attention_factor;
@@ -358,9 +358,9 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
 
   // Each row's RoPE angles, copied from the tables (contiguous [n, rotary/2]);
   // the local layers' too.
-  const int64_t rotary = c.rotary_dims(), half = rotary / 2;
+  const int64_t half = c.rotary_dims() / 2, local_half = c.local_rotary_dims() / 2;
   const bool local = c.sliding_window_pattern > 0;
-  Rows cos(n, half), sin(n, half), local_cos(local ? n : 0, half), local_sin(local ? n : 0, half);
+  Rows cos(n, half), sin(n, half), local_cos(local ? n : 0, local_half), local_sin(local ? n : 0, local_half);
   std::vector<int64_t> ids;
   ids.reserve(n);
   for (const Sequence& s : seqs) {
@@ -371,8 +371,8 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
       std::memcpy(cos.row(row), rope_cos_.data() + p * half, half * sizeof(float));
       std::memcpy(sin.row(row), rope_sin_.data() + p * half, half * sizeof(float));
       if (local) {
-        std::memcpy(local_cos.row(row), local_cos_.data() + p * half, half * sizeof(float));
-        std::memcpy(local_sin.row(row), local_sin_.data() + p * half, half * sizeof(float));
+        std::memcpy(local_cos.row(row), local_cos_.data() + p * local_half, local_half * sizeof(float));
+        std::memcpy(local_sin.row(row), local_sin_.data() + p * local_half, local_half * sizeof(float));
       }
     }
     ids.insert(ids.end(), s.req->tokens.begin(), s.req->tokens.end());
@@ -397,16 +397,19 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     if (!s.req->inputs.empty())
       std::memcpy(x.row(s.offset), s.req->inputs.data(), static_cast<size_t>(s.n * c.hidden_size) * sizeof(float));
 
-  const int64_t H = c.hidden_size, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
-  const int64_t I = c.intermediate_size;
+  // The widest layer's sizes, for the buffers; each layer uses its own.
+  const int64_t H = c.hidden_size, Hq = c.num_attention_heads, Dmax = c.max_head_dim();
+  const int64_t Imax = c.max_intermediate_size(), P = c.per_layer_input_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const double scalar = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(D);
-  const float scale = static_cast<float>(1.0 / std::sqrt(scalar));
-  Rows h(n, H), q(n, Hq * D), k(n, Hkv * D), v(n, Hkv * D), attn(n, Hq * D);
-  Rows delta(n, H), gate(n, I), up(n, I);
-  Rows head_normed(c.qk_norm ? n : 0, Hq * D);
+  Rows h(n, H), q(n, Hq * Dmax), k(n, c.max_kv_heads() * Dmax), v(n, c.max_kv_heads() * Dmax), attn(n, Hq * Dmax);
+  Rows delta(n, H), gate(n, Imax), up(n, Imax);
+  Rows head_normed(c.qk_norm || c.value_norm ? n : 0, Hq * Dmax);
+  const std::vector<float> ones(c.value_norm ? static_cast<size_t>(Dmax) : 0, 1.0f);
+  // Per-layer inputs, [layer][row][P], and a layer's gated share of them.
+  Rows per_layer(P > 0 ? c.num_hidden_layers * n : 0, P), per_layer_gate(P > 0 ? n : 0, P);
+  if (P > 0) per_layer_inputs(ids, x, per_layer);
   // The output gate's projection (q and gate interleaved by head), and its gate.
-  Rows q_gate(c.attn_output_gate ? n : 0, 2 * Hq * D), attn_gate(c.attn_output_gate ? n : 0, Hq * D);
+  Rows q_gate(c.attn_output_gate ? n : 0, 2 * Hq * Dmax), attn_gate(c.attn_output_gate ? n : 0, Hq * Dmax);
   // A delta-rule layer's projections and output (delta_rule.h).
   const bool hybrid = c.has_recurrent_layers();
   Rows ssm_qkv(hybrid ? n : 0, c.ssm_channels()), ssm_z(hybrid ? n : 0, c.ssm_value_dim());
@@ -446,6 +449,10 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
       ++recurrent_index;
       linear(ssm_out, l, LayerMatrix::kSsmOut, delta);
     } else {
+      const int64_t D = c.layer_head_dim(l), Hkv = c.layer_kv_heads(l), rotary = c.layer_rotary_dims(l);
+      const double scalar = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(D);
+      const float scale = static_cast<float>(1.0 / std::sqrt(scalar));
+      const bool own_kv = c.layer_has_kv(l);
       if (c.attn_output_gate) {
         // Each head's query, then its gate.
         linear(h, l, LayerMatrix::kQ, q_gate);
@@ -456,28 +463,37 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
       } else {
         linear(h, l, LayerMatrix::kQ, q);
       }
-      linear(h, l, LayerMatrix::kK, k);
-      linear(h, l, LayerMatrix::kV, v);
+      // Each head's rows normed as rows of their own: `gain` null for none.
+      auto head_norm = [&](Rows& t, int64_t heads, const float* gain) {
+        kernels::rms_norm(f(t), n * heads, D, gain ? gain : ones.data(), eps, f(head_normed));
+        std::memcpy(f(t), f(head_normed), n * heads * D * sizeof(float));
+      };
+      if (own_kv) {
+        linear(h, l, LayerMatrix::kK, k);
+        // A layer without a value matrix takes its key's projection.
+        if (c.layer_value_is_key(l))
+          std::memcpy(f(v), f(k), n * Hkv * D * sizeof(float));
+        else
+          linear(h, l, LayerMatrix::kV, v);
+      }
       if (c.attention_bias) {
         add_bias(f(q), n, Hq * D, w.vector(l, LayerVector::kQBias));
         add_bias(f(k), n, Hkv * D, w.vector(l, LayerVector::kKBias));
         add_bias(f(v), n, Hkv * D, w.vector(l, LayerVector::kVBias));
       }
       if (c.qk_norm) {
-        // Each head's query and key rows, normed as rows of their own.
-        kernels::rms_norm(f(q), n * Hq, D, w.vector(l, LayerVector::kQNorm), eps, f(head_normed));
-        std::memcpy(f(q), f(head_normed), n * Hq * D * sizeof(float));
-        kernels::rms_norm(f(k), n * Hkv, D, w.vector(l, LayerVector::kKNorm), eps, f(head_normed));
-        std::memcpy(f(k), f(head_normed), n * Hkv * D * sizeof(float));
+        head_norm(q, Hq, w.vector(l, LayerVector::kQNorm));
+        if (own_kv) head_norm(k, Hkv, w.vector(l, LayerVector::kKNorm));
       }
+      if (c.value_norm && own_kv) head_norm(v, Hkv, nullptr);
       const bool sliding = c.layer_is_sliding(l);
       const float* lc = sliding ? f(local_cos) : f(cos);
       const float* ls = sliding ? f(local_sin) : f(sin);
       kernels::rope(f(q), n, Hq, D, rotary, lc, ls);
-      kernels::rope(f(k), n, Hkv, D, rotary, lc, ls);
+      if (own_kv) kernels::rope(f(k), n, Hkv, D, rotary, lc, ls);
       for (const Sequence& s : seqs) {
-        s.cache->write_rows(l, f(k) + s.offset * Hkv * D, f(v) + s.offset * Hkv * D, s.n);
-        const kernels::AttentionShape shape{s.n, Hq, Hkv, D, s.cache->head_stride()};
+        if (own_kv) s.cache->write_rows(l, f(k) + s.offset * Hkv * D, f(v) + s.offset * Hkv * D, s.n);
+        const kernels::AttentionShape shape{s.n, Hq, Hkv, D, s.cache->head_stride(l)};
         float* const qs = f(q) + s.offset * Hq * D;
         float* const os = f(attn) + s.offset * Hq * D;
         const auto& visible = sliding ? s.visible_local : s.visible;
@@ -503,6 +519,7 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     kernels::rms_norm(f(x), n, H, w.post_norm(l), eps, f(h));
     linear(h, l, LayerMatrix::kGate, gate);
     linear(h, l, LayerMatrix::kUp, up);
+    const int64_t I = c.layer_intermediate_size(l);
     if (c.activation == Activation::kGeluTanh)
       kernels::gelu_tanh_mul(f(gate), f(up), n * I, f(gate));
     else
@@ -510,6 +527,19 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     linear(gate, l, LayerMatrix::kDown, delta);
     branch_norm(LayerVector::kPostFfnNorm);
     kernels::add_inplace(f(x), f(delta), n * H);
+    if (P > 0) {
+      // The layer's per-layer input, gated by its output: gelu(x Wg) * input,
+      // projected back, normed, added.
+      linear(x, l, LayerMatrix::kPleGate, per_layer_gate);
+      kernels::gelu_tanh_mul(f(per_layer_gate), per_layer.row(l * n), n * P, f(per_layer_gate));
+      linear(per_layer_gate, l, LayerMatrix::kPleProj, delta);
+      branch_norm(LayerVector::kPleNorm);
+      kernels::add_inplace(f(x), f(delta), n * H);
+    }
+    if (c.layer_output_scale) {
+      const float scalar = w.vector(l, LayerVector::kOutScale)[0];
+      for (int64_t e = 0; e < n * H; ++e) f(x)[e] *= scalar;
+    }
     for (size_t b = 0; b < seqs.size(); ++b) {
       const Sequence& s = seqs[b];
       const ForwardRequest& req = *s.req;
@@ -539,6 +569,7 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
   Rows normed = rows.empty() ? Rows(0, c.hidden_size) : final_norm_rows(x.select(rows));
   Rows logits(normed.rows(), c.vocab_size);
   w.head(normed.data(), normed.rows(), logits.data());
+  soft_cap(logits);
   int64_t first = 0;
   for (size_t b = 0; b < seqs.size(); ++b) {
     // A lone sequence keeps the whole matrices; a batch's are split by copy.
@@ -575,7 +606,38 @@ Rows Model::head_logits(RowsView hidden) const {
   const Rows normed = final_norm_rows(hidden);
   Rows logits(normed.rows(), config_.vocab_size);
   kernels::linear(normed.data(), normed.rows(), weights_.lm_head, logits.data());
+  soft_cap(logits);
   return logits;
+}
+
+void Model::soft_cap(Rows& logits) const {
+  const double cap = config_.final_logit_softcap;
+  if (cap <= 0) return;
+  // As llama.cpp: scale by 1 / cap, tanh, scale by cap, each in float.
+  const float inv = static_cast<float>(1.0 / cap), c = static_cast<float>(cap);
+  float* x = logits.data();
+  for (int64_t e = 0; e < logits.rows() * logits.cols(); ++e) x[e] = std::tanh(x[e] * inv) * c;
+}
+
+void Model::per_layer_inputs(const std::vector<int64_t>& ids, const Rows& x, Rows& out) const {
+  // As llama.cpp's gemma4 (project_per_layer_inputs): the embedding's
+  // projection / sqrt(hidden), each layer's share RMS-normed, plus the
+  // token's row of the per-layer embedding x sqrt(size), all / sqrt(2).
+  const ModelConfig& c = config_;
+  const PerLayerInputs* pl = provider_->per_layer_inputs();
+  if (!pl) throw Error("forward: " + name_ + " has no per-layer input weights here (a streamed model cannot run them)");
+  const int64_t n = x.rows(), L = c.num_hidden_layers, P = c.per_layer_input_size;
+  Rows proj(n, L * P), normed(n * L, P), embed(n, L * P);
+  kernels::linear(x.data(), n, pl->proj, proj.data());
+  const float proj_scale = 1.0f / std::sqrt(static_cast<float>(c.hidden_size));
+  for (int64_t e = 0; e < n * L * P; ++e) proj.data()[e] *= proj_scale;
+  kernels::rms_norm(proj.data(), n * L, P, pl->norm.data(), static_cast<float>(c.rms_norm_eps), normed.data());
+  for (int64_t i = 0; i < n; ++i) dequantize_rows(pl->embed, ids[i], ids[i] + 1, embed.row(i));
+  const float embed_scale = std::sqrt(static_cast<float>(P)), mix = 1.0f / std::sqrt(2.0f);
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < P; ++j)
+        out.row(l * n + i)[j] = (normed.row(i * L + l)[j] + embed.row(i)[l * P + j] * embed_scale) * mix;
 }
 
 }  // namespace splitspec

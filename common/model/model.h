@@ -200,12 +200,17 @@ class Model {
   Model(ModelConfig config, WeightSet weights, std::string name);
   // The final norm on hidden rows [m, hidden].
   Rows final_norm_rows(RowsView hidden) const;
+  // Logits soft-capped in place, where the model caps them.
+  void soft_cap(Rows& logits) const;
+  // The per-layer inputs of tokens `ids` whose embedding rows are `x`:
+  // out [layers x n, per_layer_input_size], layer by layer.
+  void per_layer_inputs(const std::vector<int64_t>& ids, const Rows& x, Rows& out) const;
   ModelConfig config_;
   WeightSet weights_;
   std::string name_;
   std::vector<float> rope_cos_;  // [max_positions, rotary/2]
   std::vector<float> rope_sin_;
-  std::vector<float> local_cos_, local_sin_;  // the sliding-window layers' (Gemma 3)
+  std::vector<float> local_cos_, local_sin_;  // the sliding-window layers' (Gemma 3 and 4)
   std::unique_ptr<StreamedWeights> stream_;
   std::string stream_dir_;  // the streamed model's directory
   ResidentWeights resident_{weights_};

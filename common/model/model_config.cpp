@@ -38,16 +38,22 @@ int64_t integer(const json& j, const char* key, const std::string& source) {
 }  // namespace
 
 int64_t ModelConfig::num_parameters() const {
-  const int64_t attn = hidden_size * head_dim * ((attn_output_gate ? 3 : 2) * num_attention_heads + 2 * num_key_value_heads);
-  const int64_t mlp = 3 * hidden_size * intermediate_size;
-  const int64_t norms = (post_norms ? 4 : 2) * hidden_size + (qk_norm ? 2 * head_dim : 0) +
-                        (attention_bias ? head_dim * (num_attention_heads + 2 * num_key_value_heads) : 0);
-  const int64_t delta_rule = hidden_size * (ssm_channels() + 2 * ssm_value_dim() + 2 * ssm_value_heads) +
+  const int64_t H = hidden_size, P = per_layer_input_size;
+  const int64_t delta_rule = H * (ssm_channels() + 2 * ssm_value_dim() + 2 * ssm_value_heads) +
                              ssm_channels() * ssm_conv_kernel + 2 * ssm_value_heads + ssm_head_dim;
   int64_t layers = 0;
-  for (int64_t l = 0; l < num_hidden_layers; ++l) layers += (layer_is_recurrent(l) ? delta_rule : attn) + mlp + norms;
-  const int64_t emb = vocab_size * hidden_size;
-  return layers + hidden_size + emb * (tie_word_embeddings ? 1 : 2);
+  for (int64_t l = 0; l < num_hidden_layers; ++l) {
+    const int64_t D = layer_head_dim(l), kv = layer_has_kv(l) ? layer_kv_heads(l) * D : 0;
+    const int64_t attn = H * ((attn_output_gate ? 3 : 2) * num_attention_heads * D + (layer_value_is_key(l) ? 1 : 2) * kv);
+    const int64_t norms = (post_norms ? 4 : 2) * H + (qk_norm ? 2 * D : 0) +
+                          (attention_bias ? num_attention_heads * D + 2 * kv : 0);
+    const int64_t per_layer = P > 0 ? 2 * H * P + H : 0;
+    layers += (layer_is_recurrent(l) ? delta_rule : attn) + 3 * H * layer_intermediate_size(l) + norms + per_layer +
+              (layer_output_scale ? 1 : 0);
+  }
+  const int64_t emb = vocab_size * H;
+  const int64_t per_layer_embed = P > 0 ? (vocab_size + H) * num_hidden_layers * P + P : 0;
+  return layers + H + emb * (tie_word_embeddings ? 1 : 2) + per_layer_embed;
 }
 
 void ModelConfig::validate(const std::string& source) const {
@@ -115,6 +121,35 @@ void ModelConfig::validate(const std::string& source) const {
   if (!(rope_local_theta > 0)) throw Error(source + ": the local RoPE base must be positive");
   if (query_pre_attn_scalar < 0 || !std::isfinite(query_pre_attn_scalar))
     throw Error(source + ": 'query_pre_attn_scalar' must be positive");
+  if (local_head_dim < 0 || local_head_dim % 2 != 0 || local_head_dim > kernels::kMaxHeadDim)
+    throw Error(source + ": the local layers' head size " + std::to_string(local_head_dim) +
+                " must be even and at most " + std::to_string(kernels::kMaxHeadDim));
+  if (local_kv_heads < 0 || (local_kv_heads > 0 && num_attention_heads % local_kv_heads != 0))
+    throw Error(source + ": the local layers' key-value heads must divide the attention heads");
+  if (local_rotary_dim < 0 || local_rotary_dim % 2 != 0 ||
+      local_rotary_dim > (local_head_dim > 0 ? local_head_dim : head_dim))
+    throw Error(source + ": the local layers' rotary size must be even and at most their head size");
+  if (!layer_intermediate_sizes.empty()) {
+    if (static_cast<int64_t>(layer_intermediate_sizes.size()) != num_hidden_layers)
+      throw Error(source + ": " + std::to_string(layer_intermediate_sizes.size()) + " MLP widths for " +
+                  std::to_string(num_hidden_layers) + " layers");
+    for (int64_t i : layer_intermediate_sizes) positive(i, "feed_forward_length");
+  }
+  if (!value_is_key_layers.empty() && static_cast<int64_t>(value_is_key_layers.size()) != num_hidden_layers)
+    throw Error(source + ": value-is-key flags for " + std::to_string(value_is_key_layers.size()) + " of " +
+                std::to_string(num_hidden_layers) + " layers");
+  if (shared_kv_layers < 0 || shared_kv_layers >= num_hidden_layers)
+    throw Error(source + ": " + std::to_string(shared_kv_layers) + " layers sharing keys and values of " +
+                std::to_string(num_hidden_layers));
+  for (int64_t l = num_hidden_layers - shared_kv_layers; l < num_hidden_layers; ++l) {
+    const int64_t from = kv_source_layer(l);
+    if (from < 0 || layer_is_sliding(from) != layer_is_sliding(l) || layer_is_recurrent(from) || layer_is_recurrent(l))
+      throw Error(source + ": layer " + std::to_string(l) + " would share the keys and values of layer " +
+                  std::to_string(from) + ", which is not an attention layer of its kind");
+  }
+  if (per_layer_input_size < 0) throw Error(source + ": the per-layer input size must not be negative");
+  if (final_logit_softcap < 0 || !std::isfinite(final_logit_softcap))
+    throw Error(source + ": the final logit soft cap must be positive (or 0 for none)");
 }
 
 namespace {

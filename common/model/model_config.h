@@ -2,6 +2,7 @@
 // The decoder-only models SplitSpec runs, as one LLaMA-shaped definition
 // with options: what a Hugging Face config.json or a GGUF file's metadata
 // (gguf_model.h) says, read as the model's family (family.h) reads it.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -95,6 +96,27 @@ struct ModelConfig {
   // same size; the attention's output is multiplied by sigmoid(gate) before
   // the output projection (Qwen3.5's full-attention layers).
   bool attn_output_gate = false;
+  // Gemma 4. Local (sliding-window) layers may have their own head size,
+  // key-value heads and rotary size (0: the global layers'); the global
+  // layers' RoPE divisors (rope_freq_factors) are theirs alone.
+  int64_t local_head_dim = 0, local_kv_heads = 0, local_rotary_dim = 0;
+  // Per layer, the MLP's width, where layers differ (empty: intermediate_size).
+  std::vector<int64_t> layer_intermediate_sizes;
+  // The last shared_kv_layers layers compute no keys and values: each reads
+  // those of the last earlier layer of its kind (kv_source_layer).
+  int64_t shared_kv_layers = 0;
+  // Layers whose value is their key's projection (no value matrix).
+  std::vector<uint8_t> value_is_key_layers;
+  // Values RMS-normed without a gain before they are cached.
+  bool value_norm = false;
+  // Per-layer inputs: each token's row of a second embedding [vocab, layers x
+  // per_layer_input_size], mixed with a projection of its embedding; every
+  // layer gates its share into its output (Gemma 4's E2B and E4B). 0: none.
+  int64_t per_layer_input_size = 0;
+  // Every layer's output multiplied by a learned scalar.
+  bool layer_output_scale = false;
+  // Logits soft-capped: cap * tanh(logit / cap). 0: none.
+  double final_logit_softcap = 0.0;
 
   // Parameter count of the model this config describes.
   int64_t num_parameters() const;
@@ -103,6 +125,41 @@ struct ModelConfig {
     return sliding_window_pattern > 0 && sliding_window > 0 && l % sliding_window_pattern < sliding_window_pattern - 1;
   }
   int64_t rotary_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  // Layer l's head size, key-value heads, rotary size and MLP width.
+  int64_t layer_head_dim(int64_t l) const {
+    return layer_is_sliding(l) && local_head_dim > 0 ? local_head_dim : head_dim;
+  }
+  int64_t layer_kv_heads(int64_t l) const {
+    return layer_is_sliding(l) && local_kv_heads > 0 ? local_kv_heads : num_key_value_heads;
+  }
+  int64_t local_rotary_dims() const {
+    if (local_rotary_dim > 0) return local_rotary_dim;
+    return local_head_dim > 0 ? local_head_dim : rotary_dims();
+  }
+  int64_t layer_rotary_dims(int64_t l) const { return layer_is_sliding(l) ? local_rotary_dims() : rotary_dims(); }
+  int64_t layer_intermediate_size(int64_t l) const {
+    return layer_intermediate_sizes.empty() ? intermediate_size : layer_intermediate_sizes[static_cast<size_t>(l)];
+  }
+  // The layer whose keys and values layer l attends over: its own, or for
+  // a shared layer llama.cpp's choice, the last layer with its own keys
+  // and values (a global one) or the one before it (a local one).
+  int64_t kv_source_layer(int64_t l) const {
+    const int64_t first_shared = num_hidden_layers - shared_kv_layers;
+    if (shared_kv_layers == 0 || l < first_shared) return l;
+    return first_shared - (layer_is_sliding(l) ? 2 : 1);
+  }
+  bool layer_has_kv(int64_t l) const { return kv_source_layer(l) == l && !layer_is_recurrent(l); }
+  bool layer_value_is_key(int64_t l) const {
+    return !value_is_key_layers.empty() && value_is_key_layers[static_cast<size_t>(l)] != 0;
+  }
+  // The widest head and MLP of any layer (buffers).
+  int64_t max_head_dim() const { return std::max(head_dim, local_head_dim); }
+  int64_t max_kv_heads() const { return std::max(num_key_value_heads, local_kv_heads); }
+  int64_t max_intermediate_size() const {
+    int64_t m = intermediate_size;
+    for (int64_t i : layer_intermediate_sizes) m = std::max(m, i);
+    return m;
+  }
   bool layer_is_recurrent(int64_t l) const {
     return !recurrent_layers.empty() && recurrent_layers[static_cast<size_t>(l)] != 0;
   }

@@ -19,20 +19,25 @@ std::string layer_matrix_name(int64_t layer, LayerMatrix m) {
     case LayerMatrix::kGate: suffix = "mlp.gate_proj.weight"; break;
     case LayerMatrix::kUp: suffix = "mlp.up_proj.weight"; break;
     case LayerMatrix::kDown: suffix = "mlp.down_proj.weight"; break;
+    case LayerMatrix::kPleGate: suffix = "per_layer_input_gate.weight"; break;
+    case LayerMatrix::kPleProj: suffix = "per_layer_projection.weight"; break;
   }
   return "model.layers." + std::to_string(layer) + "." + suffix;
 }
 
 std::vector<int64_t> layer_matrix_shape(LayerMatrix m, const ModelConfig& c, int64_t layer) {
-  const int64_t H = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const int64_t H = c.hidden_size, D = c.layer_head_dim(layer), q = c.num_attention_heads * D,
+                kv = c.layer_kv_heads(layer) * D, I = c.layer_intermediate_size(layer), P = c.per_layer_input_size;
   const bool recurrent = c.layer_is_recurrent(layer);
   switch (m) {
     case LayerMatrix::kQ:
       if (recurrent) return {};
       return {c.attn_output_gate ? 2 * q : q, H};
     case LayerMatrix::kK:
+      if (!c.layer_has_kv(layer)) return {};
+      return {kv, H};
     case LayerMatrix::kV:
-      if (recurrent) return {};
+      if (!c.layer_has_kv(layer) || c.layer_value_is_key(layer)) return {};
       return {kv, H};
     case LayerMatrix::kO:
       if (recurrent) return {};
@@ -43,8 +48,10 @@ std::vector<int64_t> layer_matrix_shape(LayerMatrix m, const ModelConfig& c, int
     case LayerMatrix::kSsmAlpha: return recurrent ? std::vector<int64_t>{c.ssm_value_heads, H} : std::vector<int64_t>{};
     case LayerMatrix::kSsmOut: return recurrent ? std::vector<int64_t>{H, c.ssm_value_dim()} : std::vector<int64_t>{};
     case LayerMatrix::kGate:
-    case LayerMatrix::kUp: return {c.intermediate_size, H};
-    case LayerMatrix::kDown: return {H, c.intermediate_size};
+    case LayerMatrix::kUp: return {I, H};
+    case LayerMatrix::kDown: return {H, I};
+    case LayerMatrix::kPleGate: return P > 0 ? std::vector<int64_t>{P, H} : std::vector<int64_t>{};
+    case LayerMatrix::kPleProj: return P > 0 ? std::vector<int64_t>{H, P} : std::vector<int64_t>{};
   }
   return {};
 }
@@ -74,6 +81,8 @@ std::string layer_vector_name(int64_t layer, LayerVector v) {
     case LayerVector::kSsmDtBias: suffix = "linear_attn.dt_bias"; break;
     case LayerVector::kSsmA: suffix = "linear_attn.A"; break;
     case LayerVector::kSsmNorm: suffix = "linear_attn.norm.weight"; break;
+    case LayerVector::kPleNorm: suffix = "post_per_layer_input_norm.weight"; break;
+    case LayerVector::kOutScale: suffix = "layer_scalar"; break;
   }
   return "model.layers." + std::to_string(layer) + "." + suffix;
 }
@@ -120,19 +129,22 @@ std::map<std::string, FusedPart> fused_parts(const ModelConfig& c) {
 }
 
 int64_t layer_vector_size(LayerVector v, const ModelConfig& c, int64_t layer) {
-  const bool recurrent = c.layer_is_recurrent(layer);
+  const bool recurrent = c.layer_is_recurrent(layer), kv = c.layer_has_kv(layer);
+  const int64_t D = c.layer_head_dim(layer);
   switch (v) {
-    case LayerVector::kQBias: return c.attention_bias && !recurrent ? c.num_attention_heads * c.head_dim : 0;
+    case LayerVector::kQBias: return c.attention_bias && !recurrent ? c.num_attention_heads * D : 0;
     case LayerVector::kKBias:
-    case LayerVector::kVBias: return c.attention_bias && !recurrent ? c.num_key_value_heads * c.head_dim : 0;
-    case LayerVector::kQNorm:
-    case LayerVector::kKNorm: return c.qk_norm && !recurrent ? c.head_dim : 0;
+    case LayerVector::kVBias: return c.attention_bias && kv ? c.layer_kv_heads(layer) * D : 0;
+    case LayerVector::kQNorm: return c.qk_norm && !recurrent ? D : 0;
+    case LayerVector::kKNorm: return c.qk_norm && kv ? D : 0;
     case LayerVector::kPostAttnNorm:
     case LayerVector::kPostFfnNorm: return c.post_norms ? c.hidden_size : 0;
     case LayerVector::kSsmConv: return recurrent ? c.ssm_channels() * c.ssm_conv_kernel : 0;
     case LayerVector::kSsmDtBias:
     case LayerVector::kSsmA: return recurrent ? c.ssm_value_heads : 0;
     case LayerVector::kSsmNorm: return recurrent ? c.ssm_head_dim : 0;
+    case LayerVector::kPleNorm: return c.per_layer_input_size > 0 ? c.hidden_size : 0;
+    case LayerVector::kOutScale: return c.layer_output_scale ? 1 : 0;
   }
   return 0;
 }

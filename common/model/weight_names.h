@@ -13,9 +13,12 @@ namespace splitspec {
 // A decoder layer's matrices, in the order its forward uses them: an
 // attention layer's q, k, v and o, or a delta-rule layer's (Qwen3.5's
 // linear attention: q, k and v for the convolution, the output gate z, beta,
-// alpha, the output), then the MLP's.
-enum class LayerMatrix { kQ, kK, kV, kO, kSsmQkv, kSsmZ, kSsmBeta, kSsmAlpha, kSsmOut, kGate, kUp, kDown };
-constexpr int kLayerMatrices = 12;
+// alpha, the output), then the MLP's, then the per-layer input's gate and
+// projection (Gemma 4).
+enum class LayerMatrix {
+  kQ, kK, kV, kO, kSsmQkv, kSsmZ, kSsmBeta, kSsmAlpha, kSsmOut, kGate, kUp, kDown, kPleGate, kPleProj
+};
+constexpr int kLayerMatrices = 14;
 
 // "model.layers.<layer>.self_attn.q_proj.weight", ...
 std::string layer_matrix_name(int64_t layer, LayerMatrix m);
@@ -32,11 +35,14 @@ std::string layer_norm_name(int64_t layer, bool post);
 // (Qwen2), the per-head query and key norms (Qwen3, Gemma 3), the norms on
 // the attention's and the MLP's outputs (Gemma 3), and a delta-rule layer's
 // convolution taps ([channels][kernel], oldest input first), dt bias, A (as
-// llama.cpp holds it: -exp(A_log)) and the gated norm's gains (Qwen3.5).
+// llama.cpp holds it: -exp(A_log)) and the gated norm's gains (Qwen3.5),
+// the norm on the per-layer input's projection and the layer's output
+// scale (Gemma 4).
 enum class LayerVector {
-  kQBias, kKBias, kVBias, kQNorm, kKNorm, kPostAttnNorm, kPostFfnNorm, kSsmConv, kSsmDtBias, kSsmA, kSsmNorm
+  kQBias, kKBias, kVBias, kQNorm, kKNorm, kPostAttnNorm, kPostFfnNorm, kSsmConv, kSsmDtBias, kSsmA, kSsmNorm,
+  kPleNorm, kOutScale
 };
-constexpr int kLayerVectors = 11;
+constexpr int kLayerVectors = 13;
 // "model.layers.<layer>.self_attn.q_proj.bias", "....self_attn.q_norm.weight",
 // "....post_attention_norm.weight", "....post_feedforward_layernorm.weight",
 // "....linear_attn.conv1d.weight", ....
@@ -67,5 +73,10 @@ bool hf_gain_less_one(const std::string& ours, const ModelConfig& c);
 inline const char* kEmbedName = "model.embed_tokens.weight";
 inline const char* kHeadName = "lm_head.weight";
 inline const char* kFinalNormName = "model.norm.weight";
+// The per-layer inputs' embedding [vocab, layers x size], the projection of
+// the embedding into them [layers x size, hidden], and its norm [size].
+inline const char* kPerLayerEmbedName = "model.embed_tokens_per_layer.weight";
+inline const char* kPerLayerProjName = "model.per_layer_model_projection.weight";
+inline const char* kPerLayerNormName = "model.per_layer_projection_norm.weight";
 
 }  // namespace splitspec

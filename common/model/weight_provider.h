@@ -34,6 +34,8 @@ class WeightProvider {
   virtual const float* final_norm() const = 0;
   // Layer l's family vector (weight_names.h), or null when it has none.
   virtual const float* vector(int64_t layer, LayerVector v) const = 0;
+  // The per-layer inputs' weights, or null where the provider has none.
+  virtual const PerLayerInputs* per_layer_inputs() const { return nullptr; }
 };
 
 // The weights of a WeightSet in memory, which must outlive it.
@@ -47,6 +49,7 @@ class ResidentWeights final : public WeightProvider {
   const float* post_norm(int64_t layer) const override { return w_.post_norm(layer); }
   const float* final_norm() const override { return w_.final_norm(); }
   const float* vector(int64_t layer, LayerVector v) const override { return w_.vector(layer, v); }
+  const PerLayerInputs* per_layer_inputs() const override { return w_.per_layer.embed.data ? &w_.per_layer : nullptr; }
 
  private:
   const WeightSet& w_;

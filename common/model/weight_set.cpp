@@ -125,6 +125,7 @@ uint64_t WeightSet::bytes() const {
   for (const auto& l : layers)
     for (const MatrixRef& m : l) n += m.bytes();
   if (lm_head.data != embed.data) n += lm_head.bytes();
+  if (per_layer.embed.data) n += per_layer.embed.bytes() + per_layer.proj.bytes() + per_layer.norm.size() * sizeof(float);
   return n;
 }
 
@@ -196,6 +197,11 @@ std::string WeightSet::digest() const {
   d.add(norms.data(), norms.size() * sizeof(float));
   for (const auto& l : vectors)
     for (int v = 0; v < kLayerVectors; ++v) digest_vector(d, static_cast<LayerVector>(v), l[v]);
+  if (per_layer.embed.data) {
+    matrix(per_layer.embed);
+    matrix(per_layer.proj);
+    d.add(per_layer.norm.data(), per_layer.norm.size() * sizeof(float));
+  }
   return d.hex();
 }
 
@@ -234,6 +240,12 @@ std::string source_digest(const ModelConfig& c, const WeightSource& source) {
       digest_vector(d, static_cast<LayerVector>(v),
                     size ? floats(layer_vector_name(l, static_cast<LayerVector>(v)), size) : std::vector<float>{});
     }
+  if (const int64_t P = c.per_layer_input_size) {
+    matrix(kPerLayerEmbedName, {c.vocab_size, c.num_hidden_layers * P});
+    matrix(kPerLayerProjName, {c.num_hidden_layers * P, H});
+    const std::vector<float> norm = floats(kPerLayerNormName, P);
+    d.add(norm.data(), norm.size() * sizeof(float));
+  }
   return d.hex();
 }
 
@@ -321,6 +333,12 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
   }
   norm(kFinalNormName);
   w.lm_head = c.tie_word_embeddings ? w.embed : take(kHeadName, {c.vocab_size, H}, head_slot(c));
+  if (const int64_t P = c.per_layer_input_size) {
+    const int64_t L = c.num_hidden_layers;
+    w.per_layer.embed = take(kPerLayerEmbedName, {c.vocab_size, L * P}, {TensorSlot::kEmbed, 0, L, L * P});
+    w.per_layer.proj = take(kPerLayerProjName, {L * P, H}, {TensorSlot::kOther, 0, L, H});
+    w.per_layer.norm = vector(kPerLayerNormName, P);
+  }
   return w;
 }
 
@@ -374,6 +392,8 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(dir + ": cannot create directory: " + ec.message());
+  // First, so a family whose models are not written refuses before any file is.
+  const std::string config_json = model_config_to_json(c);
   std::vector<std::vector<uint8_t>> bytes;  // alive until written
   std::vector<TensorToWrite> out;
   std::map<std::string, std::string> metadata{{"format", "pt"}};
@@ -449,7 +469,7 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
   write_safetensors((fs::path(dir) / "model.safetensors").string(), out, metadata);
   const fs::path cfg = fs::path(dir) / "config.json";
   std::ofstream f(cfg);
-  f << model_config_to_json(c);
+  f << config_json;
   if (!f) throw Error(cfg.string() + ": write failed");
 }
 

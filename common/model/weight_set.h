@@ -19,6 +19,12 @@
 
 namespace splitspec {
 
+// The per-layer inputs' embedding, projection and norm (weight_names.h).
+struct PerLayerInputs {
+  MatrixRef embed, proj;
+  std::vector<float> norm;
+};
+
 struct WeightSet {
   std::vector<std::array<MatrixRef, kLayerMatrices>> layers;
   MatrixRef embed;
@@ -28,6 +34,7 @@ struct WeightSet {
   // where the family has none.
   std::vector<std::array<std::vector<float>, kLayerVectors>> vectors;
   int64_t hidden = 0;
+  PerLayerInputs per_layer;  // empty without (ModelConfig::per_layer_input_size)
   // What the references point into.
   std::shared_ptr<const void> mapping;  // a SafetensorsModel or a GgufFile
   std::vector<std::vector<uint8_t>> owned;

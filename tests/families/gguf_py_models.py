@@ -305,6 +305,194 @@ def write_eagle3(path, vocab_gguf, gguf_py_dir, target_hidden, seed=1, scale=0.0
     return s
 
 
+# Gemma 4 in small E2B-like proportions: three local layers to one global,
+# global heads twice as wide with their own key-value heads and RoPE on a
+# quarter of their pairs, the last half of the layers sharing the keys and
+# values of the last local and global layers with their own (their MLPs
+# twice as wide, as E2B's), per-layer inputs, and one global layer whose
+# value is its key's projection (the larger models' attention_k_eq_v).
+GEMMA4_SHAPE = dict(hidden=256, ffn=512, layers=8, pattern=4, heads=4, kv_heads=1, global_kv_heads=2, head_dim=64,
+                    global_head_dim=128, per_layer=32, shared=4, window=16, softcap=30.0, k_eq_v=(3,), context=4096)
+# Its assistant: a 128-wide decoder of one local and one global layer over
+# the target's keys and values.
+GEMMA4_ASSISTANT_SHAPE = dict(hidden=128, ffn=256, heads=4)
+
+
+def _gemma4_kinds(s):
+    return [(i + 1) % s["pattern"] != 0 for i in range(s["layers"])]
+
+
+def _gemma4_rope_freqs(head_dim):
+    """convert_hf_to_gguf's proportional RoPE on the global layers: a
+    quarter of the pairs rotate, the rest get 1e30 divisors."""
+    import numpy as np
+    n_rot = int(head_dim * 0.25 / 2)
+    return np.array([1.0] * n_rot + [1e30] * (head_dim // 2 - n_rot), np.float32)
+
+
+def write_gemma4(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None, planted=False):
+    """A Gemma 4 (gemma4) file of random weights: F32 but the per-layer
+    embedding (F16, as it is 262K x layers x size). planted: every branch's
+    output projection zero and an untied head whose row perm[x] is x's
+    embedding, so the next token after x is perm[x] (as write_qwen35's).
+    Returns the shape, the permutation and the embedding."""
+    import numpy as np
+    gguf = _gguf(gguf_py_dir)
+    s = dict(GEMMA4_SHAPE, **(shape or {}))
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.GEMMA4])
+    n_vocab = _copy_vocab(gguf, w, vocab_gguf)
+    H, L, P = s["hidden"], s["layers"], s["per_layer"]
+    local = _gemma4_kinds(s)
+    first_shared = L - s["shared"]
+    w.add_context_length(s["context"])
+    w.add_embedding_length(H)
+    w.add_block_count(L)
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv([s["kv_heads"] if sw else s["global_kv_heads"] for sw in local])
+    w.add_feed_forward_length([s["ffn"] if i < first_shared else 2 * s["ffn"] for i in range(L)])
+    w.add_key_length(s["global_head_dim"])
+    w.add_value_length(s["global_head_dim"])
+    w.add_key_length_swa(s["head_dim"])
+    w.add_value_length_swa(s["head_dim"])
+    w.add_rope_dimension_count(s["global_head_dim"])
+    w.add_rope_dimension_count_swa(s["head_dim"])
+    w.add_rope_freq_base(1000000.0)
+    w.add_rope_freq_base_swa(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_sliding_window(s["window"])
+    w.add_sliding_window_pattern(local)
+    w.add_shared_kv_layers(s["shared"])
+    w.add_embedding_length_per_layer_input(P)
+    w.add_final_logit_softcapping(s["softcap"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    mat, gain = _random(rng, scale)
+
+    def t(name, data):
+        w.add_tensor(name, data)
+
+    def out_mat(rows, cols):
+        return np.zeros((rows, cols), np.float32) if planted else mat(rows, cols)
+
+    embed = (rng.standard_normal((n_vocab, H)) * (1.0 if planted else scale)).astype(np.float32)
+    t("token_embd.weight", embed)
+    t("output_norm.weight", gain(H))
+    perm = rng.permutation(n_vocab)
+    if planted:
+        head = np.empty_like(embed)
+        head[perm] = embed
+        t("output.weight", head)
+    t("rope_freqs.weight", _gemma4_rope_freqs(s["global_head_dim"]))
+    t("per_layer_token_embd.weight", (rng.standard_normal((n_vocab, L * P)) * 0.5).astype(np.float16))
+    t("per_layer_model_proj.weight", mat(L * P, H))
+    t("per_layer_proj_norm.weight", gain(P))
+    for b in range(L):
+        D = s["head_dim"] if local[b] else s["global_head_dim"]
+        kv = (s["kv_heads"] if local[b] else s["global_kv_heads"]) * D
+        ffn = s["ffn"] if b < first_shared else 2 * s["ffn"]
+        t(f"blk.{b}.attn_norm.weight", gain(H))
+        t(f"blk.{b}.attn_q.weight", mat(s["heads"] * D, H))
+        t(f"blk.{b}.attn_q_norm.weight", gain(D))
+        if b < first_shared:
+            t(f"blk.{b}.attn_k.weight", mat(kv, H))
+            t(f"blk.{b}.attn_k_norm.weight", gain(D))
+            if b not in s["k_eq_v"]:
+                t(f"blk.{b}.attn_v.weight", mat(kv, H))
+        t(f"blk.{b}.attn_output.weight", out_mat(H, s["heads"] * D))
+        t(f"blk.{b}.post_attention_norm.weight", gain(H))
+        t(f"blk.{b}.ffn_norm.weight", gain(H))
+        t(f"blk.{b}.ffn_gate.weight", mat(ffn, H))
+        t(f"blk.{b}.ffn_up.weight", mat(ffn, H))
+        t(f"blk.{b}.ffn_down.weight", out_mat(H, ffn))
+        t(f"blk.{b}.post_ffw_norm.weight", gain(H))
+        t(f"blk.{b}.inp_gate.weight", mat(P, H))
+        t(f"blk.{b}.proj.weight", out_mat(H, P))
+        t(f"blk.{b}.post_norm.weight", gain(H))
+        t(f"blk.{b}.layer_output_scale.weight", rng.uniform(0.5, 1.5, 1).astype(np.float32))
+    _finish(w)
+    return s, perm, embed
+
+
+def write_gemma4_assistant(path, vocab_gguf, gguf_py_dir, target_shape, seed=1, scale=0.02, shape=None, planted=None):
+    """Gemma 4's assistant (gemma4-assistant) for a write_gemma4 target of
+    `target_shape`, as llama.cpp's converter writes one: the target's
+    embedding row (x sqrt(its hidden)) and hidden state projected in
+    (nextn.pre_projection), query-only layers over the target's keys and
+    values (its last local and global layers'), its own tied head, and the
+    state it hands the next step projected out (nextn.post_projection); its
+    embedding F16. planted: (permutation, embedding) of write_gemma4's
+    planted target: the projection passes the embedding's first dims alone,
+    every branch is zero, and head row perm[x] is those dims of x's
+    embedding, so it drafts what the target says."""
+    import numpy as np
+    gguf = _gguf(gguf_py_dir)
+    s = dict(GEMMA4_ASSISTANT_SHAPE, **(shape or {}))
+    t_s = target_shape
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.GEMMA4_ASSISTANT])
+    n_vocab = _copy_vocab(gguf, w, vocab_gguf)
+    H, HT = s["hidden"], t_s["hidden"]
+    local = [True, False]
+    w.add_context_length(t_s["context"])
+    w.add_embedding_length(H)
+    w.add_embedding_length_out(HT)
+    w.add_block_count(len(local))
+    w.add_nextn_predict_layers(len(local))
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv([t_s["kv_heads"] if sw else t_s["global_kv_heads"] for sw in local])
+    w.add_feed_forward_length(s["ffn"])
+    w.add_key_length(t_s["global_head_dim"])
+    w.add_value_length(t_s["global_head_dim"])
+    w.add_key_length_swa(t_s["head_dim"])
+    w.add_value_length_swa(t_s["head_dim"])
+    w.add_rope_dimension_count(t_s["global_head_dim"])
+    w.add_rope_dimension_count_swa(t_s["head_dim"])
+    w.add_rope_freq_base(1000000.0)
+    w.add_rope_freq_base_swa(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_sliding_window(t_s["window"])
+    w.add_sliding_window_pattern(local)
+    w.add_shared_kv_layers(0)
+    w.add_embedding_length_per_layer_input(0)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    mat, gain = _random(rng, scale)
+
+    def t(name, data):
+        w.add_tensor(name, data)
+
+    if planted:
+        perm, embed = planted
+        head = np.empty((n_vocab, H), np.float32)
+        head[perm] = embed[:, :H]
+        pre = np.concatenate([np.eye(H, HT, dtype=np.float32), np.zeros((H, HT), np.float32)], axis=1)
+    else:
+        head = rng.standard_normal((n_vocab, H)) * scale
+        pre = mat(H, 2 * HT)
+    t("token_embd.weight", head.astype(np.float16))
+    t("output_norm.weight", gain(H))
+    t("nextn.pre_projection.weight", pre)
+    t("nextn.post_projection.weight", mat(HT, H))
+    t("rope_freqs.weight", _gemma4_rope_freqs(t_s["global_head_dim"]))
+    for b, sw in enumerate(local):
+        D = t_s["head_dim"] if sw else t_s["global_head_dim"]
+        t(f"blk.{b}.attn_norm.weight", gain(H))
+        t(f"blk.{b}.attn_q.weight", mat(s["heads"] * D, H))
+        t(f"blk.{b}.attn_q_norm.weight", gain(D))
+        t(f"blk.{b}.attn_output.weight", np.zeros((H, s["heads"] * D), np.float32) if planted else
+          mat(H, s["heads"] * D))
+        t(f"blk.{b}.post_attention_norm.weight", gain(H))
+        t(f"blk.{b}.ffn_norm.weight", gain(H))
+        t(f"blk.{b}.ffn_gate.weight", mat(s["ffn"], H))
+        t(f"blk.{b}.ffn_up.weight", mat(s["ffn"], H))
+        t(f"blk.{b}.ffn_down.weight", np.zeros((H, s["ffn"]), np.float32) if planted else mat(H, s["ffn"]))
+        t(f"blk.{b}.post_ffw_norm.weight", gain(H))
+        t(f"blk.{b}.layer_output_scale.weight", rng.uniform(0.5, 1.5, 1).astype(np.float32))
+    _finish(w)
+    return s
+
+
 if __name__ == "__main__":
     # write_qwen35 OUT.gguf VOCAB.gguf GGUF_PY_DIR [SEED]
     write_qwen35(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 1)

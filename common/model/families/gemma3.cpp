@@ -77,31 +77,7 @@ void read_gguf(const GgufFile& f, ModelConfig& c) {
                                                       : static_cast<double>(c.head_dim);
   c.rope_local_theta = gguf_number(f, k + "rope.freq_base_swa", 10000.0);
   if (!f.has(k + "attention.sliding_window") || gguf_u32(f, k + "attention.sliding_window") == 0) return;
-  int64_t pattern = 6;
-  const std::string key = k + "attention.sliding_window_pattern";
-  if (f.has(key)) {
-    const GgufValue& v = f.get(key);
-    if (v.type == GgufType::kArray) {
-      // Per layer, true where it is local: accepted when periodic.
-      if (v.elem != GgufType::kBool) throw Error(path + ": " + key + " must be a count or a list of booleans");
-      std::vector<bool> local;
-      for (double x : v.nums) local.push_back(x != 0.0);
-      if (static_cast<int64_t>(local.size()) != c.num_hidden_layers)
-        throw Error(path + ": " + key + " lists " + std::to_string(local.size()) + " layers of " +
-                    std::to_string(c.num_hidden_layers));
-      pattern = 0;
-      for (size_t i = 0; i < local.size() && pattern == 0; ++i)
-        if (!local[i]) pattern = static_cast<int64_t>(i) + 1;
-      if (pattern == 0) pattern = c.num_hidden_layers + 1;
-      for (size_t i = 0; i < local.size(); ++i)
-        if (local[i] != (static_cast<int64_t>(i) % pattern < pattern - 1))
-          throw Error(path + ": " + key + " is not every " + std::to_string(pattern) + "th layer global");
-    } else {
-      pattern = gguf_u32(f, key);
-      if (pattern <= 0) throw Error(path + ": " + key + " must be positive");
-    }
-  }
-  c.sliding_window_pattern = pattern;
+  c.sliding_window_pattern = gguf_sliding_pattern(f, k + "attention.sliding_window_pattern", c.num_hidden_layers, 6);
 }
 
 void write_gguf(const ModelConfig& c, GgufWriter& g, const std::string& name) {
