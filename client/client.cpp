@@ -344,6 +344,9 @@ void Client::Impl::check_server(const ExtrasRequest& wants, const v1::ServerInfo
     throw Error("server " + o.server + " does not send the target's hidden rows, which drafter " + o.drafter +
                 " reads (its version " + info.version() + ", backend '" + info.backend() +
                 "'): run it with a local target or against a CPU server of this version");
+  if (!wants.kv_row_layers.empty())
+    throw Error("drafter " + o.drafter + " attends over the target's own keys and values, which a server does not "
+                "send: run it with a local target (its bytes a round: docs/draft-heads.md)");
   // Refuse a mismatched pair now rather than decode garbage later.
   if (spec.draft && spec.draft->config().vocab_size != info.vocab_size())
     throw Error("draft " + o.draft_dir + " has vocab_size " + std::to_string(spec.draft->config().vocab_size) +

@@ -31,6 +31,9 @@ void ServerVerifier::begin(const std::vector<int32_t>& prompt, const GenerateOpt
     throw Error(link_.address() + ": the server does not send the target's hidden rows a model's own MTP head drafts "
                 "from (its version " + link_.info().version() + ", backend '" + link_.info().backend() +
                 "'); run the drafter with a local target or a CPU server of this version");
+  if (!extras.kv_row_layers.empty())
+    throw Error(link_.address() + ": a server does not send the target's keys and values, which the drafter attends "
+                "over; run it with a local target");
   handler_ = std::move(on_early);
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -15,6 +15,7 @@
 #include "client/local_verifier.h"
 #include "client/round_loop.h"
 #include "common/drafting/model_drafter.h"
+#include "common/drafting/assistant_head.h"
 #include "common/drafting/eagle3_head.h"
 #include "common/drafting/mtp_head.h"
 #include "common/early_exit/early_exit_eval.h"
@@ -44,7 +45,7 @@ struct EvalArgs {
   int64_t windows = 48;
   std::string plot;
   std::string ids_file, out;
-  std::string head;  // eval eagle3: the head's GGUF file
+  std::string head;  // eval eagle3 and assistant: the head's GGUF file
 };
 
 
@@ -308,6 +309,42 @@ int run_eagle3(const EvalArgs& a) {
       [&](int32_t token, const Rows& g) { return head->forward({token}, g, decoder); });
 }
 
+// Gemma 4's assistant drafts: the next token with the target's final hidden
+// state before it, at its position, over the target's keys and values of
+// the two layers the assistant reads; each draft at that position again,
+// with the assistant's own state, as the assistant drafter runs them.
+int run_assistant(const EvalArgs& a) {
+  set_training_threads(a.threads);
+  auto target = Model::load(a.model_dir);
+  auto head = AssistantHead::load(a.head, a.model_dir);
+  KVCache store = head->new_store();
+  int64_t P = 0;
+  return run_head_drafts(
+      a, *target, [](ForwardRequest& r) { r.final_hidden = true; },
+      [&](const std::vector<int32_t>& ids, int32_t next, const ForwardResult& t) {
+        P = static_cast<int64_t>(ids.size());
+        // The target's cache of the forward just run, read back as the
+        // verifier hands it over.
+        KVCache cache = target->new_cache(P);
+        ForwardRequest r;
+        r.tokens = ids;
+        r.logits_rows = std::vector<int64_t>{};
+        target->forward(r, cache);
+        store.truncate(0);
+        store.reserve(P);
+        const std::vector<int32_t>& layers = head->target_kv_layers();
+        for (size_t j = 0; j < layers.size(); ++j) {
+          const int64_t w = store.layer_kv_width(static_cast<int64_t>(j));
+          std::vector<float> k(static_cast<size_t>(P * w)), v(k.size());
+          cache.read_rows(layers[j], 0, P, k.data(), v.data());
+          store.write_rows(static_cast<int64_t>(j), k.data(), v.data(), P);
+        }
+        store.commit(P);
+        return head->forward({next}, t.final_hidden.view(), P, store);
+      },
+      [&](int32_t token, const Rows& h) { return head->forward({token}, h.view(), P, store); });
+}
+
 }  // namespace
 
 Command add_eval_command(CLI::App& app) {
@@ -367,11 +404,22 @@ Command add_eval_command(CLI::App& app) {
   e3->add_option("--out", a->out, "File to write: each draft step's vocab_size float32s, in order")->required();
   add_speculative_flags(e3, a->speculative);
   e3->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
-  return {eval, [a, ppl, ex, lg, mtp, e3]() {
+  CLI::App* as = eval->add_subcommand(
+      "assistant", "Gemma 4 assistant drafts after token sequences, with each draft step's logits as raw float32 rows");
+  as->add_option("--target,--model", a->model_dir, "The Gemma 4 target's GGUF file")->required();
+  as->add_option("--head", a->head, "The assistant's GGUF file (llama.cpp's gemma4-assistant)")->required();
+  as->add_option("--ids-file", a->ids_file, "JSONL of {\"prompt_ids\": [ids]}, one sequence a line")
+      ->required()
+      ->check(CLI::ExistingFile);
+  as->add_option("--out", a->out, "File to write: each draft step's vocab_size float32s, in order")->required();
+  add_speculative_flags(as, a->speculative);
+  as->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
+  return {eval, [a, ppl, ex, lg, mtp, e3, as]() {
             if (ex->parsed()) return run_exits(*a);
             if (lg->parsed()) return run_logits(*a);
             if (mtp->parsed()) return run_mtp(*a);
             if (e3->parsed()) return run_eagle3(*a);
+            if (as->parsed()) return run_assistant(*a);
             return ppl->parsed() ? run_ppl(*a) : run_acceptance(*a);
           }};
 }

@@ -58,6 +58,10 @@ class KVStore {
   virtual void keep(int64_t base, const std::vector<int64_t>& rows) = 0;
   // Bytes its storage holds now.
   virtual size_t bytes() const = 0;
+  // Entries [from, from + n) of `layer` as float, k and v [n, kv_heads,
+  // head_dim] (a drafter attending over the target's keys reads them).
+  // Throws splitspec::Error where the backend does not hand them out.
+  virtual void read_rows(int64_t layer, int64_t from, int64_t n, float* k, float* v) const;
 };
 
 class Backend {

@@ -24,6 +24,9 @@ class CpuKV final : public KVStore {
   void truncate(int64_t n) override { cache_.truncate(n); }
   void keep(int64_t base, const std::vector<int64_t>& rows) override { cache_.keep(base, rows); }
   size_t bytes() const override { return cache_.bytes(); }
+  void read_rows(int64_t layer, int64_t from, int64_t n, float* k, float* v) const override {
+    cache_.read_rows(layer, from, n, k, v);
+  }
   KVCache& cache() { return cache_; }
 
  private:

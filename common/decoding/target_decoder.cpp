@@ -202,6 +202,7 @@ std::vector<RoundResult> TargetDecoder::verify_batch(const std::vector<BatchRoun
     d.forwards_ += 1;
     if (rounds[i].request->extras.hidden_rows) results[i].extras.hidden_rows_from = pasts[i];
     d.apply_round(results[i], pasts[i]);
+    d.add_kv_rows(results[i], pasts[i], rounds[i].request->extras);
     results[i].forward_ms = forward_ms;
     results[i].verify_ms += ms_since(tv);
   }
@@ -263,6 +264,33 @@ void TargetDecoder::add_extras(RoundResult& r, const ForwardResult& out, const E
       add(row == 0 ? pending - 1 : pending + row - 1, out.final_hidden.row(row));
     }
   }
+}
+
+void TargetDecoder::add_kv_rows(RoundResult& r, int64_t past, const ExtrasRequest& want) const {
+  if (want.kv_row_layers.empty()) return;
+  const ModelConfig& c = target_.config();
+  const int64_t n = cache_->size() - past;
+  std::vector<std::vector<float>> keys, values;
+  int64_t width = 0;  // one position's floats, every layer's keys and values
+  for (int32_t l : want.kv_row_layers) {
+    if (l < 0 || l >= c.num_hidden_layers || c.layer_is_recurrent(l))
+      throw Error("kv rows: layer " + std::to_string(l) + " is not an attention layer of the target");
+    const int64_t w = c.layer_kv_heads(l) * c.layer_head_dim(l);
+    keys.emplace_back(static_cast<size_t>(n * w));
+    values.emplace_back(static_cast<size_t>(n * w));
+    if (n > 0) cache_->read_rows(l, past, n, keys.back().data(), values.back().data());
+    width += 2 * w;
+  }
+  std::vector<float>& rows = r.extras.kv_rows;
+  rows.clear();
+  rows.reserve(static_cast<size_t>(n * width));
+  for (int64_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < keys.size(); ++j) {
+      const int64_t w = static_cast<int64_t>(keys[j].size()) / std::max<int64_t>(n, 1);
+      rows.insert(rows.end(), keys[j].begin() + i * w, keys[j].begin() + (i + 1) * w);
+      rows.insert(rows.end(), values[j].begin() + i * w, values[j].begin() + (i + 1) * w);
+    }
+  r.extras.kv_rows_from = past;
 }
 
 void TargetDecoder::commit(RoundResult& r) {

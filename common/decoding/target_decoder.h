@@ -119,6 +119,8 @@ class TargetDecoder {
   void reserve_rows(int64_t rows);
   void commit(RoundResult& r);
   void add_extras(RoundResult& r, const ForwardResult& out, const ExtrasRequest& want) const;
+  // VerdictExtras::kv_rows: the entries the round left in the cache after `past`.
+  void add_kv_rows(RoundResult& r, int64_t past, const ExtrasRequest& want) const;
   // This round's draws: keyed by the committed length, so that a generation
   // resumed from its committed tokens draws what it would have drawn.
   Rng round_rng() const { return Rng::keyed(options_.sampling.seed, static_cast<int64_t>(seq_.size())); }

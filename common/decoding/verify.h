@@ -34,7 +34,11 @@ struct ExtrasRequest {
   // final hidden state after the final norm), side by side in each row: an
   // EAGLE-3 head reads three.
   std::vector<int32_t> hidden_row_layers;
-  bool any() const { return top_k > 0 || hidden || hidden_rows; }
+  // The keys and values every position the round commits to the target's
+  // cache leaves in these layers (VerdictExtras::kv_rows): a drafter that
+  // attends over the target's own keys (Gemma 4's assistant) reads them.
+  std::vector<int32_t> kv_row_layers;
+  bool any() const { return top_k > 0 || hidden || hidden_rows || !kv_row_layers.empty(); }
 };
 
 struct TopK {
@@ -59,6 +63,12 @@ struct VerdictExtras {
   // The position of hidden_rows' first row: the round's first forwarded
   // token's (0 in a generation's first round, or a resumed one's).
   int64_t hidden_rows_from = 0;
+  // Per position entering the target's cache this round (the prompt's in
+  // round one, then the root and each accepted node but the last), for each
+  // of kv_row_layers in turn: its keys, then its values [kv heads x head
+  // size] each, as the cache holds them; kv_rows_from is the first's position.
+  std::vector<float> kv_rows;
+  int64_t kv_rows_from = 0;
 };
 
 // `target_logits` is [tree.size()+1, vocab]: row 0 is the target's prediction

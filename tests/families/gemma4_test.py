@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Gemma 4 (gemma4) and its assistant (gemma4-assistant) against llama.cpp.
+
+A random-weight Gemma 4 in small E2B-like proportions (tests/families/
+gguf_py_models.py: local and global layers of different head sizes and
+key-value heads, proportional RoPE on the global ones, layers sharing the
+keys and values of earlier ones, per-layer inputs, a global layer whose
+value is its key, output scales, soft-capped logits) with the real Gemma 4
+vocabulary, written by llama.cpp's own gguf-py; then quantized by llama.cpp's
+quantizer to Q8_0 and Q4_K_M. Each file:
+  - loads in llama.cpp's libllama and in SplitSpec; the prompts tokenize to
+    the same ids in both;
+  - gives logits near llama.cpp's exact path's (F32 KV cache, no flash
+    attention) at every position of each prompt and its greedy
+    continuation: mean NMSE no larger than llama.cpp's own default path's,
+    and the greedy choice agreeing at least as often (quant_files_test).
+Then the assistant against llama.cpp's draft path over shared memory (the
+same drafts, logits within test-backend-ops' NMSE), every mode giving the
+target alone's tokens, and a planted assistant's acceptance.
+
+  gemma4_test.py --bin BUILD/bin --llamacpp BUILD/llamacpp --material BUILD/test-material
+
+Exits 77 (skipped) naming what is missing when llama.cpp's material or NumPy
+is absent (scripts/setup.sh, scripts/setup_test_material.sh).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from families_test import (N_NEW, PROMPTS, Runner, arguments, gguf_py_material, gguf_token_count,  # noqa: E402
+                           serving, write_ids)
+from quant_files_test import NMSE_BAR, check_file  # noqa: E402
+from qwen35_test import nmse_rows  # noqa: E402
+
+MIXES = ["q8_0", "q4_k_m"]
+
+
+def main():
+    p = arguments()
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--new", type=int, default=16)
+    p.add_argument("--free-running", action="store_true")
+    p.add_argument("--skip-quantized", action="store_true")
+    a = p.parse_args()
+    gguf_py, vocab = gguf_py_material(a, "gemma-4")
+    from gguf_py_models import write_gemma4, write_gemma4_assistant
+
+    with tempfile.TemporaryDirectory() as work:
+        r = Runner(a, work)
+        r.build_driver()
+        target = os.path.join(work, "gemma4-f32.gguf")
+        shape, _, _ = write_gemma4(target, vocab, gguf_py, seed=1)
+        print("shape:", json.dumps(shape), flush=True)
+        texts = PROMPTS[:a.prompts]
+        prompt_ids = []
+        for t in texts:
+            ours = json.loads(r.run([r.splitspec, "tokenize", "--target", target, "--text", t, "--json"]))["ids"]
+            theirs = r.llama(target, "tokenize", t)["ids"]
+            r.check(ours == theirs, f"tokenize {t!r}: {ours} vs llama.cpp's {theirs}")
+            prompt_ids.append(ours)
+
+        print("| file | mix | mean NMSE | llama.cpp default's | max NMSE | default's | greedy = exact's | default's |"
+              " free-running | default's |")
+        print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+        files = [("f32", target)]
+        for mix in [] if a.skip_quantized else MIXES:
+            q = os.path.join(work, f"gemma4-{mix}.gguf")
+            r.run([r.driver, r.bins, target, "quantize", q, mix, "2"])
+            files.append((mix, q))
+        for mix, path in files:
+            line, ok = check_file(r, work, "gemma4", mix, path, prompt_ids, a.new)
+            r.check(ok, f"{mix}: logits and greedy choices as near llama.cpp's exact path as its default path")
+            print(line, flush=True)
+            if path != target:
+                os.remove(path)
+
+        # The assistant against llama.cpp's draft path over shared memory:
+        # the same prompts, GAMMA greedy drafts at the next token's position.
+        assistant = os.path.join(work, "gemma4-assistant.gguf")
+        write_gemma4_assistant(assistant, vocab, gguf_py, shape, seed=4)
+        driver = r.build_llama_program("llamacpp_assistant.cpp", "c++")
+        gamma = 4
+        ids_txt, ids_jsonl = write_ids(work, prompt_ids)
+        theirs_bin, ours_bin = os.path.join(work, "as-llama.bin"), os.path.join(work, "as-ours.bin")
+        theirs = [json.loads(x) for x in r.run([driver, r.bins, target, assistant, str(gamma), ids_txt,
+                                                theirs_bin]).splitlines()]
+        ours = [json.loads(x) for x in r.run([r.splitspec, "eval", "assistant", "--target", target, "--head", assistant,
+                                              "--ids-file", ids_jsonl, "--out", ours_bin, "--gamma", str(gamma),
+                                              "--threads", "1"]).splitlines()]
+        same = sum(o == t for o, t in zip(ours, theirs))
+        r.check(same == len(theirs), f"assistant drafts as llama.cpp's: {same}/{len(theirs)} prompts alike")
+        worst = nmse_rows(theirs_bin, ours_bin, gguf_token_count(target))
+        r.check(worst <= NMSE_BAR, f"assistant logits within test-backend-ops' {NMSE_BAR} of llama.cpp's: worst {worst:.2e}")
+        print(f"assistant vs llama.cpp's draft path: next token and {gamma} drafts alike on {same}/{len(theirs)} "
+              f"prompts; draft logits' worst NMSE {worst:.2e}", flush=True)
+
+        # Every mode gives the target alone's tokens: a Gemma 4 draft (its
+        # own shared keys and per-layer inputs roll back too), prompt lookup,
+        # and the assistant, chained and as a tree.
+        draft = os.path.join(work, "gemma4-draft.gguf")
+        write_gemma4(draft, vocab, gguf_py, seed=2, shape=dict(layers=4, shared=0, k_eq_v=()))
+        prompt = "The robot arm moves to the left. The robot arm moves to the left. The robot arm"
+        alone = r.ours(target, prompt=prompt)["output_ids"]
+        head = ["--drafter-option", f"head={assistant}"]
+        for args in (["--draft", draft, "--drafter", "model"], ["--draft", draft, "--drafter", "model-tree"],
+                     ["--drafter", "pld"], ["--drafter", "assistant", *head],
+                     ["--drafter", "assistant", *head, "--drafter-option", "width=3"],
+                     ["--drafter", "assistant", *head, "--gamma", "8"], ["--draft", target, "--drafter", "model"]):
+            got = r.ours(target, *args, prompt=prompt)
+            r.check(got["output_ids"] == alone, f"local {' '.join(args)}: {got['output_ids']} vs {alone}")
+            shown = " ".join(args).replace(" ".join(head), "").replace("  ", " ")
+            print(f"local {shown}: tau {got['stats']['tau']:.2f}", flush=True)
+        with serving(r, target) as remote:
+            for args in (["--draft", draft, "--drafter", "model"], ["--drafter", "pld"]):
+                cmd = [r.splitspec, "generate", *remote, *args, "--prompt", prompt, "--max-new-tokens", str(N_NEW),
+                       "--ignore-eos", "--json", "--threads", "1"]
+                out = json.loads(r.run(cmd).strip().splitlines()[-1])
+                r.check(out["output_ids"] == alone, f"server {args[-1]}: {out['output_ids']} vs {alone}")
+                print(f"server {args[-1]}: tau {out['stats']['tau']:.2f}", flush=True)
+            # The assistant reads the target's keys, which a server keeps: refused at connect, in one line.
+            bad = subprocess.run([r.splitspec, "generate", *remote, "--drafter", "assistant", *head, "--prompt", "hi",
+                                  "--max-new-tokens", "2"], capture_output=True, text=True, timeout=300)
+            r.check(bad.returncode == 1 and "keys and values" in bad.stderr and bad.stderr.count("\n") == 1,
+                    f"assistant against a server: one clear error, got {bad.returncode} {bad.stderr!r}")
+
+        # The assistant planted to predict what a planted target does
+        # (write_gemma4(planted=True)): its drafts are accepted.
+        planted = os.path.join(work, "gemma4-planted.gguf")
+        pshape, perm, embed = write_gemma4(planted, vocab, gguf_py, seed=3, planted=True)
+        planted_as = os.path.join(work, "gemma4-planted-assistant.gguf")
+        write_gemma4_assistant(planted_as, vocab, gguf_py, pshape, seed=5, planted=(perm, embed))
+        alone = r.ours(planted, prompt=prompt)["output_ids"]
+        head = ["--drafter", "assistant", "--drafter-option", f"head={planted_as}"]
+        chain = r.ours(planted, *head, prompt=prompt)
+        st = chain["stats"]
+        r.check(chain["output_ids"] == alone, "planted assistant: the target's tokens")
+        r.check(st["acceptance_rate"] > 0.9, f"planted assistant: acceptance {st['acceptance_rate']}")
+        print(f"planted assistant: acceptance {st['acceptance_rate']:.2f}, tau {st['tau']:.2f}, "
+              f"assistant {st['drafter_counters'].get('assistant_bytes', 0) / 2**20:.1f} MiB", flush=True)
+        # A tree of three branches at the first draft keeps its first whole.
+        tree = r.ours(planted, *head, "--drafter-option", "width=3", prompt=prompt)
+        r.check(tree["output_ids"] == alone and tree["stats"]["tau"] == st["tau"],
+                f"planted assistant tree: the target's tokens at the chain's tau ({tree['stats']['tau']})")
+        print(f"{r.checks - len(r.failures)} passed, {len(r.failures)} failed")
+        return 1 if r.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
