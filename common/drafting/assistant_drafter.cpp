@@ -127,6 +127,8 @@ class AssistantDrafter final : public Drafter {
       at += 2 * w;
     }
     store_.commit(n);
+    // What these rows would cost on a wire, in half precision (docs/draft-heads.md).
+    stats_.drafter_counters["target_kv_bytes_f16"] += static_cast<double>(rows.size() * sizeof(uint16_t));
     seq_.insert(seq_.end(), o.verdict.tokens.begin(), o.verdict.tokens.end());
     hidden_ = Rows();
     if (o.extras.hidden.empty()) return;

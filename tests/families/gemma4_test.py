@@ -138,8 +138,12 @@ def main():
         st = chain["stats"]
         r.check(chain["output_ids"] == alone, "planted assistant: the target's tokens")
         r.check(st["acceptance_rate"] > 0.9, f"planted assistant: acceptance {st['acceptance_rate']}")
+        kv_bytes = st["drafter_counters"].get("target_kv_bytes_f16", 0)
+        r.check(kv_bytes > 0, "the assistant counts the target's key rows it reads")
         print(f"planted assistant: acceptance {st['acceptance_rate']:.2f}, tau {st['tau']:.2f}, "
-              f"assistant {st['drafter_counters'].get('assistant_bytes', 0) / 2**20:.1f} MiB", flush=True)
+              f"assistant {st['drafter_counters'].get('assistant_bytes', 0) / 2**20:.1f} MiB, the target's keys "
+              f"{kv_bytes / max(st['rounds'], 1):.0f} bytes a round in half precision "
+              f"({kv_bytes:.0f} in {st['rounds']} rounds, the prompt's included)", flush=True)
         # A tree of three branches at the first draft keeps its first whole.
         tree = r.ours(planted, *head, "--drafter-option", "width=3", prompt=prompt)
         r.check(tree["output_ids"] == alone and tree["stats"]["tau"] == st["tau"],
