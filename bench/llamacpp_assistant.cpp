@@ -13,7 +13,6 @@
 // last row at position P, and each draft with its own projected-out row at
 // that same position: GAMMA greedy drafts. Prints one JSON line a prompt
 // {"next", "drafts"}; OUT.bin gets each draft step's logits (float32 rows).
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -38,30 +37,20 @@ int main(int argc, char** argv) {
   llama_set_embeddings_nextn(tgt, true, false);
   llama_context* dft = heads::context(assistant, true, tgt);
   llama_set_embeddings_nextn(dft, true, true);
-  std::ifstream in(argv[5]);
   std::ofstream out(argv[6], std::ios::binary);
-  if (!in || !out) heads::die("cannot open the ids file or the output");
-  std::string line;
-  while (std::getline(in, line)) {
-    const std::vector<llama_token> ids = heads::parse_ids(line);
-    if (ids.empty()) continue;
+  if (!out) heads::die("cannot open the output");
+  heads::TokenRowsBatch m(1, n_embd);
+  // The assistant's memory is the target's: clearing the target's clears both.
+  heads::each_prompt(argv[5], tgt, nullptr, n_vocab, [&](const std::vector<llama_token>& ids, int next) {
     const int P = static_cast<int>(ids.size());
-    // The assistant's memory is the target's: clearing the target's clears both.
-    llama_memory_clear(llama_get_memory(tgt), true);
-    llama_batch b = llama_batch_init(P, 0, 1);
-    heads::fill(b, ids, 0);
-    if (llama_decode(tgt, b) != 0) heads::die("the target's decode failed");
-    llama_batch_free(b);
-    const int next = heads::argmax(llama_get_logits_ith(tgt, P - 1), n_vocab);
-    std::vector<float> h(llama_get_embeddings_nextn_ith(tgt, P - 1), llama_get_embeddings_nextn_ith(tgt, P - 1) + n_embd);
-    llama_batch m = llama_batch_init(1, n_embd, 1);
-    m.token = static_cast<llama_token*>(std::malloc(sizeof(llama_token)));
+    const float* last = llama_get_embeddings_nextn_ith(tgt, P - 1);
+    std::vector<float> h(last, last + n_embd);
     std::vector<int> drafts;
     int token = next;
     for (int k = 0; k < gamma; ++k) {
-      heads::fill(m, {token}, P);
-      std::memcpy(m.embd, h.data(), sizeof(float) * n_embd);
-      if (llama_decode(dft, m) != 0) heads::die("the assistant's decode failed");
+      heads::fill(m.b, {token}, P);
+      std::memcpy(m.b.embd, h.data(), sizeof(float) * n_embd);
+      if (llama_decode(dft, m.b) != 0) heads::die("the assistant's decode failed");
       const float* logits = llama_get_logits_ith(dft, 0);
       out.write(reinterpret_cast<const char*>(logits), sizeof(float) * n_vocab);
       token = heads::argmax(logits, n_vocab);
@@ -69,13 +58,8 @@ int main(int argc, char** argv) {
       const float* own = llama_get_embeddings_nextn_ith(dft, 0);
       h.assign(own, own + n_embd);
     }
-    std::free(m.token);
-    m.token = nullptr;
-    llama_batch_free(m);
-    std::printf("{\"next\": %d, \"drafts\": [", next);
-    for (size_t i = 0; i < drafts.size(); ++i) std::printf("%s%d", i ? ", " : "", drafts[i]);
-    std::printf("]}\n");
-  }
+    return drafts;
+  });
   llama_free(dft);
   llama_free(tgt);
   llama_model_free(assistant);

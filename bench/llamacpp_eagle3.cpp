@@ -39,21 +39,10 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 3; ++k) llama_set_embeddings_layer_inp(tgt, static_cast<uint32_t>(layers[k]), true);
   llama_context* dft = heads::context(head, false, tgt);
   llama_set_embeddings_nextn(dft, true, true);
-  std::ifstream in(argv[5]);
   std::ofstream out(argv[6], std::ios::binary);
-  if (!in || !out) heads::die("cannot open the ids file or the output");
-  std::string line;
-  while (std::getline(in, line)) {
-    const std::vector<llama_token> ids = heads::parse_ids(line);
-    if (ids.empty()) continue;
+  if (!out) heads::die("cannot open the output");
+  heads::each_prompt(argv[5], tgt, dft, n_vocab, [&](const std::vector<llama_token>& ids, int next) {
     const int P = static_cast<int>(ids.size());
-    llama_memory_clear(llama_get_memory(tgt), true);
-    llama_memory_clear(llama_get_memory(dft), true);
-    llama_batch b = llama_batch_init(P, 0, 1);
-    heads::fill(b, ids, 0);
-    if (llama_decode(tgt, b) != 0) heads::die("the target's decode failed");
-    llama_batch_free(b);
-    const int next = heads::argmax(llama_get_logits_ith(tgt, P - 1), n_vocab);
     // Each position's three layer inputs side by side, fused by the encoder.
     std::vector<float> features(static_cast<size_t>(P) * 3 * n_tgt);
     for (int k = 0; k < 3; ++k) {
@@ -66,16 +55,15 @@ int main(int argc, char** argv) {
     llama_batch enc = {P, nullptr, features.data(), nullptr, nullptr, nullptr, nullptr};
     if (llama_encode(dft, enc) != 0) heads::die("the encoder failed");
     std::vector<float> g(llama_get_embeddings_nextn(dft), llama_get_embeddings_nextn(dft) + static_cast<size_t>(P) * n_dec);
-    llama_batch m = llama_batch_init(P, n_dec, 1);
-    m.token = static_cast<llama_token*>(std::malloc(sizeof(llama_token) * P));
+    heads::TokenRowsBatch m(P, n_dec);
     // Decodes `toks` at pos0.. with `rows`; a draft step also writes its
     // logits and returns its argmax.
     auto run = [&](const std::vector<llama_token>& toks, const float* rows, int pos0, bool draft) {
-      heads::fill(m, toks, pos0);
-      std::memcpy(m.embd, rows, sizeof(float) * n_dec * m.n_tokens);
-      if (llama_decode(dft, m) != 0) heads::die("the head's decode failed");
+      heads::fill(m.b, toks, pos0);
+      std::memcpy(m.b.embd, rows, sizeof(float) * n_dec * m.b.n_tokens);
+      if (llama_decode(dft, m.b) != 0) heads::die("the head's decode failed");
       if (!draft) return -1;
-      const float* logits = llama_get_logits_ith(dft, m.n_tokens - 1);
+      const float* logits = llama_get_logits_ith(dft, m.b.n_tokens - 1);
       out.write(reinterpret_cast<const char*>(logits), sizeof(float) * n_vocab);
       return heads::argmax(logits, n_vocab);
     };
@@ -88,13 +76,8 @@ int main(int argc, char** argv) {
       std::vector<float> own(own_row, own_row + n_dec);
       drafts.push_back(run({drafts.back()}, own.data(), P - 1 + k, true));
     }
-    std::free(m.token);
-    m.token = nullptr;
-    llama_batch_free(m);
-    std::printf("{\"next\": %d, \"drafts\": [", next);
-    for (size_t i = 0; i < drafts.size(); ++i) std::printf("%s%d", i ? ", " : "", drafts[i]);
-    std::printf("]}\n");
-  }
+    return drafts;
+  });
   llama_free(dft);
   llama_free(tgt);
   llama_model_free(head);

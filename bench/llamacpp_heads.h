@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -80,6 +82,49 @@ inline std::vector<llama_token> parse_ids(const std::string& line) {
     at = comma + 1;
   }
   return ids;
+}
+
+// A batch carrying both tokens and embedding rows, as the draft paths feed
+// a head (llama_batch_init allocates one or the other).
+struct TokenRowsBatch {
+  llama_batch b;
+  TokenRowsBatch(int n, int n_embd) : b(llama_batch_init(n, n_embd, 1)) {
+    b.token = static_cast<llama_token*>(std::malloc(sizeof(llama_token) * n));
+  }
+  ~TokenRowsBatch() {
+    std::free(b.token);
+    b.token = nullptr;
+    llama_batch_free(b);
+  }
+  TokenRowsBatch(const TokenRowsBatch&) = delete;
+  TokenRowsBatch& operator=(const TokenRowsBatch&) = delete;
+};
+
+// For each prompt of `ids_file` (a line of ids each): clears `tgt`'s memory
+// (and `other`'s, where given), decodes the prompt on the target, and hands
+// `draft` the ids and the target's greedy next token; prints {"next",
+// "drafts"} with the drafts it returns, a line a prompt.
+inline void each_prompt(const char* ids_file, llama_context* tgt, llama_context* other, int n_vocab,
+                        const std::function<std::vector<int>(const std::vector<llama_token>& ids, int next)>& draft) {
+  std::ifstream in(ids_file);
+  if (!in) die("cannot open the ids file");
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::vector<llama_token> ids = parse_ids(line);
+    if (ids.empty()) continue;
+    const int P = static_cast<int>(ids.size());
+    llama_memory_clear(llama_get_memory(tgt), true);
+    if (other) llama_memory_clear(llama_get_memory(other), true);
+    llama_batch b = llama_batch_init(P, 0, 1);
+    fill(b, ids, 0);
+    if (llama_decode(tgt, b) != 0) die("the target's decode failed");
+    llama_batch_free(b);
+    const int next = argmax(llama_get_logits_ith(tgt, P - 1), n_vocab);
+    const std::vector<int> drafts = draft(ids, next);
+    std::printf("{\"next\": %d, \"drafts\": [", next);
+    for (size_t i = 0; i < drafts.size(); ++i) std::printf("%s%d", i ? ", " : "", drafts[i]);
+    std::printf("]}\n");
+  }
 }
 
 }  // namespace heads

@@ -38,37 +38,25 @@ int main(int argc, char** argv) {
   llama_set_embeddings_nextn(tgt, true, false);
   llama_context* dft = heads::context(model, true, tgt);
   llama_set_embeddings_nextn(dft, true, true);
-  std::ifstream in(argv[4]);
   std::ofstream out(argv[5], std::ios::binary);
-  if (!in || !out) heads::die("cannot open the ids file or the output");
-  std::string line;
-  while (std::getline(in, line)) {
-    const std::vector<llama_token> ids = heads::parse_ids(line);
-    if (ids.empty()) continue;
+  if (!out) heads::die("cannot open the output");
+  heads::each_prompt(argv[4], tgt, dft, n_vocab, [&](const std::vector<llama_token>& ids, int next) {
     const int P = static_cast<int>(ids.size());
-    llama_memory_clear(llama_get_memory(tgt), true);
-    llama_memory_clear(llama_get_memory(dft), true);
-    llama_batch b = llama_batch_init(P + 1, 0, 1);
-    heads::fill(b, ids, 0);
-    if (llama_decode(tgt, b) != 0) heads::die("the target's decode failed");
-    const int next = heads::argmax(llama_get_logits_ith(tgt, P - 1), n_vocab);
     // Token q with the target's row q - 1, zeros before the first.
     std::vector<float> h(static_cast<size_t>(P + 1) * n_embd, 0.0f);
     for (int q = 1; q <= P; ++q)
       std::memcpy(h.data() + static_cast<size_t>(q) * n_embd, llama_get_embeddings_nextn_ith(tgt, q - 1),
                   sizeof(float) * n_embd);
-    llama_batch_free(b);
     // draft-mtp's batch carries both tokens and embeddings.
-    llama_batch m = llama_batch_init(P + 1, n_embd, 1);
-    m.token = static_cast<llama_token*>(std::malloc(sizeof(llama_token) * (P + 1)));
+    heads::TokenRowsBatch m(P + 1, n_embd);
     // Decodes `toks` at pos0.. with `rows`; a draft step also writes its
     // logits and returns its argmax.
     auto run = [&](const std::vector<llama_token>& toks, const float* rows, int pos0, bool draft) {
-      heads::fill(m, toks, pos0);
-      std::memcpy(m.embd, rows, sizeof(float) * n_embd * m.n_tokens);
-      if (llama_decode(dft, m) != 0) heads::die("the MTP decode failed");
+      heads::fill(m.b, toks, pos0);
+      std::memcpy(m.b.embd, rows, sizeof(float) * n_embd * m.b.n_tokens);
+      if (llama_decode(dft, m.b) != 0) heads::die("the MTP decode failed");
       if (!draft) return -1;
-      const float* logits = llama_get_logits_ith(dft, m.n_tokens - 1);
+      const float* logits = llama_get_logits_ith(dft, m.b.n_tokens - 1);
       out.write(reinterpret_cast<const char*>(logits), sizeof(float) * n_vocab);
       return heads::argmax(logits, n_vocab);
     };
@@ -81,13 +69,8 @@ int main(int argc, char** argv) {
       std::vector<float> own(own_row, own_row + n_embd);
       drafts.push_back(run({drafts.back()}, own.data(), P + k, true));
     }
-    std::free(m.token);
-    m.token = nullptr;
-    llama_batch_free(m);
-    std::printf("{\"next\": %d, \"drafts\": [", next);
-    for (size_t i = 0; i < drafts.size(); ++i) std::printf("%s%d", i ? ", " : "", drafts[i]);
-    std::printf("]}\n");
-  }
+    return drafts;
+  });
   llama_free(dft);
   llama_free(tgt);
   llama_model_free(model);

@@ -32,10 +32,14 @@ RoundResult LocalVerifier::verify(const DraftTree& tree, bool) {
   // 200 KB a token at a 7B model's width), on the device whose memory local
   // mode is for. The kernels are batch-invariant, so the cache and the
   // round's logits are bitwise what one forward gives. A streamed target
-  // reads its weights from disk once per forward, so it keeps one forward.
+  // reads its weights from disk once per forward, so it keeps one forward;
+  // so does a round whose drafter reads the prompt's rows (a chunk's would
+  // not reach it), as on a server.
   constexpr int64_t kPrefillChunk = 256;
+  const bool rows = extras_.hidden_rows || !extras_.kv_row_layers.empty();
   double prefill_ms = 0;
-  while (!streamed_weights(*target_) && decoder_->prefill_left() > 0 && decoder_->round_rows(tree) > kPrefillChunk) {
+  while (!streamed_weights(*target_) && !rows && decoder_->prefill_left() > 0 &&
+         decoder_->round_rows(tree) > kPrefillChunk) {
     const auto t0 = std::chrono::steady_clock::now();
     TargetDecoder::verify_batch({}, {{decoder_.get(), std::min(kPrefillChunk, decoder_->prefill_left())}});
     prefill_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

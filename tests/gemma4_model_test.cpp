@@ -10,6 +10,7 @@
 
 #include "common/decoding/token_tree.h"
 #include "common/model/model.h"
+#include "common/weights/gguf.h"
 #include "common/util/error.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"
@@ -170,6 +171,29 @@ TEST(Gemma4ModelBadInput, SharingWithALayerOfAnotherKindIsRefusedByName) {
   c = tiny_gemma4_config();
   c.final_logit_softcap = -1;
   EXPECT_THROW(c.validate("cfg"), Error);
+}
+
+TEST(Gemma4ModelBadInput, AFileOfNoLayersIsRefusedInsteadOfSized) {
+  TempDir dir;
+  for (uint32_t layers : {0u, 100000u}) {
+    GgufWriter g;
+    g.add_string("general.architecture", "gemma4");
+    g.add_u32("gemma4.embedding_length", 32);
+    g.add_u32("gemma4.block_count", layers);
+    g.add_u32("gemma4.attention.head_count", 4);
+    g.add_u32("gemma4.feed_forward_length", 64);
+    g.add_u32("gemma4.context_length", 64);
+    std::vector<float> embed(32 * 12, 0.5f);
+    g.add_tensor("token_embd.weight", {32, 12}, GgmlType::kF32, embed.data(), embed.size() * 4);
+    const std::string path = dir.str("bad.gguf");
+    g.write(path);
+    try {
+      load_model_config(path);
+      ADD_FAILURE() << layers << " layers were accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a layer count"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace splitspec::test

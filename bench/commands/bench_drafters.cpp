@@ -64,7 +64,9 @@ ClientOptions options_for(const DrafterBenchArgs& a, const std::string& spec) {
       continue;
     }
     if (!setting.has_value || setting.key.empty())
-      throw Error("bench drafters: '" + setting.text + "' in '" + spec + "' is neither predraft nor a drafter option KEY=VALUE");
+      throw Error("bench drafters: '" + setting.text + "' in '" + spec +
+                  "' is neither predraft nor a drafter option KEY=VALUE ('/' separates them, so a file there is named "
+                  "from the working directory, without '/')");
     o.drafter_options[setting.key] = setting.value;
   }
   if (o.drafter == "lut" && !a.lut.empty() && !o.drafter_options.count("tables")) o.drafter_options["tables"] = a.lut;

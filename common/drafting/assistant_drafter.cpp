@@ -17,7 +17,6 @@
 // round has no keys yet and drafts nothing.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "common/drafting/assistant_head.h"
 #include "common/drafting/drafter_options.h"
@@ -60,43 +59,13 @@ class AssistantDrafter final : public Drafter {
     const int32_t k = static_cast<int32_t>(std::min<int64_t>(params().gamma, budget));
     auto step = [&](int32_t token, const Rows& h) { return head_->forward({token}, h.view(), pos, store_); };
     if (width_ <= 1) return chain_from_head(first, k, params().sampling, rng(), step, stop, stats_.draft_forwards);
-    return branches(first, budget, k, stop);
-  }
-
-  // The W most probable first drafts, each continued greedily to k tokens
-  // (fewer where the budget runs out), one level of the tree per forward.
-  DraftTree branches(const HeadStep& first, int32_t budget, int32_t k, const std::function<bool()>& stop) {
-    const int64_t vocab = first.logits.cols();
-    const int32_t width = std::min<int32_t>(width_, budget);
-    std::vector<int32_t> order(static_cast<size_t>(vocab));
-    std::iota(order.begin(), order.end(), 0);
-    const float* l = first.logits.row(0);
-    std::partial_sort(order.begin(), order.begin() + width, order.end(),
-                      [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
-    DraftTree tree;
-    std::vector<int32_t> tips;
-    for (int32_t i = 0; i < width; ++i) {
-      tree.tokens.push_back(order[static_cast<size_t>(i)]);
-      tree.parents.push_back(-1);
-      tips.push_back(i);
-    }
-    const int64_t pos = static_cast<int64_t>(seq_.size()) - 1;
-    Rows h(width, head_->target_hidden());
-    for (int32_t i = 0; i < width; ++i) std::copy(first.hidden.row(0), first.hidden.row(0) + h.cols(), h.row(i));
-    for (int32_t depth = 1; depth < k && tree.size() + static_cast<int32_t>(tips.size()) <= budget; ++depth) {
-      if (stop && stop()) break;
-      std::vector<int32_t> tokens;
-      for (int32_t t : tips) tokens.push_back(tree.tokens[static_cast<size_t>(t)]);
-      const HeadStep next = head_->forward(tokens, h.view(), pos, store_);
-      stats_.draft_forwards += 1;
-      for (size_t i = 0; i < tips.size(); ++i) {
-        tree.tokens.push_back(greedy_token(next.logits.row(static_cast<int64_t>(i)), vocab));
-        tree.parents.push_back(tips[i]);
-        tips[i] = tree.size() - 1;
-      }
-      h = Rows::copy_of(next.hidden.view());
-    }
-    return tree;
+    // Every node is at `pos`, over the target's keys alone: a level needs no mask.
+    return tree_from_head(
+        first, width_, budget, k, 0,
+        [&](const std::vector<int32_t>& tokens, const Rows& h, std::vector<int64_t>, AttentionMask) {
+          return head_->forward(tokens, h.view(), pos, store_);
+        },
+        stop, stats_.draft_forwards);
   }
 
   void on_accept(const RoundOutcome& o) override {
@@ -121,8 +90,9 @@ class AssistantDrafter final : public Drafter {
         std::copy_n(rows.begin() + i * width + at, w, k.begin() + i * w);
         std::copy_n(rows.begin() + i * width + at + w, w, v.begin() + i * w);
       }
-      for (float x : k)
-        if (!std::isfinite(x)) throw Error("drafter assistant: the verifier sent keys that are not finite");
+      for (const std::vector<float>* rows_of : {&k, &v})
+        for (float x : *rows_of)
+          if (!std::isfinite(x)) throw Error("drafter assistant: the verifier sent keys or values that are not finite");
       store_.write_rows(j, k.data(), v.data(), n);
       at += 2 * w;
     }
@@ -161,7 +131,7 @@ std::unique_ptr<Drafter> make_assistant_drafter(const DrafterSpec& spec) {
   const int width = opt.integer("width", 1);
   opt.finish();
   if (path.empty()) throw Error("drafter assistant: no assistant: give its GGUF file (option head=FILE.gguf)");
-  if (width < 1 || width > 64) throw Error("drafter assistant: width must be in [1, 64], got " + std::to_string(width));
+  if (width < 1 || width > 16) throw Error("drafter assistant: width must be in [1, 16], got " + std::to_string(width));
   if (!spec.state->value) {
     auto head = AssistantHead::load(path, target);
     if (spec.vocab_size > 0 && head->vocab() != spec.vocab_size)

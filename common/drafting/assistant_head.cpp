@@ -1,5 +1,6 @@
 #include "common/drafting/assistant_head.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -162,7 +163,10 @@ size_t AssistantHead::weight_bytes() const {
 
 size_t AssistantHead::target_embedding_bytes() const { return static_cast<size_t>(target_embed_.bytes()); }
 
-KVCache AssistantHead::new_store() const { return KVCache(store_config_, store_config_.max_position_embeddings); }
+KVCache AssistantHead::new_store() const {
+  // Grown as the target's rows come (KVCache::reserve).
+  return KVCache(store_config_, std::min<int64_t>(256, store_config_.max_position_embeddings));
+}
 
 void AssistantHead::linear(const float* x, int64_t n, const Matrix& m, float* y) const {
   kernels::linear(x, n, MatrixRef{WType::F32, m.w.data(), m.rows, m.cols}, y);

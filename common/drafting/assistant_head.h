@@ -47,7 +47,7 @@ class AssistantHead {
   size_t target_embedding_bytes() const;
   // A store of the target's keys and values for its two layers (slot 0 the
   // local one's, slot 1 the global one's), as KVCache::write_rows takes
-  // them.
+  // them; small, to be reserved as they come.
   KVCache new_store() const;
 
   // One step for each row: tokens[i] with hidden[i] at position `pos`, over

@@ -12,7 +12,10 @@
 // The rows go through half precision whatever the verifier, so a local run
 // drafts exactly what an edge one does. Under sampling each draft is drawn
 // from the head's softmax over its draft vocabulary (mapped to target ids)
-// and carries it as q. The first round has no rows yet and drafts nothing.
+// and carries it as q. With width W > 1 the first draft branches into the
+// head's W most probable tokens, each continued greedily, a level of the
+// tree a forward under its mask (head_chain.h: one-hot q, exact under
+// sampling too). The first round has no rows yet and drafts nothing.
 #include <algorithm>
 #include <cmath>
 
@@ -28,7 +31,8 @@ namespace {
 
 class Eagle3Drafter final : public Drafter {
  public:
-  explicit Eagle3Drafter(std::shared_ptr<const Eagle3Head> head) : head_(std::move(head)), cache_(head_->new_cache()) {
+  Eagle3Drafter(std::shared_ptr<const Eagle3Head> head, int32_t width)
+      : head_(std::move(head)), cache_(head_->new_cache()), width_(width) {
     stats_.drafter_counters["eagle3_head_bytes"] = static_cast<double>(head_->weight_bytes());
   }
 
@@ -55,6 +59,13 @@ class Eagle3Drafter final : public Drafter {
     if (next_.logits.empty() || budget < 1) return {};
     const int32_t k = static_cast<int32_t>(
         std::min<int64_t>({params().gamma, budget, cache_.capacity() - cache_.size() + 1}));
+    if (width_ > 1)
+      return tree_from_head(
+          next_, width_, budget, k, cache_.size(),
+          [&](const std::vector<int32_t>& tokens, const Rows& g, std::vector<int64_t> positions, AttentionMask mask) {
+            return head_->forward_tree(tokens, g, positions, mask, cache_);
+          },
+          stop, stats_.draft_forwards);
     return chain_from_head(
         next_, k, params().sampling, rng(),
         [&](int32_t token, const Rows& g) { return head_->forward({token}, g, cache_); }, stop, stats_.draft_forwards);
@@ -99,6 +110,7 @@ class Eagle3Drafter final : public Drafter {
   std::vector<int32_t> seq_;  // committed tokens
   Eagle3Head::Step next_;     // the decoder's output after the last committed token
   std::vector<uint16_t> half_;
+  int32_t width_ = 1;  // branches at the first draft
 };
 
 }  // namespace
@@ -107,8 +119,10 @@ std::unique_ptr<Drafter> make_eagle3_drafter(const DrafterSpec& spec) {
   DrafterOptions opt("eagle3", spec.options);
   const std::string path = opt.text("head", "");
   const std::string target = opt.text("target", spec.target_path);
+  const int width = opt.integer("width", 1);
   opt.finish();
   if (path.empty()) throw Error("drafter eagle3: no head: give its GGUF file (option head=FILE.gguf)");
+  if (width < 1 || width > 16) throw Error("drafter eagle3: width must be in [1, 16], got " + std::to_string(width));
   if (!spec.state->value) {
     auto head = Eagle3Head::load(path, target);
     if (spec.vocab_size > 0 && head->target_vocab() != spec.vocab_size)
@@ -119,7 +133,7 @@ std::unique_ptr<Drafter> make_eagle3_drafter(const DrafterSpec& spec) {
                   "; the target's hidden size is " + std::to_string(spec.hidden_size));
     spec.state->value = std::const_pointer_cast<Eagle3Head>(head);
   }
-  return std::make_unique<Eagle3Drafter>(std::static_pointer_cast<const Eagle3Head>(spec.state->value));
+  return std::make_unique<Eagle3Drafter>(std::static_pointer_cast<const Eagle3Head>(spec.state->value), width);
 }
 
 }  // namespace splitspec

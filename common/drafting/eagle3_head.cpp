@@ -140,6 +140,35 @@ Rows Eagle3Head::fuse(RowsView features) const {
 }
 
 Eagle3Head::Step Eagle3Head::forward(const std::vector<int32_t>& tokens, RowsView g, KVCache& cache) const {
+  const int64_t n = static_cast<int64_t>(tokens.size()), past = cache.size();
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  std::iota(positions.begin(), positions.end(), past);
+  std::vector<std::vector<int32_t>> visible(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    visible[static_cast<size_t>(i)].resize(static_cast<size_t>(past + i + 1));
+    std::iota(visible[static_cast<size_t>(i)].begin(), visible[static_cast<size_t>(i)].end(), 0);
+  }
+  return run(tokens, g, positions, visible, false, cache);
+}
+
+Eagle3Head::Step Eagle3Head::forward_tree(const std::vector<int32_t>& tokens, RowsView g,
+                                          const std::vector<int64_t>& positions, const AttentionMask& mask,
+                                          KVCache& cache) const {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (static_cast<int64_t>(positions.size()) != n || mask.rows != n || mask.cols != cache.size() + n)
+    throw Error("eagle3 head: a tree level needs a position and a mask row [" + std::to_string(cache.size() + n) +
+                "] per token");
+  std::vector<std::vector<int32_t>> visible(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < mask.cols; ++j)
+      if (mask.row(i)[j]) visible[static_cast<size_t>(i)].push_back(static_cast<int32_t>(j));
+    if (visible[static_cast<size_t>(i)].empty()) throw Error("eagle3 head: a mask row attends to nothing");
+  }
+  return run(tokens, g, positions, visible, true, cache);
+}
+
+Eagle3Head::Step Eagle3Head::run(const std::vector<int32_t>& tokens, RowsView g, const std::vector<int64_t>& positions,
+                                 const std::vector<std::vector<int32_t>>& visible, bool every_row, KVCache& cache) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(tokens.size()), H = c.hidden_size, D = c.head_dim;
   const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, I = c.intermediate_size;
@@ -147,6 +176,8 @@ Eagle3Head::Step Eagle3Head::forward(const std::vector<int32_t>& tokens, RowsVie
     throw Error("eagle3 head: " + std::to_string(n) + " tokens need as many feature rows of " + std::to_string(H));
   const int64_t past = cache.size();
   if (past + n > cache.capacity()) throw Error("eagle3 head: its context of " + std::to_string(cache.capacity()) + " is full");
+  for (int64_t p : positions)
+    if (p < 0 || p >= c.max_position_embeddings) throw Error("eagle3 head: position " + std::to_string(p) + " out of range");
   const float eps = static_cast<float>(c.rms_norm_eps);
   Rows e(n, H), both(n, 2 * H), gn(n, H);
   for (int64_t i = 0; i < n; ++i) {
@@ -165,17 +196,12 @@ Eagle3Head::Step Eagle3Head::forward(const std::vector<int32_t>& tokens, RowsVie
   linear(both.data(), n, k_, k.data());
   linear(both.data(), n, v_, v.data());
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(cs.row(i), cos_.data() + (past + i) * (D / 2), static_cast<size_t>(D / 2) * sizeof(float));
-    std::memcpy(sn.row(i), sin_.data() + (past + i) * (D / 2), static_cast<size_t>(D / 2) * sizeof(float));
+    std::memcpy(cs.row(i), cos_.data() + positions[i] * (D / 2), static_cast<size_t>(D / 2) * sizeof(float));
+    std::memcpy(sn.row(i), sin_.data() + positions[i] * (D / 2), static_cast<size_t>(D / 2) * sizeof(float));
   }
   kernels::rope(q.data(), n, Hq, D, D, cs.data(), sn.data());
   kernels::rope(k.data(), n, Hkv, D, D, cs.data(), sn.data());
   cache.write_rows(0, k.data(), v.data(), n);
-  std::vector<std::vector<int32_t>> visible(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    visible[static_cast<size_t>(i)].resize(static_cast<size_t>(past + i + 1));
-    std::iota(visible[static_cast<size_t>(i)].begin(), visible[static_cast<size_t>(i)].end(), 0);
-  }
   const kernels::AttentionShape shape{n, Hq, Hkv, D, cache.head_stride(0)};
   kernels::attention(q.data(), static_cast<const float*>(cache.keys(0)), static_cast<const float*>(cache.values(0)), shape,
                      visible, 1.0f / std::sqrt(static_cast<float>(D)), attn.data());
@@ -190,13 +216,15 @@ Eagle3Head::Step Eagle3Head::forward(const std::vector<int32_t>& tokens, RowsVie
   kernels::add_inplace(h.data(), mlp.data(), n * H);
   cache.commit(n);
   Step out;
-  out.hidden = h.slice(n - 1, 1);
-  Rows last(1, H), draft(1, draft_vocab());
-  kernels::rms_norm(out.hidden.data(), 1, H, out_norm_.data(), eps, last.data());
-  linear(last.data(), 1, head_, draft.data());
-  out.logits = Rows(1, vocab_);
-  std::fill(out.logits.data(), out.logits.data() + vocab_, -std::numeric_limits<float>::infinity());
-  for (int64_t i = 0; i < draft_vocab(); ++i) out.logits.data()[d2t_[static_cast<size_t>(i)]] = draft.data()[i];
+  out.hidden = every_row ? std::move(h) : h.slice(n - 1, 1);
+  const int64_t m = out.hidden.rows();
+  Rows last(m, H), draft(m, draft_vocab());
+  kernels::rms_norm(out.hidden.data(), m, H, out_norm_.data(), eps, last.data());
+  linear(last.data(), m, head_, draft.data());
+  out.logits = Rows(m, vocab_);
+  std::fill(out.logits.data(), out.logits.data() + m * vocab_, -std::numeric_limits<float>::infinity());
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < draft_vocab(); ++i) out.logits.row(r)[d2t_[static_cast<size_t>(i)]] = draft.row(r)[i];
   return out;
 }
 

@@ -19,6 +19,7 @@
 
 #include "common/drafting/head_chain.h"
 #include "common/kernels/weight_type.h"
+#include "common/model/attention_mask.h"
 #include "common/model/kv_cache.h"
 #include "common/model/model_config.h"
 #include "common/model/rows.h"
@@ -48,6 +49,10 @@ class Eagle3Head {
   // draft vocabulary) and its output, which the next step reads as g.
   using Step = HeadStep;
   Step forward(const std::vector<int32_t>& tokens, RowsView g, KVCache& cache) const;
+  // Nodes of a token tree after the cache's entries, at `positions` under
+  // `mask` (ForwardRequest's): every row's logits [n, vocab] and output.
+  Step forward_tree(const std::vector<int32_t>& tokens, RowsView g, const std::vector<int64_t>& positions,
+                    const AttentionMask& mask, KVCache& cache) const;
 
  private:
   struct Matrix {
@@ -55,6 +60,10 @@ class Eagle3Head {
     int64_t rows = 0, cols = 0;
   };
   void linear(const float* x, int64_t n, const Matrix& m, float* y) const;
+  // The decoder over `tokens` at `positions`, row i attending to cache slots
+  // visible[i]; the logits and outputs of every row, or of the last only.
+  Step run(const std::vector<int32_t>& tokens, RowsView g, const std::vector<int64_t>& positions,
+           const std::vector<std::vector<int32_t>>& visible, bool every_row, KVCache& cache) const;
 
   ModelConfig config_;  // the decoder layer's shape (one layer), for its cache and RoPE
   std::vector<int32_t> layers_;

@@ -21,8 +21,6 @@
 // sampling too). The first round has no hidden rows yet and drafts nothing.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <numeric>
 
 #include "common/drafting/drafter_options.h"
 #include "common/drafting/mtp_head.h"
@@ -61,57 +59,18 @@ class MtpDrafter final : public Drafter {
   }
 
 
-  // The W most probable tokens of the first draft, each continued greedily,
-  // level by level: a level's nodes go through the block in one forward
-  // under the tree's mask.
-  DraftTree propose_tree(int32_t budget, const std::function<bool()>& stop) {
-    const int64_t V = next_.logits.cols(), H = next_.hidden.cols();
-    const int64_t room = cache_.capacity() - cache_.size();
-    const int32_t depth_limit = static_cast<int32_t>(std::min<int64_t>(params().gamma, room));
-    const int32_t width = std::min<int32_t>(width_, budget);
-    std::vector<int32_t> order(static_cast<size_t>(V));
-    std::iota(order.begin(), order.end(), 0);
-    const float* first = next_.logits.row(0);
-    std::partial_sort(order.begin(), order.begin() + width, order.end(),
-                      [&](int32_t a, int32_t b) { return first[a] > first[b] || (first[a] == first[b] && a < b); });
-    DraftTree tree;
-    std::vector<int32_t> level;  // the current level's nodes
-    Rows level_h(width, H);
-    for (int32_t i = 0; i < width; ++i) {
-      level.push_back(tree.size());
-      tree.tokens.push_back(order[static_cast<size_t>(i)]);
-      tree.parents.push_back(-1);
-      std::memcpy(level_h.row(i), next_.hidden.row(0), static_cast<size_t>(H) * sizeof(float));
-    }
-    // Each level's forward gives the next level's tokens.
-    for (int32_t depth = 1; depth < depth_limit && tree.size() + static_cast<int32_t>(level.size()) <= budget; ++depth) {
-      if (stop && stop()) break;
-      const int64_t n = static_cast<int64_t>(level.size()), base = cache_.size();
-      const AttentionMask all = tree_attention_mask(tree.parents, fed_);
-      AttentionMask mask(n, base + n);
-      std::vector<int32_t> tokens;
-      for (int64_t i = 0; i < n; ++i) {
-        std::memcpy(mask.row(i), all.row(level[static_cast<size_t>(i)]), static_cast<size_t>(base + n));
-        tokens.push_back(tree.tokens[static_cast<size_t>(level[static_cast<size_t>(i)])]);
-      }
-      MtpHead::Step step =
-          head_->forward_tree(tokens, level_h, std::vector<int64_t>(static_cast<size_t>(n), fed_ + depth - 1), mask, cache_);
-      stats_.draft_forwards += 1;
-      std::vector<int32_t> next;
-      for (int64_t i = 0; i < n; ++i) {
-        next.push_back(tree.size());
-        tree.tokens.push_back(greedy_token(step.logits.row(i), V));
-        tree.parents.push_back(level[static_cast<size_t>(i)]);
-      }
-      level = std::move(next);
-      level_h = std::move(step.hidden);
-    }
-    return tree;
-  }
-
   DraftTree on_propose(int32_t budget, const std::function<bool()>& stop) override {
     if (next_.logits.empty() || budget < 1) return {};
-    if (width_ > 1) return propose_tree(budget, stop);
+    if (width_ > 1) {
+      // A level's nodes go through the block in one forward under the tree's mask.
+      const int64_t room = cache_.capacity() - cache_.size();
+      return tree_from_head(
+          next_, width_, budget, static_cast<int32_t>(std::min<int64_t>(params().gamma, room)), fed_,
+          [&](const std::vector<int32_t>& tokens, const Rows& h, std::vector<int64_t> positions, AttentionMask mask) {
+            return head_->forward_tree(tokens, h, std::move(positions), std::move(mask), cache_);
+          },
+          stop, stats_.draft_forwards);
+    }
     const int32_t k = static_cast<int32_t>(
         std::min<int64_t>({params().gamma, budget, cache_.capacity() - static_cast<int64_t>(seq_.size()) + 1}));
     return chain_from_head(

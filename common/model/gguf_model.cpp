@@ -190,6 +190,9 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.hidden_size = gguf_u32(f, k + "embedding_length");
   c.num_hidden_layers = gguf_u32(f, k + "block_count");
   c.num_attention_heads = gguf_u32(f, k + "attention.head_count");
+  // Checked before anything is sized by it.
+  if (c.num_hidden_layers <= 0 || c.num_hidden_layers > 4096)
+    throw Error(path + ": " + k + "block_count " + std::to_string(c.num_hidden_layers) + " is not a layer count");
   // Counts a family may give per layer: the first layer's here, the rest
   // its read_gguf's business (one that does not read them refuses them).
   const std::vector<int64_t> widths = gguf_counts(f, k + "feed_forward_length", c.num_hidden_layers);

@@ -90,13 +90,16 @@ def main():
         # Every mode gives the target alone's tokens.
         prompt = PROMPTS[2]
         option = ["--drafter", "eagle3", "--drafter-option", "head=" + head]
+        tree = ["--drafter-option", "width=3"]
         alone = r.ours(target, prompt=prompt)["output_ids"]
         r.check(r.ours(target, *option, prompt=prompt)["output_ids"] == alone, "local eagle3: the target's tokens")
+        r.check(r.ours(target, *option, *tree, prompt=prompt)["output_ids"] == alone, "local eagle3 tree: the target's tokens")
         with serving(r, target) as remote:
-            cmd = [r.splitspec, "generate", *remote, *option, "--prompt", prompt, "--max-new-tokens", str(N_NEW),
-                   "--ignore-eos", "--json", "--threads", "1"]
-            out = json.loads(r.run(cmd).strip().splitlines()[-1])
-            r.check(out["output_ids"] == alone, "server eagle3: the target's tokens")
+            for extra in ([], tree):
+                cmd = [r.splitspec, "generate", *remote, *option, *extra, "--prompt", prompt, "--max-new-tokens",
+                       str(N_NEW), "--ignore-eos", "--json", "--threads", "1"]
+                out = json.loads(r.run(cmd).strip().splitlines()[-1])
+                r.check(out["output_ids"] == alone, f"server eagle3 {extra}: the target's tokens")
             # Sampled: its q crosses the wire with the drafts.
             cmd = [r.splitspec, "generate", *remote, *option, "--prompt", prompt, "--max-new-tokens", "8",
                    "--temperature", "1.0", "--seed", "3", "--json", "--threads", "1"]
@@ -120,6 +123,10 @@ def main():
             print(f"planted eagle3, {where}: acceptance {st['acceptance_rate']:.2f}, tau {st['tau']:.2f}, "
                   f"layer rows {st.get('verdict_hidden_bytes', 0) / max(st['rounds'], 1):.0f} bytes a round, "
                   f"head {st['drafter_counters'].get('eagle3_head_bytes', 0) / 2**20:.1f} MiB", flush=True)
+        # A tree of three branches at the first draft keeps its first whole.
+        planted_tree = r.ours(ptarget, *option, *tree, prompt=prompt)
+        r.check(planted_tree["output_ids"] == alone and planted_tree["stats"]["tau"] == local["stats"]["tau"],
+                f"planted eagle3 tree: the target's tokens at the chain's tau ({planted_tree['stats']['tau']})")
         print(f"{r.checks - len(r.failures)} passed, {len(r.failures)} failed")
         return 1 if r.failures else 0
 

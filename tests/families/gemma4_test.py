@@ -32,8 +32,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(__file__))
 from families_test import (N_NEW, PROMPTS, Runner, arguments, gguf_py_material, gguf_token_count,  # noqa: E402
                            serving, write_ids)
-from quant_files_test import NMSE_BAR, check_file  # noqa: E402
-from qwen35_test import nmse_rows  # noqa: E402
+from quant_files_test import files_against_llamacpp, head_drafts_alike  # noqa: E402
 
 MIXES = ["q8_0", "q4_k_m"]
 
@@ -54,28 +53,8 @@ def main():
         target = os.path.join(work, "gemma4-f32.gguf")
         shape, _, _ = write_gemma4(target, vocab, gguf_py, seed=1)
         print("shape:", json.dumps(shape), flush=True)
-        texts = PROMPTS[:a.prompts]
-        prompt_ids = []
-        for t in texts:
-            ours = json.loads(r.run([r.splitspec, "tokenize", "--target", target, "--text", t, "--json"]))["ids"]
-            theirs = r.llama(target, "tokenize", t)["ids"]
-            r.check(ours == theirs, f"tokenize {t!r}: {ours} vs llama.cpp's {theirs}")
-            prompt_ids.append(ours)
-
-        print("| file | mix | mean NMSE | llama.cpp default's | max NMSE | default's | greedy = exact's | default's |"
-              " free-running | default's |")
-        print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
-        files = [("f32", target)]
-        for mix in [] if a.skip_quantized else MIXES:
-            q = os.path.join(work, f"gemma4-{mix}.gguf")
-            r.run([r.driver, r.bins, target, "quantize", q, mix, "2"])
-            files.append((mix, q))
-        for mix, path in files:
-            line, ok = check_file(r, work, "gemma4", mix, path, prompt_ids, a.new)
-            r.check(ok, f"{mix}: logits and greedy choices as near llama.cpp's exact path as its default path")
-            print(line, flush=True)
-            if path != target:
-                os.remove(path)
+        prompt_ids = files_against_llamacpp(r, work, "gemma4", target, PROMPTS[:a.prompts],
+                                            [] if a.skip_quantized else MIXES, a.new)
 
         # The assistant against llama.cpp's draft path over shared memory:
         # the same prompts, GAMMA greedy drafts at the next token's position.
@@ -83,19 +62,12 @@ def main():
         write_gemma4_assistant(assistant, vocab, gguf_py, shape, seed=4)
         driver = r.build_llama_program("llamacpp_assistant.cpp", "c++")
         gamma = 4
-        ids_txt, ids_jsonl = write_ids(work, prompt_ids)
-        theirs_bin, ours_bin = os.path.join(work, "as-llama.bin"), os.path.join(work, "as-ours.bin")
-        theirs = [json.loads(x) for x in r.run([driver, r.bins, target, assistant, str(gamma), ids_txt,
-                                                theirs_bin]).splitlines()]
-        ours = [json.loads(x) for x in r.run([r.splitspec, "eval", "assistant", "--target", target, "--head", assistant,
-                                              "--ids-file", ids_jsonl, "--out", ours_bin, "--gamma", str(gamma),
-                                              "--threads", "1"]).splitlines()]
-        same = sum(o == t for o, t in zip(ours, theirs))
-        r.check(same == len(theirs), f"assistant drafts as llama.cpp's: {same}/{len(theirs)} prompts alike")
-        worst = nmse_rows(theirs_bin, ours_bin, gguf_token_count(target))
-        r.check(worst <= NMSE_BAR, f"assistant logits within test-backend-ops' {NMSE_BAR} of llama.cpp's: worst {worst:.2e}")
-        print(f"assistant vs llama.cpp's draft path: next token and {gamma} drafts alike on {same}/{len(theirs)} "
-              f"prompts; draft logits' worst NMSE {worst:.2e}", flush=True)
+        write_ids(work, prompt_ids)
+        head_drafts_alike(r, work, "assistant",
+                          lambda ids, out: [driver, r.bins, target, assistant, str(gamma), ids, out],
+                          lambda ids, out: [r.splitspec, "eval", "assistant", "--target", target, "--head", assistant,
+                                            "--ids-file", ids, "--out", out, "--gamma", str(gamma), "--threads", "1"],
+                          gguf_token_count(target))
 
         # Every mode gives the target alone's tokens: a Gemma 4 draft (its
         # own shared keys and per-layer inputs roll back too), prompt lookup,
@@ -113,6 +85,13 @@ def main():
             r.check(got["output_ids"] == alone, f"local {' '.join(args)}: {got['output_ids']} vs {alone}")
             shown = " ".join(args).replace(" ".join(head), "").replace("  ", " ")
             print(f"local {shown}: tau {got['stats']['tau']:.2f}", flush=True)
+        # A prompt past the local verifier's prefill chunk (256 tokens): the
+        # assistant still gets every position's keys.
+        long_prompt = " ".join([prompt] * 24)
+        long_alone = r.ours(target, prompt=long_prompt)["output_ids"]
+        got = r.ours(target, "--drafter", "assistant", *head, prompt=long_prompt)
+        r.check(got["output_ids"] == long_alone and len(got["prompt_ids"]) > 256,
+                f"local assistant on a prompt of {len(got['prompt_ids'])} tokens: the target's tokens")
         with serving(r, target) as remote:
             for args in (["--draft", draft, "--drafter", "model"], ["--drafter", "pld"]):
                 cmd = [r.splitspec, "generate", *remote, *args, "--prompt", prompt, "--max-new-tokens", str(N_NEW),

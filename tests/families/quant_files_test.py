@@ -158,6 +158,62 @@ def check_file(r, work, name, mix, q, prompt_ids, n_new):
     return line, ok
 
 
+def nmse_rows(reference, other, vocab):
+    """The largest test-backend-ops NMSE, sum((o - r)^2) / sum(r^2), over
+    the float32 rows of two files of `vocab`-wide rows."""
+    import numpy
+    r = numpy.fromfile(reference, dtype=numpy.float32).reshape(-1, vocab).astype(numpy.float64)
+    o = numpy.fromfile(other, dtype=numpy.float32).reshape(-1, vocab).astype(numpy.float64)
+    if r.shape != o.shape:
+        return float("inf")
+    return float(max(((o - r) ** 2).sum(axis=1) / (r ** 2).sum(axis=1)))
+
+
+def files_against_llamacpp(r, work, name, target, texts, mixes, n_new):
+    """A new family's file against llama.cpp: `texts` tokenized alike by
+    both, then the target and llama.cpp's quantizations of it to `mixes`,
+    each as near its exact path as its default path (check_file), printed
+    as a table. Returns the prompts' ids."""
+    prompt_ids = []
+    for t in texts:
+        ours = json.loads(r.run([r.splitspec, "tokenize", "--target", target, "--text", t, "--json"]))["ids"]
+        theirs = r.llama(target, "tokenize", t)["ids"]
+        r.check(ours == theirs, f"tokenize {t!r}: {ours} vs llama.cpp's {theirs}")
+        prompt_ids.append(ours)
+    print("| file | mix | mean NMSE | llama.cpp default's | max NMSE | default's | greedy = exact's | default's |"
+          " free-running | default's |")
+    print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    files = [("f32", target)]
+    for mix in mixes:
+        q = os.path.join(work, f"{name}-{mix}.gguf")
+        r.run([r.driver, r.bins, target, "quantize", q, mix, "2"])
+        files.append((mix, q))
+    for mix, path in files:
+        line, ok = check_file(r, work, name, mix, path, prompt_ids, n_new)
+        r.check(ok, f"{mix}: logits and greedy choices as near llama.cpp's exact path as its default path")
+        print(line, flush=True)
+        if path != target:
+            os.remove(path)
+    return prompt_ids
+
+
+def head_drafts_alike(r, work, what, theirs, ours, vocab):
+    """A draft head against llama.cpp's draft path: `theirs(ids_txt, out)`
+    and `ours(ids_jsonl, out)` give each command, which prints {"next",
+    "drafts"} a prompt and writes each draft step's logits. Every prompt's
+    drafts alike, and the logits within test-backend-ops' bar."""
+    ids_txt, ids_jsonl = os.path.join(work, "ids.txt"), os.path.join(work, "ids.jsonl")
+    theirs_bin, ours_bin = os.path.join(work, "heads-llama.bin"), os.path.join(work, "heads-ours.bin")
+    t = [json.loads(x) for x in r.run(theirs(ids_txt, theirs_bin)).splitlines()]
+    o = [json.loads(x) for x in r.run(ours(ids_jsonl, ours_bin)).splitlines()]
+    same = sum(x == y for x, y in zip(o, t))
+    r.check(same == len(t), f"{what} drafts as llama.cpp's: {same}/{len(t)} prompts alike")
+    worst = nmse_rows(theirs_bin, ours_bin, vocab)
+    r.check(worst <= NMSE_BAR, f"{what} logits within test-backend-ops' {NMSE_BAR} of llama.cpp's: worst {worst:.2e}")
+    print(f"{what} vs llama.cpp's draft path: next token and drafts alike on {same}/{len(t)} prompts; "
+          f"draft logits' worst NMSE {worst:.2e}", flush=True)
+
+
 def main():
     p = arguments()
     p.add_argument("--scale", type=float, default=0.02, help="random weights' deviation")

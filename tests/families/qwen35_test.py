@@ -32,20 +32,9 @@ import tempfile
 sys.path.insert(0, os.path.dirname(__file__))
 from families_test import (N_NEW, PROMPTS, Runner, arguments, gguf_py_material, gguf_token_count,  # noqa: E402
                            serving, write_ids)
-from quant_files_test import NMSE_BAR, check_file  # noqa: E402
+from quant_files_test import files_against_llamacpp, head_drafts_alike  # noqa: E402
 
 MIXES = ["q8_0", "q4_k_m"]
-
-
-def nmse_rows(reference, other, vocab):
-    """The largest test-backend-ops NMSE, sum((o - r)^2) / sum(r^2), over
-    the float32 rows of two files of `vocab`-wide rows."""
-    import numpy
-    r = numpy.fromfile(reference, dtype=numpy.float32).reshape(-1, vocab).astype(numpy.float64)
-    o = numpy.fromfile(other, dtype=numpy.float32).reshape(-1, vocab).astype(numpy.float64)
-    if r.shape != o.shape:
-        return float("inf")
-    return float(max(((o - r) ** 2).sum(axis=1) / (r ** 2).sum(axis=1)))
 
 
 def main():
@@ -63,44 +52,17 @@ def main():
         target = os.path.join(work, "qwen35-f32.gguf")
         shape = write_qwen35(target, vocab, gguf_py, seed=1)
         print("shape:", json.dumps(shape), flush=True)
-        texts = PROMPTS[:a.prompts]
-        prompt_ids = []
-        for t in texts:
-            ours = json.loads(r.run([r.splitspec, "tokenize", "--target", target, "--text", t, "--json"]))["ids"]
-            theirs = r.llama(target, "tokenize", t)["ids"]
-            r.check(ours == theirs, f"tokenize {t!r}: {ours} vs llama.cpp's {theirs}")
-            prompt_ids.append(ours)
-
-        print("| file | mix | mean NMSE | llama.cpp default's | max NMSE | default's | greedy = exact's | default's |"
-              " free-running | default's |")
-        print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
-        files = [("f32", target)]
-        for mix in MIXES:
-            q = os.path.join(work, f"qwen35-{mix}.gguf")
-            r.run([r.driver, r.bins, target, "quantize", q, mix, "2"])
-            files.append((mix, q))
-        for mix, path in files:
-            line, ok = check_file(r, work, "qwen35", mix, path, prompt_ids, a.new)
-            r.check(ok, f"{mix}: logits and greedy choices as near llama.cpp's exact path as its default path")
-            print(line, flush=True)
-            if path != target:
-                os.remove(path)
+        prompt_ids = files_against_llamacpp(r, work, "qwen35", target, PROMPTS[:a.prompts], MIXES, a.new)
 
         # The MTP block against llama.cpp's draft-mtp path: the same prompts,
         # the target's hidden rows fed alike, GAMMA greedy drafts.
         mtp_driver = r.build_llama_program("llamacpp_mtp.cpp", "c++")
         gamma = 4
-        ids_txt, ids_jsonl = write_ids(work, prompt_ids)
-        theirs_bin, ours_bin = os.path.join(work, "mtp-llama.bin"), os.path.join(work, "mtp-ours.bin")
-        theirs = [json.loads(x) for x in r.run([mtp_driver, r.bins, target, str(gamma), ids_txt, theirs_bin]).splitlines()]
-        ours = [json.loads(x) for x in r.run([r.splitspec, "eval", "mtp", "--target", target, "--ids-file", ids_jsonl,
-                                              "--out", ours_bin, "--gamma", str(gamma), "--threads", "1"]).splitlines()]
-        same = sum(o == t for o, t in zip(ours, theirs))
-        r.check(same == len(theirs), f"mtp drafts as llama.cpp's draft-mtp: {same}/{len(theirs)} prompts alike")
-        worst = nmse_rows(theirs_bin, ours_bin, gguf_token_count(target))
-        r.check(worst <= NMSE_BAR, f"mtp logits within test-backend-ops' {NMSE_BAR} of llama.cpp's: worst {worst:.2e}")
-        print(f"mtp vs llama.cpp's draft-mtp: next token and {gamma} drafts alike on {same}/{len(theirs)} prompts; "
-              f"draft logits' worst NMSE {worst:.2e}", flush=True)
+        write_ids(work, prompt_ids)
+        head_drafts_alike(r, work, "mtp", lambda ids, out: [mtp_driver, r.bins, target, str(gamma), ids, out],
+                          lambda ids, out: [r.splitspec, "eval", "mtp", "--target", target, "--ids-file", ids, "--out",
+                                            out, "--gamma", str(gamma), "--threads", "1"],
+                          gguf_token_count(target))
 
         # Every mode gives the target alone's tokens. The draft is a Qwen3.5
         # too (two layers, another seed): its own states roll back as well.
@@ -120,6 +82,13 @@ def main():
             print(f"local {os.path.basename(args[1]) if len(args) > 2 else ''} {args[-1]}: tau {got['stats']['tau']:.2f}",
                   flush=True)
         r.check(got["stats"]["tau"] > 4.5, f"the target as its own draft: tau {got['stats']['tau']}")
+        # A prompt past the local verifier's prefill chunk (256 tokens): the
+        # block still reads every position's row.
+        long_prompt = " ".join([prompt] * 24)
+        got = r.ours(target, "--drafter", "mtp", prompt=long_prompt)
+        r.check(got["output_ids"] == r.ours(target, prompt=long_prompt)["output_ids"] and
+                len(got["prompt_ids"]) > 256,
+                f"local mtp on a prompt of {len(got['prompt_ids'])} tokens: the target's tokens")
         with serving(r, target) as remote:
             for args in (["--draft", draft, "--drafter", "model"], ["--draft", draft, "--drafter", "model-tree"],
                          ["--drafter", "pld"], ["--drafter", "mtp"], ["--drafter", "mtp", "--drafter-option", "width=3"]):

@@ -70,8 +70,9 @@ void read_gemma4_gguf(const GgufFile& f, ModelConfig& c) {
   if (gguf_u32(f, k + "attention.value_length_swa", static_cast<uint32_t>(c.local_head_dim)) != c.local_head_dim)
     throw Error(path + ": key and value heads of different sizes are not supported");
   c.local_rotary_dim = gguf_u32(f, k + "rope.dimension_count_swa", static_cast<uint32_t>(c.rotary_dims()));
-  if (c.local_rotary_dim == c.local_head_dim) c.local_rotary_dim = 0;
+  // 0 where the global layers' value stands (ModelConfig's fallbacks).
   if (c.local_head_dim == c.head_dim) c.local_head_dim = 0;
+  if (c.local_rotary_dim == (c.local_head_dim > 0 ? c.local_head_dim : c.rotary_dims())) c.local_rotary_dim = 0;
   if (c.local_kv_heads == c.num_key_value_heads) c.local_kv_heads = 0;
 
   c.shared_kv_layers = gguf_u32(f, k + "attention.shared_kv_layers", 0);
