@@ -8,6 +8,7 @@
 // Every family is the LLaMA decoder with the options on ModelConfig.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
@@ -16,8 +17,10 @@
 #include "common/model/model_config.h"
 #include "common/model/weight_names.h"
 #include "common/tokenizer/chat_template.h"
+#include "common/kernels/weight_type.h"
 #include "common/tokenizer/pre_tokenizer.h"
 #include "common/weights/gguf.h"
+#include "common/weights/safetensors.h"
 
 namespace splitspec {
 
@@ -38,6 +41,13 @@ struct HfArchitecture {
 struct Fusion {
   std::string name;  // the fused tensor's name in a layer, Hugging Face's ("self_attn.qkv_proj.weight")
   std::vector<LayerMatrix> parts;
+};
+
+// A tensor of ours built from the one a family's Hugging Face files hold in
+// another form: its type and its bytes ([rows][cols] of the type).
+struct HfTensor {
+  WType type = WType::F32;
+  std::vector<uint8_t> bytes;
 };
 
 // What config.json's attention_bias means to the family.
@@ -79,6 +89,14 @@ struct Family {
   std::function<void(const nlohmann::json& config, ModelConfig& c, const std::string& source)> read_hf;
   std::function<void(const ModelConfig& c, nlohmann::json& config)> write_hf;
   std::function<void(const GgufFile& f, ModelConfig& c)> read_gguf;
+  // Tensors its Hugging Face files hold in another form than ours (as
+  // llama.cpp's converter turns them): ours (`name`, `shape`) from the
+  // file's tensor `t`, or nullopt where it is ours as it is. Throws
+  // splitspec::Error for a tensor of another shape or type. A family with
+  // it is not streamed from its directory, which reads tensors as stored.
+  std::function<std::optional<HfTensor>(const std::string& name, const TensorInfo& t,
+                                        const std::vector<int64_t>& shape, const ModelConfig& c)>
+      hf_tensor;
   std::function<void(const ModelConfig& c, GgufWriter& g, const std::string& name)> write_gguf;
 
   // The chat templates and pre-tokenizers only it uses, registered with it

@@ -15,6 +15,7 @@
 #include "common/kernels/kernels.h"
 #include "common/model/delta_rule.h"
 #include "common/model/digest_cache.h"
+#include "common/model/family.h"
 #include "common/kernels/linear.h"
 #include "common/kernels/parallel.h"
 #include "common/kernels/quant.h"
@@ -105,7 +106,7 @@ ModelSource open_model_source(const std::string& path) {
   auto st = std::make_shared<const SafetensorsModel>(path);
   src.name = fs::path(path).filename().string();
   src.where = st->description();
-  src.tensors = safetensors_source(*st, src.config);
+  src.tensors = safetensors_source(*st, src.config, src.copies.get());
   src.release = safetensors_copied_releaser(*st, src.config);
   src.mapping = std::move(st);
   return src;
@@ -133,6 +134,9 @@ std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const Stream
                 "--target FILE.gguf --out DIR)");
   if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
   ModelConfig c = load_model_config(dir);
+  if (family_of(c).hf_tensor)
+    throw Error(dir + ": a " + c.architecture + " directory is not streamed yet (its tensors are converted as they "
+                "load); load it in memory");
   apply_context_limit(c);
   if (tokenizer_available(dir)) add_eog(c, Tokenizer(dir).eog_ids());
   auto stream = std::make_unique<StreamedWeights>(dir, c, options);

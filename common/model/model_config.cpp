@@ -306,6 +306,14 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   }
   if (!j.is_object()) throw Error(source + ": expected a JSON object");
   const auto [family, hf] = family_of(j, source);
+  // A multimodal checkpoint's text model (Qwen3.5's): text_config's keys,
+  // the top level's where it lacks them.
+  if (j.contains("text_config") && j["text_config"].is_object()) {
+    json text = j["text_config"];
+    for (const auto& [key, value] : j.items())
+      if (key != "text_config" && key != "vision_config" && !text.contains(key)) text[key] = value;
+    j = std::move(text);
+  }
   // Anything below would load and silently compute another function.
   const json act_json = j.contains("hidden_activation") && !j["hidden_activation"].is_null()
                             ? j["hidden_activation"]

@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "common/kernels/quant.h"
+#include "common/model/family.h"
 #include "common/util/error.h"
 
 namespace splitspec {
@@ -346,20 +348,40 @@ std::function<void(const std::string&)> safetensors_copied_releaser(const Safete
   return [&st, c, fused = fused_parts(c)](const std::string& name) {
     // A fused tensor's other parts, if still to be read, map its pages in again.
     const auto part = fused.find(name);
-    st.release(part != fused.end() && !st.has(name) ? part->second.name : hf_tensor_name(name, c));
+    st.release(part != fused.end() && !st.has(name) ? part->second.name : hf_file_tensor_name(st, name, c));
   };
 }
 
-WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c) {
+std::string hf_file_tensor_name(const SafetensorsModel& st, const std::string& ours, const ModelConfig& c) {
+  const std::string name = hf_tensor_name(ours, c);
+  // A multimodal checkpoint's text model (Qwen3.5's, Gemma's) lies under
+  // model.language_model.
+  static const std::string kModel = "model.";
+  if (st.has(name) || name.compare(0, kModel.size(), kModel) != 0) return name;
+  const std::string nested = "model.language_model." + name.substr(kModel.size());
+  return st.has(nested) ? nested : name;
+}
+
+WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c,
+                                std::map<std::string, std::vector<uint8_t>>* keep) {
   // Our names of the matrices a family fuses, to where they lie.
   const std::map<std::string, FusedPart> fused = fused_parts(c);
-  // Gemma's gains as we hold them, 1 + the file's: kept for the source's life.
+  // Gemma's gains as we hold them, 1 + the file's, and tensors the family's
+  // files hold in another form: kept for the source's life.
   auto shifted = std::make_shared<std::map<std::string, std::vector<float>>>();
-  return [&st, fused, c, shifted](const std::string& name, const std::vector<int64_t>& shape) {
+  auto own = std::make_shared<std::map<std::string, std::vector<uint8_t>>>();
+  std::map<std::string, std::vector<uint8_t>>* converted = keep ? keep : own.get();
+  const Family& family = family_of(c);
+  return [&st, fused, c, shifted, own, converted, &family](const std::string& name, const std::vector<int64_t>& shape) {
     const int64_t rows = shape.size() == 2 ? shape[0] : 1;
     const auto f = fused.find(name);
     if (f == fused.end() || st.has(name)) {
-      const TensorInfo& t = st.get(hf_tensor_name(name, c));
+      const TensorInfo& t = st.get(hf_file_tensor_name(st, name, c));
+      if (family.hf_tensor)
+        if (std::optional<HfTensor> x = family.hf_tensor(name, t, shape, c)) {
+          const std::vector<uint8_t>& kept = (*converted)[name] = std::move(x->bytes);
+          return MatrixRef{x->type, kept.data(), rows, shape.back()};
+        }
       const MatrixRef m{stored_wtype(t, shape), t.data, rows, shape.back()};
       if (!hf_gain_less_one(name, c)) return m;
       if (is_block_type(m.type)) throw Error(t.file + ": norm '" + t.name + "' must be F32, F16 or BF16");
@@ -377,11 +399,16 @@ WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c
 
 WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::optional<WType> type) {
   auto st = std::make_shared<const SafetensorsModel>(dir);
+  std::map<std::string, std::vector<uint8_t>> converted;
   WeightSet w = build_weight_set(
-      c, safetensors_source(*st, c), type, true, st->description(),
+      c, safetensors_source(*st, c, &converted), type, true, st->description(),
       // Each copied tensor's pages go as soon as it is copied, so that loading
       // a converted or packed model never holds the file and the copies at once.
-      [&](const std::string& name) { st->release(name); });
+      [&](const std::string& name) {
+        st->release(name);
+        converted.erase(name);
+      });
+  for (auto& [name, bytes] : converted) w.owned.push_back(std::move(bytes));
   // Unmapped when nothing was borrowed.
   if (w.borrowed) w.mapping = std::move(st);
   return w;

@@ -121,10 +121,18 @@ WeightSet build_weight_set(const ModelConfig& c, const WeightSource& source, std
                            const std::string& where,
                            const std::function<void(const std::string& name)>& copied = nullptr);
 
+// The file's name of our tensor `ours`: the family's (hf_tensor_name), under
+// model.language_model. in a multimodal checkpoint.
+std::string hf_file_tensor_name(const SafetensorsModel& st, const std::string& ours, const ModelConfig& c);
+
 // The source of a safetensors model (a directory of ours or Hugging Face's):
 // tensors by our names, the parts of a family's fused matrices as row
 // slices of them, in place.
-WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c);
+// Tensors a family's files hold in another form (Family::hf_tensor) are
+// converted into `keep` by our name (which the set built from them must
+// own, as Model::load's does), or, without it, into the source's own store.
+WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c,
+                                std::map<std::string, std::vector<uint8_t>>* keep = nullptr);
 // A function dropping the pages of the tensor our matrix `name` came from
 // (its fused tensor, or its name in the family's files), once the model
 // holds a copy of it. `st` must outlive it.

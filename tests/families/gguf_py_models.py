@@ -175,6 +175,119 @@ def write_qwen35(path, vocab_gguf, gguf_py_dir, seed=1, scale=0.02, shape=None, 
     return s
 
 
+def _reorder_v_heads(x, axis, num_k_heads, num_v_per_k, head_dim):
+    """llama.cpp's converter's _LinearAttentionVReorderBase._reorder_v_heads
+    in NumPy: value heads grouped by key head -> tiled."""
+    import numpy as np
+    shape = list(x.shape)
+    y = x.reshape(shape[:axis] + [num_k_heads, num_v_per_k, head_dim] + shape[axis + 1:])
+    return np.ascontiguousarray(np.swapaxes(y, axis, axis + 1)).reshape(shape)
+
+
+def _group_v_heads(x, axis, num_k_heads, num_v_per_k, head_dim):
+    """The inverse: tiled -> grouped by key head."""
+    import numpy as np
+    shape = list(x.shape)
+    y = x.reshape(shape[:axis] + [num_v_per_k, num_k_heads, head_dim] + shape[axis + 1:])
+    return np.ascontiguousarray(np.swapaxes(y, axis, axis + 1)).reshape(shape)
+
+
+def _write_safetensors(path, tensors):
+    """tensors: name -> float32 array (safetensors' layout, as Hugging Face's
+    files hold them)."""
+    import json
+    import numpy as np
+    header, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, x in tensors.items():
+        b = np.ascontiguousarray(x, dtype=np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(x.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def write_qwen35_hf(out_dir, gguf_path, gguf_py_dir, shape=None):
+    """The write_qwen35 file at `gguf_path` as the Hugging Face directory
+    llama.cpp's converter (conversion/qwen.py, Qwen3_5TextModel) would turn
+    into it: each of its steps undone (A_log = log(-A), the convolution
+    [channels, 1, kernel], norm gains less 1 but the gated norm's, value
+    heads grouped by key head, the text model under model.language_model.,
+    the text config nested). Checks that the converter's own reorder takes
+    the grouped heads back to the file's."""
+    import json
+    import numpy as np
+    gguf = _gguf(gguf_py_dir)
+    s = dict(QWEN35_SHAPE, **(shape or {}))
+    reader = gguf.GGUFReader(gguf_path)
+    t = {x.name: np.array(x.data, dtype=np.float32).reshape([int(d) for d in reversed(x.shape)]) for x in reader.tensors}
+    L, nk, nv, hd = s["layers"], s["key_heads"], s["value_heads"], s["ssm_head"]
+    per_k, kd = nv // nk, 2 * nk * s["ssm_head"]
+
+    def grouped(x, axis, width):
+        back = _group_v_heads(x, axis, nk, per_k, width)
+        assert np.array_equal(_reorder_v_heads(back, axis, nk, per_k, width), x), "not the converter's inverse"
+        return back
+
+    p = "model.language_model."
+    out = {p + "embed_tokens.weight": t["token_embd.weight"], p + "norm.weight": t["output_norm.weight"] - 1.0}
+    tied = "output.weight" not in t
+    if not tied:
+        out["lm_head.weight"] = t["output.weight"]
+    names = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+             "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+             "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+             "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+             "ssm_norm": "linear_attn.norm", "ssm_beta": "linear_attn.in_proj_b", "ssm_alpha": "linear_attn.in_proj_a",
+             "attn_gate": "linear_attn.in_proj_z", "ssm_out": "linear_attn.out_proj",
+             "attn_qkv": "linear_attn.in_proj_qkv"}
+    for b in range(L):
+        blk, hf = f"blk.{b}.", f"{p}layers.{b}."
+        for g, h in names.items():
+            if blk + g + ".weight" not in t:
+                continue
+            x = t[blk + g + ".weight"]
+            if g in ("attn_norm", "post_attention_norm", "attn_q_norm", "attn_k_norm"):
+                x = x - 1.0
+            elif g == "attn_qkv":
+                x = np.concatenate([x[:kd], grouped(x[kd:], 0, hd)], axis=0)
+            elif g == "attn_gate":
+                x = grouped(x, 0, hd)
+            elif g in ("ssm_beta", "ssm_alpha"):
+                x = grouped(x, 0, 1)
+            elif g == "ssm_out":
+                x = grouped(x, 1, hd)
+            out[hf + h + ".weight"] = x
+        if blk + "ssm_a" in t:
+            out[hf + "linear_attn.A_log"] = grouped(np.log(-t[blk + "ssm_a"].astype(np.float64)).astype(np.float32), 0, 1)
+            out[hf + "linear_attn.dt_bias"] = grouped(t[blk + "ssm_dt.bias"], 0, 1)
+            conv = t[blk + "ssm_conv1d.weight"]  # [channels, kernel]
+            conv = np.concatenate([conv[:kd], grouped(conv[kd:], 0, hd)], axis=0)
+            out[hf + "linear_attn.conv1d.weight"] = conv.reshape(conv.shape[0], 1, conv.shape[1])
+    os.makedirs(out_dir, exist_ok=True)
+    _write_safetensors(os.path.join(out_dir, "model.safetensors"), out)
+    recurrent = [(i + 1) % 4 != 0 for i in range(L)]
+    text = dict(model_type="qwen3_5_text", hidden_size=s["hidden"], intermediate_size=s["ffn"], num_hidden_layers=L,
+                num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"], head_dim=s["head_dim"],
+                vocab_size=int(t["token_embd.weight"].shape[0]), rms_norm_eps=1e-6,
+                max_position_embeddings=s["context"], hidden_act="silu", attn_output_gate=True,
+                layer_types=["linear_attention" if r else "full_attention" for r in recurrent],
+                full_attention_interval=4, linear_conv_kernel_dim=s["conv"], linear_key_head_dim=hd,
+                linear_value_head_dim=hd, linear_num_key_heads=nk, linear_num_value_heads=nv,
+                mtp_num_hidden_layers=s["nextn"],
+                rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25,
+                                     mrope_section=[11, 11, 10], mrope_interleaved=True))
+    config = dict(architectures=["Qwen3_5ForConditionalGeneration"], model_type="qwen3_5", tie_word_embeddings=tied,
+                  text_config=text, vision_config=dict(model_type="qwen3_5"))
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+
+
 # Llama 3 in small proportions, and an EAGLE-3 head for it reading the
 # inputs of three of its layers.
 LLAMA3_SHAPE = dict(hidden=256, ffn=768, layers=6, heads=4, kv_heads=2, context=4096)

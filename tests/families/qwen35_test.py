@@ -13,7 +13,10 @@ F32; then quantized by llama.cpp's quantizer to Q8_0 and Q4_K_M. Each file:
     mean NMSE (test-backend-ops' measure) no larger than llama.cpp's own
     default path's, and the greedy choice agreeing position by position at
     least as often (quant_files_test.check_file).
-Then, on the F32 target, every mode gives the target alone's greedy tokens:
+The same model written as the Hugging Face directory llama.cpp's converter
+would turn into the file (gguf_py_models.write_qwen35_hf) gives the file's
+logits. Then, on the F32 target, every mode gives the target alone's greedy
+tokens:
 local and server verification with a Qwen3.5 draft (itself recurrent, so
 both sides roll back), prompt lookup, and a token tree; and a sampled tree
 crosses the wire.
@@ -25,6 +28,7 @@ is absent (scripts/setup.sh, scripts/setup_test_material.sh).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +36,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(__file__))
 from families_test import (N_NEW, PROMPTS, Runner, arguments, gguf_py_material, gguf_token_count,  # noqa: E402
                            serving, write_ids)
-from quant_files_test import files_against_llamacpp, head_drafts_alike  # noqa: E402
+from quant_files_test import files_against_llamacpp, head_drafts_alike, nmse_rows  # noqa: E402
 
 MIXES = ["q8_0", "q4_k_m"]
 
@@ -44,7 +48,7 @@ def main():
     p.add_argument("--free-running", action="store_true")
     a = p.parse_args()
     gguf_py, vocab = gguf_py_material(a, "qwen35")
-    from gguf_py_models import write_qwen35
+    from gguf_py_models import write_qwen35, write_qwen35_hf
 
     with tempfile.TemporaryDirectory() as work:
         r = Runner(a, work)
@@ -53,6 +57,22 @@ def main():
         shape = write_qwen35(target, vocab, gguf_py, seed=1)
         print("shape:", json.dumps(shape), flush=True)
         prompt_ids = files_against_llamacpp(r, work, "qwen35", target, PROMPTS[:a.prompts], MIXES, a.new)
+
+        # The same model as the Hugging Face directory llama.cpp's converter
+        # would turn into this file: its logits are the file's (A through
+        # log and exp is all that may differ, in the last bit).
+        hf_dir = os.path.join(work, "qwen35-hf")
+        write_qwen35_hf(hf_dir, target, gguf_py)
+        _, ids_jsonl = write_ids(work, prompt_ids)
+        logits = {}
+        for name, model in (("gguf", target), ("hf", hf_dir)):
+            logits[name] = os.path.join(work, f"logits-{name}.bin")
+            r.run([r.splitspec, "eval", "logits", "--target", model, "--ids-file", ids_jsonl, "--out", logits[name],
+                   "--threads", "1"])
+        worst = nmse_rows(logits["gguf"], logits["hf"], gguf_token_count(target))
+        r.check(worst <= 1e-9, f"the Hugging Face directory's logits are the GGUF file's: worst NMSE {worst:.2e}")
+        print(f"Hugging Face directory vs the GGUF file: worst NMSE {worst:.2e}", flush=True)
+        shutil.rmtree(hf_dir)
 
         # The MTP block against llama.cpp's draft-mtp path: the same prompts,
         # the target's hidden rows fed alike, GAMMA greedy drafts.
