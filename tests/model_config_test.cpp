@@ -132,9 +132,9 @@ TEST(ModelConfigBadInput, UnsupportedArchitectures) {
   j["architectures"] = {"MambaForCausalLM"};
   EXPECT_NE(error_of(j).find("unsupported architecture \"MambaForCausalLM\"; SplitSpec runs LlamaForCausalLM"),
             std::string::npos);
-  // Qwen3.5's directories are its family's, refused naming what reads them.
+  // Gemma 4's directories are its family's, refused naming what reads them.
   j = valid_json();
-  j["architectures"] = {"Qwen3_5ForCausalLM"};
+  j["architectures"] = {"Gemma4ForCausalLM"};
   EXPECT_NE(error_of(j).find("convert_hf_to_gguf.py"), std::string::npos);
   j = valid_json();
   j.erase("architectures");
