@@ -209,16 +209,17 @@ int run_logits(const EvalArgs& a) {
   return 0;
 }
 
-// What eval mtp and eval eagle3 share: each sequence of the ids file through
-// the target (`want` adds to its request what the head reads), the target's
-// greedy next token, then the head's first step from that forward (`first`)
-// and each next from the draft before (`step`): gamma greedy drafts, printed
+// What eval mtp, eagle3 and assistant share: each sequence of the ids file
+// through the target (`want` adds to its request what the head reads), the
+// target's greedy next token, then the head's first step from that forward
+// and the cache it filled (`first`) and each next from the draft before (`step`): gamma greedy drafts, printed
 // as {"next", "drafts"}, and each draft step's logits written as float32
 // rows (tests/families/qwen35_test.py and eagle3_test.py hold them to
 // llama.cpp's draft-mtp and draft-eagle3). In float, where the drafters round
 // the target's rows through half precision as the wire does.
 int run_head_drafts(const EvalArgs& a, const Model& target, const std::function<void(ForwardRequest&)>& want,
-                    const std::function<HeadStep(const std::vector<int32_t>& ids, int32_t next, const ForwardResult&)>& first,
+                    const std::function<HeadStep(const std::vector<int32_t>& ids, int32_t next, const ForwardResult&,
+                                                 const KVCache& target_cache)>& first,
                     const std::function<HeadStep(int32_t token, const Rows& hidden)>& step) {
   const std::vector<PromptRecord> records = read_prompt_records(a.ids_file, 0);
   std::ofstream out(a.out, std::ios::binary);
@@ -235,7 +236,7 @@ int run_head_drafts(const EvalArgs& a, const Model& target, const std::function<
     want(r);
     const ForwardResult t = target.forward(r, cache);
     const int32_t next = greedy_token(t.logits.row(0), V);
-    HeadStep s = first(ids, next, t);
+    HeadStep s = first(ids, next, t, cache);
     std::vector<int32_t> drafts;
     for (int32_t k = 0; k < a.speculative.gamma; ++k) {
       if (k > 0) s = step(drafts.back(), s.hidden);
@@ -262,7 +263,7 @@ int run_mtp(const EvalArgs& a) {
         r.final_hidden = true;
         for (int64_t q = 0; q + 1 < static_cast<int64_t>(r.tokens.size()); ++q) r.final_hidden_rows.push_back(q);
       },
-      [&](const std::vector<int32_t>& ids, int32_t next, const ForwardResult& t) {
+      [&](const std::vector<int32_t>& ids, int32_t next, const ForwardResult& t, const KVCache&) {
         const int64_t P = static_cast<int64_t>(ids.size());
         Rows h(P + 1, H);
         std::fill(h.row(0), h.row(0) + H, 0.0f);
@@ -292,7 +293,7 @@ int run_eagle3(const EvalArgs& a) {
         for (int32_t l : head->target_layers())
           if (l < L) r.hidden_layers.push_back(l - 1);
       },
-      [&](const std::vector<int32_t>& ids, int32_t next, const ForwardResult& t) {
+      [&](const std::vector<int32_t>& ids, int32_t next, const ForwardResult& t, const KVCache&) {
         const int64_t P = static_cast<int64_t>(ids.size());
         Rows features(P, 3 * H);
         for (int64_t q = 0; q < P; ++q)
@@ -321,15 +322,10 @@ int run_assistant(const EvalArgs& a) {
   int64_t P = 0;
   return run_head_drafts(
       a, *target, [](ForwardRequest& r) { r.final_hidden = true; },
-      [&](const std::vector<int32_t>& ids, int32_t next, const ForwardResult& t) {
+      [&](const std::vector<int32_t>& ids, int32_t next, const ForwardResult& t, const KVCache& cache) {
         P = static_cast<int64_t>(ids.size());
-        // The target's cache of the forward just run, read back as the
-        // verifier hands it over.
-        KVCache cache = target->new_cache(P);
-        ForwardRequest r;
-        r.tokens = ids;
-        r.logits_rows = std::vector<int64_t>{};
-        target->forward(r, cache);
+        // The target's keys of the forward just run, read back as the
+        // verifier hands them over.
         store.truncate(0);
         store.reserve(P);
         const std::vector<int32_t>& layers = head->target_kv_layers();
