@@ -77,10 +77,6 @@ std::shared_ptr<Model> load_weights(const ClientOptions& o, const std::string& d
   if (type)
     throw Error("dtype converts weights held in memory; a memory budget streams them as stored: write the type with "
                 "splitspec convert --dtype " + o.dtype + " --out DIR first");
-  if (!std::filesystem::is_directory(dir))
-    throw Error(dir + (std::filesystem::exists(dir) ? ": a memory budget streams a model directory; convert the file "
-                                                      "with splitspec convert --target FILE --out DIR first"
-                                                    : ": model directory does not exist"));
   StreamOptions s;
   const uint64_t whole = stored_weight_bytes(dir);
   s.budget_bytes = parse_bytes(o.memory_budget, whole);

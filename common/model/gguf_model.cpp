@@ -300,31 +300,69 @@ MatrixRef gguf_tensor_ref(const GgufFile& f, const std::string& gguf_name, const
   return MatrixRef{read_type(f, *t), t->data, shape.size() == 2 ? shape[0] : 1, shape.back()};
 }
 
+namespace {
+
+// Where our tensor `name` of `shape` lies in the file: its tensor (a fused
+// one's row slice), checked for shape and type.
+struct GgufPlace {
+  const GgufTensor* tensor = nullptr;
+  WType type = WType::F32;
+  uint64_t skip = 0;  // bytes into the tensor
+  int64_t rows = 1, cols = 0;
+};
+
+GgufPlace gguf_place(const GgufFile& f, const ModelConfig& c, const std::map<std::string, FusedPart>& fused,
+                     const std::string& name, const std::vector<int64_t>& shape) {
+  const auto part = fused.find(name);
+  const bool sliced = part != fused.end();
+  const std::string gname = gguf_tensor_name(sliced ? part->second.name : name, c);
+  const GgufTensor* t = f.tensor(gname);
+  if (!t) throw Error(f.path() + ": tensor '" + gname + "' is missing");
+  const int64_t rows = shape.size() == 2 ? (sliced ? part->second.fused_rows : shape[0]) : 1;
+  const std::vector<int64_t> want =
+      shape.size() == 2 ? std::vector<int64_t>{shape[1], rows} : gguf_vector_ne(name, shape[0], c);
+  if (t->ne != want)
+    throw Error(f.path() + ": tensor '" + gname + "' has shape " + shape_str(t->ne) + " (ggml order), expected " +
+                shape_str(want));
+  GgufPlace p;
+  p.tensor = t;
+  p.type = read_type(f, *t);
+  p.rows = shape.size() == 2 ? shape[0] : 1;
+  p.cols = shape.back();
+  if (sliced) p.skip = static_cast<uint64_t>(part->second.row0 * row_bytes(p.type, p.cols));
+  return p;
+}
+
+}  // namespace
+
 WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, std::vector<uint8_t>>& keep) {
   return [&f, &c, &keep, fused = fused_parts(c)](const std::string& name, const std::vector<int64_t>& shape) -> MatrixRef {
-    const auto part = fused.find(name);
-    const bool sliced = part != fused.end();
-    const std::string gname = gguf_tensor_name(sliced ? part->second.name : name, c);
-    const GgufTensor* t = f.tensor(gname);
-    if (!t) throw Error(f.path() + ": tensor '" + gname + "' is missing");
-    const int64_t rows = shape.size() == 2 ? (sliced ? part->second.fused_rows : shape[0]) : 1;
-    const std::vector<int64_t> want =
-        shape.size() == 2 ? std::vector<int64_t>{shape[1], rows} : gguf_vector_ne(name, shape[0], c);
-    if (t->ne != want)
-      throw Error(f.path() + ": tensor '" + gname + "' has shape " + shape_str(t->ne) + " (ggml order), expected " +
-                  shape_str(want));
-    const WType wt = read_type(f, *t);
-    const int64_t rb = row_bytes(wt, shape.back());
-    MatrixRef m{wt, static_cast<const uint8_t*>(t->data) + (sliced ? part->second.row0 * rb : 0),
-                shape.size() == 2 ? shape[0] : 1, shape.back()};
+    const GgufPlace p = gguf_place(f, c, fused, name, shape);
+    MatrixRef m{p.type, p.tensor->data + p.skip, p.rows, p.cols};
     if (const int64_t heads = permuted_heads(name, c)) {
       std::vector<uint8_t>& copy = keep[name];
-      copy = permute_rope_rows(static_cast<const uint8_t*>(m.data), heads * c.head_dim, c.head_dim, rb, false);
+      copy = permute_rope_rows(static_cast<const uint8_t*>(m.data), heads * c.head_dim, c.head_dim,
+                               row_bytes(p.type, p.cols), false);
       m.data = copy.data();
       // Only the copy is read from here on.
-      f.release(*t);
+      f.release(*p.tensor);
     }
     return m;
+  };
+}
+
+TensorLocator gguf_locator(const GgufFile& f, const ModelConfig& c) {
+  return [&f, c, fused = fused_parts(c)](const std::string& name, const std::vector<int64_t>& shape) {
+    const GgufPlace p = gguf_place(f, c, fused, name, shape);
+    StoredTensor s;
+    s.file = f.path();
+    s.offset = p.tensor->file_offset + p.skip;
+    s.bytes = static_cast<uint64_t>(p.rows * row_bytes(p.type, p.cols));
+    s.type = p.type;
+    s.rows = p.rows;
+    s.cols = p.cols;
+    s.rope_heads = permuted_heads(name, c);
+    return s;
   };
 }
 

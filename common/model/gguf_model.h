@@ -23,6 +23,9 @@ ModelConfig gguf_model_config(const GgufFile& f);
 // Tensors by our names. The permuted query and key rows are copied into
 // `keep` (by our name), which must outlive the references.
 WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, std::vector<uint8_t>>& keep);
+// Where each of our tensors lies in the file, for the streamed target. `f`
+// must outlive it.
+TensorLocator gguf_locator(const GgufFile& f, const ModelConfig& c);
 // The tensor `gguf_name` of the file as a matrix of `shape` (ours: rows,
 // columns; or a vector's length), in place; throws splitspec::Error naming it
 // when it is missing, of another shape, or of a type we do not read.

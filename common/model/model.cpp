@@ -71,6 +71,13 @@ void add_eog(ModelConfig& c, const std::vector<int32_t>& eog) {
   if (c.eos_token_id < 0 && !c.eos_token_ids.empty()) c.eos_token_id = c.eos_token_ids[0];
 }
 
+
+// What the streamed target does not read from disk yet.
+void refuse_unstreamed(const ModelConfig& c, const std::string& path) {
+  if (c.per_layer_input_size > 0)
+    throw Error(path + ": a " + c.architecture + " model's per-layer inputs are not streamed yet; load it in memory");
+}
+
 }  // namespace
 
 ModelSource open_model_source(const std::string& path) {
@@ -127,24 +134,48 @@ std::shared_ptr<Model> Model::load(const std::string& path, std::optional<WType>
   return std::shared_ptr<Model>(new Model(src.config, std::move(w), src.name));
 }
 
-std::shared_ptr<Model> Model::load_streamed(const std::string& dir, const StreamOptions& options) {
+std::shared_ptr<Model> Model::load_streamed(const std::string& path, const StreamOptions& options) {
   namespace fs = std::filesystem;
-  if (fs::is_regular_file(dir) && is_gguf_file(dir))
-    throw Error(dir + ": a GGUF file is not streamed from disk yet; convert it to a directory first (splitspec convert "
-                "--target FILE.gguf --out DIR)");
-  if (!fs::is_directory(dir)) throw Error(dir + ": model directory does not exist");
-  ModelConfig c = load_model_config(dir);
-  if (family_of(c).hf_tensor)
-    throw Error(dir + ": a " + c.architecture + " directory is not streamed yet (its tensors are converted as they "
-                "load); load it in memory");
-  apply_context_limit(c);
-  if (tokenizer_available(dir)) add_eog(c, Tokenizer(dir).eog_ids());
-  auto stream = std::make_unique<StreamedWeights>(dir, c, options);
-  std::shared_ptr<Model> m(new Model(c, WeightSet{}, fs::path(dir).filename().string()));
+  ModelConfig c;
+  std::unique_ptr<StreamedWeights> stream;
+  if (fs::is_regular_file(path) && is_gguf_file(path)) {
+    const GgufFile f(path);
+    c = gguf_model_config(f);
+    apply_context_limit(c);
+    if (f.has("tokenizer.ggml.model")) add_eog(c, Vocab::from_gguf(f).eog_ids());
+    refuse_unstreamed(c, path);
+    stream = std::make_unique<StreamedWeights>(gguf_locator(f, c), c, options);
+  } else {
+    if (!fs::is_directory(path))
+      throw Error(path + (fs::exists(path) ? ": neither a model directory nor a GGUF file"
+                                           : ": model directory does not exist (nor a GGUF file of that name)"));
+    c = load_model_config(path);
+    if (family_of(c).hf_tensor)
+      throw Error(path + ": a " + c.architecture + " directory is not streamed yet (its tensors are converted as they "
+                  "load); load it in memory, or stream its GGUF file");
+    apply_context_limit(c);
+    if (tokenizer_available(path)) add_eog(c, Tokenizer(path).eog_ids());
+    refuse_unstreamed(c, path);
+    const SafetensorsModel st(path);
+    stream = std::make_unique<StreamedWeights>(safetensors_locator(st, c), c, options);
+  }
+  std::shared_ptr<Model> m(new Model(c, WeightSet{}, fs::is_directory(path) ? fs::path(path).filename().string()
+                                                                            : fs::path(path).stem().string()));
   m->stream_ = std::move(stream);
-  m->stream_dir_ = dir;
+  m->stream_dir_ = path;
   m->provider_ = m->stream_.get();
   return m;
+}
+
+uint64_t stored_weight_bytes(const std::string& path) {
+  if (std::filesystem::is_regular_file(path) && is_gguf_file(path)) {
+    const GgufFile f(path);
+    const ModelConfig c = gguf_model_config(f);
+    return stored_weight_bytes(gguf_locator(f, c), c);
+  }
+  const ModelConfig c = load_model_config(path);
+  const SafetensorsModel st(path);
+  return stored_weight_bytes(safetensors_locator(st, c), c);
 }
 
 std::shared_ptr<Model> Model::from_weight_set(const ModelConfig& c, WeightSet weights, std::string name) {

@@ -108,6 +108,11 @@ struct ModelSource {
 // directory, and for an unsupported or malformed model.
 ModelSource open_model_source(const std::string& path);
 
+// Bytes of the weights of the model at `path` (a GGUF file or a directory)
+// as stored: what an in-memory load holds, and what a memory budget's
+// percentage is of.
+uint64_t stored_weight_bytes(const std::string& path);
+
 // RoPE angle tables [max_position_embeddings, rotary_dims()/2], computed in
 // double as the reference implementations do, so far positions keep their
 // precision: for the global layers (rope_theta, Llama 3's or LongRoPE's
@@ -125,10 +130,11 @@ class Model {
   static std::shared_ptr<Model> load(const std::string& path, std::optional<WType> type = std::nullopt);
   // A model on weights already built (the trainer's: model_weights.h).
   static std::shared_ptr<Model> from_weight_set(const ModelConfig& config, WeightSet weights, std::string name);
-  // The model in `dir` with its weights streamed from disk under
-  // options.budget_bytes (streamed_weights.h): same forward, bitwise the same
-  // logits, one forward at a time. weights() then holds no tensors.
-  static std::shared_ptr<Model> load_streamed(const std::string& dir, const StreamOptions& options);
+  // The model at `path` (a GGUF file, or a directory of ours or Hugging
+  // Face's) with its weights streamed from disk under options.budget_bytes
+  // (streamed_weights.h): same forward, bitwise the same logits, one forward
+  // at a time. weights() then holds no tensors.
+  static std::shared_ptr<Model> load_streamed(const std::string& path, const StreamOptions& options);
   // Random weights, for tests and benchmarks of any size, the matrices
   // stored as `type`, normal with deviation `scale` (larger ones give a
   // random model confident logits, whose greedy tokens rounding does not

@@ -16,6 +16,7 @@
 #include "common/kernels/quant.h"
 #include "common/util/error.h"
 #include "common/util/stopwatch.h"
+#include "common/model/gguf_model.h"
 #include "common/model/weight_set.h"
 
 namespace splitspec {
@@ -35,10 +36,10 @@ uint64_t span_of(uint64_t offset, uint64_t bytes) {
 
 }  // namespace
 
-StreamedWeights::StreamedWeights(const std::string& dir, const ModelConfig& config, const StreamOptions& options)
+StreamedWeights::StreamedWeights(const TensorLocator& locate, const ModelConfig& config, const StreamOptions& options)
     : options_(options), layers_(config.num_hidden_layers), hidden_(config.hidden_size), vocab_(config.vocab_size) {
   try {
-    plan_units(SafetensorsModel(dir), config);
+    plan_units(locate, config);
     allocate(config);
     // One pass over every unit: proves the file readable and its values
     // finite, and fills the resident units.
@@ -75,33 +76,35 @@ StreamedWeights::~StreamedWeights() {
   for (int fd : fds_) ::close(fd);
 }
 
-void StreamedWeights::plan_units(const SafetensorsModel& st, const ModelConfig& c) {
+void StreamedWeights::plan_units(const TensorLocator& locate, const ModelConfig& c) {
   std::map<std::string, int> file_index;
-  auto file_of = [&](const TensorInfo& t) {
-    auto it = file_index.find(t.file);
+  auto file_of = [&](const std::string& path) {
+    auto it = file_index.find(path);
     if (it != file_index.end()) return it->second;
-    int fd = ::open(t.file.c_str(), O_RDONLY | O_CLOEXEC | (options_.direct_io ? O_DIRECT : 0));
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (options_.direct_io ? O_DIRECT : 0));
     if (fd < 0 && options_.direct_io && errno == EINVAL) {
       direct_ = false;  // e.g. tmpfs: no direct I/O there
-      fd = ::open(t.file.c_str(), O_RDONLY | O_CLOEXEC);
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     }
-    if (fd < 0) throw Error(t.file + ": cannot open: " + std::strerror(errno));
+    if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
     if (!options_.direct_io) direct_ = false;
     fds_.push_back(fd);
-    paths_.push_back(t.file);
-    return file_index[t.file] = static_cast<int>(fds_.size()) - 1;
+    paths_.push_back(path);
+    return file_index[path] = static_cast<int>(fds_.size()) - 1;
   };
   auto unit_of = [&](const std::string& name, const std::vector<int64_t>& shape) {
-    const TensorInfo& t = st.get(hf_tensor_name(name, c));
+    const StoredTensor t = locate(name, shape);
     Unit u;
-    u.gain_less_one = hf_gain_less_one(name, c);
-    u.type = stored_wtype(t, shape);
+    u.gain_less_one = t.gain_less_one;
+    u.type = t.type;
     if (shape.size() == 1 && is_block_type(u.type)) throw Error(t.file + ": norm '" + name + "' must be F32, F16 or BF16");
-    u.file = file_of(t);
-    u.offset = t.file_offset;
-    u.raw_bytes = t.nbytes;
-    u.rows = shape.size() == 2 ? shape[0] : 1;
-    u.cols = shape.back();
+    u.file = file_of(t.file);
+    u.offset = t.offset;
+    u.raw_bytes = t.bytes;
+    u.rows = t.rows;
+    u.cols = t.cols;
+    u.rope_heads = t.rope_heads;
+    u.head_dim = c.head_dim;
     return u;
   };
   const int64_t H = c.hidden_size;
@@ -112,19 +115,7 @@ void StreamedWeights::plan_units(const SafetensorsModel& st, const ModelConfig& 
     if (l == 2) two_layers = static_cast<int64_t>(units_.size());
     for (LayerMatrix lm : layer_matrices(c, l)) {
       unit_at_[static_cast<size_t>(l * kLayerMatrices + static_cast<int>(lm))] = static_cast<int64_t>(units_.size());
-      const std::vector<int64_t> shape = layer_matrix_shape(lm, c, l);
-      const auto part = fused_part(l, lm, c);
-      if (part && !st.has(layer_matrix_name(l, lm))) {
-        // A row slice of the fused matrix, read as a unit of its own.
-        Unit u = unit_of(part->name, {part->fused_rows, shape[1]});
-        const uint64_t rb = static_cast<uint64_t>(row_bytes(u.type, shape[1]));
-        u.offset += static_cast<uint64_t>(part->row0) * rb;
-        u.rows = shape[0];
-        u.raw_bytes = static_cast<uint64_t>(shape[0]) * rb;
-        units_.push_back(u);
-      } else {
-        units_.push_back(unit_of(layer_matrix_name(l, lm), shape));
-      }
+      units_.push_back(unit_of(layer_matrix_name(l, lm), layer_matrix_shape(lm, c, l)));
       largest = std::max(largest, units_.back().raw_bytes);
     }
   }
@@ -288,6 +279,11 @@ void StreamedWeights::read_span(int file, uint64_t offset, uint64_t bytes, uint6
 }
 
 void StreamedWeights::pack(const Unit& u, uint8_t* data, std::vector<uint8_t>& scratch) const {
+  if (u.rope_heads) {
+    const int64_t rb = row_bytes(u.type, u.cols);
+    const std::vector<uint8_t> ordered = permute_rope_rows(data, u.rope_heads * u.head_dim, u.head_dim, rb, false);
+    std::memcpy(data, ordered.data(), ordered.size());
+  }
   if (stored_packed(u.type)) pack_rows(u.type, data, u.rows, u.cols, scratch);
 }
 

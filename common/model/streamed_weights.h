@@ -74,7 +74,9 @@ class StreamedWeights final : public WeightProvider {
   // corrupt model, and for a budget too small to stream with: it must hold
   // the norms, the row buffer, the work buffer and the ring (its message says
   // how much).
-  StreamedWeights(const std::string& dir, const ModelConfig& config, const StreamOptions& options);
+  // `locate` finds each tensor in the model's files (weight_set.h); it is not
+  // kept.
+  StreamedWeights(const TensorLocator& locate, const ModelConfig& config, const StreamOptions& options);
   ~StreamedWeights();
   StreamedWeights(const StreamedWeights&) = delete;
   StreamedWeights& operator=(const StreamedWeights&) = delete;
@@ -121,9 +123,10 @@ class StreamedWeights final : public WeightProvider {
     int64_t row0 = 0;        // head chunks: their first LM-head row
     uint8_t* resident = nullptr;
     bool gain_less_one = false;  // a Gemma gain as Hugging Face holds it (hf_gain_less_one)
+    int64_t rope_heads = 0, head_dim = 0;  // rows to put back in order once read (StoredTensor)
   };
 
-  void plan_units(const SafetensorsModel& st, const ModelConfig& c);
+  void plan_units(const TensorLocator& locate, const ModelConfig& c);
   void allocate(const ModelConfig& c);
   uint8_t* alloc(uint64_t bytes, uint64_t align);
   // Reads `u`'s 4 KiB-aligned span into dst; returns where its bytes start.
@@ -137,7 +140,8 @@ class StreamedWeights final : public WeightProvider {
   MatrixRef ref(const Unit& u, const uint8_t* data, bool packed = false) const {
     return {u.type, data, u.rows, u.cols, packed && stored_packed(u.type)};
   }
-  // Packs a quantized unit's bytes in place (weight_type.h); others as they are.
+  // Puts a unit's rows in order and packs a quantized one's bytes in place
+  // (weight_type.h); others as they are.
   void pack(const Unit& u, uint8_t* data, std::vector<uint8_t>& scratch) const;
   // Under mu_: waits until the next streamed unit is in the ring; false if
   // the loader failed before reading it.

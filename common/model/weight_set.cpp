@@ -8,7 +8,6 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <set>
 
 #include "common/kernels/quant.h"
 #include "common/model/family.h"
@@ -397,6 +396,26 @@ WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c
   };
 }
 
+TensorLocator safetensors_locator(const SafetensorsModel& st, const ModelConfig& c) {
+  return [&st, c, fused = fused_parts(c)](const std::string& name, const std::vector<int64_t>& shape) {
+    const auto f = fused.find(name);
+    const bool sliced = f != fused.end() && !st.has(name);
+    const int64_t rows = shape.size() == 2 ? shape[0] : 1;
+    const TensorInfo& t = st.get(sliced ? f->second.name : hf_file_tensor_name(st, name, c));
+    StoredTensor s;
+    s.file = t.file;
+    s.type = stored_wtype(t, sliced ? std::vector<int64_t>{f->second.fused_rows, shape[1]} : shape);
+    s.rows = rows;
+    s.cols = shape.back();
+    s.gain_less_one = hf_gain_less_one(name, c);
+    if (shape.size() == 1 && is_block_type(s.type)) throw Error(t.file + ": norm '" + t.name + "' must be F32, F16 or BF16");
+    const uint64_t rb = static_cast<uint64_t>(row_bytes(s.type, s.cols));
+    s.offset = t.file_offset + (sliced ? static_cast<uint64_t>(f->second.row0) * rb : 0);
+    s.bytes = sliced ? static_cast<uint64_t>(rows) * rb : t.nbytes;
+    return s;
+  };
+}
+
 WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::optional<WType> type) {
   auto st = std::make_shared<const SafetensorsModel>(dir);
   std::map<std::string, std::vector<uint8_t>> converted;
@@ -500,26 +519,19 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
   if (!f) throw Error(cfg.string() + ": write failed");
 }
 
-uint64_t stored_weight_bytes(const std::string& dir) {
-  const ModelConfig c = load_model_config(dir);
-  const SafetensorsModel st(dir);
-  uint64_t n = 0;
-  auto add = [&](const std::string& name) { n += st.get(hf_tensor_name(name, c)).nbytes; };
-  add(kEmbedName);
+uint64_t stored_weight_bytes(const TensorLocator& locate, const ModelConfig& c) {
+  const int64_t H = c.hidden_size;
+  uint64_t n = locate(kEmbedName, {c.vocab_size, H}).bytes;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    add(layer_norm_name(l, false));
-    add(layer_norm_name(l, true));
+    for (bool post : {false, true}) n += locate(layer_norm_name(l, post), {H}).bytes;
     for (int v = 0; v < kLayerVectors; ++v)
-      if (layer_vector_size(static_cast<LayerVector>(v), c, l) > 0) add(layer_vector_name(l, static_cast<LayerVector>(v)));
-    std::set<std::string> fused;
-    for (LayerMatrix lm : layer_matrices(c, l)) {
-      const auto part = fused_part(l, lm, c);
-      if (!part || st.has(layer_matrix_name(l, lm))) add(layer_matrix_name(l, lm));
-      else if (fused.insert(part->name).second) add(part->name);
-    }
+      if (const int64_t size = layer_vector_size(static_cast<LayerVector>(v), c, l))
+        n += locate(layer_vector_name(l, static_cast<LayerVector>(v)), {size}).bytes;
+    // A fused matrix's parts are row slices of it that add up to it.
+    for (LayerMatrix lm : layer_matrices(c, l)) n += locate(layer_matrix_name(l, lm), layer_matrix_shape(lm, c, l)).bytes;
   }
-  add(kFinalNormName);
-  if (!c.tie_word_embeddings) add(kHeadName);
+  n += locate(kFinalNormName, {H}).bytes;
+  if (!c.tie_word_embeddings) n += locate(kHeadName, {c.vocab_size, H}).bytes;
   return n;
 }
 

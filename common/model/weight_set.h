@@ -104,6 +104,20 @@ WType stored_wtype(const TensorInfo& t, const std::vector<int64_t>& shape);
 // A tensor to take: rows x cols values of some type (norms are 1 x hidden).
 using WeightSource = std::function<MatrixRef(const std::string& name, const std::vector<int64_t>& shape)>;
 
+// Where a tensor of ours lies in a model's files as stored, for a reader
+// that takes it from disk rather than a mapping (the streamed target).
+struct StoredTensor {
+  std::string file;
+  uint64_t offset = 0, bytes = 0;  // in `file`
+  WType type = WType::F32;
+  int64_t rows = 1, cols = 0;
+  bool gain_less_one = false;  // a Gemma gain as Hugging Face holds it (hf_gain_less_one)
+  // llama.cpp's LLaMA query or key rows, interleaved for RoPE in this many
+  // heads: put back in Hugging Face's order once read (gguf_model.h).
+  int64_t rope_heads = 0;
+};
+using TensorLocator = std::function<StoredTensor(const std::string& name, const std::vector<int64_t>& shape)>;
+
 // WeightSet::digest() of the set build_weight_set would build from `source`
 // at its stored types, without building it (a backend with its own layout
 // names the weights it uploads so).
@@ -133,6 +147,10 @@ std::string hf_file_tensor_name(const SafetensorsModel& st, const std::string& o
 // own, as Model::load's does), or, without it, into the source's own store.
 WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c,
                                 std::map<std::string, std::vector<uint8_t>>* keep = nullptr);
+// Where each of our tensors lies in a safetensors model, fused parts as row
+// slices. Not for a family whose files hold some in another form
+// (Family::hf_tensor). `st` must outlive it.
+TensorLocator safetensors_locator(const SafetensorsModel& st, const ModelConfig& c);
 // A function dropping the pages of the tensor our matrix `name` came from
 // (its fused tensor, or its name in the family's files), once the model
 // holds a copy of it. `st` must outlive it.
@@ -155,8 +173,8 @@ std::vector<float> load_float_values(const TensorInfo& t);
 // needed). `what` names it in errors.
 std::vector<uint8_t> plain_bytes(const MatrixRef& m, WType to, const std::string& what);
 
-// Bytes of a model directory's weights as stored (what an in-memory load
-// holds, and what a memory budget's percentage is of).
-uint64_t stored_weight_bytes(const std::string& dir);
+// Bytes of a model's weights as stored, found by `locate` (what an
+// in-memory load holds, and what a memory budget's percentage is of).
+uint64_t stored_weight_bytes(const TensorLocator& locate, const ModelConfig& c);
 
 }  // namespace splitspec

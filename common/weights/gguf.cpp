@@ -259,7 +259,8 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(std::make_uniqu
           t.nbytes > size - data_start - t.offset)
         throw Error(path + ": tensor '" + t.name + "' (" + std::to_string(t.nbytes) + " bytes at offset " +
                     std::to_string(t.offset) + ") lies outside the file: truncated?");
-      t.data = base + data_start + t.offset;
+      t.file_offset = data_start + t.offset;
+      t.data = base + t.file_offset;
     }
   }
 }

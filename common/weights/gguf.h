@@ -44,6 +44,7 @@ struct GgufTensor {
   uint64_t offset = 0;      // from the data section's start
   uint64_t nbytes = 0;      // 0 for a type this reader does not know
   const uint8_t* data = nullptr;
+  uint64_t file_offset = 0;  // of data, from the file's start
 };
 
 // A mapped GGUF file, checked on open: magic, version, counts, string and

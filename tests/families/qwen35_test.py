@@ -18,8 +18,9 @@ would turn into the file (gguf_py_models.write_qwen35_hf) gives the file's
 logits. Then, on the F32 target, every mode gives the target alone's greedy
 tokens:
 local and server verification with a Qwen3.5 draft (itself recurrent, so
-both sides roll back), prompt lookup, and a token tree; and a sampled tree
-crosses the wire.
+both sides roll back), prompt lookup, and a token tree, the target also
+streamed from its file under a memory budget; and a sampled tree crosses the
+wire.
 
   qwen35_test.py --bin BUILD/bin --llamacpp BUILD/llamacpp --material BUILD/test-material
 
@@ -96,11 +97,15 @@ def main():
                      ["--drafter", "pld"], ["--drafter", "mtp"], ["--drafter", "mtp", "--drafter-option", "width=3"],
                      # More rows than the state window (16): each may be where a rollback lands.
                      ["--drafter", "mtp", "--gamma", "20"],
+                     # The target streamed from its file under a third of its size.
+                     ["--memory-budget", "30%", "--draft", draft, "--drafter", "model"],
+                     ["--memory-budget", "30%", "--drafter", "mtp"],
                      ["--draft", target, "--drafter", "model"]):
             got = r.ours(target, *args, prompt=prompt)
-            r.check(got["output_ids"] == alone, f"local {' '.join(args[-3:])}: {got['output_ids']} vs {alone}")
-            print(f"local {os.path.basename(args[1]) if len(args) > 2 else ''} {args[-1]}: tau {got['stats']['tau']:.2f}",
-                  flush=True)
+            r.check(got["output_ids"] == alone, f"local {' '.join(args)}: {got['output_ids']} vs {alone}")
+            if "--memory-budget" in args:
+                r.check(got["stats"]["weight_bytes_read"] > 0, f"{' '.join(args)}: the target's weights were streamed")
+            print(f"local {' '.join(os.path.basename(a) for a in args)}: tau {got['stats']['tau']:.2f}", flush=True)
         r.check(got["stats"]["tau"] > 4.5, f"the target as its own draft: tau {got['stats']['tau']}")
         # A prompt past the local verifier's prefill chunk (256 tokens): the
         # block still reads every position's row.
