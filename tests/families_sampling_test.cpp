@@ -10,6 +10,8 @@
 // tests/families/families_test.py.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
 #include <random>
 
 #include "client/client.h"
@@ -183,18 +185,24 @@ TEST_P(FamilySampling, EveryDrafterAndVerifierKeepsTheTargetsDistribution) {
   struct Pairing {
     std::string drafter;
     bool server;
+    std::map<std::string, std::string> options = {};
   };
   uint64_t seed = 40000;
   std::vector<Pairing> pairings{{"model", false}, {"model", true}, {"lut", true}, {"pld", false}};
-  if (GetParam() == "qwen35") pairings.insert(pairings.end(), {{"mtp", false}, {"mtp", true}});
+  // A shortlist of half the vocabulary: the drafts' q is zero on the rest.
+  std::ofstream(dir.str("ranking.json")) << "[5, 7, 1, 11, 0, 8]";
+  if (GetParam() == "qwen35")
+    pairings.insert(pairings.end(), {{"mtp", false}, {"mtp", true},
+                                     {"mtp", true, {{"shortlist", "6"}, {"ranking", dir.str("ranking.json")}}}});
   if (GetParam() == "llama") pairings.insert(pairings.end(), {{"eagle3", false}, {"eagle3", true}});
   if (GetParam() == "gemma4") pairings.push_back({"assistant", false});
   const std::string eagle3 = GetParam() == "llama" ? write_eagle3_head(dir, 33) : "";
   const std::string assistant = GetParam() == "gemma4" ? write_assistant(dir, 34) : "";
   for (const Pairing& p : pairings) {
-    SCOPED_TRACE(p.drafter + (p.server ? " on the server" : " here"));
+    SCOPED_TRACE(p.drafter + (p.options.empty() ? "" : " with options") + (p.server ? " on the server" : " here"));
     ClientOptions o;
     o.drafter = p.drafter;
+    o.drafter_options = p.options;
     if (p.drafter == "model") o.draft_dir = draft_path;
     if (p.drafter == "mtp") o.drafter_options["head"] = target_path;
     if (p.drafter == "eagle3") {

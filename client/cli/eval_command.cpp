@@ -4,7 +4,9 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <memory>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
@@ -18,6 +20,7 @@
 #include "common/drafting/assistant_head.h"
 #include "common/drafting/eagle3_head.h"
 #include "common/drafting/mtp_head.h"
+#include "common/drafting/shortlist_options.h"
 #include "common/early_exit/early_exit_eval.h"
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
@@ -46,6 +49,8 @@ struct EvalArgs {
   std::string plot;
   std::string ids_file, out;
   std::string head;  // eval eagle3 and assistant: the head's GGUF file
+  std::string corpus;             // eval shortlist: the text ranked
+  std::vector<int64_t> shortlist_sizes{1024, 4096, 16384, 32768};
 };
 
 
@@ -341,6 +346,51 @@ int run_assistant(const EvalArgs& a) {
       [&](int32_t token, const Rows& h) { return head->forward({token}, h.view(), P, store); });
 }
 
+// The tokens of --corpus ranked by count (written to --out), and what share
+// of --text's tokens the first K of them hold: the most a shortlist of K
+// lets a head's drafts be accepted, on that text.
+int run_shortlist(const EvalArgs& a) {
+  const Tokenizer tok(a.model_dir);
+  auto read = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error("eval shortlist: cannot read " + path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::vector<int32_t> ranked = rank_tokens(read(a.corpus), tok);
+  std::vector<int64_t> rank(static_cast<size_t>(tok.vocab_size()), -1);
+  for (size_t i = 0; i < ranked.size(); ++i) rank[static_cast<size_t>(ranked[i])] = static_cast<int64_t>(i);
+  int64_t total = 0;
+  std::vector<int64_t> held(a.shortlist_sizes.size(), 0);
+  std::istringstream lines(read(a.text));
+  for (std::string line; std::getline(lines, line);)
+    for (int32_t id : tok.encode(line)) {
+      ++total;
+      const int64_t r = id >= 0 && id < tok.vocab_size() ? rank[static_cast<size_t>(id)] : -1;
+      for (size_t k = 0; k < held.size(); ++k) held[k] += r >= 0 && r < a.shortlist_sizes[k];
+    }
+  if (!a.out.empty()) {
+    std::ofstream f(a.out);
+    f << nlohmann::json(ranked).dump() << "\n";
+    if (!f) throw Error("eval shortlist: cannot write " + a.out);
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t k = 0; k < held.size(); ++k)
+    rows.push_back({{"k", a.shortlist_sizes[k]},
+                    {"coverage", total ? static_cast<double>(held[k]) / static_cast<double>(total) : 0.0}});
+  if (a.json) {
+    std::cout << nlohmann::json{{"vocab_size", tok.vocab_size()}, {"ranked_tokens", ranked.size()},
+                                {"text_tokens", total}, {"shortlists", rows}}
+                     .dump()
+              << "\n";
+    return 0;
+  }
+  std::printf("vocabulary %d, %zu tokens seen in the corpus, %lld in the text\n", tok.vocab_size(), ranked.size(),
+              static_cast<long long>(total));
+  std::printf("| shortlist | share of the text's tokens in it |\n|---|---|\n");
+  for (const auto& r : rows) std::printf("| %lld | %.4f |\n", static_cast<long long>(r["k"].get<int64_t>()), r["coverage"].get<double>());
+  return 0;
+}
+
 }  // namespace
 
 Command add_eval_command(CLI::App& app) {
@@ -410,7 +460,18 @@ Command add_eval_command(CLI::App& app) {
   as->add_option("--out", a->out, "File to write: each draft step's vocab_size float32s, in order")->required();
   add_speculative_flags(as, a->speculative);
   as->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores");
-  return {eval, [a, ppl, ex, lg, mtp, e3, as]() {
+  CLI::App* sl = eval->add_subcommand(
+      "shortlist", "Rank a corpus's tokens for a head's shortlist (drafter option ranking=) and say what share of a "
+                   "held-out text's tokens the first K hold");
+  sl->add_option("--target,--model,--tokenizer", a->model_dir, "The target's GGUF file or directory (its tokenizer)")
+      ->required();
+  sl->add_option("--corpus", a->corpus, "Text whose tokens are ranked by count")->required()->check(CLI::ExistingFile);
+  sl->add_option("--text", a->text, "Held-out text to measure")->required()->check(CLI::ExistingFile);
+  sl->add_option("--k", a->shortlist_sizes, "Shortlist sizes")->delimiter(',')->capture_default_str();
+  sl->add_option("--out", a->out, "Write the ranking here (a JSON array of ids, most frequent first)");
+  sl->add_flag("--json", a->json, R"(Print {"vocab_size", "ranked_tokens", "text_tokens", "shortlists": [{"k", "coverage"}]})");
+  return {eval, [a, ppl, ex, lg, mtp, e3, as, sl]() {
+            if (sl->parsed()) return run_shortlist(*a);
             if (ex->parsed()) return run_exits(*a);
             if (lg->parsed()) return run_logits(*a);
             if (mtp->parsed()) return run_mtp(*a);

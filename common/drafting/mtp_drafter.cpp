@@ -19,6 +19,8 @@
 // tokens, each continued greedily to gamma tokens, a tree verified as one
 // (nodes chosen deterministically, so verified as one-hot q, exact under
 // sampling too). The first round has no hidden rows yet and drafts nothing.
+// With a shortlist (shortlist.h) the block's h' is scored against the K
+// most frequent tokens alone, and the head matrix is never read.
 #include <algorithm>
 #include <cmath>
 
@@ -26,6 +28,7 @@
 #include "common/drafting/mtp_head.h"
 #include "common/decoding/token_tree.h"
 #include "common/drafting/registry.h"
+#include "common/drafting/shortlist_options.h"
 #include "common/kernels/kernels.h"
 #include "common/util/error.h"
 
@@ -35,9 +38,13 @@ namespace {
 
 class MtpDrafter final : public Drafter {
  public:
-  MtpDrafter(std::shared_ptr<const MtpHead> head, int32_t width)
-      : head_(std::move(head)), cache_(head_->new_cache()), width_(width) {
-    stats_.drafter_counters["mtp_head_bytes"] = static_cast<double>(head_->weight_bytes());
+  MtpDrafter(std::shared_ptr<const MtpHead> head, std::shared_ptr<const Shortlist> shortlist, int32_t width)
+      : head_(std::move(head)), shortlist_(std::move(shortlist)), cache_(head_->new_cache()), width_(width) {
+    // With a shortlist the head matrix is never read: its rows held are.
+    stats_.drafter_counters["mtp_head_bytes"] =
+        static_cast<double>(shortlist_ ? head_->weight_bytes() - head_->head_bytes() + shortlist_->bytes()
+                                       : head_->weight_bytes());
+    if (shortlist_) stats_.drafter_counters["mtp_shortlist_tokens"] = static_cast<double>(shortlist_->size());
   }
 
   std::string name() const override { return "mtp"; }
@@ -67,7 +74,7 @@ class MtpDrafter final : public Drafter {
       return tree_from_head(
           next_, width_, budget, static_cast<int32_t>(std::min<int64_t>(params().gamma, room)), fed_,
           [&](const std::vector<int32_t>& tokens, const Rows& h, std::vector<int64_t> positions, AttentionMask mask) {
-            return head_->forward_tree(tokens, h, std::move(positions), std::move(mask), cache_);
+            return scored(head_->forward_tree(tokens, h, std::move(positions), std::move(mask), cache_, !shortlist_));
           },
           stop, stats_.draft_forwards);
     }
@@ -75,7 +82,14 @@ class MtpDrafter final : public Drafter {
         std::min<int64_t>({params().gamma, budget, cache_.capacity() - static_cast<int64_t>(seq_.size()) + 1}));
     return chain_from_head(
         next_, k, params().sampling, rng(),
-        [&](int32_t token, const Rows& h) { return head_->forward({token}, h, cache_); }, stop, stats_.draft_forwards);
+        [&](int32_t token, const Rows& h) { return scored(head_->forward({token}, h, cache_, !shortlist_)); }, stop,
+        stats_.draft_forwards);
+  }
+
+  // A step's logits: the head's, or the shortlist's over its h'.
+  MtpHead::Step scored(MtpHead::Step step) const {
+    if (shortlist_) step.logits = shortlist_->logits(step.hidden, head_->target_config().vocab_size);
+    return step;
   }
 
   void on_accept(const RoundOutcome& o) override {
@@ -113,12 +127,13 @@ class MtpDrafter final : public Drafter {
       for (int64_t j = 0; j < H; ++j)
         if (!std::isfinite(dst[j])) throw Error("drafter mtp: the verifier sent a hidden state that is not finite");
     }
-    next_ = head_->forward(std::vector<int32_t>(seq_.begin() + fed_, seq_.end()), h, cache_);
+    next_ = scored(head_->forward(std::vector<int32_t>(seq_.begin() + fed_, seq_.end()), h, cache_, !shortlist_));
     fed_ = end;
     stats_.draft_forwards += 1;
   }
 
   std::shared_ptr<const MtpHead> head_;
+  std::shared_ptr<const Shortlist> shortlist_;  // null: the whole vocabulary
   KVCache cache_;
   int32_t width_ = 1;  // branches at the first draft
   std::vector<int32_t> seq_;  // committed tokens
@@ -129,27 +144,38 @@ class MtpDrafter final : public Drafter {
 
 }  // namespace
 
+// What the drafters of one spec share: the head, and the shortlist its
+// options ask for.
+struct MtpShared {
+  std::shared_ptr<const MtpHead> head;
+  std::shared_ptr<const Shortlist> shortlist;
+};
+
 std::unique_ptr<Drafter> make_mtp_drafter(const DrafterSpec& spec) {
   DrafterOptions opt("mtp", spec.options);
   const std::string path = opt.text("head", spec.target_path);
   const int width = opt.integer("width", 1);
-  opt.finish();
   if (width < 1 || width > 16) throw Error("drafter mtp: width must be in [1, 16], got " + std::to_string(width));
   if (path.empty())
     throw Error("drafter mtp: no model file: give the target's GGUF file (option head), or run it with the target "
                 "local or as the tokenizer");
   if (!spec.state->value) {
-    auto head = MtpHead::load(path);
-    const ModelConfig& c = head->target_config();
+    auto shared = std::make_shared<MtpShared>();
+    shared->head = MtpHead::load(path);
+    const ModelConfig& c = shared->head->target_config();
     if (spec.vocab_size > 0 && c.vocab_size != spec.vocab_size)
       throw Error("drafter mtp: " + path + " has a vocabulary of " + std::to_string(c.vocab_size) +
                   "; the target's is " + std::to_string(spec.vocab_size));
     if (spec.hidden_size > 0 && c.hidden_size != spec.hidden_size)
       throw Error("drafter mtp: " + path + " has hidden size " + std::to_string(c.hidden_size) +
                   "; the target's is " + std::to_string(spec.hidden_size));
-    spec.state->value = std::const_pointer_cast<MtpHead>(head);
+    shared->shortlist = shortlist_from_options(opt, "mtp", path, c.vocab_size,
+                                               [&](const std::vector<int64_t>& ids) { return shared->head->head_rows(ids); });
+    opt.finish();
+    spec.state->value = shared;
   }
-  return std::make_unique<MtpDrafter>(std::static_pointer_cast<const MtpHead>(spec.state->value), width);
+  const auto& shared = *std::static_pointer_cast<const MtpShared>(spec.state->value);
+  return std::make_unique<MtpDrafter>(shared.head, shared.shortlist, width);
 }
 
 }  // namespace splitspec

@@ -68,6 +68,8 @@ size_t MtpHead::weight_bytes() const {
   return n;
 }
 
+size_t MtpHead::head_bytes() const { return block_->weight_set().lm_head.bytes(); }
+
 Rows MtpHead::inputs(const std::vector<int32_t>& tokens, RowsView hidden) const {
   const int64_t n = static_cast<int64_t>(tokens.size()), H = target_.hidden_size;
   if (n == 0 || hidden.rows != n || hidden.cols != H)
@@ -93,23 +95,34 @@ Rows MtpHead::inputs(const std::vector<int32_t>& tokens, RowsView hidden) const 
   return x;
 }
 
-MtpHead::Step MtpHead::forward(const std::vector<int32_t>& tokens, RowsView hidden, KVCache& cache) const {
+MtpHead::Step MtpHead::forward(const std::vector<int32_t>& tokens, RowsView hidden, KVCache& cache, bool logits) const {
   ForwardRequest r;
   r.tokens = tokens;
   r.inputs = inputs(tokens, hidden);
-  r.logits_rows = std::vector<int64_t>{static_cast<int64_t>(tokens.size()) - 1};
+  const int64_t last = static_cast<int64_t>(tokens.size()) - 1;
+  if (!logits) {
+    r.logits_rows = std::vector<int64_t>{};
+    r.final_hidden_rows = {last};
+    return {Rows(), std::move(block_->forward(r, cache).final_hidden_rows)};
+  }
+  r.logits_rows = std::vector<int64_t>{last};
   r.final_hidden = true;
   ForwardResult out = block_->forward(r, cache);
   return {std::move(out.logits), std::move(out.final_hidden)};
 }
 
 MtpHead::Step MtpHead::forward_tree(const std::vector<int32_t>& tokens, RowsView hidden, std::vector<int64_t> positions,
-                                    AttentionMask mask, KVCache& cache) const {
+                                    AttentionMask mask, KVCache& cache, bool logits) const {
   ForwardRequest r;
   r.tokens = tokens;
   r.inputs = inputs(tokens, hidden);
   r.positions = std::move(positions);
   r.mask = std::move(mask);
+  if (!logits) {
+    r.logits_rows = std::vector<int64_t>{};
+    for (int64_t i = 0; i < static_cast<int64_t>(tokens.size()); ++i) r.final_hidden_rows.push_back(i);
+    return {Rows(), std::move(block_->forward(r, cache).final_hidden_rows)};
+  }
   r.final_hidden = true;
   ForwardResult out = block_->forward(r, cache);
   return {std::move(out.logits), std::move(out.final_hidden)};

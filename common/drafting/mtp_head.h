@@ -39,12 +39,17 @@ class MtpHead {
   // the block's own, when chaining) hidden state of the position before.
   // Returns the last row's logits [1, vocab] and its h' [1, hidden], which
   // the next step reads.
+  // Without `logits`, h' alone: a shortlist (shortlist.h) scores it.
   using Step = HeadStep;
-  Step forward(const std::vector<int32_t>& tokens, RowsView hidden, KVCache& cache) const;
+  Step forward(const std::vector<int32_t>& tokens, RowsView hidden, KVCache& cache, bool logits = true) const;
   // Nodes of a token tree after the cache's entries, at `positions` under
   // `mask` (ForwardRequest's): every row's logits [n, vocab] and h' [n, hidden].
   Step forward_tree(const std::vector<int32_t>& tokens, RowsView hidden, std::vector<int64_t> positions,
-                    AttentionMask mask, KVCache& cache) const;
+                    AttentionMask mask, KVCache& cache, bool logits = true) const;
+  // Rows of the head matrix by token id, as fp32 (for a shortlist).
+  Rows head_rows(const std::vector<int64_t>& ids) const { return block_->head_rows(ids); }
+  // Bytes of the head matrix alone.
+  size_t head_bytes() const;
 
  private:
   // The block's input rows for tokens and hidden states.

@@ -3,7 +3,6 @@
 #include <filesystem>
 #include <algorithm>
 #include <fstream>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
@@ -180,18 +179,15 @@ void EarlyExits::set_frequent_tokens(std::vector<int32_t> ids, int64_t vocab_siz
     seen[static_cast<size_t>(id)] = true;
   }
   frequent_tokens_ = std::move(ids);
-  shortlist_ = 0;
-  shortlist_head_.clear();
+  shortlist_.reset();
 }
 
 void EarlyExits::set_shortlist(const Backend& model, int64_t k) {
-  shortlist_ = 0;
-  shortlist_head_.clear();
+  shortlist_.reset();
   if (k <= 0 || k >= static_cast<int64_t>(frequent_tokens_.size())) return;
-  const Rows rows = model.head_rows(std::vector<int64_t>(frequent_tokens_.begin(), frequent_tokens_.begin() + k));
-  shortlist_head_.resize(static_cast<size_t>(rows.size()));
-  kernels::float_to_half(rows.data(), rows.size(), shortlist_head_.data());
-  shortlist_ = k;
+  std::vector<int32_t> tokens(frequent_tokens_.begin(), frequent_tokens_.begin() + k);
+  const Rows rows = model.head_rows(std::vector<int64_t>(tokens.begin(), tokens.end()));
+  shortlist_ = std::make_shared<const Shortlist>(std::move(tokens), rows);
 }
 
 namespace {
@@ -220,23 +216,13 @@ Rows EarlyExits::final_hidden(const Backend& model, size_t i, RowsView hidden) c
 }
 
 Rows EarlyExits::scores(const Backend& model, size_t i, RowsView hidden) const {
-  const ModelConfig& c = model.config();
-  if (shortlist_ == 0) return model.head_logits(adapt(adapters_.at(i), bottleneck_, c, hidden));
-  const Rows normed = final_hidden(model, i, hidden);
-  Rows scored(normed.rows(), shortlist_);
-  kernels::linear(normed.data(), normed.rows(), MatrixRef{WType::F16, shortlist_head_.data(), shortlist_, c.hidden_size},
-                  scored.data());
-  return scored;
+  if (!shortlist_) return model.head_logits(adapt(adapters_.at(i), bottleneck_, model.config(), hidden));
+  return shortlist_->scores(final_hidden(model, i, hidden));
 }
 
 Rows EarlyExits::logits(const Backend& model, size_t i, RowsView hidden) const {
-  Rows scored = scores(model, i, hidden);
-  if (shortlist_ == 0) return scored;
-  Rows out(scored.rows(), model.config().vocab_size);
-  std::fill(out.data(), out.data() + out.size(), -std::numeric_limits<float>::infinity());
-  for (int64_t r = 0; r < scored.rows(); ++r)
-    for (int64_t j = 0; j < shortlist_; ++j) out.row(r)[frequent_tokens_[static_cast<size_t>(j)]] = scored.row(r)[j];
-  return out;
+  if (!shortlist_) return scores(model, i, hidden);
+  return shortlist_->logits(final_hidden(model, i, hidden), model.config().vocab_size);
 }
 
 }  // namespace splitspec

@@ -10,11 +10,13 @@
 // k, the count of layers it follows: exits.k.norm.weight [h],
 // exits.k.down_proj.weight [b, h], exits.k.up_proj.weight [h, b]).
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/backend/backend.h"
+#include "common/model/shortlist.h"
 
 namespace splitspec {
 
@@ -83,7 +85,7 @@ class EarlyExits {
   // always scores the whole vocabulary.
   void set_shortlist(const Backend& model, int64_t k);
   // Tokens an exit scores; 0: all of them.
-  int64_t shortlist() const { return shortlist_; }
+  int64_t shortlist() const { return shortlist_ ? shortlist_->size() : 0; }
 
  private:
   EarlyExits() = default;
@@ -91,10 +93,9 @@ class EarlyExits {
   int64_t bottleneck_ = 0;
   std::vector<int64_t> serve_layers_;
   std::vector<int32_t> frequent_tokens_;
-  int64_t shortlist_ = 0;  // the first k of frequent_tokens_; 0: none
-  // [k, hidden]: those rows of the LM head, contiguous, in half precision:
-  // reading them is most of an exit's time, and its scores only predict.
-  std::vector<uint16_t> shortlist_head_;
+  // The first k of frequent_tokens_ (null: none), scored by their rows of
+  // the LM head.
+  std::shared_ptr<const Shortlist> shortlist_;
 };
 
 }  // namespace splitspec

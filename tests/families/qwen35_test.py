@@ -150,6 +150,40 @@ def main():
                    str(N_NEW), "--ignore-eos", "--json", "--threads", "1"]
             edge = json.loads(r.run(cmd).strip().splitlines()[-1])
         r.check(edge["output_ids"] == alone, "planted mtp, server: the target's tokens")
+        # A shortlist ranked by the target's own outputs (in-sample, as a
+        # corpus of its own text would rank them): the block's drafts from
+        # those rows alone are still accepted, and the bytes it holds shrink.
+        ranking = os.path.join(work, "ranking.json")
+        with open(ranking, "w") as f:
+            json.dump(list(dict.fromkeys(alone)), f)
+        k = len(set(alone))
+        short = ["--drafter", "mtp", "--drafter-option", f"shortlist={k}", "--drafter-option", f"ranking={ranking}"]
+        listed = r.ours(planted, *short, prompt=prompt)
+        r.check(listed["output_ids"] == alone, "planted mtp with a shortlist: the target's tokens")
+        r.check(listed["stats"]["acceptance_rate"] > 0.9, f"shortlist acceptance {listed['stats']['acceptance_rate']}")
+        full_bytes = local["stats"]["drafter_counters"]["mtp_head_bytes"]
+        short_bytes = listed["stats"]["drafter_counters"]["mtp_head_bytes"]
+        r.check(short_bytes < full_bytes / 10, f"a shortlist of {k} holds {short_bytes} bytes, the full head {full_bytes}")
+        print(f"planted mtp, shortlist of {k}: acceptance {listed['stats']['acceptance_rate']:.2f}, "
+              f"{short_bytes / 2**20:.2f} MiB vs {full_bytes / 2**20:.1f} MiB", flush=True)
+        with serving(r, planted) as remote:
+            cmd = [r.splitspec, "generate", *remote, *short, "--prompt", prompt, "--max-new-tokens", str(N_NEW),
+                   "--ignore-eos", "--json", "--threads", "1"]
+            out = json.loads(r.run(cmd).strip().splitlines()[-1])
+        r.check(out["output_ids"] == alone and out["stats"]["acceptance_rate"] > 0.9,
+                f"planted mtp with a shortlist, server: the target's tokens, acceptance {out['stats']['acceptance_rate']}")
+        # eval shortlist ranks a corpus with the Qwen3.5 vocabulary and
+        # measures a held-out text's share in the first K.
+        corpus, text = os.path.join(work, "corpus.txt"), os.path.join(work, "text.txt")
+        with open(corpus, "w") as f:
+            f.write("the robot arm moves\nthe robot arm moves to the left\n" * 3)
+        with open(text, "w") as f:
+            f.write("the robot arm\n")
+        ev = json.loads(r.run([r.splitspec, "eval", "shortlist", "--target", planted, "--corpus", corpus, "--text", text,
+                               "--k", "1,1000", "--out", ranking, "--json"]).strip().splitlines()[-1])
+        cover = {row["k"]: row["coverage"] for row in ev["shortlists"]}
+        r.check(cover[1000] == 1.0 and 0 < cover[1] < 1 and len(json.load(open(ranking))) == ev["ranked_tokens"],
+                f"eval shortlist: {ev}")
         for where, out in (("local", local), ("server", edge)):
             st = out["stats"]
             r.check(st["acceptance_rate"] > 0.9, f"planted mtp, {where}: acceptance {st['acceptance_rate']}")

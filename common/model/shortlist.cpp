@@ -1,0 +1,34 @@
+#include "common/model/shortlist.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "common/kernels/kernels.h"
+#include "common/kernels/linear.h"
+#include "common/util/error.h"
+
+namespace splitspec {
+
+Shortlist::Shortlist(std::vector<int32_t> tokens, const Rows& rows)
+    : tokens_(std::move(tokens)), hidden_(rows.cols()), head_(static_cast<size_t>(rows.size())) {
+  if (rows.rows() != size()) throw Error("shortlist: " + std::to_string(size()) + " tokens, " + std::to_string(rows.rows()) + " rows");
+  kernels::float_to_half(rows.data(), rows.size(), head_.data());
+}
+
+Rows Shortlist::scores(RowsView normed) const {
+  Rows out(normed.rows, size());
+  kernels::linear(normed.data, normed.rows, MatrixRef{WType::F16, head_.data(), size(), hidden_}, out.data());
+  return out;
+}
+
+Rows Shortlist::logits(RowsView normed, int64_t vocab) const {
+  const Rows scored = scores(normed);
+  Rows out(normed.rows, vocab);
+  std::fill(out.data(), out.data() + out.size(), -std::numeric_limits<float>::infinity());
+  for (int64_t r = 0; r < normed.rows; ++r)
+    for (int64_t j = 0; j < size(); ++j) out.row(r)[tokens_[static_cast<size_t>(j)]] = scored.row(r)[j];
+  return out;
+}
+
+}  // namespace splitspec
