@@ -14,6 +14,7 @@
 #include "bench/commands/bench_commands.h"
 #include "client/cli/netem_proxy.h"
 #include "client/cli/prompts.h"
+#include "bench/commands/row_spec.h"
 #include "bench/commands/speedup_interval.h"
 #include "client/cli/stats_json.h"
 #include "client/client.h"
@@ -48,13 +49,29 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// A mode, with its drafter's options after it: "server+mtp/shortlist=4096/
+// ranking=r.json" (row_spec.h).
+ClientOptions mode_options(const std::string& mode) {
+  const RowSpec row = parse_row_spec(mode);
+  ClientOptions o = with_mode(ClientOptions{}, row.name);
+  for (const RowSetting& setting : row.settings) {
+    if (!setting.has_value || setting.key.empty())
+      throw Error("bench edge-cloud: '" + setting.text + "' in '" + mode +
+                  "' is not a drafter option KEY=VALUE ('/' separates them, so a file there is named from the "
+                  "working directory, without '/')");
+    o.drafter_options[setting.key] = setting.value;
+  }
+  return o;
+}
+
 std::unique_ptr<Client> connect_mode(const ClientOptions& mode, const EdgeBenchArgs& a, const std::string& address) {
   ClientOptions o = mode;
   o.server = address;
   if (o.drafter == "model-tree") {
     TreeOptions t = a.tree;
     t.fallback = !a.no_fallback;
-    o.drafter_options = t.options();
+    // The tree flags; the mode's own options win.
+    for (auto& [key, value] : t.options()) o.drafter_options.insert({key, value});
   }
   o.draft_dir = a.draft_dir;
   o.threads = a.threads;
@@ -105,7 +122,7 @@ nlohmann::json edge_cloud_row(const EdgeBenchArgs& a, const std::vector<std::vec
   proxy.start();
   const std::string address = "127.0.0.1:" + std::to_string(proxy.port());
   std::vector<ClientOptions> modes;
-  for (const std::string& m : a.modes) modes.push_back(with_mode(ClientOptions{}, m));
+  for (const std::string& m : a.modes) modes.push_back(mode_options(m));
   auto is = [&](size_t m, Mode alias) { return mode_name(modes[m]) == mode_name(alias); };
   std::vector<std::unique_ptr<Client>> clients;
   for (const ClientOptions& m : modes) clients.push_back(connect_mode(m, a, address));
@@ -298,7 +315,8 @@ std::function<int()> add_bench_edge_cloud(CLI::App& bench) {
   cmd->add_option("--threads", a->threads, "Compute threads of the draft; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   cmd->add_option("--modes", a->modes,
                   "Modes to compare, interleaved per prompt: aliases (cloud-ar, edge-sd, edge-fsd) or "
-                  "server+DRAFTER[+predraft], e.g. server+model-tree")
+                  "server+DRAFTER[+predraft], e.g. server+model-tree, each optionally with /KEY=VALUE drafter options, "
+                  "e.g. server+mtp/width=3")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--predraft-threads", a->predraft_threads, "Pre-drafting modes: worker threads")->capture_default_str();

@@ -11,9 +11,9 @@
 // The target's keys stay where the target is: a server does not send them,
 // so the assistant runs beside a local target (docs/draft-heads.md says what
 // sending them would cost). Under sampling each draft is drawn from the
-// assistant's softmax and carries it as q. With width W > 1 the first draft
-// branches into the W most probable tokens, each continued greedily: a tree
-// of deterministic nodes (one-hot q, exact under sampling too). The first
+// assistant's softmax and carries it as q. With width W > 1 it drafts a tree
+// of its W most probable paths a level (head_chain.h): deterministic nodes
+// (one-hot q, exact under sampling too). The first
 // round has no keys yet and drafts nothing.
 #include <algorithm>
 #include <cmath>

@@ -12,10 +12,9 @@
 // The rows go through half precision whatever the verifier, so a local run
 // drafts exactly what an edge one does. Under sampling each draft is drawn
 // from the head's softmax over its draft vocabulary (mapped to target ids)
-// and carries it as q. With width W > 1 the first draft branches into the
-// head's W most probable tokens, each continued greedily, a level of the
-// tree a forward under its mask (head_chain.h: one-hot q, exact under
-// sampling too). The first round has no rows yet and drafts nothing.
+// and carries it as q. With width W > 1 it drafts a tree of the head's W
+// most probable paths a level, a level a forward under its mask
+// (head_chain.h: one-hot q, exact under sampling too). The first round has no rows yet and drafts nothing.
 #include <algorithm>
 #include <cmath>
 
@@ -110,7 +109,7 @@ class Eagle3Drafter final : public Drafter {
   std::vector<int32_t> seq_;  // committed tokens
   Eagle3Head::Step next_;     // the decoder's output after the last committed token
   std::vector<uint16_t> half_;
-  int32_t width_ = 1;  // branches at the first draft
+  int32_t width_ = 1;  // a tree's nodes a level
 };
 
 }  // namespace

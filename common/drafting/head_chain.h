@@ -29,9 +29,11 @@ DraftTree chain_from_head(const HeadStep& first, int32_t k, const SamplingParams
                           const std::function<HeadStep(int32_t token, const Rows& hidden)>& step,
                           const std::function<bool()>& stop, int64_t& forwards);
 
-// A tree for a head with its own KV cache (mtp, eagle3): `first`'s `width`
-// most probable tokens, each continued greedily, level by level while the
-// depth stays under `depth_limit` and the tree within `budget`. `level`
+// A tree for a head with its own KV cache (mtp, eagle3, assistant): `first`'s
+// `width` most probable tokens, then level by level the `width` most
+// probable paths one token longer (each node's `width` best tokens, scored
+// by their path's log-probability under the head), while the depth stays
+// under `depth_limit` and the tree within `budget`. `level`
 // runs a level's nodes through the head after the cache's `base` entries
 // (the tree's nodes go in at base, base + 1, ... in the tree's order): their
 // tokens, their parents' outputs [n, hidden], positions base + depth - 1,

@@ -15,10 +15,10 @@
 //
 // Under sampling each draft is drawn from the block's softmax and carries it
 // as q; greedy drafts are the block's argmax. With width W > 1 the block
-// branches where it is least sure, at the first draft: its W most probable
-// tokens, each continued greedily to gamma tokens, a tree verified as one
-// (nodes chosen deterministically, so verified as one-hot q, exact under
-// sampling too). The first round has no hidden rows yet and drafts nothing.
+// drafts a tree, W nodes a level to gamma levels: the W most probable paths
+// under the block (head_chain.h), so it branches wherever it is least sure,
+// verified as one (nodes chosen deterministically, so verified as one-hot
+// q, exact under sampling too). The first round has no hidden rows yet and drafts nothing.
 // With a shortlist (shortlist.h) the block's h' is scored against the K
 // most frequent tokens alone, and the head matrix is never read.
 #include <algorithm>
@@ -135,7 +135,7 @@ class MtpDrafter final : public Drafter {
   std::shared_ptr<const MtpHead> head_;
   std::shared_ptr<const Shortlist> shortlist_;  // null: the whole vocabulary
   KVCache cache_;
-  int32_t width_ = 1;  // branches at the first draft
+  int32_t width_ = 1;  // a tree's nodes a level
   std::vector<int32_t> seq_;  // committed tokens
   int64_t fed_ = 0;           // of them, the block's cache holds the first fed_
   MtpHead::Step next_;        // the block's output after the last committed token

@@ -170,6 +170,25 @@ def main():
             cmd = [r.splitspec, "generate", *remote, *short, "--prompt", prompt, "--max-new-tokens", str(N_NEW),
                    "--ignore-eos", "--json", "--threads", "1"]
             out = json.loads(r.run(cmd).strip().splitlines()[-1])
+            # bench edge-cloud carries the heads, options after a mode (a file
+            # there is named from the working directory).
+            prompts = os.path.join(work, "prompts.jsonl")
+            with open(prompts, "w") as f:
+                f.write(json.dumps({"turns": [prompt]}) + "\n")
+            modes = ["cloud-ar", "server+mtp", f"server+mtp/shortlist={k}/ranking=ranking.json"]
+            bench = subprocess.run([r.splitspec, "bench", "edge-cloud", "--server", remote[1], "--draft", planted,
+                                    "--prompts", prompts, "--num-prompts", "1", "--max-new-tokens", "12",
+                                    "--delays-ms", "0", "--threads", "1", "--modes", ",".join(modes), "--json"],
+                                   capture_output=True, text=True, cwd=work, timeout=300,
+                                   env=dict(os.environ, OMP_NUM_THREADS="1"))
+            r.check(bench.returncode == 0, f"bench edge-cloud with the heads: {bench.stderr[-500:]}")
+            if bench.returncode == 0:
+                row = json.loads(bench.stdout)["rows"][0]
+                for m in modes[1:]:
+                    r.check(row[m]["tokens"] == 12 and row[m]["acceptance_rate"] > 0.9, f"bench edge-cloud {m}: {row[m]}")
+                print("bench edge-cloud: " + ", ".join(f"{m} acceptance {row[m]['acceptance_rate']:.2f}, draft "
+                                                       f"{row[m]['draft_ms_per_forward']:.2f} ms a forward"
+                                                       for m in modes[1:]), flush=True)
         r.check(out["output_ids"] == alone and out["stats"]["acceptance_rate"] > 0.9,
                 f"planted mtp with a shortlist, server: the target's tokens, acceptance {out['stats']['acceptance_rate']}")
         # eval shortlist ranks a corpus with the Qwen3.5 vocabulary and
