@@ -89,19 +89,26 @@ TEST(StreamedWeights, BitwiseEqualToTheInMemoryModelAtEveryBudget) {
 // A GGUF file streams in place, as llama.cpp's quantizer wrote it: LLaMA's
 // query and key rows put back in order as they are read, Qwen3.5's delta-rule
 // layers (their vectors, convolution and recurrent weights), Gemma 3's
-// sliding layers, K-quants as stored.
+// sliding layers, Gemma 4's per-layer inputs (their embedding read a row a
+// token), K-quants as stored.
 TEST(StreamedWeights, GgufFilesStreamBitwiseAsTheyLoad) {
   TempDir dir;
-  for (const std::string family : {"llama", "qwen35", "gemma3"}) {
+  for (const std::string family : {"llama", "qwen35", "gemma3", "gemma4"}) {
     ModelConfig c = family == "qwen35" ? tiny_qwen35_config(1000, 4)
                     : family == "gemma3" ? tiny_gemma3_config(1000, 3)
+                    : family == "gemma4" ? tiny_gemma4_config(1000)
                                          : tiny_config(1000, 3);
     c.architecture = family;
     // Rows of 256, so K-quants apply.
     c.hidden_size = 256;
     c.intermediate_size = 512;
-    c.num_attention_heads = 8;
-    c.head_dim = 32;
+    if (family == "gemma4") {
+      c.layer_intermediate_sizes = {512, 512, 512, 512, 1024, 1024, 1024, 1024};
+      c.per_layer_input_size = 32;  // a per-layer embedding row of 8 x 32
+    } else {
+      c.num_attention_heads = 8;
+      c.head_dim = 32;
+    }
     if (family == "gemma3") c.query_pre_attn_scalar = 32;
     const auto source = Model::random(c, 11, WType::F32, 0.3f);
     for (WType type : {WType::F32, WType::Q8_0, WType::Q4_K}) {
@@ -136,18 +143,6 @@ TEST(StreamedWeights, GgufFilesStreamBitwiseAsTheyLoad) {
       EXPECT_TRUE(streamed_some) << path << " never streamed";
     }
   }
-}
-
-// Gemma 4's per-layer inputs are a second embedding, not streamed yet: a
-// clear refusal, not a forward without them.
-TEST(StreamedWeights, Gemma4IsRefusedNamingWhy) {
-  TempDir dir;
-  const auto source = Model::random(tiny_gemma4_config(300), 3, WType::F32, 0.3f);
-  const std::string path = dir.str("gemma4.gguf");
-  write_gguf(source->config(), source->weight_set(), "gemma4", [](GgufWriter&) {}, path, std::nullopt);
-  StreamOptions o;
-  o.budget_bytes = 1 << 30;
-  EXPECT_NE(error_of([&] { Model::load_streamed(path, o); }).find("per-layer inputs are not streamed yet"), std::string::npos);
 }
 
 TEST(StreamedWeights, ReadAheadRingOfAnySizeKeepsTheLogits) {

@@ -47,7 +47,7 @@ double log_normalizer(const float* logits, int64_t V) {
 
 // A candidate node: its parent's row in the level's forward, its token, and
 // the log-probability of its path.
-struct Candidate {
+struct PathCandidate {
   int64_t row;
   int32_t token;
   double score;
@@ -56,9 +56,9 @@ struct Candidate {
 // The `k` most probable tokens of each row, scored by path: the `k` best
 // over all rows (ties: the earlier row, then the lower id, so a tree is the
 // same on every run).
-std::vector<Candidate> best_continuations(const Rows& logits, const std::vector<double>& path, int32_t k) {
+std::vector<PathCandidate> best_continuations(const Rows& logits, const std::vector<double>& path, int32_t k) {
   const int64_t V = logits.cols();
-  std::vector<Candidate> all;
+  std::vector<PathCandidate> all;
   std::vector<int32_t> order(static_cast<size_t>(V));
   for (int64_t r = 0; r < logits.rows(); ++r) {
     const float* l = logits.row(r);
@@ -73,7 +73,7 @@ std::vector<Candidate> best_continuations(const Rows& logits, const std::vector<
       all.push_back({r, t, path[static_cast<size_t>(r)] + static_cast<double>(l[t]) - norm});
     }
   }
-  std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
+  std::stable_sort(all.begin(), all.end(), [](const PathCandidate& a, const PathCandidate& b) { return a.score > b.score; });
   if (static_cast<int32_t>(all.size()) > k) all.resize(static_cast<size_t>(k));
   return all;
 }
@@ -91,7 +91,7 @@ DraftTree tree_from_head(const HeadStep& first, int32_t width, int32_t budget, i
   // Each level keeps the `width` most probable paths of those one token
   // longer than the last level's (EAGLE-2's expansion): a tree may branch
   // at any depth, where the head is least sure.
-  auto add_level = [&](const std::vector<Candidate>& chosen, const std::vector<int32_t>& parents, const Rows& outputs) {
+  auto add_level = [&](const std::vector<PathCandidate>& chosen, const std::vector<int32_t>& parents, const Rows& outputs) {
     std::vector<int32_t> next;
     std::vector<double> scores;
     Rows h(static_cast<int64_t>(chosen.size()), H);

@@ -1,6 +1,5 @@
 #include "common/drafting/shortlist_options.h"
 
-#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -25,19 +24,14 @@ std::string read_text(const std::string& path, const std::string& what) {
 }  // namespace
 
 std::vector<int32_t> rank_tokens(const std::string& text, const Tokenizer& tok) {
-  const int64_t vocab = tok.vocab_size();
-  std::vector<int64_t> count(static_cast<size_t>(vocab), 0);
+  std::vector<int32_t> all;
   // Line by line: a corpus of many megabytes is not one encode's input.
   std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);)
-    for (int32_t id : tok.encode(line))
-      if (id >= 0 && id < vocab) ++count[static_cast<size_t>(id)];
-  std::vector<int32_t> ids;
-  for (int64_t id = 0; id < vocab; ++id)
-    if (count[static_cast<size_t>(id)] > 0) ids.push_back(static_cast<int32_t>(id));
-  std::stable_sort(ids.begin(), ids.end(),
-                   [&](int32_t a, int32_t b) { return count[static_cast<size_t>(a)] > count[static_cast<size_t>(b)]; });
-  return ids;
+  for (std::string line; std::getline(lines, line);) {
+    const std::vector<int32_t> ids = tok.encode(line);
+    all.insert(all.end(), ids.begin(), ids.end());
+  }
+  return tokens_by_frequency(all, tok.vocab_size(), tok.vocab_size());
 }
 
 std::shared_ptr<const Shortlist> shortlist_from_options(

@@ -72,10 +72,12 @@ void add_eog(ModelConfig& c, const std::vector<int32_t>& eog) {
 }
 
 
-// What the streamed target does not read from disk yet.
-void refuse_unstreamed(const ModelConfig& c, const std::string& path) {
-  if (c.per_layer_input_size > 0)
-    throw Error(path + ": a " + c.architecture + " model's per-layer inputs are not streamed yet; load it in memory");
+// A path that is not a GGUF file must be a model directory.
+void require_model_directory(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(path))
+    throw Error(path + (fs::exists(path) ? ": neither a model directory nor a GGUF file"
+                                         : ": model directory does not exist (nor a GGUF file of that name)"));
 }
 
 }  // namespace
@@ -104,9 +106,7 @@ ModelSource open_model_source(const std::string& path) {
     src.mapping = std::move(f);
     return src;
   }
-  if (!fs::is_directory(path))
-    throw Error(path + (fs::exists(path) ? ": neither a model directory nor a GGUF file"
-                                         : ": model directory does not exist (nor a GGUF file of that name)"));
+  require_model_directory(path);
   src.config = load_model_config(path);
   apply_context_limit(src.config);
   if (tokenizer_available(path)) add_eog(src.config, Tokenizer(path).eog_ids());
@@ -143,19 +143,15 @@ std::shared_ptr<Model> Model::load_streamed(const std::string& path, const Strea
     c = gguf_model_config(f);
     apply_context_limit(c);
     if (f.has("tokenizer.ggml.model")) add_eog(c, Vocab::from_gguf(f).eog_ids());
-    refuse_unstreamed(c, path);
     stream = std::make_unique<StreamedWeights>(gguf_locator(f, c), c, options);
   } else {
-    if (!fs::is_directory(path))
-      throw Error(path + (fs::exists(path) ? ": neither a model directory nor a GGUF file"
-                                           : ": model directory does not exist (nor a GGUF file of that name)"));
+    require_model_directory(path);
     c = load_model_config(path);
     if (family_of(c).hf_tensor)
       throw Error(path + ": a " + c.architecture + " directory is not streamed yet (its tensors are converted as they "
                   "load); load it in memory, or stream its GGUF file");
     apply_context_limit(c);
     if (tokenizer_available(path)) add_eog(c, Tokenizer(path).eog_ids());
-    refuse_unstreamed(c, path);
     const SafetensorsModel st(path);
     stream = std::make_unique<StreamedWeights>(safetensors_locator(st, c), c, options);
   }
@@ -173,6 +169,7 @@ uint64_t stored_weight_bytes(const std::string& path) {
     const ModelConfig c = gguf_model_config(f);
     return stored_weight_bytes(gguf_locator(f, c), c);
   }
+  require_model_directory(path);
   const ModelConfig c = load_model_config(path);
   const SafetensorsModel st(path);
   return stored_weight_bytes(safetensors_locator(st, c), c);
@@ -660,14 +657,14 @@ void Model::per_layer_inputs(const std::vector<int64_t>& ids, const Rows& x, Row
   // token's row of the per-layer embedding x sqrt(size), all / sqrt(2).
   const ModelConfig& c = config_;
   const PerLayerInputs* pl = provider_->per_layer_inputs();
-  if (!pl) throw Error("forward: " + name_ + " has no per-layer input weights here (a streamed model cannot run them)");
+  if (!pl) throw Error("forward: " + name_ + " has no per-layer input weights here");
   const int64_t n = x.rows(), L = c.num_hidden_layers, P = c.per_layer_input_size;
   Rows proj(n, L * P), normed(n * L, P), embed(n, L * P);
   kernels::linear(x.data(), n, pl->proj, proj.data());
   const float proj_scale = 1.0f / std::sqrt(static_cast<float>(c.hidden_size));
   for (int64_t e = 0; e < n * L * P; ++e) proj.data()[e] *= proj_scale;
   kernels::rms_norm(proj.data(), n * L, P, pl->norm.data(), static_cast<float>(c.rms_norm_eps), normed.data());
-  for (int64_t i = 0; i < n; ++i) dequantize_rows(pl->embed, ids[i], ids[i] + 1, embed.row(i));
+  provider_->per_layer_embed(ids.data(), n, embed.data());
   const float embed_scale = std::sqrt(static_cast<float>(P)), mix = 1.0f / std::sqrt(2.0f);
   for (int64_t l = 0; l < L; ++l)
     for (int64_t i = 0; i < n; ++i)

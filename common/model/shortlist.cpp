@@ -10,6 +10,19 @@
 
 namespace splitspec {
 
+std::vector<int32_t> tokens_by_frequency(const std::vector<int32_t>& tokens, int64_t vocab_size, int64_t limit) {
+  std::vector<int64_t> count(static_cast<size_t>(vocab_size), 0);
+  for (int32_t t : tokens)
+    if (t >= 0 && t < vocab_size) ++count[static_cast<size_t>(t)];
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < vocab_size; ++i)
+    if (count[static_cast<size_t>(i)] > 0) ids.push_back(i);
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](int32_t a, int32_t b) { return count[static_cast<size_t>(a)] > count[static_cast<size_t>(b)]; });
+  if (static_cast<int64_t>(ids.size()) > limit) ids.resize(static_cast<size_t>(limit));
+  return ids;
+}
+
 Shortlist::Shortlist(std::vector<int32_t> tokens, const Rows& rows)
     : tokens_(std::move(tokens)), hidden_(rows.cols()), head_(static_cast<size_t>(rows.size())) {
   if (rows.rows() != size()) throw Error("shortlist: " + std::to_string(size()) + " tokens, " + std::to_string(rows.rows()) + " rows");

@@ -12,6 +12,10 @@
 
 namespace splitspec {
 
+// The ids occurring in `tokens`, most frequent first (ties: lower id first),
+// at most `limit`: the ranking a shortlist takes its first k from.
+std::vector<int32_t> tokens_by_frequency(const std::vector<int32_t>& tokens, int64_t vocab_size, int64_t limit);
+
 class Shortlist {
  public:
   // `tokens` scored by `rows` ([tokens, hidden]: their rows of the head

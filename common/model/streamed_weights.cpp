@@ -144,6 +144,13 @@ void StreamedWeights::plan_units(const TensorLocator& locate, const ModelConfig&
   embed_offset_ = embed.offset;
   embed_row_bytes_ = embed.raw_bytes / static_cast<uint64_t>(c.vocab_size);
 
+  if (const int64_t P = c.per_layer_input_size) {
+    const int64_t L = c.num_hidden_layers;
+    per_layer_embed_ = unit_of(kPerLayerEmbedName, {c.vocab_size, L * P});
+    per_layer_proj_ = unit_of(kPerLayerProjName, {L * P, H});
+    per_layer_norm_ = unit_of(kPerLayerNormName, {P});
+    per_layer_row_bytes_ = per_layer_embed_.raw_bytes / static_cast<uint64_t>(c.vocab_size);
+  }
   // The norms are read once, below, into norms_.
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (bool post : {false, true}) norm_units_.push_back(unit_of(layer_norm_name(l, post), {H}));
@@ -183,15 +190,23 @@ void StreamedWeights::allocate(const ModelConfig& c) {
       need = std::max(need, span_of(u.offset, u.raw_bytes));
     }
   if (!head_is_embed_) weights += embed_row_bytes_ * static_cast<uint64_t>(c.vocab_size);
+  uint64_t per_layer_bytes = 0;  // held: the projection as stored (packed in place), the norm as fp32
+  if (per_layer_proj_.raw_bytes) {
+    per_layer_bytes = round_up(per_layer_proj_.raw_bytes, 64) + round_up(per_layer_norm_.cols * sizeof(float), 64);
+    weights += per_layer_embed_.raw_bytes + per_layer_proj_.raw_bytes + per_layer_norm_.cols * sizeof(float);
+    need = std::max({need, span_of(per_layer_proj_.offset, per_layer_proj_.raw_bytes),
+                     span_of(per_layer_norm_.offset, per_layer_norm_.raw_bytes)});
+  }
   weight_bytes_ = weights;
   buffer_bytes_ = round_up(need, kAlign);
-  row_buffer_bytes_ = round_up(embed_row_bytes_, kAlign) + kAlign;
+  row_buffer_bytes_ = round_up(std::max(embed_row_bytes_, per_layer_row_bytes_), kAlign) + kAlign;
   const uint64_t norm_bytes = static_cast<uint64_t>(norm_units_.size() * c.hidden_size) * sizeof(float);
   const uint64_t vector_bytes = static_cast<uint64_t>(vector_floats_) * sizeof(float);
   const uint64_t row_fp32 = static_cast<uint64_t>(c.hidden_size) * sizeof(float);
   cached_rows_ = static_cast<int64_t>(std::min<uint64_t>({256, static_cast<uint64_t>(c.vocab_size), budget / 16 / row_fp32}));
   const uint64_t cache_bytes = cached_rows_ * row_fp32;
-  fixed_bytes_ = round_up(norm_bytes, 64) + round_up(vector_bytes, 64) + row_buffer_bytes_ + (cached_rows_ > 0 ? round_up(cache_bytes, 64) : 0);
+  fixed_bytes_ = round_up(norm_bytes, 64) + round_up(vector_bytes, 64) + row_buffer_bytes_ + per_layer_bytes +
+                (cached_rows_ > 0 ? round_up(cache_bytes, 64) : 0);
   uint64_t all_resident = fixed_bytes_ + buffer_bytes_;
   for (const Unit& u : units_) all_resident += round_up(u.raw_bytes, 64);
   // With everything resident there is nothing to read ahead.
@@ -243,6 +258,15 @@ void StreamedWeights::allocate(const ModelConfig& c) {
       shift(u, at);
       at += u.cols;
     }
+  }
+  if (per_layer_bytes) {
+    const Unit& u = per_layer_proj_;
+    uint8_t* proj = alloc(u.raw_bytes, 64);
+    std::memcpy(proj, read_checked(u), u.raw_bytes);
+    pack(u, proj, forward_scratch_);
+    per_layer_.proj = ref(u, proj, true);
+    per_layer_.norm.resize(static_cast<size_t>(per_layer_norm_.cols));
+    dequantize_rows(ref(per_layer_norm_, read_checked(per_layer_norm_)), 0, 1, per_layer_.norm.data());
   }
   // What fits stays resident, taken in forward order. Every unit is read
   // exactly once per forward, so which ones stay does not change the bytes
@@ -487,6 +511,21 @@ void StreamedWeights::embed(const int64_t* ids, int64_t n, float* out) {
     std::memcpy(row_cache_ + clock_hand_ * H, row, H * sizeof(float));
     cache_used_[clock_hand_] = 1;
     clock_hand_ = (clock_hand_ + 1) % cached_rows_;
+  }
+}
+
+void StreamedWeights::per_layer_embed(const int64_t* ids, int64_t n, float* out) {
+  const Unit& u = per_layer_embed_;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t offset = u.offset + static_cast<uint64_t>(ids[i]) * per_layer_row_bytes_;
+    const uint64_t start = round_down(offset, kAlign);
+    const auto t0 = SteadyClock::now();
+    read_span(u.file, start, span_of(offset, per_layer_row_bytes_), offset + per_layer_row_bytes_ - start, row_buffer_);
+    dequantize_rows(MatrixRef{u.type, row_buffer_ + (offset - start), 1, u.cols}, 0, 1, out + i * u.cols);
+    std::lock_guard<std::mutex> lk(mu_);
+    read_ms_ += ms_since(t0);
+    bytes_read_ += per_layer_row_bytes_;
+    reads_ += 1;
   }
 }
 

@@ -105,6 +105,10 @@ class StreamedWeights final : public WeightProvider {
 
   // Embedding rows of `ids` into out[n, hidden].
   void embed(const int64_t* ids, int64_t n, float* out) override;
+  // Gemma 4's per-layer inputs: the projection and norm held with the norms,
+  // the per-layer embedding read a row a token, as the embedding is.
+  const PerLayerInputs* per_layer_inputs() const override { return per_layer_.proj.data ? &per_layer_ : nullptr; }
+  void per_layer_embed(const int64_t* ids, int64_t n, float* out) override;
 
   // True while a forward waits for a read: the CPU is idle, so other work
   // (provisional drafting) can run without slowing the forward down.
@@ -184,6 +188,11 @@ class StreamedWeights final : public WeightProvider {
   float* norms_ = nullptr;  // [2 * layers + 1, hidden]
   uint8_t* row_buffer_ = nullptr;
   uint64_t row_buffer_bytes_ = 0;
+  // Per-layer inputs (per_layer_inputs()): the embedding's rows are read by
+  // id from its unit into the row buffer; the projection is read once.
+  PerLayerInputs per_layer_;
+  Unit per_layer_embed_, per_layer_proj_, per_layer_norm_;
+  uint64_t per_layer_row_bytes_ = 0;
   // Embedding rows read lately. A direct read of one row costs a device
   // round trip (~0.15 ms here), and a tree verification looks up a row per
   // node; frequent tokens recur, so a small cache saves most of those reads.

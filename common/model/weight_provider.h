@@ -34,8 +34,11 @@ class WeightProvider {
   virtual const float* final_norm() const = 0;
   // Layer l's family vector (weight_names.h), or null when it has none.
   virtual const float* vector(int64_t layer, LayerVector v) const = 0;
-  // The per-layer inputs' weights, or null where the provider has none.
+  // The per-layer inputs' weights, or null where the provider has none
+  // (their embedding's data may be null where its rows are read by id).
   virtual const PerLayerInputs* per_layer_inputs() const { return nullptr; }
+  // The per-layer embedding's rows of `ids` into out[n, layers x size].
+  virtual void per_layer_embed(const int64_t* ids, int64_t n, float* out);
 };
 
 // The weights of a WeightSet in memory, which must outlive it.

@@ -532,6 +532,11 @@ uint64_t stored_weight_bytes(const TensorLocator& locate, const ModelConfig& c) 
   }
   n += locate(kFinalNormName, {H}).bytes;
   if (!c.tie_word_embeddings) n += locate(kHeadName, {c.vocab_size, H}).bytes;
+  if (const int64_t P = c.per_layer_input_size) {
+    const int64_t L = c.num_hidden_layers;
+    n += locate(kPerLayerEmbedName, {c.vocab_size, L * P}).bytes + locate(kPerLayerProjName, {L * P, H}).bytes +
+         locate(kPerLayerNormName, {P}).bytes;
+  }
   return n;
 }
 

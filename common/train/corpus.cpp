@@ -1,6 +1,5 @@
 #include "common/train/corpus.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -9,18 +8,6 @@
 #include "common/util/error.h"
 
 namespace splitspec {
-
-std::vector<int32_t> tokens_by_frequency(const std::vector<int32_t>& tokens, int64_t vocab_size, int64_t limit) {
-  std::vector<int64_t> count(static_cast<size_t>(vocab_size), 0);
-  for (int32_t t : tokens)
-    if (t >= 0 && t < vocab_size) ++count[static_cast<size_t>(t)];
-  std::vector<int32_t> ids;
-  for (int32_t i = 0; i < vocab_size; ++i)
-    if (count[static_cast<size_t>(i)] > 0) ids.push_back(i);
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return count[a] > count[b]; });
-  if (static_cast<int64_t>(ids.size()) > limit) ids.resize(static_cast<size_t>(limit));
-  return ids;
-}
 
 std::vector<int32_t> tokenize_corpus(const std::string& path, const Tokenizer& tok, int32_t bos_id, int64_t max_tokens) {
   if (!std::filesystem::is_regular_file(path)) throw Error(path + ": corpus file not found");

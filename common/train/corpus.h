@@ -19,10 +19,6 @@ namespace splitspec {
 std::vector<int32_t> tokenize_corpus(const std::string& path, const Tokenizer& tok, int32_t bos_id,
                                      int64_t max_tokens = 0);
 
-// The ids occurring in `tokens`, most frequent first (ties: lower id first),
-// at most `limit`.
-std::vector<int32_t> tokens_by_frequency(const std::vector<int32_t>& tokens, int64_t vocab_size, int64_t limit);
-
 // Windows of seq_len + 1 tokens (inputs and shifted targets).
 class WindowSampler {
  public:

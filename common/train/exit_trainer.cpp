@@ -12,6 +12,7 @@
 #include "common/backend/cpu_backend.h"
 #include "common/model/model.h"
 #include "common/model/model_config.h"
+#include "common/model/shortlist.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/train/corpus.h"
 #include "common/train/model_weights.h"

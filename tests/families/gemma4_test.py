@@ -80,9 +80,14 @@ def main():
         for args in (["--draft", draft, "--drafter", "model"], ["--draft", draft, "--drafter", "model-tree"],
                      ["--drafter", "pld"], ["--drafter", "assistant", *head],
                      ["--drafter", "assistant", *head, "--drafter-option", "width=3"],
-                     ["--drafter", "assistant", *head, "--gamma", "8"], ["--draft", target, "--drafter", "model"]):
+                     ["--drafter", "assistant", *head, "--gamma", "8"],
+                     # Streamed from its file under a third of its size, per-layer inputs included.
+                     ["--memory-budget", "30%", "--drafter", "assistant", *head],
+                     ["--draft", target, "--drafter", "model"]):
             got = r.ours(target, *args, prompt=prompt)
             r.check(got["output_ids"] == alone, f"local {' '.join(args)}: {got['output_ids']} vs {alone}")
+            if "--memory-budget" in args:
+                r.check(got["stats"]["weight_bytes_read"] > 0, f"{' '.join(args)}: the target's weights were streamed")
             shown = " ".join(args).replace(" ".join(head), "").replace("  ", " ")
             print(f"local {shown}: tau {got['stats']['tau']:.2f}", flush=True)
         # A prompt past the local verifier's prefill chunk (256 tokens): the
