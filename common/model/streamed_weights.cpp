@@ -489,17 +489,8 @@ void StreamedWeights::embed(const int64_t* ids, int64_t n, float* out) {
       ++row_hits_;
       continue;
     }
-    const uint64_t offset = embed_offset_ + static_cast<uint64_t>(id) * embed_row_bytes_;
-    const uint64_t start = round_down(offset, kAlign);
-    const uint64_t span = span_of(offset, embed_row_bytes_);
-    const auto t0 = SteadyClock::now();
-    read_span(embed_file_, start, span, offset + embed_row_bytes_ - start, row_buffer_);
-    dequantize_rows(MatrixRef{embed_type_, row_buffer_ + (offset - start), 1, H}, 0, 1, row);
-    std::unique_lock<std::mutex> lk(mu_);
-    read_ms_ += ms_since(t0);
-    bytes_read_ += embed_row_bytes_;
-    reads_ += 1;
-    lk.unlock();
+    read_row(embed_file_, embed_offset_ + static_cast<uint64_t>(id) * embed_row_bytes_, embed_row_bytes_, embed_type_, H,
+             row);
     if (cached_rows_ == 0) continue;
     while (cache_used_[clock_hand_]) {
       cache_used_[clock_hand_] = 0;
@@ -516,17 +507,20 @@ void StreamedWeights::embed(const int64_t* ids, int64_t n, float* out) {
 
 void StreamedWeights::per_layer_embed(const int64_t* ids, int64_t n, float* out) {
   const Unit& u = per_layer_embed_;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t offset = u.offset + static_cast<uint64_t>(ids[i]) * per_layer_row_bytes_;
-    const uint64_t start = round_down(offset, kAlign);
-    const auto t0 = SteadyClock::now();
-    read_span(u.file, start, span_of(offset, per_layer_row_bytes_), offset + per_layer_row_bytes_ - start, row_buffer_);
-    dequantize_rows(MatrixRef{u.type, row_buffer_ + (offset - start), 1, u.cols}, 0, 1, out + i * u.cols);
-    std::lock_guard<std::mutex> lk(mu_);
-    read_ms_ += ms_since(t0);
-    bytes_read_ += per_layer_row_bytes_;
-    reads_ += 1;
-  }
+  for (int64_t i = 0; i < n; ++i)
+    read_row(u.file, u.offset + static_cast<uint64_t>(ids[i]) * per_layer_row_bytes_, per_layer_row_bytes_, u.type,
+             u.cols, out + i * u.cols);
+}
+
+void StreamedWeights::read_row(int file, uint64_t offset, uint64_t bytes, WType type, int64_t cols, float* out) {
+  const uint64_t start = round_down(offset, kAlign);
+  const auto t0 = SteadyClock::now();
+  read_span(file, start, span_of(offset, bytes), offset + bytes - start, row_buffer_);
+  dequantize_rows(MatrixRef{type, row_buffer_ + (offset - start), 1, cols}, 0, 1, out);
+  std::lock_guard<std::mutex> lk(mu_);
+  read_ms_ += ms_since(t0);
+  bytes_read_ += bytes;
+  reads_ += 1;
 }
 
 StreamStats StreamedWeights::stats() const {

@@ -154,6 +154,9 @@ class StreamedWeights final : public WeightProvider {
   // hold at least `needed` of them.
   void read_span(int file, uint64_t offset, uint64_t bytes, uint64_t needed, uint8_t* dst);
   MatrixRef acquire_unit(int64_t index);
+  // One row of `bytes` at `offset` through the row buffer, as fp32 `cols`
+  // into out (an embedding's row), counted as read.
+  void read_row(int file, uint64_t offset, uint64_t bytes, WType type, int64_t cols, float* out);
   // LM-head rows [*row0, *row0 + *rows) as [rows, hidden].
   MatrixRef acquire_head(int64_t chunk, int64_t* row0, int64_t* rows);
   void loader_loop();
