@@ -74,13 +74,19 @@ class Pool {
       const int id = static_cast<int>(workers_.size());
       workers_.emplace_back([this, id] { work(id); });
     }
-    fn_.store(fn, std::memory_order_relaxed);
-    ctx_.store(ctx, std::memory_order_relaxed);
-    chunks_.store(chunks, std::memory_order_relaxed);
-    helpers_.store(n - 1, std::memory_order_relaxed);
-    done_.store(0, std::memory_order_relaxed);
     // Only the caller posts, so posted_ is the last job's generation.
     const uint32_t g = posted_.load(std::memory_order_relaxed) + 1;
+    // The last job's claims close first. A worker still in its help() may
+    // read this job's chunk count: the release below makes it see the
+    // closed word too, so that it cannot claim a chunk past the last job's
+    // end, which would run a chunk of this job twice and count it done once
+    // too often (Pool.BackToBackJobsOfOtherSizesRunEachChunkOnce).
+    claim_.store(uint64_t{g} << 32 | 0xffffffffu, std::memory_order_relaxed);
+    fn_.store(fn, std::memory_order_relaxed);
+    ctx_.store(ctx, std::memory_order_relaxed);
+    chunks_.store(chunks, std::memory_order_release);
+    helpers_.store(n - 1, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
     claim_.store(uint64_t{g} << 32, std::memory_order_release);
     posted_.store(g);
     if (sleepers_.load() > 0) {
@@ -138,7 +144,7 @@ class Pool {
       uint64_t w = claim_.load(std::memory_order_acquire);
       if (static_cast<uint32_t>(w >> 32) != g) return;
       const int64_t c = static_cast<int64_t>(w & 0xffffffffu);
-      if (c >= chunks_.load(std::memory_order_relaxed)) return;
+      if (c >= chunks_.load(std::memory_order_acquire)) return;
       if (!claim_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
       fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), c);
       done_.fetch_add(1, std::memory_order_release);

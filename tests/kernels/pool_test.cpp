@@ -26,6 +26,31 @@ TEST(Pool, EveryChunkRunsOnceWhateverTheThreads) {
   }
 }
 
+// Jobs back to back, each of another size, each chunk once and all done
+// before parallel() returns. A worker still in one job's last claim when
+// the next was being posted once saw the new job's chunk count beside the
+// old job's exhausted claim and took a chunk that was not there: run twice,
+// counted done once too often, so that a caller returned while a chunk still
+// wrote into its frame (a segfault beside a 1 kHz control loop).
+// Each round on a new thread, whose pool has no history: one that waited
+// much soon works alone, and alone it cannot show this.
+TEST(Pool, BackToBackJobsOfOtherSizesRunEachChunkOnce) {
+  for (int round = 0; round < 40; ++round) {
+    std::thread([round] {
+      ScopedThreads threads(3);
+      for (int job = 0; job < 20000; ++job) {
+        const int64_t count = 1 + job % 4;
+        std::atomic<int> runs[4] = {0, 0, 0, 0};
+        parallel(count, 1, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) runs[i].fetch_add(1);
+        });
+        for (int64_t i = 0; i < 4; ++i)
+          ASSERT_EQ(runs[i].load(), i < count ? 1 : 0) << "round " << round << ", job " << job << ", chunk " << i;
+      }
+    }).join();
+  }
+}
+
 TEST(Pool, CallersOnSeveralThreadsEachGetEveryChunk) {
   std::vector<std::thread> callers;
   std::atomic<int> wrong{0};
