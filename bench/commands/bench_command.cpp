@@ -17,6 +17,7 @@
 #include "common/kernels/parallel.h"
 #include "common/kernels/threads.h"
 #include "common/model/model.h"
+#include "common/model/streamed_weights.h"
 #include "common/util/error.h"
 #include "common/util/memory_usage.h"
 #include "common/util/percentile.h"
@@ -38,6 +39,7 @@ struct BenchArgs {
   int min_samples = 5;
   bool last_logits = false;  // a prefill: only the last row's logits
   int threads = 0;
+  std::string memory_budget;  // streamed from disk under it (e.g. "30%"), as generate's --memory-budget
   std::string dtype;  // convert the weights at load
   std::string kv_cache = "f32";
   bool json = false;
@@ -67,12 +69,19 @@ double measure_read_bandwidth_gbs() {
   return static_cast<double>(n) / (best_ms * 1e6);
 }
 
+double seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
+
 int run_bench_forward(const BenchArgs& a) {
   set_compute_threads(a.threads);
   std::optional<WType> type;
   if (!a.dtype.empty()) type = parse_weight_type(a.dtype);
   std::shared_ptr<Model> model;
-  if (!a.model_dir.empty()) {
+  if (!a.memory_budget.empty()) {
+    if (a.model_dir.empty() || type) throw Error("bench forward: --memory-budget streams a --target's weights as stored (no --dtype)");
+    StreamOptions s;
+    s.budget_bytes = parse_bytes(a.memory_budget, stored_weight_bytes(a.model_dir));
+    model = Model::load_streamed(a.model_dir, s);
+  } else if (!a.model_dir.empty()) {
     model = Model::load(a.model_dir, type);
   } else {
     model = Model::random(load_model_config(a.random_config), 1234, type.value_or(WType::F32));
@@ -108,6 +117,10 @@ int run_bench_forward(const BenchArgs& a) {
   };
 
   nlohmann::json rows = nlohmann::json::array();
+  // When the rows were timed, on the steady clock (CLOCK_MONOTONIC on Linux),
+  // for a harness to count what happened beside them then and not during
+  // the load or the bandwidth probe (bench/shared_cores.py).
+  Clock::time_point timed_from{}, timed_to{};
   for (int64_t ctx : a.contexts) {
     if (ctx + max_new > cache.capacity()) {
       spdlog::warn("context {} skipped: the model's context is {}", ctx, c.max_position_embeddings);
@@ -123,6 +136,7 @@ int run_bench_forward(const BenchArgs& a) {
       if (a.last_logits) reqs[r].logits_rows = std::vector<int64_t>{a.new_tokens[r] - 1};
     }
     const auto start = Clock::now();
+    if (timed_from == Clock::time_point{}) timed_from = start;
     for (int round = 0; round < a.warmup + a.min_samples || elapsed_ms(start) < a.min_seconds * 1000 * a.new_tokens.size();
          ++round) {
       for (size_t r = 0; r < reqs.size(); ++r) {
@@ -133,6 +147,7 @@ int run_bench_forward(const BenchArgs& a) {
         if (round >= a.warmup) samples[r].push_back(ms);
       }
     }
+    timed_to = Clock::now();
     for (size_t r = 0; r < reqs.size(); ++r)
       rows.push_back({{"context", ctx},
                       {"new_tokens", a.new_tokens[r]},
@@ -157,7 +172,8 @@ int run_bench_forward(const BenchArgs& a) {
                                 {"kv_cache_bytes", cache.bytes()},
                                 {"rss_bytes", mem.rss_bytes},
                                 {"peak_rss_bytes", mem.peak_rss_bytes},
-                                {"bandwidth_bound_ms", bound_ms}}
+                                {"bandwidth_bound_ms", bound_ms},
+                                {"timed_steady_s", {seconds(timed_from), seconds(timed_to)}}}
                      .dump()
               << std::endl;
     return 0;
@@ -207,8 +223,13 @@ Command add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   fwd->add_option("--threads", a->threads, "Compute threads; default (0): OMP_NUM_THREADS if set, else the physical cores")->capture_default_str();
   fwd->add_option("--dtype", a->dtype, "Convert the weights to f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_k_m|q5_k_m|q3_k_m|q2_k|q6_k at load");
+  fwd->add_option("--memory-budget", a->memory_budget,
+                  "Stream the target's weights from disk: most memory they may take, e.g. 8MiB or 25% (of its weights as "
+                  "stored), read ahead on a loader thread, as generate --memory-budget does");
   fwd->add_option("--kv-cache", a->kv_cache, "KV cache element type: f32 or f16")->capture_default_str();
-  fwd->add_flag("--json", a->json, R"(Print {"rows": [{"context","new_tokens","ms" (median),"ms_p90","ms_p99","samples"}], "weight_bytes", ...})");
+  fwd->add_flag("--json", a->json,
+                R"(Print {"rows": [{"context","new_tokens","ms" (median),"ms_p90","ms_p99","samples"}], "weight_bytes", )"
+                R"("timed_steady_s" (when the rows were timed, on CLOCK_MONOTONIC), ...})");
   const std::function<int()> edge_cloud = add_bench_edge_cloud(*bench);
   const std::function<int()> exits = add_bench_exits(*bench);
   const std::function<int()> local = add_bench_local(*bench);
