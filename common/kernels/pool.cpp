@@ -15,12 +15,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "common/kernels/parallel.h"
+#include "common/kernels/sched_stats.h"
 
 namespace splitspec::kernels {
 namespace {
@@ -40,14 +42,35 @@ constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kPreempted = std::chrono::milliseconds(2);
 constexpr auto kAlone = std::chrono::milliseconds(500);
 constexpr int kPreemptions = 4;
-// Jobs that spend more than kSharedPercent of their time waiting for begun
-// chunks over kSharedWindow share their cores with other work: alone for
-// kSharedAlone. Idle, the demo target's and the 1B-class model's 2-thread
-// forwards waited 2-8% of a 200 ms window; beside a 1 kHz control loop on
-// one core 7-24% and 3-13%, beside `yes` 42-57%.
+// Its threads' time runnable but waiting for a core (RunDelay), summed over
+// a kSharedWindow of jobs, over kDelayPercent of the window says their cores
+// are shared with periodic work, and the caller works alone for
+// kSharedAlone: on an idle Zen 5 VM the demo target's 2-thread forwards
+// waited 0-2.5%, beside a 1 kHz control loop on one core (0.2 ms a tick)
+// 22-23%. The caller's own waits for begun chunks, the measure before this
+// one, were 3-13% beside that loop, and 8-19% at idle on a VM whose cores
+// pass a cache line in 500 ns: a slow partner and a preempted one look
+// alike from the caller.
 constexpr auto kSharedWindow = std::chrono::milliseconds(200);
-constexpr int kSharedPercent = 12;
+constexpr int64_t kDelayPercent = 5;
 constexpr auto kSharedAlone = std::chrono::seconds(2);
+// Every kSampleEvery at a job's end, alone or not, the caller counts the
+// machine's runnable threads (Runnable) other than its own, adding the job's
+// n (at most the CPUs): more than the CPUs in kOverSamples of the last
+// kSamples means other work wants the cores (a busy process: every sample)
+// and the caller works alone for kOverAlone, which its samples while alone
+// keep extending. Counting, not waiting for a preemption to show: beside
+// `yes`, with the delays and the caller's waits measured alone, one 2-thread
+// forward in a hundred still waited a time slice for its preempted partner
+// (the demo target's p99 2.5-4.8 ms against 0.9-1.6 on 1 thread). Half the
+// samples, since at idle other threads (the kernel's) are runnable in 1-2%
+// of them, in bursts.
+constexpr auto kSampleEvery = std::chrono::milliseconds(2);
+constexpr int kSamples = 16;
+constexpr int kOverSamples = 8;
+constexpr auto kOverAlone = std::chrono::seconds(1);
+// How often a busy worker reads its own delay.
+constexpr auto kDelayRead = std::chrono::milliseconds(10);
 using Clock = std::chrono::steady_clock;
 
 inline void relax() {
@@ -72,7 +95,9 @@ class Pool {
   void run(int64_t chunks, int n, ChunkFn fn, const void* ctx) {
     while (static_cast<int>(workers_.size()) < n - 1) {
       const int id = static_cast<int>(workers_.size());
-      workers_.emplace_back([this, id] { work(id); });
+      // Each worker is handed its slot: the caller may be adding the next.
+      std::atomic<int64_t>& delay = worker_delay_.emplace_back(0);
+      workers_.emplace_back([this, id, &delay] { work(id, delay); });
     }
     // Only the caller posts, so posted_ is the last job's generation.
     const uint32_t g = posted_.load(std::memory_order_relaxed) + 1;
@@ -118,14 +143,41 @@ class Pool {
       }
       if (++preemptions_ == kPreemptions) alone_until_ = end + kAlone;
     }
-    // Many short waits say the same of a core shared with periodic work (a
-    // control loop): the workers are preempted often, briefly.
-    busy_ += end - start;
-    waiting_ += end - helped;
+    // Threads kept waiting for a core say the same of cores shared with
+    // periodic work (a control loop), whose preemptions are brief. A pause
+    // between jobs (a prompt's tokenization, a network round) begins a new
+    // window: what happened then is not the jobs'.
+    if (start - last_end_ > kSharedWindow) {
+      shared_window_ = start;
+      last_delay_ = run_delay();
+    }
+    last_end_ = end;
     if (end - shared_window_ > kSharedWindow) {
-      if (waiting_ * 100 > busy_ * kSharedPercent) alone_until_ = std::max(alone_until_, end + kSharedAlone);
+      const int64_t delay = run_delay();
+      const auto window = std::chrono::duration_cast<std::chrono::nanoseconds>(end - shared_window_);
+      if ((delay - last_delay_) * 100 > window.count() * kDelayPercent)
+        alone_until_ = std::max(alone_until_, end + kSharedAlone);
+      last_delay_ = delay;
       shared_window_ = end;
-      busy_ = waiting_ = Clock::duration::zero();
+    }
+    sample(end, n, true);
+  }
+
+  // At the end of a job of n threads, run with them (`threaded`) or alone.
+  void sample(Clock::time_point now, int n, bool threaded) {
+    if (now < next_sample_) return;
+    next_sample_ = now + kSampleEvery;
+    const int runnable = runnable_.now();
+    if (runnable < 0) return;
+    // Others: all but this thread and its workers. After a job the workers
+    // are spinning for the next, or were woken for this one and have not yet
+    // run (still counted asleep then: at idle a tenth of the samples);
+    // alone, they sleep. More threads asked for than CPUs are not others'.
+    const int ours = 1 + static_cast<int>(workers_.size()) - (threaded ? 0 : sleepers_.load(std::memory_order_relaxed));
+    over_ += runnable - ours + std::min(n, runnable_.cpus()) > runnable_.cpus();
+    if (++samples_ == kSamples) {
+      if (over_ >= kOverSamples) alone_until_ = std::max(alone_until_, now + kOverAlone);
+      samples_ = over_ = 0;
     }
   }
 
@@ -137,6 +189,13 @@ class Pool {
   bool alone() const { return Clock::now() < alone_until_; }
 
  private:
+  // The caller's and its workers' delays summed (RunDelay).
+  int64_t run_delay() const {
+    int64_t sum = own_delay_.ns();
+    for (const auto& d : worker_delay_) sum += d.load(std::memory_order_relaxed);
+    return sum;
+  }
+
   // Takes chunks of job g until none is left; a thread that claimed one
   // keeps the job alive (its caller waits for it), so fn and ctx are g's.
   void help(uint32_t g) {
@@ -151,9 +210,12 @@ class Pool {
     }
   }
 
-  void work(int id) {
+  void work(int id, std::atomic<int64_t>& published) {
     t_in_chunks = true;
     uint32_t seen = 0;
+    RunDelay delay;
+    published.store(delay.ns(), std::memory_order_relaxed);
+    auto next_read = Clock::now();
     for (;;) {
       uint32_t g = posted_.load();
       const auto until = Clock::now() + kSpin;
@@ -162,6 +224,7 @@ class Pool {
           relax();
           continue;
         }
+        published.store(delay.ns(), std::memory_order_relaxed);
         std::unique_lock<std::mutex> lock(mutex_);
         sleepers_.fetch_add(1);
         wake_.wait(lock, [&] { return posted_.load() != seen || stop_.load(); });
@@ -170,6 +233,10 @@ class Pool {
       if (stop_.load()) return;
       seen = g;
       if (id < helpers_.load(std::memory_order_relaxed)) help(g);
+      if (const auto now = Clock::now(); now >= next_read) {
+        published.store(delay.ns(), std::memory_order_relaxed);
+        next_read = now + kDelayRead;
+      }
     }
   }
 
@@ -187,9 +254,14 @@ class Pool {
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
   std::condition_variable wake_;
-  Clock::time_point alone_until_{}, window_{}, shared_window_ = Clock::now();
-  Clock::duration busy_{}, waiting_{};
+  Clock::time_point alone_until_{}, window_{}, shared_window_{}, last_end_{};
   int preemptions_ = 0;
+  RunDelay own_delay_;
+  std::deque<std::atomic<int64_t>> worker_delay_;  // each worker's RunDelay, as it last read it
+  int64_t last_delay_ = 0;
+  Runnable runnable_;
+  Clock::time_point next_sample_{};
+  int samples_ = 0, over_ = 0;
 };
 
 }  // namespace
@@ -205,6 +277,7 @@ void run_chunks(int64_t chunks, int n, ChunkFn fn, const void* ctx) {
   t_in_chunks = true;
   if (pool->alone()) {
     for (int64_t c = 0; c < chunks; ++c) fn(ctx, c);
+    pool->sample(std::chrono::steady_clock::now(), n, false);
   } else {
     pool->run(chunks, n, fn, ctx);
   }

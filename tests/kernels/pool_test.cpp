@@ -1,6 +1,10 @@
-// The compute threads behind parallel() (common/kernels/pool.cpp).
+// The compute threads behind parallel() (common/kernels/pool.cpp), and the
+// scheduler's measure they use (common/kernels/sched_stats.h).
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -9,6 +13,7 @@
 #include <vector>
 
 #include "common/kernels/parallel.h"
+#include "common/kernels/sched_stats.h"
 
 namespace splitspec::kernels {
 namespace {
@@ -110,6 +115,99 @@ TEST(Pool, AfterWaitingOnAHeldWorkerTheCallerWorksAlone) {
       std::lock_guard<std::mutex> lock(m);
       ran.insert(std::this_thread::get_id());
     });
+  }).join();
+  EXPECT_EQ(ran, std::set<std::thread::id>{caller});
+}
+
+// Pins the calling thread (and the threads it creates after) to one CPU it
+// may run on.
+void pin_to_one_cpu() {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &set)) ++cpu;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof set, &set), 0);
+}
+
+void spin_for(std::chrono::microseconds d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+// Two busy threads on one core each wait for it about half the time; the
+// measure says so, and only of the thread that reads it.
+TEST(RunDelay, GrowsWhileTheThreadWaitsForItsCore) {
+  int64_t waited[2] = {0, 0};
+  bool available = true;
+  std::thread([&] {
+    pin_to_one_cpu();
+    std::vector<std::thread> busy;
+    for (int i = 0; i < 2; ++i)
+      busy.emplace_back([&, i] {
+        RunDelay d;
+        available = available && d.available();
+        const int64_t before = d.ns();
+        spin_for(std::chrono::milliseconds(300));
+        waited[i] = d.ns() - before;
+      });
+    for (auto& t : busy) t.join();
+  }).join();
+  if (!available) GTEST_SKIP() << "this kernel gives no /proc/thread-self/schedstat";
+  // 300 ms each on one core: together they waited about 300 ms.
+  EXPECT_GT(waited[0] + waited[1], 100'000'000) << waited[0] << " + " << waited[1] << " ns";
+}
+
+// Three threads kept busy are runnable, with the one that counts.
+TEST(Runnable, CountsBusyThreads) {
+  Runnable r;
+  if (r.now() < 0) GTEST_SKIP() << "this kernel gives no /proc/loadavg";
+  EXPECT_GE(r.cpus(), 1);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (int i = 0; i < 3; ++i)
+    busy.emplace_back([&] {
+      while (!stop.load()) {
+      }
+    });
+  int most = 0;
+  for (int i = 0; i < 20; ++i) {
+    most = std::max(most, r.now());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  stop = true;
+  for (auto& t : busy) t.join();
+  EXPECT_GE(most, 4);
+}
+
+// A caller and its worker on one core keep each other waiting for it; the
+// caller then works alone, as it does beside another busy process. Seen
+// through a job whose chunks sleep: alone, the caller runs them all; with
+// its worker, the worker takes those the caller leaves while it sleeps.
+TEST(Pool, ThreadsThatShareOneCoreWorkAlone) {
+  if (!RunDelay().available()) GTEST_SKIP() << "this kernel gives no /proc/thread-self/schedstat";
+  std::set<std::thread::id> ran;
+  std::thread::id caller;
+  std::thread([&] {
+    pin_to_one_cpu();
+    ScopedThreads threads(2);
+    caller = std::this_thread::get_id();
+    for (int attempt = 0; attempt < 5 && ran != std::set<std::thread::id>{caller}; ++attempt) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+      while (std::chrono::steady_clock::now() < until)
+        parallel(8, 1, [](int64_t, int64_t) { spin_for(std::chrono::microseconds(200)); });
+      ran.clear();
+      std::mutex m;
+      parallel(8, 1, [&](int64_t, int64_t) {
+        {
+          std::lock_guard<std::mutex> lock(m);
+          ran.insert(std::this_thread::get_id());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      });
+    }
   }).join();
   EXPECT_EQ(ran, std::set<std::thread::id>{caller});
 }
