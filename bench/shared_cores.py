@@ -8,7 +8,8 @@ a robot's controller runs; needs the privilege, else that setting is left
 out, saying so). Thread counts interleaved ABBA within each setting; medians of the
 runs' medians and p99s (`bench forward --json`), and the control loop's
 misses per thousand ticks beside each thread count while the forwards were
-timed (bench forward's timed_steady_s: not the model's load before them).
+timed (bench forward's timed_steady_s: not the model's load before them);
+each with the runs' range.
 
   python3 bench/shared_cores.py [--rounds 2] [--model NAME=DIR:K ...] [--settings yes,...]
       [--min-seconds 2] [--out FILE]
@@ -107,14 +108,17 @@ for setting in settings:
                 print(setting, name, t, "ms %.3f p99 %.3f" % (row["ms"], row["ms_p99"]),
                       ("misses/1000 %.1f" % res[t]["miss"][-1]) if res[t]["miss"] else "", flush=True)
         for t in threads:
-            med = lambda xs: statistics.median(xs) if xs else float("nan")
-            rows.append((setting, name, k, t, med(res[t]["ms"]), med(res[t]["p99"]), med(res[t]["miss"]),
-                         min(res[t]["ms"]), max(res[t]["ms"])))
-lines = ["| beside | model | k | threads | median ms (runs' range) | p99 ms | control-loop misses / 1000 ticks |",
+            rows.append((setting, name, k, t, res[t]))
+# Each cell: the median of the runs' figures, and their range (one run per
+# round: the spread between identical runs is this machine's noise).
+def cell(xs, fmt):
+    if not xs:
+        return "-"
+    return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})"
+lines = ["| beside | model | k | threads | median ms (runs' range) | p99 ms (runs' range) | control-loop misses / 1000 ticks (runs' range) |",
          "|---|---|---|---|---|---|---|"]
-for s, n, k, t, ms, p99, miss, lo, hi in rows:
-    lines.append(f"| {s} | {n} | {k} | {t} | {ms:.3f} ({lo:.3f}-{hi:.3f}) | {p99:.3f} | "
-                 + ("-" if miss != miss else f"{miss:.1f}") + " |")
+for s, n, k, t, r in rows:
+    lines.append(f"| {s} | {n} | {k} | {t} | {cell(r['ms'], '.3f')} | {cell(r['p99'], '.3f')} | {cell(r['miss'], '.1f')} |")
 print("\n".join(lines))
 if a.out:
     open(a.out, "w").write("\n".join(lines) + "\n")

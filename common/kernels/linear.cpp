@@ -28,7 +28,9 @@ namespace {
 // on one thread must not change the main thread's. Threads that never set
 // one use the first count set in the process.
 std::atomic<int> g_default_threads{0};
+std::atomic<bool> g_default_timed{false};
 thread_local int t_threads = 0;
+thread_local bool t_timed = false;
 
 bool cpu_has(Isa isa) {
   switch (isa) {
@@ -194,10 +196,11 @@ void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRow
 
 }  // namespace
 
-void set_threads(int n) {
+void set_threads(int n, bool timed) {
   t_threads = std::max(1, n);
+  t_timed = timed;
   int unset = 0;
-  g_default_threads.compare_exchange_strong(unset, t_threads);
+  if (g_default_threads.compare_exchange_strong(unset, t_threads)) g_default_timed.store(timed);
 }
 
 int threads() {
@@ -206,13 +209,21 @@ int threads() {
   return d > 0 ? d : 1;
 }
 
+bool threads_timed() { return t_threads > 0 ? t_timed : g_default_timed.load(std::memory_order_relaxed); }
+
 int threads_for(int64_t macs) {
   return static_cast<int>(std::clamp<int64_t>(macs / kMacsPerThread, 1, threads()));
 }
 
-ScopedThreads::ScopedThreads(int n) : saved_(t_threads) { t_threads = std::max(1, n); }
+ScopedThreads::ScopedThreads(int n) : saved_(t_threads), saved_timed_(t_timed) {
+  t_timed = threads_timed();
+  t_threads = std::max(1, n);
+}
 
-ScopedThreads::~ScopedThreads() { t_threads = saved_; }
+ScopedThreads::~ScopedThreads() {
+  t_threads = saved_;
+  t_timed = saved_timed_;
+}
 
 const char* isa_name(Isa isa) {
   switch (isa) {

@@ -7,9 +7,12 @@ namespace splitspec::kernels {
 
 // The compute thread count the kernels use on the calling thread
 // (set_compute_threads sets it); a thread that never set one gets the first
-// count set in the process.
-void set_threads(int n);
+// count set in the process. `timed`: the count is a default, not the user's,
+// and a model's forwards may take one thread instead where that times
+// faster (ThreadChoice); an explicit count is used as given.
+void set_threads(int n, bool timed = false);
 int threads();
+bool threads_timed();
 
 // The threads worth giving a forward of `macs` multiply-adds: one for each
 // kMacsPerThread of it, at most threads(). A smaller share (about 0.15 ms of
@@ -30,6 +33,7 @@ class ScopedThreads {
 
  private:
   int saved_;
+  bool saved_timed_;
 };
 
 // Runs fn(ctx, c) for every chunk c in [0, chunks) on the calling thread

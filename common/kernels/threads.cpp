@@ -43,8 +43,10 @@ int default_threads() {
 }
 
 void set_compute_threads(int n) {
-  if (n <= 0) n = default_threads();
-  kernels::set_threads(n);
+  // OMP_NUM_THREADS is the user's count too.
+  const bool timed = n <= 0 && std::getenv("OMP_NUM_THREADS") == nullptr;
+  if (timed) n = default_threads();
+  kernels::set_threads(n, timed);
   // OpenBLAS keeps its own pool, sized from OPENBLAS_NUM_THREADS when it is
   // loaded (by LibTorch, in training); this resizes it at run time. Looked up
   // dynamically because inference programs do not link it, and the BLAS

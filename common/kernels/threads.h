@@ -5,7 +5,8 @@
 // than letting both libraries grab every core.
 namespace splitspec {
 
-// n <= 0 means default_threads().
+// n <= 0 means default_threads(), which a model's forwards may trade for
+// one thread where that times faster (kernels::ThreadChoice).
 void set_compute_threads(int n);
 int compute_threads();
 // OMP_NUM_THREADS when set, else this machine's physical cores (hyper-

@@ -5,6 +5,7 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "common/kernels/linear.h"
 #include "common/kernels/parallel.h"
 #include "common/kernels/quant.h"
+#include "common/kernels/thread_choice.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/vocab.h"
 #include "common/util/error.h"
@@ -385,8 +387,12 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     if (c.has_recurrent_layers()) s.cache->states().begin(s.cache->size());
 
   // As many threads as the forward's work is worth (kernels::threads_for):
-  // a draft's step runs on one, a target's verification on all.
-  const kernels::ScopedThreads threads(kernels::threads_for(c.num_parameters() * n));
+  // a draft's step runs on one, a target's verification on all, unless one
+  // times faster on this machine (kernels::ThreadChoice).
+  const auto started = std::chrono::steady_clock::now();
+  const kernels::ThreadChoice::Pick pick =
+      thread_choice_->pick(n, kernels::threads_for(c.num_parameters() * n), started);
+  const kernels::ScopedThreads threads(pick.threads);
 
   // Each row's RoPE angles, copied from the tables (contiguous [n, rotary/2]);
   // the local layers' too.
@@ -622,6 +628,7 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
   // Only now, with nothing left to throw, do the new entries become part of
   // the caches: a forward that fails anywhere leaves every cache as it was.
   for (const Sequence& s : seqs) s.cache->commit(s.n);
+  thread_choice_->record(pick, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kernels/thread_choice.h"
 #include "common/model/attention_mask.h"
 #include "common/model/kv_cache.h"
 #include "common/model/model_config.h"
@@ -224,6 +225,8 @@ class Model {
   WeightProvider* provider_ = &resident_;
   KVType kv_type_ = KVType::F32;
   int64_t state_window_ = kDefaultStateWindow;
+  // Its forwards' thread counts, by their timings (thread_choice.h).
+  std::unique_ptr<kernels::ThreadChoice> thread_choice_ = std::make_unique<kernels::ThreadChoice>();
 };
 
 }  // namespace splitspec
