@@ -45,6 +45,12 @@ using ChunkFn = void (*)(const void* ctx, int64_t chunk);
 void run_chunks(int64_t chunks, int n, ChunkFn fn, const void* ctx);
 // Whether this thread is running chunks (a nested parallel() runs serially).
 bool in_chunks();
+// Whether work of n threads asked for by this thread runs alone for now, its
+// pool having seen other work on the cores (pool.cpp). Each call counts the
+// machine's runnable threads as a job's end does, so a caller that chose
+// one thread itself keeps watching, and tries no threads while the other
+// work goes on.
+bool cores_shared(int n);
 
 // Runs f(begin, end) over [0, count) in chunks of `grain` (run_chunks).
 // Each output element is written by exactly one chunk, so results do not

@@ -69,6 +69,21 @@ constexpr auto kSampleEvery = std::chrono::milliseconds(2);
 constexpr int kSamples = 16;
 constexpr int kOverSamples = 8;
 constexpr auto kOverAlone = std::chrono::seconds(1);
+// Periodic work (a 1 kHz control loop running 0.2 ms a tick) is runnable in
+// too few samples for kOverSamples: in 13-40 of 128 beside the 1B and demo
+// targets' forwards on the Zen 5 VM, against 0-8 at idle (the kernel's
+// threads). kPeriodicOver of the last kPeriodicSamples make the caller work
+// alone for kSharedAlone, and its samples while alone (cores_shared) keep
+// extending it. Without them it went back to its workers every
+// kSharedAlone to find the loop again, and those forwards were the ones
+// that delayed the loop: on that VM a forward on the loop's core held back
+// its timer wake-ups by up to 9.5 ms (perf: the core's timer interrupts
+// stopped for as long, below the guest's scheduler; a busy Python loop
+// there held them back up to 5.5 ms), and the loop missed more deadlines
+// beside the default (4.2 a thousand, the 1B target) than beside one
+// thread (2.5).
+constexpr int kPeriodicSamples = 128;
+constexpr int kPeriodicOver = 14;
 // How often a busy worker reads its own delay.
 constexpr auto kDelayRead = std::chrono::milliseconds(10);
 using Clock = std::chrono::steady_clock;
@@ -174,10 +189,16 @@ class Pool {
     // run (still counted asleep then: at idle a tenth of the samples);
     // alone, they sleep. More threads asked for than CPUs are not others'.
     const int ours = 1 + static_cast<int>(workers_.size()) - (threaded ? 0 : sleepers_.load(std::memory_order_relaxed));
-    over_ += runnable - ours + std::min(n, runnable_.cpus()) > runnable_.cpus();
+    const bool over = runnable - ours + std::min(n, runnable_.cpus()) > runnable_.cpus();
+    over_ += over;
+    periodic_over_ += over;
     if (++samples_ == kSamples) {
       if (over_ >= kOverSamples) alone_until_ = std::max(alone_until_, now + kOverAlone);
       samples_ = over_ = 0;
+    }
+    if (++periodic_samples_ == kPeriodicSamples) {
+      if (periodic_over_ >= kPeriodicOver) alone_until_ = std::max(alone_until_, now + kSharedAlone);
+      periodic_samples_ = periodic_over_ = 0;
     }
   }
 
@@ -261,25 +282,36 @@ class Pool {
   int64_t last_delay_ = 0;
   Runnable runnable_;
   Clock::time_point next_sample_{};
-  int samples_ = 0, over_ = 0;
+  int samples_ = 0, over_ = 0, periodic_samples_ = 0, periodic_over_ = 0;
 };
+
+// Each calling thread has its own workers, as each OpenMP master thread
+// had its own team: the server's compute thread and a local client's never
+// wait for each other.
+Pool& this_pool() {
+  thread_local std::unique_ptr<Pool> pool;
+  if (!pool) pool = std::make_unique<Pool>();
+  return *pool;
+}
 
 }  // namespace
 
 bool in_chunks() { return t_in_chunks; }
 
+bool cores_shared(int n) {
+  Pool& pool = this_pool();
+  pool.sample(Clock::now(), n, false);
+  return pool.alone();
+}
+
 void run_chunks(int64_t chunks, int n, ChunkFn fn, const void* ctx) {
-  // Each calling thread has its own workers, as each OpenMP master thread
-  // had its own team: the server's compute thread and a local client's
-  // never wait for each other.
-  thread_local std::unique_ptr<Pool> pool;
-  if (!pool) pool = std::make_unique<Pool>();
+  Pool& pool = this_pool();
   t_in_chunks = true;
-  if (pool->alone()) {
+  if (pool.alone()) {
     for (int64_t c = 0; c < chunks; ++c) fn(ctx, c);
-    pool->sample(std::chrono::steady_clock::now(), n, false);
+    pool.sample(Clock::now(), n, false);
   } else {
-    pool->run(chunks, n, fn, ctx);
+    pool.run(chunks, n, fn, ctx);
   }
   t_in_chunks = false;
 }

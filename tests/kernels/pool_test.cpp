@@ -212,5 +212,43 @@ TEST(Pool, ThreadsThatShareOneCoreWorkAlone) {
   EXPECT_EQ(ran, std::set<std::thread::id>{caller});
 }
 
+// A thread runnable a quarter of the time (a control loop's ticks) shares
+// the cores. A caller that only asks, as a forward it runs on one thread
+// does, finds so within a second, and keeps finding so past kSharedAlone
+// (2 s) with no job of its workers between: it does not go back to them
+// while the loop runs.
+TEST(Pool, PeriodicWorkSharesTheCoresForAsLongAsItRuns) {
+  const Runnable runnable;
+  if (runnable.now() < 0) GTEST_SKIP() << "this kernel gives no /proc/loadavg";
+  std::atomic<bool> stop{false};
+  std::thread loop([&] {
+    while (!stop.load()) {
+      spin_for(std::chrono::microseconds(500));
+      std::this_thread::sleep_for(std::chrono::microseconds(1500));
+    }
+  });
+  std::chrono::milliseconds found{-1};
+  int calls = 0, unshared = 0;
+  std::thread([&] {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    while (Clock::now() - start < std::chrono::seconds(2) && !cores_shared(runnable.cpus()))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!cores_shared(runnable.cpus())) return;
+    found = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    const auto until = Clock::now() + std::chrono::seconds(3);
+    while (Clock::now() < until) {
+      ++calls;
+      unshared += !cores_shared(runnable.cpus());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }).join();
+  stop = true;
+  loop.join();
+  ASSERT_GE(found.count(), 0) << "the loop was not seen in 2 s";
+  EXPECT_LT(found.count(), 1000);
+  EXPECT_EQ(unshared, 0) << "of " << calls << " calls over 3 s";
+}
+
 }  // namespace
 }  // namespace splitspec::kernels
