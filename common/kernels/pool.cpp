@@ -190,16 +190,9 @@ class Pool {
     // alone, they sleep. More threads asked for than CPUs are not others'.
     const int ours = 1 + static_cast<int>(workers_.size()) - (threaded ? 0 : sleepers_.load(std::memory_order_relaxed));
     const bool over = runnable - ours + std::min(n, runnable_.cpus()) > runnable_.cpus();
-    over_ += over;
-    periodic_over_ += over;
-    if (++samples_ == kSamples) {
-      if (over_ >= kOverSamples) alone_until_ = std::max(alone_until_, now + kOverAlone);
-      samples_ = over_ = 0;
-    }
-    if (++periodic_samples_ == kPeriodicSamples) {
-      if (periodic_over_ >= kPeriodicOver) alone_until_ = std::max(alone_until_, now + kSharedAlone);
-      periodic_samples_ = periodic_over_ = 0;
-    }
+    if (busy_.add(over, kSamples, kOverSamples)) alone_until_ = std::max(alone_until_, now + kOverAlone);
+    if (periodic_.add(over, kPeriodicSamples, kPeriodicOver))
+      alone_until_ = std::max(alone_until_, now + kSharedAlone);
   }
 
   // Whether a recent job waited on a worker the scheduler had preempted
@@ -282,7 +275,19 @@ class Pool {
   int64_t last_delay_ = 0;
   Runnable runnable_;
   Clock::time_point next_sample_{};
-  int samples_ = 0, over_ = 0, periodic_samples_ = 0, periodic_over_ = 0;
+  // Samples that saw other work, in windows of a fixed count: whether the
+  // window just filled had at least `need` of `size`.
+  struct Tally {
+    int samples = 0, over = 0;
+    bool add(bool o, int size, int need) {
+      over += o;
+      if (++samples < size) return false;
+      const bool hit = over >= need;
+      samples = over = 0;
+      return hit;
+    }
+  };
+  Tally busy_, periodic_;
 };
 
 // Each calling thread has its own workers, as each OpenMP master thread

@@ -388,11 +388,10 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
 
   // As many threads as the forward's work is worth (kernels::threads_for):
   // a draft's step runs on one, a target's verification on all, unless one
-  // times faster on this machine (kernels::ThreadChoice) or other work
-  // shares the cores (kernels::cores_shared).
+  // times faster on this machine (kernels::ThreadChoice). While other work
+  // shares the cores (kernels::cores_shared) the pool runs the forward's
+  // jobs alone and keeps watching at their ends; no count is timed or tried.
   const auto started = std::chrono::steady_clock::now();
-  // Shared, the pool runs the forward's jobs alone and keeps watching at
-  // their ends; neither count is timed or tried meanwhile.
   const int wanted = kernels::threads_for(c.num_parameters() * n);
   const kernels::ThreadChoice::Pick pick = wanted > 1 && kernels::cores_shared(wanted)
                                                ? kernels::ThreadChoice::Pick{wanted}
