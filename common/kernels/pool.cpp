@@ -6,12 +6,12 @@
 // on 1 thread). Here the caller waits only for chunks another thread has
 // begun; a worker that wakes late finds none left and goes back to waiting.
 // Workers spin briefly between a forward's regions, then sleep, so an idle
-// pool leaves the cores to other work.
+// pool leaves the cores to other work; while other work shares the cores
+// (sharing.h) the caller runs its jobs alone.
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,6 +23,7 @@
 
 #include "common/kernels/parallel.h"
 #include "common/kernels/sched_stats.h"
+#include "common/kernels/sharing.h"
 
 namespace splitspec::kernels {
 namespace {
@@ -32,58 +33,6 @@ thread_local bool t_in_chunks = false;
 // About as long as the serial work between a forward's parallel regions:
 // a worker still spinning when the next region comes needs no wake-up.
 constexpr auto kSpin = std::chrono::microseconds(50);
-// A wait for another thread's chunk this long, and longer than twice the
-// caller's own share, is a preemption, not a slower chunk. kPreemptions of
-// them within kAlone make the caller work alone for kAlone, then try its
-// workers again. Fewer are not enough: a new worker's first chunks (its
-// first touch of memory) and the hypervisor's own ticks made one or two
-// such waits in an idle process's first second, and a forward measured
-// then ran alone at 1-thread speed.
-constexpr auto kPreempted = std::chrono::milliseconds(2);
-constexpr auto kAlone = std::chrono::milliseconds(500);
-constexpr int kPreemptions = 4;
-// Its threads' time runnable but waiting for a core (RunDelay), summed over
-// a kSharedWindow of jobs, over kDelayPercent of the window says their cores
-// are shared with periodic work, and the caller works alone for
-// kSharedAlone: on an idle Zen 5 VM the demo target's 2-thread forwards
-// waited 0-2.5%, beside a 1 kHz control loop on one core (0.2 ms a tick)
-// 22-23%. The caller's own waits for begun chunks, the measure before this
-// one, were 3-13% beside that loop, and 8-19% at idle on a VM whose cores
-// pass a cache line in 500 ns: a slow partner and a preempted one look
-// alike from the caller.
-constexpr auto kSharedWindow = std::chrono::milliseconds(200);
-constexpr int64_t kDelayPercent = 5;
-constexpr auto kSharedAlone = std::chrono::seconds(2);
-// Every kSampleEvery at a job's end, alone or not, the caller counts the
-// machine's runnable threads (Runnable) other than its own, adding the job's
-// n (at most the CPUs): more than the CPUs in kOverSamples of the last
-// kSamples means other work wants the cores (a busy process: every sample)
-// and the caller works alone for kOverAlone, which its samples while alone
-// keep extending. Counting, not waiting for a preemption to show: beside
-// `yes`, with the delays and the caller's waits measured alone, one 2-thread
-// forward in a hundred still waited a time slice for its preempted partner
-// (the demo target's p99 2.5-4.8 ms against 0.9-1.6 on 1 thread). Half the
-// samples, since at idle other threads (the kernel's) are runnable in 1-2%
-// of them, in bursts.
-constexpr auto kSampleEvery = std::chrono::milliseconds(2);
-constexpr int kSamples = 16;
-constexpr int kOverSamples = 8;
-constexpr auto kOverAlone = std::chrono::seconds(1);
-// Periodic work (a 1 kHz control loop running 0.2 ms a tick) is runnable in
-// too few samples for kOverSamples: in 13-40 of 128 beside the 1B and demo
-// targets' forwards on the Zen 5 VM, against 0-8 at idle (the kernel's
-// threads). kPeriodicOver of the last kPeriodicSamples make the caller work
-// alone for kSharedAlone, and its samples while alone (cores_shared) keep
-// extending it. Without them it went back to its workers every
-// kSharedAlone to find the loop again, and those forwards were the ones
-// that delayed the loop: on that VM a forward on the loop's core held back
-// its timer wake-ups by up to 9.5 ms (perf: the core's timer interrupts
-// stopped for as long, below the guest's scheduler; a busy Python loop
-// there held them back up to 5.5 ms), and the loop missed more deadlines
-// beside the default (4.2 a thousand, the 1B target) than beside one
-// thread (2.5).
-constexpr int kPeriodicSamples = 128;
-constexpr int kPeriodicOver = 14;
 // How often a busy worker reads its own delay.
 constexpr auto kDelayRead = std::chrono::milliseconds(10);
 using Clock = std::chrono::steady_clock;
@@ -151,56 +100,28 @@ class Pool {
         std::this_thread::yield();
     }
     const auto end = Clock::now();
-    if (waited && end - helped > kPreempted && end - helped > 2 * (helped - start)) {
-      if (end - window_ > kAlone) {
-        window_ = end;
-        preemptions_ = 0;
-      }
-      if (++preemptions_ == kPreemptions) alone_until_ = end + kAlone;
-    }
-    // Threads kept waiting for a core say the same of cores shared with
-    // periodic work (a control loop), whose preemptions are brief. A pause
-    // between jobs (a prompt's tokenization, a network round) begins a new
-    // window: what happened then is not the jobs'.
-    if (start - last_end_ > kSharedWindow) {
-      shared_window_ = start;
-      last_delay_ = run_delay();
-    }
-    last_end_ = end;
-    if (end - shared_window_ > kSharedWindow) {
-      const int64_t delay = run_delay();
-      const auto window = std::chrono::duration_cast<std::chrono::nanoseconds>(end - shared_window_);
-      if ((delay - last_delay_) * 100 > window.count() * kDelayPercent)
-        alone_until_ = std::max(alone_until_, end + kSharedAlone);
-      last_delay_ = delay;
-      shared_window_ = end;
-    }
+    if (sharing_.job(start, helped, end, waited)) sharing_.delay(end, run_delay());
     sample(end, n, true);
   }
 
   // At the end of a job of n threads, run with them (`threaded`) or alone.
   void sample(Clock::time_point now, int n, bool threaded) {
-    if (now < next_sample_) return;
-    next_sample_ = now + kSampleEvery;
+    if (!sharing_.sample_due(now)) return;
     const int runnable = runnable_.now();
     if (runnable < 0) return;
-    // Others: all but this thread and its workers. After a job the workers
-    // are spinning for the next, or were woken for this one and have not yet
+    // Ours: this thread and its workers. After a job the workers are
+    // spinning for the next, or were woken for this one and have not yet
     // run (still counted asleep then: at idle a tenth of the samples);
-    // alone, they sleep. More threads asked for than CPUs are not others'.
+    // alone, they sleep.
     const int ours = 1 + static_cast<int>(workers_.size()) - (threaded ? 0 : sleepers_.load(std::memory_order_relaxed));
-    const bool over = runnable - ours + std::min(n, runnable_.cpus()) > runnable_.cpus();
-    if (busy_.add(over, kSamples, kOverSamples)) alone_until_ = std::max(alone_until_, now + kOverAlone);
-    if (periodic_.add(over, kPeriodicSamples, kPeriodicOver))
-      alone_until_ = std::max(alone_until_, now + kSharedAlone);
+    sharing_.sample(now, runnable, ours, n, runnable_.cpus());
   }
 
-  // Whether a recent job waited on a worker the scheduler had preempted
-  // mid-chunk: the cores are shared with other busy work, and until
-  // alone_until_ the caller runs its jobs by itself. With three runnable
-  // threads on two cores, whichever is preempted waits a time slice (the
-  // demo target's forward: p99 4.2 ms at 2 threads beside `yes`, 0.37 at 1).
-  bool alone() const { return Clock::now() < alone_until_; }
+  // Whether other work shares the cores (sharing.h): until it stops, the
+  // caller runs its jobs by itself. With three runnable threads on two
+  // cores, whichever is preempted waits a time slice (the demo target's
+  // forward: p99 4.2 ms at 2 threads beside `yes`, 0.37 at 1).
+  bool alone() const { return sharing_.alone(Clock::now()); }
 
  private:
   // The caller's and its workers' delays summed (RunDelay).
@@ -268,26 +189,10 @@ class Pool {
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
   std::condition_variable wake_;
-  Clock::time_point alone_until_{}, window_{}, shared_window_{}, last_end_{};
-  int preemptions_ = 0;
   RunDelay own_delay_;
   std::deque<std::atomic<int64_t>> worker_delay_;  // each worker's RunDelay, as it last read it
-  int64_t last_delay_ = 0;
   Runnable runnable_;
-  Clock::time_point next_sample_{};
-  // Samples that saw other work, in windows of a fixed count: whether the
-  // window just filled had at least `need` of `size`.
-  struct Tally {
-    int samples = 0, over = 0;
-    bool add(bool o, int size, int need) {
-      over += o;
-      if (++samples < size) return false;
-      const bool hit = over >= need;
-      samples = over = 0;
-      return hit;
-    }
-  };
-  Tally busy_, periodic_;
+  Sharing sharing_;
 };
 
 // Each calling thread has its own workers, as each OpenMP master thread
