@@ -1,6 +1,7 @@
 // Every linear() body this CPU can run against linear_reference(), bit for
 // bit, at every weight type, thread count and batch size, and each row of a
-// batch against the same row alone (batch invariance). Free of LibTorch and
+// batch against the same row alone (batch invariance), and linear_many()
+// against linear() matrix by matrix. Free of LibTorch and
 // GoogleTest, so the same program runs cross-compiled for AArch64 under QEMU
 // (scripts/test_arm_kernels.sh): the NEON body is held to the same bits.
 #include <cstdio>
@@ -99,8 +100,14 @@ int main() {
             for (int64_t n = 1; n <= rows; ++n) {
               std::vector<float> got(n * out);
               kernels::linear(x.data(), n, m, got.data());
-              expect_same(got, std::vector<float>(want.begin(), want.begin() + n * out),
-                          what + " rows " + std::to_string(n) + " threads " + std::to_string(threads));
+              const std::vector<float> want_n(want.begin(), want.begin() + n * out);
+              expect_same(got, want_n, what + " rows " + std::to_string(n) + " threads " + std::to_string(threads));
+              // Twice in one region (linear_many): each as alone.
+              std::vector<float> first(n * out), second(n * out);
+              const kernels::LinearTo both[2] = {{m, first.data()}, {m, second.data()}};
+              kernels::linear_many(x.data(), n, both, 2);
+              expect_same(first, want_n, what + " first of two, rows " + std::to_string(n));
+              expect_same(second, want_n, what + " second of two, rows " + std::to_string(n));
             }
             // Row 6 alone, from its own buffer, is row 6 of the batch.
             std::vector<float> one(out);
@@ -109,6 +116,48 @@ int main() {
             expect_same(one, std::vector<float>(want.begin() + 6 * out, want.begin() + 7 * out), what + " row 6 alone");
           }
         }
+    }
+  }
+  // A Q4_K_M layer's matrices over one input (linear_many): Q4_K and Q6_K
+  // share their activations' form, Q8_0 takes its own; rows not a whole
+  // group (13). Each as linear() gives it alone.
+  for (int i = 0; i < kernels::kIsas; ++i) {
+    const auto isa = static_cast<kernels::Isa>(i);
+    if (!kernels::isa_available(isa)) continue;
+    kernels::use_isa(isa);
+    constexpr int64_t in = 512, rows = 9;
+    const WType types[3] = {WType::Q4_K, WType::Q6_K, WType::Q8_0};
+    const int64_t outs[3] = {64, 13, 50};
+    std::vector<std::vector<uint8_t>> bytes(3);
+    std::vector<MatrixRef> ms;
+    for (int k = 0; k < 3; ++k) {
+      std::vector<float> wf(outs[k] * in);
+      for (auto& v : wf) v = normal(rng) * 0.1f;
+      bytes[k].resize(outs[k] * row_bytes(types[k], in));
+      quantize_rows(types[k], wf.data(), outs[k], in, bytes[k].data());
+      std::vector<uint8_t> scratch;
+      if (stored_packed(types[k])) pack_rows(types[k], bytes[k].data(), outs[k], in, scratch);
+      ms.push_back({types[k], bytes[k].data(), outs[k], in, stored_packed(types[k])});
+    }
+    std::vector<float> x(rows * in);
+    for (auto& v : x) v = normal(rng);
+    for (int threads : {1, 2}) {
+      kernels::set_threads(threads);
+      for (int64_t n = 1; n <= rows; ++n) {
+        std::vector<std::vector<float>> alone(3), together(3);
+        kernels::LinearTo to[3];
+        for (int k = 0; k < 3; ++k) {
+          alone[k].resize(n * outs[k]);
+          together[k].resize(n * outs[k]);
+          kernels::linear(x.data(), n, ms[k], alone[k].data());
+          to[k] = {ms[k], together[k].data()};
+        }
+        kernels::linear_many(x.data(), n, to, 3);
+        for (int k = 0; k < 3; ++k)
+          expect_same(together[k], alone[k],
+                      std::string(kernels::isa_name(isa)) + " linear_many " + wtype_name(types[k]) + " rows " +
+                          std::to_string(n) + " threads " + std::to_string(threads));
+      }
     }
   }
   std::printf("linear_check: %d instruction sets, %d checks, %d mismatches\n", isas, checks, failures);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -152,46 +153,109 @@ void kquant_plain_rows(const MatrixRef& w, const uint8_t* first, int64_t r0, int
                   static_cast<int>(std::min<int64_t>(kMaxDotRows, qk.rows - j)), y + j * w.rows + r, w.rows, sums);
 }
 
-// K-quant weights against Q8_K activations: each weight row decoded once per
-// super-block for up to kMaxDotRows activation rows (packed rows by the x86
-// bodies, eight at a time; other bodies read them unpacked a group at a
-// time); every output the same whatever rows or threads share the call
-// (kquant_dots).
-void kquant_rows(const float* x, int64_t n, const MatrixRef& w, float* y, Q8KRows& qk, bool threaded, Isa isa) {
-  quantize_q8k(x, n, w.cols, qk);
-  const int64_t grouped = w.packed ? w.rows / kKPackRows * kKPackRows : 0;
-  // Chunks are whole groups of 16 rows, so they split no packed group.
+// K-quant weights against Q8_K activations (qk, quantized by the caller),
+// rows [r0, r1) with r0 a multiple of kPackRows: each weight row decoded
+// once per super-block for up to kMaxDotRows activation rows (packed rows
+// by the x86 bodies, eight at a time; other bodies read them unpacked a
+// group at a time); every output the same whatever rows or threads share
+// the call (kquant_dots).
+void kquant_range(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& qk, float* y, Isa isa) {
+  // Ranges are whole groups of 16 rows, so they split no packed group.
   static_assert(kPackRows % kKPackRows == 0);
-  auto rows = [&](int64_t r0, int64_t r1) {
-    if (r0 < grouped) {
-      const int64_t end = std::min(r1, grouped);
+  const int64_t grouped = w.packed ? w.rows / kKPackRows * kKPackRows : 0;
+  if (r0 < grouped) {
+    const int64_t end = std::min(r1, grouped);
 #if defined(__x86_64__)
-      if (isa == Isa::kAvx512) {
-        avx512::kquant_packed_rows(w, r0, end, qk, y);
-        r0 = end;
-      } else if (isa == Isa::kAvx2) {
-        avx2::kquant_packed_rows(w, r0, end, qk, y);
-        r0 = end;
-      }
-#endif
-      thread_local std::vector<uint8_t> plain;
-      plain.resize(static_cast<size_t>(kKPackRows * row_bytes(w.type, w.cols)));
-      for (; r0 < end; r0 += kKPackRows) {
-        kquant_unpack_group(w.type, w.row(r0), w.cols, plain.data());
-        kquant_plain_rows(w, plain.data(), r0, r0 + kKPackRows, qk, y, isa);
-      }
+    if (isa == Isa::kAvx512) {
+      avx512::kquant_packed_rows(w, r0, end, qk, y);
+      r0 = end;
+    } else if (isa == Isa::kAvx2) {
+      avx2::kquant_packed_rows(w, r0, end, qk, y);
+      r0 = end;
     }
-    if (r0 >= r1) return;
-#if defined(__x86_64__)
-    if (isa == Isa::kAvx512) return avx512::kquant_rows(w, r0, r1, qk, y);
-    if (isa == Isa::kAvx2) return avx2::kquant_rows(w, r0, r1, qk, y);
 #endif
-    kquant_plain_rows(w, w.row(r0), r0, r1, qk, y, isa);
-  };
-  if (threaded)
-    parallel_blocks(w.rows, kPackRows, 1, rows);
-  else
-    rows(0, w.rows);
+    thread_local std::vector<uint8_t> plain;
+    plain.resize(static_cast<size_t>(kKPackRows * row_bytes(w.type, w.cols)));
+    for (; r0 < end; r0 += kKPackRows) {
+      kquant_unpack_group(w.type, w.row(r0), w.cols, plain.data());
+      kquant_plain_rows(w, plain.data(), r0, r0 + kKPackRows, qk, y, isa);
+    }
+  }
+  if (r0 >= r1) return;
+#if defined(__x86_64__)
+  if (isa == Isa::kAvx512) return avx512::kquant_rows(w, r0, r1, qk, y);
+  if (isa == Isa::kAvx2) return avx2::kquant_rows(w, r0, r1, qk, y);
+#endif
+  kquant_plain_rows(w, w.row(r0), r0, r1, qk, y, isa);
+}
+
+// A packed 32-weight-block or float matrix's rows [r0, r1): the body's
+// blocks, and the plain tail below the last whole group by the reference.
+void body_range(const LinearCall& call, int64_t r0, int64_t r1, Isa isa) {
+  const bool quantized = is_quantized(call.w.type);
+  if (quantized && (!call.w.packed || isa == Isa::kScalar)) return reference_rows(call, r0, r1);
+  const int64_t grouped = quantized ? call.w.rows / kPackRows * kPackRows : call.w.rows;
+  const int64_t end = std::min(r1, grouped);
+  if (r0 < end) {
+    switch (isa) {
+#if defined(__x86_64__)
+      case Isa::kAvx512: avx512::linear_rows(call, r0, end); break;
+      case Isa::kAvx2: avx2::linear_rows(call, r0, end); break;
+#endif
+#if defined(__aarch64__)
+      case Isa::kNeon: neon::linear_rows(call, r0, end); break;
+#endif
+      default: reference_rows(call, r0, end); break;
+    }
+  }
+  if (end < r1) reference_rows(call, std::max(r0, end), r1);
+}
+
+// One matrix of a parallel region: its rows in blocks of `block` (each
+// range handed to it starts on one), and how many blocks a chunk takes at
+// least, to amortise handing them out.
+struct Part {
+  LinearCall call;
+  const Q8KRows* qk;  // the activations for K-quant weights
+  int64_t block, min_blocks;
+  int64_t blocks() const { return (call.w.rows + block - 1) / block; }
+};
+
+Part part_for(const LinearCall& call, const Q8KRows* qk) {
+  const MatrixRef& w = call.w;
+  if (is_kquant(w.type) || (is_quantized(w.type) && !w.packed)) return {call, qk, kPackRows, 1};
+  // Whole groups of 16 rows for packed matrices, and ranges of 12 weight
+  // rows otherwise (a multiple of every float body's row blocking).
+  const int64_t block = is_quantized(w.type) ? kPackRows : 12;
+  const int64_t work = std::max<int64_t>(1, row_bytes(w.type, w.cols) * call.n * block);
+  return {call, qk, block, std::max<int64_t>(1, (int64_t{1} << 17) / work)};
+}
+
+// Every part's rows in one parallel region (a chunk may span parts); each
+// output is computed by its matrix's own body as linear() alone would.
+void run_parts(const Part* parts, int count, Isa isa) {
+  int64_t total = 0, min_blocks = std::numeric_limits<int64_t>::max();
+  for (int i = 0; i < count; ++i) {
+    total += parts[i].blocks();
+    min_blocks = std::min(min_blocks, parts[i].min_blocks);
+  }
+  parallel_blocks(total, 1, min_blocks, [&](int64_t b0, int64_t b1) {
+    int64_t base = 0;
+    for (int i = 0; i < count && b0 < b1; ++i) {
+      const Part& p = parts[i];
+      const int64_t blocks = p.blocks();
+      if (b0 < base + blocks) {
+        const int64_t e = std::min(b1, base + blocks);
+        const int64_t r0 = (b0 - base) * p.block, r1 = std::min(p.call.w.rows, (e - base) * p.block);
+        if (p.qk)
+          kquant_range(p.call.w, r0, r1, *p.qk, p.call.y, isa);
+        else
+          body_range(p.call, r0, r1, isa);
+        b0 = e;
+      }
+      base += blocks;
+    }
+  });
 }
 
 }  // namespace
@@ -255,7 +319,8 @@ void linear_reference(const float* x, int64_t n, const MatrixRef& w, float* y) {
   check(w);
   if (is_kquant(w.type)) {
     Q8KRows qk;
-    kquant_rows(x, n, w, y, qk, false, Isa::kScalar);
+    quantize_q8k(x, n, w.cols, qk);
+    kquant_range(w, 0, w.rows, qk, y, Isa::kScalar);
     return;
   }
   QuantizedRows qx;
@@ -264,42 +329,39 @@ void linear_reference(const float* x, int64_t n, const MatrixRef& w, float* y) {
 }
 
 void linear(const float* x, int64_t n, const MatrixRef& w, float* y) {
-  if (n == 0 || w.rows == 0) return;
-  check(w);
-  if (is_kquant(w.type)) {
-    thread_local Q8KRows qk;
-    kquant_rows(x, n, w, y, qk, true, isa_in_use());
-    return;
-  }
-  const Isa isa = isa_in_use();
-  thread_local QuantizedRows qx;
-  const bool quantized = is_quantized(w.type);
-  if (quantized) quantize_for(isa, x, n, w.cols, qx);
-  const LinearCall call{x, n, w, y, &qx};
-  if (quantized && (!w.packed || isa == Isa::kScalar)) {
-    parallel_blocks(w.rows, kPackRows, 1, [&](int64_t r0, int64_t r1) { reference_rows(call, r0, r1); });
-    return;
-  }
-  // Chunks are whole groups of 16 rows for packed matrices, and ranges of 12
-  // weight rows otherwise (a multiple of every float body's row blocking),
-  // with enough work each to amortise handing them out.
-  const int64_t rows_per_chunk = quantized ? kPackRows : 12;
-  const int64_t work = std::max<int64_t>(1, row_bytes(w.type, w.cols) * n * rows_per_chunk);
-  const int64_t min_blocks = std::max<int64_t>(1, (int64_t{1} << 17) / work);
-  const int64_t grouped = quantized ? w.rows / kPackRows * kPackRows : w.rows;
-  parallel_blocks(grouped, rows_per_chunk, min_blocks, [&](int64_t r0, int64_t r1) {
-    switch (isa) {
-#if defined(__x86_64__)
-      case Isa::kAvx512: avx512::linear_rows(call, r0, r1); return;
-      case Isa::kAvx2: avx2::linear_rows(call, r0, r1); return;
-#endif
-#if defined(__aarch64__)
-      case Isa::kNeon: neon::linear_rows(call, r0, r1); return;
-#endif
-      default: reference_rows(call, r0, r1); return;
+  const LinearTo one{w, y};
+  linear_many(x, n, &one, 1);
+}
+
+void linear_many(const float* x, int64_t n, const LinearTo* outs, int count) {
+  if (n == 0 || count == 0) return;
+  for (int i = 0; i < count; ++i)
+    if (outs[i].w.rows > 0) check(outs[i].w);
+  const WType t = outs[0].w.type;
+  // The activations are quantized once for every matrix that takes the
+  // same form (Q8_K for the K-quants, quant.h's blocks for the others);
+  // matrices of another form run as calls of their own.
+  auto form = [](WType u) { return is_kquant(u) ? 2 : is_quantized(u) ? 1 : 0; };
+  for (int i = 1; i < count; ++i)
+    if (form(outs[i].w.type) != form(t) || outs[i].w.cols != outs[0].w.cols) {
+      for (int j = 0; j < count; ++j) linear_many(x, n, outs + j, 1);
+      return;
     }
-  });
-  if (grouped < w.rows) reference_rows(call, grouped, w.rows);
+  const Isa isa = isa_in_use();
+  thread_local Q8KRows qk;
+  thread_local QuantizedRows qx;
+  if (form(t) == 2)
+    quantize_q8k(x, n, outs[0].w.cols, qk);
+  else if (form(t) == 1)
+    quantize_for(isa, x, n, outs[0].w.cols, qx);
+  constexpr int kMost = 4;
+  Part parts[kMost];
+  for (int i0 = 0; i0 < count; i0 += kMost) {
+    int m = 0;
+    for (int i = i0; i < std::min(count, i0 + kMost); ++i)
+      if (outs[i].w.rows > 0) parts[m++] = part_for({x, n, outs[i].w, outs[i].y, &qx}, form(t) == 2 ? &qk : nullptr);
+    run_parts(parts, m, isa);
+  }
 }
 
 }  // namespace splitspec::kernels

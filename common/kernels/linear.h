@@ -46,6 +46,16 @@ void use_isa(Isa isa);
 
 void linear(const float* x, int64_t n, const MatrixRef& w, float* y);
 
+// linear() of several matrices over one input x[n, cols], in one parallel
+// region, x quantized once where their weights share an activation form:
+// each y bitwise what linear() gives it alone (a layer's q, k and v, or its
+// gate and up, without a region and a quantization each).
+struct LinearTo {
+  MatrixRef w;
+  float* y;  // [n, w.rows]
+};
+void linear_many(const float* x, int64_t n, const LinearTo* outs, int count);
+
 // The definition above in plain C++, one thread: the oracle of the tests.
 void linear_reference(const float* x, int64_t n, const MatrixRef& w, float* y);
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <numeric>
 #include <fstream>
+#include <initializer_list>
 #include <random>
 
 #include "common/kernels/kernels.h"
@@ -470,6 +471,20 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     kernels::linear(f(in), n, w.acquire(l, m), f(y));
     w.release();
   };
+  // Matrices over one input (a layer's q, k and v; its gate and up) in one
+  // parallel region, the input quantized once, where the provider can hold
+  // them together.
+  auto linears = [&](Rows& in, int64_t l, std::initializer_list<std::pair<LayerMatrix, Rows*>> ms) {
+    if (!w.holds_several()) {
+      for (const auto& [m, y] : ms) linear(in, l, m, *y);
+      return;
+    }
+    kernels::LinearTo outs[3];
+    int count = 0;
+    for (const auto& [m, y] : ms) outs[count++] = {w.acquire(l, m), f(*y)};
+    kernels::linear_many(f(in), n, outs, count);
+    for (int i = 0; i < count; ++i) w.release();
+  };
   // Every kernel but attention treats rows independently and is
   // batch-invariant, so it runs once over the whole batch; attention reads
   // each sequence's own cache under its own mask.
@@ -495,29 +510,26 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
       const double scalar = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(D);
       const float scale = static_cast<float>(1.0 / std::sqrt(scalar));
       const bool own_kv = c.layer_has_kv(l);
-      if (c.attn_output_gate) {
-        // Each head's query, then its gate.
-        linear(h, l, LayerMatrix::kQ, q_gate);
+      // With an output gate, each head's query, then its gate.
+      Rows& q_out = c.attn_output_gate ? q_gate : q;
+      // A layer without a value matrix takes its key's projection.
+      if (!own_kv)
+        linears(h, l, {{LayerMatrix::kQ, &q_out}});
+      else if (c.layer_value_is_key(l))
+        linears(h, l, {{LayerMatrix::kQ, &q_out}, {LayerMatrix::kK, &k}});
+      else
+        linears(h, l, {{LayerMatrix::kQ, &q_out}, {LayerMatrix::kK, &k}, {LayerMatrix::kV, &v}});
+      if (own_kv && c.layer_value_is_key(l)) std::memcpy(f(v), f(k), n * Hkv * D * sizeof(float));
+      if (c.attn_output_gate)
         for (int64_t r = 0; r < n * Hq; ++r) {
           std::memcpy(f(q) + r * D, f(q_gate) + r * 2 * D, D * sizeof(float));
           std::memcpy(f(attn_gate) + r * D, f(q_gate) + r * 2 * D + D, D * sizeof(float));
         }
-      } else {
-        linear(h, l, LayerMatrix::kQ, q);
-      }
       // Each head's rows normed as rows of their own: `gain` null for none.
       auto head_norm = [&](Rows& t, int64_t heads, const float* gain) {
         kernels::rms_norm(f(t), n * heads, D, gain ? gain : ones.data(), eps, f(head_normed));
         std::memcpy(f(t), f(head_normed), n * heads * D * sizeof(float));
       };
-      if (own_kv) {
-        linear(h, l, LayerMatrix::kK, k);
-        // A layer without a value matrix takes its key's projection.
-        if (c.layer_value_is_key(l))
-          std::memcpy(f(v), f(k), n * Hkv * D * sizeof(float));
-        else
-          linear(h, l, LayerMatrix::kV, v);
-      }
       if (c.attention_bias) {
         add_bias(f(q), n, Hq * D, w.vector(l, LayerVector::kQBias));
         add_bias(f(k), n, Hkv * D, w.vector(l, LayerVector::kKBias));
@@ -559,8 +571,7 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
     branch_norm(LayerVector::kPostAttnNorm);
     kernels::add_inplace(f(x), f(delta), n * H);
     kernels::rms_norm(f(x), n, H, w.post_norm(l), eps, f(h));
-    linear(h, l, LayerMatrix::kGate, gate);
-    linear(h, l, LayerMatrix::kUp, up);
+    linears(h, l, {{LayerMatrix::kGate, &gate}, {LayerMatrix::kUp, &up}});
     const int64_t I = c.layer_intermediate_size(l);
     if (c.activation == Activation::kGeluTanh)
       kernels::gelu_tanh_mul(f(gate), f(up), n * I, f(gate));

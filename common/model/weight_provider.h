@@ -23,6 +23,10 @@ class WeightProvider {
   // A matrix, valid until release().
   virtual MatrixRef acquire(int64_t layer, LayerMatrix m) = 0;
   virtual void release() {}
+  // Whether several matrices may be acquired before their releases, which
+  // then come in the same order (weights in memory); a streamed provider
+  // reuses its read buffer and holds one at a time.
+  virtual bool holds_several() const { return false; }
   // The LM head on m rows already through the final norm: logits [m, vocab]
   // (m may be 0: a streamed head still passes over its units).
   virtual void head(const float* normed, int64_t m, float* logits) = 0;
@@ -46,6 +50,7 @@ class ResidentWeights final : public WeightProvider {
  public:
   explicit ResidentWeights(const WeightSet& weights) : w_(weights) {}
   MatrixRef acquire(int64_t layer, LayerMatrix m) override { return w_.layers[layer][static_cast<int>(m)]; }
+  bool holds_several() const override { return true; }
   void head(const float* normed, int64_t m, float* logits) override;
   void embed(const int64_t* ids, int64_t n, float* out) override;
   const float* input_norm(int64_t layer) const override { return w_.input_norm(layer); }
