@@ -5,14 +5,17 @@ for a server's compute on the same cores) and (c) a 1 kHz control loop on
 one core (0.2 ms of work a tick; a tick whose work ends past its deadline is
 a miss), at normal priority and (d) at real-time priority (SCHED_FIFO 50, as
 a robot's controller runs; needs the privilege, else that setting is left
-out, saying so). Thread counts interleaved ABBA within each setting; medians of the
-runs' medians and p99s (`bench forward --json`), and the control loop's
-misses per thousand ticks beside each thread count while the forwards were
-timed (bench forward's timed_steady_s: not the model's load before them);
-each with the runs' range.
+out, saying so); on request also (e) a waker, 1 ms of work every 50 ms on
+any core (a daemon's, or a VM agent's, periodic wake-ups: not a control
+loop, and no reason to give up a thread). With --baseline, another build's
+default runs too, interleaved. Thread counts interleaved ABBA within each
+setting; medians of the runs' medians and p99s (`bench forward --json`), and
+the control loop's misses per thousand ticks beside each thread count while
+the forwards were timed (bench forward's timed_steady_s: not the model's
+load before them); each with the runs' range.
 
   python3 bench/shared_cores.py [--rounds 2] [--model NAME=DIR:K ...] [--settings yes,...]
-      [--min-seconds 2] [--out FILE]
+      [--min-seconds 2] [--baseline OTHER_SPLITSPEC] [--out FILE]
 """
 import argparse, json, os, signal, statistics, subprocess, sys, time
 
@@ -25,10 +28,18 @@ p.add_argument("--model", action="append", help="NAME=PATH:K[:BUDGET] (default: 
                "weights from disk under it (bench forward --memory-budget), so its loader thread shares the cores too")
 p.add_argument("--out")
 p.add_argument("--settings", default="nothing,yes,control loop,real-time control loop",
-               help="comma-separated, of: nothing, yes, control loop, real-time control loop")
+               help="comma-separated, of: nothing, yes, control loop, real-time control loop, waker")
+p.add_argument("--baseline", help="another splitspec binary whose default threads run beside each setting too")
 p.add_argument("--min-seconds", default="2", help="each bench forward's length (a fresh process each run)")
 p.add_argument("--control-loop", action="store_true", help=argparse.SUPPRESS)
+p.add_argument("--waker", action="store_true", help=argparse.SUPPRESS)
 a = p.parse_args()
+
+if a.waker:  # 1 ms of work every 50 ms, on whichever core is free
+    while True:
+        end = time.monotonic() + 0.001
+        while time.monotonic() < end: pass
+        time.sleep(0.05)
 
 if a.control_loop:  # the 1 kHz loop itself, pinned to CPU 0
     os.sched_setaffinity(0, {0})
@@ -55,9 +66,12 @@ if a.control_loop:  # the 1 kHz loop itself, pinned to CPU 0
 models = a.model or [f"demo draft=models/demo-draft:1", f"demo target=models/demo-target:5"] + (
     ["1B Q4_K_M=build/vs_llamacpp/bench-1b-lq-q4_k_m.gguf:1"]
     if os.path.exists(os.path.join(ROOT, "build/vs_llamacpp/bench-1b-lq-q4_k_m.gguf")) else [])
-threads = {"default": "0", "1": "1", "2": "2"}
+# Each column: (binary, --threads).
+threads = {"default": (a.bin, "0"), "1": (a.bin, "1"), "2": (a.bin, "2")}
+if a.baseline:
+    threads["default, baseline"] = (a.baseline, "0")
 settings = [x for x in a.settings.split(",") if x]
-unknown = set(settings) - {"nothing", "yes", "control loop", "real-time control loop"}
+unknown = set(settings) - {"nothing", "yes", "control loop", "real-time control loop", "waker"}
 if unknown:
     sys.exit(f"unknown settings: {', '.join(sorted(unknown))}")
 try:
@@ -83,8 +97,11 @@ for setting in settings:
                     env = dict(os.environ, SHARED_CORES_RT="1") if setting.startswith("real-time") else None
                     side = subprocess.Popen([sys.executable, __file__, "--control-loop"], stdout=subprocess.PIPE,
                                             text=True, env=env)
-                out = subprocess.run([a.bin, "bench", "forward", "--target", os.path.join(ROOT, path), "--contexts", "128",
-                                      "--new-tokens", k, "--threads", threads[t], "--min-seconds", a.min_seconds, "--json",
+                elif setting == "waker":
+                    side = subprocess.Popen([sys.executable, __file__, "--waker"])
+                binary, count = threads[t]
+                out = subprocess.run([binary, "bench", "forward", "--target", os.path.join(ROOT, path), "--contexts", "128",
+                                      "--new-tokens", k, "--threads", count, "--min-seconds", a.min_seconds, "--json",
                                       *(["--memory-budget", budget[0]] if budget else [])],
                                      capture_output=True, text=True, env={k_: v for k_, v in os.environ.items()
                                                                           if k_ != "OMP_NUM_THREADS"})
