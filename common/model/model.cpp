@@ -12,6 +12,7 @@
 #include <numeric>
 #include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <random>
 
 #include "common/kernels/kernels.h"
@@ -475,11 +476,11 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<BatchItem>& it
   // parallel region, the input quantized once, where the provider can hold
   // them together.
   auto linears = [&](Rows& in, int64_t l, std::initializer_list<std::pair<LayerMatrix, Rows*>> ms) {
-    if (!w.holds_several()) {
+    kernels::LinearTo outs[3];
+    if (!w.holds_several() || ms.size() > std::size(outs)) {
       for (const auto& [m, y] : ms) linear(in, l, m, *y);
       return;
     }
-    kernels::LinearTo outs[3];
     int count = 0;
     for (const auto& [m, y] : ms) outs[count++] = {w.acquire(l, m), f(*y)};
     kernels::linear_many(f(in), n, outs, count);
