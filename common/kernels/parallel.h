@@ -38,9 +38,10 @@ class ScopedThreads {
 
 // Runs fn(ctx, c) for every chunk c in [0, chunks) on the calling thread
 // and up to n - 1 of its pool's workers (pool.cpp), each chunk once, and
-// returns when all are done. Chunks are handed out one at a time, so a core
-// slowed by other work takes fewer, and the caller never waits for a worker
-// that has not begun one.
+// returns when all are done. Each thread takes its own range of chunks one
+// at a time, then the others' left over, so a core slowed by other work
+// takes fewer, and the caller never waits for a worker that has not begun
+// one.
 using ChunkFn = void (*)(const void* ctx, int64_t chunk);
 void run_chunks(int64_t chunks, int n, ChunkFn fn, const void* ctx);
 // Whether this thread is running chunks (a nested parallel() runs serially).

@@ -36,6 +36,11 @@ constexpr auto kSpin = std::chrono::microseconds(50);
 // How often a busy worker reads its own delay.
 constexpr auto kDelayRead = std::chrono::milliseconds(10);
 using Clock = std::chrono::steady_clock;
+// Pauses a caller spins for a spinning worker's last chunk before yielding
+// (a pause is 10-60 ns, by CPU).
+constexpr int kSpinForChunk = 1024;
+// Ranges a job is split into, at most: threads past them own none.
+constexpr int kRanges = 64;
 
 inline void relax() {
 #if defined(__x86_64__)
@@ -65,36 +70,44 @@ class Pool {
     }
     // Only the caller posts, so posted_ is the last job's generation.
     const uint32_t g = posted_.load(std::memory_order_relaxed) + 1;
+    const int parts = std::min(n, kRanges);
     // The last job's claims close first. A worker still in its help() may
-    // read this job's chunk count: the release below makes it see the
-    // closed word too, so that it cannot claim a chunk past the last job's
-    // end, which would run a chunk of this job twice and count it done once
-    // too often (Pool.BackToBackJobsOfOtherSizesRunEachChunkOnce).
-    claim_.store(uint64_t{g} << 32 | 0xffffffffu, std::memory_order_relaxed);
+    // read this job's shape: the release below makes it see the closed
+    // words too, so that it cannot claim a chunk past the last job's end,
+    // which would run a chunk of this job twice and count it done once too
+    // often (Pool.BackToBackJobsOfOtherSizesRunEachChunkOnce).
+    for (int i = 0; i < last_parts_; ++i) ranges_[i].claim.store(uint64_t{g} << 32 | 0xffffffffu, std::memory_order_relaxed);
+    last_parts_ = parts;
     fn_.store(fn, std::memory_order_relaxed);
     ctx_.store(ctx, std::memory_order_relaxed);
-    chunks_.store(chunks, std::memory_order_release);
+    shape_.store(static_cast<uint64_t>(chunks) << 32 | static_cast<uint32_t>(parts), std::memory_order_release);
     helpers_.store(n - 1, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
-    claim_.store(uint64_t{g} << 32, std::memory_order_release);
+    for (int i = 0; i < parts; ++i)
+      ranges_[i].claim.store(uint64_t{g} << 32 | static_cast<uint64_t>(chunks * i / parts), std::memory_order_release);
     posted_.store(g);
-    if (sleepers_.load() > 0) {
+    const bool woke = sleepers_.load() > 0;
+    if (woke) {
       std::lock_guard<std::mutex> lock(mutex_);
       wake_.notify_all();
     }
     const auto start = Clock::now();
-    help(g);
-    // Only chunks another thread has begun are left: wait for them,
-    // yielding soon. A sleeping worker is often woken onto the caller's own
+    const int64_t own = help(g, 0);
+    // Only chunks another thread has begun are left: wait for them. After
+    // waking a worker, yield soon: it is often woken onto the caller's own
     // core (the scheduler's wake-affine placement), and a caller that spun
     // longer (4096 pauses) held that core from the chunk it waited for: in
     // 4 of 10 idle runs the demo target's 5-token forward at 2 threads took
-    // 0.62 ms, slower than 1 thread's 0.56, against 0.37 in the others.
+    // 0.62 ms, slower than 1 thread's 0.56, against 0.37 in the others. A
+    // worker that was spinning is on a core of its own, and its last chunk
+    // takes about as long as a yield's system call on this VM (a few
+    // microseconds): spin for it first.
     const auto helped = Clock::now();
+    const int spin = woke ? 64 : kSpinForChunk;
     bool waited = false;
-    for (int spins = 0; done_.load(std::memory_order_acquire) < chunks; ++spins) {
+    for (int spins = 0; done_.load(std::memory_order_acquire) < chunks - own; ++spins) {
       waited = true;
-      if (spins < 64)
+      if (spins < spin)
         relax();
       else
         std::this_thread::yield();
@@ -131,18 +144,39 @@ class Pool {
     return sum;
   }
 
-  // Takes chunks of job g until none is left; a thread that claimed one
-  // keeps the job alive (its caller waits for it), so fn and ctx are g's.
-  void help(uint32_t g) {
-    for (;;) {
-      uint64_t w = claim_.load(std::memory_order_acquire);
-      if (static_cast<uint32_t>(w >> 32) != g) return;
-      const int64_t c = static_cast<int64_t>(w & 0xffffffffu);
-      if (c >= chunks_.load(std::memory_order_acquire)) return;
-      if (!claim_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
-      fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), c);
-      done_.fetch_add(1, std::memory_order_release);
+  // Takes chunks of job g until none is left, its own range first, then
+  // the others' (a worker that woke late, or whose core is taken, leaves
+  // its range to the rest); returns how many it ran. A thread that claimed
+  // one keeps the job alive (its caller waits for it), so fn and ctx are
+  // g's. Claims from its own range touch only a cache line of its own, and
+  // a worker counts its chunks done once: a chunk claimed and counted on
+  // shared lines passed them between the cores twice, about a microsecond
+  // here, as long as a chunk of a small model's 8-row forward.
+  int64_t help(uint32_t g, int self) {
+    int64_t ran = 0;
+    for (int k = 0;; ++k) {
+      const uint64_t shape = shape_.load(std::memory_order_acquire);
+      const int parts = static_cast<int>(static_cast<uint32_t>(shape));
+      if (k >= parts) break;
+      const int i = (self + k) % parts;
+      const int64_t end = static_cast<int64_t>(shape >> 32) * (i + 1) / parts;
+      std::atomic<uint64_t>& claim = ranges_[i].claim;
+      uint64_t w = claim.load(std::memory_order_acquire);
+      for (;;) {
+        if (static_cast<uint32_t>(w >> 32) != g) {
+          k = parts;  // the job is over
+          break;
+        }
+        const int64_t c = static_cast<int64_t>(w & 0xffffffffu);
+        if (c >= end) break;
+        if (!claim.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
+        fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), c);
+        ++ran;
+        w = claim.load(std::memory_order_acquire);
+      }
+      if (k >= parts) break;
     }
+    return ran;
   }
 
   void work(int id, std::atomic<int64_t>& published) {
@@ -167,7 +201,8 @@ class Pool {
       }
       if (stop_.load()) return;
       seen = g;
-      if (id < helpers_.load(std::memory_order_relaxed)) help(g);
+      if (id < helpers_.load(std::memory_order_relaxed))
+        if (const int64_t ran = help(g, id + 1); ran > 0) done_.fetch_add(ran, std::memory_order_release);
       if (const auto now = Clock::now(); now >= next_read) {
         published.store(delay.ns(), std::memory_order_relaxed);
         next_read = now + kDelayRead;
@@ -177,11 +212,18 @@ class Pool {
 
   std::vector<std::thread> workers_;
   // Each counter on a cache line of its own: the spinning workers read
-  // posted_ while the threads of a job update claim_ and done_.
+  // posted_ while the threads of a job update their ranges and done_.
   alignas(64) std::atomic<uint32_t> posted_{0};
-  alignas(64) std::atomic<uint64_t> claim_{0};  // generation << 32 | the next chunk
   alignas(64) std::atomic<int64_t> done_{0};
-  alignas(64) std::atomic<int64_t> chunks_{0};
+  // A job's chunks are split into one range for each of its threads (up to
+  // kRanges; more threads take from the others'), each range's next chunk
+  // claimed on a cache line of its own.
+  struct alignas(64) Range {
+    std::atomic<uint64_t> claim{0};  // generation << 32 | the next chunk
+  };
+  Range ranges_[kRanges];
+  int last_parts_ = 0;  // the ranges the last job opened (the caller's alone)
+  alignas(64) std::atomic<uint64_t> shape_{0};  // chunks << 32 | ranges
   std::atomic<int> helpers_{0};
   std::atomic<ChunkFn> fn_{nullptr};
   std::atomic<const void*> ctx_{nullptr};
