@@ -157,16 +157,12 @@ class Pool {
     for (int k = 0;; ++k) {
       const uint64_t shape = shape_.load(std::memory_order_acquire);
       const int parts = static_cast<int>(static_cast<uint32_t>(shape));
-      if (k >= parts) break;
+      if (k >= parts) return ran;
       const int i = (self + k) % parts;
       const int64_t end = static_cast<int64_t>(shape >> 32) * (i + 1) / parts;
       std::atomic<uint64_t>& claim = ranges_[i].claim;
-      uint64_t w = claim.load(std::memory_order_acquire);
-      for (;;) {
-        if (static_cast<uint32_t>(w >> 32) != g) {
-          k = parts;  // the job is over
-          break;
-        }
+      for (uint64_t w = claim.load(std::memory_order_acquire);;) {
+        if (static_cast<uint32_t>(w >> 32) != g) return ran;  // the job is over
         const int64_t c = static_cast<int64_t>(w & 0xffffffffu);
         if (c >= end) break;
         if (!claim.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
@@ -174,9 +170,7 @@ class Pool {
         ++ran;
         w = claim.load(std::memory_order_acquire);
       }
-      if (k >= parts) break;
     }
-    return ran;
   }
 
   void work(int id, std::atomic<int64_t>& published) {

@@ -143,14 +143,14 @@ void spin_for(std::chrono::microseconds d) {
 // measure says so, and only of the thread that reads it.
 TEST(RunDelay, GrowsWhileTheThreadWaitsForItsCore) {
   int64_t waited[2] = {0, 0};
-  bool available = true;
+  std::atomic<bool> available{true};  // both busy threads may clear it
   std::thread([&] {
     pin_to_one_cpu();
     std::vector<std::thread> busy;
     for (int i = 0; i < 2; ++i)
       busy.emplace_back([&, i] {
         RunDelay d;
-        available = available && d.available();
+        if (!d.available()) available = false;
         const int64_t before = d.ns();
         spin_for(std::chrono::milliseconds(300));
         waited[i] = d.ns() - before;
