@@ -42,6 +42,10 @@ constexpr int kSpinForChunk = 1024;
 // Ranges a job is split into, at most: threads past them own none.
 constexpr int kRanges = 64;
 
+// The first chunk of range i of a job's `parts`; range i ends where i + 1
+// begins.
+inline int64_t range_start(int64_t chunks, int i, int parts) { return chunks * i / parts; }
+
 inline void relax() {
 #if defined(__x86_64__)
   _mm_pause();
@@ -84,7 +88,7 @@ class Pool {
     helpers_.store(n - 1, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     for (int i = 0; i < parts; ++i)
-      ranges_[i].claim.store(uint64_t{g} << 32 | static_cast<uint64_t>(chunks * i / parts), std::memory_order_release);
+      ranges_[i].claim.store(uint64_t{g} << 32 | static_cast<uint64_t>(range_start(chunks, i, parts)), std::memory_order_release);
     posted_.store(g);
     const bool woke = sleepers_.load() > 0;
     if (woke) {
@@ -153,13 +157,15 @@ class Pool {
   // shared lines passed them between the cores twice, about a microsecond
   // here, as long as a chunk of a small model's 8-row forward.
   int64_t help(uint32_t g, int self) {
+    // Read once: a later job's shape comes with claim words of its own
+    // generation, which end this one below.
+    const uint64_t shape = shape_.load(std::memory_order_acquire);
+    const int64_t chunks = static_cast<int64_t>(shape >> 32);
+    const int parts = static_cast<int>(static_cast<uint32_t>(shape));
     int64_t ran = 0;
-    for (int k = 0;; ++k) {
-      const uint64_t shape = shape_.load(std::memory_order_acquire);
-      const int parts = static_cast<int>(static_cast<uint32_t>(shape));
-      if (k >= parts) return ran;
+    for (int k = 0; k < parts; ++k) {
       const int i = (self + k) % parts;
-      const int64_t end = static_cast<int64_t>(shape >> 32) * (i + 1) / parts;
+      const int64_t end = range_start(chunks, i + 1, parts);
       std::atomic<uint64_t>& claim = ranges_[i].claim;
       for (uint64_t w = claim.load(std::memory_order_acquire);;) {
         if (static_cast<uint32_t>(w >> 32) != g) return ran;  // the job is over
@@ -171,6 +177,7 @@ class Pool {
         w = claim.load(std::memory_order_acquire);
       }
     }
+    return ran;
   }
 
   void work(int id, std::atomic<int64_t>& published) {
