@@ -13,7 +13,7 @@ namespace {
 // of Q6_K's (2 x 2 x 63 x 127 = 32004).
 struct Maddubs : Lanes8 {
   static constexpr int q4k_run = 8, q6k_run = 2;
-  static __m256i step(__m256i part, __m256i q, __m256i x) { return _mm256_add_epi16(part, _mm256_maddubs_epi16(q, x)); }
+  static __m256i step(__m256i part, __m256i q, const int8_t* x) { return _mm256_add_epi16(part, _mm256_maddubs_epi16(q, four(x))); }
   static __m256i q4k_apply(__m256i isum, __m256i part, __m256i s) { return _mm256_add_epi32(isum, _mm256_madd_epi16(part, s)); }
   static __m256i q6k_apply(__m256i isum, __m256i part, __m256i s) { return q4k_apply(isum, part, s); }
   // Byte b of each lane in both of its 16-bit halves.

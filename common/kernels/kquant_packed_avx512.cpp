@@ -13,6 +13,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "common/kernels/kquant_packed_x86.h"
+#include "common/kernels/vnni_x86.h"
 
 namespace splitspec::kernels::avx512 {
 
@@ -75,7 +76,7 @@ struct Dpbusd;
 template <>
 struct Dpbusd<Lanes8> : Lanes8 {
   static constexpr int q4k_run = 4, q6k_run = 4;
-  static I step(I part, I q, I x) { return _mm256_dpbusd_epi32(part, q, x); }
+  static I step(I part, I q, const int8_t* x) { return vnni::dpbusd_at(part, q, x); }
   static I q4k_apply(I isum, I part, I s) { return _mm256_dpwssd_epi32(isum, part, s); }
   static I q6k_apply(I isum, I part, I s) { return _mm256_add_epi32(isum, _mm256_mullo_epi32(part, s)); }
   static I q4k_scale(I u, int b) { return and_(srli32(u, 8 * b), set32(0xff)); }
@@ -85,7 +86,7 @@ struct Dpbusd<Lanes8> : Lanes8 {
 template <>
 struct Dpbusd<Lanes16> : Lanes16 {
   static constexpr int q4k_run = 4, q6k_run = 4;
-  static I step(I part, I q, I x) { return _mm512_dpbusd_epi32(part, q, x); }
+  static I step(I part, I q, const int8_t* x) { return vnni::dpbusd_at(part, q, x); }
   static I q4k_apply(I isum, I part, I s) { return _mm512_dpwssd_epi32(isum, part, s); }
   static I q6k_apply(I isum, I part, I s) { return _mm512_add_epi32(isum, _mm512_mullo_epi32(part, s)); }
   static I q4k_scale(I u, int b) { return and_(srli32(u, 8 * b), set32(0xff)); }

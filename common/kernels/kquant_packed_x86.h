@@ -16,7 +16,7 @@
 //   groups of kKPackRows rows one vector spans, side by side; loads take
 //   the byte distance between those groups' same super-blocks);
 //   step(part, q, x): part plus each lane's four quant bytes q (unsigned)
-//     times the four activation bytes x (signed), in P's partial form;
+//     times the four activation bytes at x (signed), in P's partial form;
 //   q4k_apply, q6k_apply(isum, part, s): isum (int32 lanes) plus part
 //     times scale s;
 //   q4k_scale(u, b): byte b (0..3) of each lane of u as q4k_apply's scale;
@@ -127,7 +127,7 @@ void q4k_group(const uint8_t* g, int64_t nb, const Q8KRows& x, int64_t j0, float
           const I raw = P::load(p + 128 + 32 * (8 * (j / 2) + k), gap);
           const I q = j % 2 == 0 ? P::and_(raw, low4) : P::and_(P::srli16(raw, 4), low4);
           for (int i = 0; i < R; ++i) {
-            part[i] = P::step(part[i], q, P::four(xq[i] + 32 * j + 4 * k));
+            part[i] = P::step(part[i], q, xq[i] + 32 * j + 4 * k);
             in_order(part[i]);
           }
         }
@@ -198,7 +198,7 @@ void q6k_group(const uint8_t* g, int64_t nb, const Q8KRows& x, int64_t j0, float
           // Row by row, so only one part is live.
           for (int i = 0; i < R; ++i) {
             I part = P::zero();
-            for (int k = 0; k < P::q6k_run; ++k) part = P::step(part, q[k], P::four(xq[i] + at + 4 * k));
+            for (int k = 0; k < P::q6k_run; ++k) part = P::step(part, q[k], xq[i] + at + 4 * k);
             isum[i] = P::q6k_apply(isum[i], part, s);
             in_order(isum[i]);
           }
