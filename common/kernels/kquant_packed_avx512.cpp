@@ -13,7 +13,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "common/kernels/kquant_packed_x86.h"
-#include "common/kernels/vnni_x86.h"
 
 namespace splitspec::kernels::avx512 {
 
@@ -37,11 +36,6 @@ struct Lanes16 {
   static I bytes16(const uint8_t* p, int64_t gap, __m128i order) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(Lanes8::bytes16(p, 0, order)), Lanes8::bytes16(p + gap, 0, order), 1);
   }
-  static I four(const int8_t* x) {
-    int32_t v;
-    std::memcpy(&v, x, 4);
-    return _mm512_set1_epi32(v);
-  }
   static I shuffle(I v, __m128i order) { return _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(order)); }
   static I zero() { return _mm512_setzero_si512(); }
   static I set8(char c) { return _mm512_set1_epi8(c); }
@@ -64,6 +58,23 @@ struct Lanes16 {
   static void store(float* out, F v) { _mm512_storeu_ps(out, v); }
 };
 
+// vpdpbusd with the four signed bytes at x broadcast to every lane from
+// memory ({1to16}, {1to8}), written as one instruction: GCC 12 emits
+// `_mm512_dpbusd_epi32(a, q, _mm512_set1_epi32(x))` as a vpbroadcastd and
+// then the product, one broadcast for every product here. Folded, the
+// 1B-class Q4_K_M 5-token forward took 0.9x the time on Zen 5; Q4_0's
+// products, tried the same way, were no faster (bench/results/k_token.md,
+// "Embedded broadcasts"). The integers are vpdpbusd's either way.
+inline __m512i dpbusd_at(__m512i acc, __m512i q, const int8_t* x) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(q), "m"(*reinterpret_cast<const int32_t*>(x)));
+  return acc;
+}
+
+inline __m256i dpbusd_at(__m256i acc, __m256i q, const int8_t* x) {
+  asm("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(q), "m"(*reinterpret_cast<const int32_t*>(x)));
+  return acc;
+}
+
 // A part is a lane's exact 32-bit sum. Half a Q4_K sub-block's (at most 16
 // x 15 x 127 = 30480) fits the lane's low 16 bits, sign-extended, so one
 // vpdpwssd against the scale in the low half (0 in the high) multiplies and
@@ -76,7 +87,7 @@ struct Dpbusd;
 template <>
 struct Dpbusd<Lanes8> : Lanes8 {
   static constexpr int q4k_run = 4, q6k_run = 4;
-  static I step(I part, I q, const int8_t* x) { return vnni::dpbusd_at(part, q, x); }
+  static I step(I part, I q, const int8_t* x) { return dpbusd_at(part, q, x); }
   static I q4k_apply(I isum, I part, I s) { return _mm256_dpwssd_epi32(isum, part, s); }
   static I q6k_apply(I isum, I part, I s) { return _mm256_add_epi32(isum, _mm256_mullo_epi32(part, s)); }
   static I q4k_scale(I u, int b) { return and_(srli32(u, 8 * b), set32(0xff)); }
@@ -86,7 +97,7 @@ struct Dpbusd<Lanes8> : Lanes8 {
 template <>
 struct Dpbusd<Lanes16> : Lanes16 {
   static constexpr int q4k_run = 4, q6k_run = 4;
-  static I step(I part, I q, const int8_t* x) { return vnni::dpbusd_at(part, q, x); }
+  static I step(I part, I q, const int8_t* x) { return dpbusd_at(part, q, x); }
   static I q4k_apply(I isum, I part, I s) { return _mm512_dpwssd_epi32(isum, part, s); }
   static I q6k_apply(I isum, I part, I s) { return _mm512_add_epi32(isum, _mm512_mullo_epi32(part, s)); }
   static I q4k_scale(I u, int b) { return and_(srli32(u, 8 * b), set32(0xff)); }
