@@ -84,6 +84,53 @@ TEST(KQuant, ProductsTrackTheDequantizedWeightsAndAreBatchInvariant) {
   }
 }
 
+// The activations' Q8_K form is the same on every instruction set, edge
+// cases included: the first of two equal magnitudes of opposite sign,
+// rounding ties, an all-zero block beside a NaN, an infinity. Seen through
+// the products (the plain and the packed bodies) against the reference.
+TEST(KQuant, ActivationsQuantizeAlikeOnEveryInstructionSet) {
+  const int64_t cols = 512, n = 3, rows = 24;
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  for (float& v : x) v = normal(rng);
+  float* tie = x.data() + cols;  // row 1: -3 before +3, both of the largest magnitude
+  tie[5] = -3.5f;
+  tie[9] = 3.5f;
+  tie[200] = 3.5f;
+  for (int i = 0; i < kSuperBlock; ++i) tie[kSuperBlock + i] = 0.0f;
+  tie[kSuperBlock + 17] = std::nanf("");
+  float* edge = x.data() + 2 * cols;  // row 2: an infinity; max 127, so every x.5 is a tie
+  edge[40] = INFINITY;
+  for (int i = 0; i < kSuperBlock; ++i) edge[kSuperBlock + i] = static_cast<float>(i % 40 - 20) + 0.5f;
+  edge[kSuperBlock + 3] = 127.0f;
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!(std::isnan(a[i]) && std::isnan(b[i])) && std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
+    return true;
+  };
+  const kernels::Isa before = kernels::isa_in_use();
+  for (WType t : {WType::Q4_K, WType::Q6_K, WType::Q5_K}) {
+    std::vector<uint8_t> bytes = random_kquant(t, rows, cols, 4), scratch;
+    std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
+    kernels::linear_reference(x.data(), n, MatrixRef{t, bytes.data(), rows, cols}, want.data());
+    std::vector<uint8_t> packed = bytes;
+    const bool packs = t != WType::Q5_K;
+    if (packs) pack_rows(t, packed.data(), rows, cols, scratch);
+    for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512, kernels::Isa::kNeon}) {
+      if (!kernels::isa_available(isa)) continue;
+      kernels::use_isa(isa);
+      kernels::linear(x.data(), n, MatrixRef{t, bytes.data(), rows, cols}, got.data());
+      EXPECT_TRUE(same(got, want)) << wtype_name(t) << " " << kernels::isa_name(isa);
+      if (packs) {
+        kernels::linear(x.data(), n, MatrixRef{t, packed.data(), rows, cols, true}, got.data());
+        EXPECT_TRUE(same(got, want)) << wtype_name(t) << " packed " << kernels::isa_name(isa);
+      }
+    }
+  }
+  kernels::use_isa(before);
+}
+
 // The packed layout (Q4_K, Q6_K) is a permutation of each group's bytes:
 // packing and unpacking give the file's bytes back, every super-block reads
 // back as stored, and a packed matrix (a tail row past the last whole group

@@ -343,7 +343,7 @@ bool superblock_scales_finite(WType t, const uint8_t* block) {
   return std::isfinite(half_at(d)) && (!superblock_has_mins(t) || std::isfinite(half_at(d + 2)));
 }
 
-void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out) {
+void size_q8k(int64_t rows, int64_t cols, Q8KRows& out) {
   const int64_t nb = cols / kSuperBlock;
   out.rows = rows;
   out.cols = cols;
@@ -351,37 +351,49 @@ void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out) {
   out.q.resize(static_cast<size_t>(rows * cols));
   out.d.resize(static_cast<size_t>(rows * nb));
   out.bsums.resize(static_cast<size_t>(rows * nb * 16));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* v = x + r * cols + b * kSuperBlock;
-      int8_t* q = out.q.data() + r * cols + b * kSuperBlock;
-      int16_t* sums = out.bsums.data() + (r * nb + b) * 16;
-      float max = 0.0f, amax = 0.0f;
-      for (int i = 0; i < kSuperBlock; ++i)
-        if (std::fabs(v[i]) > amax) {
-          amax = std::fabs(v[i]);
-          max = v[i];
-        }
-      if (amax == 0.0f) {
-        out.d[r * nb + b] = 0.0f;
-        std::fill(q, q + kSuperBlock, 0);
-        std::fill(sums, sums + 16, 0);
-        continue;
-      }
-      const float iscale = -127.0f / max;
-      // Rounded to nearest even as std::nearbyint does in the default mode,
-      // without its library call: |iscale * v| <= 127, so adding and taking
-      // away 1.5 x 2^23 leaves it rounded (-ffp-contract=off keeps both).
-      constexpr float kRound = 12582912.0f;
-      for (int i = 0; i < kSuperBlock; ++i)
-        q[i] = static_cast<int8_t>(std::min(127.0f, (iscale * v[i] + kRound) - kRound));
-      for (int g = 0; g < 16; ++g) {
-        int s = 0;
-        for (int i = 0; i < 16; ++i) s += q[16 * g + i];
-        sums[g] = static_cast<int16_t>(s);
-      }
-      out.d[r * nb + b] = 1.0f / iscale;
+  out.q6k_starts.resize(out.bsums.size());
+}
+
+void quantize_q8k_superblock(const float* v, int8_t* q, float& d, int16_t* sums) {
+  float max = 0.0f, amax = 0.0f;
+  for (int i = 0; i < kSuperBlock; ++i)
+    if (std::fabs(v[i]) > amax) {
+      amax = std::fabs(v[i]);
+      max = v[i];
     }
+  if (amax == 0.0f) {
+    d = 0.0f;
+    std::fill(q, q + kSuperBlock, 0);
+    std::fill(sums, sums + 16, 0);
+    return;
+  }
+  const float iscale = -127.0f / max;
+  // Rounded to nearest even as std::nearbyint does in the default mode,
+  // without its library call: |iscale * v| <= 127, so adding and taking
+  // away 1.5 x 2^23 leaves it rounded (-ffp-contract=off keeps both).
+  constexpr float kRound = 12582912.0f;
+  for (int i = 0; i < kSuperBlock; ++i) q[i] = static_cast<int8_t>(std::min(127.0f, (iscale * v[i] + kRound) - kRound));
+  for (int g = 0; g < 16; ++g) {
+    int s = 0;
+    for (int i = 0; i < 16; ++i) s += q[16 * g + i];
+    sums[g] = static_cast<int16_t>(s);
+  }
+  d = 1.0f / iscale;
+}
+
+void fill_q6k_starts(Q8KRows& out) {
+  for (size_t i = 0; i < out.bsums.size(); ++i) out.q6k_starts[i] = -32 * out.bsums[i];
+}
+
+void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out) {
+  size_q8k(rows, cols, out);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < out.blocks; ++b) {
+      const int64_t at = r * out.blocks + b;
+      quantize_q8k_superblock(x + r * cols + b * kSuperBlock, out.q.data() + r * cols + b * kSuperBlock, out.d[at],
+                              out.bsums.data() + at * 16);
+    }
+  fill_q6k_starts(out);
 }
 
 void superblock_sums(WType t, const uint8_t* block, int n, const int8_t* const* xq, const int16_t* const*,

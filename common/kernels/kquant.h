@@ -64,8 +64,17 @@ struct Q8KRows {
   std::vector<int8_t> q;       // [rows][cols]
   std::vector<float> d;        // [rows][blocks]
   std::vector<int16_t> bsums;  // [rows][blocks][16]
+  // -32 x bsums: where the AVX-512 body's Q6_K sub-block sums start
+  // (kquant_packed_x86.h), read long after they are written, so a load
+  // never waits on the store that wrote it.
+  std::vector<int32_t> q6k_starts;  // [rows][blocks][16]
 };
 void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out);
+// quantize_q8k's parts, for a vector body of it (kquant_avx2.cpp): the
+// sizes, one super-block, and q6k_starts from bsums.
+void size_q8k(int64_t rows, int64_t cols, Q8KRows& out);
+void quantize_q8k_superblock(const float* v, int8_t* q, float& d, int16_t* sums);
+void fill_q6k_starts(Q8KRows& out);
 
 // One super-block's exact integer sums against the same super-block of n
 // activation rows (inputs xq[i], their 16-sums bsums[i]), into out[i]: over

@@ -75,6 +75,21 @@ inline __m256i dpbusd_at(__m256i acc, __m256i q, const int8_t* x) {
   return acc;
 }
 
+// The 32 bits at p in every lane as a load alone: GCC turns
+// _mm512_set1_epi32 of an array element into a vpermd of the array held in
+// a register, an instruction on the ports the products use.
+inline __m512i broadcast_at(const int32_t* p, __m512i) {
+  __m512i v;
+  asm("vpbroadcastd %1, %0" : "=v"(v) : "m"(*p));
+  return v;
+}
+
+inline __m256i broadcast_at(const int32_t* p, __m256i) {
+  __m256i v;
+  asm("vpbroadcastd %1, %0" : "=v"(v) : "m"(*p));
+  return v;
+}
+
 // A part is a lane's exact 32-bit sum. Half a Q4_K sub-block's (at most 16
 // x 15 x 127 = 30480) fits the lane's low 16 bits, sign-extended, so one
 // vpdpwssd against the scale in the low half (0 in the high) multiplies and
@@ -88,6 +103,7 @@ template <>
 struct Dpbusd<Lanes8> : Lanes8 {
   static constexpr int q4k_run = 4, q6k_run = 4;
   static I step(I part, I q, const int8_t* x) { return dpbusd_at(part, q, x); }
+  static I broadcast(const int32_t* p) { return broadcast_at(p, I{}); }
   static I q4k_apply(I isum, I part, I s) { return _mm256_dpwssd_epi32(isum, part, s); }
   static I q6k_apply(I isum, I part, I s) { return _mm256_add_epi32(isum, _mm256_mullo_epi32(part, s)); }
   static I q4k_scale(I u, int b) { return and_(srli32(u, 8 * b), set32(0xff)); }
@@ -98,6 +114,7 @@ template <>
 struct Dpbusd<Lanes16> : Lanes16 {
   static constexpr int q4k_run = 4, q6k_run = 4;
   static I step(I part, I q, const int8_t* x) { return dpbusd_at(part, q, x); }
+  static I broadcast(const int32_t* p) { return broadcast_at(p, I{}); }
   static I q4k_apply(I isum, I part, I s) { return _mm512_dpwssd_epi32(isum, part, s); }
   static I q6k_apply(I isum, I part, I s) { return _mm512_add_epi32(isum, _mm512_mullo_epi32(part, s)); }
   static I q4k_scale(I u, int b) { return and_(srli32(u, 8 * b), set32(0xff)); }

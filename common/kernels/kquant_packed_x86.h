@@ -153,16 +153,19 @@ void q4k_group(const uint8_t* g, int64_t nb, const Q8KRows& x, int64_t j0, float
 
 // P::kGroups groups of eight Q6_K rows times activation rows j0 .. j0 + R -
 // 1, the quants as stored (the weights plus 32), less 32 x the scales times
-// the activations' 16-sums at the end.
+// the activations' 16-sums. A part that spans a whole sub-block (q6k_run 4,
+// 32 bits) starts from that sub-block's -32 x 16-sum, a broadcast load,
+// where zeroing it took an instruction anyway; narrower parts take the
+// offset at the end.
 template <class P, int R>
 void q6k_group(const uint8_t* g, int64_t nb, const Q8KRows& x, int64_t j0, float* out, int64_t stride) {
   static_assert(4 % P::q6k_run == 0);
+  constexpr bool whole = P::q6k_run == 4;
   using I = typename P::I;
   using F = typename P::F;
   constexpr int64_t bb = kKPackRows * 210;
   const int64_t gap = nb * bb;
   const I low4 = P::set8(0x0F), bits45 = P::set8(0x30);
-  const __m128i pairs = _mm_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
   F acc[R];
   for (int i = 0; i < R; ++i) acc[i] = P::fzero();
   for (int64_t b = 0; b < nb; ++b) {
@@ -170,8 +173,8 @@ void q6k_group(const uint8_t* g, int64_t nb, const Q8KRows& x, int64_t j0, float
     for (int k = 0; k < P::kGroups; ++k) prefetch_ahead(p + k * gap, bb);
     const int8_t* xq[R];
     for (int i = 0; i < R; ++i) xq[i] = x.q.data() + (j0 + i) * x.cols + b * kSuperBlock;
-    I sc[16];
-    for (int j = 0; j < 16; ++j) sc[j] = P::q6k_scale(p + 16 + 8 * j, gap);
+    const int32_t* start[R];
+    for (int i = 0; i < R; ++i) start[i] = x.q6k_starts.data() + ((j0 + i) * nb + b) * 16;
     I isum[R];
     for (int i = 0; i < R; ++i) isum[i] = P::zero();
     // Quant vector Q (0..3) of step k (0..7) in half h: weights 128h + 32Q +
@@ -191,35 +194,51 @@ void q6k_group(const uint8_t* g, int64_t nb, const Q8KRows& x, int64_t j0, float
       for (int Q = 0; Q < 4; ++Q)
 #pragma GCC unroll 8
         for (int k0 = 0; k0 < 8; k0 += P::q6k_run) {
-          const I& s = sc[8 * h + 2 * Q + k0 / 4];
-          I q[P::q6k_run];
-          for (int k = 0; k < P::q6k_run; ++k) q[k] = quants(h, Q, k0 + k);
+          const int j = 8 * h + 2 * Q + k0 / 4;
           const int64_t at = 128 * h + 32 * Q + 4 * k0;
-          // Row by row, so only one part is live.
+          // Rows inside steps, so neighbouring products are independent.
+          // Row by row (one part live, as first written), the 512-bit
+          // 5-row product ran at about half the rate its instructions
+          // allow, each row's four dependent products in a row the likely
+          // cause (k_token.md, "Q6_K's parts side by side").
+          I part[R];
           for (int i = 0; i < R; ++i) {
-            I part = P::zero();
-            for (int k = 0; k < P::q6k_run; ++k) part = P::step(part, q[k], xq[i] + at + 4 * k);
-            isum[i] = P::q6k_apply(isum[i], part, s);
+            part[i] = P::zero();
+            if constexpr (whole) part[i] = P::broadcast(start[i] + j);
+          }
+          for (int k = 0; k < P::q6k_run; ++k) {
+            const I q = quants(h, Q, k0 + k);
+            for (int i = 0; i < R; ++i) {
+              part[i] = P::step(part[i], q, xq[i] + at + 4 * k);
+              in_order(part[i]);
+            }
+          }
+          const I s = P::q6k_scale(p + 16 + 8 * j, gap);
+          for (int i = 0; i < R; ++i) {
+            isum[i] = P::q6k_apply(isum[i], part[i], s);
             in_order(isum[i]);
           }
         }
-    // Scales 2m and 2m + 1 of each row as its lane's halves, against the
-    // activations' 16-sums 2m and 2m + 1.
-    I sp[8];
-    for (int m = 0; m < 8; ++m) sp[m] = P::bytes16(p + 16 + 16 * m, gap, pairs);
-    const F d = P::halves(p, gap);
-    for (int i = 0; i < R; ++i) {
-      const int64_t at = (j0 + i) * nb + b;
-      const int16_t* s16 = x.bsums.data() + at * 16;
-      I off = P::zero();
-      for (int m = 0; m < 8; ++m) {
-        int32_t two;
-        std::memcpy(&two, s16 + 2 * m, 4);
-        off = P::add32(off, P::madd16(sp[m], P::set32(two)));
+    if constexpr (!whole) {
+      // Scales 2m and 2m + 1 of each row as its lane's halves, against the
+      // activations' 16-sums 2m and 2m + 1.
+      const __m128i pairs = _mm_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+      I sp[8];
+      for (int m = 0; m < 8; ++m) sp[m] = P::bytes16(p + 16 + 16 * m, gap, pairs);
+      for (int i = 0; i < R; ++i) {
+        const int16_t* s16 = x.bsums.data() + ((j0 + i) * nb + b) * 16;
+        I off = P::zero();
+        for (int m = 0; m < 8; ++m) {
+          int32_t two;
+          std::memcpy(&two, s16 + 2 * m, 4);
+          off = P::add32(off, P::madd16(sp[m], P::set32(two)));
+        }
+        isum[i] = P::sub32(isum[i], P::slli32(off, 5));
       }
-      const I sum = P::sub32(isum[i], P::slli32(off, 5));
-      acc[i] = P::fmadd(P::mul(d, P::fset(x.d[at])), P::cvt(sum), acc[i]);
     }
+    const F d = P::halves(p, gap);
+    for (int i = 0; i < R; ++i)
+      acc[i] = P::fmadd(P::mul(d, P::fset(x.d[(j0 + i) * nb + b])), P::cvt(isum[i]), acc[i]);
   }
   for (int i = 0; i < R; ++i) P::store(out + i * stride, acc[i]);
 }

@@ -132,6 +132,14 @@ void quantize_for(Isa isa, const float* x, int64_t n, int64_t cols, QuantizedRow
   }
 }
 
+void quantize_q8k_for(Isa isa, const float* x, int64_t n, int64_t cols, Q8KRows& qk) {
+#if defined(__x86_64__)
+  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return avx2::quantize_q8k(x, n, cols, qk);
+#endif
+  (void)isa;
+  quantize_q8k(x, n, cols, qk);
+}
+
 void check(const MatrixRef& w) {
   if (w.cols % block_weights(w.type) != 0)
     throw Error(std::string("linear: ") + wtype_name(w.type) + " weights need a multiple of " +
@@ -351,7 +359,7 @@ void linear_many(const float* x, int64_t n, const LinearTo* outs, int count) {
   thread_local Q8KRows qk;
   thread_local QuantizedRows qx;
   if (form(t) == 2)
-    quantize_q8k(x, n, outs[0].w.cols, qk);
+    quantize_q8k_for(isa, x, n, outs[0].w.cols, qk);
   else if (form(t) == 1)
     quantize_for(isa, x, n, outs[0].w.cols, qx);
   constexpr int kMost = 4;
