@@ -2,7 +2,8 @@
 // CPU retires a nanosecond, mixed as the packed K-quant bodies mix them, and
 // on a VNNI machine how many multiply-adds vpdpbusd does a nanosecond in
 // 256- and 512-bit vectors: the floor under what each extra activation row
-// of a k-token forward costs (docs/model-families.md, "k-token forwards").
+// of a k-token forward costs (docs/model-families.md, "k-token forwards");
+// and which instructions share vpdpbusd's ports.
 // Independent chains hide the latency; the empty asm keeps every chain's
 // result live.
 //   g++ -O2 -march=native bench/maddubs_rate.cpp -o build/maddubs_rate && build/maddubs_rate
@@ -29,6 +30,54 @@ double per_ns(Step step, int ops_per_iter) {
   const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   return static_cast<double>(iters) * kChains * ops_per_iter / ns;
 }
+
+#if defined(__AVX512VNNI__)
+// Which instructions share vpdpbusd's ports: twelve independent 512-bit
+// vpdpbusd an iteration, alone and with four more of another kind beside
+// them (independent too), in core cycles (the clock from a chain of
+// scalar adds). Where the four cost nothing, they run on other ports;
+// where they add about two cycles, they take the products' two.
+#define SPLITSPEC_DP12                                                                                          \
+  "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm1\n vpdpbusd %%zmm30, %%zmm31, %%zmm2\n"    \
+  "vpdpbusd %%zmm30, %%zmm31, %%zmm3\n vpdpbusd %%zmm30, %%zmm31, %%zmm4\n vpdpbusd %%zmm30, %%zmm31, %%zmm5\n"    \
+  "vpdpbusd %%zmm30, %%zmm31, %%zmm6\n vpdpbusd %%zmm30, %%zmm31, %%zmm7\n vpdpbusd %%zmm30, %%zmm31, %%zmm8\n"    \
+  "vpdpbusd %%zmm30, %%zmm31, %%zmm9\n vpdpbusd %%zmm30, %%zmm31, %%zmm10\n vpdpbusd %%zmm30, %%zmm31, %%zmm11\n"
+#define SPLITSPEC_MIX(name, four)                                                                                 \
+  {                                                                                                             \
+    const auto t0 = std::chrono::steady_clock::now();                                                           \
+    for (long n = 0; n < iters; ++n)                                                                            \
+      asm volatile(SPLITSPEC_DP12 four::"r"(buf)                                                                \
+                   : "memory", "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9", \
+                     "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15");                                     \
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();  \
+    std::printf("  %-26s %.2f\n", name, ns / iters * ghz);                                                      \
+  }
+
+void ports() {
+  alignas(64) static char buf[256];
+  const long iters = 20'000'000;
+  const auto t0 = std::chrono::steady_clock::now();
+  long x = 0;
+  for (long n = 0; n < iters; ++n) asm volatile("add $1, %0\n add $1, %0\n add $1, %0\n add $1, %0" : "+r"(x));
+  const double ghz = 4.0 * iters / std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("cycles an iteration at %.2f GHz: 12 vpdpbusd (512-bit)\n", ghz);
+  SPLITSPEC_MIX("alone", "")
+  SPLITSPEC_MIX("+ 4 vpmulld", "vpmulld %%zmm30, %%zmm31, %%zmm12\n vpmulld %%zmm30, %%zmm31, %%zmm13\n"
+                               "vpmulld %%zmm30, %%zmm31, %%zmm14\n vpmulld %%zmm30, %%zmm31, %%zmm15\n")
+  SPLITSPEC_MIX("+ 4 vpdpwssd", "vpdpwssd %%zmm30, %%zmm31, %%zmm12\n vpdpwssd %%zmm30, %%zmm31, %%zmm13\n"
+                                "vpdpwssd %%zmm30, %%zmm31, %%zmm14\n vpdpwssd %%zmm30, %%zmm31, %%zmm15\n")
+  SPLITSPEC_MIX("+ 4 vinserti64x4 (memory)", "vinserti64x4 $1, (%0), %%zmm12, %%zmm12\n vinserti64x4 $1, 64(%0), %%zmm13, %%zmm13\n"
+                                             "vinserti64x4 $1, 128(%0), %%zmm14, %%zmm14\n vinserti64x4 $1, 192(%0), %%zmm15, %%zmm15\n")
+  SPLITSPEC_MIX("+ 4 vpshufb", "vpshufb %%zmm30, %%zmm31, %%zmm12\n vpshufb %%zmm30, %%zmm31, %%zmm13\n"
+                               "vpshufb %%zmm30, %%zmm31, %%zmm14\n vpshufb %%zmm30, %%zmm31, %%zmm15\n")
+  SPLITSPEC_MIX("+ 4 vpternlogd", "vpternlogd $0xf8, %%zmm30, %%zmm31, %%zmm12\n vpternlogd $0xf8, %%zmm30, %%zmm31, %%zmm13\n"
+                                  "vpternlogd $0xf8, %%zmm30, %%zmm31, %%zmm14\n vpternlogd $0xf8, %%zmm30, %%zmm31, %%zmm15\n")
+  SPLITSPEC_MIX("+ 4 vpsrlw", "vpsrlw $4, %%zmm30, %%zmm12\n vpsrlw $4, %%zmm30, %%zmm13\n"
+                              "vpsrlw $4, %%zmm31, %%zmm14\n vpsrlw $4, %%zmm31, %%zmm15\n")
+  SPLITSPEC_MIX("+ 4 vpbroadcastd (memory)", "vpbroadcastd (%0), %%zmm12\n vpbroadcastd 4(%0), %%zmm13\n"
+                                             "vpbroadcastd 8(%0), %%zmm14\n vpbroadcastd 12(%0), %%zmm15\n")
+}
+#endif
 
 }  // namespace
 
@@ -61,4 +110,7 @@ int main() {
     std::printf("vpdpbusd multiply-adds per ns: 256-bit %.0f, 512-bit %.0f\n", y, z);
 #endif
   }
+#if defined(__AVX512VNNI__)
+  ports();
+#endif
 }
