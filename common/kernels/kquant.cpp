@@ -343,7 +343,7 @@ bool superblock_scales_finite(WType t, const uint8_t* block) {
   return std::isfinite(half_at(d)) && (!superblock_has_mins(t) || std::isfinite(half_at(d + 2)));
 }
 
-void size_q8k(int64_t rows, int64_t cols, Q8KRows& out) {
+void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out, Q8KSuperblock one) {
   const int64_t nb = cols / kSuperBlock;
   out.rows = rows;
   out.cols = cols;
@@ -352,6 +352,12 @@ void size_q8k(int64_t rows, int64_t cols, Q8KRows& out) {
   out.d.resize(static_cast<size_t>(rows * nb));
   out.bsums.resize(static_cast<size_t>(rows * nb * 16));
   out.q6k_starts.resize(out.bsums.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t at = r * nb + b;
+      one(x + r * cols + b * kSuperBlock, out.q.data() + r * cols + b * kSuperBlock, out.d[at], out.bsums.data() + at * 16);
+    }
+  for (size_t i = 0; i < out.bsums.size(); ++i) out.q6k_starts[i] = -32 * out.bsums[i];
 }
 
 void quantize_q8k_superblock(const float* v, int8_t* q, float& d, int16_t* sums) {
@@ -379,21 +385,6 @@ void quantize_q8k_superblock(const float* v, int8_t* q, float& d, int16_t* sums)
     sums[g] = static_cast<int16_t>(s);
   }
   d = 1.0f / iscale;
-}
-
-void fill_q6k_starts(Q8KRows& out) {
-  for (size_t i = 0; i < out.bsums.size(); ++i) out.q6k_starts[i] = -32 * out.bsums[i];
-}
-
-void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out) {
-  size_q8k(rows, cols, out);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < out.blocks; ++b) {
-      const int64_t at = r * out.blocks + b;
-      quantize_q8k_superblock(x + r * cols + b * kSuperBlock, out.q.data() + r * cols + b * kSuperBlock, out.d[at],
-                              out.bsums.data() + at * 16);
-    }
-  fill_q6k_starts(out);
 }
 
 void superblock_sums(WType t, const uint8_t* block, int n, const int8_t* const* xq, const int16_t* const*,

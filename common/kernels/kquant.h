@@ -69,12 +69,13 @@ struct Q8KRows {
   // never waits on the store that wrote it.
   std::vector<int32_t> q6k_starts;  // [rows][blocks][16]
 };
-void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out);
-// quantize_q8k's parts, for a vector body of it (kquant_avx2.cpp): the
-// sizes, one super-block, and q6k_starts from bsums.
-void size_q8k(int64_t rows, int64_t cols, Q8KRows& out);
+// One super-block of 256 activations: its quants, scale and 16-sums.
+using Q8KSuperblock = void (*)(const float* v, int8_t* q, float& d, int16_t* sums);
 void quantize_q8k_superblock(const float* v, int8_t* q, float& d, int16_t* sums);
-void fill_q6k_starts(Q8KRows& out);
+// Every super-block of x by `one` (a vector body's form, kquant_avx2.cpp,
+// gives the same bits), then q6k_starts.
+void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out,
+                  Q8KSuperblock one = quantize_q8k_superblock);
 
 // One super-block's exact integer sums against the same super-block of n
 // activation rows (inputs xq[i], their 16-sums bsums[i]), into out[i]: over

@@ -143,62 +143,50 @@ void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, f
 // rounding and clamp. A block whose largest magnitude is 0 or not finite
 // takes the scalar form, whose edge cases (all zero, infinities) it keeps;
 // a NaN loses every comparison in both forms and quantizes to 127 in both.
-void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out) {
-  size_q8k(rows, cols, out);
+void quantize_q8k_superblock(const float* v, int8_t* q, float& d, int16_t* sums) {
   const __m256 sign = _mm256_set1_ps(-0.0f), round = _mm256_set1_ps(12582912.0f), top = _mm256_set1_ps(127.0f);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < out.blocks; ++b) {
-      const int64_t at = r * out.blocks + b;
-      const float* v = x + r * cols + b * kSuperBlock;
-      int8_t* q = out.q.data() + r * cols + b * kSuperBlock;
-      int16_t* sums = out.bsums.data() + at * 16;
-      // A NaN lane of |v| leaves the running maximum as it was.
-      __m256 amax8 = _mm256_setzero_ps();
-      for (int i = 0; i < kSuperBlock; i += 8) amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + i)), amax8);
-      __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
-      m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-      m = _mm_max_ss(m, _mm_movehdup_ps(m));
-      const float amax = _mm_cvtss_f32(m);
-      if (!(amax > 0.0f) || !std::isfinite(amax)) {
-        quantize_q8k_superblock(v, q, out.d[at], sums);
-        continue;
-      }
-      const __m256 target = _mm256_set1_ps(amax);
-      int first = 0;
-      for (int i = 0; i < kSuperBlock; i += 8) {
-        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + i)), target, _CMP_EQ_OQ));
-        if (hit != 0) {
-          first = i + __builtin_ctz(static_cast<unsigned>(hit));
-          break;
-        }
-      }
-      const float iscale = -127.0f / v[first];
-      const __m256 vs = _mm256_set1_ps(iscale);
-      __m128i four[4];
-      for (int g4 = 0; g4 < 4; ++g4) {
-        __m256i qi[8];
-        for (int k = 0; k < 8; ++k) {
-          const __m256 t = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(v + 64 * g4 + 8 * k)), round), round);
-          qi[k] = _mm256_cvttps_epi32(_mm256_min_ps(t, top));
-        }
-        // Packing narrows within 128-bit lanes; the permute restores the order.
-        for (int h = 0; h < 2; ++h) {
-          const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(qi[4 * h], qi[4 * h + 1]),
-                                                    _mm256_packs_epi32(qi[4 * h + 2], qi[4 * h + 3]));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 64 * g4 + 32 * h),
-                              _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-        }
-        // Groups 4 g4 .. 4 g4 + 3 of sixteen: [lanes 0-3 of each | lanes 4-7 of each], then the halves added.
-        __m256i s[4];
-        for (int u = 0; u < 4; ++u) s[u] = _mm256_add_epi32(qi[2 * u], qi[2 * u + 1]);
-        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-        four[g4] = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-      }
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(sums), _mm_packs_epi32(four[0], four[1]));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(sums + 8), _mm_packs_epi32(four[2], four[3]));
-      out.d[at] = 1.0f / iscale;
+  // A NaN lane of |v| leaves the running maximum as it was.
+  __m256 amax8 = _mm256_setzero_ps();
+  for (int i = 0; i < kSuperBlock; i += 8) amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + i)), amax8);
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float amax = _mm_cvtss_f32(m);
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return splitspec::quantize_q8k_superblock(v, q, d, sums);
+  const __m256 target = _mm256_set1_ps(amax);
+  int first = 0;
+  for (int i = 0; i < kSuperBlock; i += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + i)), target, _CMP_EQ_OQ));
+    if (hit != 0) {
+      first = i + __builtin_ctz(static_cast<unsigned>(hit));
+      break;
     }
-  fill_q6k_starts(out);
+  }
+  const float iscale = -127.0f / v[first];
+  const __m256 vs = _mm256_set1_ps(iscale);
+  __m128i four[4];
+  for (int g4 = 0; g4 < 4; ++g4) {
+    __m256i qi[8];
+    for (int k = 0; k < 8; ++k) {
+      const __m256 t = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(v + 64 * g4 + 8 * k)), round), round);
+      qi[k] = _mm256_cvttps_epi32(_mm256_min_ps(t, top));
+    }
+    // Packing narrows within 128-bit lanes; the permute restores the order.
+    for (int h = 0; h < 2; ++h) {
+      const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(qi[4 * h], qi[4 * h + 1]),
+                                                _mm256_packs_epi32(qi[4 * h + 2], qi[4 * h + 3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 64 * g4 + 32 * h),
+                          _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+    // Groups 4 g4 .. 4 g4 + 3 of sixteen: [lanes 0-3 of each | lanes 4-7 of each], then the halves added.
+    __m256i s[4];
+    for (int u = 0; u < 4; ++u) s[u] = _mm256_add_epi32(qi[2 * u], qi[2 * u + 1]);
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    four[g4] = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(sums), _mm_packs_epi32(four[0], four[1]));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(sums + 8), _mm_packs_epi32(four[2], four[3]));
+  d = 1.0f / iscale;
 }
 
 }  // namespace splitspec::kernels::avx2

@@ -134,7 +134,7 @@ void quantize_for(Isa isa, const float* x, int64_t n, int64_t cols, QuantizedRow
 
 void quantize_q8k_for(Isa isa, const float* x, int64_t n, int64_t cols, Q8KRows& qk) {
 #if defined(__x86_64__)
-  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return avx2::quantize_q8k(x, n, cols, qk);
+  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return quantize_q8k(x, n, cols, qk, avx2::quantize_q8k_superblock);
 #endif
   (void)isa;
   quantize_q8k(x, n, cols, qk);

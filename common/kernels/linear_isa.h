@@ -50,8 +50,8 @@ namespace avx2 {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 // quantize_activations, vectorised (also for the avx512 body).
 void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
-// quantize_q8k, vectorised, bit for bit (also for the avx512 body).
-void quantize_q8k(const float* x, int64_t rows, int64_t cols, Q8KRows& out);
+// quantize_q8k_superblock, vectorised, bit for bit (also for the avx512 body).
+void quantize_q8k_superblock(const float* v, int8_t* q, float& d, int16_t* sums);
 // Rows [r0, r1) of K-quant `w` times every row of `x`, into y[j][r]: each
 // output kquant.h's kquant_dots, bit for bit; eight weight rows at a time,
 // one per lane (kquant_x86.h).
