@@ -1,11 +1,11 @@
-// Where a k-token K-quant product's time goes: nanoseconds a weight for
+// Where a k-token quantized product's time goes: nanoseconds a weight for
 // 1, 5 and 8 activation rows with the weights in L2 (hot: what the core's
 // decoding and products cost) and streamed from memory (cold: a matrix set
 // larger than L3, as a forward reads a model). Where hot k rows cost more
 // than cold 1 row, the products, not memory, set k rows' time; the gap
 // between cold and hot at k rows is what memory adds on top
 // (bench/results/k_token.md, "Hot and cold").
-//   build/bin/kquant_hot_cold [q4_k|q6_k] [threads]
+//   build/bin/kquant_hot_cold [q4_k|q6_k|q4_0|q8_0] [threads]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,13 +51,14 @@ double median_ns_per_weight(F&& run, double weights) {
 int main(int argc, char** argv) {
   const std::string type = argc > 1 ? argv[1] : "q4_k";
   const WType t = parse_weight_type(type);
-  if (t != WType::Q4_K && t != WType::Q6_K) {
-    std::fprintf(stderr, "kquant_hot_cold: q4_k or q6_k, not %s\n", type.c_str());
+  if (t != WType::Q4_K && t != WType::Q6_K && t != WType::Q4_0 && t != WType::Q8_0) {
+    std::fprintf(stderr, "kquant_hot_cold: q4_k, q6_k, q4_0 or q8_0, not %s\n", type.c_str());
     return 1;
   }
   set_threads(argc > 2 ? std::stoi(argv[2]) : 1);
   std::mt19937 rng(1);
-  const int64_t hot_rows = 512;  // 0.6-0.9 MB: fits a 1 MB L2
+  // 0.55-0.9 MB: fits a 1 MB L2 (Q8_0's 512 rows would not).
+  const int64_t hot_rows = row_bytes(t, kCols) * 512 <= (900 << 10) ? 512 : 256;
   const int64_t cold_rows = 8192, cold_count = 32;  // 0.3-0.4 GB
   const auto hot = packed_matrix(t, hot_rows, rng);
   std::vector<std::vector<uint8_t>> cold;

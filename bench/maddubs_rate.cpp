@@ -3,7 +3,7 @@
 // on a VNNI machine how many multiply-adds vpdpbusd does a nanosecond in
 // 256- and 512-bit vectors: the floor under what each extra activation row
 // of a k-token forward costs (docs/model-families.md, "k-token forwards");
-// and which instructions share vpdpbusd's ports.
+// and which instructions share vpdpbusd's ports, and how many loads go beside them.
 // Independent chains hide the latency; the empty asm keeps every chain's
 // result live.
 //   g++ -O2 -march=native bench/maddubs_rate.cpp -o build/maddubs_rate && build/maddubs_rate
@@ -50,7 +50,7 @@ double per_ns(Step step, int ops_per_iter) {
                    : "memory", "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9", \
                      "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15");                                     \
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();  \
-    std::printf("  %-26s %.2f\n", name, ns / iters * ghz);                                                      \
+    std::printf("  %-34s %.2f\n", name, ns / iters * ghz);                                                      \
   }
 
 void ports() {
@@ -76,6 +76,32 @@ void ports() {
                               "vpsrlw $4, %%zmm31, %%zmm14\n vpsrlw $4, %%zmm31, %%zmm15\n")
   SPLITSPEC_MIX("+ 4 vpbroadcastd (memory)", "vpbroadcastd (%0), %%zmm12\n vpbroadcastd 4(%0), %%zmm13\n"
                                              "vpbroadcastd 8(%0), %%zmm14\n vpbroadcastd 12(%0), %%zmm15\n")
+  // A broadcast for every product, as a 32-weight block's body takes them:
+  // this core loads two 512-bit vectors a cycle, broadcasts included.
+#define SPLITSPEC_BROADCAST12 \
+  "vpbroadcastd (%0), %%zmm12\n vpbroadcastd 4(%0), %%zmm13\n vpbroadcastd 8(%0), %%zmm14\n" \
+  "vpbroadcastd 12(%0), %%zmm15\n vpbroadcastd 16(%0), %%zmm12\n vpbroadcastd 20(%0), %%zmm13\n" \
+  "vpbroadcastd 24(%0), %%zmm14\n vpbroadcastd 28(%0), %%zmm15\n vpbroadcastd 32(%0), %%zmm12\n" \
+  "vpbroadcastd 36(%0), %%zmm13\n vpbroadcastd 40(%0), %%zmm14\n vpbroadcastd 44(%0), %%zmm15\n"
+  SPLITSPEC_MIX("+ 12 vpbroadcastd (memory)", SPLITSPEC_BROADCAST12)
+  SPLITSPEC_MIX("+ 12 vpbroadcastd, 4 vmovdqu64",
+                SPLITSPEC_BROADCAST12
+                "vmovdqu64 64(%0), %%zmm12\n vmovdqu64 128(%0), %%zmm13\n vmovdqu64 192(%0), %%zmm14\n vmovdqu64 (%0), %%zmm15\n")
+  SPLITSPEC_MIX("+ 12 vpbroadcastd, 3 vfmadd231ps",
+                SPLITSPEC_BROADCAST12
+                "vfmadd231ps %%zmm30, %%zmm31, %%zmm12\n vfmadd231ps %%zmm30, %%zmm31, %%zmm13\n"
+                "vfmadd231ps %%zmm30, %%zmm31, %%zmm14\n")
+  // A 32-weight block's float step, once an input row (Q8_0, Q4_0).
+  SPLITSPEC_MIX("+ 4 vfmadd231ps", "vfmadd231ps %%zmm30, %%zmm31, %%zmm12\n vfmadd231ps %%zmm30, %%zmm31, %%zmm13\n"
+                                   "vfmadd231ps %%zmm30, %%zmm31, %%zmm14\n vfmadd231ps %%zmm30, %%zmm31, %%zmm15\n")
+  SPLITSPEC_MIX("+ 4 vmulps", "vmulps %%zmm30, %%zmm31, %%zmm12\n vmulps %%zmm30, %%zmm31, %%zmm13\n"
+                              "vmulps %%zmm30, %%zmm31, %%zmm14\n vmulps %%zmm30, %%zmm31, %%zmm15\n")
+  SPLITSPEC_MIX("+ 4 vcvtdq2ps", "vcvtdq2ps %%zmm30, %%zmm12\n vcvtdq2ps %%zmm30, %%zmm13\n"
+                                 "vcvtdq2ps %%zmm31, %%zmm14\n vcvtdq2ps %%zmm31, %%zmm15\n")
+  SPLITSPEC_MIX("+ 4 vpaddd", "vpaddd %%zmm30, %%zmm31, %%zmm12\n vpaddd %%zmm30, %%zmm31, %%zmm13\n"
+                              "vpaddd %%zmm30, %%zmm31, %%zmm14\n vpaddd %%zmm30, %%zmm31, %%zmm15\n")
+  SPLITSPEC_MIX("+ 4 vpbroadcastd (register)", "vpbroadcastd %k0, %%zmm12\n vpbroadcastd %k0, %%zmm13\n"
+                                               "vpbroadcastd %k0, %%zmm14\n vpbroadcastd %k0, %%zmm15\n")
 }
 #endif
 
