@@ -232,9 +232,10 @@ struct Part {
 Part part_for(const LinearCall& call, const Q8KRows* qk) {
   const MatrixRef& w = call.w;
   if (is_kquant(w.type) || (is_quantized(w.type) && !w.packed)) return {call, qk, kPackRows, 1};
-  // Whole groups of 16 rows for packed matrices, and ranges of 12 weight
-  // rows otherwise (a multiple of every float body's row blocking).
-  const int64_t block = is_quantized(w.type) ? kPackRows : 12;
+  // Whole pairs of groups of 16 rows for packed matrices (a pair's blocks
+  // lie in one stream), and ranges of 12 weight rows otherwise (a multiple
+  // of every float body's row blocking).
+  const int64_t block = is_quantized(w.type) ? kPairRows : 12;
   const int64_t work = std::max<int64_t>(1, row_bytes(w.type, w.cols) * call.n * block);
   return {call, qk, block, std::max<int64_t>(1, (int64_t{1} << 17) / work)};
 }

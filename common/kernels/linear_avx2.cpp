@@ -227,15 +227,16 @@ template <WType T, int N, int H>
 void quant_halves(const LinearCall& c, int64_t r, int h0, int64_t j) {
   const QuantizedRows& qx = *c.qx;
   const int64_t nb = qx.blocks;
-  constexpr int64_t bb = block_bytes(T);
-  const uint8_t* g = static_cast<const uint8_t*>(c.w.data) + r * row_bytes(T, c.w.cols);
+  const PackedBlocks g = packed_blocks(c.w, r);
+  const bool leads = r % kPairRows == 0 || !packed_in_pair(c.w.rows, r);
   __m256 acc[H][N];
   for (int hh = 0; hh < H; ++hh)
     for (int jj = 0; jj < N; ++jj) acc[hh][jj] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = g + b * kPackRows * bb;
+    const uint8_t* blk = g.block(b);
     // On the group's first pass only: the later ones find the bytes cached.
-    if (h0 == 0 && j == 0) prefetch_ahead(blk, kPackRows * bb);
+    // A pair's first group asks for both groups' blocks.
+    if (h0 == 0 && j == 0 && leads) prefetch_ahead(blk, g.stride);
     for (int hh = 0; hh < H; ++hh) {
       const int h = h0 + hh;
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));

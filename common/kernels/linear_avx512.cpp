@@ -249,60 +249,97 @@ inline void weights(const uint8_t* blk, __m512i w[8]) {
   }
 }
 
-// Output rows [r, r + 16) (one packed group) for N input rows.
-template <WType T, int N>
-void group(const LinearCall& c, int64_t r, int64_t j) {
+// Output rows [r, r + 16 G) for N input rows: one packed group (G = 1), or
+// a pair's two (G = 2, r its first row), whose blocks lie in one stream
+// (weight_type.h) and whose products take each activation broadcast in turn.
+// Either way each row's integer block sums and float steps are linear.h's.
+template <WType T, int G, int N>
+void groups(const LinearCall& c, int64_t r, int64_t j) {
   const QuantizedRows& qx = *c.qx;
   const int64_t nb = qx.blocks;
   constexpr int64_t bb = block_bytes(T);
-  const uint8_t* g = static_cast<const uint8_t*>(c.w.data) + r * row_bytes(T, c.w.cols);
-  __m512 acc[N];
-  for (int jj = 0; jj < N; ++jj) acc[jj] = _mm512_setzero_ps();
+  const PackedBlocks g = packed_blocks(c.w, r);
+  // A pair's second group computed alone finds its blocks cached by the
+  // first's pass, which asked for both.
+  const bool leads = G == 2 || r % kPairRows == 0 || !packed_in_pair(c.w.rows, r);
+  __m512 acc[G][N];
+  for (int h = 0; h < G; ++h)
+    for (int jj = 0; jj < N; ++jj) acc[h][jj] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = g + b * kPackRows * bb;
-    prefetch_ahead(blk, kPackRows * bb);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    __m512 mw = _mm512_setzero_ps();
-    if constexpr (block_has_min(T))
-      mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2 * kPackRows)));
-    __m512i w[8];
-    weights<T>(blk, w);
+    const uint8_t* blk = g.block(b);
+    // 4 KB ahead into L1, not prefetch_ahead's 16 KB into L2: on the Zen 5
+    // VM that left a pair's 1-row pass 1.14x this form's time from memory
+    // (bench/results/k_token.md, "Pairs of groups in one stream").
+    if (leads)
+      for (int64_t l = 0; l < g.stride; l += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + 4096 + l), _MM_HINT_T0);
+    __m512 dw[G], mw[G];
+    __m512i w[G][8];
+    for (int h = 0; h < G; ++h) {
+      const uint8_t* hb = blk + h * kPackRows * bb;
+      dw[h] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hb)));
+      mw[h] = _mm512_setzero_ps();
+      if constexpr (block_has_min(T))
+        mw[h] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hb + 2 * kPackRows)));
+      weights<T>(hb, w[h]);
+    }
     // Unrolled in full, or GCC keeps acc[] in memory from N = 8 on.
 #pragma GCC unroll 8
     for (int jj = 0; jj < N; ++jj) {
       const int64_t row = (j + jj) * nb + b;
       const auto* x = reinterpret_cast<const int32_t*>(qx.q.data() + row * kQBlock);
-      // Two chains of four, added at the end: exact, and half the latency.
-      __m512i s0 = _mm512_set1_epi32(-kOffset<T> * qx.sum[row]), s1 = _mm512_setzero_si512();
+      // Two chains of four a group, added at the end: exact, and half the
+      // latency.
+      __m512i s0[G], s1[G];
+      for (int h = 0; h < G; ++h) {
+        s0[h] = _mm512_set1_epi32(-kOffset<T> * qx.sum[row]);
+        s1[h] = _mm512_setzero_si512();
+      }
       for (int k = 0; k < 8; k += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(x[k]));
-        s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(x[k + 1]));
+        const __m512i x0 = _mm512_set1_epi32(x[k]), x1 = _mm512_set1_epi32(x[k + 1]);
+        for (int h = 0; h < G; ++h) {
+          s0[h] = _mm512_dpbusd_epi32(s0[h], w[h][k], x0);
+          s1[h] = _mm512_dpbusd_epi32(s1[h], w[h][k + 1], x1);
+        }
       }
       const __m512 xd = _mm512_set1_ps(qx.d[row]);
-      acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(dw, xd), acc[jj]);
-      if constexpr (block_has_min(T))
-        acc[jj] = _mm512_fmadd_ps(mw, _mm512_set1_ps(qx.s[row]), acc[jj]);
+      for (int h = 0; h < G; ++h) {
+        acc[h][jj] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[h], s1[h])), _mm512_mul_ps(dw[h], xd), acc[h][jj]);
+        if constexpr (block_has_min(T))
+          acc[h][jj] = _mm512_fmadd_ps(mw[h], _mm512_set1_ps(qx.s[row]), acc[h][jj]);
+      }
     }
   }
-  for (int jj = 0; jj < N; ++jj) _mm512_storeu_ps(c.y + (j + jj) * c.w.rows + r, acc[jj]);
+  for (int h = 0; h < G; ++h)
+    for (int jj = 0; jj < N; ++jj) _mm512_storeu_ps(c.y + (j + jj) * c.w.rows + r + h * kPackRows, acc[h][jj]);
+}
+
+template <WType T, int G>
+void groups_of(const LinearCall& c, int64_t r) {
+  // Up to 8 input rows share each block's unpacked weights.
+  for (int64_t j = 0; j < c.n; j += 8) {
+    switch (c.n - j < 8 ? c.n - j : 8) {
+      case 1: groups<T, G, 1>(c, r, j); break;
+      case 2: groups<T, G, 2>(c, r, j); break;
+      case 3: groups<T, G, 3>(c, r, j); break;
+      case 4: groups<T, G, 4>(c, r, j); break;
+      case 5: groups<T, G, 5>(c, r, j); break;
+      case 6: groups<T, G, 6>(c, r, j); break;
+      case 7: groups<T, G, 7>(c, r, j); break;
+      default: groups<T, G, 8>(c, r, j); break;
+    }
+  }
 }
 
 template <WType T>
 void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; r += kPackRows) {
-    // Up to 8 input rows share each block's unpacked weights: 8 weight
-    // registers and 8 accumulators leave room for the sums.
-    for (int64_t j = 0; j < c.n; j += 8) {
-      switch (c.n - j < 8 ? c.n - j : 8) {
-        case 1: group<T, 1>(c, r, j); break;
-        case 2: group<T, 2>(c, r, j); break;
-        case 3: group<T, 3>(c, r, j); break;
-        case 4: group<T, 4>(c, r, j); break;
-        case 5: group<T, 5>(c, r, j); break;
-        case 6: group<T, 6>(c, r, j); break;
-        case 7: group<T, 7>(c, r, j); break;
-        default: group<T, 8>(c, r, j); break;
-      }
+  for (int64_t r = r0; r < r1;) {
+    if (r % kPairRows == 0 && r + kPairRows <= r1 && packed_in_pair(c.w.rows, r)) {
+      groups_of<T, 2>(c, r);
+      r += kPairRows;
+    } else {
+      groups_of<T, 1>(c, r);
+      r += kPackRows;
     }
   }
 }

@@ -24,8 +24,9 @@ struct LinearCall {
 // Requests the `bytes` past `block` (one packed block of a quantized body)
 // ahead of their use: the hardware prefetcher alone left memory idle while a
 // k-row block computed, so k rows cost the 1-row time plus their compute
-// instead of the larger of the two. The AVX-512 bodies ask 16 KB ahead into
-// L2 (prefetcht1): into L1 (prefetcht0, 8 KB ahead, as first written) each
+// instead of the larger of the two. The AVX-512 K-quant bodies ask 16 KB
+// ahead into L2 (prefetcht1; the 32-weight body asks its own distance,
+// linear_avx512.cpp): into L1 (prefetcht0, 8 KB ahead, as first written) each
 // request holds one of L1's few fill buffers for a whole memory latency, and
 // on a Sapphire Rapids VM that made the 1B-class Q4_K_M 1-token forward 1.26x
 // the time of this form (bench/results/k_token.md, "Prefetch into L2"). The

@@ -70,11 +70,11 @@ void quant_quarter(const LinearCall& c, int64_t r, int qr, int64_t j) {
   constexpr int64_t bb = block_bytes(T);
   constexpr int64_t header = bb - block_quant_bytes(T);
   constexpr int64_t qh_at = (block_has_min(T) ? 4 : 2) * kPackRows;
-  const uint8_t* g = static_cast<const uint8_t*>(c.w.data) + r * row_bytes(T, c.w.cols);
+  const PackedBlocks g = packed_blocks(c.w, r);
   float32x4_t acc = vdupq_n_f32(0.0f);
   const int8_t* xrow = qx.q.data() + j * qx.cols;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = g + b * kPackRows * bb;
+    const uint8_t* blk = g.block(b);
     const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(blk) + 4 * qr)));
     const uint8_t* quants = blk + header * kPackRows + 16 * qr;
     int8x16_t w[8];

@@ -211,19 +211,17 @@ int fields(WType t, Field out[3]) {
 }
 int64_t header_bytes(WType t) { return block_bytes(t) - block_quant_bytes(t); }
 
-// Where field f (of `field`) and quant piece k (4 bytes) of block b of row r
-// lie in a packed group, from the group's start.
-int64_t packed_field_at(WType t, const Field& f, int64_t b, int64_t r) {
-  return b * kPackRows * block_bytes(t) + kPackRows * f.at + f.size * r;
-}
-int64_t packed_piece_at(WType t, int64_t b, int64_t r, int64_t k) {
-  return b * kPackRows * block_bytes(t) + kPackRows * header_bytes(t) + k * 4 * kPackRows + 4 * r;
+// Where field f (of `field`) and quant piece k (4 bytes) of row r lie in a
+// packed group's block.
+int64_t packed_field_at(const Field& f, int64_t r) { return kPackRows * f.at + f.size * r; }
+int64_t packed_piece_at(WType t, int64_t r, int64_t k) {
+  return kPackRows * header_bytes(t) + k * 4 * kPackRows + 4 * r;
 }
 
-// One block between its plain bytes and a packed group: pack, from the
-// block at `src` into the group at `dst`; else from the group at `src` into
-// the block at `dst`.
-void move_block(WType t, const uint8_t* src, uint8_t* dst, int64_t b, int64_t r, bool pack) {
+// One block between its plain bytes and a packed group's block: pack, from
+// the block at `src` into the packed one at `dst`; else from the packed
+// block at `src` into the block at `dst`.
+void move_block(WType t, const uint8_t* src, uint8_t* dst, int64_t r, bool pack) {
   auto move = [&](int64_t plain_at, int64_t packed_at, int64_t size, uint32_t (*reorder)(uint32_t)) {
     const int64_t from = pack ? plain_at : packed_at, to = pack ? packed_at : plain_at;
     if (!reorder) return static_cast<void>(std::memcpy(dst + to, src + from, static_cast<size_t>(size)));
@@ -235,20 +233,35 @@ void move_block(WType t, const uint8_t* src, uint8_t* dst, int64_t b, int64_t r,
   Field f[3];
   const int n = fields(t, f);
   for (int i = 0; i < n; ++i)
-    move(f[i].at, packed_field_at(t, f[i], b, r), f[i].size, f[i].size == 4 ? (pack ? packed_qh : plain_qh) : nullptr);
-  for (int64_t k = 0; k < block_quant_bytes(t) / 4; ++k) move(header_bytes(t) + 4 * k, packed_piece_at(t, b, r, k), 4, nullptr);
+    move(f[i].at, packed_field_at(f[i], r), f[i].size, f[i].size == 4 ? (pack ? packed_qh : plain_qh) : nullptr);
+  for (int64_t k = 0; k < block_quant_bytes(t) / 4; ++k) move(header_bytes(t) + 4 * k, packed_piece_at(t, r, k), 4, nullptr);
 }
 
-// Moves one group of 16 rows between the layouts (into `out`).
-void regroup(WType t, const uint8_t* in, uint8_t* out, int64_t cols, bool pack) {
+// Moves `groups` (1, or 2: a pair) groups of 16 rows between the layouts
+// (into `out`).
+void regroup(WType t, const uint8_t* in, uint8_t* out, int64_t cols, int64_t groups, bool pack) {
   const int64_t rb = row_bytes(t, cols), bb = block_bytes(t), nb = cols / kQBlock;
-  for (int64_t r = 0; r < kPackRows; ++r)
+  const int64_t rows = groups * kPackRows;
+  const uint8_t* packed = pack ? out : in;
+  for (int64_t r = 0; r < rows; ++r) {
+    const PackedBlocks pb = packed_blocks(t, packed, rows, cols, r / kPackRows * kPackRows);
+    const int64_t at = pb.first - packed;
     for (int64_t b = 0; b < nb; ++b) {
       if (pack)
-        move_block(t, in + r * rb + b * bb, out, b, r, true);
+        move_block(t, in + r * rb + b * bb, out + at + b * pb.stride, r % kPackRows, true);
       else
-        move_block(t, in, out + r * rb + b * bb, b, r, false);
+        move_block(t, in + at + b * pb.stride, out + r * rb + b * bb, r % kPackRows, false);
     }
+  }
+}
+
+// The pairs of groups, then a last odd group.
+void regroup_rows(WType t, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch, bool pack) {
+  const int64_t rb = row_bytes(t, cols), paired = rows / kPairRows * kPairRows;
+  regroup_in_place(data, paired, kPairRows, rb, scratch,
+                   [&](const uint8_t* in, uint8_t* out) { regroup(t, in, out, cols, 2, pack); });
+  regroup_in_place(data + paired * rb, rows - paired, kPackRows, rb, scratch,
+                   [&](const uint8_t* in, uint8_t* out) { regroup(t, in, out, cols, 1, pack); });
 }
 
 }  // namespace
@@ -266,25 +279,21 @@ void regroup_in_place(uint8_t* data, int64_t rows, int64_t group_rows, int64_t r
 
 void pack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch) {
   if (is_kquant(type)) return kquant_regroup_rows(type, data, rows, cols, scratch, true);
-  regroup_in_place(data, rows, kPackRows, row_bytes(type, cols), scratch,
-                   [&](const uint8_t* in, uint8_t* out) { regroup(type, in, out, cols, true); });
+  regroup_rows(type, data, rows, cols, scratch, true);
 }
 
 void unpack_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch) {
   if (is_kquant(type)) return kquant_regroup_rows(type, data, rows, cols, scratch, false);
-  regroup_in_place(data, rows, kPackRows, row_bytes(type, cols), scratch,
-                   [&](const uint8_t* in, uint8_t* out) { regroup(type, in, out, cols, false); });
+  regroup_rows(type, data, rows, cols, scratch, false);
 }
 
 void read_block(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out) {
-  const auto* base = static_cast<const uint8_t*>(m.data);
   const int64_t full = m.rows / kPackRows * kPackRows;
   if (!m.packed || r >= full) {
     std::memcpy(out, m.row(r) + b * block_bytes(m.type), static_cast<size_t>(block_bytes(m.type)));
     return;
   }
-  const uint8_t* group = base + r / kPackRows * kPackRows * row_bytes(m.type, m.cols);
-  move_block(m.type, group, out, b, r % kPackRows, false);
+  move_block(m.type, packed_blocks(m, r / kPackRows * kPackRows).block(b), out, r % kPackRows, false);
 }
 
 void dequantize_rows(const MatrixRef& m, int64_t r0, int64_t r1, float* dst) {

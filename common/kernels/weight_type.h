@@ -119,8 +119,11 @@ constexpr bool stored_packed(WType t) {
 // (Q4_1, Q5_1), then their qh's (Q5_0, Q5_1) with the bits reordered
 // (packed_qh below), then their quants in 4-byte pieces: piece k of every row
 // in turn (row 0's bytes 4k..4k+3, row 1's, ...), so one 64-byte load gives
-// 16 rows' next four bytes. Rows past the last whole group follow, plain.
-// quant.h converts.
+// 16 rows' next four bytes. The groups lie in pairs (rows 32p .. 32p + 31)
+// whose blocks alternate, block b of the first group then block b of the
+// second (packed_blocks below), so a body computing both reads one stream;
+// a last odd group stands alone. Rows past the last whole group follow,
+// plain. quant.h converts.
 struct MatrixRef {
   WType type = WType::F32;
   const void* data = nullptr;
@@ -130,6 +133,26 @@ struct MatrixRef {
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes(type, cols); }
   int64_t bytes() const { return rows * row_bytes(type, cols); }
 };
+
+// Where a packed 32-weight-block group's blocks lie: block b of the group
+// whose first row is r (a multiple of kPackRows below the last whole group)
+// starts at first + b * stride.
+struct PackedBlocks {
+  const uint8_t* first;
+  int64_t stride;
+  const uint8_t* block(int64_t b) const { return first + b * stride; }
+};
+constexpr int64_t kPairRows = 2 * kPackRows;
+// Whether the group at row r shares its blocks' stream with a second group.
+constexpr bool packed_in_pair(int64_t rows, int64_t r) { return r < rows / kPairRows * kPairRows; }
+inline PackedBlocks packed_blocks(WType t, const void* data, int64_t rows, int64_t cols, int64_t r) {
+  const auto* base = static_cast<const uint8_t*>(data);
+  const int64_t bb = block_bytes(t);
+  if (!packed_in_pair(rows, r)) return {base + r * row_bytes(t, cols), kPackRows * bb};
+  const int64_t pair = r / kPairRows * kPairRows;
+  return {base + pair * row_bytes(t, cols) + (r - pair) * bb, kPairRows * bb};
+}
+inline PackedBlocks packed_blocks(const MatrixRef& m, int64_t r) { return packed_blocks(m.type, m.data, m.rows, m.cols, r); }
 
 // A packed Q5_0/Q5_1 block's qh: byte b holds in bit k (0..3) the fifth bit
 // of weight 4k + b and in bit 4 + k that of weight 16 + 4k + b, so the fifth

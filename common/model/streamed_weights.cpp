@@ -126,9 +126,10 @@ void StreamedWeights::plan_units(const TensorLocator& locate, const ModelConfig&
   head_is_embed_ = c.tie_word_embeddings;
   const Unit whole = unit_of(head_is_embed_ ? kEmbedName : kHeadName, {c.vocab_size, H});
   const uint64_t row_bytes = whole.raw_bytes / static_cast<uint64_t>(c.vocab_size);
-  // Whole groups of 16 rows, so quantized slices pack completely.
+  // Whole pairs of groups of 16 rows, so quantized slices pack completely
+  // and their pairs read one stream each.
   const int64_t rows_per_chunk =
-      std::max<int64_t>(kPackRows, static_cast<int64_t>(largest / row_bytes) / kPackRows * kPackRows);
+      std::max<int64_t>(kPairRows, static_cast<int64_t>(largest / row_bytes) / kPairRows * kPairRows);
   for (int64_t r0 = 0; r0 < c.vocab_size; r0 += rows_per_chunk) {
     Unit u = whole;
     u.row0 = r0;
