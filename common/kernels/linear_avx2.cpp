@@ -228,7 +228,6 @@ void quant_halves(const LinearCall& c, int64_t r, int h0, int64_t j) {
   const QuantizedRows& qx = *c.qx;
   const int64_t nb = qx.blocks;
   const PackedBlocks g = packed_blocks(c.w, r);
-  const bool leads = r % kPairRows == 0 || !packed_in_pair(c.w.rows, r);
   __m256 acc[H][N];
   for (int hh = 0; hh < H; ++hh)
     for (int jj = 0; jj < N; ++jj) acc[hh][jj] = _mm256_setzero_ps();
@@ -236,7 +235,7 @@ void quant_halves(const LinearCall& c, int64_t r, int h0, int64_t j) {
     const uint8_t* blk = g.block(b);
     // On the group's first pass only: the later ones find the bytes cached.
     // A pair's first group asks for both groups' blocks.
-    if (h0 == 0 && j == 0 && leads) prefetch_ahead(blk, g.stride);
+    if (h0 == 0 && j == 0 && g.leads) prefetch_ahead(blk, g.stride);
     for (int hh = 0; hh < H; ++hh) {
       const int h = h0 + hh;
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));

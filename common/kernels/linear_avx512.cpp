@@ -259,9 +259,6 @@ void groups(const LinearCall& c, int64_t r, int64_t j) {
   const int64_t nb = qx.blocks;
   constexpr int64_t bb = block_bytes(T);
   const PackedBlocks g = packed_blocks(c.w, r);
-  // A pair's second group computed alone finds its blocks cached by the
-  // first's pass, which asked for both.
-  const bool leads = G == 2 || r % kPairRows == 0 || !packed_in_pair(c.w.rows, r);
   __m512 acc[G][N];
   for (int h = 0; h < G; ++h)
     for (int jj = 0; jj < N; ++jj) acc[h][jj] = _mm512_setzero_ps();
@@ -270,7 +267,7 @@ void groups(const LinearCall& c, int64_t r, int64_t j) {
     // 4 KB ahead into L1, not prefetch_ahead's 16 KB into L2: on the Zen 5
     // VM that left a pair's 1-row pass 1.14x this form's time from memory
     // (bench/results/k_token.md, "Pairs of groups in one stream").
-    if (leads)
+    if (g.leads)
       for (int64_t l = 0; l < g.stride; l += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + 4096 + l), _MM_HINT_T0);
     __m512 dw[G], mw[G];
     __m512i w[G][8];

@@ -136,10 +136,13 @@ struct MatrixRef {
 
 // Where a packed 32-weight-block group's blocks lie: block b of the group
 // whose first row is r (a multiple of kPackRows below the last whole group)
-// starts at first + b * stride.
+// starts at first + b * stride. `leads`: the group starts its stream (a
+// pair's first, or a lone group), so a body reading it alone prefetches the
+// whole stride.
 struct PackedBlocks {
   const uint8_t* first;
   int64_t stride;
+  bool leads;
   const uint8_t* block(int64_t b) const { return first + b * stride; }
 };
 constexpr int64_t kPairRows = 2 * kPackRows;
@@ -148,9 +151,9 @@ constexpr bool packed_in_pair(int64_t rows, int64_t r) { return r < rows / kPair
 inline PackedBlocks packed_blocks(WType t, const void* data, int64_t rows, int64_t cols, int64_t r) {
   const auto* base = static_cast<const uint8_t*>(data);
   const int64_t bb = block_bytes(t);
-  if (!packed_in_pair(rows, r)) return {base + r * row_bytes(t, cols), kPackRows * bb};
+  if (!packed_in_pair(rows, r)) return {base + r * row_bytes(t, cols), kPackRows * bb, true};
   const int64_t pair = r / kPairRows * kPairRows;
-  return {base + pair * row_bytes(t, cols) + (r - pair) * bb, kPairRows * bb};
+  return {base + pair * row_bytes(t, cols) + (r - pair) * bb, kPairRows * bb, r == pair};
 }
 inline PackedBlocks packed_blocks(const MatrixRef& m, int64_t r) { return packed_blocks(m.type, m.data, m.rows, m.cols, r); }
 
