@@ -24,11 +24,13 @@ namespace {
 
 constexpr int64_t kCols = 2048;  // a 1B-class model's hidden width
 
-std::vector<uint8_t> packed_matrix(WType t, int64_t rows, std::mt19937& rng) {
+// On a cache line, as a model's copies are (WeightBytes).
+WeightBytes packed_matrix(WType t, int64_t rows, std::mt19937& rng) {
   std::normal_distribution<float> normal;
   std::vector<float> wf(rows * kCols);
   for (auto& v : wf) v = normal(rng) * 0.1f;
-  std::vector<uint8_t> w(rows * row_bytes(t, kCols)), scratch;
+  WeightBytes w(rows * row_bytes(t, kCols));
+  std::vector<uint8_t> scratch;
   quantize_rows(t, wf.data(), rows, kCols, w.data());
   pack_rows(t, w.data(), rows, kCols, scratch);
   return w;
@@ -61,7 +63,7 @@ int main(int argc, char** argv) {
   const int64_t hot_rows = row_bytes(t, kCols) * 512 <= (900 << 10) ? 512 : 256;
   const int64_t cold_rows = 8192, cold_count = 32;  // 0.3-0.4 GB
   const auto hot = packed_matrix(t, hot_rows, rng);
-  std::vector<std::vector<uint8_t>> cold;
+  std::vector<WeightBytes> cold;
   for (int i = 0; i < cold_count; ++i) cold.push_back(packed_matrix(t, cold_rows, rng));
   std::normal_distribution<float> normal;
   std::vector<float> x(8 * kCols), y(8 * cold_rows);

@@ -100,6 +100,19 @@ TEST(Model, WeightBytesCountsTiedHeadOnce) {
   EXPECT_EQ(static_cast<int64_t>(tied->weight_bytes()), tied->config().num_parameters() * 4);
 }
 
+// The packed kernels load a group's 64-byte pieces whole: a copy that started
+// off a line would make every load read two.
+TEST(Model, CopiedWeightsStartOnCacheLines) {
+  TempDir dir;
+  Model::random(tiny_config(), 2)->save(dir.str());
+  for (WType t : {WType::Q8_0, WType::Q4_0, WType::F16}) {
+    auto loaded = Model::load(dir.str(), t);
+    const WeightSet& w = loaded->weight_set();
+    ASSERT_FALSE(w.owned.empty()) << wtype_name(t);
+    for (const WeightBytes& b : w.owned) EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u) << wtype_name(t);
+  }
+}
+
 TEST(Model, HiddenStatesOfRequestedLayers) {
   auto m = Model::random(tiny_config(50, 3), 3);
   KVCache cache = m->new_cache();

@@ -187,7 +187,7 @@ std::shared_ptr<Model> noisy_copy(const Model& target, double noise, uint64_t se
   w.norms = from.norms;
   w.vectors = from.vectors;
   auto copy = [&](const MatrixRef& m, bool jitter) {
-    std::vector<uint8_t>& bytes = w.owned.emplace_back(static_cast<size_t>(m.rows * m.cols) * sizeof(float));
+    WeightBytes& bytes = w.owned.emplace_back(static_cast<size_t>(m.rows * m.cols) * sizeof(float));
     auto* values = reinterpret_cast<float*>(bytes.data());
     dequantize_rows(m, 0, m.rows, values);
     if (jitter)

@@ -178,10 +178,10 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   g.add_u32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
   tokenizer(g);
 
-  std::vector<std::vector<uint8_t>> keep;  // alive until written
+  std::vector<WeightBytes> keep;  // alive until written
   auto as = [&](const MatrixRef& m, const TensorSlot& slot) { return type ? tensor_type(*type, slot) : m.type; };
   auto bytes_of = [&](const std::string& hf, const MatrixRef& m, WType to) {
-    std::vector<uint8_t> b = plain_bytes(m, to, name + ": " + hf);
+    WeightBytes b = plain_bytes(m, to, name + ": " + hf);
     const bool q = hf.find("self_attn.q_proj.weight") != std::string::npos, k = hf.find("self_attn.k_proj.weight") != std::string::npos;
     if (family.gguf_rope_interleaved && (q || k))
       b = permute_rope_rows(b.data(), m.rows, c.head_dim, row_bytes(to, m.cols), true);
@@ -195,10 +195,10 @@ void write_gguf(const ModelConfig& c, const WeightSet& w, const std::string& nam
   auto fused = [&](const std::string& fused_name, const std::vector<std::pair<std::string, const MatrixRef*>>& parts,
                    const TensorSlot& slot) {
     const WType to = as(*parts[0].second, slot);
-    std::vector<uint8_t> all;
+    WeightBytes all;
     int64_t rows = 0;
     for (const auto& [hf, m] : parts) {
-      const std::vector<uint8_t> b = bytes_of(hf, *m, to);
+      const WeightBytes b = bytes_of(hf, *m, to);
       all.insert(all.end(), b.begin(), b.end());
       rows += m->rows;
     }
@@ -308,7 +308,7 @@ std::string write_vocabulary_gguf(const std::string& model_path, const std::stri
 void import_gguf(const std::string& path, const std::string& out_dir, std::optional<WType> type) {
   const GgufFile f(path);
   const ModelConfig c = gguf_model_config(f);
-  std::map<std::string, std::vector<uint8_t>> keep;
+  std::map<std::string, WeightBytes> keep;
   const WeightSet w = build_weight_set(c, gguf_weight_source(f, c, keep), type, true, path);
   write_vocabulary_files(f, c.vocab_size, out_dir);
   save_weight_set(w, c, out_dir, type);

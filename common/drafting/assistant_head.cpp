@@ -20,7 +20,7 @@ namespace {
 
 // A mapped matrix the kernels can read: packed into a copy where its type
 // is stored packed.
-MatrixRef readable(MatrixRef m, std::vector<uint8_t>& owned) {
+MatrixRef readable(MatrixRef m, WeightBytes& owned) {
   if (!stored_packed(m.type)) return m;
   const auto* bytes = static_cast<const uint8_t*>(m.data);
   owned.assign(bytes, bytes + m.bytes());

@@ -76,7 +76,7 @@ class AssistantHead {
   std::vector<Layer> layers_;
   std::vector<float> out_norm_;
   MatrixRef head_, target_embed_;
-  std::vector<uint8_t> head_packed_;  // the head where its type is read packed
+  WeightBytes head_packed_;  // the head where its type is read packed
   std::shared_ptr<const void> head_file_, target_file_;
   std::vector<float> cos_, sin_, local_cos_, local_sin_;
 };

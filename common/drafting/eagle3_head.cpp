@@ -60,8 +60,8 @@ std::shared_ptr<const Eagle3Head> Eagle3Head::load(const std::string& path, cons
     m.w = dequantize_all(gguf_tensor_ref(file, name, {rows, cols}));
     // llama.cpp's files hold Llama's query and key rows in adjacent pairs.
     if (rope_heads > 0) {
-      const std::vector<uint8_t> back = permute_rope_rows(reinterpret_cast<const uint8_t*>(m.w.data()), rows, D,
-                                                          cols * static_cast<int64_t>(sizeof(float)), false);
+      const WeightBytes back = permute_rope_rows(reinterpret_cast<const uint8_t*>(m.w.data()), rows, D,
+                                       cols * static_cast<int64_t>(sizeof(float)), false);
       std::memcpy(m.w.data(), back.data(), back.size());
     }
     return m;

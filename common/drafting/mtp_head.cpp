@@ -33,7 +33,7 @@ std::shared_ptr<const MtpHead> MtpHead::load(const std::string& path) {
   b.tie_word_embeddings = c.tie_word_embeddings && !has("nextn.shared_head_head.weight");
   b.validate(path);
 
-  std::map<std::string, std::vector<uint8_t>> keep;
+  std::map<std::string, WeightBytes> keep;
   const WeightSource file = gguf_weight_source(*f, c, keep);
   const std::string ours0 = "model.layers.0.";
   const WeightSource source = [&](const std::string& name, const std::vector<int64_t>& shape) {

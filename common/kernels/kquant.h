@@ -89,11 +89,19 @@ void superblock_sums(WType t, const uint8_t* block, int n, const int8_t* const* 
 
 // Packed Q4_K and Q6_K matrices (MatrixRef::packed; stored_packed says where),
 // each group of kKPackRows rows holds, super-block by super-block, one
-// block of the eight rows' bytes regrouped so that a 32-byte load gives
-// every row's next four bytes (one row per 32-bit lane), with the eight
-// rows' scales side by side (kquant_pack.cpp has the map). Rows past the last
-// whole group follow, plain.
-constexpr int64_t kKPackRows = 8;
+// block of the sixteen rows' bytes regrouped so that a 64-byte load gives
+// every row's next four bytes (one row per 32-bit lane of a 512-bit vector,
+// rows 0-7 in the low half), with the rows' scales side by side
+// (kquant_pack.cpp has the map). So a 512-bit body reads one stream, and a
+// 256-bit one reads rows 8h .. 8h + 7 at 32h bytes into each 64, 16h into
+// the d's and 8h into each of Q6_K's scale rows. Rows past the last whole
+// group follow, plain.
+constexpr int64_t kKPackRows = 16;
+// Where a packed Q6_K super-block b's fields start, from the super-block's
+// first byte (kquant_pack.cpp says why they alternate): its quants (ql,
+// then qh), and the rest (scales, then d).
+constexpr int64_t kq6_quants(int64_t b) { return b % 2 == 0 ? 0 : 18 * kKPackRows; }
+constexpr int64_t kq6_rest(int64_t b) { return b % 2 == 0 ? 192 * kKPackRows : 0; }
 // Regroups a plain Q4_K or Q6_K matrix's whole groups in place (pack) or
 // back (unpack); `scratch` grows to one group's bytes.
 void kquant_regroup_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch,

@@ -12,39 +12,53 @@ namespace splitspec {
 
 namespace {
 
-// Where byte `o` of row r's super-block lies in its group's packed block.
-int64_t packed_offset(WType t, int64_t r, int64_t o) {
+// Where byte `o` of row r's super-block b lies in its group's packed block:
+// each field is the group's rows side by side (G = kKPackRows), the 4-byte
+// pieces of every row in turn, each piece G x 4 = 64 bytes, a cache line.
+// A Q6_K super-block is 210 G bytes, half a line past a whole number, so
+// an odd one puts its scales and d before its quants, which then start on
+// a line as an even one's do.
+int64_t packed_offset(WType t, int64_t b, int64_t r, int64_t o) {
+  constexpr int64_t G = kKPackRows;
   if (t == WType::Q4_K) {
-    if (o < 2) return 2 * r + o;                                        // d
-    if (o < 4) return 16 + 2 * r + (o - 2);                             // dmin
-    if (o < 16) return 32 + 32 * ((o - 4) / 4) + 4 * r + (o - 4) % 4;   // scale words
-    return 128 + 32 * ((o - 16) / 4) + 4 * r + (o - 16) % 4;            // quants
+    if (o < 2) return 2 * r + o;                                              // d
+    if (o < 4) return 2 * G + 2 * r + (o - 2);                                // dmin
+    if (o < 16) return 4 * G + 4 * G * ((o - 4) / 4) + 4 * r + (o - 4) % 4;   // scale words
+    return 16 * G + 4 * G * ((o - 16) / 4) + 4 * r + (o - 16) % 4;            // quants
   }
-  if (o < 128) return 656 + 32 * (o / 4) + 4 * r + o % 4;               // ql
-  if (o < 192) return 144 + 32 * ((o - 128) / 4) + 4 * r + (o - 128) % 4;  // qh
-  if (o < 208) return 16 + 8 * (o - 192) + r;                           // scales
-  return 2 * r + (o - 208);                                             // d
+  const int64_t quants = kq6_quants(b), rest = kq6_rest(b);
+  if (o < 128) return quants + 4 * G * (o / 4) + 4 * r + o % 4;                          // ql
+  if (o < 192) return quants + 128 * G + 4 * G * ((o - 128) / 4) + 4 * r + (o - 128) % 4;  // qh
+  if (o < 208) return rest + G * (o - 192) + r;                                           // scales
+  return rest + 16 * G + 2 * r + (o - 208);                                               // d
 }
 
+// Per type, the map of an even super-block, then an odd one's.
 template <WType T>
-const std::array<uint16_t, kKPackRows * superblock_bytes(T)>& table() {
+const std::array<uint16_t, 2 * kKPackRows * superblock_bytes(T)>& table() {
   static const auto t = [] {
-    std::array<uint16_t, kKPackRows * superblock_bytes(T)> a{};
-    for (int64_t r = 0; r < kKPackRows; ++r)
-      for (int64_t o = 0; o < superblock_bytes(T); ++o)
-        a[static_cast<size_t>(r * superblock_bytes(T) + o)] = static_cast<uint16_t>(packed_offset(T, r, o));
+    constexpr int64_t sb = superblock_bytes(T);
+    std::array<uint16_t, 2 * kKPackRows * sb> a{};
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t r = 0; r < kKPackRows; ++r)
+        for (int64_t o = 0; o < sb; ++o)
+          a[static_cast<size_t>((b * kKPackRows + r) * sb + o)] = static_cast<uint16_t>(packed_offset(T, b, r, o));
     return a;
   }();
   return t;
 }
 
-const uint16_t* table_of(WType t) { return t == WType::Q4_K ? table<WType::Q4_K>().data() : table<WType::Q6_K>().data(); }
+// Super-block b's map.
+const uint16_t* table_of(WType t, int64_t b) {
+  const uint16_t* even = t == WType::Q4_K ? table<WType::Q4_K>().data() : table<WType::Q6_K>().data();
+  return even + (b % 2) * kKPackRows * superblock_bytes(t);
+}
 
 // One group of kKPackRows rows between the layouts, into `out`.
 void regroup(WType t, const uint8_t* in, uint8_t* out, int64_t cols, bool pack) {
-  const uint16_t* map = table_of(t);
   const int64_t sb = superblock_bytes(t), rb = row_bytes(t, cols), nb = cols / kSuperBlock;
   for (int64_t b = 0; b < nb; ++b) {
+    const uint16_t* map = table_of(t, b);
     uint8_t* packed = (pack ? out : const_cast<uint8_t*>(in)) + b * kKPackRows * sb;
     for (int64_t r = 0; r < kKPackRows; ++r) {
       const uint16_t* m = map + r * sb;
@@ -81,7 +95,7 @@ void read_superblock(const MatrixRef& m, int64_t r, int64_t b, uint8_t* out) {
     return;
   }
   const uint8_t* packed = m.row(r / kKPackRows * kKPackRows) + b * kKPackRows * sb;
-  const uint16_t* map = table_of(m.type) + (r % kKPackRows) * sb;
+  const uint16_t* map = table_of(m.type, b) + (r % kKPackRows) * sb;
   for (int64_t o = 0; o < sb; ++o) out[o] = packed[map[o]];
 }
 

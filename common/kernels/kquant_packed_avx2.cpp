@@ -21,7 +21,7 @@ struct Maddubs : Lanes8 {
     const char i = static_cast<char>(b), z = static_cast<char>(0x80);
     return shuffle(u, _mm_setr_epi8(i, z, i, z, i + 4, z, i + 4, z, i + 8, z, i + 8, z, i + 12, z, i + 12, z));
   }
-  static __m256i q6k_scale(const uint8_t* p, int64_t) {
+  static __m256i q6k_scale(const uint8_t* p) {
     const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), dup));
   }

@@ -2,9 +2,8 @@
 // packed x86 skeleton (kquant_packed_x86.h): one instruction multiplies
 // each lane's four quant bytes by its four activation bytes and adds all
 // four to the lane's 32 bits, where AVX2 needs maddubs, an add and a madd.
-// Two groups of eight rows side by side in 512-bit vectors; a last group
-// left over in the 256-bit form (AVX-512 VL). Built with the avx512 body's
-// flags and called only after linear.cpp's check for them.
+// A whole group of sixteen rows in 512-bit vectors. Built with the avx512
+// body's flags and called only after linear.cpp's check for them.
 #include <immintrin.h>
 
 // GCC 12's AVX-512 headers build their "undefined" vectors as `__Y = __Y`,
@@ -18,24 +17,15 @@ namespace splitspec::kernels::avx512 {
 
 namespace {
 
-// Two groups of eight rows, the first in the low half: each product
+// A group's sixteen rows, rows 0-7 in the low half: each product
 // instruction does twice the work of a 256-bit one, and on Zen 5 retires
 // at 0.7x its rate (bench/results/k_token.md, "Two groups a vector").
 struct Lanes16 {
   using I = __m512i;
   using F = __m512;
-  static constexpr int kGroups = 2;
-  static I load(const uint8_t* p, int64_t gap) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(Lanes8::load(p, 0)), Lanes8::load(p + gap, 0), 1);
-  }
-  static F halves(const uint8_t* p, int64_t gap) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + gap));
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
-  }
-  static I bytes16(const uint8_t* p, int64_t gap, __m128i order) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(Lanes8::bytes16(p, 0, order)), Lanes8::bytes16(p + gap, 0, order), 1);
-  }
+  static constexpr int kRows = 16;
+  static I load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static F halves(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static I shuffle(I v, __m128i order) { return _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(order)); }
   static I zero() { return _mm512_setzero_si512(); }
   static I set8(char c) { return _mm512_set1_epi8(c); }
@@ -59,7 +49,7 @@ struct Lanes16 {
 };
 
 // vpdpbusd with the four signed bytes at x broadcast to every lane from
-// memory ({1to16}, {1to8}), written as one instruction: GCC 12 emits
+// memory ({1to16}), written as one instruction: GCC 12 emits
 // `_mm512_dpbusd_epi32(a, q, _mm512_set1_epi32(x))` as a vpbroadcastd and
 // then the product, one broadcast for every product here. Folded, the
 // 1B-class Q4_K_M 5-token forward took 0.9x the time on Zen 5; Q4_0's
@@ -70,22 +60,11 @@ inline __m512i dpbusd_at(__m512i acc, __m512i q, const int8_t* x) {
   return acc;
 }
 
-inline __m256i dpbusd_at(__m256i acc, __m256i q, const int8_t* x) {
-  asm("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(q), "m"(*reinterpret_cast<const int32_t*>(x)));
-  return acc;
-}
-
 // The 32 bits at p in every lane as a load alone: GCC turns
 // _mm512_set1_epi32 of an array element into a vpermd of the array held in
 // a register, an instruction on the ports the products use.
-inline __m512i broadcast_at(const int32_t* p, __m512i) {
+inline __m512i broadcast_at(const int32_t* p) {
   __m512i v;
-  asm("vpbroadcastd %1, %0" : "=v"(v) : "m"(*p));
-  return v;
-}
-
-inline __m256i broadcast_at(const int32_t* p, __m256i) {
-  __m256i v;
   asm("vpbroadcastd %1, %0" : "=v"(v) : "m"(*p));
   return v;
 }
@@ -96,46 +75,20 @@ inline __m256i broadcast_at(const int32_t* p, __m256i) {
 // adds it: a Q4_K sub-block takes two, one micro-op each, where one vpmulld
 // (two on the ports vpdpbusd uses) and an add took three. A Q6_K
 // sub-block's (16 x 63 x 127) needs the full 32 bits, so vpmulld.
-template <class L>
-struct Dpbusd;
-
-template <>
-struct Dpbusd<Lanes8> : Lanes8 {
+struct Dpbusd : Lanes16 {
   static constexpr int q4k_run = 4, q6k_run = 4;
   static I step(I part, I q, const int8_t* x) { return dpbusd_at(part, q, x); }
-  static I broadcast(const int32_t* p) { return broadcast_at(p, I{}); }
-  static I q4k_apply(I isum, I part, I s) { return _mm256_dpwssd_epi32(isum, part, s); }
-  static I q6k_apply(I isum, I part, I s) { return _mm256_add_epi32(isum, _mm256_mullo_epi32(part, s)); }
-  static I q4k_scale(I u, int b) { return and_(srli32(u, 8 * b), set32(0xff)); }
-  static I q6k_scale(const uint8_t* p, int64_t) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
-};
-
-template <>
-struct Dpbusd<Lanes16> : Lanes16 {
-  static constexpr int q4k_run = 4, q6k_run = 4;
-  static I step(I part, I q, const int8_t* x) { return dpbusd_at(part, q, x); }
-  static I broadcast(const int32_t* p) { return broadcast_at(p, I{}); }
+  static I broadcast(const int32_t* p) { return broadcast_at(p); }
   static I q4k_apply(I isum, I part, I s) { return _mm512_dpwssd_epi32(isum, part, s); }
   static I q6k_apply(I isum, I part, I s) { return _mm512_add_epi32(isum, _mm512_mullo_epi32(part, s)); }
   static I q4k_scale(I u, int b) { return and_(srli32(u, 8 * b), set32(0xff)); }
-  static I q6k_scale(const uint8_t* p, int64_t gap) {
-    return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
-                                                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + gap))));
-  }
+  static I q6k_scale(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 };
 
 }  // namespace
 
-// Fewer than four activation rows take the 256-bit form: a 512-bit vector
-// reads its two groups as two streams of memory, and on Zen 5 those
-// forwards, which wait on memory, then took 1.25x the time (the 1B-class
-// Q4_K_M 1-token forward 31 ms against 24); from four rows on, the products
-// set the time and the wider form wins (k_token.md, "Two groups a vector").
 void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y) {
-  if (x.rows >= 4)
-    kquant_packed_rows_with<Dpbusd<Lanes16>, Dpbusd<Lanes8>>(w, r0, r1, x, y);
-  else
-    kquant_packed_rows_with<Dpbusd<Lanes8>>(w, r0, r1, x, y);
+  kquant_packed_rows_with<Dpbusd>(w, r0, r1, x, y);
 }
 
 }  // namespace splitspec::kernels::avx512

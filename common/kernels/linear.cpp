@@ -164,8 +164,8 @@ void kquant_plain_rows(const MatrixRef& w, const uint8_t* first, int64_t r0, int
 // K-quant weights against Q8_K activations (qk, quantized by the caller),
 // rows [r0, r1) with r0 a multiple of kPackRows: each weight row decoded
 // once per super-block for up to kMaxDotRows activation rows (packed rows
-// by the x86 bodies, eight at a time; other bodies read them unpacked a
-// group at a time); every output the same whatever rows or threads share
+// by the x86 bodies, AVX-512 sixteen at a time and AVX2 eight; other
+// bodies read them unpacked a group at a time); every output the same whatever rows or threads share
 // the call (kquant_dots).
 void kquant_range(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& qk, float* y, Isa isa) {
   // Ranges are whole groups of 16 rows, so they split no packed group.

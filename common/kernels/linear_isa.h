@@ -58,7 +58,7 @@ void quantize_q8k_superblock(const float* v, int8_t* q, float& d, int16_t* sums)
 // one per lane (kquant_x86.h).
 void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 // The same for rows [r0, r1) of a packed Q4_K or Q6_K matrix, in whole groups
-// of kKPackRows (kquant_packed_x86.h).
+// of kKPackRows (kquant_packed_x86.h), eight rows a pass.
 void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 }
 namespace avx512 {
@@ -68,7 +68,7 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 // avx2::kquant_rows with AVX-512 maddubs and VNNI's vpdpwssd for the integer
 // products (Q2_K and Q3_K: the avx2 body's).
 void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
-// avx2::kquant_packed_rows with VNNI's vpdpbusd.
+// avx2::kquant_packed_rows with VNNI's vpdpbusd, a whole group a pass.
 void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 }
 namespace neon {

@@ -16,9 +16,12 @@
 // Every type is written (quant.h) except IQ4_XS, which only files from
 // llama.cpp hold. Free of LibTorch, so the kernels build and are tested on
 // their own (cross-compiled for ARM too).
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace splitspec {
 
@@ -101,15 +104,32 @@ constexpr int64_t block_weights(WType t) { return is_kquant(t) ? kSuperBlock : i
 constexpr int64_t kPackRows = 16;
 
 // The types the kernels read packed, so a model copies them at load: the
-// 32-weight block types everywhere, and Q4_K and Q6_K on x86, whose kernels compute eight
-// rows in the lanes of one register (kquant.h has that layout; NEON reads
-// K-quants as stored).
+// 32-weight block types everywhere, and Q4_K and Q6_K on x86, whose kernels
+// compute a row in each 32-bit lane of a register (kquant.h has that
+// layout; NEON reads K-quants as stored).
 constexpr bool stored_packed(WType t) {
 #if defined(__x86_64__)
   if (t == WType::Q4_K || t == WType::Q6_K) return true;
 #endif
   return is_quantized(t);
 }
+
+// Buffers that start on a 64-byte cache line. glibc's malloc puts a large
+// buffer 16 bytes past a page, where each 64-byte piece of a packed group
+// would span two lines and every 512-bit load of one read both.
+template <class T>
+struct LineAllocator {
+  using value_type = T;
+  LineAllocator() = default;
+  template <class U>
+  LineAllocator(const LineAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+  friend bool operator==(const LineAllocator&, const LineAllocator&) { return true; }
+  friend bool operator!=(const LineAllocator&, const LineAllocator&) { return false; }
+};
+// The bytes of a matrix a model holds in memory (copied, converted or packed).
+using WeightBytes = std::vector<uint8_t, LineAllocator<uint8_t>>;
 
 // A matrix of `rows` x `cols` weights of type `type`. Does not own `data`.
 // Plain: rows back to back, row_bytes(type, cols) apart (the file layout).

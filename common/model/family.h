@@ -47,7 +47,7 @@ struct Fusion {
 // another form: its type and its bytes ([rows][cols] of the type).
 struct HfTensor {
   WType type = WType::F32;
-  std::vector<uint8_t> bytes;
+  WeightBytes bytes;
 };
 
 // What config.json's attention_bias means to the family.

@@ -109,8 +109,8 @@ int64_t gguf_sliding_pattern(const GgufFile& f, const std::string& key, int64_t 
   return pattern;
 }
 
-std::vector<uint8_t> permute_rope_rows(const uint8_t* rows, int64_t count, int64_t head_dim, int64_t rb, bool to_gguf) {
-  std::vector<uint8_t> out(static_cast<size_t>(count * rb));
+WeightBytes permute_rope_rows(const uint8_t* rows, int64_t count, int64_t head_dim, int64_t rb, bool to_gguf) {
+  WeightBytes out(static_cast<size_t>(count * rb));
   for (int64_t h = 0; h < count / head_dim; ++h)
     for (int64_t i = 0; i < head_dim / 2; ++i)
       for (int64_t j = 0; j < 2; ++j) {
@@ -335,12 +335,12 @@ GgufPlace gguf_place(const GgufFile& f, const ModelConfig& c, const std::map<std
 
 }  // namespace
 
-WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, std::vector<uint8_t>>& keep) {
+WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, WeightBytes>& keep) {
   return [&f, &c, &keep, fused = fused_parts(c)](const std::string& name, const std::vector<int64_t>& shape) -> MatrixRef {
     const GgufPlace p = gguf_place(f, c, fused, name, shape);
     MatrixRef m{p.type, p.tensor->data + p.skip, p.rows, p.cols};
     if (const int64_t heads = permuted_heads(name, c)) {
-      std::vector<uint8_t>& copy = keep[name];
+      WeightBytes& copy = keep[name];
       copy = permute_rope_rows(static_cast<const uint8_t*>(m.data), heads * c.head_dim, c.head_dim,
                                row_bytes(p.type, p.cols), false);
       m.data = copy.data();

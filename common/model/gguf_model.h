@@ -22,7 +22,7 @@ ModelConfig gguf_model_config(const GgufFile& f);
 
 // Tensors by our names. The permuted query and key rows are copied into
 // `keep` (by our name), which must outlive the references.
-WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, std::vector<uint8_t>>& keep);
+WeightSource gguf_weight_source(const GgufFile& f, const ModelConfig& c, std::map<std::string, WeightBytes>& keep);
 // Where each of our tensors lies in the file, for the streamed target. `f`
 // must outlive it.
 TensorLocator gguf_locator(const GgufFile& f, const ModelConfig& c);
@@ -46,7 +46,7 @@ std::vector<int64_t> gguf_vector_ne(const std::string& name, int64_t size, const
 
 // Row i of llama.cpp's LLaMA query or key matrix is Hugging Face's row
 // perm(i): llama.cpp rotates adjacent pairs, Hugging Face halves.
-std::vector<uint8_t> permute_rope_rows(const uint8_t* rows, int64_t count, int64_t head_dim, int64_t row_bytes,
+WeightBytes permute_rope_rows(const uint8_t* rows, int64_t count, int64_t head_dim, int64_t row_bytes,
                                        bool to_gguf);
 
 // An unsigned count in the metadata; throws naming the key when it is

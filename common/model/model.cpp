@@ -89,7 +89,7 @@ void require_model_directory(const std::string& path) {
 ModelSource open_model_source(const std::string& path) {
   namespace fs = std::filesystem;
   ModelSource src;
-  src.copies = std::make_unique<std::map<std::string, std::vector<uint8_t>>>();
+  src.copies = std::make_unique<std::map<std::string, WeightBytes>>();
   if (fs::is_regular_file(path) && is_gguf_file(path)) {
     auto f = std::make_shared<GgufFile>(path);
     src.config = gguf_model_config(*f);

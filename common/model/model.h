@@ -103,7 +103,7 @@ struct ModelSource {
   std::function<void(const std::string& name)> release;
   // What `tensors` point into: the mapping, and permuted copies by name.
   std::shared_ptr<const void> mapping;
-  std::unique_ptr<std::map<std::string, std::vector<uint8_t>>> copies;
+  std::unique_ptr<std::map<std::string, WeightBytes>> copies;
 };
 // Throws splitspec::Error for a path that is neither a GGUF file nor a model
 // directory, and for an unsupported or malformed model.

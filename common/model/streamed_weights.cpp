@@ -306,7 +306,7 @@ void StreamedWeights::read_span(int file, uint64_t offset, uint64_t bytes, uint6
 void StreamedWeights::pack(const Unit& u, uint8_t* data, std::vector<uint8_t>& scratch) const {
   if (u.rope_heads) {
     const int64_t rb = row_bytes(u.type, u.cols);
-    const std::vector<uint8_t> ordered = permute_rope_rows(data, u.rope_heads * u.head_dim, u.head_dim, rb, false);
+    const WeightBytes ordered = permute_rope_rows(data, u.rope_heads * u.head_dim, u.head_dim, rb, false);
     std::memcpy(data, ordered.data(), ordered.size());
   }
   if (stored_packed(u.type)) pack_rows(u.type, data, u.rows, u.cols, scratch);

@@ -21,11 +21,11 @@ std::string dims(const std::vector<int64_t>& shape) { return shape_str(shape); }
 
 }  // namespace
 
-std::vector<uint8_t> plain_bytes(const MatrixRef& src, WType to, const std::string& name) {
+WeightBytes plain_bytes(const MatrixRef& src, WType to, const std::string& name) {
   if (src.cols % block_weights(to) != 0)
     throw Error(std::string("cannot store ") + name + " as " + wtype_name(to) + ": its rows of " +
                 std::to_string(src.cols) + " weights are not a multiple of " + std::to_string(block_weights(to)));
-  std::vector<uint8_t> out(static_cast<size_t>(src.rows * row_bytes(to, src.cols)));
+  WeightBytes out(static_cast<size_t>(src.rows * row_bytes(to, src.cols)));
   if (src.type == to) {
     std::memcpy(out.data(), src.data, out.size());
     std::vector<uint8_t> scratch;
@@ -362,14 +362,14 @@ std::string hf_file_tensor_name(const SafetensorsModel& st, const std::string& o
 }
 
 WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c,
-                                std::map<std::string, std::vector<uint8_t>>* keep) {
+                                std::map<std::string, WeightBytes>* keep) {
   // Our names of the matrices a family fuses, to where they lie.
   const std::map<std::string, FusedPart> fused = fused_parts(c);
   // Gemma's gains as we hold them, 1 + the file's, and tensors the family's
   // files hold in another form: kept for the source's life.
   auto shifted = std::make_shared<std::map<std::string, std::vector<float>>>();
-  auto own = std::make_shared<std::map<std::string, std::vector<uint8_t>>>();
-  std::map<std::string, std::vector<uint8_t>>* converted = keep ? keep : own.get();
+  auto own = std::make_shared<std::map<std::string, WeightBytes>>();
+  std::map<std::string, WeightBytes>* converted = keep ? keep : own.get();
   const Family& family = family_of(c);
   return [&st, fused, c, shifted, own, converted, &family](const std::string& name, const std::vector<int64_t>& shape) {
     const int64_t rows = shape.size() == 2 ? shape[0] : 1;
@@ -378,7 +378,7 @@ WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c
       const TensorInfo& t = st.get(hf_file_tensor_name(st, name, c));
       if (family.hf_tensor)
         if (std::optional<HfTensor> x = family.hf_tensor(name, t, shape, c)) {
-          const std::vector<uint8_t>& kept = (*converted)[name] = std::move(x->bytes);
+          const WeightBytes& kept = (*converted)[name] = std::move(x->bytes);
           return MatrixRef{x->type, kept.data(), rows, shape.back()};
         }
       const MatrixRef m{stored_wtype(t, shape), t.data, rows, shape.back()};
@@ -418,7 +418,7 @@ TensorLocator safetensors_locator(const SafetensorsModel& st, const ModelConfig&
 
 WeightSet load_weight_set(const std::string& dir, const ModelConfig& c, std::optional<WType> type) {
   auto st = std::make_shared<const SafetensorsModel>(dir);
-  std::map<std::string, std::vector<uint8_t>> converted;
+  std::map<std::string, WeightBytes> converted;
   WeightSet w = build_weight_set(
       c, safetensors_source(*st, c, &converted), type, true, st->description(),
       // Each copied tensor's pages go as soon as it is copied, so that loading
@@ -440,7 +440,7 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
   if (ec) throw Error(dir + ": cannot create directory: " + ec.message());
   // First, so a family whose models are not written refuses before any file is.
   const std::string config_json = model_config_to_json(c);
-  std::vector<std::vector<uint8_t>> bytes;  // alive until written
+  std::vector<WeightBytes> bytes;  // alive until written
   std::vector<TensorToWrite> out;
   std::map<std::string, std::string> metadata{{"format", "pt"}};
   // Gemma's gains go out as its Hugging Face files hold them, less 1.
@@ -494,9 +494,9 @@ void save_weight_set(const WeightSet& w, const ModelConfig& c, const std::string
         return fused_part(l, static_cast<LayerMatrix>(a), c)->row0 < fused_part(l, static_cast<LayerMatrix>(b), c)->row0;
       });
       const WType to = matrix_type(w.layers[l][parts[0]], layer_slot(c, l, static_cast<LayerMatrix>(parts[0])));
-      std::vector<uint8_t> all;
+      WeightBytes all;
       for (int p : parts) {
-        const std::vector<uint8_t> b = plain_bytes(w.layers[l][p], to, layer_matrix_name(l, static_cast<LayerMatrix>(p)));
+        const WeightBytes b = plain_bytes(w.layers[l][p], to, layer_matrix_name(l, static_cast<LayerMatrix>(p)));
         all.insert(all.end(), b.begin(), b.end());
       }
       bytes.push_back(std::move(all));

@@ -37,7 +37,7 @@ struct WeightSet {
   PerLayerInputs per_layer;  // empty without (ModelConfig::per_layer_input_size)
   // What the references point into.
   std::shared_ptr<const void> mapping;  // a SafetensorsModel or a GgufFile
-  std::vector<std::vector<uint8_t>> owned;
+  std::vector<WeightBytes> owned;
   bool borrowed = false;  // some matrix points into `mapping`
 
   const float* input_norm(int64_t l) const { return norms.data() + 2 * l * hidden; }
@@ -146,7 +146,7 @@ std::string hf_file_tensor_name(const SafetensorsModel& st, const std::string& o
 // converted into `keep` by our name (which the set built from them must
 // own, as Model::load's does), or, without it, into the source's own store.
 WeightSource safetensors_source(const SafetensorsModel& st, const ModelConfig& c,
-                                std::map<std::string, std::vector<uint8_t>>* keep = nullptr);
+                                std::map<std::string, WeightBytes>* keep = nullptr);
 // Where each of our tensors lies in a safetensors model, fused parts as row
 // slices. Not for a family whose files hold some in another form
 // (Family::hf_tensor). `st` must outlive it.
@@ -171,7 +171,7 @@ std::vector<float> load_float_values(const TensorInfo& t);
 
 // The matrix as plain rows of type `to` (converting and unpacking as
 // needed). `what` names it in errors.
-std::vector<uint8_t> plain_bytes(const MatrixRef& m, WType to, const std::string& what);
+WeightBytes plain_bytes(const MatrixRef& m, WType to, const std::string& what);
 
 // Bytes of a model's weights as stored, found by `locate` (what an
 // in-memory load holds, and what a memory budget's percentage is of).

@@ -150,7 +150,7 @@ std::optional<HfTensor> read_qwen35_hf_tensor(const std::string& name, const Ten
   const size_t elem = type == WType::F32 ? 4 : 2;
   // Units of `width` elements (a head's rows, a channel's taps, a value),
   // the value heads' after the first `skip` units.
-  HfTensor out{type, std::vector<uint8_t>(t.nbytes)};
+  HfTensor out{type, WeightBytes(t.nbytes)};
   auto permute_units = [&](int64_t skip, int64_t width) {
     const size_t unit = static_cast<size_t>(width) * elem;
     std::memcpy(out.bytes.data(), t.data, static_cast<size_t>(skip) * unit);
@@ -180,7 +180,7 @@ std::optional<HfTensor> read_qwen35_hf_tensor(const std::string& name, const Ten
   // A = -exp(A_log), in float as the converter's torch does.
   std::vector<float> v(static_cast<size_t>(cols));
   dequantize_rows(MatrixRef{type, out.bytes.data(), 1, cols}, 0, 1, v.data());
-  HfTensor f{WType::F32, std::vector<uint8_t>(v.size() * sizeof(float))};
+  HfTensor f{WType::F32, WeightBytes(v.size() * sizeof(float))};
   for (float& x : v) x = -std::exp(x);
   std::memcpy(f.bytes.data(), v.data(), f.bytes.size());
   return f;
