@@ -97,11 +97,15 @@ void superblock_sums(WType t, const uint8_t* block, int n, const int8_t* const* 
 // the d's and 8h into each of Q6_K's scale rows. Rows past the last whole
 // group follow, plain.
 constexpr int64_t kKPackRows = 16;
-// Where a packed Q6_K super-block b's fields start, from the super-block's
-// first byte (kquant_pack.cpp says why they alternate): its quants (ql,
-// then qh), and the rest (scales, then d).
+// Where a packed super-block's fields start, in bytes from its first (each
+// field the group's rows side by side, its 4-byte pieces every row's in
+// turn): Q4_K's d at 0, then dmin, the scale words and the quants; Q6_K's
+// quants (ql, then qh) and the rest (scales, then d), whose order
+// alternates with the super-block b (kquant_pack.cpp says why).
+constexpr int64_t kq4_dmin = 2 * kKPackRows, kq4_scales = 4 * kKPackRows, kq4_quants = 16 * kKPackRows;
 constexpr int64_t kq6_quants(int64_t b) { return b % 2 == 0 ? 0 : 18 * kKPackRows; }
 constexpr int64_t kq6_rest(int64_t b) { return b % 2 == 0 ? 192 * kKPackRows : 0; }
+constexpr int64_t kq6_qh = 128 * kKPackRows, kq6_d = 16 * kKPackRows;
 // Regroups a plain Q4_K or Q6_K matrix's whole groups in place (pack) or
 // back (unpack); `scratch` grows to one group's bytes.
 void kquant_regroup_rows(WType type, uint8_t* data, int64_t rows, int64_t cols, std::vector<uint8_t>& scratch,

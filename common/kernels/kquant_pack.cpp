@@ -22,15 +22,15 @@ int64_t packed_offset(WType t, int64_t b, int64_t r, int64_t o) {
   constexpr int64_t G = kKPackRows;
   if (t == WType::Q4_K) {
     if (o < 2) return 2 * r + o;                                              // d
-    if (o < 4) return 2 * G + 2 * r + (o - 2);                                // dmin
-    if (o < 16) return 4 * G + 4 * G * ((o - 4) / 4) + 4 * r + (o - 4) % 4;   // scale words
-    return 16 * G + 4 * G * ((o - 16) / 4) + 4 * r + (o - 16) % 4;            // quants
+    if (o < 4) return kq4_dmin + 2 * r + (o - 2);                             // dmin
+    if (o < 16) return kq4_scales + 4 * G * ((o - 4) / 4) + 4 * r + (o - 4) % 4;  // scale words
+    return kq4_quants + 4 * G * ((o - 16) / 4) + 4 * r + (o - 16) % 4;         // quants
   }
   const int64_t quants = kq6_quants(b), rest = kq6_rest(b);
   if (o < 128) return quants + 4 * G * (o / 4) + 4 * r + o % 4;                          // ql
-  if (o < 192) return quants + 128 * G + 4 * G * ((o - 128) / 4) + 4 * r + (o - 128) % 4;  // qh
+  if (o < 192) return quants + kq6_qh + 4 * G * ((o - 128) / 4) + 4 * r + (o - 128) % 4;  // qh
   if (o < 208) return rest + G * (o - 192) + r;                                           // scales
-  return rest + 16 * G + 2 * r + (o - 208);                                               // d
+  return rest + kq6_d + 2 * r + (o - 208);                                                // d
 }
 
 // Per type, the map of an even super-block, then an odd one's.

@@ -106,7 +106,7 @@ void q4k_group(const uint8_t* g, int64_t nb, int side, const Q8KRows& x, int64_t
   static_assert(8 % P::q4k_run == 0);
   using I = typename P::I;
   using F = typename P::F;
-  constexpr int64_t G = kKPackRows, bb = G * 144;
+  constexpr int64_t bb = kKPackRows * 144;
   const int64_t s4 = 32 * side, s2 = 16 * side;
   const I low4 = P::set8(0x0F);
   const I low6 = P::set32(0x3f3f3f3f), nib = P::set32(0x0f0f0f0f), top2 = P::set32(0x03030303);
@@ -118,7 +118,7 @@ void q4k_group(const uint8_t* g, int64_t nb, int side, const Q8KRows& x, int64_t
     if (side == 0) prefetch_ahead(p, bb);
     // Each lane's twelve scale bytes as 32-bit words u0, u1, u2: scales 0-3
     // and 4-7 (sa, sb), mins 0-3 and 4-7 (ma, mb), a byte each.
-    const uint8_t* u = p + 4 * G + s4;
+    const uint8_t* u = p + kq4_scales + s4;
     const I u0 = P::load(u), u1 = P::load(u + kPiece), u2 = P::load(u + 2 * kPiece);
     const I sa = P::and_(u0, low6);
     const I sb = P::or_(P::and_(u2, nib), P::slli32(P::and_(P::srli32(u0, 6), top2), 4));
@@ -137,7 +137,7 @@ void q4k_group(const uint8_t* g, int64_t nb, int side, const Q8KRows& x, int64_t
         for (int i = 0; i < R; ++i) part[i] = P::zero();
 #pragma GCC unroll 8
         for (int k = k0; k < k0 + P::q4k_run; ++k) {
-          const I raw = P::load(p + 16 * G + kPiece * (8 * (j / 2) + k) + s4);
+          const I raw = P::load(p + kq4_quants + kPiece * (8 * (j / 2) + k) + s4);
           const I q = j % 2 == 0 ? P::and_(raw, low4) : P::and_(P::srli16(raw, 4), low4);
           for (int i = 0; i < R; ++i) {
             part[i] = P::step(part[i], q, xq[i] + 32 * j + 4 * k);
@@ -148,7 +148,7 @@ void q4k_group(const uint8_t* g, int64_t nb, int side, const Q8KRows& x, int64_t
       }
     }
     const I m01 = bytes_two<P>(ma, 0), m23 = bytes_two<P>(ma, 2), m45 = bytes_two<P>(mb, 0), m67 = bytes_two<P>(mb, 2);
-    const F d = P::halves(p + s2), dmin = P::halves(p + 2 * G + s2);
+    const F d = P::halves(p + s2), dmin = P::halves(p + kq4_dmin + s2);
     for (int i = 0; i < R; ++i) {
       const int64_t at = (j0 + i) * nb + b;
       const __m128i pairs = sums32(x, at);
@@ -201,7 +201,7 @@ void q6k_group(const uint8_t* g, int64_t nb, int side, const Q8KRows& x, int64_t
     // 2Q + 1 of qh's vector 8h + k on top.
     auto quants = [&](int h, int Q, int k) {
       const uint8_t* ql = qs + kPiece * (16 * h + k + (Q % 2 == 1 ? 8 : 0));
-      const I qh = P::load(qs + 128 * G + kPiece * (8 * h + k)), raw = P::load(ql);
+      const I qh = P::load(qs + kq6_qh + kPiece * (8 * h + k)), raw = P::load(ql);
       const I nib = Q < 2 ? P::and_(raw, low4) : P::and_(P::srli16(raw, 4), low4);
       const I top = Q == 0 ? P::slli16(qh, 4) : Q == 1 ? P::slli16(qh, 2) : Q == 2 ? qh : P::srli16(qh, 2);
       return P::or_(nib, P::and_(top, bits45));
@@ -254,7 +254,7 @@ void q6k_group(const uint8_t* g, int64_t nb, int side, const Q8KRows& x, int64_t
         isum[i] = P::sub32(isum[i], P::slli32(off, 5));
       }
     }
-    const F d = P::halves(rest + 16 * G + s2);
+    const F d = P::halves(rest + kq6_d + s2);
     for (int i = 0; i < R; ++i)
       acc[i] = P::fmadd(P::mul(d, P::fset(x.d[(j0 + i) * nb + b])), P::cvt(isum[i]), acc[i]);
   }
