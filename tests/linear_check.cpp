@@ -118,6 +118,37 @@ int main() {
         }
     }
   }
+  // Activation blocks at the quantizer's edges, every ISA's against the
+  // reference: all zeros (a scale of 0), halves that round to even (amax 127
+  // makes the scale 1), subnormals, and a block near the float range's top;
+  // 9 rows of 3 blocks, so a 16-block pass ends part way through a row.
+  for (int i = 0; i < kernels::kIsas; ++i) {
+    const auto isa = static_cast<kernels::Isa>(i);
+    if (!kernels::isa_available(isa)) continue;
+    kernels::use_isa(isa);
+    constexpr int64_t in = 96, out = 50, rows = 9;
+    std::vector<float> x(rows * in);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < in; ++c) {
+        const int64_t b = (r + c / kQBlock) % 4, k = c % kQBlock;
+        float& v = x[r * in + c];
+        if (b == 0) v = 0.0f;
+        if (b == 1) v = k == 0 ? 127.0f : (k % 2 ? -1.0f : 1.0f) * (static_cast<float>(k) - 0.5f);
+        if (b == 2) v = (k % 3 ? 1.0f : -1.0f) * 1e-40f * static_cast<float>(k + 1);
+        if (b == 3) v = (k % 2 ? -3e38f : 2e38f) / static_cast<float>(k + 1);
+      }
+    for (WType type : {WType::Q8_0, WType::Q4_0, WType::Q4_1}) {
+      std::vector<float> wf(out * in);
+      for (auto& v : wf) v = normal(rng) * 0.1f;
+      std::vector<uint8_t> w(out * row_bytes(type, in)), scratch;
+      quantize_rows(type, wf.data(), out, in, w.data());
+      std::vector<float> want(rows * out), got(rows * out);
+      kernels::linear_reference(x.data(), rows, MatrixRef{type, w.data(), out, in}, want.data());
+      pack_rows(type, w.data(), out, in, scratch);
+      kernels::linear(x.data(), rows, MatrixRef{type, w.data(), out, in, true}, got.data());
+      expect_same(got, want, std::string(kernels::isa_name(isa)) + " " + wtype_name(type) + " edge activations");
+    }
+  }
   // A Q4_K_M layer's matrices over one input (linear_many): Q4_K and Q6_K
   // share their activations' form, Q8_0 takes its own; rows not a whole
   // group (13). Each as linear() gives it alone.

@@ -122,8 +122,8 @@ float quant_dot(const MatrixRef& w, int64_t r, const QuantizedRows& qx, int64_t 
 void quantize_for(Isa isa, const float* x, int64_t n, int64_t cols, QuantizedRows& qx) {
   switch (isa) {
 #if defined(__x86_64__)
-    case Isa::kAvx2:
-    case Isa::kAvx512: avx2::quantize_activations(x, n, cols, qx); return;
+    case Isa::kAvx2: avx2::quantize_activations(x, n, cols, qx); return;
+    case Isa::kAvx512: avx512::quantize_activations(x, n, cols, qx); return;
 #endif
 #if defined(__aarch64__)
     case Isa::kNeon: neon::quantize_activations(x, n, cols, qx); return;

@@ -343,6 +343,48 @@ void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
 
 }  // namespace
 
+// quantize_block for up to sixteen blocks at once, a block a lane for the
+// scale: its two divisions and two half-precision roundings as vectors,
+// not the avx2 copy's scalar chain a block (36 cycles a block on the Zen 5
+// VM, 3.6% of the 50M model's 8-row forward). Blocks lie back to back, as
+// x's rows do once cols is a multiple of a block.
+void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out) {
+  if (cols % kQBlock != 0) return avx2::quantize_activations(x, rows, cols, out);
+  size_quantized(rows, cols, out);
+  const int64_t total = rows * out.blocks;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t i0 = 0; i0 < total; i0 += 16) {
+    const int n = static_cast<int>(total - i0 < 16 ? total - i0 : 16);
+    const __mmask16 live = static_cast<__mmask16>((1u << n) - 1);
+    const float* v = x + i0 * kQBlock;
+    alignas(64) float amax[16] = {};
+    for (int k = 0; k < n; ++k)
+      amax[k] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(v + kQBlock * k)),
+                                                   _mm512_abs_ps(_mm512_loadu_ps(v + kQBlock * k + 16))));
+    const __m512 scale = _mm512_div_ps(_mm512_load_ps(amax), _mm512_set1_ps(127.0f));
+    alignas(64) float id[16];
+    _mm512_store_ps(id, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(scale, zero, _CMP_NEQ_UQ), _mm512_set1_ps(1.0f), scale));
+    const int rounding = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    _mm512_mask_storeu_ps(out.d.data() + i0, live, _mm512_cvtph_ps(_mm512_cvtps_ph(scale, rounding)));
+    alignas(64) int32_t sum[16] = {};
+    int8_t* q = out.q.data() + i0 * kQBlock;
+    for (int k = 0; k < n; ++k) {
+      const __m512 vid = _mm512_set1_ps(id[k]);
+      // Nearest, ties to even; every value lies within int8, so the
+      // narrowing's saturation changes none.
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + kQBlock * k), vid));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + kQBlock * k + 16), vid));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + kQBlock * k), _mm512_cvtsepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + kQBlock * k + 16), _mm512_cvtsepi32_epi8(q1));
+      sum[k] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+    const __m512i sums = _mm512_load_si512(sum);
+    _mm512_mask_storeu_epi32(out.sum.data() + i0, live, sums);
+    _mm512_mask_storeu_ps(out.s.data() + i0, live,
+                          _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(scale, _mm512_cvtepi32_ps(sums)), rounding)));
+  }
+}
+
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1) {
   switch (c.w.type) {
     case WType::F32: float_linear<WType::F32>(c, r0, r1); break;

@@ -49,7 +49,7 @@ static inline void prefetch_ahead(const uint8_t* block, int64_t bytes) {
 void reference_rows(const LinearCall& c, int64_t r0, int64_t r1);
 namespace avx2 {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
-// quantize_activations, vectorised (also for the avx512 body).
+// quantize_activations, vectorised.
 void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
 // quantize_q8k_superblock, vectorised, bit for bit (also for the avx512 body).
 void quantize_q8k_superblock(const float* v, int8_t* q, float& d, int16_t* sums);
@@ -70,6 +70,8 @@ void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
 void kquant_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
 // avx2::kquant_packed_rows with VNNI's vpdpbusd, a whole group a pass.
 void kquant_packed_rows(const MatrixRef& w, int64_t r0, int64_t r1, const Q8KRows& x, float* y);
+// quantize_activations, sixteen blocks a pass, bit for bit.
+void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out);
 }
 namespace neon {
 void linear_rows(const LinearCall& c, int64_t r0, int64_t r1);
