@@ -346,13 +346,11 @@ void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
 // quantize_block for up to sixteen blocks at once, a block a lane for the
 // scale: its two divisions and two half-precision roundings as vectors,
 // not the avx2 copy's scalar chain a block (36 cycles a block on the Zen 5
-// VM, 3.6% of the 50M model's 8-row forward). Blocks lie back to back, as
-// x's rows do once cols is a multiple of a block.
+// VM, 3.6% of the 50M model's 8-row forward). Blocks lie back to back
+// across rows: linear() takes block types only at whole blocks (check()).
 void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedRows& out) {
-  if (cols % kQBlock != 0) return avx2::quantize_activations(x, rows, cols, out);
   size_quantized(rows, cols, out);
   const int64_t total = rows * out.blocks;
-  const __m512 zero = _mm512_setzero_ps();
   for (int64_t i0 = 0; i0 < total; i0 += 16) {
     const int n = static_cast<int>(total - i0 < 16 ? total - i0 : 16);
     const __mmask16 live = static_cast<__mmask16>((1u << n) - 1);
@@ -363,7 +361,7 @@ void quantize_activations(const float* x, int64_t rows, int64_t cols, QuantizedR
                                                    _mm512_abs_ps(_mm512_loadu_ps(v + kQBlock * k + 16))));
     const __m512 scale = _mm512_div_ps(_mm512_load_ps(amax), _mm512_set1_ps(127.0f));
     alignas(64) float id[16];
-    _mm512_store_ps(id, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(scale, zero, _CMP_NEQ_UQ), _mm512_set1_ps(1.0f), scale));
+    _mm512_store_ps(id, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(scale, _mm512_setzero_ps(), _CMP_NEQ_UQ), _mm512_set1_ps(1.0f), scale));
     const int rounding = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     _mm512_mask_storeu_ps(out.d.data() + i0, live, _mm512_cvtph_ps(_mm512_cvtps_ph(scale, rounding)));
     alignas(64) int32_t sum[16] = {};
