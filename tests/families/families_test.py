@@ -229,7 +229,14 @@ def kquants(r, work):
     llama.cpp's llama_model_quantize (Q4_K_M, Q5_K_M, Q6_K, and Q3_K_M and
     Q2_K, which we read but do not write), and by our own `convert --dtype
     ... --to-gguf` (which llama.cpp must load): each file, its greedy
-    tokens are llama.cpp's on at least 90% of the prompts."""
+    tokens are llama.cpp's on at least 90% of the prompts (ours: 70%), or,
+    where fewer, our logits along llama.cpp's exact greedy runs are as near
+    them as llama.cpp's own default path's (quant_files_test.check_file).
+    On random weights near-ties are everywhere, and llama.cpp's sums change
+    order with the CPU's instruction set (ours do not): on an AVX2-only VM,
+    Gemma 3's Q2_K file gave 7/10 free runs, llama.cpp's default path 8/10
+    of its exact path's, and 195/200 positions' greedy choices against the
+    default path's 189/200."""
     prompts = PROMPTS[:10]
     n_new = 12
     failed = False
@@ -271,10 +278,16 @@ def kquants(r, work):
             # must load in llama.cpp; agreement is reported, and held to 70%:
             # both programs read the same bytes, so a miss is float sums in
             # another order breaking a near-tie, as the Q8_0 control shows.
+            # Under the bar, with the prompts tokenized alike, the logits
+            # decide (the docstring).
             ok = qtype == "q8_0" or same * 10 >= (7 if qtype.startswith("ours-") else 9) * len(prompts)
+            print(f"{name} {qtype}: {same}/{len(prompts)} prompts give llama.cpp's {n_new} greedy tokens", flush=True)
+            if not ok and all(o["prompt_ids"] == p for o, p in zip(ours, theirs_prompts)):
+                from quant_files_test import check_file  # it imports this module
+                line, ok = check_file(r, work, name, qtype, q, theirs_prompts, n_new)
+                print("  fewer than the bar; against llama.cpp's exact path (mean NMSE, llama.cpp default's, max,"
+                      f" default's, greedy choices, default's):\n  {line}", flush=True)
             failed |= not ok
-            print(f"{name} {qtype}: {same}/{len(prompts)} prompts give llama.cpp's {n_new} greedy tokens"
-                  f"{'' if ok else '  <-- under the bar'}", flush=True)
             os.remove(q)
         os.remove(f32)
     return 1 if failed else 0

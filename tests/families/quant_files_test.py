@@ -128,7 +128,7 @@ def check_file(r, work, name, mix, q, prompt_ids, n_new):
 
     exact = llama_greedy(exact_env)
     free_running = " - | - |"
-    if r.a.free_running:
+    if getattr(r.a, "free_running", False):  # the family test's K-quant files ask none
         default = llama_greedy({})
         ours = [o["output_ids"] for o in r.generate_file(q, [{"prompt_ids": ids} for ids in prompt_ids], n_new)]
         total = n_new * len(prompt_ids)
