@@ -155,134 +155,125 @@ constexpr int64_t kPiecesAt = (block_bytes(T) - block_quant_bytes(T)) * kPackRow
 template <WType T>
 constexpr int32_t kOffset = T == WType::Q4_0 ? 8 : T == WType::Q5_0 ? 16 : 0;
 
-// A packed block's eight 4-byte pieces of eight rows (half h), one row per
-// lane: Q8_0's as stored (signed), IQ4_NL's nibbles as their grid values
-// (signed), the others' unsigned quants (Q5's with the fifth bit, from qh
-// as packed_qh lays it out).
+// Piece k (0..7) of half h of a packed block: eight rows' 4-byte pieces,
+// one row per lane. Q8_0's as stored (signed), IQ4_NL's nibbles as their
+// grid values (signed), the others' unsigned quants (Q5's with the fifth
+// bit, from qh as packed_qh lays it out). Pieces k and k + 4 are the low and
+// high nibbles of one load.
 template <WType T>
-inline void block_pieces(const uint8_t* blk, int h, __m256i w[8]) {
+inline __m256i block_piece(const uint8_t* blk, int h, int k) {
   const uint8_t* quants = blk + kPiecesAt<T> + 32 * h;
   if constexpr (T == WType::Q8_0) {
-    for (int k = 0; k < 8; ++k) w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * k));
-    return;
-  }
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  for (int k = 0; k < 4; ++k) {
-    const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * k));
-    w[k] = _mm256_and_si256(p, low4);
-    w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), low4);
-  }
-  if constexpr (block_has_high_bits(T)) {
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQhAt<T> + 32 * h));
-    const __m256i bit4 = _mm256_set1_epi8(0x10);
-    // Shifts by a constant each: the loop is unrolled.
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      w[k] = _mm256_or_si256(w[k], _mm256_and_si256(_mm256_sll_epi32(qh, _mm_cvtsi32_si128(4 - k)), bit4));
-      w[k + 4] = _mm256_or_si256(w[k + 4], _mm256_and_si256(_mm256_srl_epi32(qh, _mm_cvtsi32_si128(k)), bit4));
-    }
-  }
-  if constexpr (T == WType::IQ4_NL) {
-    const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
-    for (int k = 0; k < 8; ++k) w[k] = _mm256_shuffle_epi8(grid, w[k]);
-  }
-}
-
-// Each row's exact block sum of weight times input (the weights from
-// block_pieces, the input block's 32 bytes as eight 4-byte pieces `x` and
-// its sum). Unsigned nibbles go through maddubs, whose 16-bit pair sums stay
-// exact across eight 4-bit pieces (at most 8 x 2 x 15 x 127) or four 5-bit
-// ones (4 x 2 x 31 x 127); signed weights (Q8_0, IQ4_NL) multiply |w| by the
-// input carrying w's sign, one piece at a time (a pair can reach 2 x 128 x
-// 127). Then less the offset times the input's sum.
-template <WType T>
-inline __m256i block_sums(const __m256i w[8], const int32_t* x, int32_t xsum) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (T == WType::Q8_0 || T == WType::IQ4_NL) {
-    __m256i sums = _mm256_setzero_si256();
-    for (int k = 0; k < 8; ++k) {
-      const __m256i xk = _mm256_set1_epi32(x[k]);
-      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w[k], w[k]), _mm256_sign_epi8(xk, w[k]));
-      sums = _mm256_add_epi32(sums, _mm256_madd_epi16(p, ones));
-    }
-    return sums;
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * k));
   } else {
-    constexpr int kRun = block_has_high_bits(T) ? 4 : 8;  // pieces per 16-bit run
-    __m256i sums = _mm256_set1_epi32(-kOffset<T> * xsum);
-    for (int k0 = 0; k0 < 8; k0 += kRun) {
-      __m256i pairs = _mm256_maddubs_epi16(w[k0], _mm256_set1_epi32(x[k0]));
-      for (int k = k0 + 1; k < k0 + kRun; ++k)
-        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(x[k])));
-      sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, ones));
+    const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * (k % 4)));
+    __m256i w = _mm256_and_si256(k < 4 ? p : _mm256_srli_epi16(p, 4), _mm256_set1_epi8(0x0f));
+    if constexpr (block_has_high_bits(T)) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQhAt<T> + 32 * h));
+      const __m256i fifth = k < 4 ? _mm256_sll_epi32(qh, _mm_cvtsi32_si128(4 - k)) : _mm256_srl_epi32(qh, _mm_cvtsi32_si128(k - 4));
+      w = _mm256_or_si256(w, _mm256_and_si256(fifth, _mm256_set1_epi8(0x10)));
     }
-    return sums;
+    if constexpr (T == WType::IQ4_NL)
+      w = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values))), w);
+    return w;
   }
 }
 
-// Packed 32-weight blocks (weight_type.h), eight rows a register: halves h0
-// .. h0 + H - 1 of the group at `r`, block by block, each row's lane
-// gathering its exact block sum over the eight 4-byte pieces, then the
-// float steps of linear.h in its order.
-template <WType T, int N, int H>
-void quant_halves(const LinearCall& c, int64_t r, int h0, int64_t j) {
+// Activation rows j .. j + N - 1 times the packed group of 16 weight rows
+// at `r`, eight rows a register, in one pass over the group's blocks. Each
+// piece of weights is decoded once and multiplied by every row's piece of
+// input (broadcast) before the next, so the weights stream from memory once
+// while every row's products run, and N accumulators of products are all
+// the registers a half needs. Each row's lane gathers its exact block sum:
+// unsigned nibbles through maddubs, whose 16-bit pair sums stay exact across
+// eight 4-bit pieces (at most 8 x 2 x 15 x 127) or four 5-bit ones (4 x 2 x
+// 31 x 127), less the offset times the input's sum; signed weights (Q8_0,
+// IQ4_NL) multiply |w| by the input carrying w's sign, a piece at a time (a
+// pair can reach 2 x 128 x 127). Then the float steps of linear.h, in its
+// order.
+template <WType T, int N>
+void quant_rows(const LinearCall& c, int64_t r, int64_t j) {
   const QuantizedRows& qx = *c.qx;
   const int64_t nb = qx.blocks;
   const PackedBlocks g = packed_blocks(c.w, r);
-  __m256 acc[H][N];
-  for (int hh = 0; hh < H; ++hh)
-    for (int jj = 0; jj < N; ++jj) acc[hh][jj] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[2][N];
+  for (int h = 0; h < 2; ++h)
+    for (int jj = 0; jj < N; ++jj) acc[h][jj] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = g.block(b);
-    // On the group's first pass only: the later ones find the bytes cached.
-    // A pair's first group asks for both groups' blocks.
-    if (h0 == 0 && j == 0 && g.leads) prefetch_ahead(blk, g.stride);
-    for (int hh = 0; hh < H; ++hh) {
-      const int h = h0 + hh;
+    // A pair's first group asks for both groups' blocks; later rows find
+    // them cached.
+    if (j == 0 && g.leads) prefetch_ahead(blk, g.stride);
+    const int32_t* x[N];
+    for (int jj = 0; jj < N; ++jj) x[jj] = reinterpret_cast<const int32_t*>(qx.q.data() + ((j + jj) * nb + b) * kQBlock);
+    for (int h = 0; h < 2; ++h) {
+      // The halves broadcast the same input pieces: left to itself, GCC
+      // keeps all 8N broadcasts from the first half for the second, and
+      // spills them. Opaque pointers make each half broadcast its own.
+      for (int jj = 0; jj < N; ++jj) asm("" : "+r"(x[jj]));
+      __m256i sums[N];
+      if constexpr (T == WType::Q8_0 || T == WType::IQ4_NL) {
+        for (int jj = 0; jj < N; ++jj) sums[jj] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+          const __m256i w = block_piece<T>(blk, h, k), magnitude = _mm256_sign_epi8(w, w);
+          for (int jj = 0; jj < N; ++jj) {
+            const __m256i p = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(_mm256_set1_epi32(x[jj][k]), w));
+            sums[jj] = _mm256_add_epi32(sums[jj], _mm256_madd_epi16(p, ones));
+            asm("" : "+x"(sums[jj]));  // as pairs below
+          }
+        }
+      } else {
+        constexpr int kRun = block_has_high_bits(T) ? 4 : 8;  // pieces per 16-bit run
+        for (int jj = 0; jj < N; ++jj) sums[jj] = _mm256_set1_epi32(-kOffset<T> * qx.sum[(j + jj) * nb + b]);
+#pragma GCC unroll 2
+        for (int k0 = 0; k0 < 8; k0 += kRun) {
+          __m256i pairs[N];
+#pragma GCC unroll 8
+          for (int k = k0; k < k0 + kRun; ++k) {
+            const __m256i w = block_piece<T>(blk, h, k);
+            for (int jj = 0; jj < N; ++jj) {
+              const __m256i p = _mm256_maddubs_epi16(w, _mm256_set1_epi32(x[jj][k]));
+              pairs[jj] = k == k0 ? p : _mm256_add_epi16(pairs[jj], p);
+              // Each sum as it comes: GCC reassociates the run's adds into a
+              // tree, which holds every product of the run at once (8N
+              // registers, spilled), 1.4x the time at 8 rows.
+              asm("" : "+x"(pairs[jj]));
+            }
+          }
+          for (int jj = 0; jj < N; ++jj) sums[jj] = _mm256_add_epi32(sums[jj], _mm256_madd_epi16(pairs[jj], ones));
+        }
+      }
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
       __m256 mw = _mm256_setzero_ps();
       if constexpr (block_has_min(T))
         mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kMinAt<T> + 16 * h)));
-      __m256i w[8];
-      block_pieces<T>(blk, h, w);
       for (int jj = 0; jj < N; ++jj) {
         const int64_t row = (j + jj) * nb + b;
-        const auto* x = reinterpret_cast<const int32_t*>(qx.q.data() + row * kQBlock);
-        const __m256i sums = block_sums<T>(w, x, qx.sum[row]);
-        const __m256 xd = _mm256_set1_ps(qx.d[row]);
-        acc[hh][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, xd), acc[hh][jj]);
-        if constexpr (block_has_min(T))
-          acc[hh][jj] = _mm256_fmadd_ps(mw, _mm256_set1_ps(qx.s[row]), acc[hh][jj]);
+        acc[h][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[jj]), _mm256_mul_ps(dw, _mm256_set1_ps(qx.d[row])), acc[h][jj]);
+        if constexpr (block_has_min(T)) acc[h][jj] = _mm256_fmadd_ps(mw, _mm256_set1_ps(qx.s[row]), acc[h][jj]);
       }
     }
   }
-  for (int hh = 0; hh < H; ++hh)
-    for (int jj = 0; jj < N; ++jj) _mm256_storeu_ps(c.y + (j + jj) * c.w.rows + r + 8 * (h0 + hh), acc[hh][jj]);
+  for (int h = 0; h < 2; ++h)
+    for (int jj = 0; jj < N; ++jj) _mm256_storeu_ps(c.y + (j + jj) * c.w.rows + r + 8 * h, acc[h][jj]);
 }
 
 template <WType T>
 void quant_linear(const LinearCall& c, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; r += kPackRows) {
-    // One or two activation rows take both halves of each block in turn,
-    // so the weights stream from memory once while the products run; more
-    // rows would spill the accumulators, and take a pass per half (the
-    // second finds the group in the cache).
-    if (c.n == 1) {
-      quant_halves<T, 1, 2>(c, r, 0, 0);
-      continue;
-    }
-    if (c.n == 2) {
-      quant_halves<T, 2, 2>(c, r, 0, 0);
-      continue;
-    }
-    for (int h = 0; h < 2; ++h) {
-      int64_t j = 0;
-      for (; j + 4 <= c.n; j += 4) quant_halves<T, 4, 1>(c, r, h, j);
-      switch (c.n - j) {
-        case 3: quant_halves<T, 3, 1>(c, r, h, j); break;
-        case 2: quant_halves<T, 2, 1>(c, r, h, j); break;
-        case 1: quant_halves<T, 1, 1>(c, r, h, j); break;
-        default: break;
-      }
+    int64_t j = 0;
+    for (; j + 8 <= c.n; j += 8) quant_rows<T, 8>(c, r, j);
+    switch (c.n - j) {
+      case 7: quant_rows<T, 7>(c, r, j); break;
+      case 6: quant_rows<T, 6>(c, r, j); break;
+      case 5: quant_rows<T, 5>(c, r, j); break;
+      case 4: quant_rows<T, 4>(c, r, j); break;
+      case 3: quant_rows<T, 3>(c, r, j); break;
+      case 2: quant_rows<T, 2>(c, r, j); break;
+      case 1: quant_rows<T, 1>(c, r, j); break;
+      default: break;
     }
   }
 }
