@@ -183,14 +183,14 @@ inline __m256i block_piece(const uint8_t* blk, int h, int k) {
 // at `r`, eight rows a register, in one pass over the group's blocks. Each
 // piece of weights is decoded once and multiplied by every row's piece of
 // input (broadcast) before the next, so the weights stream from memory once
-// while every row's products run, and N accumulators of products are all
-// the registers a half needs. Each row's lane gathers its exact block sum:
-// unsigned nibbles through maddubs, whose 16-bit pair sums stay exact across
-// eight 4-bit pieces (at most 8 x 2 x 15 x 127) or four 5-bit ones (4 x 2 x
-// 31 x 127), less the offset times the input's sum; signed weights (Q8_0,
-// IQ4_NL) multiply |w| by the input carrying w's sign, a piece at a time (a
-// pair can reach 2 x 128 x 127). Then the float steps of linear.h, in its
-// order.
+// while every row's products run, and a half holds N accumulators of
+// products in registers (the 2N of floats live in memory). Each row's lane
+// gathers its exact block sum: unsigned nibbles through maddubs, whose
+// 16-bit pair sums stay exact across eight 4-bit pieces (at most 8 x 2 x 15
+// x 127) or four 5-bit ones (4 x 2 x 31 x 127), less the offset times the
+// input's sum; signed weights (Q8_0, IQ4_NL) multiply |w| by the input
+// carrying w's sign, a piece at a time (a pair can reach 2 x 128 x 127).
+// Then the float steps of linear.h, in its order.
 template <WType T, int N>
 void quant_rows(const LinearCall& c, int64_t r, int64_t j) {
   const QuantizedRows& qx = *c.qx;

@@ -231,7 +231,10 @@ def kquants(r, work):
     ... --to-gguf` (which llama.cpp must load): each file, its greedy
     tokens are llama.cpp's on at least 90% of the prompts (ours: 70%), or,
     where fewer, our logits along llama.cpp's exact greedy runs are as near
-    them as llama.cpp's own default path's (quant_files_test.check_file).
+    them as llama.cpp's own default path's, and within test-backend-ops'
+    5e-4 mean NMSE (quant_files_test.check_file; on Gemma 3's files here
+    llama.cpp's default path was 6.8e-4 to 1.7e-3 from its exact one, ours
+    1.3e-4 to 2.4e-4).
     On random weights near-ties are everywhere, and llama.cpp's sums change
     order with the CPU's instruction set (ours do not): on an AVX2-only VM,
     Gemma 3's Q2_K file gave 7/10 free runs, llama.cpp's default path 8/10
@@ -281,12 +284,15 @@ def kquants(r, work):
             # Under the bar, with the prompts tokenized alike, the logits
             # decide (the docstring).
             ok = qtype == "q8_0" or same * 10 >= (7 if qtype.startswith("ours-") else 9) * len(prompts)
-            print(f"{name} {qtype}: {same}/{len(prompts)} prompts give llama.cpp's {n_new} greedy tokens", flush=True)
-            if not ok and all(o["prompt_ids"] == p for o, p in zip(ours, theirs_prompts)):
-                from quant_files_test import check_file  # it imports this module
-                line, ok = check_file(r, work, name, qtype, q, theirs_prompts, n_new)
-                print("  fewer than the bar; against llama.cpp's exact path (mean NMSE, llama.cpp default's, max,"
-                      f" default's, greedy choices, default's):\n  {line}", flush=True)
+            print(f"{name} {qtype}: {same}/{len(prompts)} prompts give llama.cpp's {n_new} greedy tokens"
+                  f"{'' if ok else '  <-- under the bar'}", flush=True)
+            alike = len(ours) == len(theirs) == len(prompts) and all(
+                o["prompt_ids"] == p for o, p in zip(ours, theirs_prompts))
+            if not ok and alike:
+                from quant_files_test import NMSE_BAR, check_file  # a second copy of this module comes with it
+                line, ok = check_file(r, work, name, qtype, q, theirs_prompts, n_new, NMSE_BAR)
+                print("  the logits decide; against llama.cpp's exact path (mean NMSE, llama.cpp default's, max, default's,"
+                      f" greedy choices, default's, -, -):\n  {line}", flush=True)
             failed |= not ok
             os.remove(q)
         os.remove(f32)

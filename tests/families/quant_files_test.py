@@ -113,9 +113,9 @@ def common_prefix(a, b):
     return n
 
 
-def check_file(r, work, name, mix, q, prompt_ids, n_new):
+def check_file(r, work, name, mix, q, prompt_ids, n_new, nmse_bar=None):
     """One quantized file against llama.cpp: returns a line for the table
-    and whether it holds."""
+    and whether it holds (with `nmse_bar`, also our mean NMSE within it)."""
     ids_txt = os.path.join(work, "ids.txt")
     with open(ids_txt, "w") as f:
         for ids in prompt_ids:
@@ -151,6 +151,7 @@ def check_file(r, work, name, mix, q, prompt_ids, n_new):
         os.remove(b)
     o, d = cmp["compared"]
     ok = o["mean_nmse"] <= d["mean_nmse"] and not o["trailing_data"] and o["argmax_agree"] >= d["argmax_agree"]
+    ok = ok and (nmse_bar is None or o["mean_nmse"] <= nmse_bar)
     line = (f"| {name} | {mix} | {o['mean_nmse']:.2e} | {d['mean_nmse']:.2e} | {o['max_nmse']:.2e} | "
             f"{d['max_nmse']:.2e} | {o['argmax_agree']}/{cmp['rows']} | {d['argmax_agree']}/{cmp['rows']} | "
             f"{free_running}{'' if o['mean_nmse'] <= NMSE_BAR else ' mean past 5e-4 |'}"
