@@ -16,6 +16,9 @@
 #include "common/kernels/parallel.h"
 #include "common/kernels/quant.h"
 #include "common/kernels/threads.h"
+#if defined(__x86_64__)
+#include "common/kernels/kernels_avx2.h"
+#endif
 #include "common/model/model.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"
@@ -142,19 +145,24 @@ TEST(Kernels, AttentionOverHalvesIsAttentionOverTheirFloats) {
   }
 }
 
-// The avx512 attention (a head's rows in one call, two slots a register,
-// up to eight rows at a time, 16-lane exponentials) keeps the avx2 path's
-// sequence of operations, so the bits are the same: both caches, the head
-// sizes it takes and one it leaves to avx2, 1 to 33 rows, which take every
-// row blocking and remainder, over contexts the rows share for 71 slots (then
-// branch), for 5 (a row that is a prefix of the first), or not at all.
-TEST(Kernels, AttentionIsTheSameOnTheAvx2AndAvx512Paths) {
-  if (!kernels::isa_available(kernels::Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+// The avx2 and avx512 attention bodies take a head's rows in one call (keys
+// and values shared while in L1; avx512: two slots a register, up to eight
+// rows at a time, 16-lane exponentials) and keep avx2::attention_row's
+// sequence of operations, so each row has that function's bits, alone or
+// with any others: both caches, the head sizes they take and one left to
+// attention_row, 1 to 33 rows, which take every row blocking and remainder,
+// over contexts the rows share for 71 slots (then branch), for 5 (a row that
+// is a prefix of the first), or not at all.
+#if defined(__x86_64__)
+TEST(Kernels, AttentionRowsTogetherHaveTheRowAtATimeBits) {
+  if (!kernels::isa_available(kernels::Isa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
   const kernels::Isa before = kernels::isa_in_use();
+  std::vector<kernels::Isa> paths = {kernels::Isa::kAvx2};
+  if (kernels::isa_available(kernels::Isa::kAvx512)) paths.push_back(kernels::Isa::kAvx512);
   for (int64_t D : {32, 64, 96, 128, 48}) {
     const int64_t cap = 128, kvh = 2, qh = 6;
     for (auto [n, layout] : std::vector<std::pair<int64_t, int>>{
-             {1, 0}, {4, 0}, {6, 0}, {7, 0}, {33, 0}, {7, 1}, {33, 1}, {7, 2}}) {
+             {1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 0}, {7, 0}, {33, 0}, {7, 1}, {33, 1}, {7, 2}}) {
       const std::vector<float> q = randn(n * qh * D, 20 + D + n, 3.0f);
       const std::vector<float> k = randn(kvh * cap * D, 21 + D), v = randn(kvh * cap * D, 22 + D);
       std::vector<uint16_t> kh(k.size()), vh(v.size());
@@ -169,24 +177,35 @@ TEST(Kernels, AttentionIsTheSameOnTheAvx2AndAvx512Paths) {
         for (int32_t s = 0; s < cap; ++s)
           if (s <= 70 + i || (s >= 110 && s % (i + 2) != 1)) visible[i].push_back(s);
       if (layout == 1) visible[n - 1].resize(5);
-      if (layout == 2) visible[3] = {5};
+      if (layout == 2) visible[n / 2] = {5};
+      // Row by row, head by head, the reference sequence.
+      Rows want[2] = {Rows(n, qh * D), Rows(n, qh * D)};
+      std::vector<float> scratch;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t h = 0; h < qh; ++h) {
+          const float* qr = q.data() + (i * qh + h) * D;
+          const int64_t kv = (h / (qh / kvh)) * cap * D;
+          kernels::avx2::attention_row(qr, k.data() + kv, v.data() + kv, visible[i], D, 0.125f, scratch,
+                                       want[0].row(i) + h * D);
+          kernels::avx2::attention_row(qr, kh.data() + kv, vh.data() + kv, visible[i], D, 0.125f, scratch,
+                                       want[1].row(i) + h * D);
+        }
       const kernels::AttentionShape shape{n, qh, kvh, D, cap * D};
-      Rows out[2][2];
-      for (int path = 0; path < 2; ++path) {
-        kernels::use_isa(path == 0 ? kernels::Isa::kAvx2 : kernels::Isa::kAvx512);
-        out[path][0] = Rows(n, qh * D);
-        out[path][1] = Rows(n, qh * D);
-        kernels::attention(q.data(), k.data(), v.data(), shape, visible, 0.125f, out[path][0].data());
-        kernels::attention(q.data(), kh.data(), vh.data(), shape, visible, 0.125f, out[path][1].data());
+      for (kernels::Isa path : paths) {
+        kernels::use_isa(path);
+        Rows got[2] = {Rows(n, qh * D), Rows(n, qh * D)};
+        kernels::attention(q.data(), k.data(), v.data(), shape, visible, 0.125f, got[0].data());
+        kernels::attention(q.data(), kh.data(), vh.data(), shape, visible, 0.125f, got[1].data());
+        for (int cache = 0; cache < 2; ++cache)
+          EXPECT_TRUE(same_values(want[cache], got[cache]))
+              << kernels::isa_name(path) << (cache ? ", f16" : ", f32") << " cache, head_dim " << D << ", rows " << n
+              << ", layout " << layout;
       }
-      EXPECT_TRUE(same_values(out[0][0], out[1][0])) << "f32 cache, head_dim " << D << ", rows " << n << ", layout "
-                                                     << layout;
-      EXPECT_TRUE(same_values(out[0][1], out[1][1])) << "f16 cache, head_dim " << D << ", rows " << n << ", layout "
-                                                     << layout;
     }
   }
   kernels::use_isa(before);
 }
+#endif
 
 // The avx512 silu_mul (16 lanes, a masked tail) gives the avx2 one's bits,
 // where exp overflows, underflows and meets infinities too.

@@ -179,16 +179,16 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
   const int64_t min_grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, slots / std::max<int64_t>(1, s.n) * D));
   auto task = [&](int64_t t) {
     const int64_t h = t / s.n, i = t % s.n;
-    return avx512::AttentionRow<T>{q + (i * s.q_heads + h) * D,
-                                   k + (h / group) * s.kv_head_stride,
-                                   v + (h / group) * s.kv_head_stride,
-                                   visible[i].data(),
-                                   static_cast<int64_t>(visible[i].size()),
-                                   out + (i * s.q_heads + h) * D};
+    return AttentionRow<T>{q + (i * s.q_heads + h) * D,
+                           k + (h / group) * s.kv_head_stride,
+                           v + (h / group) * s.kv_head_stride,
+                           visible[i].data(),
+                           static_cast<int64_t>(visible[i].size()),
+                           out + (i * s.q_heads + h) * D};
   };
 #if defined(__x86_64__)
-  const bool avx2 = use_avx2();
-  if (isa_in_use() == Isa::kAvx512 && avx512::attention_handles(D)) {
+  const bool avx2 = use_avx2(), avx512 = isa_in_use() == Isa::kAvx512;
+  if (avx2 && attention_rows_handle(D)) {
     // The slots every row sees first, in the same order.
     int64_t shared = static_cast<int64_t>(visible[0].size());
     for (int64_t i = 1; i < s.n; ++i) {
@@ -204,12 +204,16 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
     parallel(calls, grain_for(calls, std::max<int64_t>(1, min_grain / call_rows)), [&](int64_t c0, int64_t c1) {
       std::vector<float> scratch;
       std::vector<float*> scores(static_cast<size_t>(call_rows));
-      std::vector<avx512::AttentionRow<T>> rows(static_cast<size_t>(call_rows));
+      std::vector<AttentionRow<T>> rows(static_cast<size_t>(call_rows));
       for (int64_t c = c0; c < c1; ++c) {
         for (int64_t j = 0; j < call_rows; ++j) rows[j] = task(c * call_rows + j);
-        scratch.resize(static_cast<size_t>(avx512::attention_scratch(rows.data(), call_rows, D)));
+        scratch.resize(static_cast<size_t>(attention_scratch(rows.data(), call_rows, D)));
+        if (!avx512) {
+          avx2::attention_rows(rows.data(), call_rows, shared, D, scale, scratch.data(), scores.data());
+          continue;
+        }
         // The next call's keys and values come in while this one computes.
-        avx512::AttentionRow<T> next{};
+        AttentionRow<T> next{};
         if (c + 1 < c1) next = task((c + 1) * call_rows);
         avx512::attention_rows(rows.data(), call_rows, shared, D, scale, scratch.data(), scores.data(),
                                c + 1 < c1 ? &next : nullptr);
@@ -224,7 +228,7 @@ void attention_of(const float* q, const T* k, const T* v, const AttentionShape& 
   parallel(tasks, grain_for(tasks, min_grain), [&](int64_t t0, int64_t t1) {
     std::vector<float> scratch;
     for (int64_t t = t0; t < t1; ++t) {
-      const avx512::AttentionRow<T> r = task(t);
+      const AttentionRow<T> r = task(t);
       const std::vector<int32_t>& slots = visible[t % s.n];
 #if defined(__x86_64__)
       if (avx2) {

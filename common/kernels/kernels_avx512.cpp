@@ -295,14 +295,7 @@ float softmax_exps(float* p, int64_t m) {
 template <int D8, class T>
 void rows_at(const AttentionRow<T>* rows, int64_t n, int64_t shared, float scale, float* scratch, float** p,
              const AttentionRow<T>* next) {
-  // Each row's scores, padded to 8; each row's partial sums; the rows' 1 / sum
-  // (attention_scratch).
-  int64_t at = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    p[r] = scratch + at;
-    at += (rows[r].m + 7) & ~int64_t{7};
-  }
-  float* const partial = scratch + at;
+  float* const partial = lay_out_scratch(rows, n, scratch, p);
   float* const inv = partial + n * 8 * D8;
   // The next head's keys spread over the score groups' calls, its values
   // over the weighted sums' steps (every fourth slot of each pass of rows).
@@ -333,8 +326,6 @@ void rows_of(const AttentionRow<T>* rows, int64_t n, int64_t shared, int64_t D, 
 }
 
 }  // namespace
-
-bool attention_handles(int64_t D) { return D == 32 || D == 64 || D == 96 || D == 128; }
 
 void attention_rows(const AttentionRow<float>* rows, int64_t n, int64_t shared, int64_t D, float scale,
                     float* scratch, float** scores, const AttentionRow<float>* next) {

@@ -4,34 +4,12 @@
 // decides). Same contracts as the avx2 ones, and the same bits.
 #include <cstdint>
 
+#include "common/kernels/attention_rows.h"
+
 namespace splitspec::kernels::avx512 {
 
-// One query row of one head against its visible cache slots. Plain
-// pointers: the avx512 translation unit instantiates no library template,
-// whose one copy the linker keeps could be its AVX-512 one.
-template <class T>
-struct AttentionRow {
-  const float* q;
-  const T* k;
-  const T* v;
-  const int32_t* slots;
-  int64_t m;  // slots
-  float* out;
-};
-
-// Floats of scratch attention_rows needs for rows[0, n): each row's scores
-// padded to 8, its partial sums and its normalizer.
-template <class T>
-int64_t attention_scratch(const AttentionRow<T>* rows, int64_t n, int64_t head_dim) {
-  int64_t total = n * (head_dim + 1);
-  for (int64_t r = 0; r < n; ++r) total += (rows[r].m + 7) & ~int64_t{7};
-  return total;
-}
-
-// Head sizes attention_rows takes (32, 64, 96 and 128); others go
-// to avx2::attention_row.
-bool attention_handles(int64_t head_dim);
-// rows[0, n), n >= 1: the query rows of one head (the same k and v),
+// rows[0, n), n >= 1, at a head size attention_rows_handle takes: the
+// query rows of one head (the same k and v),
 // together; each row's result is the same as alone. Every row sees its
 // first `shared` slots, the same ones in the same order (the context of a
 // chain or a tree; the same for every head, so the caller finds it once).
