@@ -471,10 +471,11 @@ int main(int argc, char **argv) {
      * engine's, or this one's on another path) against them, row by row: the
      * normalized mean squared error of test-backend-ops, sum((o - r)^2) /
      * sum(r^2), and whether the argmax agrees. A departure (another argmax)
-     * where this path's top-2 margin is within twice file j's largest
-     * deviation on that row is a tie at file j's precision: j's own error
-     * could flip it. Each file's departures past file j's noise are counted
-     * per j, so a caller can tell a flipped near-tie from a wrong choice. */
+     * to a token whose logit here is within twice file j's largest deviation
+     * on that row of this path's maximum is a tie at file j's precision:
+     * j's own error could flip it. Each file's departures past file j's
+     * noise are counted per j, so a caller can tell a flipped near-tie from
+     * a wrong choice. */
     const int threads = atoi(argv[4]);
     const int n_ctx = context_size(model);
     struct llama_context *ctx = context(model, threads, n_ctx);
@@ -492,7 +493,7 @@ int main(int argc, char **argv) {
     int *choice = xmalloc(sizeof(int) * n_slots);
     for (int k = 0; k < n_other; ++k) max_nmse[k] = sum_nmse[k] = 0, agree[k] = 0;
     for (size_t k = 0; k < n_slots * n_slots; ++k) past_noise[k] = 0;
-    float *rows_of = xmalloc(sizeof(float) * (size_t)n_vocab * n_slots);
+    float *row = xmalloc(sizeof(float) * (size_t)n_vocab);
     llama_token *ids = xmalloc(sizeof(llama_token) * (size_t)n_ctx);
     char *line = NULL;
     size_t cap = 0;
@@ -506,14 +507,10 @@ int main(int argc, char **argv) {
       for (int i = 0; i < n; ++i, ++rows) {
         const float *ref = llama_get_logits_ith(ctx, i);
         if (fwrite(ref, sizeof(float), (size_t)n_vocab, out) != (size_t)n_vocab) die("write failed");
-        int best = 0, second = -1;
-        for (int v = 1; v < n_vocab; ++v) {
-          if (ref[v] > ref[best]) second = best, best = v;
-          else if (second < 0 || ref[v] > ref[second]) second = v;
-        }
-        const double margin = second < 0 ? INFINITY : (double)ref[best] - ref[second];
+        int best = 0;
+        for (int v = 1; v < n_vocab; ++v)
+          if (ref[v] > ref[best]) best = v;
         for (int k = 0; k < n_other; ++k) {
-          float *row = rows_of + (size_t)k * n_vocab;
           if (fread(row, sizeof(float), (size_t)n_vocab, other[k]) != (size_t)n_vocab) die("a logits file to compare is short");
           double err = 0, norm = 0, dev = 0;
           int theirs = 0;
@@ -529,7 +526,7 @@ int main(int argc, char **argv) {
            * maximum comes from. */
           if (getenv("LLAMACPP_BENCH_ROWS"))
             fprintf(stderr, "row %ld file %d nmse %.6g norm %.6g argmax %d %d margin %.6g deviation %.6g\n", rows, k,
-                    nmse, sqrt(norm / n_vocab), best, theirs, margin, dev);
+                    nmse, sqrt(norm / n_vocab), best, theirs, (double)ref[best] - ref[theirs], dev);
           sum_nmse[k] += nmse;
           if (nmse > max_nmse[k]) max_nmse[k] = nmse;
           agree[k] += theirs == best;
@@ -538,7 +535,7 @@ int main(int argc, char **argv) {
         }
         for (int k = 0; k < n_other; ++k)
           for (int j = 0; j < n_other; ++j)
-            past_noise[k * n_other + j] += choice[k] != best && margin > 2 * deviation[j];
+            past_noise[k * n_other + j] += (double)ref[best] - ref[choice[k]] > 2 * deviation[j];
       }
     }
     if (fclose(out) != 0) die("write failed");

@@ -151,18 +151,20 @@ TEST(Kernels, AttentionOverHalvesIsAttentionOverTheirFloats) {
 // sequence of operations, so each row has that function's bits, alone or
 // with any others: both caches, the head sizes they take and one left to
 // attention_row, 1 to 33 rows, which take every row blocking and remainder,
-// over contexts the rows share for 71 slots (then branch), for 5 (a row that
-// is a prefix of the first), or not at all.
+// over contexts the rows share for 71 slots (then branch), for 5 or 2 (a row
+// that is a prefix of the first), or not at all; at 1 thread (the query
+// heads of a KV head in one call) and 4 (each head alone).
 #if defined(__x86_64__)
 TEST(Kernels, AttentionRowsTogetherHaveTheRowAtATimeBits) {
   if (!kernels::isa_available(kernels::Isa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
   const kernels::Isa before = kernels::isa_in_use();
+  const int threads_before = compute_threads();
   std::vector<kernels::Isa> paths = {kernels::Isa::kAvx2};
   if (kernels::isa_available(kernels::Isa::kAvx512)) paths.push_back(kernels::Isa::kAvx512);
   for (int64_t D : {32, 64, 96, 128, 48}) {
     const int64_t cap = 128, kvh = 2, qh = 6;
     for (auto [n, layout] : std::vector<std::pair<int64_t, int>>{
-             {1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 0}, {7, 0}, {33, 0}, {7, 1}, {33, 1}, {7, 2}}) {
+             {1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 0}, {7, 0}, {33, 0}, {7, 1}, {33, 1}, {7, 2}, {5, 3}}) {
       const std::vector<float> q = randn(n * qh * D, 20 + D + n, 3.0f);
       const std::vector<float> k = randn(kvh * cap * D, 21 + D), v = randn(kvh * cap * D, 22 + D);
       std::vector<uint16_t> kh(k.size()), vh(v.size());
@@ -170,13 +172,15 @@ TEST(Kernels, AttentionRowsTogetherHaveTheRowAtATimeBits) {
       kernels::float_to_half(v.data(), kvh * cap * D, vh.data());
       // A causal context of 71 to 103 slots, the first 71 shared (past a
       // value block of 32 and 64), then each row's own branch. Layout 1: the
-      // last row sees only the first 5 slots, so 5 are shared (less than a
-      // group of scores); layout 2: a row sees one slot of its own, so none.
+      // last row sees only the first 5 slots, so 5 are shared (less than
+      // avx512's group of scores), layout 3 the first 2 (less than avx2's);
+      // layout 2: a row sees one slot of its own, so none.
       std::vector<std::vector<int32_t>> visible(n);
       for (int64_t i = 0; i < n; ++i)
         for (int32_t s = 0; s < cap; ++s)
           if (s <= 70 + i || (s >= 110 && s % (i + 2) != 1)) visible[i].push_back(s);
       if (layout == 1) visible[n - 1].resize(5);
+      if (layout == 3) visible[n - 1].resize(2);
       if (layout == 2) visible[n / 2] = {5};
       // Row by row, head by head, the reference sequence.
       Rows want[2] = {Rows(n, qh * D), Rows(n, qh * D)};
@@ -191,19 +195,22 @@ TEST(Kernels, AttentionRowsTogetherHaveTheRowAtATimeBits) {
                                        want[1].row(i) + h * D);
         }
       const kernels::AttentionShape shape{n, qh, kvh, D, cap * D};
-      for (kernels::Isa path : paths) {
-        kernels::use_isa(path);
-        Rows got[2] = {Rows(n, qh * D), Rows(n, qh * D)};
-        kernels::attention(q.data(), k.data(), v.data(), shape, visible, 0.125f, got[0].data());
-        kernels::attention(q.data(), kh.data(), vh.data(), shape, visible, 0.125f, got[1].data());
-        for (int cache = 0; cache < 2; ++cache)
-          EXPECT_TRUE(same_values(want[cache], got[cache]))
-              << kernels::isa_name(path) << (cache ? ", f16" : ", f32") << " cache, head_dim " << D << ", rows " << n
-              << ", layout " << layout;
-      }
+      for (kernels::Isa path : paths)
+        for (int threads : {1, 4}) {
+          kernels::use_isa(path);
+          set_compute_threads(threads);
+          Rows got[2] = {Rows(n, qh * D), Rows(n, qh * D)};
+          kernels::attention(q.data(), k.data(), v.data(), shape, visible, 0.125f, got[0].data());
+          kernels::attention(q.data(), kh.data(), vh.data(), shape, visible, 0.125f, got[1].data());
+          for (int cache = 0; cache < 2; ++cache)
+            EXPECT_TRUE(same_values(want[cache], got[cache]))
+                << kernels::isa_name(path) << (cache ? ", f16" : ", f32") << " cache, head_dim " << D << ", rows "
+                << n << ", layout " << layout << ", threads " << threads;
+        }
     }
   }
   kernels::use_isa(before);
+  set_compute_threads(threads_before);
 }
 #endif
 

@@ -29,9 +29,11 @@ int64_t attention_scratch(const AttentionRow<T>* rows, int64_t n, int64_t head_d
 
 // Lays attention_scratch's floats out: p[r], each row's scores padded to
 // 8; then the rows' partial sums (n * head_dim), which it returns; then
-// their normalizers (n).
+// their normalizers (n). Static: both bodies call it, from translation
+// units built for different instruction sets, and the one copy the linker
+// would keep of an inline function could be the AVX-512 one.
 template <class T>
-float* lay_out_scratch(const AttentionRow<T>* rows, int64_t n, float* scratch, float** p) {
+static float* lay_out_scratch(const AttentionRow<T>* rows, int64_t n, float* scratch, float** p) {
   int64_t at = 0;
   for (int64_t r = 0; r < n; ++r) {
     p[r] = scratch + at;
